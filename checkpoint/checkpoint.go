@@ -1,0 +1,159 @@
+// Package checkpoint owns walstream's positions: what is durable in Kafka,
+// what may be confirmed to Postgres, and which replayed events to skip.
+//
+// A Postgres transaction is identified by the LSN of its commit record
+// (Begin.FinalLSN == Commit.CommitLSN), which is known at BEGIN, before the
+// transaction ends. That lets a transaction too large for one Kafka
+// transaction be published in parts, each part's checkpoint naming the
+// transaction and the ordinal of its last published event.
+package checkpoint
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Checkpoint is walstream's position. It is written inside the Kafka
+// transaction that published everything up to it, so it is committed
+// exactly when those records are.
+type Checkpoint struct {
+	// LSN: every transaction whose commit record starts before LSN is
+	// published in whole. It is the end LSN of the last whole transaction,
+	// or a keepalive position taken while nothing was in flight, and it is
+	// the only position that may be confirmed to Postgres.
+	LSN pglogrepl.LSN
+	// PartialCommitLSN, when non-zero, is the commit LSN of a transaction
+	// published in parts, of which events 1..Ordinal are in Kafka.
+	PartialCommitLSN pglogrepl.LSN
+	Ordinal          uint64
+}
+
+// Skip reports whether the event with the given ordinal (1-based) of the
+// transaction committed at commitLSN is already in Kafka.
+func (c Checkpoint) Skip(commitLSN pglogrepl.LSN, ordinal uint64) bool {
+	if commitLSN < c.LSN {
+		return true
+	}
+	return c.PartialCommitLSN != 0 && commitLSN == c.PartialCommitLSN && ordinal <= c.Ordinal
+}
+
+// SkipTx reports whether the whole transaction committed at commitLSN is
+// already in Kafka.
+func (c Checkpoint) SkipTx(commitLSN pglogrepl.LSN) bool { return commitLSN < c.LSN }
+
+// Less orders checkpoints by how much of the stream they cover.
+func (c Checkpoint) Less(o Checkpoint) bool {
+	al, ao := c.point()
+	bl, bo := o.point()
+	return al < bl || (al == bl && ao < bo)
+}
+
+// point places the checkpoint on the stream: a whole checkpoint covers the
+// commits before LSN; a partial one also covers the first Ordinal events of
+// the transaction at PartialCommitLSN, which is never before LSN.
+func (c Checkpoint) point() (pglogrepl.LSN, uint64) {
+	if c.PartialCommitLSN != 0 {
+		return c.PartialCommitLSN, c.Ordinal
+	}
+	return c.LSN, 0
+}
+
+func (c Checkpoint) String() string {
+	if c.PartialCommitLSN != 0 {
+		return fmt.Sprintf("%s (+%d events of the transaction committed at %s)", c.LSN, c.Ordinal, c.PartialCommitLSN)
+	}
+	return c.LSN.String()
+}
+
+// record is the JSON value of a checkpoint record. LSNs are in Postgres'
+// text form so that operators can read and compare them with pg_* views.
+type record struct {
+	Slot             string    `json:"slot"`
+	LSN              string    `json:"lsn"`
+	PartialCommitLSN string    `json:"partial_commit_lsn,omitempty"`
+	Ordinal          uint64    `json:"ordinal,omitempty"`
+	Time             time.Time `json:"time"`
+}
+
+// Encode returns the checkpoint record's value.
+func (c Checkpoint) Encode(slot string, now time.Time) []byte {
+	r := record{Slot: slot, LSN: c.LSN.String(), Ordinal: c.Ordinal, Time: now.UTC()}
+	if c.PartialCommitLSN != 0 {
+		r.PartialCommitLSN = c.PartialCommitLSN.String()
+	}
+	b, _ := json.Marshal(r) // cannot fail: strings, integers and a time
+	return b
+}
+
+// Decode parses a checkpoint record's value.
+func Decode(b []byte) (Checkpoint, time.Time, error) {
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Checkpoint{}, time.Time{}, fmt.Errorf("decoding checkpoint %q: %w", b, err)
+	}
+	var c Checkpoint
+	var err error
+	if c.LSN, err = pglogrepl.ParseLSN(r.LSN); err != nil {
+		return Checkpoint{}, time.Time{}, fmt.Errorf("decoding checkpoint lsn %q: %w", r.LSN, err)
+	}
+	if r.PartialCommitLSN != "" {
+		if c.PartialCommitLSN, err = pglogrepl.ParseLSN(r.PartialCommitLSN); err != nil {
+			return Checkpoint{}, time.Time{}, fmt.Errorf("decoding checkpoint partial_commit_lsn %q: %w", r.PartialCommitLSN, err)
+		}
+		c.Ordinal = r.Ordinal
+	}
+	return c, r.Time, nil
+}
+
+// Tracker holds the position committed in Kafka and the position confirmed
+// to Postgres. The publisher reports commits and the replication loop asks
+// what to confirm, from different goroutines.
+type Tracker struct {
+	mu sync.Mutex
+	// committed only moves forward; it is what Kafka holds.
+	committed Checkpoint
+	// confirmed only moves forward and never passes committed.LSN, except
+	// that it starts at the slot's own confirmed_flush_lsn.
+	confirmed pglogrepl.LSN
+}
+
+// NewTracker starts from the checkpoint read from Kafka and the slot's
+// confirmed_flush_lsn.
+func NewTracker(committed Checkpoint, slotConfirmed pglogrepl.LSN) *Tracker {
+	return &Tracker{committed: committed, confirmed: slotConfirmed}
+}
+
+// Committed records that Kafka committed the transaction holding cp.
+// A checkpoint behind the current one is an error in the caller and is
+// refused rather than allowed to move the position backwards.
+func (t *Tracker) Committed(cp Checkpoint) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cp.Less(t.committed) {
+		return fmt.Errorf("checkpoint %s is behind the committed checkpoint %s", cp, t.committed)
+	}
+	t.committed = cp
+	return nil
+}
+
+// Confirm returns the LSN to send to Postgres as the flush position and
+// records it as sent.
+func (t *Tracker) Confirm() pglogrepl.LSN {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.committed.LSN > t.confirmed {
+		t.confirmed = t.committed.LSN
+	}
+	return t.confirmed
+}
+
+// Positions returns the committed checkpoint and the last confirmed LSN.
+func (t *Tracker) Positions() (committed Checkpoint, confirmed pglogrepl.LSN) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.committed, t.confirmed
+}

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/replication"
+)
+
+// Defaults, named so README and --help agree with the code.
+const (
+	DefaultSlot            = "walstream"
+	DefaultPublication     = "walstream_outbox"
+	DefaultTable           = "public.outbox"
+	DefaultTopicTemplate   = "outbox.event." + publish.RoutedByValue
+	DefaultCheckpointTopic = "walstream.checkpoints"
+	DefaultHTTPAddr        = "127.0.0.1:9187"
+	DefaultMaxBatchEvents  = 10000
+	DefaultMaxBatchBytes   = 16 << 20
+	DefaultQueueBytes      = 64 << 20
+	DefaultLinger          = 5 * time.Millisecond
+	DefaultStatusInterval  = 10 * time.Second
+	DefaultIdleInterval    = 10 * time.Second
+	DefaultCommitTimeout   = 30 * time.Second
+)
+
+// Config is everything `walstream run` is told.
+type Config struct {
+	PGURL           string
+	Brokers         string
+	Slot            string
+	Publication     string
+	Table           string
+	Create          bool
+	AllowSlotAhead  bool
+	TopicTemplate   string
+	CheckpointTopic string
+	CheckpointKey   string // defaults to the slot name
+	TransactionalID string // defaults to "walstream-" + slot
+	MaxBatchEvents  int
+	MaxBatchBytes   int
+	QueueBytes      int
+	Linger          time.Duration
+	StatusInterval  time.Duration
+	IdleInterval    time.Duration
+	CommitTimeout   time.Duration
+	HTTPAddr        string
+	LogLevel        string
+	LogFormat       string
+}
+
+// envPrefix maps flag --max-batch-events to WALSTREAM_MAX_BATCH_EVENTS.
+const envPrefix = "WALSTREAM_"
+
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// flags defines every setting on fs. Each flag's usage names its
+// environment variable, so `walstream run --help` documents both.
+func (c *Config) flags(fs *flag.FlagSet) {
+	str := func(p *string, name, def, usage string) { fs.StringVar(p, name, def, usage+" ($"+envName(name)+")") }
+	num := func(p *int, name string, def int, usage string) { fs.IntVar(p, name, def, usage+" ($"+envName(name)+")") }
+	dur := func(p *time.Duration, name string, def time.Duration, usage string) {
+		fs.DurationVar(p, name, def, usage+" ($"+envName(name)+")")
+	}
+	boolean := func(p *bool, name string, def bool, usage string) { fs.BoolVar(p, name, def, usage+" ($"+envName(name)+")") }
+
+	str(&c.PGURL, "pg-url", "", "Postgres connection URL or DSN of the primary (required)")
+	str(&c.Brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers (required)")
+	str(&c.Slot, "slot", DefaultSlot, "logical replication slot (pgoutput)")
+	str(&c.Publication, "publication", DefaultPublication, "publication of the outbox table")
+	str(&c.Table, "table", DefaultTable, "outbox table, schema-qualified")
+	boolean(&c.Create, "create", true, "create the publication and slot when missing")
+	boolean(&c.AllowSlotAhead, "allow-slot-ahead", false, "start even though the slot is ahead of the checkpoint in Kafka (events may be missing; see README)")
+	str(&c.TopicTemplate, "topic-template", DefaultTopicTemplate, "topic of an event; "+publish.RoutedByValue+" is its aggregatetype")
+	str(&c.CheckpointTopic, "checkpoint-topic", DefaultCheckpointTopic, "compacted topic holding checkpoints")
+	str(&c.CheckpointKey, "checkpoint-key", "", "key of this stream's checkpoints (default: the slot name)")
+	str(&c.TransactionalID, "transactional-id", "", "Kafka transactional.id (default: walstream-<slot>)")
+	num(&c.MaxBatchEvents, "max-batch-events", DefaultMaxBatchEvents, "events per Kafka transaction; larger Postgres transactions are split")
+	num(&c.MaxBatchBytes, "max-batch-bytes", DefaultMaxBatchBytes, "bytes per Kafka transaction; larger Postgres transactions are split")
+	num(&c.QueueBytes, "queue-bytes", DefaultQueueBytes, "decoded bytes waiting for Kafka before WAL reading pauses")
+	dur(&c.Linger, "linger", DefaultLinger, "how long a Kafka transaction waits for more Postgres transactions")
+	dur(&c.StatusInterval, "status-interval", DefaultStatusInterval, "interval of standby status updates to Postgres")
+	dur(&c.IdleInterval, "idle-interval", DefaultIdleInterval, "minimum interval of checkpoint-only transactions while the outbox is idle")
+	dur(&c.CommitTimeout, "commit-timeout", DefaultCommitTimeout, "limit on flushing and committing one Kafka transaction")
+	str(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "listen address for /metrics and /healthz; empty disables, port 0 picks one")
+	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	str(&c.LogFormat, "log-format", "text", "text or json")
+}
+
+// parseConfig reads flags, then fills every flag not given from its
+// environment variable.
+func parseConfig(args []string, stderr io.Writer) (*Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("walstream run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.flags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: walstream run [flags]\n\nStreams an outbox table from a Postgres logical replication slot into Kafka, exactly once.\nEvery flag can also be set by the environment variable named after it.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := os.LookupEnv(envName(f.Name)); ok && !set[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", envName(f.Name), err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if c.CheckpointKey == "" {
+		c.CheckpointKey = c.Slot
+	}
+	if c.TransactionalID == "" {
+		c.TransactionalID = "walstream-" + c.Slot
+	}
+	return &c, c.Validate()
+}
+
+// Validate reports every invalid setting, naming it.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(name, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("--%s ($%s): %s", name, envName(name), fmt.Sprintf(format, a...)))
+	}
+	if c.PGURL == "" {
+		bad("pg-url", "is required")
+	} else if _, err := pgconn.ParseConfig(c.PGURL); err != nil {
+		// pgconn's parse errors redact the password.
+		bad("pg-url", "%v", err)
+	}
+	if len(c.brokers()) == 0 {
+		bad("kafka-brokers", "is required")
+	}
+	schema, table, ok := strings.Cut(c.Table, ".")
+	if !ok {
+		bad("table", "%q must be schema-qualified, like public.outbox", c.Table)
+	} else if err := replication.ValidateNames(c.Slot, c.Publication, schema, table); err != nil {
+		bad("slot/publication/table", "%v", err)
+	}
+	if _, err := publish.NewRouter(c.TopicTemplate); err != nil {
+		bad("topic-template", "%v", err)
+	}
+	if c.CheckpointTopic == "" {
+		bad("checkpoint-topic", "is required")
+	}
+	if c.MaxBatchEvents < 1 {
+		bad("max-batch-events", "must be at least 1, got %d", c.MaxBatchEvents)
+	}
+	if c.MaxBatchBytes < 1 {
+		bad("max-batch-bytes", "must be at least 1, got %d", c.MaxBatchBytes)
+	}
+	if c.QueueBytes < 1 {
+		bad("queue-bytes", "must be at least 1, got %d", c.QueueBytes)
+	}
+	if c.Linger < 0 {
+		bad("linger", "must not be negative, got %s", c.Linger)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"status-interval", c.StatusInterval}, {"idle-interval", c.IdleInterval}, {"commit-timeout", c.CommitTimeout}} {
+		if d.v <= 0 {
+			bad(d.name, "must be positive, got %s", d.v)
+		}
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		bad("log-level", "%q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log-format", "%q is not text or json", c.LogFormat)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) brokers() []string {
+	var bs []string
+	for _, b := range strings.Split(c.Brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			bs = append(bs, b)
+		}
+	}
+	return bs
+}
+
+func (c *Config) names() replication.Names {
+	schema, table, _ := strings.Cut(c.Table, ".")
+	return replication.Names{Slot: c.Slot, Publication: c.Publication, Schema: schema, Table: table}
+}
+
+func (c *Config) logger(w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.LogLevel)) // validated
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,401 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/walstream/walstream/internal/testenv"
+)
+
+// binary is walstream built with the walstream_faults tag, so that tests
+// can crash it at named points.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "walstream-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "walstream")
+	out, err := exec.Command("go", "build", "-race", "-tags", "walstream_faults", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building walstream: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const outboxDDL = `CREATE TABLE public.outbox (
+	id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+	aggregatetype text NOT NULL,
+	aggregateid text NOT NULL,
+	type text NOT NULL,
+	payload jsonb NOT NULL)`
+
+// env is one Postgres database and one broker for a test.
+type env struct {
+	t      *testing.T
+	pg     *testenv.Postgres
+	broker string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, pg: testenv.StartPostgres(t)}
+	e.broker = testenv.StartBroker(t).ListenAddrs()[0]
+	e.pg.Exec("postgres", outboxDDL)
+	return e
+}
+
+// proc is a running walstream.
+type proc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  bytes.Buffer
+	done chan struct{}
+	err  error
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.Write(b)
+}
+
+// Log returns everything the process wrote so far.
+func (p *proc) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// start runs walstream against the env with test-friendly intervals; args
+// and environment entries come after the defaults and override them.
+func (e *env) start(args []string, environ ...string) *proc {
+	e.t.Helper()
+	p := &proc{done: make(chan struct{})}
+	p.cmd = exec.Command(binary, append([]string{"run",
+		"--pg-url", e.pg.URL("postgres", "postgres"),
+		"--kafka-brokers", e.broker,
+		"--http-addr", "",
+		"--status-interval", "1s",
+		"--idle-interval", "500ms",
+		"--commit-timeout", "10s",
+		"--log-level", "debug",
+	}, args...)...)
+	p.cmd.Env = append(os.Environ(), environ...)
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	e.t.Cleanup(func() {
+		p.stop()
+		if e.t.Failed() {
+			e.t.Logf("walstream log:\n%s", p.Log())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *proc) stop() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("walstream did not stop within 30s of SIGTERM")
+	}
+}
+
+// waitLog waits until the log contains s.
+func (p *proc) waitLog(t *testing.T, s string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !strings.Contains(p.Log(), s) {
+		select {
+		case <-p.done:
+			t.Fatalf("walstream exited (%v) before logging %q", p.err, s)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("walstream did not log %q within %s", s, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// streaming waits until walstream holds the slot and streams.
+func (p *proc) streaming(t *testing.T) *proc {
+	t.Helper()
+	p.waitLog(t, "msg=streaming", 60*time.Second)
+	return p
+}
+
+// wait waits for the process to exit on its own.
+func (p *proc) wait(t *testing.T, d time.Duration) error {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(d):
+		t.Fatalf("walstream still running after %s", d)
+		return nil
+	}
+}
+
+// currentLSN is pg_current_wal_lsn().
+func (e *env) currentLSN() pglogrepl.LSN {
+	e.t.Helper()
+	var s string
+	if err := e.pg.Connect("postgres").QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+		e.t.Fatal(err)
+	}
+	lsn, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return lsn
+}
+
+// confirmedLSN is the slot's confirmed_flush_lsn, 0 when there is no slot.
+func (e *env) confirmedLSN(slot string) pglogrepl.LSN {
+	e.t.Helper()
+	var s *string
+	err := e.pg.Connect("postgres").QueryRow(context.Background(),
+		"SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&s)
+	if err != nil || s == nil {
+		return 0
+	}
+	lsn, _ := pglogrepl.ParseLSN(*s)
+	return lsn
+}
+
+// waitConfirmed waits until the slot confirms lsn, which walstream does only
+// after Kafka committed everything before it.
+func (e *env) waitConfirmed(slot string, lsn pglogrepl.LSN, within time.Duration, p *proc) {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for e.confirmedLSN(slot) < lsn {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("slot %s confirmed_flush_lsn %s did not reach %s within %s", slot, e.confirmedLSN(slot), lsn, within)
+		}
+		if p != nil {
+			select {
+			case <-p.done:
+				e.t.Fatalf("walstream exited (%v) before the slot reached %s", p.err, lsn)
+			default:
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// record is one record as kcat, a librdkafka client, read it.
+type record struct {
+	Topic     string
+	Partition int
+	Offset    int64
+	Key       string
+	Headers   string
+	Value     string
+}
+
+// kcat reads a topic from the beginning to its end, read_committed.
+func (e *env) kcat(topic string) []record {
+	e.t.Helper()
+	if _, err := exec.LookPath("kcat"); err != nil {
+		if os.Getenv("CI") != "" {
+			e.t.Fatal("CI is set and kcat is not installed (apt-get install kcat)")
+		}
+		e.t.Skip("kcat is not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kcat", "-b", e.broker, "-C", "-t", topic, "-o", "beginning", "-e", "-q",
+		"-X", "isolation.level=read_committed",
+		"-f", "%t\t%p\t%o\t%k\t%h\t%s\n")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		e.t.Fatalf("kcat %s: %v\n%s", topic, err, stderr.String())
+	}
+	var recs []record
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		f := strings.SplitN(sc.Text(), "\t", 6)
+		if len(f) != 6 {
+			e.t.Fatalf("kcat line %q: want 6 fields", sc.Text())
+		}
+		var r record
+		r.Topic, r.Key, r.Headers, r.Value = f[0], f[3], f[4], f[5]
+		fmt.Sscan(f[1], &r.Partition)
+		fmt.Sscan(f[2], &r.Offset)
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// outboxRow is what the test writers put in payload.
+type outboxRow struct {
+	Seq int    `json:"seq"`
+	Agg string `json:"agg"`
+}
+
+// checkExactlyOnce checks records against the ids committed in the outbox:
+// each exactly once, with the right topic, key, id header and value, and
+// per aggregate in commit order (seq increasing along the partition).
+func (e *env) checkExactlyOnce(recs []record, topicPrefix string) {
+	e.t.Helper()
+	rows, err := e.pg.Connect("postgres").Query(context.Background(),
+		"SELECT id::text, aggregatetype, aggregateid, payload::text FROM outbox")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	type want struct{ topic, key, value string }
+	wants := make(map[string]want)
+	for rows.Next() {
+		var id, typ, agg, payload string
+		if err := rows.Scan(&id, &typ, &agg, &payload); err != nil {
+			e.t.Fatal(err)
+		}
+		wants[id] = want{topicPrefix + typ, agg, payload}
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	seen := make(map[string]int)
+	lastSeq := make(map[string]int) // by key
+	partOf := make(map[string]int)
+	for _, r := range recs {
+		id, ok := strings.CutPrefix(r.Headers, "id=")
+		if !ok {
+			e.t.Fatalf("record %s/%d@%d headers %q, want id=<event id>", r.Topic, r.Partition, r.Offset, r.Headers)
+		}
+		seen[id]++
+		w, ok := wants[id]
+		if !ok {
+			e.t.Errorf("record with id %s (value %s) is not a committed outbox row", id, r.Value)
+			continue
+		}
+		if r.Topic != w.topic || r.Key != w.key || r.Value != w.value {
+			e.t.Errorf("id %s: got topic %q key %q value %q, want %q %q %q", id, r.Topic, r.Key, r.Value, w.topic, w.key, w.value)
+		}
+		var row outboxRow
+		if err := json.Unmarshal([]byte(r.Value), &row); err != nil {
+			e.t.Fatalf("id %s value %q: %v", id, r.Value, err)
+		}
+		if p, ok := partOf[r.Key]; ok && p != r.Partition {
+			e.t.Errorf("key %s in partitions %d and %d", r.Key, p, r.Partition)
+		}
+		partOf[r.Key] = r.Partition
+		if row.Seq <= lastSeq[r.Key] {
+			e.t.Errorf("key %s: seq %d after %d, out of commit order", r.Key, row.Seq, lastSeq[r.Key])
+		}
+		lastSeq[r.Key] = row.Seq
+	}
+	for id, n := range seen {
+		if n > 1 {
+			e.t.Errorf("id %s delivered %d times", id, n)
+		}
+	}
+	missing := 0
+	for id := range wants {
+		if seen[id] == 0 {
+			missing++
+		}
+	}
+	if missing > 0 {
+		e.t.Errorf("%d of %d committed rows are missing in Kafka", missing, len(wants))
+	}
+	if e.t.Failed() {
+		e.t.FailNow()
+	}
+}
+
+// readAll reads every outbox topic the tests use.
+func (e *env) readAll(types ...string) []record {
+	var recs []record
+	for _, typ := range types {
+		recs = append(recs, e.kcat("outbox.event."+typ)...)
+	}
+	return recs
+}
+
+// insertTx inserts n rows in one transaction, seq continuing from *seq,
+// spread over aggs aggregates of type typ; rollback discards them.
+func (e *env) insertTx(typ string, n, aggs int, seq *int, rollback bool) {
+	e.t.Helper()
+	ctx := context.Background()
+	conn := e.pg.Connect("postgres")
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO outbox (aggregatetype, aggregateid, type, payload)
+		SELECT $1, $1 || '-' || (i % $4), 'Created', jsonb_build_object('seq', i, 'agg', $1 || '-' || (i % $4))
+		FROM generate_series($2::int, $3::int) AS i`, typ, *seq+1, *seq+n, aggs)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !rollback {
+		*seq += n
+		err = tx.Commit(ctx)
+	} else {
+		err = tx.Rollback(ctx)
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	conn.Close(ctx)
+}
+
+// TestStreamsExactlyOnce: 10k rows in transactions from 1 to 2,500 rows,
+// one of them larger than a Kafka transaction, and a rolled-back one, read
+// back with kcat: every row once, nothing rolled back, order per aggregate.
+func TestStreamsExactlyOnce(t *testing.T) {
+	e := newEnv(t)
+	p := e.start([]string{"--max-batch-events", "1000"}).streaming(t)
+	seq := 0
+	sizes := []int{1, 2, 7, 50, 100, 340, 1000, 2500, 1, 999, 3000, 1000, 1000}
+	for i, n := range sizes {
+		typ := []string{"Order", "Customer"}[i%2]
+		e.insertTx(typ, n, 37, &seq, false)
+		if i == 3 {
+			rolledBack := seq
+			e.insertTx("Order", 100, 37, &rolledBack, true)
+		}
+	}
+	if seq != 10000 {
+		t.Fatalf("inserted %d rows, want 10000", seq)
+	}
+	e.waitConfirmed("walstream", e.currentLSN(), 60*time.Second, p)
+	e.checkExactlyOnce(e.readAll("Order", "Customer"), "outbox.event.")
+	if err := p.stop(); err != nil {
+		t.Fatalf("walstream exit after SIGTERM: %v", err)
+	}
+}

@@ -1,0 +1,37 @@
+//go:build walstream_faults
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+)
+
+// crashHook kills the process with SIGKILL at a named point of the Kafka
+// commit, for crash tests. WALSTREAM_CRASH_AT=after-commit:3 crashes the
+// third time the point is reached. Only builds tagged walstream_faults
+// have it.
+func crashHook() func(string) {
+	spec := os.Getenv("WALSTREAM_CRASH_AT")
+	if spec == "" {
+		return nil
+	}
+	point, nth := spec, 1
+	if p, n, ok := strings.Cut(spec, ":"); ok {
+		point = p
+		if _, err := fmt.Sscan(n, &nth); err != nil {
+			panic("WALSTREAM_CRASH_AT: " + err.Error())
+		}
+	}
+	var hits atomic.Int64
+	return func(at string) {
+		if at == point && hits.Add(1) == int64(nth) {
+			fmt.Fprintf(os.Stderr, "walstream: crash point %s reached, killing myself\n", at)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+}

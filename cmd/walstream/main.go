@@ -1,0 +1,64 @@
+// Command walstream streams a transactional outbox from a Postgres logical
+// replication slot into Kafka, exactly once.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal kills the process
+	}()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "walstream:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `Usage: walstream <command> [flags]
+
+Commands:
+  run       stream the outbox into Kafka (walstream run --help lists the settings)
+  version   print the version
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	switch args[0] {
+	case "run":
+		cfg, err := parseConfig(args[1:], stderr)
+		if err != nil {
+			return err
+		}
+		return runStream(ctx, cfg, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "walstream", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}

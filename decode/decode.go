@@ -1,0 +1,411 @@
+// Package decode turns pgoutput (protocol version 1) messages into outbox
+// events grouped by Postgres transaction. It does no I/O.
+//
+// Transactions arrive whole and in commit order because streaming of
+// in-progress transactions is off. A transaction with more events than a
+// Kafka transaction should hold is handed on in parts, so memory stays
+// bounded whatever the transaction's size.
+package decode
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/walstream/walstream/checkpoint"
+)
+
+// Type OIDs whose text form walstream treats specially.
+const (
+	oidBytea = 17
+)
+
+// DefaultColumns are the outbox columns of Debezium's outbox event router.
+var DefaultColumns = Columns{
+	ID:            "id",
+	AggregateType: "aggregatetype",
+	AggregateID:   "aggregateid",
+	Type:          "type",
+	Payload:       "payload",
+}
+
+// Columns names the outbox table's columns.
+type Columns struct {
+	ID, AggregateType, AggregateID, Type, Payload string
+}
+
+// Config says which table holds the outbox and how large a part may grow.
+type Config struct {
+	Schema, Table string
+	Columns       Columns
+	// MaxPartEvents and MaxPartBytes bound the events buffered for one
+	// transaction; when either is reached the buffered events are handed on
+	// as a part.
+	MaxPartEvents int
+	MaxPartBytes  int
+}
+
+// Event is one outbox row. Its byte slices alias a buffer owned by the
+// event's Tx and stay valid for as long as the Tx is referenced.
+type Event struct {
+	// Ordinal is the event's 1-based position among its transaction's
+	// outbox events; with the commit LSN it names the event on the stream.
+	Ordinal uint64
+	// LSN is where the INSERT sits in WAL, for error messages.
+	LSN           pglogrepl.LSN
+	ID            []byte
+	AggregateType []byte
+	AggregateID   []byte
+	Type          []byte // nil when the table has no type column or it is NULL
+	Payload       []byte
+}
+
+// Size is the event's payload and key bytes, the measure batches are
+// bounded by.
+func (e *Event) Size() int {
+	return len(e.ID) + len(e.AggregateType) + len(e.AggregateID) + len(e.Type) + len(e.Payload)
+}
+
+// Tx is a Postgres transaction, or a part of one.
+type Tx struct {
+	Xid uint32
+	// CommitLSN is the LSN of the commit record, known from BEGIN.
+	CommitLSN pglogrepl.LSN
+	// EndLSN is the end of the commit record, set when Final. It is the
+	// position to confirm once everything up to it is in Kafka.
+	EndLSN     pglogrepl.LSN
+	CommitTime time.Time
+	Events     []Event
+	// Final is set on the part that ends the transaction. A Final Tx with no
+	// Xid is a position marker: nothing was in flight at EndLSN.
+	Final bool
+	// Bytes is the sum of the events' sizes.
+	Bytes int
+}
+
+// Marker returns a Tx that moves the position to lsn without events.
+func Marker(lsn pglogrepl.LSN) *Tx { return &Tx{EndLSN: lsn, Final: true} }
+
+// Error is bad input: a message that cannot be decoded, or an outbox row
+// that cannot become a record. It names where it happened.
+type Error struct {
+	LSN     pglogrepl.LSN
+	Table   string // schema-qualified, when known
+	EventID string // when known
+	Column  string // when the problem is one column
+	Reason  string
+	Err     error
+}
+
+func (e *Error) Error() string {
+	s := "at LSN " + e.LSN.String()
+	if e.Table != "" {
+		s += ", table " + e.Table
+	}
+	if e.EventID != "" {
+		s += ", event id " + e.EventID
+	}
+	if e.Column != "" {
+		s += ", column " + e.Column
+	}
+	s += ": " + e.Reason
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// relation is what the decoder knows of a table from its Relation message.
+type relation struct {
+	name    string // schema.table
+	outbox  bool
+	columns int
+	// indexes of the outbox columns in the tuple; -1 when absent.
+	id, aggType, aggID, typ, payload int
+	payloadBytea                     bool
+}
+
+// Decoder holds the relation cache and the open transaction. It is used
+// from one goroutine.
+type Decoder struct {
+	cfg       Config
+	resume    checkpoint.Checkpoint
+	relations map[uint32]*relation
+
+	tx      *Tx // open transaction, nil between transactions
+	skipTx  bool
+	ordinal uint64
+
+	// Skipped counts replayed events dropped because the checkpoint already
+	// covers them.
+	Skipped uint64
+}
+
+// New returns a decoder that drops every event resume already covers.
+func New(cfg Config, resume checkpoint.Checkpoint) *Decoder {
+	if cfg.Columns == (Columns{}) {
+		cfg.Columns = DefaultColumns
+	}
+	return &Decoder{cfg: cfg, resume: resume, relations: make(map[uint32]*relation)}
+}
+
+// InTx reports whether a transaction is open: its BEGIN was decoded and its
+// COMMIT not yet.
+func (d *Decoder) InTx() bool { return d.tx != nil }
+
+// Decode consumes one pgoutput message that started at walStart. It returns
+// a Tx when a transaction ends or a part fills up, and nil otherwise. data
+// is not retained.
+func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
+	if len(data) == 0 {
+		return nil, &Error{LSN: walStart, Reason: "empty pgoutput message"}
+	}
+	switch pglogrepl.MessageType(data[0]) {
+	case pglogrepl.MessageTypeBegin:
+		return nil, d.begin(walStart, data)
+	case pglogrepl.MessageTypeCommit:
+		return d.commit(walStart, data)
+	case pglogrepl.MessageTypeRelation:
+		return nil, d.relation(walStart, data)
+	case pglogrepl.MessageTypeInsert:
+		return d.insert(walStart, data)
+	case pglogrepl.MessageTypeUpdate, pglogrepl.MessageTypeDelete, pglogrepl.MessageTypeTruncate:
+		// The outbox is append-only to walstream: an UPDATE or DELETE never
+		// retracts a published event, and a row inserted and deleted in one
+		// transaction is still published.
+		return nil, d.requireTx(walStart, data[0])
+	case pglogrepl.MessageTypeType, pglogrepl.MessageTypeOrigin:
+		return nil, nil
+	case pglogrepl.MessageTypeMessage:
+		// pg_logical_emit_message; not an outbox source yet.
+		return nil, nil
+	default:
+		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("unexpected pgoutput message type %q (is streaming of in-progress transactions enabled?)", data[0])}
+	}
+}
+
+func (d *Decoder) requireTx(walStart pglogrepl.LSN, typ byte) error {
+	if d.tx == nil {
+		return &Error{LSN: walStart, Reason: fmt.Sprintf("pgoutput message %q outside a transaction", typ)}
+	}
+	return nil
+}
+
+func (d *Decoder) begin(walStart pglogrepl.LSN, data []byte) error {
+	if d.tx != nil {
+		return &Error{LSN: walStart, Reason: fmt.Sprintf("BEGIN inside transaction %d", d.tx.Xid)}
+	}
+	var m pglogrepl.BeginMessage
+	if err := m.Decode(data[1:]); err != nil {
+		return &Error{LSN: walStart, Reason: "decoding BEGIN", Err: err}
+	}
+	d.tx = &Tx{Xid: m.Xid, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime}
+	d.skipTx = d.resume.SkipTx(m.FinalLSN)
+	d.ordinal = 0
+	return nil
+}
+
+func (d *Decoder) commit(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
+	if d.tx == nil {
+		return nil, &Error{LSN: walStart, Reason: "COMMIT outside a transaction"}
+	}
+	var m pglogrepl.CommitMessage
+	if err := m.Decode(data[1:]); err != nil {
+		return nil, &Error{LSN: walStart, Reason: "decoding COMMIT", Err: err}
+	}
+	if m.CommitLSN != d.tx.CommitLSN {
+		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("COMMIT at %s does not match BEGIN's final LSN %s", m.CommitLSN, d.tx.CommitLSN)}
+	}
+	tx := d.tx
+	d.tx = nil
+	if d.skipTx {
+		d.Skipped += d.ordinal
+		return nil, nil
+	}
+	tx.EndLSN = m.TransactionEndLSN
+	tx.Final = true
+	return tx, nil
+}
+
+// relation decodes a Relation message with pglogrepl, which indexes its
+// input without bounds checks: a truncated message panics inside it, so
+// that panic becomes an error naming the LSN.
+func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
+	var m pglogrepl.RelationMessage
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = &Error{LSN: walStart, Reason: "truncated Relation message", Err: fmt.Errorf("%v", r)}
+			}
+		}()
+		err = m.Decode(data[1:])
+	}()
+	if err != nil {
+		var de *Error
+		if errors.As(err, &de) {
+			return err
+		}
+		return &Error{LSN: walStart, Reason: "decoding Relation message", Err: err}
+	}
+	rel := &relation{name: m.Namespace + "." + m.RelationName, columns: len(m.Columns)}
+	d.relations[m.RelationID] = rel
+	if m.Namespace != d.cfg.Schema || m.RelationName != d.cfg.Table {
+		return nil
+	}
+	rel.outbox = true
+	find := func(name string, required bool) (int, error) {
+		for i, c := range m.Columns {
+			if c.Name == name {
+				return i, nil
+			}
+		}
+		if !required {
+			return -1, nil
+		}
+		return -1, &Error{LSN: walStart, Table: rel.name, Column: name, Reason: "outbox column is missing"}
+	}
+	cols := d.cfg.Columns
+	if rel.id, err = find(cols.ID, true); err != nil {
+		return err
+	}
+	if rel.aggType, err = find(cols.AggregateType, true); err != nil {
+		return err
+	}
+	if rel.aggID, err = find(cols.AggregateID, true); err != nil {
+		return err
+	}
+	if rel.payload, err = find(cols.Payload, true); err != nil {
+		return err
+	}
+	if rel.typ, err = find(cols.Type, false); err != nil {
+		return err
+	}
+	rel.payloadBytea = m.Columns[rel.payload].DataType == oidBytea
+	return nil
+}
+
+func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
+	if d.tx == nil {
+		return nil, &Error{LSN: walStart, Reason: "INSERT outside a transaction"}
+	}
+	// 'I', relation id (4), 'N', column count (2)
+	if len(data) < 8 {
+		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("INSERT message is %d bytes, want at least 8", len(data))}
+	}
+	relID := binary.BigEndian.Uint32(data[1:])
+	rel := d.relations[relID]
+	if rel == nil {
+		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("INSERT into relation %d before its Relation message", relID)}
+	}
+	if !rel.outbox {
+		return nil, nil
+	}
+	d.ordinal++
+	if d.skipTx || d.resume.Skip(d.tx.CommitLSN, d.ordinal) {
+		if !d.skipTx {
+			d.Skipped++
+		}
+		return nil, nil
+	}
+	if data[5] != 'N' {
+		return nil, &Error{LSN: walStart, Table: rel.name, Reason: fmt.Sprintf("INSERT tuple marker %q, want 'N'", data[5])}
+	}
+	// One copy per row: the replication connection reuses its read buffer,
+	// and every column of the event then aliases this copy.
+	buf := append([]byte(nil), data[8:]...)
+	vals, err := splitTuple(buf, int(binary.BigEndian.Uint16(data[6:])))
+	if err != nil {
+		return nil, &Error{LSN: walStart, Table: rel.name, Reason: "decoding INSERT tuple", Err: err}
+	}
+	if len(vals) != rel.columns {
+		return nil, &Error{LSN: walStart, Table: rel.name, Reason: fmt.Sprintf("INSERT has %d columns, the Relation message %d", len(vals), rel.columns)}
+	}
+	ev := Event{Ordinal: d.ordinal, LSN: walStart}
+	ev.ID = vals[rel.id].data
+	bad := func(col, reason string) *Error {
+		return &Error{LSN: walStart, Table: rel.name, EventID: string(ev.ID), Column: col, Reason: reason}
+	}
+	if vals[rel.id].kind != 't' {
+		return nil, bad(d.cfg.Columns.ID, "event id is NULL")
+	}
+	if ev.AggregateType = vals[rel.aggType].data; vals[rel.aggType].kind != 't' || len(ev.AggregateType) == 0 {
+		return nil, bad(d.cfg.Columns.AggregateType, "aggregate type is NULL or empty: no topic can be derived")
+	}
+	if ev.AggregateID = vals[rel.aggID].data; vals[rel.aggID].kind != 't' {
+		return nil, bad(d.cfg.Columns.AggregateID, "aggregate id is NULL: the record would have no key")
+	}
+	if rel.typ >= 0 && vals[rel.typ].kind == 't' {
+		ev.Type = vals[rel.typ].data
+	}
+	if vals[rel.payload].kind != 't' {
+		return nil, bad(d.cfg.Columns.Payload, "payload is NULL")
+	}
+	ev.Payload = vals[rel.payload].data
+	if rel.payloadBytea {
+		if ev.Payload, err = unhexBytea(ev.Payload); err != nil {
+			return nil, &Error{LSN: walStart, Table: rel.name, EventID: string(ev.ID), Column: d.cfg.Columns.Payload, Reason: "decoding bytea", Err: err}
+		}
+	}
+	d.tx.Events = append(d.tx.Events, ev)
+	d.tx.Bytes += ev.Size()
+	if len(d.tx.Events) < d.cfg.MaxPartEvents && d.tx.Bytes < d.cfg.MaxPartBytes {
+		return nil, nil
+	}
+	part := d.tx
+	d.tx = &Tx{Xid: part.Xid, CommitLSN: part.CommitLSN, CommitTime: part.CommitTime}
+	return part, nil
+}
+
+type value struct {
+	kind byte // 'n' NULL, 'u' unchanged TOAST, 't' text
+	data []byte
+}
+
+// splitTuple splits pgoutput TupleData into its column values, aliasing buf.
+func splitTuple(buf []byte, n int) ([]value, error) {
+	vals := make([]value, n)
+	for i := range vals {
+		if len(buf) < 1 {
+			return nil, fmt.Errorf("column %d: tuple ends early", i)
+		}
+		vals[i].kind = buf[0]
+		buf = buf[1:]
+		switch vals[i].kind {
+		case 'n', 'u':
+		case 't', 'b':
+			if len(buf) < 4 {
+				return nil, fmt.Errorf("column %d: tuple ends in the length", i)
+			}
+			l := binary.BigEndian.Uint32(buf)
+			buf = buf[4:]
+			if uint64(l) > uint64(len(buf)) {
+				return nil, fmt.Errorf("column %d: length %d exceeds the %d bytes left", i, l, len(buf))
+			}
+			vals[i].data, buf = buf[:l:l], buf[l:]
+			vals[i].kind = 't' // walstream never asks for binary; both carry the value
+		default:
+			return nil, fmt.Errorf("column %d: unknown kind %q", i, vals[i].kind)
+		}
+	}
+	if len(buf) != 0 {
+		return nil, fmt.Errorf("%d bytes after the last column", len(buf))
+	}
+	return vals, nil
+}
+
+// unhexBytea decodes bytea's text form, `\x` followed by hex digits, in place.
+func unhexBytea(b []byte) ([]byte, error) {
+	if len(b) < 2 || b[0] != '\\' || b[1] != 'x' {
+		return nil, errors.New(`bytea is not in hex format (bytea_output must be 'hex')`)
+	}
+	n, err := hex.Decode(b[2:], b[2:])
+	if err != nil {
+		return nil, err
+	}
+	return b[2 : 2+n], nil
+}

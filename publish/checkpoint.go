@@ -1,0 +1,89 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/walstream/walstream/checkpoint"
+)
+
+// ReadCheckpoint returns the last committed checkpoint for this producer's
+// checkpoint key, creating the compacted checkpoint topic if it is missing.
+// found is false when no checkpoint was ever committed. Call it after
+// Fence: only then can no older instance still commit one.
+func (p *Producer) ReadCheckpoint(ctx context.Context) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
+	topic := p.cfg.CheckpointTopic
+	adm := kadm.NewClient(p.client)
+	_, err = adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, topic)
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return cp, at, false, p.classify(fmt.Errorf("creating checkpoint topic %s: %w", topic, err))
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return cp, at, false, p.classify(fmt.Errorf("listing start offsets of checkpoint topic %s: %w", topic, err))
+	}
+	// The last stable offset: everything before it is committed or aborted.
+	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return cp, at, false, p.classify(fmt.Errorf("listing committed offsets of checkpoint topic %s: %w", topic, err))
+	}
+	from := make(map[int32]kgo.Offset)
+	until := make(map[int32]int64)
+	ends.Each(func(o kadm.ListedOffset) {
+		if s, ok := starts.Lookup(topic, o.Partition); ok && o.Offset > s.Offset {
+			from[o.Partition] = kgo.NewOffset().At(s.Offset)
+			until[o.Partition] = o.Offset
+		}
+	})
+	if len(from) == 0 {
+		return cp, at, false, nil
+	}
+	// Control records are kept so that the last offset before the stable
+	// offset, always a commit or abort marker, is seen and ends the read.
+	cl, err := kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)],
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)...)
+	if err != nil {
+		return cp, at, false, fmt.Errorf("creating checkpoint reader: %w", err)
+	}
+	defer cl.Close()
+	var last []byte
+	for len(until) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return cp, at, false, fmt.Errorf("reading checkpoint topic %s: %w", topic, err)
+		}
+		if err := fs.Err(); err != nil {
+			return cp, at, false, p.classify(fmt.Errorf("reading checkpoint topic %s: %w", topic, err))
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := until[r.Partition]; ok && r.Offset+1 >= end {
+				delete(until, r.Partition)
+			}
+			if !r.Attrs.IsControl() && string(r.Key) == p.cfg.CheckpointKey {
+				last = r.Value
+			}
+		})
+	}
+	if last == nil {
+		return cp, at, false, nil
+	}
+	cp, at, err = checkpoint.Decode(last)
+	if err != nil {
+		return cp, at, false, fmt.Errorf("checkpoint key %s in topic %s: %w", p.cfg.CheckpointKey, topic, err)
+	}
+	return cp, at, true, nil
+}

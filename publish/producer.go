@@ -1,0 +1,396 @@
+// Package publish writes outbox events to Kafka with a transactional
+// producer. Each Kafka transaction carries, besides its events, a
+// checkpoint record naming the stream position it completes, so the
+// position and the events become visible to read_committed consumers
+// together, or not at all.
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kslog"
+	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/decode"
+)
+
+// Config configures a Producer.
+type Config struct {
+	Brokers         []string
+	TransactionalID string
+	CheckpointTopic string
+	CheckpointKey   string
+	// Slot is written into checkpoint records for operators' benefit.
+	Slot          string
+	TopicTemplate string
+	// A Kafka transaction is committed when it holds MaxBatchEvents events
+	// or MaxBatchBytes bytes, or Linger after its first event. Postgres
+	// transactions are never split unless larger than these limits.
+	MaxBatchEvents int
+	MaxBatchBytes  int
+	Linger         time.Duration
+	// IdleInterval rate-limits checkpoint-only transactions, which let the
+	// slot advance while the outbox is quiet.
+	IdleInterval time.Duration
+	// CommitTimeout bounds flushing and committing one Kafka transaction.
+	CommitTimeout time.Duration
+}
+
+// ErrFenced means another producer with the same transactional id took
+// over: another walstream instance is publishing this slot.
+var ErrFenced = errors.New("fenced: another walstream instance took over the transactional id")
+
+// ErrAuthorization means the broker refused walstream an operation.
+var ErrAuthorization = errors.New("not authorized by the Kafka cluster")
+
+// RecordError is a record the broker refused.
+type RecordError struct {
+	Topic   string
+	EventID string // empty for the checkpoint record
+	Err     error
+}
+
+func (e *RecordError) Error() string {
+	if e.EventID == "" {
+		return fmt.Sprintf("producing checkpoint to topic %s: %v", e.Topic, e.Err)
+	}
+	return fmt.Sprintf("producing event id %s to topic %s: %v", e.EventID, e.Topic, e.Err)
+}
+
+func (e *RecordError) Unwrap() error { return e.Err }
+
+// committer is told each checkpoint Kafka committed.
+type committer interface {
+	Committed(checkpoint.Checkpoint) error
+}
+
+// Producer publishes transactions from a Queue. Run owns every field below
+// the client; the promise callback only touches produceErr.
+type Producer struct {
+	cfg      Config
+	log      *slog.Logger
+	opts     []kgo.Opt // connection options, shared with the checkpoint reader
+	client   *kgo.Client
+	router   *Router
+	tracker  committer
+	metrics  *Metrics
+	hook     func(point string)
+	promise  func(*kgo.Record, error)
+	inTxn    bool
+	records  int
+	bytes    int
+	started  time.Time             // when the open Kafka transaction got its first event
+	pos      checkpoint.Checkpoint // position once the open batch commits
+	done     checkpoint.Checkpoint // last committed position
+	lastDone time.Time
+
+	errMu      sync.Mutex
+	produceErr error
+}
+
+// New creates a producer. connOpts carry seeds, TLS and SASL; they are
+// reused for reading the checkpoint. hook, if not nil, is called at named
+// points of a commit so that tests can crash the process there.
+func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string), connOpts ...kgo.Opt) (*Producer, error) {
+	router, err := NewRouter(cfg.TopicTemplate)
+	if err != nil {
+		return nil, err
+	}
+	if hook == nil {
+		hook = func(string) {}
+	}
+	p := &Producer{cfg: cfg, log: log, router: router, metrics: m, hook: hook}
+	p.promise = p.onProduced
+	p.opts = append([]kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.WithLogger(quietLogger{kslog.New(log.With("component", "kafka"))}),
+	}, connOpts...)
+	p.client, err = kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)],
+		kgo.TransactionalID(cfg.TransactionalID),
+		kgo.TransactionTimeout(max(cfg.CommitTimeout*2, 10*time.Second)),
+		// Kafka's own murmur2 key hashing: the partition of an aggregate is
+		// the one any Java producer would pick.
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.AllowAutoTopicCreation(),
+		kgo.RecordDeliveryTimeout(cfg.CommitTimeout),
+		kgo.MaxBufferedBytes(2*cfg.MaxBatchBytes),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("creating Kafka client: %w", err)
+	}
+	return p, nil
+}
+
+// Close releases the client. An open transaction is aborted by the broker
+// when the next instance initializes the producer id, or on timeout.
+func (p *Producer) Close() { p.client.Close() }
+
+// Fence initializes the producer id. That bumps the epoch of the
+// transactional id, so an older instance still holding it can no longer
+// commit, and aborts whatever transaction it left open. Only after this is
+// the checkpoint in Kafka final.
+func (p *Producer) Fence(ctx context.Context) error {
+	if _, _, err := p.client.ProducerID(ctx); err != nil {
+		return p.classify(fmt.Errorf("initializing producer id for transactional id %s: %w", p.cfg.TransactionalID, err))
+	}
+	return nil
+}
+
+// Start sets the position Run continues from.
+func (p *Producer) Start(cp checkpoint.Checkpoint, tracker committer) {
+	p.pos, p.done, p.tracker = cp, cp, tracker
+	p.lastDone = time.Now()
+}
+
+// Run publishes transactions from q until ctx ends or publishing fails. A
+// Kafka transaction still open when it returns is aborted: its events are
+// replayed from the slot by the next run.
+func (p *Producer) Run(ctx context.Context, q *Queue) error {
+	defer p.abort(ctx)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		var due <-chan time.Time
+		if at, ok := p.flushAt(); ok {
+			timer.Reset(time.Until(at))
+			due = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case tx := <-q.ch:
+			err := p.add(ctx, tx)
+			q.done(tx)
+			if err != nil {
+				return err
+			}
+		case <-due:
+			if err := p.flush(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// flushAt is when the open batch is due: Linger after its first event, or,
+// with only a position to commit, IdleInterval after the last commit.
+func (p *Producer) flushAt() (time.Time, bool) {
+	switch {
+	case p.records > 0:
+		return p.started.Add(p.cfg.Linger), true
+	case p.done.Less(p.pos):
+		return p.lastDone.Add(p.cfg.IdleInterval), true
+	}
+	return time.Time{}, false
+}
+
+func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
+	if n := len(tx.Events); n > 0 {
+		if p.records > 0 && (p.records+n > p.cfg.MaxBatchEvents || p.bytes+tx.Bytes > p.cfg.MaxBatchBytes) {
+			if err := p.flush(ctx); err != nil {
+				return err
+			}
+		}
+		if err := p.begin(); err != nil {
+			return err
+		}
+		if p.records == 0 {
+			p.started = time.Now()
+		}
+		for i := range tx.Events {
+			p.client.Produce(ctx, p.router.Record(&tx.Events[i]), p.promise)
+		}
+		p.records += n
+		p.bytes += tx.Bytes
+		if !tx.Final {
+			p.pos = checkpoint.Checkpoint{LSN: p.pos.LSN, PartialCommitLSN: tx.CommitLSN, Ordinal: tx.Events[n-1].Ordinal}
+		}
+	}
+	if tx.Final && tx.EndLSN > p.pos.LSN {
+		p.pos = checkpoint.Checkpoint{LSN: tx.EndLSN}
+	}
+	if p.records >= p.cfg.MaxBatchEvents || p.bytes >= p.cfg.MaxBatchBytes {
+		return p.flush(ctx)
+	}
+	return nil
+}
+
+func (p *Producer) begin() error {
+	if p.inTxn {
+		return nil
+	}
+	if err := p.client.BeginTransaction(); err != nil {
+		return fmt.Errorf("beginning Kafka transaction: %w", err)
+	}
+	p.inTxn = true
+	return nil
+}
+
+// flush commits the open batch with a checkpoint at p.pos and then tells
+// the tracker, which is what lets the position be confirmed to Postgres.
+func (p *Producer) flush(ctx context.Context) error {
+	if p.records == 0 && !p.done.Less(p.pos) {
+		return nil
+	}
+	start := time.Now()
+	if err := p.begin(); err != nil {
+		return err
+	}
+	p.client.Produce(ctx, &kgo.Record{
+		Topic: p.cfg.CheckpointTopic,
+		Key:   []byte(p.cfg.CheckpointKey),
+		Value: p.pos.Encode(p.cfg.Slot, start),
+	}, p.promise)
+	p.hook("after-produce")
+
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
+	defer cancel()
+	if err := p.client.Flush(cctx); err != nil {
+		return p.classify(fmt.Errorf("flushing Kafka transaction for checkpoint %s: %w", p.pos, err))
+	}
+	if err := p.takeProduceErr(); err != nil {
+		return p.classify(err)
+	}
+	p.hook("before-commit")
+	if err := p.client.EndTransaction(cctx, kgo.TryCommit); err != nil {
+		return p.classify(fmt.Errorf("committing Kafka transaction for checkpoint %s: %w", p.pos, err))
+	}
+	p.inTxn = false
+	p.hook("after-commit")
+	if err := p.tracker.Committed(p.pos); err != nil {
+		return err
+	}
+	p.metrics.committed(p.records, p.bytes, time.Since(start), p.pos.LSN)
+	p.done, p.lastDone = p.pos, time.Now()
+	p.records, p.bytes = 0, 0
+	return nil
+}
+
+func (p *Producer) onProduced(r *kgo.Record, err error) {
+	if err == nil {
+		return
+	}
+	re := &RecordError{Topic: r.Topic, Err: err}
+	if r.Topic != p.cfg.CheckpointTopic && len(r.Headers) > 0 {
+		re.EventID = string(r.Headers[0].Value)
+	}
+	p.errMu.Lock()
+	if p.produceErr == nil {
+		p.produceErr = re
+	}
+	p.errMu.Unlock()
+}
+
+func (p *Producer) takeProduceErr() error {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	err := p.produceErr
+	p.produceErr = nil
+	return err
+}
+
+// abort ends an open Kafka transaction without committing it. It is a
+// courtesy that frees the partitions' last stable offset early; the next
+// instance's Fence aborts the transaction anyway.
+func (p *Producer) abort(ctx context.Context) {
+	if !p.inTxn {
+		return
+	}
+	p.inTxn = false
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := p.client.AbortBufferedRecords(actx)
+	if err == nil {
+		err = p.client.EndTransaction(actx, kgo.TryAbort)
+	}
+	p.metrics.aborted()
+	if err != nil {
+		p.log.Warn("aborting Kafka transaction", "err", err)
+	}
+	p.records, p.bytes, p.pos = 0, 0, p.done
+}
+
+// classify marks errors that no retry can fix.
+func (p *Producer) classify(err error) error {
+	switch {
+	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
+		return fmt.Errorf("%w (transactional id %s): %w", ErrFenced, p.cfg.TransactionalID, err)
+	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
+		errors.Is(err, kerr.TopicAuthorizationFailed),
+		errors.Is(err, kerr.ClusterAuthorizationFailed),
+		errors.Is(err, kerr.GroupAuthorizationFailed):
+		return fmt.Errorf("%w: %w", ErrAuthorization, err)
+	}
+	return err
+}
+
+// Permanent reports whether err means publishing cannot succeed by retrying:
+// another instance took over, the broker refused access, or it refused a
+// record for what the record is.
+func Permanent(err error) bool {
+	var re *RecordError
+	return errors.Is(err, ErrFenced) || errors.Is(err, ErrAuthorization) ||
+		(errors.As(err, &re) && (errors.Is(err, kerr.MessageTooLarge) ||
+			errors.Is(err, kerr.RecordListTooLarge) ||
+			errors.Is(err, kerr.InvalidTopicException) ||
+			errors.Is(err, kerr.InvalidRecord)))
+}
+
+// quietLogger passes on franz-go's warnings and errors only: at info it
+// logs every transaction, which drowns walstream's own lines.
+type quietLogger struct{ kgo.Logger }
+
+func (l quietLogger) Level() kgo.LogLevel { return min(l.Logger.Level(), kgo.LogLevelWarn) }
+
+// Metrics are the producer's Prometheus metrics.
+type Metrics struct {
+	events       prometheus.Counter
+	bytes        prometheus.Counter
+	transactions *prometheus.CounterVec
+	commitTime   prometheus.Histogram
+	committedLSN prometheus.Gauge
+}
+
+// NewMetrics registers the producer's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		events: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walstream_events_published_total", Help: "Outbox events in committed Kafka transactions."}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walstream_event_bytes_published_total", Help: "Key, value and id bytes of events in committed Kafka transactions."}),
+		transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "walstream_kafka_transactions_total", Help: "Kafka transactions ended, by result."}, []string{"result"}),
+		commitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "walstream_commit_duration_seconds", Help: "Time to flush and commit one Kafka transaction.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		committedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walstream_committed_lsn", Help: "Position committed in Kafka, as a WAL byte offset."}),
+	}
+	reg.MustRegister(m.events, m.bytes, m.transactions, m.commitTime, m.committedLSN)
+	return m
+}
+
+func (m *Metrics) committed(events, bytes int, d time.Duration, lsn pglogrepl.LSN) {
+	if m == nil {
+		return
+	}
+	m.events.Add(float64(events))
+	m.bytes.Add(float64(bytes))
+	m.transactions.WithLabelValues("committed").Inc()
+	m.commitTime.Observe(d.Seconds())
+	m.committedLSN.Set(float64(lsn))
+}
+
+func (m *Metrics) aborted() {
+	if m != nil {
+		m.transactions.WithLabelValues("aborted").Inc()
+	}
+}

@@ -1,0 +1,48 @@
+package publish
+
+import (
+	"context"
+
+	"github.com/walstream/walstream/decode"
+	"golang.org/x/sync/semaphore"
+)
+
+// Queue hands transactions from the replication loop to the producer. It is
+// bounded by bytes, so a slow broker stops WAL from being read instead of
+// filling memory; the slot retains the WAL meanwhile.
+type Queue struct {
+	ch       chan *decode.Tx
+	sem      *semaphore.Weighted
+	maxBytes int64
+}
+
+// NewQueue returns a queue holding at most maxBytes of event bytes.
+func NewQueue(maxBytes int64) *Queue {
+	return &Queue{ch: make(chan *decode.Tx, 1<<14), sem: semaphore.NewWeighted(maxBytes), maxBytes: maxBytes}
+}
+
+// Put enqueues tx, waiting for room. It either enqueues tx or returns
+// ctx's error having enqueued nothing, so the caller may retry with the
+// same tx after doing other work (such as a status update).
+func (q *Queue) Put(ctx context.Context, tx *decode.Tx) error {
+	w := q.weight(tx)
+	if err := q.sem.Acquire(ctx, w); err != nil {
+		return err
+	}
+	select {
+	case q.ch <- tx:
+		return nil
+	case <-ctx.Done():
+		q.sem.Release(w)
+		return ctx.Err()
+	}
+}
+
+// done releases tx's room once its records are handed to the client.
+func (q *Queue) done(tx *decode.Tx) { q.sem.Release(q.weight(tx)) }
+
+// weight counts at least one byte per Tx so position markers are bounded
+// too, and at most the whole queue so that one oversized part still fits.
+func (q *Queue) weight(tx *decode.Tx) int64 {
+	return min(max(int64(tx.Bytes), 1), q.maxBytes)
+}

@@ -1,0 +1,203 @@
+// Package replication talks the Postgres logical replication protocol:
+// it checks and prepares the server, streams the slot, and confirms
+// positions back. It is the only package that speaks to Postgres.
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrSetup marks a server that is not fit to stream from: wrong settings,
+// missing privileges or objects, a lost slot. Retrying cannot fix it.
+var ErrSetup = errors.New("postgres setup")
+
+// SetupError says what is wrong with which object and how to fix it.
+type SetupError struct {
+	Object string // e.g. `slot "walstream"`
+	Reason string
+	Fix    string // SQL or a setting to change, when there is one
+}
+
+func (e *SetupError) Error() string {
+	s := e.Object + ": " + e.Reason
+	if e.Fix != "" {
+		s += "; " + e.Fix
+	}
+	return s
+}
+
+func (e *SetupError) Is(target error) bool { return target == ErrSetup }
+
+// slotName is what Postgres accepts as a replication slot name.
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// identifier is the subset of SQL identifiers walstream accepts for
+// publications, schemas and tables: no quoting surprises in replication
+// commands, which take no parameters.
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+
+// ValidateNames checks names before they reach SQL or a replication command.
+func ValidateNames(slot, publication, schema, table string) error {
+	if !slotName.MatchString(slot) {
+		return fmt.Errorf("slot name %q: use 1 to 63 lower-case letters, digits and underscores", slot)
+	}
+	for _, n := range []struct{ what, v string }{{"publication", publication}, {"schema", schema}, {"table", table}} {
+		if !identifier.MatchString(n.v) {
+			return fmt.Errorf("%s name %q: use a letter or underscore, then letters, digits, underscores or $", n.what, n.v)
+		}
+	}
+	return nil
+}
+
+// Names are the objects walstream streams through.
+type Names struct {
+	Slot, Publication, Schema, Table string
+}
+
+func (n Names) table() string { return pgx.Identifier{n.Schema, n.Table}.Sanitize() }
+
+func (n Names) publicationSQL() string {
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+		pgx.Identifier{n.Publication}.Sanitize(), n.table())
+}
+
+func (n Names) slotSQL() string {
+	return fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", n.Slot)
+}
+
+// Prepare checks that the server can stream the outbox and creates the
+// publication and the slot when they are missing and create is set. The
+// publication is created first: a slot must not start decoding before the
+// publication exists, or pgoutput fails on changes older than it.
+func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
+	var walLevel string
+	var canReplicate, tableExists bool
+	err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'),
+		(SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user),
+		to_regclass($1) IS NOT NULL`, n.table()).Scan(&walLevel, &canReplicate, &tableExists)
+	if err != nil {
+		return fmt.Errorf("checking server settings: %w", err)
+	}
+	if walLevel != "logical" {
+		return &SetupError{Object: "wal_level", Reason: fmt.Sprintf("is %q, logical decoding needs 'logical'", walLevel),
+			Fix: "set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) and restart Postgres"}
+	}
+	if !canReplicate {
+		return &SetupError{Object: fmt.Sprintf("role %q", conn.Config().User), Reason: "lacks the REPLICATION attribute",
+			Fix: fmt.Sprintf("ALTER ROLE %s WITH REPLICATION", pgx.Identifier{conn.Config().User}.Sanitize())}
+	}
+	if !tableExists {
+		return &SetupError{Object: "table " + n.table(), Reason: "does not exist",
+			Fix: "create the outbox table (columns id, aggregatetype, aggregateid, type, payload) or set WALSTREAM_TABLE"}
+	}
+	if err := preparePublication(ctx, conn, n, create); err != nil {
+		return err
+	}
+	return prepareSlot(ctx, conn, n, create)
+}
+
+func preparePublication(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
+	var exists, hasTable, inserts bool
+	err := conn.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(pubinsert), false),
+		EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)
+		FROM pg_publication WHERE pubname = $1`, n.Publication, n.Schema, n.Table).Scan(&exists, &inserts, &hasTable)
+	if err != nil {
+		return fmt.Errorf("looking up publication %q: %w", n.Publication, err)
+	}
+	obj := fmt.Sprintf("publication %q", n.Publication)
+	switch {
+	case !exists && !create:
+		return &SetupError{Object: obj, Reason: "does not exist and --create=false", Fix: "create it with: " + n.publicationSQL()}
+	case !exists:
+		if _, err := conn.Exec(ctx, n.publicationSQL()); err != nil {
+			return fmt.Errorf("creating %s: %w", obj, err)
+		}
+	case !hasTable:
+		return &SetupError{Object: obj, Reason: "does not include table " + n.table(),
+			Fix: fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{n.Publication}.Sanitize(), n.table())}
+	case !inserts:
+		return &SetupError{Object: obj, Reason: "does not publish inserts",
+			Fix: fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert')", pgx.Identifier{n.Publication}.Sanitize())}
+	}
+	return nil
+}
+
+// Slot is the state of the replication slot as pg_replication_slots shows it.
+type Slot struct {
+	Plugin, Type, Database, WALStatus string
+	Active                            bool
+	ActivePID                         *int32
+	ConfirmedFlush                    pglogrepl.LSN
+}
+
+// LookupSlot reads the slot's row from pg_replication_slots; ok is false
+// when there is none.
+func LookupSlot(ctx context.Context, conn *pgx.Conn, name string) (s Slot, ok bool, err error) {
+	var plugin, database, walStatus *string
+	var confirmed *string
+	err = conn.QueryRow(ctx, `SELECT plugin, slot_type, database, wal_status, active, active_pid, confirmed_flush_lsn::text
+		FROM pg_replication_slots WHERE slot_name = $1`, name).
+		Scan(&plugin, &s.Type, &database, &walStatus, &s.Active, &s.ActivePID, &confirmed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, false, nil
+	}
+	if err != nil {
+		return s, false, fmt.Errorf("looking up slot %q: %w", name, err)
+	}
+	s.Plugin, s.Database, s.WALStatus = deref(plugin), deref(database), deref(walStatus)
+	if confirmed != nil {
+		if s.ConfirmedFlush, err = pglogrepl.ParseLSN(*confirmed); err != nil {
+			return s, false, fmt.Errorf("slot %q confirmed_flush_lsn %q: %w", name, *confirmed, err)
+		}
+	}
+	return s, true, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func prepareSlot(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
+	s, ok, err := LookupSlot(ctx, conn, n.Slot)
+	if err != nil {
+		return err
+	}
+	obj := fmt.Sprintf("slot %q", n.Slot)
+	if !ok {
+		if !create {
+			return &SetupError{Object: obj, Reason: "does not exist and --create=false", Fix: "create it with: " + n.slotSQL()}
+		}
+		if _, err := conn.Exec(ctx, n.slotSQL()); err != nil {
+			return fmt.Errorf("creating %s: %w", obj, err)
+		}
+		return nil
+	}
+	return CheckSlot(n.Slot, s, conn.Config().Database)
+}
+
+// CheckSlot reports a slot walstream cannot stream from.
+func CheckSlot(name string, s Slot, database string) error {
+	obj := fmt.Sprintf("slot %q", name)
+	switch {
+	case s.Type != "logical":
+		return &SetupError{Object: obj, Reason: fmt.Sprintf("is a %s slot, walstream needs a logical one", s.Type)}
+	case s.Plugin != "pgoutput":
+		return &SetupError{Object: obj, Reason: fmt.Sprintf("uses output plugin %q, walstream needs pgoutput", s.Plugin),
+			Fix: "choose another slot name with WALSTREAM_SLOT, or drop this slot if nothing else uses it"}
+	case s.Database != database:
+		return &SetupError{Object: obj, Reason: fmt.Sprintf("belongs to database %q, not %q", s.Database, database)}
+	case s.WALStatus == "lost":
+		return &SetupError{Object: obj, Reason: "is invalidated (wal_status = lost): the WAL it needed was removed, events may be missing",
+			Fix: "recreate the slot deliberately and reconcile the outbox, then restart with --allow-slot-ahead (see README, Recovery)"}
+	}
+	return nil
+}

@@ -1,0 +1,279 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walstream/walstream/decode"
+)
+
+// confirmer says which position may be confirmed to Postgres.
+type confirmer interface {
+	Confirm() pglogrepl.LSN
+}
+
+// sink takes decoded transactions. Put either takes tx or returns ctx's
+// error having taken nothing.
+type sink interface {
+	Put(ctx context.Context, tx *decode.Tx) error
+}
+
+// StreamConfig configures a Stream.
+type StreamConfig struct {
+	Names Names
+	// StatusInterval is how often a standby status update is sent; it must
+	// be well under the server's wal_sender_timeout.
+	StatusInterval time.Duration
+	// MarkerInterval rate-limits position markers sent while idle.
+	MarkerInterval time.Duration
+}
+
+// Stream is one replication connection streaming a slot. It is used from
+// one goroutine: Start, then Run, then Close.
+type Stream struct {
+	cfg     StreamConfig
+	log     *slog.Logger
+	conn    *pgconn.PgConn
+	metrics *Metrics
+	// Owned by Run.
+	lastMarker   pglogrepl.LSN
+	lastMarkerAt time.Time
+	confirmed    pglogrepl.LSN
+}
+
+// Dial opens a replication connection (replication=database).
+func Dial(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
+	cfg = cfg.Copy()
+	cfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening replication connection to %s:%d database %s: %w", cfg.Host, cfg.Port, cfg.Database, err)
+	}
+	return conn, nil
+}
+
+// Start acquires the slot with START_REPLICATION. From here on no other
+// client can stream the slot, so its confirmed_flush_lsn moves only when
+// this stream confirms. Postgres starts from the slot's confirmed_flush_lsn.
+func Start(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig, log *slog.Logger, m *Metrics) (*Stream, error) {
+	n := cfg.Names
+	err := pglogrepl.StartReplication(ctx, conn, n.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{
+			"proto_version '1'",
+			fmt.Sprintf("publication_names '%s'", n.Publication), // validated identifier
+			"messages 'true'",
+		},
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42704" { // undefined_object
+			return nil, &SetupError{Object: fmt.Sprintf("slot %q", n.Slot), Reason: "does not exist (dropped?): events may be missing",
+				Fix: "never recreate it silently; see README, Recovery"}
+		}
+		return nil, fmt.Errorf("starting replication on slot %s: %w", n.Slot, err)
+	}
+	return &Stream{cfg: cfg, log: log, conn: conn, metrics: m}, nil
+}
+
+// Run receives the slot's messages, decodes them into dec and puts the
+// transactions into out, until ctx ends or the stream fails. It sends a
+// status update every StatusInterval and whenever the server asks, also
+// while out applies back-pressure, so the server never times it out.
+func (s *Stream) Run(ctx context.Context, dec *decode.Decoder, out sink, pos confirmer) error {
+	next := time.Now()
+	for {
+		if !time.Now().Before(next) {
+			if err := s.sendStatus(ctx, pos); err != nil {
+				return err
+			}
+			next = time.Now().Add(s.cfg.StatusInterval)
+		}
+		rctx, cancel := context.WithDeadline(ctx, next)
+		msg, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("receiving from slot %s: %w", s.cfg.Names.Slot, err)
+		}
+		var tx *decode.Tx
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if tx, err = s.handle(ctx, m.Data, dec, pos); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return s.serverError(pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return fmt.Errorf("slot %s: server ended replication", s.cfg.Names.Slot)
+		default:
+			return fmt.Errorf("slot %s: unexpected message %T", s.cfg.Names.Slot, msg)
+		}
+		for tx != nil {
+			pctx, cancel := context.WithDeadline(ctx, next)
+			err := out.Put(pctx, tx)
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// Waiting on Kafka: keep the walsender from timing us out.
+			if err := s.sendStatus(ctx, pos); err != nil {
+				return err
+			}
+			next = time.Now().Add(s.cfg.StatusInterval)
+		}
+	}
+}
+
+func (s *Stream) handle(ctx context.Context, data []byte, dec *decode.Decoder, pos confirmer) (*decode.Tx, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("slot %s: empty CopyData message", s.cfg.Names.Slot)
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return nil, fmt.Errorf("slot %s: parsing keepalive: %w", s.cfg.Names.Slot, err)
+		}
+		if ka.ReplyRequested {
+			if err := s.sendStatus(ctx, pos); err != nil {
+				return nil, err
+			}
+		}
+		// Between transactions, everything that commits before ServerWALEnd
+		// has been sent: a marker lets the publisher checkpoint that
+		// position, so a quiet outbox does not pin WAL written by others.
+		if !dec.InTx() && ka.ServerWALEnd > s.lastMarker && time.Since(s.lastMarkerAt) >= s.cfg.MarkerInterval {
+			s.lastMarker, s.lastMarkerAt = ka.ServerWALEnd, time.Now()
+			return decode.Marker(ka.ServerWALEnd), nil
+		}
+		return nil, nil
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return nil, fmt.Errorf("slot %s: parsing XLogData: %w", s.cfg.Names.Slot, err)
+		}
+		s.metrics.received(x.WALStart)
+		tx, err := dec.Decode(x.WALStart, x.WALData)
+		if err != nil {
+			return nil, fmt.Errorf("slot %s: %w", s.cfg.Names.Slot, err)
+		}
+		return tx, nil
+	}
+	return nil, fmt.Errorf("slot %s: unknown replication message %q", s.cfg.Names.Slot, data[0])
+}
+
+// sendStatus confirms what Kafka has committed. Write, flush and apply are
+// all that position: walstream has no local copy that is durable sooner.
+func (s *Stream) sendStatus(ctx context.Context, pos confirmer) error {
+	lsn := pos.Confirm()
+	if lsn == 0 {
+		// Nothing to confirm yet; pglogrepl would fill a zero flush position
+		// from the write position, so send nothing rather than a zero.
+		return nil
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: lsn, WALFlushPosition: lsn, WALApplyPosition: lsn,
+	})
+	if err != nil {
+		return fmt.Errorf("sending standby status at %s on slot %s: %w", lsn, s.cfg.Names.Slot, err)
+	}
+	if lsn != s.confirmed {
+		s.confirmed = lsn
+		s.metrics.confirmed(lsn)
+		s.log.Debug("confirmed", "lsn", lsn.String())
+	}
+	return nil
+}
+
+func (s *Stream) serverError(err *pgconn.PgError) error {
+	if err.Code == "55000" && strings.Contains(err.Message, "invalidated") { // object_not_in_prerequisite_state
+		return &SetupError{Object: fmt.Sprintf("slot %q", s.cfg.Names.Slot), Reason: "was invalidated while streaming: " + err.Message,
+			Fix: "events may be missing; see README, Recovery"}
+	}
+	return fmt.Errorf("slot %s: server error: %w", s.cfg.Names.Slot, err)
+}
+
+// Close sends a last status update, so that Postgres learns everything
+// Kafka committed before the stream stopped, and closes the connection.
+func (s *Stream) Close(ctx context.Context, pos confirmer) error {
+	err := s.sendStatus(ctx, pos)
+	if cerr := s.conn.Close(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Transient reports whether a Postgres error may go away by reconnecting:
+// the network, a server restart or shutdown, a terminated walsender, or a
+// slot held by another walstream (a standby waits for it).
+func Transient(err error) bool {
+	if errors.Is(err, ErrSetup) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
+			strings.HasPrefix(pgErr.Code, "53"), // insufficient resources
+			strings.HasPrefix(pgErr.Code, "57P"), // admin shutdown, crash shutdown, cannot connect now
+			pgErr.Code == "55006":               // object in use: the slot is active for another PID
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &netErr) || errors.As(err, &connErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		pgconn.SafeToRetry(err)
+}
+
+// Metrics are the replication loop's Prometheus metrics.
+type Metrics struct {
+	receivedLSN, confirmedLSN prometheus.Gauge
+}
+
+// NewMetrics registers the replication metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		receivedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walstream_received_lsn", Help: "Start of the last WAL message received, as a byte offset."}),
+		confirmedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walstream_confirmed_lsn", Help: "Last flush position confirmed to Postgres, as a byte offset."}),
+	}
+	reg.MustRegister(m.receivedLSN, m.confirmedLSN)
+	return m
+}
+
+func (m *Metrics) received(lsn pglogrepl.LSN) {
+	if m != nil {
+		m.receivedLSN.Set(float64(lsn))
+	}
+}
+
+func (m *Metrics) confirmed(lsn pglogrepl.LSN) {
+	if m != nil {
+		m.confirmedLSN.Set(float64(lsn))
+	}
+}
