@@ -234,9 +234,9 @@ func Transient(err error) bool {
 	if errors.As(err, &pgErr) {
 		switch {
 		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
-			strings.HasPrefix(pgErr.Code, "53"), // insufficient resources
+			strings.HasPrefix(pgErr.Code, "53"),  // insufficient resources
 			strings.HasPrefix(pgErr.Code, "57P"), // admin shutdown, crash shutdown, cannot connect now
-			pgErr.Code == "55006":               // object in use: the slot is active for another PID
+			pgErr.Code == "55006":                // object in use: the slot is active for another PID
 			return true
 		}
 		return false

@@ -68,11 +68,15 @@ func envName(flagName string) string {
 // environment variable, so `walstream run --help` documents both.
 func (c *Config) flags(fs *flag.FlagSet) {
 	str := func(p *string, name, def, usage string) { fs.StringVar(p, name, def, usage+" ($"+envName(name)+")") }
-	num := func(p *int, name string, def int, usage string) { fs.IntVar(p, name, def, usage+" ($"+envName(name)+")") }
+	num := func(p *int, name string, def int, usage string) {
+		fs.IntVar(p, name, def, usage+" ($"+envName(name)+")")
+	}
 	dur := func(p *time.Duration, name string, def time.Duration, usage string) {
 		fs.DurationVar(p, name, def, usage+" ($"+envName(name)+")")
 	}
-	boolean := func(p *bool, name string, def bool, usage string) { fs.BoolVar(p, name, def, usage+" ($"+envName(name)+")") }
+	boolean := func(p *bool, name string, def bool, usage string) {
+		fs.BoolVar(p, name, def, usage+" ($"+envName(name)+")")
+	}
 
 	str(&c.PGURL, "pg-url", "", "Postgres connection URL or DSN of the primary (required)")
 	str(&c.Brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers (required)")
