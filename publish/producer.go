@@ -144,10 +144,15 @@ func (p *Producer) Fence(ctx context.Context) error {
 	return nil
 }
 
-// Start sets the position Run continues from.
-func (p *Producer) Start(cp checkpoint.Checkpoint, tracker committer) {
+// Start sets the position Run continues from. When Kafka holds no
+// checkpoint yet (inKafka false), Run commits one for cp at once, so that a
+// slot recreated later is caught as being ahead of it.
+func (p *Producer) Start(cp checkpoint.Checkpoint, inKafka bool, tracker committer) {
 	p.pos, p.done, p.tracker = cp, cp, tracker
 	p.lastDone = time.Now()
+	if !inKafka {
+		p.done, p.lastDone = checkpoint.Checkpoint{}, time.Time{}
+	}
 }
 
 // Run publishes transactions from q until ctx ends or publishing fails. A

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -166,11 +167,12 @@ func (p *proc) wait(t *testing.T, d time.Duration) error {
 	}
 }
 
-// currentLSN is pg_current_wal_lsn().
+// currentLSN is pg_current_wal_insert_lsn(): with synchronous_commit off
+// the write position can trail the last commit.
 func (e *env) currentLSN() pglogrepl.LSN {
 	e.t.Helper()
 	var s string
-	if err := e.pg.Connect("postgres").QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+	if err := e.pg.Connect("postgres").QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 		e.t.Fatal(err)
 	}
 	lsn, err := pglogrepl.ParseLSN(s)
@@ -397,5 +399,201 @@ func TestStreamsExactlyOnce(t *testing.T) {
 	e.checkExactlyOnce(e.readAll("Order", "Customer"), "outbox.event.")
 	if err := p.stop(); err != nil {
 		t.Fatalf("walstream exit after SIGTERM: %v", err)
+	}
+}
+
+// TestCrashBetweenKafkaCommitAndAck kills walstream with SIGKILL right
+// after a Kafka commit, before Postgres hears of it, once in a run of whole
+// transactions and once inside a transaction split over Kafka
+// transactions. The restart replays from the slot, the checkpoint filter
+// drops what Kafka has, and nothing is lost or duplicated.
+func TestCrashBetweenKafkaCommitAndAck(t *testing.T) {
+	e := newEnv(t)
+	seq := 0
+	// Backlog first, so the crash lands in the middle of it.
+	e.start(nil).streaming(t).stop()
+	for _, n := range []int{300, 1, 450, 5000, 20, 800} {
+		e.insertTx("Order", n, 23, &seq, false)
+	}
+	end := e.currentLSN()
+	for _, crash := range []string{"after-commit:2", "after-commit:5"} {
+		p := e.start([]string{"--max-batch-events", "500", "--linger", "0s"}, "WALSTREAM_CRASH_AT="+crash)
+		err := p.wait(t, 60*time.Second)
+		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("walstream with WALSTREAM_CRASH_AT=%s exited with %v, want killed by SIGKILL\n%s", crash, err, p.Log())
+		}
+		if !strings.Contains(p.Log(), "crash point after-commit reached") {
+			t.Fatalf("crash point not reached:\n%s", p.Log())
+		}
+	}
+	p := e.start(nil)
+	e.waitConfirmed("walstream", end, 60*time.Second, p)
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restart:\n%s", grepLines(p.Log(), "resuming|session ended"))
+	if !regexpFind(`replayed_events_skipped=[1-9]`, p.Log()) {
+		t.Errorf("the restart skipped no replayed events; the crash should have left committed events unconfirmed:\n%s", p.Log())
+	}
+	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
+}
+
+// TestIdleOutboxDoesNotPinWAL: while the outbox is quiet and another table
+// writes 50 MB of WAL, the slot's confirmed_flush_lsn moves past it.
+func TestIdleOutboxDoesNotPinWAL(t *testing.T) {
+	e := newEnv(t)
+	p := e.start(nil).streaming(t)
+	seq := 0
+	e.insertTx("Order", 10, 3, &seq, false)
+	e.pg.Exec("postgres", "CREATE TABLE filler (x text)")
+	before := e.currentLSN()
+	e.pg.Exec("postgres", "INSERT INTO filler SELECT repeat(md5(i::text), 32) FROM generate_series(1, 50000) AS i")
+	after := e.currentLSN()
+	if after-before < 50<<20 {
+		t.Fatalf("filler wrote %d bytes of WAL, want at least 50 MB", after-before)
+	}
+	e.waitConfirmed("walstream", after, 30*time.Second, p)
+	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
+}
+
+// TestSecondInstanceWaits: a second walstream on the same slot waits while
+// the first streams, takes over when the first dies, and no row is
+// duplicated or lost across the handover.
+func TestSecondInstanceWaits(t *testing.T) {
+	e := newEnv(t)
+	first := e.start(nil).streaming(t)
+	second := e.start(nil)
+	second.waitLog(t, "is active for PID", 30*time.Second)
+	seq := 0
+	e.insertTx("Order", 500, 11, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, first)
+	if strings.Contains(second.Log(), "msg=streaming") {
+		t.Fatalf("second instance streamed while the first held the slot:\n%s", second.Log())
+	}
+	_ = first.cmd.Process.Kill()
+	<-first.done
+	e.insertTx("Order", 500, 11, &seq, false)
+	second.streaming(t)
+	e.waitConfirmed("walstream", e.currentLSN(), 60*time.Second, second)
+	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
+}
+
+func regexpFind(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }
+
+func grepLines(s, pattern string) string {
+	re := regexp.MustCompile(pattern)
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if re.MatchString(l) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// exitMessage waits for walstream to fail and returns its last line.
+func exitMessage(t *testing.T, p *proc) string {
+	t.Helper()
+	err := p.wait(t, 60*time.Second)
+	if err == nil {
+		t.Fatalf("walstream exited 0, want a failure\n%s", p.Log())
+	}
+	lines := strings.Split(strings.TrimSpace(p.Log()), "\n")
+	return lines[len(lines)-1]
+}
+
+func wantAll(t *testing.T, msg string, parts ...string) {
+	t.Helper()
+	for _, part := range parts {
+		if !strings.Contains(msg, part) {
+			t.Errorf("message %q does not mention %q", msg, part)
+		}
+	}
+}
+
+// TestSlotAheadOfCheckpoint: a slot dropped and recreated after streaming
+// starts beyond what Kafka holds; walstream refuses it until told that the
+// gap is accepted.
+func TestSlotAheadOfCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	p := e.start(nil).streaming(t)
+	seq := 0
+	e.insertTx("Order", 5, 2, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.pg.Exec("postgres", "SELECT pg_drop_replication_slot('walstream')")
+	e.insertTx("Order", 5, 2, &seq, false) // lost with the slot
+	e.pg.Exec("postgres", "SELECT pg_create_logical_replication_slot('walstream', 'pgoutput')")
+
+	msg := exitMessage(t, e.start(nil))
+	wantAll(t, msg, "slot is ahead of the checkpoint", `slot "walstream"`, "events in between may be missing", "--allow-slot-ahead")
+
+	p = e.start([]string{"--allow-slot-ahead"}).streaming(t)
+	e.insertTx("Order", 5, 2, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	if got := len(e.readAll("Order")); got != 10 {
+		t.Fatalf("%d records after the accepted gap, want the 5 before it and the 5 after", got)
+	}
+}
+
+// TestFencedInstanceExits: a second instance with the same transactional
+// id (here on another slot, so it can stream) fences the first, which
+// exits non-zero saying another instance took over.
+func TestFencedInstanceExits(t *testing.T) {
+	e := newEnv(t)
+	first := e.start([]string{"--transactional-id", "shared"}).streaming(t)
+	e.start([]string{"--transactional-id", "shared", "--slot", "other", "--checkpoint-key", "other"}).streaming(t)
+	seq := 0
+	e.insertTx("Order", 5, 2, &seq, false)
+	msg := exitMessage(t, first)
+	wantAll(t, msg, "fenced", "another walstream instance took over", "transactional id shared")
+}
+
+// TestBadRowStops: an outbox row with a NULL aggregate type stops
+// walstream before anything past it is confirmed, naming the LSN, the
+// table, the event id and the column.
+func TestBadRowStops(t *testing.T) {
+	e := newEnv(t)
+	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL")
+	p := e.start(nil).streaming(t)
+	seq := 0
+	e.insertTx("Order", 3, 2, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	good := e.confirmedLSN("walstream")
+	e.pg.Exec("postgres", `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+		VALUES ('00000000-0000-0000-0000-0000000000aa', NULL, 'a-1', 'Created', '{"seq": 99}')`)
+	msg := exitMessage(t, p)
+	wantAll(t, msg, "at LSN 0/", `table public.outbox`, "event id 00000000-0000-0000-0000-0000000000aa",
+		"column aggregatetype", "NULL or empty")
+	if got := e.confirmedLSN("walstream"); got != good {
+		t.Fatalf("confirmed_flush_lsn moved from %s to %s past a row that was not delivered", good, got)
+	}
+}
+
+// TestSlotDroppedWhileStreaming: the walsender is terminated and the slot
+// dropped; walstream reconnects, finds no slot and stops instead of
+// recreating it, which would hide a gap.
+func TestSlotDroppedWhileStreaming(t *testing.T) {
+	e := newEnv(t)
+	p := e.start(nil).streaming(t)
+	conn := e.pg.Connect("postgres")
+	ctx := context.Background()
+	// The slot cannot be dropped while active; terminate until it is free.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, _ = conn.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walstream' AND active")
+		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot('walstream')"); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("dropping the slot: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	msg := exitMessage(t, p)
+	wantAll(t, msg, `slot "walstream"`, "does not exist")
+	if e.confirmedLSN("walstream") != 0 {
+		t.Fatal("walstream recreated the dropped slot")
 	}
 }

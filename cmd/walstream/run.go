@@ -156,13 +156,13 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	}
 	defer prod.Close()
 
-	cp, err := s.resume(ctx, prod, slot)
+	cp, inKafka, err := s.resume(ctx, prod, slot)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
 	tracker := checkpoint.NewTracker(cp, slot.ConfirmedFlush)
-	prod.Start(cp, tracker)
+	prod.Start(cp, inKafka, tracker)
 	dec := decode.New(decode.Config{
 		Schema: names.Schema, Table: names.Table,
 		MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
@@ -190,27 +190,27 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 // resume fences older instances, then reads the checkpoint, which is final
 // only once no older instance can commit. It refuses a slot that has
 // confirmed more than Kafka holds: the events between are missing.
-func (s *session) resume(ctx context.Context, prod *publish.Producer, slot replication.Slot) (checkpoint.Checkpoint, error) {
+func (s *session) resume(ctx context.Context, prod *publish.Producer, slot replication.Slot) (cp checkpoint.Checkpoint, inKafka bool, err error) {
 	if err := prod.Fence(ctx); err != nil {
-		return checkpoint.Checkpoint{}, err
+		return cp, false, err
 	}
 	cp, at, found, err := prod.ReadCheckpoint(ctx)
 	if err != nil {
-		return cp, err
+		return cp, false, err
 	}
 	switch {
 	case !found:
 		s.log.Info("no checkpoint in Kafka, starting where the slot is", "checkpoint_key", s.cfg.CheckpointKey, "lsn", slot.ConfirmedFlush.String())
-		return checkpoint.Checkpoint{LSN: slot.ConfirmedFlush}, nil
+		return checkpoint.Checkpoint{LSN: slot.ConfirmedFlush}, false, nil
 	case cp.LSN >= slot.ConfirmedFlush:
 		s.log.Info("resuming from checkpoint", "checkpoint", cp.String(), "written_at", at)
-		return cp, nil
+		return cp, true, nil
 	case s.cfg.AllowSlotAhead:
 		s.log.Warn("slot is ahead of the checkpoint; continuing because --allow-slot-ahead is set: events in between may be missing",
 			"checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())
-		return checkpoint.Checkpoint{LSN: slot.ConfirmedFlush}, nil
+		return checkpoint.Checkpoint{LSN: slot.ConfirmedFlush}, false, nil
 	}
-	return cp, fmt.Errorf("%w: slot %q confirmed_flush_lsn %s, checkpoint %q in topic %s at %s: events in between may be missing "+
+	return cp, true, fmt.Errorf("%w: slot %q confirmed_flush_lsn %s, checkpoint %q in topic %s at %s: events in between may be missing "+
 		"(was the slot dropped and recreated?); see README, Recovery, then restart with --allow-slot-ahead to accept the gap",
 		ErrSlotAhead, s.cfg.Slot, slot.ConfirmedFlush, s.cfg.CheckpointKey, s.cfg.CheckpointTopic, cp)
 }

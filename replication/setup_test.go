@@ -1,0 +1,160 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walstream/walstream/internal/testenv"
+)
+
+func connect(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+var names = Names{Slot: "walstream", Publication: "walstream_outbox", Schema: "public", Table: "outbox"}
+
+const outboxDDL = `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`
+
+// wantSetupError checks that err is a SetupError whose message has every
+// part, so the operator learns what is wrong and how to fix it.
+func wantSetupError(t *testing.T, err error, parts ...string) {
+	t.Helper()
+	if !errors.Is(err, ErrSetup) {
+		t.Fatalf("err = %v, want a setup error", err)
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("error %q does not mention %q", err, p)
+		}
+	}
+}
+
+func TestPrepare(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	ctx := context.Background()
+	admin := connect(t, pg.URL("postgres", "postgres"))
+
+	t.Run("table missing", func(t *testing.T) {
+		err := Prepare(ctx, admin, names, true)
+		wantSetupError(t, err, `table "public"."outbox"`, "does not exist")
+	})
+	if _, err := admin.Exec(ctx, outboxDDL); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("role lacks REPLICATION", func(t *testing.T) {
+		if _, err := admin.Exec(ctx, "CREATE ROLE app LOGIN"); err != nil {
+			t.Fatal(err)
+		}
+		err := Prepare(ctx, connect(t, pg.URL("app", "postgres")), names, true)
+		wantSetupError(t, err, `role "app"`, "REPLICATION", `ALTER ROLE "app" WITH REPLICATION`)
+	})
+	t.Run("publication missing and create=false", func(t *testing.T) {
+		err := Prepare(ctx, admin, names, false)
+		wantSetupError(t, err, `publication "walstream_outbox"`, "does not exist",
+			`CREATE PUBLICATION "walstream_outbox" FOR TABLE "public"."outbox" WITH (publish = 'insert')`)
+	})
+	t.Run("publication without the table", func(t *testing.T) {
+		if _, err := admin.Exec(ctx, "CREATE TABLE other (x int); CREATE PUBLICATION other_pub FOR TABLE other"); err != nil {
+			t.Fatal(err)
+		}
+		n := names
+		n.Publication = "other_pub"
+		err := Prepare(ctx, admin, n, true)
+		wantSetupError(t, err, `publication "other_pub"`, `does not include table "public"."outbox"`, "ALTER PUBLICATION")
+	})
+	t.Run("slot missing and create=false", func(t *testing.T) {
+		if _, err := admin.Exec(ctx, names.publicationSQL()); err != nil {
+			t.Fatal(err)
+		}
+		err := Prepare(ctx, admin, names, false)
+		wantSetupError(t, err, `slot "walstream"`, "does not exist", "pg_create_logical_replication_slot('walstream', 'pgoutput')")
+	})
+	t.Run("creates the slot", func(t *testing.T) {
+		if err := Prepare(ctx, admin, names, true); err != nil {
+			t.Fatal(err)
+		}
+		s, ok, err := LookupSlot(ctx, admin, "walstream")
+		if err != nil || !ok {
+			t.Fatalf("slot after Prepare: ok=%v err=%v", ok, err)
+		}
+		if s.Plugin != "pgoutput" || s.ConfirmedFlush == 0 {
+			t.Fatalf("slot = %+v, want pgoutput with a confirmed_flush_lsn", s)
+		}
+		// Idempotent: a second run finds everything in place.
+		if err := Prepare(ctx, admin, names, false); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("slot of another plugin", func(t *testing.T) {
+		if _, err := admin.Exec(ctx, "SELECT pg_create_logical_replication_slot('decoder', 'test_decoding')"); err != nil {
+			t.Fatal(err)
+		}
+		n := names
+		n.Slot = "decoder"
+		err := Prepare(ctx, admin, n, true)
+		wantSetupError(t, err, `slot "decoder"`, `output plugin "test_decoding"`, "pgoutput")
+	})
+	t.Run("slot lost", func(t *testing.T) {
+		// Let the server drop WAL the slot needs: keep at most 1 MB for
+		// slots, write past it and checkpoint.
+		if _, err := admin.Exec(ctx, "SELECT pg_create_logical_replication_slot('doomed', 'pgoutput')"); err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{
+			"ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'", "SELECT pg_reload_conf()",
+			"CREATE TABLE churn (x text)",
+			"INSERT INTO churn SELECT repeat('x', 1000) FROM generate_series(1, 40000)", "SELECT pg_switch_wal()", "CHECKPOINT",
+			"INSERT INTO churn SELECT repeat('x', 1000) FROM generate_series(1, 40000)", "SELECT pg_switch_wal()", "CHECKPOINT",
+		} {
+			if _, err := admin.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		n := names
+		n.Slot = "doomed"
+		err := Prepare(ctx, admin, n, true)
+		wantSetupError(t, err, `slot "doomed"`, "wal_status = lost", "events may be missing")
+		for _, q := range []string{"ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()"} {
+			if _, err := admin.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	})
+}
+
+func TestPrepareWALLevel(t *testing.T) {
+	pg := testenv.StartPostgres(t, "wal_level = replica")
+	err := Prepare(context.Background(), connect(t, pg.URL("postgres", "postgres")), names, true)
+	wantSetupError(t, err, "wal_level", `"replica"`, "logical", "restart Postgres")
+}
+
+func TestValidateNames(t *testing.T) {
+	for _, tc := range []struct {
+		n    Names
+		want string
+	}{
+		{Names{"walstream", "walstream_outbox", "public", "outbox"}, ""},
+		{Names{"Bad", "p", "public", "outbox"}, `slot name "Bad"`},
+		{Names{"s; DROP", "p", "public", "outbox"}, "slot name"},
+		{Names{"s", "p'x", "public", "outbox"}, `publication name "p'x"`},
+		{Names{"s", "p", "pub lic", "outbox"}, "schema name"},
+		{Names{"s", "p", "public", `out"box`}, "table name"},
+	} {
+		err := ValidateNames(tc.n.Slot, tc.n.Publication, tc.n.Schema, tc.n.Table)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("ValidateNames(%+v) = %v, want error containing %q", tc.n, err, tc.want)
+		}
+	}
+}
