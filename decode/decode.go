@@ -221,6 +221,9 @@ func (d *Decoder) commit(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if m.CommitLSN != d.tx.CommitLSN {
 		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("COMMIT at %s does not match BEGIN's final LSN %s", m.CommitLSN, d.tx.CommitLSN)}
 	}
+	if m.TransactionEndLSN <= m.CommitLSN {
+		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("COMMIT ends at %s, not after its start %s", m.TransactionEndLSN, m.CommitLSN)}
+	}
 	tx := d.tx
 	d.tx = nil
 	if d.skipTx {

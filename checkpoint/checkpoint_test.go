@@ -1,0 +1,242 @@
+package checkpoint
+
+import (
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+func TestSkip(t *testing.T) {
+	whole := Checkpoint{LSN: 1000}
+	partial := Checkpoint{LSN: 1000, PartialCommitLSN: 1500, Ordinal: 3}
+	for _, tc := range []struct {
+		name    string
+		cp      Checkpoint
+		commit  pglogrepl.LSN
+		ordinal uint64
+		want    bool
+	}{
+		{"before the position", whole, 999, 1, true},
+		{"at the position: a commit starting there is new", whole, 1000, 1, false},
+		{"after the position", whole, 1001, 1, false},
+		{"partial: earlier transaction", partial, 999, 7, true},
+		{"partial: published ordinal", partial, 1500, 3, true},
+		{"partial: next ordinal", partial, 1500, 4, false},
+		{"partial: other transaction, same ordinal", partial, 1600, 1, false},
+		{"zero checkpoint skips nothing", Checkpoint{}, 1, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.cp.Skip(tc.commit, tc.ordinal); got != tc.want {
+				t.Fatalf("%v.Skip(%s, %d) = %v, want %v", tc.cp, tc.commit, tc.ordinal, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEncodeDecode(t *testing.T) {
+	now := time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC)
+	for _, cp := range []Checkpoint{{LSN: 0x16B3748}, {LSN: 0x100, PartialCommitLSN: 0x1_0000_0200, Ordinal: 42}} {
+		got, at, err := Decode(cp.Encode("walstream", now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != cp || !at.Equal(now) {
+			t.Fatalf("round trip of %v at %s = %v at %s", cp, now, got, at)
+		}
+	}
+	for _, bad := range []string{``, `{`, `{"lsn":"zz"}`, `{"lsn":"0/1","partial_commit_lsn":"x"}`} {
+		if _, _, err := Decode([]byte(bad)); err == nil {
+			t.Errorf("Decode(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestTrackerRefusesRegression(t *testing.T) {
+	tr := NewTracker(Checkpoint{LSN: 100}, 50)
+	if got := tr.Confirm(); got != 100 {
+		t.Fatalf("Confirm() = %s, want the committed 0/64", got)
+	}
+	if err := tr.Committed(Checkpoint{LSN: 90}); err == nil {
+		t.Fatal("Committed accepted a checkpoint behind the committed one")
+	}
+	if err := tr.Committed(Checkpoint{LSN: 100, PartialCommitLSN: 120, Ordinal: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Confirm(); got != 100 {
+		t.Fatalf("Confirm() = %s after a partial checkpoint, want 0/64: the split transaction is not whole", got)
+	}
+}
+
+// The model: a stream of transactions and idle keepalive positions; a
+// publisher that groups them into Kafka transactions, splits large ones,
+// and crashes at random points; a slot that replays from its confirmed
+// position, sometimes (immediate restart) from further back. The rules
+// under test are Tracker's and Checkpoint's; the model stands in for
+// decode and publish.
+
+type modelTx struct {
+	commit, end pglogrepl.LSN
+	events      int
+}
+
+type item struct {
+	tx     *modelTx // nil for a keepalive position
+	marker pglogrepl.LSN
+}
+
+func genStream(r *rand.Rand, n int) []item {
+	var items []item
+	lsn := pglogrepl.LSN(1000)
+	for i := 0; i < n; i++ {
+		lsn += pglogrepl.LSN(1 + r.Intn(100))
+		if r.Intn(4) == 0 {
+			items = append(items, item{marker: lsn})
+			continue
+		}
+		tx := &modelTx{commit: lsn, events: r.Intn(25)}
+		lsn += pglogrepl.LSN(1 + r.Intn(20))
+		tx.end = lsn
+		items = append(items, item{tx: tx})
+	}
+	return items
+}
+
+type eventID struct {
+	commit  pglogrepl.LSN
+	ordinal int
+}
+
+func TestModel(t *testing.T) {
+	for seed := int64(1); seed <= 300; seed++ {
+		r := rand.New(rand.NewSource(seed))
+		stream := genStream(r, 200)
+		total := 0
+		for _, it := range stream {
+			if it.tx != nil {
+				total += it.tx.events
+			}
+		}
+
+		var kafka []eventID             // committed events, in order
+		var kafkaCP Checkpoint          // committed checkpoint
+		var slotConfirmed pglogrepl.LSN // the slot's confirmed_flush_lsn
+		var everConfirmed pglogrepl.LSN // what Postgres was ever told
+		maxBatch := 1 + r.Intn(30)      // events per Kafka transaction
+		crashes := 0
+
+		for run := 0; ; run++ {
+			if run > 500 {
+				t.Fatalf("seed %d: no progress after %d runs", seed, run)
+			}
+			tracker := NewTracker(kafkaCP, slotConfirmed)
+			// Postgres resends from confirmed_flush; after an immediate
+			// restart, it may resend transactions it had already confirmed.
+			start := 0
+			for start < len(stream) && itemLSN(stream[start]) < slotConfirmed {
+				start++
+			}
+			if start > 0 && r.Intn(3) == 0 {
+				start -= r.Intn(start + 1)
+			}
+			var batch []eventID
+			pos := kafkaCP
+			crashed := false
+			confirm := func() {
+				c := tracker.Confirm()
+				if c > kafkaCP.LSN {
+					t.Fatalf("seed %d: confirm %s passes the checkpoint Kafka holds, %s", seed, c, kafkaCP)
+				}
+				if c < everConfirmed {
+					t.Fatalf("seed %d: confirm %s moves back from %s", seed, c, everConfirmed)
+				}
+				if c > slotConfirmed {
+					slotConfirmed = c
+				}
+				everConfirmed = max(everConfirmed, c)
+			}
+			commit := func() bool {
+				switch r.Intn(12) {
+				case 0: // crash before the Kafka commit: the batch is lost
+					return false
+				case 1: // crash after the commit, before anything is confirmed
+					kafka, kafkaCP = append(kafka, batch...), pos
+					return false
+				}
+				kafka, kafkaCP = append(kafka, batch...), pos
+				if err := tracker.Committed(pos); err != nil {
+					t.Fatalf("seed %d: %v", seed, err)
+				}
+				batch = batch[:0]
+				if r.Intn(2) == 0 {
+					confirm()
+				}
+				return true
+			}
+		stream:
+			for _, it := range stream[start:] {
+				if it.tx == nil {
+					if it.marker > pos.LSN && pos.PartialCommitLSN == 0 {
+						pos = Checkpoint{LSN: it.marker}
+					}
+					continue
+				}
+				if kafkaCP.SkipTx(it.tx.commit) {
+					continue
+				}
+				for o := 1; o <= it.tx.events; o++ {
+					if kafkaCP.Skip(it.tx.commit, uint64(o)) {
+						continue
+					}
+					batch = append(batch, eventID{it.tx.commit, o})
+					if len(batch) >= maxBatch {
+						pos = Checkpoint{LSN: pos.LSN, PartialCommitLSN: it.tx.commit, Ordinal: uint64(o)}
+						if !commit() {
+							crashed = true
+							break stream
+						}
+					}
+				}
+				pos = Checkpoint{LSN: it.tx.end}
+				if r.Intn(3) == 0 && !commit() {
+					crashed = true
+					break
+				}
+			}
+			if !crashed && !commit() {
+				crashed = true
+			}
+			if crashed {
+				crashes++
+				continue
+			}
+			confirm()
+			break
+		}
+
+		seen := make(map[eventID]int)
+		for _, id := range kafka {
+			seen[id]++
+			if seen[id] > 1 {
+				t.Fatalf("seed %d: event %v published twice", seed, id)
+			}
+		}
+		if len(seen) != total {
+			t.Fatalf("seed %d: %d events in Kafka, want %d (crashes: %d)", seed, len(seen), total, crashes)
+		}
+		for i := 1; i < len(kafka); i++ {
+			a, b := kafka[i-1], kafka[i]
+			if b.commit < a.commit || b.commit == a.commit && b.ordinal <= a.ordinal {
+				t.Fatalf("seed %d: %v published after %v, out of commit order", seed, b, a)
+			}
+		}
+	}
+}
+
+func itemLSN(it item) pglogrepl.LSN {
+	if it.tx != nil {
+		return it.tx.commit
+	}
+	return it.marker
+}
