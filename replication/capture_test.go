@@ -44,7 +44,7 @@ INSERT INTO outbox VALUES ('66666666-6666-6666-6666-666666666666', 'Order', 'o-6
 COMMIT;
 SELECT pg_logical_emit_message(false, 'other', 'x');`,
 	"null-aggregatetype": `INSERT INTO outbox VALUES ('77777777-7777-7777-7777-777777777777', NULL, 'o-7', 'Created', '{"seq": 7}');`,
-	"null-type-column": `INSERT INTO outbox VALUES ('88888888-8888-8888-8888-888888888888', 'Order', 'o-8', NULL, '{"seq": 8}');`,
+	"null-type-column":   `INSERT INTO outbox VALUES ('88888888-8888-8888-8888-888888888888', 'Order', 'o-8', NULL, '{"seq": 8}');`,
 	"bytea-payload": `CREATE TABLE bin.outbox (id text PRIMARY KEY, aggregatetype text, aggregateid text, payload bytea);
 ALTER PUBLICATION walstream_outbox ADD TABLE bin.outbox;
 INSERT INTO bin.outbox VALUES ('b-1', 'Blob', 'k-1', '\x00ff10'::bytea);`,
