@@ -124,7 +124,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.VisitAll(func(f *flag.Flag) {
 		if v, ok := os.LookupEnv(envName(f.Name)); ok && !set[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", envName(f.Name), err))
+				errs = append(errs, fmt.Errorf("$%s=%q: %w", envName(f.Name), v, err))
 			}
 		}
 	})

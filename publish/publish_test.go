@@ -1,0 +1,166 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/internal/testenv"
+)
+
+func TestRouter(t *testing.T) {
+	r, err := NewRouter("outbox.event." + RoutedByValue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ in, want string }{{"Order", "outbox.event.Order"}, {"order", "outbox.event.order"}, {"Order", "outbox.event.Order"}} {
+		if got := r.Topic([]byte(tc.in)); got != tc.want {
+			t.Errorf("Topic(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	r, _ = NewRouter("events-" + RoutedByValue + "-v1")
+	if got := r.Topic([]byte("Order")); got != "events-Order-v1" {
+		t.Errorf("suffix template: %q", got)
+	}
+	for _, bad := range []string{"no-placeholder", RoutedByValue + RoutedByValue} {
+		if _, err := NewRouter(bad); err == nil {
+			t.Errorf("NewRouter(%q) accepted", bad)
+		}
+	}
+	ev := decode.Event{ID: []byte("id-1"), AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte(`{"a":1}`)}
+	rec := r.Record(&ev)
+	if string(rec.Key) != "o-1" || string(rec.Value) != `{"a":1}` || len(rec.Headers) != 1 || rec.Headers[0].Key != "id" || string(rec.Headers[0].Value) != "id-1" {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+type trackerFunc func(checkpoint.Checkpoint) error
+
+func (f trackerFunc) Committed(cp checkpoint.Checkpoint) error { return f(cp) }
+
+var _ committer = (*checkpoint.Tracker)(nil)
+
+func newProducer(t *testing.T, broker, txid string) *Producer {
+	t.Helper()
+	p, err := New(Config{
+		Brokers: []string{broker}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
+		Slot: "slot-a", TopicTemplate: "outbox.event." + RoutedByValue, MaxBatchEvents: 100, MaxBatchBytes: 1 << 20,
+		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func event(ordinal uint64, id string) decode.Event {
+	return decode.Event{Ordinal: ordinal, ID: []byte(id), AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte("{}")}
+}
+
+// runUntil runs the producer over txs and returns once the tracker saw want.
+func runUntil(t *testing.T, p *Producer, want checkpoint.Checkpoint, txs ...*decode.Tx) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q := NewQueue(1 << 20)
+	reached := make(chan struct{})
+	p.Start(p.done, true, trackerFunc(func(cp checkpoint.Checkpoint) error {
+		if cp == want {
+			close(reached)
+		}
+		return nil
+	}))
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, q) }()
+	for _, tx := range txs {
+		if err := q.Put(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-reached:
+	case err := <-errc:
+		t.Fatalf("Run ended before checkpoint %s: %v", want, err)
+	case <-ctx.Done():
+		t.Fatalf("checkpoint %s not committed", want)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+}
+
+// The checkpoint read back is the last committed one: records of an
+// aborted transaction, which a crashed instance leaves behind, are not.
+func TestCheckpointRoundTrip(t *testing.T) {
+	broker := testenv.StartBroker(t).ListenAddrs()[0]
+	ctx := context.Background()
+	p := newProducer(t, broker, "tx-a")
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, found, err := p.ReadCheckpoint(ctx); err != nil || found {
+		t.Fatalf("fresh broker: found=%v err=%v, want no checkpoint", found, err)
+	}
+	whole := checkpoint.Checkpoint{LSN: 0x2000}
+	runUntil(t, p, whole, &decode.Tx{CommitLSN: 0x1000, EndLSN: 0x2000, Final: true, Events: []decode.Event{event(1, "a"), event(2, "b")}, Bytes: 10})
+	partial := checkpoint.Checkpoint{LSN: 0x2000, PartialCommitLSN: 0x3000, Ordinal: 1}
+	runUntil(t, p, partial, &decode.Tx{CommitLSN: 0x3000, Events: []decode.Event{event(1, "c")}, Bytes: 5})
+
+	// A transaction left open by a dead instance, then aborted by the next
+	// one's Fence, must not count.
+	zombie := newProducer(t, broker, "tx-a")
+	if err := zombie.client.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	zombie.client.Produce(ctx, &kgo.Record{Topic: "walstream.checkpoints", Key: []byte("slot-a"),
+		Value: checkpoint.Checkpoint{LSN: 0x9000}.Encode("slot-a", time.Now())}, nil)
+	if err := zombie.client.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := newProducer(t, broker, "tx-a")
+	if err := next.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, _, found, err := next.ReadCheckpoint(ctx)
+	if err != nil || !found || got != partial {
+		t.Fatalf("ReadCheckpoint = %v found=%v err=%v, want %v", got, found, err, partial)
+	}
+	// The zombie can no longer commit, and the checkpoint stays.
+	if err := zombie.client.EndTransaction(ctx, kgo.TryCommit); err == nil {
+		t.Fatal("a fenced producer committed")
+	}
+	if got, _, _, err := next.ReadCheckpoint(ctx); err != nil || got != partial {
+		t.Fatalf("after the zombie's commit attempt: ReadCheckpoint = %v, %v; want %v", got, err, partial)
+	}
+}
+
+// Two slots sharing the checkpoint topic keep separate checkpoints.
+func TestCheckpointKeysAreSeparate(t *testing.T) {
+	broker := testenv.StartBroker(t).ListenAddrs()[0]
+	ctx := context.Background()
+	a := newProducer(t, broker, "tx-a")
+	a.cfg.CheckpointKey = "slot-a"
+	b := newProducer(t, broker, "tx-b")
+	b.cfg.CheckpointKey = "slot-b"
+	for _, p := range []*Producer{a, b} {
+		if err := p.Fence(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runUntil(t, a, checkpoint.Checkpoint{LSN: 0x100}, decode.Marker(0x100))
+	runUntil(t, b, checkpoint.Checkpoint{LSN: 0x900}, decode.Marker(0x900))
+	for p, want := range map[*Producer]checkpoint.Checkpoint{a: {LSN: 0x100}, b: {LSN: 0x900}} {
+		got, _, found, err := p.ReadCheckpoint(ctx)
+		if err != nil || !found || got != want {
+			t.Fatalf("%s: ReadCheckpoint = %v found=%v err=%v, want %v", p.cfg.CheckpointKey, got, found, err, want)
+		}
+	}
+}
