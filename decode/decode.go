@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -140,6 +141,7 @@ type Decoder struct {
 	tx      *Tx // open transaction, nil between transactions
 	skipTx  bool
 	ordinal uint64
+	vals    []value // reused by every INSERT; events keep only the bytes
 
 	// Skipped counts replayed events dropped because the checkpoint already
 	// covers them.
@@ -321,7 +323,8 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	// One copy per row: the replication connection reuses its read buffer,
 	// and every column of the event then aliases this copy.
 	buf := append([]byte(nil), data[8:]...)
-	vals, err := splitTuple(buf, int(binary.BigEndian.Uint16(data[6:])))
+	vals, err := splitTuple(d.vals[:0], buf, int(binary.BigEndian.Uint16(data[6:])))
+	d.vals = vals
 	if err != nil {
 		return nil, &Error{LSN: walStart, Table: rel.name, Reason: "decoding INSERT tuple", Err: err}
 	}
@@ -369,14 +372,15 @@ type value struct {
 	data []byte
 }
 
-// splitTuple splits pgoutput TupleData into its column values, aliasing buf.
-func splitTuple(buf []byte, n int) ([]value, error) {
-	vals := make([]value, n)
+// splitTuple appends the column values of pgoutput TupleData to vals,
+// aliasing buf.
+func splitTuple(vals []value, buf []byte, n int) ([]value, error) {
+	vals = slices.Grow(vals, n)[:n]
 	for i := range vals {
 		if len(buf) < 1 {
 			return nil, fmt.Errorf("column %d: tuple ends early", i)
 		}
-		vals[i].kind = buf[0]
+		vals[i] = value{kind: buf[0]} // no data left over from the last row
 		buf = buf[1:]
 		switch vals[i].kind {
 		case 'n', 'u':

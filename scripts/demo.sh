@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# make demo: a local Postgres, the local broker (kfake) and walstream, some
+# sample orders in a few transactions (one rolled back), and what a
+# read_committed consumer (kcat) then sees. Stops everything it started.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGPORT=${DEMO_PG_PORT:-55432}
+BROKER=${DEMO_BROKER:-127.0.0.1:59092}
+demo=$root/.demo
+say() { printf '\n== %s\n' "$*"; }
+
+if [ ! -x "$PGBIN/initdb" ] || ! command -v kcat >/dev/null || ! command -v psql >/dev/null; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "demo needs Postgres 15 server binaries in $PGBIN and kcat: apt-get install -y postgresql kcat" >&2
+    exit 1
+  fi
+  say "installing postgresql and kcat"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql kcat >/dev/null
+fi
+
+rm -rf "$demo" && mkdir -p "$demo/bin"
+say "building walstream and the local broker"
+go build -o "$demo/bin/walstream" ./cmd/walstream
+go build -o "$demo/bin/devbroker" ./cmd/devbroker
+
+# Postgres refuses to run as root: run it as the postgres user, in a folder
+# that user can reach.
+as_pg=()
+pgdir=$demo/pg
+if [ "$(id -u)" -eq 0 ]; then
+  as_pg=(runuser -u postgres --)
+  if ! runuser -u postgres -- test -x "$demo"; then pgdir=$(mktemp -d /tmp/walstream-demo-pg.XXXXXX); fi
+  mkdir -p "$pgdir" && chown postgres "$pgdir"
+fi
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  "${as_pg[@]}" "$PGBIN/pg_ctl" -D "$pgdir/data" stop -m fast -w >/dev/null 2>&1 || true
+  [ "$pgdir" = "$demo/pg" ] || rm -rf "$pgdir"
+}
+trap cleanup EXIT
+
+say "starting Postgres 15 on 127.0.0.1:$PGPORT (wal_level=logical)"
+"${as_pg[@]}" "$PGBIN/initdb" -D "$pgdir/data" -U postgres --auth=trust -E UTF8 >/dev/null
+"${as_pg[@]}" "$PGBIN/pg_ctl" -D "$pgdir/data" -l "$pgdir/log" -w start \
+  -o "-c listen_addresses=127.0.0.1 -p $PGPORT -k $pgdir -c wal_level=logical" >/dev/null
+url="postgres://postgres@127.0.0.1:$PGPORT/postgres?sslmode=disable"
+psql -q -X -v ON_ERROR_STOP=1 "$url" -f testdata/outbox.sql
+
+say "starting the local broker (kfake, a development stand-in for Kafka) on $BROKER"
+"$demo/bin/devbroker" -addr "$BROKER" -data-dir "$demo/kafka" >"$demo/broker.log" 2>&1 &
+pids+=($!)
+
+say "starting walstream (log: .demo/walstream.log)"
+WALSTREAM_PG_URL=$url WALSTREAM_KAFKA_BROKERS=$BROKER WALSTREAM_HTTP_ADDR= WALSTREAM_STATUS_INTERVAL=1s \
+  "$demo/bin/walstream" run >"$demo/walstream.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 300); do grep -q 'msg=streaming' "$demo/walstream.log" && break; sleep 0.1; done
+grep -q 'msg=streaming' "$demo/walstream.log" || { cat "$demo/walstream.log"; exit 1; }
+
+say "inserting sample orders: four transactions, the third (order o-9999) rolled back"
+psql -q -X -v ON_ERROR_STOP=1 "$url" -f testdata/demo-orders.sql
+end=$(psql -X -tA "$url" -c "SELECT pg_current_wal_insert_lsn()")
+
+# walstream confirms a position to Postgres only after Kafka committed it.
+for _ in $(seq 300); do
+  ok=$(psql -X -tA "$url" -c "SELECT confirmed_flush_lsn >= '$end' FROM pg_replication_slots WHERE slot_name = 'walstream'")
+  [ "$ok" = t ] && break
+  sleep 0.1
+done
+[ "$ok" = t ] || { echo "walstream did not confirm $end in 30s"; cat "$demo/walstream.log"; exit 1; }
+
+say "what a read_committed consumer sees (kcat)"
+for topic in outbox.event.Customer outbox.event.Order; do
+  kcat -b "$BROKER" -C -t "$topic" -o beginning -e -q -X isolation.level=read_committed \
+    -f 'topic=%t partition=%p offset=%o key=%k header %h\n    value=%s\n'
+done
+say "slot walstream confirmed up to $end; order o-9999 was rolled back and is not above"
