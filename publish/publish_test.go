@@ -100,7 +100,7 @@ func runUntil(t *testing.T, p *Producer, want checkpoint.Checkpoint, txs ...*dec
 // The checkpoint read back is the last committed one: records of an
 // aborted transaction, which a crashed instance leaves behind, are not.
 func TestCheckpointRoundTrip(t *testing.T) {
-	broker := testenv.StartBroker(t).ListenAddrs()[0]
+	broker := testenv.StartBroker(t).Addr
 	ctx := context.Background()
 	p := newProducer(t, broker, "tx-a")
 	if err := p.Fence(ctx); err != nil {
@@ -144,7 +144,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 
 // Two slots sharing the checkpoint topic keep separate checkpoints.
 func TestCheckpointKeysAreSeparate(t *testing.T) {
-	broker := testenv.StartBroker(t).ListenAddrs()[0]
+	broker := testenv.StartBroker(t).Addr
 	ctx := context.Background()
 	a := newProducer(t, broker, "tx-a")
 	a.cfg.CheckpointKey = "slot-a"

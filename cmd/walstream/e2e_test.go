@@ -12,11 +12,14 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/walstream/walstream/internal/testenv"
 )
 
@@ -51,13 +54,15 @@ const outboxDDL = `CREATE TABLE public.outbox (
 type env struct {
 	t      *testing.T
 	pg     *testenv.Postgres
+	kafka  *testenv.Broker
 	broker string
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{t: t, pg: testenv.StartPostgres(t)}
-	e.broker = testenv.StartBroker(t).ListenAddrs()[0]
+	e.kafka = testenv.StartBroker(t)
+	e.broker = e.kafka.Addr
 	e.pg.Exec("postgres", outboxDDL)
 	return e
 }
@@ -595,5 +600,69 @@ func TestSlotDroppedWhileStreaming(t *testing.T) {
 	wantAll(t, msg, `slot "walstream"`, "does not exist")
 	if e.confirmedLSN("walstream") != 0 {
 		t.Fatal("walstream recreated the dropped slot")
+	}
+}
+
+// TestSurvivesRestartsAndCuts: Postgres restarts (fast and immediate), a
+// terminated walsender, a failed Kafka commit and a broker restart, each
+// while rows keep coming. walstream reconnects by itself and every row
+// arrives once.
+func TestSurvivesRestartsAndCuts(t *testing.T) {
+	e := newEnv(t)
+	p := e.start([]string{"--max-batch-events", "200"}).streaming(t)
+	seq := 0
+	batch := func() {
+		for i := 0; i < 4; i++ {
+			e.insertTx("Order", 1+i*150, 17, &seq, false)
+		}
+	}
+	var refused atomic.Bool
+	faults := []struct {
+		name   string
+		inject func()
+	}{
+		{"postgres fast restart", func() {
+			if err := e.pg.Restart("fast"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"postgres immediate restart", func() {
+			if err := e.pg.Restart("immediate"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"walsender terminated", func() {
+			e.pg.Exec("postgres", "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walstream'")
+		}},
+		{"kafka commit refused", func() {
+			e.kafka.Cluster().ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				r := req.(*kmsg.EndTxnRequest)
+				if !r.Commit {
+					return nil, nil, false
+				}
+				refused.Store(true)
+				resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+				resp.ErrorCode = kerr.InvalidTxnState.Code
+				return resp, nil, true
+			})
+		}},
+		{"broker restart", e.kafka.Restart},
+	}
+	for _, f := range faults {
+		batch()
+		f.inject()
+		batch()
+		e.waitConfirmed("walstream", e.currentLSN(), 90*time.Second, p)
+		t.Logf("%s: %d rows so far", f.name, seq)
+	}
+	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
+	log := p.Log()
+	for _, peer := range []string{"postgres", "kafka"} {
+		if !regexpFind(`msg="session ended, restarting from the checkpoint" slot=walstream peer=`+peer, log) {
+			t.Errorf("no session restart attributed to %s:\n%s", peer, grepLines(log, "session ended"))
+		}
+	}
+	if !refused.Load() {
+		t.Error("the injected EndTxn refusal never ran")
 	}
 }

@@ -1,24 +1,79 @@
 package testenv
 
 import (
+	"os"
+	"sync"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-// StartBroker starts an in-process kfake broker on loopback with topic
-// auto-creation, closed at the end of the test.
-func StartBroker(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
+// Broker is an in-process kfake broker on loopback, with topic
+// auto-creation and state persisted in a directory, so that Restart keeps
+// topics, offsets and transactions as a real broker restart would.
+type Broker struct {
+	Addr string
+	t    testing.TB
+	opts []kfake.Opt
+	mu   sync.Mutex
+	c    *kfake.Cluster
+}
+
+// StartBroker starts a broker, closed at the end of the test.
+func StartBroker(t testing.TB, opts ...kfake.Opt) *Broker {
 	t.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{
+	dir, err := os.MkdirTemp("", "walstream-kfake-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	b := &Broker{t: t, opts: append([]kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.Ports(FreePort(t)),
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(3),
-	}, opts...)...)
+		kfake.DataDir(dir),
+	}, opts...)}
+	b.start()
+	b.Addr = b.c.ListenAddrs()[0]
+	t.Cleanup(b.Stop)
+	return b
+}
+
+func (b *Broker) start() {
+	b.t.Helper()
+	c, err := kfake.NewCluster(b.opts...)
 	if err != nil {
-		unavailable(t, "starting kfake broker: %v", err)
+		unavailable(b.t, "starting kfake broker: %v", err)
 	}
-	t.Cleanup(c.Close)
-	return c
+	b.mu.Lock()
+	b.c = c
+	b.mu.Unlock()
+}
+
+// Cluster is the running kfake cluster, for fault injection with its
+// Control functions.
+func (b *Broker) Cluster() *kfake.Cluster {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.c
+}
+
+// Stop closes the broker; its state stays on disk.
+func (b *Broker) Stop() {
+	b.mu.Lock()
+	c := b.c
+	b.c = nil
+	b.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// Restart stops the broker and starts it again on the same port from its
+// persisted state.
+func (b *Broker) Restart() {
+	b.t.Helper()
+	b.Stop()
+	b.start()
 }
