@@ -5,18 +5,22 @@ LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build test demo bench fuzz lint
+.PHONY: build deps test demo bench fuzz lint
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/walstream ./cmd/walstream
 	$(GO) build -o bin/devbroker ./cmd/devbroker
 
+# Postgres 15 and kcat from Debian, when missing and run as root.
+deps:
+	bash scripts/deps.sh
+
 # Unit and integration tests, with the race detector. Integration tests start
 # their own Postgres 15 and broker; with CI set they fail if those cannot start.
-test:
+test: deps
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-demo:
+demo: deps
 	bash scripts/demo.sh
 
 bench:

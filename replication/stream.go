@@ -223,6 +223,13 @@ func (s *Stream) Close(ctx context.Context, pos confirmer) error {
 	return err
 }
 
+// SlotInUse reports whether err says that another client is streaming the
+// slot, which is what a standby instance sees.
+func SlotInUse(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55006" // object_in_use
+}
+
 // Transient reports whether a Postgres error may go away by reconnecting:
 // the network, a server restart or shutdown, a terminated walsender, or a
 // slot held by another walstream (a standby waits for it).

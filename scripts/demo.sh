@@ -11,13 +11,10 @@ BROKER=${DEMO_BROKER:-127.0.0.1:59092}
 demo=$root/.demo
 say() { printf '\n== %s\n' "$*"; }
 
+bash scripts/deps.sh
 if [ ! -x "$PGBIN/initdb" ] || ! command -v kcat >/dev/null || ! command -v psql >/dev/null; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "demo needs Postgres 15 server binaries in $PGBIN and kcat: apt-get install -y postgresql kcat" >&2
-    exit 1
-  fi
-  say "installing postgresql and kcat"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql kcat >/dev/null
+  echo "demo needs Postgres 15 server binaries in $PGBIN, psql and kcat: apt-get install -y postgresql kcat" >&2
+  exit 1
 fi
 
 rm -rf "$demo" && mkdir -p "$demo/bin"

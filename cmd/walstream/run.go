@@ -41,8 +41,11 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics{repl: replication.NewMetrics(reg), pub: publish.NewMetrics(reg),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "walstream_session_restarts_total", Help: "Sessions restarted after a transient error, by the peer that failed."}, []string{"peer"})}
-	reg.MustRegister(m.restarts)
+			Name: "walstream_session_restarts_total", Help: "Sessions restarted after a transient error, by the peer that failed."}, []string{"peer"}),
+		standby: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walstream_standby", Help: "1 while another instance streams the slot and this one waits for it."}),
+	}
+	reg.MustRegister(m.restarts, m.standby)
 	stopHTTP, err := serveHTTP(cfg.HTTPAddr, reg, log)
 	if err != nil {
 		return err
@@ -52,6 +55,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 500*time.Millisecond, 30*time.Second, 0
 	s := &session{cfg: cfg, pgCfg: pgCfg, log: log, metrics: m, hook: crashHook()}
+	var standbyLogged time.Time
 	for {
 		streamed, err := s.run(ctx)
 		if ctx.Err() != nil {
@@ -60,14 +64,28 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 		}
 		if streamed {
 			b.Reset()
+			standbyLogged = time.Time{}
 		}
 		peer, transient := classify(err)
 		if !transient {
 			return err
 		}
-		m.restarts.WithLabelValues(peer).Inc()
-		wait := b.NextBackOff()
-		log.Warn("session ended, restarting from the checkpoint", "peer", peer, "err", err, "backoff", wait.Round(time.Millisecond))
+		var wait time.Duration
+		if replication.SlotInUse(err) {
+			// A standby polls the slot at a steady pace so that it takes
+			// over within a second or two, and says so once a minute.
+			m.standby.Set(1)
+			wait = standbyPoll
+			if time.Since(standbyLogged) >= time.Minute {
+				log.Info("standby: another instance streams the slot; waiting for it", "err", err)
+				standbyLogged = time.Now()
+			}
+		} else {
+			m.standby.Set(0)
+			m.restarts.WithLabelValues(peer).Inc()
+			wait = b.NextBackOff()
+			log.Warn("session ended, restarting from the checkpoint", "peer", peer, "err", err, "backoff", wait.Round(time.Millisecond))
+		}
 		select {
 		case <-ctx.Done():
 			log.Info("stopped")
@@ -98,7 +116,11 @@ type metrics struct {
 	repl     *replication.Metrics
 	pub      *publish.Metrics
 	restarts *prometheus.CounterVec
+	standby  prometheus.Gauge
 }
+
+// standbyPoll is how often a standby tries to take the slot.
+const standbyPoll = time.Second
 
 // session is one attempt at streaming: connections, producer and pipeline.
 type session struct {
@@ -169,6 +191,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	}, cp)
 	q := publish.NewQueue(int64(cfg.QueueBytes))
 	s.started = true
+	s.metrics.standby.Set(0)
 	s.log.Info("streaming", "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())
 
 	g, gctx := errgroup.WithContext(ctx)
