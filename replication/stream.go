@@ -37,6 +37,10 @@ type StreamConfig struct {
 	StatusInterval time.Duration
 	// MarkerInterval rate-limits position markers sent while idle.
 	MarkerInterval time.Duration
+	// Hook, if not nil, is called with "mid-transaction" after each
+	// message decoded inside an open transaction, so that tests can crash
+	// the process there.
+	Hook func(point string)
 }
 
 // Stream is one replication connection streaming a slot. It is used from
@@ -176,6 +180,9 @@ func (s *Stream) handle(ctx context.Context, data []byte, dec *decode.Decoder, p
 		tx, err := dec.Decode(x.WALStart, x.WALData)
 		if err != nil {
 			return nil, fmt.Errorf("slot %s: %w", s.cfg.Names.Slot, err)
+		}
+		if s.cfg.Hook != nil && dec.InTx() {
+			s.cfg.Hook("mid-transaction")
 		}
 		return tx, nil
 	}

@@ -17,6 +17,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
+// advertised is a listener that reports another address: kfake tells
+// clients to connect to its listener's Addr.
+type advertised struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (a advertised) Addr() net.Addr { return a.addr }
+
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "devbroker:", err)
@@ -28,6 +37,7 @@ func run() error {
 	addr := flag.String("addr", "127.0.0.1:9092", "listen address")
 	dataDir := flag.String("data-dir", "", "persist topics, offsets and transactions here (empty: memory only)")
 	partitions := flag.Int("partitions", 3, "partitions of auto-created topics")
+	advertise := flag.String("advertise", "", "host:port clients are told to connect to (default: -addr); lets a proxy sit in front")
 	flag.Parse()
 
 	host, port, err := net.SplitHostPort(*addr)
@@ -41,7 +51,16 @@ func run() error {
 	opts := []kfake.Opt{
 		kfake.Ports(p),
 		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, net.JoinHostPort(host, port))
+			ln, err := net.Listen(network, net.JoinHostPort(host, port))
+			if err != nil || *advertise == "" {
+				return ln, err
+			}
+			adv, err := net.ResolveTCPAddr("tcp", *advertise)
+			if err != nil {
+				ln.Close()
+				return nil, fmt.Errorf("-advertise %q: %w", *advertise, err)
+			}
+			return advertised{ln, adv}, nil
 		}),
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(*partitions),

@@ -10,10 +10,12 @@ import (
 	"syscall"
 )
 
-// crashHook kills the process with SIGKILL at a named point of the Kafka
-// commit, for crash tests. WALSTREAM_CRASH_AT=after-commit:3 crashes the
-// third time the point is reached. Only builds tagged walstream_faults
-// have it.
+// crashHook kills the process with SIGKILL at a named point, for crash
+// tests: after-produce, before-commit and after-commit (of a Kafka
+// transaction, before Postgres hears of it) and mid-transaction (after a
+// message decoded inside a Postgres transaction).
+// WALSTREAM_CRASH_AT=after-commit:3 crashes the third time the point is
+// reached. Only builds tagged walstream_faults have it.
 func crashHook() func(string) {
 	spec := os.Getenv("WALSTREAM_CRASH_AT")
 	if spec == "" {

@@ -149,7 +149,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{
-		Names: names, StatusInterval: cfg.StatusInterval, MarkerInterval: time.Second,
+		Names: names, StatusInterval: cfg.StatusInterval, MarkerInterval: time.Second, Hook: s.hook,
 	}, s.log, s.metrics.repl)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
