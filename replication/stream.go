@@ -54,6 +54,8 @@ type Stream struct {
 	lastMarker   pglogrepl.LSN
 	lastMarkerAt time.Time
 	confirmed    pglogrepl.LSN
+	skipped      uint64 // dec.Skipped already counted
+	replaying    bool   // skipping replays the checkpoint covers
 }
 
 // Dial opens a replication connection (replication=database).
@@ -184,9 +186,24 @@ func (s *Stream) handle(ctx context.Context, data []byte, dec *decode.Decoder, p
 		if s.cfg.Hook != nil && dec.InTx() {
 			s.cfg.Hook("mid-transaction")
 		}
+		s.countSkipped(dec, tx)
 		return tx, nil
 	}
 	return nil, fmt.Errorf("slot %s: unknown replication message %q", s.cfg.Names.Slot, data[0])
+}
+
+// countSkipped counts replayed events the decoder dropped and logs once,
+// when the replay reaches events Kafka does not have yet.
+func (s *Stream) countSkipped(dec *decode.Decoder, tx *decode.Tx) {
+	if d := dec.Skipped - s.skipped; d > 0 {
+		s.skipped = dec.Skipped
+		s.replaying = true
+		s.metrics.skippedReplays(d)
+	}
+	if s.replaying && tx != nil && len(tx.Events) > 0 {
+		s.replaying = false
+		s.log.Info("replay caught up with the checkpoint", "replayed_events_skipped", s.skipped, "first_new_commit_lsn", tx.CommitLSN.String())
+	}
 }
 
 // sendStatus confirms what Kafka has committed. Write, flush and apply are
@@ -266,6 +283,7 @@ func Transient(err error) bool {
 // Metrics are the replication loop's Prometheus metrics.
 type Metrics struct {
 	receivedLSN, confirmedLSN prometheus.Gauge
+	skipped                   prometheus.Counter
 }
 
 // NewMetrics registers the replication metrics on reg.
@@ -275,9 +293,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "walstream_received_lsn", Help: "Start of the last WAL message received, as a byte offset."}),
 		confirmedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walstream_confirmed_lsn", Help: "Last flush position confirmed to Postgres, as a byte offset."}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walstream_replayed_events_skipped_total", Help: "Replayed events dropped because the checkpoint in Kafka already covers them."}),
 	}
-	reg.MustRegister(m.receivedLSN, m.confirmedLSN)
+	reg.MustRegister(m.receivedLSN, m.confirmedLSN, m.skipped)
 	return m
+}
+
+func (m *Metrics) skippedReplays(n uint64) {
+	if m != nil {
+		m.skipped.Add(float64(n))
+	}
 }
 
 func (m *Metrics) received(lsn pglogrepl.LSN) {
