@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/walstream/walstream/checkpoint"
@@ -47,6 +48,9 @@ type Config struct {
 	// as a part.
 	MaxPartEvents int
 	MaxPartBytes  int
+	// DeadLetter hands bad rows on as events with Bad set instead of
+	// failing on them.
+	DeadLetter bool
 }
 
 // Event is one outbox row. Its byte slices alias a buffer owned by the
@@ -55,13 +59,17 @@ type Event struct {
 	// Ordinal is the event's 1-based position among its transaction's
 	// outbox events; with the commit LSN it names the event on the stream.
 	Ordinal uint64
-	// LSN is where the INSERT sits in WAL, for error messages.
+	// LSN and Table say where the INSERT came from, for error messages.
 	LSN           pglogrepl.LSN
+	Table         string
 	ID            []byte
 	AggregateType []byte
 	AggregateID   []byte
 	Type          []byte // nil when the table has no type column or it is NULL
 	Payload       []byte
+	// Bad, set only in dead-letter mode, says why the row cannot become a
+	// record; the columns above are then whatever the row had.
+	Bad *Error
 }
 
 // Size is the event's payload and key bytes, the measure batches are
@@ -331,31 +339,9 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if len(vals) != rel.columns {
 		return nil, &Error{LSN: walStart, Table: rel.name, Reason: fmt.Sprintf("INSERT has %d columns, the Relation message %d", len(vals), rel.columns)}
 	}
-	ev := Event{Ordinal: d.ordinal, LSN: walStart}
-	ev.ID = vals[rel.id].data
-	bad := func(col, reason string) *Error {
-		return &Error{LSN: walStart, Table: rel.name, EventID: string(ev.ID), Column: col, Reason: reason}
-	}
-	if vals[rel.id].kind != 't' {
-		return nil, bad(d.cfg.Columns.ID, "event id is NULL")
-	}
-	if ev.AggregateType = vals[rel.aggType].data; vals[rel.aggType].kind != 't' || len(ev.AggregateType) == 0 {
-		return nil, bad(d.cfg.Columns.AggregateType, "aggregate type is NULL or empty: no topic can be derived")
-	}
-	if ev.AggregateID = vals[rel.aggID].data; vals[rel.aggID].kind != 't' {
-		return nil, bad(d.cfg.Columns.AggregateID, "aggregate id is NULL: the record would have no key")
-	}
-	if rel.typ >= 0 && vals[rel.typ].kind == 't' {
-		ev.Type = vals[rel.typ].data
-	}
-	if vals[rel.payload].kind != 't' {
-		return nil, bad(d.cfg.Columns.Payload, "payload is NULL")
-	}
-	ev.Payload = vals[rel.payload].data
-	if rel.payloadBytea {
-		if ev.Payload, err = unhexBytea(ev.Payload); err != nil {
-			return nil, &Error{LSN: walStart, Table: rel.name, EventID: string(ev.ID), Column: d.cfg.Columns.Payload, Reason: "decoding bytea", Err: err}
-		}
+	ev := d.event(rel, walStart, vals)
+	if ev.Bad != nil && !d.cfg.DeadLetter {
+		return nil, ev.Bad
 	}
 	d.tx.Events = append(d.tx.Events, ev)
 	d.tx.Bytes += ev.Size()
@@ -365,6 +351,46 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	part := d.tx
 	d.tx = &Tx{Xid: part.Xid, CommitLSN: part.CommitLSN, CommitTime: part.CommitTime}
 	return part, nil
+}
+
+// event maps an outbox row to an event. A row that cannot become a record
+// still yields an event, with every column it has and Bad saying why.
+func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Event {
+	col := func(i int) []byte {
+		if i < 0 || vals[i].kind != 't' {
+			return nil
+		}
+		return vals[i].data
+	}
+	ev := Event{Ordinal: d.ordinal, LSN: walStart, Table: rel.name, ID: col(rel.id), AggregateType: col(rel.aggType),
+		AggregateID: col(rel.aggID), Type: col(rel.typ), Payload: col(rel.payload)}
+	bad := func(column, reason string, err error) Event {
+		ev.Bad = &Error{LSN: walStart, Table: rel.name, EventID: string(ev.ID), Column: column, Reason: reason, Err: err}
+		return ev
+	}
+	cols := d.cfg.Columns
+	switch {
+	case ev.ID == nil:
+		return bad(cols.ID, "event id is NULL", nil)
+	case !utf8.Valid(ev.ID):
+		return bad(cols.ID, "event id is not valid UTF-8", nil)
+	case len(ev.AggregateType) == 0:
+		return bad(cols.AggregateType, "aggregate type is NULL or empty: no topic can be derived", nil)
+	case ev.AggregateID == nil:
+		return bad(cols.AggregateID, "aggregate id is NULL: the record would have no key", nil)
+	case !utf8.Valid(ev.AggregateID):
+		return bad(cols.AggregateID, "aggregate id is not valid UTF-8", nil)
+	case ev.Payload == nil:
+		return bad(cols.Payload, "payload is NULL", nil)
+	}
+	if rel.payloadBytea {
+		raw, err := unhexBytea(ev.Payload)
+		if err != nil {
+			return bad(cols.Payload, "decoding bytea", err)
+		}
+		ev.Payload = raw
+	}
+	return ev
 }
 
 type value struct {

@@ -42,6 +42,12 @@ type Config struct {
 	IdleInterval time.Duration
 	// CommitTimeout bounds flushing and committing one Kafka transaction.
 	CommitTimeout time.Duration
+	// MaxRecordBytes is the largest record walstream sends; a larger one is
+	// bad input. Keep it at or under the topics' max.message.bytes.
+	MaxRecordBytes int
+	// DeadLetterTopic, when set, receives events that cannot be published,
+	// in the same Kafka transaction; when empty, such an event is an error.
+	DeadLetterTopic string
 }
 
 // ErrFenced means another producer with the same transactional id took
@@ -55,14 +61,17 @@ var ErrAuthorization = errors.New("not authorized by the Kafka cluster")
 type RecordError struct {
 	Topic   string
 	EventID string // empty for the checkpoint record
-	Err     error
+	// LSN and Table say where the event came from.
+	LSN   pglogrepl.LSN
+	Table string
+	Err   error
 }
 
 func (e *RecordError) Error() string {
 	if e.EventID == "" {
 		return fmt.Sprintf("producing checkpoint to topic %s: %v", e.Topic, e.Err)
 	}
-	return fmt.Sprintf("producing event id %s to topic %s: %v", e.EventID, e.Topic, e.Err)
+	return fmt.Sprintf("at LSN %s, table %s, event id %s: producing to topic %s: %v", e.LSN, e.Table, e.EventID, e.Topic, e.Err)
 }
 
 func (e *RecordError) Unwrap() error { return e.Err }
@@ -87,6 +96,8 @@ type Producer struct {
 	inTxn    bool
 	records  int
 	bytes    int
+	dead     int          // dead letters in the open transaction
+	batch    []*decode.Tx // what the open transaction holds, to name a refused event
 	started  time.Time             // when the open Kafka transaction got its first event
 	pos      checkpoint.Checkpoint // position once the open batch commits
 	done     checkpoint.Checkpoint // last committed position
@@ -122,6 +133,8 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string), connOpts .
 		kgo.AllowAutoTopicCreation(),
 		kgo.RecordDeliveryTimeout(cfg.CommitTimeout),
 		kgo.MaxBufferedBytes(2*cfg.MaxBatchBytes),
+		// Room for one record of MaxRecordBytes with its batch overhead.
+		kgo.ProducerBatchMaxBytes(int32(max(1_000_012, cfg.MaxRecordBytes+16<<10))),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
@@ -211,10 +224,15 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 			p.started = time.Now()
 		}
 		for i := range tx.Events {
-			p.client.Produce(ctx, p.router.Record(&tx.Events[i]), p.promise)
+			rec, err := p.record(&tx.Events[i])
+			if err != nil {
+				return err
+			}
+			p.client.Produce(ctx, rec, p.promise)
 		}
 		p.records += n
 		p.bytes += tx.Bytes
+		p.batch = append(p.batch, tx)
 		if !tx.Final {
 			p.pos = checkpoint.Checkpoint{LSN: p.pos.LSN, PartialCommitLSN: tx.CommitLSN, Ordinal: tx.Events[n-1].Ordinal}
 		}
@@ -226,6 +244,32 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 		return p.flush(ctx)
 	}
 	return nil
+}
+
+// record returns the event's record, or its dead letter when the event
+// cannot be published: a bad row, a topic name Kafka rejects, a record over
+// MaxRecordBytes. Without a dead-letter topic that is an error naming the
+// event.
+func (p *Producer) record(ev *decode.Event) (*kgo.Record, error) {
+	bad := ev.Bad
+	if bad == nil {
+		rec := p.router.Record(ev)
+		if err := ValidTopic(rec.Topic); err != nil {
+			bad = &decode.Error{Reason: "no valid topic for the aggregate type", Err: err}
+		} else if n := recordSize(rec); n > p.cfg.MaxRecordBytes {
+			bad = &decode.Error{Reason: fmt.Sprintf("the record is %d bytes, over the %d bytes of --max-record-bytes", n, p.cfg.MaxRecordBytes)}
+		} else {
+			return rec, nil
+		}
+		bad.LSN, bad.Table, bad.EventID = ev.LSN, ev.Table, string(ev.ID)
+	}
+	if p.cfg.DeadLetterTopic == "" {
+		return nil, bad
+	}
+	p.log.Warn("dead-lettering event", "lsn", ev.LSN.String(), "event_id", string(ev.ID), "table", ev.Table,
+		"column", bad.Column, "reason", bad.Reason, "topic", p.cfg.DeadLetterTopic)
+	p.dead++
+	return deadLetter(p.cfg.DeadLetterTopic, ev, bad, p.cfg.MaxRecordBytes), nil
 }
 
 func (p *Producer) begin() error {
@@ -262,7 +306,7 @@ func (p *Producer) flush(ctx context.Context) error {
 		return p.classify(fmt.Errorf("flushing Kafka transaction for checkpoint %s: %w", p.pos, err))
 	}
 	if err := p.takeProduceErr(); err != nil {
-		return p.classify(err)
+		return p.classify(p.locate(err))
 	}
 	p.hook("before-commit")
 	if err := p.client.EndTransaction(cctx, kgo.TryCommit); err != nil {
@@ -273,10 +317,29 @@ func (p *Producer) flush(ctx context.Context) error {
 	if err := p.tracker.Committed(p.pos); err != nil {
 		return err
 	}
-	p.metrics.committed(p.records, p.bytes, time.Since(start), p.pos.LSN)
+	p.metrics.committed(p.records-p.dead, p.dead, p.bytes, time.Since(start), p.pos.LSN)
 	p.done, p.lastDone = p.pos, time.Now()
-	p.records, p.bytes = 0, 0
+	p.records, p.bytes, p.dead = 0, 0, 0
+	clear(p.batch)
+	p.batch = p.batch[:0]
 	return nil
+}
+
+// locate fills in where a refused event came from.
+func (p *Producer) locate(err error) error {
+	var re *RecordError
+	if !errors.As(err, &re) || re.EventID == "" {
+		return err
+	}
+	for _, tx := range p.batch {
+		for i := range tx.Events {
+			if ev := &tx.Events[i]; string(ev.ID) == re.EventID {
+				re.LSN, re.Table = ev.LSN, ev.Table
+				return err
+			}
+		}
+	}
+	return err
 }
 
 func (p *Producer) onProduced(r *kgo.Record, err error) {
@@ -320,7 +383,9 @@ func (p *Producer) abort(ctx context.Context) {
 	if err != nil {
 		p.log.Warn("aborting Kafka transaction", "err", err)
 	}
-	p.records, p.bytes, p.pos = 0, 0, p.done
+	p.records, p.bytes, p.dead, p.pos = 0, 0, 0, p.done
+	clear(p.batch)
+	p.batch = p.batch[:0]
 }
 
 // classify marks errors that no retry can fix.
@@ -362,6 +427,7 @@ type Metrics struct {
 	transactions *prometheus.CounterVec
 	commitTime   prometheus.Histogram
 	committedLSN prometheus.Gauge
+	deadLetters  prometheus.Counter
 }
 
 // NewMetrics registers the producer's metrics on reg.
@@ -378,16 +444,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		committedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walstream_committed_lsn", Help: "Position committed in Kafka, as a WAL byte offset."}),
+		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walstream_dead_lettered_total", Help: "Events committed to the dead-letter topic instead of their own."}),
 	}
-	reg.MustRegister(m.events, m.bytes, m.transactions, m.commitTime, m.committedLSN)
+	reg.MustRegister(m.events, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters)
 	return m
 }
 
-func (m *Metrics) committed(events, bytes int, d time.Duration, lsn pglogrepl.LSN) {
+func (m *Metrics) committed(events, dead, bytes int, d time.Duration, lsn pglogrepl.LSN) {
 	if m == nil {
 		return
 	}
 	m.events.Add(float64(events))
+	m.deadLetters.Add(float64(dead))
 	m.bytes.Add(float64(bytes))
 	m.transactions.WithLabelValues("committed").Inc()
 	m.commitTime.Observe(d.Seconds())

@@ -30,6 +30,14 @@ const (
 	DefaultStatusInterval  = 10 * time.Second
 	DefaultIdleInterval    = 10 * time.Second
 	DefaultCommitTimeout   = 30 * time.Second
+	DefaultDeadLetterTopic = "walstream.dlq"
+	DefaultMaxRecordBytes  = 1_000_000
+)
+
+// Policies for rows that cannot become records (--on-error).
+const (
+	OnErrorFail       = "fail"
+	OnErrorDeadLetter = "dead-letter"
 )
 
 // Config is everything `walstream run` is told.
@@ -52,6 +60,9 @@ type Config struct {
 	StatusInterval  time.Duration
 	IdleInterval    time.Duration
 	CommitTimeout   time.Duration
+	OnError         string
+	DeadLetterTopic string
+	MaxRecordBytes  int
 	HTTPAddr        string
 	LogLevel        string
 	LogFormat       string
@@ -96,6 +107,9 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	dur(&c.StatusInterval, "status-interval", DefaultStatusInterval, "interval of standby status updates to Postgres")
 	dur(&c.IdleInterval, "idle-interval", DefaultIdleInterval, "minimum interval of checkpoint-only transactions while the outbox is idle")
 	dur(&c.CommitTimeout, "commit-timeout", DefaultCommitTimeout, "limit on flushing and committing one Kafka transaction")
+	str(&c.OnError, "on-error", OnErrorFail, "a row that cannot become a record: fail (stop, confirm nothing past it) or dead-letter (write it to --dlq-topic and go on)")
+	str(&c.DeadLetterTopic, "dlq-topic", DefaultDeadLetterTopic, "dead-letter topic, with --on-error=dead-letter")
+	num(&c.MaxRecordBytes, "max-record-bytes", DefaultMaxRecordBytes, "largest record to send; keep it within the topics' max.message.bytes")
 	str(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "listen address for /metrics and /healthz; empty disables, port 0 picks one")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")
@@ -173,6 +187,17 @@ func (c *Config) Validate() error {
 	if c.MaxBatchBytes < 1 {
 		bad("max-batch-bytes", "must be at least 1, got %d", c.MaxBatchBytes)
 	}
+	if c.OnError != OnErrorFail && c.OnError != OnErrorDeadLetter {
+		bad("on-error", "%q is not %s or %s", c.OnError, OnErrorFail, OnErrorDeadLetter)
+	}
+	if c.OnError == OnErrorDeadLetter {
+		if err := publish.ValidTopic(c.DeadLetterTopic); err != nil {
+			bad("dlq-topic", "%v", err)
+		}
+	}
+	if c.MaxRecordBytes < 1 {
+		bad("max-record-bytes", "must be at least 1, got %d", c.MaxRecordBytes)
+	}
 	if c.QueueBytes < 1 {
 		bad("queue-bytes", "must be at least 1, got %d", c.QueueBytes)
 	}
@@ -205,6 +230,14 @@ func (c *Config) brokers() []string {
 		}
 	}
 	return bs
+}
+
+// deadLetterTopic is the DLQ topic, or empty when bad rows are fatal.
+func (c *Config) deadLetterTopic() string {
+	if c.OnError == OnErrorDeadLetter {
+		return c.DeadLetterTopic
+	}
+	return ""
 }
 
 func (c *Config) names() replication.Names {

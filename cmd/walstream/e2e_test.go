@@ -566,14 +566,14 @@ func TestBadRowStops(t *testing.T) {
 	seq := 0
 	e.insertTx("Order", 3, 2, &seq, false)
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
-	good := e.confirmedLSN("walstream")
 	e.pg.Exec("postgres", `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
 		VALUES ('00000000-0000-0000-0000-0000000000aa', NULL, 'a-1', 'Created', '{"seq": 99}')`)
+	after := e.currentLSN()
 	msg := exitMessage(t, p)
 	wantAll(t, msg, "at LSN 0/", `table public.outbox`, "event id 00000000-0000-0000-0000-0000000000aa",
 		"column aggregatetype", "NULL or empty")
-	if got := e.confirmedLSN("walstream"); got != good {
-		t.Fatalf("confirmed_flush_lsn moved from %s to %s past a row that was not delivered", good, got)
+	if got := e.confirmedLSN("walstream"); got >= after {
+		t.Fatalf("confirmed_flush_lsn %s reached %s, past a row that was not delivered", got, after)
 	}
 }
 

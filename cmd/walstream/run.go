@@ -171,6 +171,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		CheckpointTopic: cfg.CheckpointTopic, CheckpointKey: cfg.CheckpointKey, Slot: cfg.Slot,
 		TopicTemplate: cfg.TopicTemplate, MaxBatchEvents: cfg.MaxBatchEvents, MaxBatchBytes: cfg.MaxBatchBytes,
 		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
+		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.deadLetterTopic(),
 	}, s.log, s.metrics.pub, s.hook)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
@@ -188,6 +189,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	dec := decode.New(decode.Config{
 		Schema: names.Schema, Table: names.Table,
 		MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
+		DeadLetter: cfg.OnError == OnErrorDeadLetter,
 	}, cp)
 	q := publish.NewQueue(int64(cfg.QueueBytes))
 	s.started = true
