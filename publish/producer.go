@@ -96,8 +96,8 @@ type Producer struct {
 	inTxn    bool
 	records  int
 	bytes    int
-	dead     int          // dead letters in the open transaction
-	batch    []*decode.Tx // what the open transaction holds, to name a refused event
+	dead     int                   // dead letters in the open transaction
+	batch    []*decode.Tx          // what the open transaction holds, to name a refused event
 	started  time.Time             // when the open Kafka transaction got its first event
 	pos      checkpoint.Checkpoint // position once the open batch commits
 	done     checkpoint.Checkpoint // last committed position
