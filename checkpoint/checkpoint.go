@@ -110,8 +110,9 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 }
 
 // Tracker holds the position committed in Kafka and the position confirmed
-// to Postgres. The publisher reports commits and the replication loop asks
-// what to confirm, from different goroutines.
+// to Postgres, and the times behind walstream's lag metrics. The publisher
+// reports commits and the replication loop reports what it received and
+// asks what to confirm, from different goroutines.
 type Tracker struct {
 	mu sync.Mutex
 	// committed only moves forward; it is what Kafka holds.
@@ -119,6 +120,12 @@ type Tracker struct {
 	// confirmed only moves forward and never passes committed.LSN, except
 	// that it starts at the slot's own confirmed_flush_lsn.
 	confirmed pglogrepl.LSN
+
+	received     pglogrepl.LSN // commit LSN of the newest transaction handed on
+	pending      bool          // received transactions not yet in Kafka
+	pendingSince time.Time     // Postgres commit time lag is measured from
+	lastEvent    time.Time     // when events were last committed to Kafka
+	lastConfirm  time.Time     // when a position was last confirmed
 }
 
 // NewTracker starts from the checkpoint read from Kafka and the slot's
@@ -127,16 +134,37 @@ func NewTracker(committed Checkpoint, slotConfirmed pglogrepl.LSN) *Tracker {
 	return &Tracker{committed: committed, confirmed: slotConfirmed}
 }
 
-// Committed records that Kafka committed the transaction holding cp.
+// Received records a transaction (or part) with events handed to the
+// publisher.
+func (t *Tracker) Received(commitLSN pglogrepl.LSN, commitTime time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.pending {
+		t.pending, t.pendingSince = true, commitTime
+	}
+	t.received = max(t.received, commitLSN)
+}
+
+// Committed records that Kafka committed the transaction holding cp, with
+// events events of which the newest was committed in Postgres at newest.
 // A checkpoint behind the current one is an error in the caller and is
 // refused rather than allowed to move the position backwards.
-func (t *Tracker) Committed(cp Checkpoint) error {
+func (t *Tracker) Committed(cp Checkpoint, events int, newest time.Time) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if cp.Less(t.committed) {
 		return fmt.Errorf("checkpoint %s is behind the committed checkpoint %s", cp, t.committed)
 	}
 	t.committed = cp
+	if events > 0 {
+		t.lastEvent = time.Now()
+		if t.pending {
+			t.pendingSince = newest
+		}
+	}
+	if t.received < cp.LSN {
+		t.pending = false
+	}
 	return nil
 }
 
@@ -148,6 +176,9 @@ func (t *Tracker) Confirm() pglogrepl.LSN {
 	if t.committed.LSN > t.confirmed {
 		t.confirmed = t.committed.LSN
 	}
+	if t.confirmed != 0 {
+		t.lastConfirm = time.Now()
+	}
 	return t.confirmed
 }
 
@@ -156,4 +187,25 @@ func (t *Tracker) Positions() (committed Checkpoint, confirmed pglogrepl.LSN) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.committed, t.confirmed
+}
+
+// Status is what the lag metrics and readiness report.
+type Status struct {
+	// Lag: while transactions wait for Kafka, now minus the Postgres commit
+	// time of the newest one published (or of the first one waiting, when
+	// none was published since); 0 when idle and caught up.
+	Lag         time.Duration
+	LastEvent   time.Time // zero until events were published
+	LastConfirm time.Time
+}
+
+// Status reports the lag and times as of now.
+func (t *Tracker) Status(now time.Time) Status {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := Status{LastEvent: t.lastEvent, LastConfirm: t.lastConfirm}
+	if t.pending {
+		st.Lag = max(now.Sub(t.pendingSince), 0)
+	}
+	return st
 }

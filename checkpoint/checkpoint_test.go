@@ -58,10 +58,10 @@ func TestTrackerRefusesRegression(t *testing.T) {
 	if got := tr.Confirm(); got != 100 {
 		t.Fatalf("Confirm() = %s, want the committed 0/64", got)
 	}
-	if err := tr.Committed(Checkpoint{LSN: 90}); err == nil {
+	if err := tr.Committed(Checkpoint{LSN: 90}, 0, time.Time{}); err == nil {
 		t.Fatal("Committed accepted a checkpoint behind the committed one")
 	}
-	if err := tr.Committed(Checkpoint{LSN: 100, PartialCommitLSN: 120, Ordinal: 2}); err != nil {
+	if err := tr.Committed(Checkpoint{LSN: 100, PartialCommitLSN: 120, Ordinal: 2}, 0, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := tr.Confirm(); got != 100 {
@@ -165,7 +165,7 @@ func TestModel(t *testing.T) {
 					return false
 				}
 				kafka, kafkaCP = append(kafka, batch...), pos
-				if err := tracker.Committed(pos); err != nil {
+				if err := tracker.Committed(pos, len(batch), time.Time{}); err != nil {
 					t.Fatalf("seed %d: %v", seed, err)
 				}
 				batch = batch[:0]
@@ -239,4 +239,34 @@ func itemLSN(it item) pglogrepl.LSN {
 		return it.tx.commit
 	}
 	return it.marker
+}
+
+func TestTrackerLag(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tr := NewTracker(Checkpoint{LSN: 100}, 100)
+	if lag := tr.Status(t0).Lag; lag != 0 {
+		t.Fatalf("idle lag = %s, want 0", lag)
+	}
+	tr.Received(200, t0)
+	tr.Received(300, t0.Add(time.Second))
+	if lag := tr.Status(t0.Add(5 * time.Second)).Lag; lag != 5*time.Second {
+		t.Fatalf("lag of the first waiting transaction = %s, want 5s", lag)
+	}
+	// The first is published; the second still waits.
+	if err := tr.Committed(Checkpoint{LSN: 250}, 1, t0); err != nil {
+		t.Fatal(err)
+	}
+	if lag := tr.Status(t0.Add(6 * time.Second)).Lag; lag != 6*time.Second {
+		t.Fatalf("lag while the second waits = %s, want 6s from the newest published", lag)
+	}
+	if err := tr.Committed(Checkpoint{LSN: 350}, 1, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	st := tr.Status(t0.Add(7 * time.Second))
+	if st.Lag != 0 || st.LastEvent.IsZero() {
+		t.Fatalf("caught up: lag %s, last event %s; want 0 and a time", st.Lag, st.LastEvent)
+	}
+	if tr.Confirm(); tr.Status(t0).LastConfirm.IsZero() {
+		t.Fatal("Confirm did not record the time")
+	}
 }

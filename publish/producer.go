@@ -48,6 +48,9 @@ type Config struct {
 	// DeadLetterTopic, when set, receives events that cannot be published,
 	// in the same Kafka transaction; when empty, such an event is an error.
 	DeadLetterTopic string
+	// Hooks are franz-go hooks for the producer's client only, such as
+	// kprom's metrics (which allow one client at a time).
+	Hooks []kgo.Hook
 }
 
 // ErrFenced means another producer with the same transactional id took
@@ -76,9 +79,10 @@ func (e *RecordError) Error() string {
 
 func (e *RecordError) Unwrap() error { return e.Err }
 
-// committer is told each checkpoint Kafka committed.
+// committer is told each checkpoint Kafka committed, with the number of
+// events and the Postgres commit time of the newest.
 type committer interface {
-	Committed(checkpoint.Checkpoint) error
+	Committed(cp checkpoint.Checkpoint, events int, newest time.Time) error
 }
 
 // Producer publishes transactions from a Queue. Run owns every field below
@@ -135,6 +139,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string), connOpts .
 		kgo.MaxBufferedBytes(2*cfg.MaxBatchBytes),
 		// Room for one record of MaxRecordBytes with its batch overhead.
 		kgo.ProducerBatchMaxBytes(int32(max(1_000_012, cfg.MaxRecordBytes+16<<10))),
+		kgo.WithHooks(cfg.Hooks...),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
@@ -314,7 +319,11 @@ func (p *Producer) flush(ctx context.Context) error {
 	}
 	p.inTxn = false
 	p.hook("after-commit")
-	if err := p.tracker.Committed(p.pos); err != nil {
+	var newest time.Time
+	if len(p.batch) > 0 {
+		newest = p.batch[len(p.batch)-1].CommitTime
+	}
+	if err := p.tracker.Committed(p.pos, p.records, newest); err != nil {
 		return err
 	}
 	p.metrics.committed(p.records-p.dead, p.dead, p.bytes, time.Since(start), p.pos.LSN)

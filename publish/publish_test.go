@@ -42,7 +42,7 @@ func TestRouter(t *testing.T) {
 
 type trackerFunc func(checkpoint.Checkpoint) error
 
-func (f trackerFunc) Committed(cp checkpoint.Checkpoint) error { return f(cp) }
+func (f trackerFunc) Committed(cp checkpoint.Checkpoint, _ int, _ time.Time) error { return f(cp) }
 
 var _ committer = (*checkpoint.Tracker)(nil)
 
@@ -51,7 +51,7 @@ func newProducer(t *testing.T, broker, txid string) *Producer {
 	p, err := New(Config{
 		Brokers: []string{broker}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
 		Slot: "slot-a", TopicTemplate: "outbox.event." + RoutedByValue, MaxBatchEvents: 100, MaxBatchBytes: 1 << 20,
-		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second,
+		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -18,9 +18,11 @@ import (
 	"github.com/walstream/walstream/decode"
 )
 
-// confirmer says which position may be confirmed to Postgres.
+// confirmer says which position may be confirmed to Postgres, and hears
+// of each transaction handed on, for the lag metrics.
 type confirmer interface {
 	Confirm() pglogrepl.LSN
+	Received(commitLSN pglogrepl.LSN, commitTime time.Time)
 }
 
 // sink takes decoded transactions. Put either takes tx or returns ctx's
@@ -130,6 +132,9 @@ func (s *Stream) Run(ctx context.Context, dec *decode.Decoder, out sink, pos con
 			return fmt.Errorf("slot %s: server ended replication", s.cfg.Names.Slot)
 		default:
 			return fmt.Errorf("slot %s: unexpected message %T", s.cfg.Names.Slot, msg)
+		}
+		if tx != nil && len(tx.Events) > 0 {
+			pos.Received(tx.CommitLSN, tx.CommitTime)
 		}
 		for tx != nil {
 			pctx, cancel := context.WithDeadline(ctx, next)

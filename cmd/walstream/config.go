@@ -32,6 +32,8 @@ const (
 	DefaultCommitTimeout   = 30 * time.Second
 	DefaultDeadLetterTopic = "walstream.dlq"
 	DefaultMaxRecordBytes  = 1_000_000
+	DefaultSlotPoll        = 5 * time.Second
+	DefaultReadyConfirmAge = time.Minute
 )
 
 // Policies for rows that cannot become records (--on-error).
@@ -42,30 +44,32 @@ const (
 
 // Config is everything `walstream run` is told.
 type Config struct {
-	PGURL           string
-	Brokers         string
-	Slot            string
-	Publication     string
-	Table           string
-	Create          bool
-	AllowSlotAhead  bool
-	TopicTemplate   string
-	CheckpointTopic string
-	CheckpointKey   string // defaults to the slot name
-	TransactionalID string // defaults to "walstream-" + slot
-	MaxBatchEvents  int
-	MaxBatchBytes   int
-	QueueBytes      int
-	Linger          time.Duration
-	StatusInterval  time.Duration
-	IdleInterval    time.Duration
-	CommitTimeout   time.Duration
-	OnError         string
-	DeadLetterTopic string
-	MaxRecordBytes  int
-	HTTPAddr        string
-	LogLevel        string
-	LogFormat       string
+	PGURL            string
+	Brokers          string
+	Slot             string
+	Publication      string
+	Table            string
+	Create           bool
+	AllowSlotAhead   bool
+	TopicTemplate    string
+	CheckpointTopic  string
+	CheckpointKey    string // defaults to the slot name
+	TransactionalID  string // defaults to "walstream-" + slot
+	MaxBatchEvents   int
+	MaxBatchBytes    int
+	QueueBytes       int
+	Linger           time.Duration
+	StatusInterval   time.Duration
+	IdleInterval     time.Duration
+	CommitTimeout    time.Duration
+	OnError          string
+	DeadLetterTopic  string
+	MaxRecordBytes   int
+	SlotPollInterval time.Duration
+	ReadyConfirmAge  time.Duration
+	HTTPAddr         string
+	LogLevel         string
+	LogFormat        string
 }
 
 // envPrefix maps flag --max-batch-events to WALSTREAM_MAX_BATCH_EVENTS.
@@ -110,6 +114,8 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	str(&c.OnError, "on-error", OnErrorFail, "a row that cannot become a record: fail (stop, confirm nothing past it) or dead-letter (write it to --dlq-topic and go on)")
 	str(&c.DeadLetterTopic, "dlq-topic", DefaultDeadLetterTopic, "dead-letter topic, with --on-error=dead-letter")
 	num(&c.MaxRecordBytes, "max-record-bytes", DefaultMaxRecordBytes, "largest record to send; keep it within the topics' max.message.bytes")
+	dur(&c.SlotPollInterval, "slot-poll-interval", DefaultSlotPoll, "how often the slot's state is read for metrics and checked")
+	dur(&c.ReadyConfirmAge, "ready-confirm-age", DefaultReadyConfirmAge, "/readyz fails when no position was confirmed to Postgres for this long")
 	str(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "listen address for /metrics and /healthz; empty disables, port 0 picks one")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")
@@ -207,7 +213,8 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"status-interval", c.StatusInterval}, {"idle-interval", c.IdleInterval}, {"commit-timeout", c.CommitTimeout}} {
+	}{{"status-interval", c.StatusInterval}, {"idle-interval", c.IdleInterval}, {"commit-timeout", c.CommitTimeout},
+		{"slot-poll-interval", c.SlotPollInterval}, {"ready-confirm-age", c.ReadyConfirmAge}} {
 		if d.v <= 0 {
 			bad(d.name, "must be positive, got %s", d.v)
 		}

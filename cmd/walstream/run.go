@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -15,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
@@ -39,14 +42,9 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics{repl: replication.NewMetrics(reg), pub: publish.NewMetrics(reg),
-		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "walstream_session_restarts_total", Help: "Sessions restarted after a transient error, by the peer that failed."}, []string{"peer"}),
-		standby: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "walstream_standby", Help: "1 while another instance streams the slot and this one waits for it."}),
-	}
-	reg.MustRegister(m.restarts, m.standby)
-	stopHTTP, err := serveHTTP(cfg.HTTPAddr, reg, log)
+	st := &state{started: time.Now()}
+	m := newMetrics(reg, st)
+	stopHTTP, err := serveHTTP(cfg.HTTPAddr, reg, st, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -54,7 +52,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 500*time.Millisecond, 30*time.Second, 0
-	s := &session{cfg: cfg, pgCfg: pgCfg, log: log, metrics: m, hook: crashHook()}
+	s := &session{cfg: cfg, pgCfg: pgCfg, log: log, metrics: m, state: st, hook: crashHook()}
 	var standbyLogged time.Time
 	for {
 		streamed, err := s.run(ctx)
@@ -66,7 +64,8 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 			b.Reset()
 			standbyLogged = time.Time{}
 		}
-		peer, transient := classify(err)
+		peer, kind, transient := classify(err)
+		m.errors.WithLabelValues(kind).Inc()
 		if !transient {
 			return err
 		}
@@ -82,7 +81,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 			}
 		} else {
 			m.standby.Set(0)
-			m.restarts.WithLabelValues(peer).Inc()
+			m.reconnects.WithLabelValues(peer).Inc()
 			wait = b.NextBackOff()
 			log.Warn("session ended, restarting from the checkpoint", "peer", peer, "err", err, "backoff", wait.Round(time.Millisecond))
 		}
@@ -95,28 +94,102 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 	}
 }
 
-// classify names the peer an error came from and whether retrying can
-// help. Setup problems, bad input, fencing and authorization are final.
-func classify(err error) (peer string, transient bool) {
+// classify names the peer an error came from, its kind for the error
+// metric, and whether retrying can help. Setup problems, bad input,
+// fencing and authorization are final.
+func classify(err error) (peer, kind string, transient bool) {
 	var de *decode.Error
 	switch {
-	case errors.As(err, &de), errors.Is(err, ErrSlotAhead), errors.Is(err, replication.ErrSetup):
-		return "postgres", false
-	case errors.Is(err, publish.ErrFenced), publish.Permanent(err):
-		return "kafka", false
+	case errors.As(err, &de):
+		return "postgres", "bad_input", false
+	case errors.Is(err, ErrSlotAhead):
+		return "postgres", "slot_ahead", false
+	case errors.Is(err, replication.ErrSetup):
+		return "postgres", "setup", false
+	case errors.Is(err, publish.ErrFenced):
+		return "kafka", "fenced", false
+	case errors.Is(err, publish.ErrAuthorization):
+		return "kafka", "authorization", false
+	case publish.Permanent(err):
+		return "kafka", "bad_input", false
+	case replication.SlotInUse(err):
+		return "postgres", "slot_in_use", true
 	case replication.Transient(err):
-		return "postgres", true
+		return "postgres", "postgres", true
 	}
 	// Everything else comes from Kafka or a timeout; a new session with a
 	// fresh producer is the rebuild from the checkpoint that both need.
-	return "kafka", true
+	return "kafka", "kafka", true
 }
 
+// metrics are the process-wide metrics; each package declares its own.
 type metrics struct {
-	repl     *replication.Metrics
-	pub      *publish.Metrics
-	restarts *prometheus.CounterVec
-	standby  prometheus.Gauge
+	repl       *replication.Metrics
+	slot       *replication.SlotMetrics
+	pub        *publish.Metrics
+	kafka      *kprom.Metrics
+	reconnects *prometheus.CounterVec
+	errors     *prometheus.CounterVec
+	standby    prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, st *state) metrics {
+	m := metrics{
+		repl:  replication.NewMetrics(reg),
+		slot:  replication.NewSlotMetrics(reg),
+		pub:   publish.NewMetrics(reg),
+		kafka: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg)),
+		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "walstream_reconnects_total", Help: "Sessions restarted after a transient error, by the peer that failed."}, []string{"peer"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "walstream_errors_total", Help: "Errors that ended a session, by kind."}, []string{"kind"}),
+		standby: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walstream_standby", Help: "1 while another instance streams the slot and this one waits for it."}),
+	}
+	reg.MustRegister(m.reconnects, m.errors, m.standby,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "walstream_replication_lag_seconds",
+			Help: "Now minus the Postgres commit time of the newest published transaction while transactions wait; 0 when idle and caught up."},
+			func() float64 { return st.status().Lag.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "walstream_last_event_age_seconds", Help: "Time since events were last committed to Kafka (since start, before the first)."},
+			func() float64 {
+				last := st.status().LastEvent
+				if last.IsZero() {
+					last = st.started
+				}
+				return time.Since(last).Seconds()
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "walstream_streaming", Help: "1 while this instance holds the slot and streams."},
+			func() float64 {
+				if st.tracker.Load() != nil {
+					return 1
+				}
+				return 0
+			}),
+	)
+	return m
+}
+
+// state is what the HTTP endpoints and lag gauges read: the tracker of the
+// session that is streaming, nil between sessions.
+type state struct {
+	started time.Time
+	tracker atomic.Pointer[checkpoint.Tracker]
+	last    atomic.Pointer[checkpoint.Status] // of the last session, so that lag does not drop to 0 between sessions
+}
+
+func (st *state) status() checkpoint.Status {
+	if t := st.tracker.Load(); t != nil {
+		s := t.Status(time.Now())
+		st.last.Store(&s)
+		return s
+	}
+	if s := st.last.Load(); s != nil {
+		return *s
+	}
+	return checkpoint.Status{}
 }
 
 // standbyPoll is how often a standby tries to take the slot.
@@ -128,6 +201,7 @@ type session struct {
 	pgCfg   *pgx.ConnConfig
 	log     *slog.Logger
 	metrics metrics
+	state   *state
 	hook    func(string)
 	// started is set once a session has streamed: from then on a missing
 	// slot or publication was dropped under us and is never recreated.
@@ -164,14 +238,13 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
-	conn.Close(ctx)
-
 	prod, err := publish.New(publish.Config{
 		Brokers: cfg.brokers(), TransactionalID: cfg.TransactionalID,
 		CheckpointTopic: cfg.CheckpointTopic, CheckpointKey: cfg.CheckpointKey, Slot: cfg.Slot,
 		TopicTemplate: cfg.TopicTemplate, MaxBatchEvents: cfg.MaxBatchEvents, MaxBatchBytes: cfg.MaxBatchBytes,
 		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
 		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.deadLetterTopic(),
+		Hooks: []kgo.Hook{s.metrics.kafka},
 	}, s.log, s.metrics.pub, s.hook)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
@@ -194,11 +267,15 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	q := publish.NewQueue(int64(cfg.QueueBytes))
 	s.started = true
 	s.metrics.standby.Set(0)
+	s.state.tracker.Store(tracker)
+	defer s.state.tracker.Store(nil)
 	s.log.Info("streaming", "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return prod.Run(gctx, q) })
 	g.Go(func() error { return stream.Run(gctx, dec, q, tracker) })
+	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot}
+	g.Go(func() error { return mon.Run(gctx) })
 	err = g.Wait()
 	// Both loops have stopped, so the last status update carries every
 	// position Kafka committed.
@@ -240,9 +317,14 @@ func (s *session) resume(ctx context.Context, prod *publish.Producer, slot repli
 		ErrSlotAhead, s.cfg.Slot, slot.ConfirmedFlush, s.cfg.CheckpointKey, s.cfg.CheckpointTopic, cp)
 }
 
-// serveHTTP serves /metrics and /healthz on addr; an empty addr serves
-// nothing.
-func serveHTTP(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+// serveHTTP serves /metrics, /healthz and /readyz on addr; an empty addr
+// serves nothing.
+//
+// /healthz fails when the streaming loop has not confirmed for longer than
+// it can without being wedged (it confirms every --status-interval).
+// /readyz succeeds while this instance streams and confirmed a position
+// within --ready-confirm-age.
+func serveHTTP(addr string, reg *prometheus.Registry, st *state, cfg *Config, log *slog.Logger) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -250,9 +332,30 @@ func serveHTTP(addr string, reg *prometheus.Registry, log *slog.Logger) (stop fu
 	if err != nil {
 		return nil, fmt.Errorf("--http-addr %s: %w", addr, err)
 	}
+	wedged := 2*cfg.StatusInterval + cfg.CommitTimeout
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if t := st.tracker.Load(); t != nil {
+			if age := time.Since(t.Status(time.Now()).LastConfirm); age > wedged {
+				http.Error(w, fmt.Sprintf("streaming loop silent for %s", age.Round(time.Second)), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		t := st.tracker.Load()
+		if t == nil {
+			http.Error(w, "not streaming", http.StatusServiceUnavailable)
+			return
+		}
+		if age := time.Since(t.Status(time.Now()).LastConfirm); age > cfg.ReadyConfirmAge {
+			http.Error(w, fmt.Sprintf("last confirm %s ago", age.Round(time.Second)), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

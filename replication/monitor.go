@@ -1,0 +1,172 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// walStatuses are the values pg_replication_slots.wal_status takes.
+var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+
+// SlotMetrics are the slot's state as Postgres reports it.
+type SlotMetrics struct {
+	confirmedLag, retained, safeWAL, active prometheus.Gauge
+	walStatus                               *prometheus.GaugeVec
+}
+
+// NewSlotMetrics registers the slot metrics on reg.
+func NewSlotMetrics(reg prometheus.Registerer) *SlotMetrics {
+	m := &SlotMetrics{
+		confirmedLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walstream_slot_confirmed_lag_bytes", Help: "pg_current_wal_lsn() minus the slot's confirmed_flush_lsn."}),
+		retained: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walstream_slot_retained_wal_bytes", Help: "WAL the slot keeps: pg_current_wal_lsn() minus its restart_lsn."}),
+		safeWAL: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walstream_slot_safe_wal_size_bytes", Help: "WAL that can still be written before the slot is in danger of being lost (-1: unlimited)."}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walstream_slot_active", Help: "1 when a client streams the slot."}),
+		walStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "walstream_slot_wal_status", Help: "The slot's wal_status: 1 for the current state, 0 for the others."}, []string{"status"}),
+	}
+	reg.MustRegister(m.confirmedLag, m.retained, m.safeWAL, m.active, m.walStatus)
+	return m
+}
+
+// SlotState is one poll of the slot and the server's WAL position.
+type SlotState struct {
+	Slot
+	Exists        bool
+	CurrentLSN    pglogrepl.LSN
+	RestartLSN    pglogrepl.LSN
+	SafeWALSize   *int64
+	TableIncluded bool // the outbox table is in the publication
+	PublicationOK bool
+	FlushLag      *time.Duration // pg_stat_replication.flush_lag of the active walsender
+}
+
+// ConfirmedLag is how far the slot's confirmed position trails the server.
+func (s SlotState) ConfirmedLag() int64 { return int64(s.CurrentLSN) - int64(s.ConfirmedFlush) }
+
+// Retained is how much WAL the slot keeps.
+func (s SlotState) Retained() int64 { return int64(s.CurrentLSN) - int64(s.RestartLSN) }
+
+// PollSlot reads the slot, the server's WAL position and the publication.
+func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
+	var st SlotState
+	var current string
+	var restart, confirmed, plugin, database, walStatus *string
+	var flushLagUS *int64
+	err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text,
+			s.slot_name IS NOT NULL, s.plugin, s.slot_type, s.database, s.wal_status, coalesce(s.active, false), s.active_pid,
+			s.restart_lsn::text, s.confirmed_flush_lsn::text, s.safe_wal_size,
+			(SELECT (extract(epoch FROM r.flush_lag) * 1e6)::bigint FROM pg_stat_replication r WHERE r.pid = s.active_pid),
+			EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $2),
+			EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $2 AND schemaname = $3 AND tablename = $4)
+		FROM (SELECT 1) one LEFT JOIN pg_replication_slots s ON s.slot_name = $1`,
+		n.Slot, n.Publication, n.Schema, n.Table).Scan(&current, &st.Exists, &plugin, &st.Type, &database, &walStatus,
+		&st.Active, &st.ActivePID, &restart, &confirmed, &st.SafeWALSize, &flushLagUS, &st.PublicationOK, &st.TableIncluded)
+	if err != nil {
+		return st, fmt.Errorf("polling slot %q: %w", n.Slot, err)
+	}
+	st.Plugin, st.Database, st.WALStatus = deref(plugin), deref(database), deref(walStatus)
+	for _, p := range []struct {
+		dst *pglogrepl.LSN
+		src *string
+	}{{&st.CurrentLSN, &current}, {&st.RestartLSN, restart}, {&st.ConfirmedFlush, confirmed}} {
+		if p.src != nil {
+			if *p.dst, err = pglogrepl.ParseLSN(*p.src); err != nil {
+				return st, fmt.Errorf("polling slot %q: LSN %q: %w", n.Slot, *p.src, err)
+			}
+		}
+	}
+	if flushLagUS != nil {
+		d := time.Duration(*flushLagUS) * time.Microsecond
+		st.FlushLag = &d
+	}
+	return st, nil
+}
+
+// Monitor polls the slot while walstream streams: it exports the slot
+// metrics and stops streaming when the slot, the publication or the table
+// is gone, or the slot is lost. Those need an operator; never recreating
+// them hides no gap.
+type Monitor struct {
+	Conn     *pgx.Conn
+	Names    Names
+	Interval time.Duration
+	Metrics  *SlotMetrics
+}
+
+// Run polls until ctx ends or the slot cannot be streamed any more.
+func (m *Monitor) Run(ctx context.Context) error {
+	t := time.NewTicker(m.Interval)
+	defer t.Stop()
+	for {
+		st, err := PollSlot(ctx, m.Conn, m.Names)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		m.Metrics.set(st)
+		if err := st.fatal(m.Names); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// fatal reports a state streaming cannot go on from.
+func (st SlotState) fatal(n Names) error {
+	slot := fmt.Sprintf("slot %q", n.Slot)
+	switch {
+	case !st.Exists:
+		return &SetupError{Object: slot, Reason: "was dropped while streaming: events may be missing", Fix: "never recreate it silently; see README, Recovery"}
+	case st.WALStatus == "lost":
+		return &SetupError{Object: slot, Reason: "was invalidated while streaming (wal_status = lost): events may be missing",
+			Fix: "see README, Recovery; raise max_slot_wal_keep_size so that it does not happen again"}
+	case !st.PublicationOK:
+		return &SetupError{Object: fmt.Sprintf("publication %q", n.Publication), Reason: "was dropped while streaming",
+			Fix: "recreate it with: " + n.publicationSQL() + "; events committed meanwhile are not published"}
+	case !st.TableIncluded:
+		return &SetupError{Object: "table " + n.table(), Reason: fmt.Sprintf("is no longer in publication %q (dropped or removed) while streaming", n.Publication),
+			Fix: fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{n.Publication}.Sanitize(), n.table())}
+	}
+	return nil
+}
+
+func (m *SlotMetrics) set(st SlotState) {
+	if m == nil {
+		return
+	}
+	m.confirmedLag.Set(float64(st.ConfirmedLag()))
+	m.retained.Set(float64(st.Retained()))
+	safe := float64(-1)
+	if st.SafeWALSize != nil {
+		safe = float64(*st.SafeWALSize)
+	}
+	m.safeWAL.Set(safe)
+	active := 0.0
+	if st.Active {
+		active = 1
+	}
+	m.active.Set(active)
+	for _, s := range walStatuses {
+		v := 0.0
+		if s == st.WALStatus {
+			v = 1
+		}
+		m.walStatus.WithLabelValues(s).Set(v)
+	}
+}
+
