@@ -124,12 +124,21 @@ func (c *Config) flags(fs *flag.FlagSet) {
 // parseConfig reads flags, then fills every flag not given from its
 // environment variable.
 func parseConfig(args []string, stderr io.Writer) (*Config, error) {
+	return parseCommand("run", "Streams an outbox table from a Postgres logical replication slot into Kafka, exactly once.", args, stderr, nil)
+}
+
+// parseCommand parses the settings of a subcommand; extra defines flags of
+// its own.
+func parseCommand(name, about string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*Config, error) {
 	var c Config
-	fs := flag.NewFlagSet("walstream run", flag.ContinueOnError)
+	fs := flag.NewFlagSet("walstream "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.flags(fs)
+	if extra != nil {
+		extra(fs)
+	}
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: walstream run [flags]\n\nStreams an outbox table from a Postgres logical replication slot into Kafka, exactly once.\nEvery flag can also be set by the environment variable named after it.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: walstream %s [flags]\n\n%s\nEvery flag can also be set by the environment variable named after it.\n\n", name, about)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

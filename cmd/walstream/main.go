@@ -37,6 +37,7 @@ const usage = `Usage: walstream <command> [flags]
 
 Commands:
   run       stream the outbox into Kafka (walstream run --help lists the settings)
+  status    print the slot's state and the checkpoint in Kafka (--json for JSON)
   version   print the version
 `
 
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return runStream(ctx, cfg, stderr)
+	case "status":
+		return runStatus(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "walstream", version)
 		return nil

@@ -98,6 +98,14 @@ func (pg *Postgres) ctl(args ...string) error {
 	return nil
 }
 
+// Stop stops the server (fast shutdown); Start starts it again.
+func (pg *Postgres) Stop() error { return pg.ctl("stop", "-m", "fast", "-w") }
+
+// Start starts a stopped server.
+func (pg *Postgres) Start() error {
+	return pg.ctl("start", "-w", "-t", "60", "-l", filepath.Join(pg.Dir, "log"))
+}
+
 // Restart restarts the server with pg_ctl's shutdown mode (fast, immediate).
 func (pg *Postgres) Restart(mode string) error {
 	return pg.ctl("restart", "-m", mode, "-w", "-t", "60", "-l", filepath.Join(pg.Dir, "log"))

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// httpAddr is where walstream serves /metrics, from its log.
+func (p *proc) httpAddr(t *testing.T) string {
+	t.Helper()
+	p.waitLog(t, `msg="http listening"`, 30*time.Second)
+	return between(p.Log(), `msg="http listening" slot=walstream addr=`, "\n")
+}
+
+// metric scrapes one sample, such as `walstream_slot_wal_status{status="reserved"}`.
+func metric(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("metric %s not exported", name)
+	return 0
+}
+
+func httpStatus(addr, path string) int {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sqlInt runs a query returning one bigint.
+func (e *env) sqlInt(q string) int64 {
+	e.t.Helper()
+	var v int64
+	if err := e.pg.Connect("postgres").QueryRow(context.Background(), q).Scan(&v); err != nil {
+		e.t.Fatalf("%s: %v", q, err)
+	}
+	return v
+}
+
+// TestSlotMetrics: the slot metrics agree with pg_replication_slots; lag
+// grows while walstream is stopped and returns to about 0 after a restart.
+func TestSlotMetrics(t *testing.T) {
+	e := newEnv(t)
+	args := []string{"--http-addr", "127.0.0.1:0", "--slot-poll-interval", "200ms"}
+	p := e.start(args).streaming(t)
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	seq := 0
+	e.insertTx("Order", 2000, 20, &seq, false)
+	lagStopped := e.sqlInt("SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = 'walstream'")
+	if lagStopped < 100<<10 {
+		t.Fatalf("lag while stopped is %d bytes, want the 2,000 rows' WAL", lagStopped)
+	}
+
+	p = e.start(args).streaming(t)
+	addr := p.httpAddr(t)
+	eventually(t, 30*time.Second, "slot lag metric back to about 0", func() bool {
+		return metric(t, addr, "walstream_slot_confirmed_lag_bytes") < 64<<10
+	})
+	if sqlLag := e.sqlInt("SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = 'walstream'"); sqlLag >= 64<<10 {
+		t.Fatalf("SQL says the slot lags %d bytes while the metric says about 0", sqlLag)
+	}
+	retained := metric(t, addr, "walstream_slot_retained_wal_bytes")
+	sqlRetained := e.sqlInt("SELECT (pg_current_wal_lsn() - restart_lsn)::bigint FROM pg_replication_slots WHERE slot_name = 'walstream'")
+	if retained <= 0 || float64(sqlRetained) < retained*0.5 || float64(sqlRetained) > retained*2+(64<<10) {
+		t.Fatalf("retained WAL metric %v, SQL %d", retained, sqlRetained)
+	}
+	if v := metric(t, addr, `walstream_slot_wal_status{status="reserved"}`); v != 1 {
+		t.Fatalf(`wal_status{status="reserved"} = %v, want 1`, v)
+	}
+	if v := metric(t, addr, `walstream_slot_wal_status{status="lost"}`); v != 0 {
+		t.Fatalf(`wal_status{status="lost"} = %v, want 0`, v)
+	}
+	if v := metric(t, addr, "walstream_slot_active"); v != 1 {
+		t.Fatalf("slot_active = %v, want 1", v)
+	}
+	if v := metric(t, addr, "walstream_events_published_total"); v != 2000 {
+		t.Fatalf("events published = %v, want 2000", v)
+	}
+	if v := metric(t, addr, "walstream_replication_lag_seconds"); v != 0 {
+		t.Fatalf("replication lag = %v s when caught up, want 0", v)
+	}
+	committed := metric(t, addr, "walstream_committed_lsn")
+	if confirmed := metric(t, addr, "walstream_confirmed_lsn"); confirmed > committed {
+		t.Fatalf("confirmed LSN %v passes committed %v", confirmed, committed)
+	}
+}
+
+// TestReadyz: ready while streaming; not ready while Postgres is down;
+// ready again once it is back, without anyone touching walstream.
+func TestReadyz(t *testing.T) {
+	e := newEnv(t)
+	p := e.start([]string{"--http-addr", "127.0.0.1:0"}).streaming(t)
+	addr := p.httpAddr(t)
+	eventually(t, 10*time.Second, "ready while streaming", func() bool { return httpStatus(addr, "/readyz") == 200 })
+	if err := e.pg.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "not ready with Postgres down", func() bool { return httpStatus(addr, "/readyz") == 503 })
+	if c := httpStatus(addr, "/healthz"); c != 200 {
+		t.Fatalf("/healthz = %d with Postgres down, want 200: the process is fine", c)
+	}
+	if err := e.pg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "ready again", func() bool { return httpStatus(addr, "/readyz") == 200 })
+}
+
+// TestStatusCommand: `walstream status` against a real slot and checkpoint,
+// then against a slot recreated ahead of the checkpoint.
+func TestStatusCommand(t *testing.T) {
+	e := newEnv(t)
+	p := e.start(nil).streaming(t)
+	seq := 0
+	e.insertTx("Order", 10, 2, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+
+	status := func(extra ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		cmd := exec.Command(binary, append([]string{"status", "--pg-url", e.pg.URL("postgres", "postgres"), "--kafka-brokers", e.broker}, extra...)...)
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		return out.String() + errOut.String(), err
+	}
+	out, err := status("--json")
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	var r statusReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	var confirmed string
+	e.pg.Connect("postgres").QueryRow(context.Background(), "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walstream'").Scan(&confirmed)
+	if !r.Slot.Exists || !r.Streaming || r.Slot.ActivePID == nil || r.Slot.WALStatus != "reserved" || r.Slot.ConfirmedFlush != confirmed {
+		t.Fatalf("slot in status %+v, SQL confirmed_flush_lsn %s", r.Slot, confirmed)
+	}
+	if !r.Checkpoint.Found || r.Checkpoint.LSN == "" || r.Checkpoint.AgeSeconds == nil || len(r.Problems) != 0 {
+		t.Fatalf("checkpoint in status %+v, problems %v", r.Checkpoint, r.Problems)
+	}
+	out, err = status()
+	if err != nil || !strings.Contains(out, "yes, walsender pid") || !strings.Contains(out, "wal_status") {
+		t.Fatalf("status table: %v\n%s", err, out)
+	}
+
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.pg.Exec("postgres", "SELECT pg_drop_replication_slot('walstream')")
+	e.insertTx("Order", 1, 1, &seq, false)
+	e.pg.Exec("postgres", "SELECT pg_create_logical_replication_slot('walstream', 'pgoutput')")
+	out, err = status()
+	if err == nil || !strings.Contains(out, "is ahead of the checkpoint") {
+		t.Fatalf("status with the slot ahead: err %v\n%s", err, out)
+	}
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() == 0 {
+		t.Fatalf("status exit: %v", err)
+	}
+}
