@@ -161,6 +161,15 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 				return time.Since(last).Seconds()
 			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "walstream_last_confirm_age_seconds", Help: "Time since a position was last confirmed to Postgres (since start, before the first)."},
+			func() float64 {
+				last := st.status().LastConfirm
+				if last.IsZero() {
+					last = st.started
+				}
+				return time.Since(last).Seconds()
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walstream_streaming", Help: "1 while this instance holds the slot and streams."},
 			func() float64 {
 				if st.tracker.Load() != nil {

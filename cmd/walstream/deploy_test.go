@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"gopkg.in/yaml.v3"
+)
+
+// recorder notes the name of every metric registered through it.
+type recorder struct {
+	prometheus.Registerer
+	names map[string]bool
+}
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() { c.Describe(ch); close(ch) }()
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			r.names[m[1]] = true
+		}
+	}
+	return r.Registerer.Register(c)
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+var walstreamMetric = regexp.MustCompile(`\bwalstream_[a-z0-9_]+\b`)
+
+// usedMetrics returns the walstream_ metric names in PromQL expressions,
+// with histogram series suffixes taken off.
+func usedMetrics(exprs []string) []string {
+	seen := make(map[string]bool)
+	for _, e := range exprs {
+		for _, m := range walstreamMetric.FindAllString(e, -1) {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if base, ok := strings.CutSuffix(m, suffix); ok && strings.HasSuffix(base, "_seconds") {
+					m = base
+				}
+			}
+			seen[m] = true
+		}
+	}
+	var names []string
+	for n := range seen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// TestDeployUsesExportedMetrics parses the Grafana dashboard and the
+// Prometheus rules and checks that every walstream metric they use is one
+// walstream registers.
+func TestDeployUsesExportedMetrics(t *testing.T) {
+	rec := &recorder{Registerer: prometheus.NewRegistry(), names: make(map[string]bool)}
+	newMetrics(rec, &state{})
+
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	b, err := os.ReadFile("../../deploy/grafana/walstream-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard: %v", err)
+	}
+	var exprs []string
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert, Expr, For string
+			}
+		}
+	}
+	b, err = os.ReadFile("../../deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &rules); err != nil {
+		t.Fatalf("alert rules: %v", err)
+	}
+	alerts := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" || r.Expr == "" {
+				t.Errorf("rule %+v lacks a name or an expression", r)
+			}
+			alerts++
+			exprs = append(exprs, r.Expr)
+		}
+	}
+	if alerts < 4 || len(dash.Panels) < 6 {
+		t.Fatalf("%d alerts and %d panels: the files did not parse into what they hold", alerts, len(dash.Panels))
+	}
+	used := usedMetrics(exprs)
+	for _, m := range used {
+		if !rec.names[m] {
+			t.Errorf("deploy/ uses metric %s, which walstream does not export", m)
+		}
+	}
+	t.Logf("%d metrics used by deploy/, all exported", len(used))
+}
