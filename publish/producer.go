@@ -102,6 +102,7 @@ type Producer struct {
 	bytes    int
 	dead     int                   // dead letters in the open transaction
 	batch    []*decode.Tx          // what the open transaction holds, to name a refused event
+	byTopic  map[string]int        // events per topic in the open transaction
 	started  time.Time             // when the open Kafka transaction got its first event
 	pos      checkpoint.Checkpoint // position once the open batch commits
 	done     checkpoint.Checkpoint // last committed position
@@ -122,11 +123,11 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string), connOpts .
 	if hook == nil {
 		hook = func(string) {}
 	}
-	p := &Producer{cfg: cfg, log: log, router: router, metrics: m, hook: hook}
+	p := &Producer{cfg: cfg, log: log, router: router, metrics: m, hook: hook, byTopic: make(map[string]int)}
 	p.promise = p.onProduced
 	p.opts = append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.WithLogger(quietLogger{kslog.New(log.With("component", "kafka"))}),
+		kgo.WithLogger(newQuietLogger(kslog.New(log.With("component", "kafka")))),
 	}, connOpts...)
 	p.client, err = kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)],
 		kgo.TransactionalID(cfg.TransactionalID),
@@ -233,6 +234,7 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 			if err != nil {
 				return err
 			}
+			p.byTopic[rec.Topic]++
 			p.client.Produce(ctx, rec, p.promise)
 		}
 		p.records += n
@@ -326,12 +328,18 @@ func (p *Producer) flush(ctx context.Context) error {
 	if err := p.tracker.Committed(p.pos, p.records, newest); err != nil {
 		return err
 	}
-	p.metrics.committed(p.records-p.dead, p.dead, p.bytes, time.Since(start), p.pos.LSN)
+	p.metrics.committed(p.byTopic, p.dead, p.bytes, time.Since(start), p.pos.LSN)
 	p.done, p.lastDone = p.pos, time.Now()
+	p.reset()
+	return nil
+}
+
+// reset empties the batch bookkeeping once its transaction has ended.
+func (p *Producer) reset() {
 	p.records, p.bytes, p.dead = 0, 0, 0
 	clear(p.batch)
 	p.batch = p.batch[:0]
-	return nil
+	clear(p.byTopic)
 }
 
 // locate fills in where a refused event came from.
@@ -392,9 +400,8 @@ func (p *Producer) abort(ctx context.Context) {
 	if err != nil {
 		p.log.Warn("aborting Kafka transaction", "err", err)
 	}
-	p.records, p.bytes, p.dead, p.pos = 0, 0, 0, p.done
-	clear(p.batch)
-	p.batch = p.batch[:0]
+	p.pos = p.done
+	p.reset()
 }
 
 // classify marks errors that no retry can fix.
@@ -423,15 +430,45 @@ func Permanent(err error) bool {
 			errors.Is(err, kerr.InvalidRecord)))
 }
 
-// quietLogger passes on franz-go's warnings and errors only: at info it
-// logs every transaction, which drowns walstream's own lines.
-type quietLogger struct{ kgo.Logger }
+// quietLogger passes on franz-go's warnings and errors only (at info it
+// logs every transaction), and each message at most once per logEvery:
+// while a broker is down, franz-go warns at every connection attempt.
+type quietLogger struct {
+	kgo.Logger
+	mu   sync.Mutex
+	last map[string]time.Time
+	held map[string]int
+}
 
-func (l quietLogger) Level() kgo.LogLevel { return min(l.Logger.Level(), kgo.LogLevelWarn) }
+const logEvery = 30 * time.Second
+
+func newQuietLogger(l kgo.Logger) *quietLogger {
+	return &quietLogger{Logger: l, last: make(map[string]time.Time), held: make(map[string]int)}
+}
+
+func (l *quietLogger) Level() kgo.LogLevel { return min(l.Logger.Level(), kgo.LogLevelWarn) }
+
+func (l *quietLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	l.mu.Lock()
+	if time.Since(l.last[msg]) < logEvery {
+		l.held[msg]++
+		l.mu.Unlock()
+		return
+	}
+	l.last[msg] = time.Now()
+	if n := l.held[msg]; n > 0 {
+		keyvals = append(keyvals, "repeats_suppressed", n)
+		l.held[msg] = 0
+	}
+	l.mu.Unlock()
+	l.Logger.Log(level, msg, keyvals...)
+}
 
 // Metrics are the producer's Prometheus metrics.
 type Metrics struct {
-	events       prometheus.Counter
+	events       *prometheus.CounterVec
+	batchEvents  prometheus.Histogram
+	batchBytes   prometheus.Histogram
 	bytes        prometheus.Counter
 	transactions *prometheus.CounterVec
 	commitTime   prometheus.Histogram
@@ -442,8 +479,14 @@ type Metrics struct {
 // NewMetrics registers the producer's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		events: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "walstream_events_published_total", Help: "Outbox events in committed Kafka transactions."}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "walstream_events_published_total", Help: "Outbox events in committed Kafka transactions, by topic (the DLQ included)."}, []string{"topic"}),
+		batchEvents: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "walstream_batch_events", Help: "Events per committed Kafka transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10)}),
+		batchBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "walstream_batch_bytes", Help: "Event bytes per committed Kafka transaction.",
+			Buckets: prometheus.ExponentialBuckets(256, 4, 11)}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walstream_event_bytes_published_total", Help: "Key, value and id bytes of events in committed Kafka transactions."}),
 		transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -456,15 +499,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walstream_dead_lettered_total", Help: "Events committed to the dead-letter topic instead of their own."}),
 	}
-	reg.MustRegister(m.events, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters)
+	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters)
 	return m
 }
 
-func (m *Metrics) committed(events, dead, bytes int, d time.Duration, lsn pglogrepl.LSN) {
+func (m *Metrics) committed(byTopic map[string]int, dead, bytes int, d time.Duration, lsn pglogrepl.LSN) {
 	if m == nil {
 		return
 	}
-	m.events.Add(float64(events))
+	events := 0
+	for topic, n := range byTopic {
+		m.events.WithLabelValues(topic).Add(float64(n))
+		events += n
+	}
+	if events > 0 {
+		m.batchEvents.Observe(float64(events))
+		m.batchBytes.Observe(float64(bytes))
+	}
 	m.deadLetters.Add(float64(dead))
 	m.bytes.Add(float64(bytes))
 	m.transactions.WithLabelValues("committed").Inc()

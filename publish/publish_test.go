@@ -164,3 +164,25 @@ func TestCheckpointKeysAreSeparate(t *testing.T) {
 		}
 	}
 }
+
+type countLogger struct{ n int }
+
+func (c *countLogger) Level() kgo.LogLevel              { return kgo.LogLevelDebug }
+func (c *countLogger) Log(kgo.LogLevel, string, ...any) { c.n++ }
+
+// During an outage franz-go repeats itself; each message passes once per
+// logEvery, and info lines not at all.
+func TestQuietLogger(t *testing.T) {
+	inner := &countLogger{}
+	l := newQuietLogger(inner)
+	if l.Level() != kgo.LogLevelWarn {
+		t.Fatalf("level %v, want warn", l.Level())
+	}
+	for i := 0; i < 100; i++ {
+		l.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "x")
+	}
+	l.Log(kgo.LogLevelWarn, "another message")
+	if inner.n != 2 {
+		t.Fatalf("%d lines passed, want 2", inner.n)
+	}
+}

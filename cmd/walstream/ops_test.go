@@ -112,7 +112,7 @@ func TestSlotMetrics(t *testing.T) {
 	if v := metric(t, addr, "walstream_slot_active"); v != 1 {
 		t.Fatalf("slot_active = %v, want 1", v)
 	}
-	if v := metric(t, addr, "walstream_events_published_total"); v != 2000 {
+	if v := metric(t, addr, `walstream_events_published_total{topic="outbox.event.Order"}`); v != 2000 {
 		t.Fatalf("events published = %v, want 2000", v)
 	}
 	if v := metric(t, addr, "walstream_replication_lag_seconds"); v != 0 {
