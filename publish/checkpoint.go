@@ -22,14 +22,18 @@ func (p *Producer) ReadCheckpoint(ctx context.Context) (cp checkpoint.Checkpoint
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return cp, at, false, p.classify(fmt.Errorf("creating checkpoint topic %s: %w", topic, err))
 	}
-	cp, at, found, err = ReadCheckpoint(ctx, p.opts, topic, p.cfg.CheckpointKey)
+	cp, at, found, err = readCheckpoint(ctx, p.opts, topic, p.cfg.CheckpointKey)
 	return cp, at, found, p.classify(err)
 }
 
 // ReadCheckpoint reads the last checkpoint committed under key in topic,
-// read_committed, with a client of its own made from connOpts. It changes
-// nothing, so an operator's tool may call it while walstream runs.
-func ReadCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
+// read_committed, with clients of its own. It changes nothing, so an
+// operator's tool may call it while walstream runs.
+func ReadCheckpoint(ctx context.Context, conn Conn, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
+	return readCheckpoint(ctx, conn.opts(), topic, key)
+}
+
+func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
 	admCl, err := kgo.NewClient(connOpts...)
 	if err != nil {
 		return cp, at, false, fmt.Errorf("creating Kafka client: %w", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
 	"github.com/twmb/franz-go/plugin/kslog"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
@@ -24,7 +25,7 @@ import (
 
 // Config configures a Producer.
 type Config struct {
-	Brokers         []string
+	Conn            Conn
 	TransactionalID string
 	CheckpointTopic string
 	CheckpointKey   string
@@ -48,9 +49,6 @@ type Config struct {
 	// DeadLetterTopic, when set, receives events that cannot be published,
 	// in the same Kafka transaction; when empty, such an event is an error.
 	DeadLetterTopic string
-	// Hooks are franz-go hooks for the producer's client only, such as
-	// kprom's metrics (which allow one client at a time).
-	Hooks []kgo.Hook
 }
 
 // ErrFenced means another producer with the same transactional id took
@@ -112,10 +110,9 @@ type Producer struct {
 	produceErr error
 }
 
-// New creates a producer. connOpts carry seeds, TLS and SASL; they are
-// reused for reading the checkpoint. hook, if not nil, is called at named
-// points of a commit so that tests can crash the process there.
-func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string), connOpts ...kgo.Opt) (*Producer, error) {
+// New creates a producer. hook, if not nil, is called at named points of a
+// commit so that tests can crash the process there.
+func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer, error) {
 	router, err := NewRouter(cfg.TopicTemplate)
 	if err != nil {
 		return nil, err
@@ -125,10 +122,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string), connOpts .
 	}
 	p := &Producer{cfg: cfg, log: log, router: router, metrics: m, hook: hook, byTopic: make(map[string]int)}
 	p.promise = p.onProduced
-	p.opts = append([]kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.WithLogger(newQuietLogger(kslog.New(log.With("component", "kafka")))),
-	}, connOpts...)
+	p.opts = append(cfg.Conn.opts(), kgo.WithLogger(newQuietLogger(kslog.New(log.With("component", "kafka")))))
 	p.client, err = kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)],
 		kgo.TransactionalID(cfg.TransactionalID),
 		kgo.TransactionTimeout(max(cfg.CommitTimeout*2, 10*time.Second)),
@@ -140,7 +134,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string), connOpts .
 		kgo.MaxBufferedBytes(2*cfg.MaxBatchBytes),
 		// Room for one record of MaxRecordBytes with its batch overhead.
 		kgo.ProducerBatchMaxBytes(int32(max(1_000_012, cfg.MaxRecordBytes+16<<10))),
-		kgo.WithHooks(cfg.Hooks...),
+		kgo.WithHooks(m.hooks()...),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
@@ -409,7 +403,8 @@ func (p *Producer) classify(err error) error {
 	switch {
 	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
 		return fmt.Errorf("%w (transactional id %s): %w", ErrFenced, p.cfg.TransactionalID, err)
-	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
+	case errors.Is(err, kerr.SaslAuthenticationFailed),
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
 		errors.Is(err, kerr.TopicAuthorizationFailed),
 		errors.Is(err, kerr.ClusterAuthorizationFailed),
 		errors.Is(err, kerr.GroupAuthorizationFailed):
@@ -474,6 +469,9 @@ type Metrics struct {
 	commitTime   prometheus.Histogram
 	committedLSN prometheus.Gauge
 	deadLetters  prometheus.Counter
+	// kafka are franz-go's client metrics. kprom allows one client at a
+	// time, so only the producer's client reports them.
+	kafka *kprom.Metrics
 }
 
 // NewMetrics registers the producer's metrics on reg.
@@ -499,6 +497,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walstream_dead_lettered_total", Help: "Events committed to the dead-letter topic instead of their own."}),
 	}
+	m.kafka = kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))
 	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters)
 	return m
 }
@@ -521,6 +520,13 @@ func (m *Metrics) committed(byTopic map[string]int, dead, bytes int, d time.Dura
 	m.transactions.WithLabelValues("committed").Inc()
 	m.commitTime.Observe(d.Seconds())
 	m.committedLSN.Set(float64(lsn))
+}
+
+func (m *Metrics) hooks() []kgo.Hook {
+	if m == nil {
+		return nil
+	}
+	return []kgo.Hook{m.kafka}
 }
 
 func (m *Metrics) aborted() {

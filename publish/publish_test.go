@@ -49,7 +49,7 @@ var _ committer = (*checkpoint.Tracker)(nil)
 func newProducer(t *testing.T, broker, txid string) *Producer {
 	t.Helper()
 	p, err := New(Config{
-		Brokers: []string{broker}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
+		Conn: Conn{Brokers: []string{broker}}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
 		Slot: "slot-a", TopicTemplate: "outbox.event." + RoutedByValue, MaxBatchEvents: 100, MaxBatchBytes: 1 << 20,
 		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)

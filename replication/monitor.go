@@ -169,4 +169,3 @@ func (m *SlotMetrics) set(st SlotState) {
 		m.walStatus.WithLabelValues(s).Set(v)
 	}
 }
-

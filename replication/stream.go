@@ -252,6 +252,13 @@ func (s *Stream) Close(ctx context.Context, pos confirmer) error {
 	return err
 }
 
+// IsPostgres reports whether err came from Postgres or the connection to it.
+func IsPostgres(err error) bool {
+	var pgErr *pgconn.PgError
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &pgErr) || errors.As(err, &connErr)
+}
+
 // SlotInUse reports whether err says that another client is streaming the
 // slot, which is what a standby instance sees.
 func SlotInUse(err error) bool {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -44,32 +45,43 @@ const (
 
 // Config is everything `walstream run` is told.
 type Config struct {
-	PGURL            string
-	Brokers          string
-	Slot             string
-	Publication      string
-	Table            string
-	Create           bool
-	AllowSlotAhead   bool
-	TopicTemplate    string
-	CheckpointTopic  string
-	CheckpointKey    string // defaults to the slot name
-	TransactionalID  string // defaults to "walstream-" + slot
-	MaxBatchEvents   int
-	MaxBatchBytes    int
-	QueueBytes       int
-	Linger           time.Duration
-	StatusInterval   time.Duration
-	IdleInterval     time.Duration
-	CommitTimeout    time.Duration
-	OnError          string
-	DeadLetterTopic  string
-	MaxRecordBytes   int
-	SlotPollInterval time.Duration
-	ReadyConfirmAge  time.Duration
-	HTTPAddr         string
-	LogLevel         string
-	LogFormat        string
+	PGURL                 string
+	Brokers               string
+	Slot                  string
+	Publication           string
+	Table                 string
+	Create                bool
+	AllowSlotAhead        bool
+	TopicTemplate         string
+	CheckpointTopic       string
+	CheckpointKey         string // defaults to the slot name
+	TransactionalID       string // defaults to "walstream-" + slot
+	MaxBatchEvents        int
+	MaxBatchBytes         int
+	QueueBytes            int
+	Linger                time.Duration
+	StatusInterval        time.Duration
+	IdleInterval          time.Duration
+	CommitTimeout         time.Duration
+	OnError               string
+	DeadLetterTopic       string
+	MaxRecordBytes        int
+	PGPasswordFile        string
+	KafkaTLS              bool
+	KafkaTLSCAFile        string
+	KafkaTLSCertFile      string
+	KafkaTLSKeyFile       string
+	KafkaTLSServerName    string
+	KafkaSASLMechanism    string
+	KafkaSASLUser         string
+	KafkaSASLPasswordFile string
+	HTTPConfigFile        string
+	PprofAddr             string
+	SlotPollInterval      time.Duration
+	ReadyConfirmAge       time.Duration
+	HTTPAddr              string
+	LogLevel              string
+	LogFormat             string
 }
 
 // envPrefix maps flag --max-batch-events to WALSTREAM_MAX_BATCH_EVENTS.
@@ -94,7 +106,16 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	}
 
 	str(&c.PGURL, "pg-url", "", "Postgres connection URL or DSN of the primary (required)")
+	str(&c.PGPasswordFile, "pg-password-file", "", "file holding the Postgres password (else the URL, passfile or ~/.pgpass)")
 	str(&c.Brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers (required)")
+	boolean(&c.KafkaTLS, "kafka-tls", false, "connect to Kafka with TLS, verifying brokers against the system roots or --kafka-tls-ca-file")
+	str(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM CA bundle to verify the brokers with (implies --kafka-tls)")
+	str(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate for mutual TLS")
+	str(&c.KafkaTLSKeyFile, "kafka-tls-key-file", "", "PEM client key for mutual TLS")
+	str(&c.KafkaTLSServerName, "kafka-tls-server-name", "", "name to verify the brokers' certificates against (default: the host dialed)")
+	str(&c.KafkaSASLMechanism, "kafka-sasl-mechanism", "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; the password comes from --kafka-sasl-password-file or $"+envKafkaSASLPassword)
+	str(&c.KafkaSASLUser, "kafka-sasl-user", "", "SASL user")
+	str(&c.KafkaSASLPasswordFile, "kafka-sasl-password-file", "", "file holding the SASL password")
 	str(&c.Slot, "slot", DefaultSlot, "logical replication slot (pgoutput)")
 	str(&c.Publication, "publication", DefaultPublication, "publication of the outbox table")
 	str(&c.Table, "table", DefaultTable, "outbox table, schema-qualified")
@@ -116,6 +137,8 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	num(&c.MaxRecordBytes, "max-record-bytes", DefaultMaxRecordBytes, "largest record to send; keep it within the topics' max.message.bytes")
 	dur(&c.SlotPollInterval, "slot-poll-interval", DefaultSlotPoll, "how often the slot's state is read for metrics and checked")
 	dur(&c.ReadyConfirmAge, "ready-confirm-age", DefaultReadyConfirmAge, "/readyz fails when no position was confirmed to Postgres for this long")
+	str(&c.HTTPConfigFile, "http-config-file", "", "Prometheus exporter-toolkit web config (TLS, basic auth) for the HTTP listener")
+	str(&c.PprofAddr, "pprof-addr", "", "serve /debug/pprof on this loopback address; empty: off")
 	str(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "listen address for /metrics and /healthz; empty disables, port 0 picks one")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")
@@ -231,6 +254,19 @@ func (c *Config) Validate() error {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		bad("log-level", "%q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if c.PprofAddr != "" {
+		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || !loopback(host) {
+			bad("pprof-addr", "%q: pprof shows memory and must listen on loopback, like 127.0.0.1:6060", c.PprofAddr)
+		}
+	}
+	if _, err := c.kafkaConn(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.PGPasswordFile != "" {
+		if _, err := os.Stat(c.PGPasswordFile); err != nil {
+			bad("pg-password-file", "%v", err)
+		}
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log-format", "%q is not text or json", c.LogFormat)

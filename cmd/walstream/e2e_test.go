@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/walstream/walstream/internal/testenv"
 )
@@ -56,6 +58,33 @@ type env struct {
 	pg     *testenv.Postgres
 	kafka  *testenv.Broker
 	broker string
+	// reader, when set, makes tests read records with a franz-go consumer
+	// with these connection options instead of kcat.
+	reader []kgo.Opt
+}
+
+// secrets are the passwords tests use; no walstream output may hold one.
+var secrets struct {
+	sync.Mutex
+	list []string
+}
+
+func registerSecret(s string) {
+	secrets.Lock()
+	defer secrets.Unlock()
+	secrets.list = append(secrets.list, s)
+}
+
+// leakedSecret returns a registered password that out contains, if any.
+func leakedSecret(out string) string {
+	secrets.Lock()
+	defer secrets.Unlock()
+	for _, s := range secrets.list {
+		if strings.Contains(out, s) {
+			return s
+		}
+	}
+	return ""
 }
 
 func newEnv(t *testing.T) *env {
@@ -111,6 +140,9 @@ func (e *env) start(args []string, environ ...string) *proc {
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	e.t.Cleanup(func() {
 		p.stop()
+		if s := leakedSecret(p.Log()); s != "" {
+			e.t.Errorf("walstream's log holds the password %q", s)
+		}
 		if e.t.Failed() {
 			e.t.Logf("walstream log:\n%s", p.Log())
 		}
@@ -233,6 +265,9 @@ type record struct {
 // kcat reads a topic from the beginning to its end, read_committed.
 func (e *env) kcat(topic string) []record {
 	e.t.Helper()
+	if e.reader != nil {
+		return e.kgoRead(topic)
+	}
 	if _, err := exec.LookPath("kcat"); err != nil {
 		if os.Getenv("CI") != "" {
 			e.t.Fatal("CI is set and kcat is not installed (apt-get install kcat)")
@@ -665,4 +700,56 @@ func TestSurvivesRestartsAndCuts(t *testing.T) {
 	if !refused.Load() {
 		t.Error("the injected EndTxn refusal never ran")
 	}
+}
+
+// kgoRead reads a topic from the beginning to its last stable offset,
+// read_committed, with franz-go.
+func (e *env) kgoRead(topic string) []record {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := append([]kgo.Opt{kgo.SeedBrokers(e.broker)}, e.reader...)
+	adm, err := kgo.NewClient(opts...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer adm.Close()
+	ends, err := kadm.NewClient(adm).ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		e.t.Fatalf("listing offsets of %s: %v", topic, err)
+	}
+	until := make(map[int32]int64)
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset > 0 {
+			until[o.Partition] = o.Offset
+		}
+	})
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []record
+	for len(until) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err(); err != nil {
+			e.t.Fatalf("reading %s: %v", topic, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := until[r.Partition]; ok && r.Offset+1 >= end {
+				delete(until, r.Partition)
+			}
+			if r.Attrs.IsControl() {
+				return
+			}
+			var hs []string
+			for _, h := range r.Headers {
+				hs = append(hs, h.Key+"="+string(h.Value))
+			}
+			recs = append(recs, record{Topic: r.Topic, Partition: int(r.Partition), Offset: r.Offset,
+				Key: string(r.Key), Headers: strings.Join(hs, ","), Value: string(r.Value)})
+		})
+	}
+	return recs
 }

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -16,8 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kprom"
+	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
@@ -33,12 +35,17 @@ var ErrSlotAhead = errors.New("slot is ahead of the checkpoint in Kafka")
 // after a backoff.
 func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 	log := cfg.logger(stderr).With("slot", cfg.Slot)
-	pgCfg, err := pgx.ParseConfig(cfg.PGURL)
+	pgCfg, err := cfg.pgConfig()
 	if err != nil {
-		return fmt.Errorf("--pg-url: %w", err)
+		return err
+	}
+	kafka, err := cfg.kafkaConn()
+	if err != nil {
+		return err
 	}
 	log.Info("starting", "version", version, "host", pgCfg.Host, "port", pgCfg.Port, "database", pgCfg.Database,
-		"user", pgCfg.User, "brokers", cfg.Brokers, "table", cfg.Table, "transactional_id", cfg.TransactionalID)
+		"user", pgCfg.User, "pg_tls", pgCfg.TLSConfig != nil, "brokers", cfg.Brokers,
+		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "transactional_id", cfg.TransactionalID)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -52,7 +59,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 500*time.Millisecond, 30*time.Second, 0
-	s := &session{cfg: cfg, pgCfg: pgCfg, log: log, metrics: m, state: st, hook: crashHook()}
+	s := &session{cfg: cfg, pgCfg: pgCfg, kafka: kafka, log: log, metrics: m, state: st, hook: crashHook()}
 	var standbyLogged time.Time
 	for {
 		streamed, err := s.run(ctx)
@@ -99,6 +106,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 // fencing and authorization are final.
 func classify(err error) (peer, kind string, transient bool) {
 	var de *decode.Error
+	var ke *kafkaError
 	switch {
 	case errors.As(err, &de):
 		return "postgres", "bad_input", false
@@ -112,14 +120,39 @@ func classify(err error) (peer, kind string, transient bool) {
 		return "kafka", "authorization", false
 	case publish.Permanent(err):
 		return "kafka", "bad_input", false
+	case tlsRefused(err):
+		if errors.As(err, &ke) {
+			return "kafka", "tls", false
+		}
+		return "postgres", "tls", false
+	case errors.As(err, &ke):
+		// Anything else from Kafka: a new session with a fresh producer is
+		// the rebuild from the checkpoint it needs.
+		return "kafka", "kafka", true
 	case replication.SlotInUse(err):
 		return "postgres", "slot_in_use", true
 	case replication.Transient(err):
 		return "postgres", "postgres", true
+	case replication.IsPostgres(err):
+		// An error from the server that reconnecting will not change: a
+		// wrong password, a missing privilege.
+		return "postgres", "postgres", false
 	}
-	// Everything else comes from Kafka or a timeout; a new session with a
-	// fresh producer is the rebuild from the checkpoint that both need.
-	return "kafka", "kafka", true
+	return "postgres", "postgres", true
+}
+
+// kafkaError marks an error from the Kafka side of a session, so that a
+// connection error is blamed on the right peer.
+type kafkaError struct{ err error }
+
+func (e *kafkaError) Error() string { return e.err.Error() }
+func (e *kafkaError) Unwrap() error { return e.err }
+
+func onKafka(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return &kafkaError{err}
 }
 
 // metrics are the process-wide metrics; each package declares its own.
@@ -127,7 +160,6 @@ type metrics struct {
 	repl       *replication.Metrics
 	slot       *replication.SlotMetrics
 	pub        *publish.Metrics
-	kafka      *kprom.Metrics
 	reconnects *prometheus.CounterVec
 	errors     *prometheus.CounterVec
 	standby    prometheus.Gauge
@@ -135,10 +167,9 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, st *state) metrics {
 	m := metrics{
-		repl:  replication.NewMetrics(reg),
-		slot:  replication.NewSlotMetrics(reg),
-		pub:   publish.NewMetrics(reg),
-		kafka: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg)),
+		repl: replication.NewMetrics(reg),
+		slot: replication.NewSlotMetrics(reg),
+		pub:  publish.NewMetrics(reg),
 		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walstream_reconnects_total", Help: "Sessions restarted after a transient error, by the peer that failed."}, []string{"peer"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -208,13 +239,15 @@ const standbyPoll = time.Second
 type session struct {
 	cfg     *Config
 	pgCfg   *pgx.ConnConfig
+	kafka   publish.Conn
 	log     *slog.Logger
 	metrics metrics
 	state   *state
 	hook    func(string)
 	// started is set once a session has streamed: from then on a missing
 	// slot or publication was dropped under us and is never recreated.
-	started bool
+	started     bool
+	warnedPlain bool
 }
 
 func (s *session) run(ctx context.Context) (streamed bool, err error) {
@@ -224,6 +257,10 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		return false, fmt.Errorf("connecting to %s:%d database %s: %w", s.pgCfg.Host, s.pgCfg.Port, s.pgCfg.Database, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if _, tls := conn.PgConn().Conn().(*tls.Conn); !tls && !loopback(s.pgCfg.Host) && !s.warnedPlain {
+		s.log.Warn("the Postgres connection is not encrypted; use sslmode=verify-full in production", "host", s.pgCfg.Host)
+		s.warnedPlain = true
+	}
 	if err := replication.Prepare(ctx, conn, names, cfg.Create && !s.started); err != nil {
 		return false, err
 	}
@@ -248,16 +285,15 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	prod, err := publish.New(publish.Config{
-		Brokers: cfg.brokers(), TransactionalID: cfg.TransactionalID,
+		Conn: s.kafka, TransactionalID: cfg.TransactionalID,
 		CheckpointTopic: cfg.CheckpointTopic, CheckpointKey: cfg.CheckpointKey, Slot: cfg.Slot,
 		TopicTemplate: cfg.TopicTemplate, MaxBatchEvents: cfg.MaxBatchEvents, MaxBatchBytes: cfg.MaxBatchBytes,
 		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
 		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.deadLetterTopic(),
-		Hooks: []kgo.Hook{s.metrics.kafka},
 	}, s.log, s.metrics.pub, s.hook)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
-		return false, err
+		return false, onKafka(err)
 	}
 	defer prod.Close()
 
@@ -281,7 +317,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	s.log.Info("streaming", "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return prod.Run(gctx, q) })
+	g.Go(func() error { return onKafka(prod.Run(gctx, q)) })
 	g.Go(func() error { return stream.Run(gctx, dec, q, tracker) })
 	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot}
 	g.Go(func() error { return mon.Run(gctx) })
@@ -303,11 +339,11 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 // confirmed more than Kafka holds: the events between are missing.
 func (s *session) resume(ctx context.Context, prod *publish.Producer, slot replication.Slot) (cp checkpoint.Checkpoint, inKafka bool, err error) {
 	if err := prod.Fence(ctx); err != nil {
-		return cp, false, err
+		return cp, false, onKafka(err)
 	}
 	cp, at, found, err := prod.ReadCheckpoint(ctx)
 	if err != nil {
-		return cp, false, err
+		return cp, false, onKafka(err)
 	}
 	switch {
 	case !found:
@@ -365,16 +401,60 @@ func serveHTTP(addr string, reg *prometheus.Registry, st *state, cfg *Config, lo
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	stopMetrics := serve(ln, mux, cfg.HTTPConfigFile, log)
+	log.Info("http listening", "addr", ln.Addr().String(), "tls_and_auth_config", cfg.HTTPConfigFile)
+	if cfg.PprofAddr == "" {
+		return stopMetrics, nil
+	}
+	pln, err := net.Listen("tcp", cfg.PprofAddr)
+	if err != nil {
+		stopMetrics()
+		return nil, fmt.Errorf("--pprof-addr %s: %w", cfg.PprofAddr, err)
+	}
+	pmux := http.NewServeMux()
+	pmux.HandleFunc("/debug/pprof/", pprof.Index)
+	pmux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	pmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	pmux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	pmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	stopPprof := serve(pln, pmux, "", log)
+	log.Info("pprof listening", "addr", pln.Addr().String())
+	return func() { stopPprof(); stopMetrics() }, nil
+}
+
+// serve serves h on ln, with TLS and basic auth from an exporter-toolkit
+// web config file when one is given.
+func serve(ln net.Listener, h http.Handler, webConfig string, log *slog.Logger) (stop func()) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	flags := &web.FlagConfig{WebListenAddresses: &[]string{}, WebSystemdSocket: new(bool), WebConfigFile: &webConfig}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server", "err", err)
+		// exporter-toolkit logs every start at info; only its warnings matter.
+		quiet := slog.New(warnOnly{log.Handler().WithAttrs([]slog.Attr{slog.String("component", "http")})})
+		if err := web.Serve(ln, srv, flags, quiet); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
-	log.Info("http listening", "addr", ln.Addr().String())
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
-	}, nil
+	}
+}
+
+// warnOnly drops records below warn.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+// tlsRefused reports a certificate that failed verification: a wrong CA or
+// host name does not go away by retrying.
+func tlsRefused(err error) bool {
+	var unknownAuthority x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var verification *tls.CertificateVerificationError
+	return errors.As(err, &unknownAuthority) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &verification)
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/replication"
 )
@@ -79,9 +78,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
-	pgCfg, err := pgx.ParseConfig(cfg.PGURL)
+	pgCfg, err := cfg.pgConfig()
 	if err != nil {
-		return nil, fmt.Errorf("--pg-url: %w", err)
+		return nil, err
+	}
+	kafka, err := cfg.kafkaConn()
+	if err != nil {
+		return nil, err
 	}
 	conn, err := pgx.ConnectConfig(ctx, pgCfg)
 	if err != nil {
@@ -110,7 +113,7 @@ func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
 
 	c := &r.Checkpoint
 	c.Topic, c.Key = cfg.CheckpointTopic, cfg.CheckpointKey
-	cp, at, found, err := publish.ReadCheckpoint(ctx, []kgo.Opt{kgo.SeedBrokers(cfg.brokers()...)}, cfg.CheckpointTopic, cfg.CheckpointKey)
+	cp, at, found, err := publish.ReadCheckpoint(ctx, kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
 	if err != nil {
 		return nil, err
 	}

@@ -98,6 +98,49 @@ func (pg *Postgres) ctl(args ...string) error {
 	return nil
 }
 
+// EnableSSL turns on TLS with the given PEM certificate and key, which are
+// copied where the server can read them.
+func (pg *Postgres) EnableSSL(certFile, keyFile string) {
+	pg.t.Helper()
+	for src, dst := range map[string]string{certFile: "server.crt", keyFile: "server.key"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			pg.t.Fatal(err)
+		}
+		path := filepath.Join(pg.Dir, "data", dst)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			pg.t.Fatal(err)
+		}
+		if err := chownToPostgres(path); err != nil {
+			pg.t.Fatal(err)
+		}
+	}
+	pg.Exec("postgres", "ALTER SYSTEM SET ssl = on")
+	pg.reload()
+}
+
+// PrependHBA puts lines at the top of pg_hba.conf and reloads.
+func (pg *Postgres) PrependHBA(lines ...string) {
+	pg.t.Helper()
+	path := filepath.Join(pg.Dir, "data", "pg_hba.conf")
+	old, err := os.ReadFile(path)
+	if err != nil {
+		pg.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"+string(old)), 0o600); err != nil {
+		pg.t.Fatal(err)
+	}
+	pg.reload()
+}
+
+func (pg *Postgres) reload() {
+	pg.t.Helper()
+	if err := pg.ctl("reload"); err != nil {
+		pg.t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the postmaster applies it asynchronously
+}
+
 // Stop stops the server (fast shutdown); Start starts it again.
 func (pg *Postgres) Stop() error { return pg.ctl("stop", "-m", "fast", "-w") }
 

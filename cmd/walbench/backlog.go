@@ -1,0 +1,378 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// aggTypeBacklog is the aggregate type of preloaded rows; walstream
+// publishes them to outbox.event.Order.
+const aggTypeBacklog = "Order"
+
+// topicFor is walstream's default topic of an aggregate type.
+func topicFor(aggType string) string { return "outbox.event." + aggType }
+
+// pollEvery is how often a drain's end is checked and processes sampled.
+const pollEvery = 50 * time.Millisecond
+
+// Drain is one client draining the backlog of one slot.
+type Drain struct {
+	Tool    string  `json:"tool"`
+	Seconds float64 `json:"seconds"` // from starting the process to done
+	// StartupSeconds is walstream's time from exec to streaming: fencing,
+	// reading the checkpoint, acquiring the slot. Included in Seconds.
+	StartupSeconds float64 `json:"startup_seconds,omitempty"`
+	RowsPerSec     float64 `json:"rows_per_sec"`
+	WALMBPerSec    float64 `json:"wal_mb_per_sec"`    // WAL between the slots' start and the end LSN, per second
+	RecordMBPerSec float64 `json:"record_mb_per_sec"` // key, value and id header bytes, per second
+	// CPUSeconds is the tool's own process; the walsender and the broker
+	// are counted apart.
+	CPUSeconds          float64 `json:"cpu_seconds"`
+	CPUMicrosPerRow     float64 `json:"cpu_us_per_row"`
+	PeakRSSBytes        int64   `json:"peak_rss_bytes"`
+	WalsenderCPUSeconds float64 `json:"walsender_cpu_seconds"`
+	BrokerCPUSeconds    float64 `json:"broker_cpu_seconds,omitempty"`
+	// RecordsCounted is what a read_committed consumer found in the topic
+	// after the drain (walstream only); it must equal the rows.
+	RecordsCounted int64 `json:"records_counted,omitempty"`
+	Machine        Quiet `json:"machine"`
+}
+
+// BacklogRun is one run of the backlog or huge-transaction scenario: the
+// same preloaded WAL drained by pg_recvlogical and then by walstream.
+type BacklogRun struct {
+	Scenario     string  `json:"scenario"`
+	Run          int     `json:"run"`
+	Profiled     bool    `json:"profiled"`
+	Rows         int64   `json:"rows"`
+	RowsPerTx    int64   `json:"rows_per_tx"`
+	PayloadBytes float64 `json:"payload_bytes_avg"`
+	RecordBytes  int64   `json:"record_bytes"`
+	WALBytes     int64   `json:"wal_bytes"`
+	LoadSeconds  float64 `json:"load_seconds"`
+	StartLSN     string  `json:"start_lsn"`
+	EndLSN       string  `json:"end_lsn"`
+	Ceiling      Drain   `json:"pg_recvlogical"`
+	Walstream    Drain   `json:"walstream"`
+	// Ratio is walstream's rows/s over pg_recvlogical's in this run.
+	Ratio    float64           `json:"ratio"`
+	Profiles map[string]string `json:"profiles,omitempty"`
+}
+
+// backlogRun preloads rows (perTx per transaction) while two slots exist,
+// then drains one slot with pg_recvlogical (the ceiling) and the other with
+// walstream.
+func (b *bench) backlogRun(ctx context.Context, scenario string, run int, rows, perTx int64, profile bool) (*BacklogRun, error) {
+	name := fmt.Sprintf("%s-%d", scenario, run)
+	if profile {
+		name = scenario + "-profile"
+	}
+	dir := filepath.Join(b.cfg.OutDir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	r := &BacklogRun{Scenario: scenario, Run: run, Profiled: profile, Rows: rows, RowsPerTx: perTx}
+	b.logf("%s: preloading %d rows, %d per transaction", name, rows, perTx)
+	if err := b.db.reset(ctx); err != nil {
+		return nil, err
+	}
+	start, err := b.db.createSlot(ctx, slotRecvLogical)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := b.db.createSlot(ctx, slotWalstream); err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, b.cfg.DrainTimeout)
+	t0 := time.Now()
+	end, err := b.db.load(lctx, 1, rows, perTx, b.pad, aggTypeBacklog)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	r.LoadSeconds = time.Since(t0).Seconds()
+	n, bytes, payload, err := b.db.loaded(ctx, aggTypeBacklog)
+	if err != nil {
+		return nil, err
+	}
+	if n != rows {
+		return nil, fmt.Errorf("%s: the outbox holds %d rows after loading %d", name, n, rows)
+	}
+	r.StartLSN, r.EndLSN, r.WALBytes, r.RecordBytes, r.PayloadBytes = start.String(), end.String(), int64(end-start), bytes, payload
+	b.logf("%s: loaded in %.1fs, %d MB of WAL to %s", name, r.LoadSeconds, r.WALBytes>>20, end)
+
+	// The broker is idle until walstream starts; starting it now keeps its
+	// start-up out of the quiet window before the measured drains.
+	broker, err := startBroker(ctx, b.exe, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"), b.cfg.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := broker.stop(); err != nil {
+			b.logf("%s: stopping the broker: %v", name, err)
+		}
+		_ = os.RemoveAll(filepath.Join(b.workDir, name+"-kafka"))
+	}()
+	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topicFor(aggTypeBacklog)); err != nil {
+		return nil, err
+	}
+
+	var perf *perfRecorder
+	if profile && b.perf {
+		if perf, err = startPerf(filepath.Join(dir, "perf-pg_recvlogical.data")); err != nil {
+			return nil, err
+		}
+	}
+	if r.Ceiling, err = b.drainRecvLogical(ctx, r, end, filepath.Join(dir, "pg_recvlogical.log")); err != nil {
+		perf.stop()
+		return nil, err
+	}
+	if perf != nil {
+		if err := perf.stop(); err != nil {
+			return nil, err
+		}
+	}
+	b.logf("%s: pg_recvlogical %.0f rows/s", name, r.Ceiling.RowsPerSec)
+
+	var walstreamPID int
+	if profile && b.perf {
+		if perf, err = startPerf(filepath.Join(dir, "perf-walstream.data")); err != nil {
+			return nil, err
+		}
+	}
+	if profile {
+		if err := broker.startProfile(ctx); err != nil {
+			perf.stop()
+			return nil, err
+		}
+	}
+	r.Walstream, walstreamPID, err = b.drainWalstream(ctx, r, end, broker, filepath.Join(dir, "walstream.log"))
+	if perf != nil {
+		if perr := perf.stop(); err == nil {
+			err = perr
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.Ratio = r.Walstream.RowsPerSec / r.Ceiling.RowsPerSec
+	b.logf("%s: walstream %.0f rows/s (%.2f of pg_recvlogical), %.2f µs CPU per row, peak RSS %d MB",
+		name, r.Walstream.RowsPerSec, r.Ratio, r.Walstream.CPUMicrosPerRow, r.Walstream.PeakRSSBytes>>20)
+	if profile {
+		if r.Profiles, err = b.profileReports(ctx, dir, broker, walstreamPID); err != nil {
+			return nil, err
+		}
+	}
+	return r, b.db.dropSlots(ctx)
+}
+
+// drainRecvLogical runs pg_recvlogical on its slot until it has received
+// everything up to end: with --endpos it stops by itself at the first
+// message at or past end, which is the last transaction's COMMIT (its
+// position is the commit's end LSN) or a keepalive past it.
+func (b *bench) drainRecvLogical(ctx context.Context, r *BacklogRun, end pglogrepl.LSN, logPath string) (Drain, error) {
+	d := Drain{Tool: "pg_recvlogical"}
+	var err error
+	if d.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
+		return d, err
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return d, fmt.Errorf("creating %s: %w", logPath, err)
+	}
+	defer logf.Close()
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.DrainTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, b.cfg.RecvLogical, recvLogicalArgs(b.pg.url, end)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	s := newSampler()
+	var walsender int
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return d, fmt.Errorf("starting pg_recvlogical: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			d.Seconds = time.Since(t0).Seconds()
+			if err != nil {
+				return d, fmt.Errorf("running pg_recvlogical (log %s): %w", logPath, err)
+			}
+			ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+			d.CPUSeconds = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+			if ru != nil {
+				d.PeakRSSBytes = ru.Maxrss << 10
+			}
+			d.WalsenderCPUSeconds = s.get(walsender).CPU.Seconds()
+			d.fill(r)
+			return d, nil
+		case <-tick.C:
+			if walsender == 0 {
+				if _, walsender, err = b.db.slotState(ctx, slotRecvLogical); err != nil {
+					return d, err
+				}
+			}
+			s.sample(walsender)
+		}
+	}
+}
+
+// recvLogicalArgs drain the slot to end into /dev/null; pgoutput needs the
+// protocol version and the publication.
+func recvLogicalArgs(url string, end pglogrepl.LSN) []string {
+	return []string{"-d", url, "--slot", slotRecvLogical, "--start", "--endpos", end.String(), "--no-loop",
+		"--plugin", "pgoutput", "-o", "proto_version=1", "-o", "publication_names=" + benchPublication, "-f", "/dev/null"}
+}
+
+// drainWalstream runs walstream on its slot until the slot's
+// confirmed_flush_lsn reaches end. walstream confirms a position only after
+// the Kafka transaction holding everything before it has committed, so at
+// that instant every row is visible to read_committed consumers; a count of
+// the topic afterwards checks that.
+func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl.LSN, broker *brokerProc, logPath string) (Drain, int, error) {
+	d := Drain{Tool: "walstream"}
+	var err error
+	if d.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
+		return d, 0, err
+	}
+	s := newSampler()
+	s.sample(broker.pid())
+	brokerCPU0 := s.get(broker.pid()).CPU
+	p, err := startWalstream(b.walstream, b.walstreamArgs(broker.addr), logPath)
+	if err != nil {
+		return d, 0, err
+	}
+	defer func() {
+		if err := p.stop(); err != nil {
+			b.logf("stopping walstream: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(b.cfg.DrainTimeout)
+	var walsender int
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return d, 0, ctx.Err()
+		case <-tick.C:
+		}
+		confirmed, pid, err := b.db.slotState(ctx, slotWalstream)
+		if err != nil {
+			return d, 0, err
+		}
+		if pid != 0 {
+			walsender = pid
+		}
+		s.sample(p.pid())
+		s.sample(walsender)
+		if confirmed >= end {
+			break
+		}
+		if err := p.exited(); err != nil {
+			return d, 0, err
+		}
+		if time.Now().After(deadline) {
+			return d, 0, fmt.Errorf("slot %s confirmed %s, not %s, after %s (log %s)", slotWalstream, confirmed, end, b.cfg.DrainTimeout, logPath)
+		}
+	}
+	d.Seconds = time.Since(p.started).Seconds()
+	s.sample(p.pid())
+	s.sample(broker.pid())
+	if at := p.streamingSince(); !at.IsZero() {
+		d.StartupSeconds = at.Sub(p.started).Seconds()
+	}
+	ws := s.get(p.pid())
+	d.CPUSeconds, d.PeakRSSBytes = ws.CPU.Seconds(), ws.HWM
+	d.WalsenderCPUSeconds = s.get(walsender).CPU.Seconds()
+	d.BrokerCPUSeconds = (s.get(broker.pid()).CPU - brokerCPU0).Seconds()
+	d.fill(r)
+	if d.RecordsCounted, err = countRecords(ctx, broker.addr, topicFor(aggTypeBacklog), r.Rows); err != nil {
+		return d, 0, err
+	}
+	if d.RecordsCounted != r.Rows {
+		return d, 0, fmt.Errorf("a read_committed consumer counted %d records in %s, want %d", d.RecordsCounted, topicFor(aggTypeBacklog), r.Rows)
+	}
+	return d, p.pid(), nil
+}
+
+// fill derives the rates from Seconds and CPUSeconds.
+func (d *Drain) fill(r *BacklogRun) {
+	d.RowsPerSec = float64(r.Rows) / d.Seconds
+	d.WALMBPerSec = float64(r.WALBytes) / 1e6 / d.Seconds
+	d.RecordMBPerSec = float64(r.RecordBytes) / 1e6 / d.Seconds
+	d.CPUMicrosPerRow = d.CPUSeconds * 1e6 / float64(r.Rows)
+}
+
+// createTopics creates topics before walstream writes to them, as an
+// operator would.
+func createTopics(ctx context.Context, broker string, partitions int, topics ...string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
+	if err != nil {
+		return fmt.Errorf("creating admin client: %w", err)
+	}
+	defer cl.Close()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).CreateTopics(cctx, int32(partitions), 1, nil, topics...)
+	if err != nil {
+		return fmt.Errorf("creating topics %v: %w", topics, err)
+	}
+	if err := resp.Error(); err != nil {
+		return fmt.Errorf("creating topics %v: %w", topics, err)
+	}
+	return nil
+}
+
+// countRecords counts the records of topic a read_committed consumer sees,
+// reading until it has want and then a second without more, or until no
+// record came for 10s.
+func countRecords(ctx context.Context, broker, topic string, want int64) (int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return 0, fmt.Errorf("creating consumer: %w", err)
+	}
+	defer cl.Close()
+	var n int64
+	last := time.Now()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				ferr = fmt.Errorf("consuming %s partition %d: %w", t, p, err)
+			}
+		})
+		if ferr != nil {
+			return n, ferr
+		}
+		if k := fs.NumRecords(); k > 0 {
+			n += int64(k)
+			last = time.Now()
+		}
+		idle := time.Since(last)
+		if (n >= want && idle > time.Second) || idle > 10*time.Second {
+			return n, nil
+		}
+	}
+}

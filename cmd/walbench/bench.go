@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// bench is one walbench invocation: the servers it started and what every
+// scenario needs from them.
+type bench struct {
+	cfg       *Config
+	log       io.Writer
+	exe       string // walbench itself, started again as the broker
+	walstream string // the binary under test
+	workDir   string
+	pg        *postgres
+	db        *db
+	pad       int  // payload padding for -payload-bytes
+	perf      bool // perf can sample here
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "walbench: "+format+"\n", args...)
+}
+
+// runBench runs the scenarios, writing the report after each run so that
+// an interrupted benchmark keeps what it measured.
+func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err error) {
+	b := &bench{cfg: cfg, log: stderr}
+	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
+		return fmt.Errorf("creating -out %s: %w", cfg.OutDir, err)
+	}
+	if b.exe, err = os.Executable(); err != nil {
+		return fmt.Errorf("finding walbench's own binary: %w", err)
+	}
+	if b.workDir = cfg.WorkDir; b.workDir == "" {
+		if b.workDir, err = os.MkdirTemp("", "walbench-"); err != nil {
+			return fmt.Errorf("creating a work directory: %w", err)
+		}
+		defer os.RemoveAll(b.workDir)
+	} else if err := os.MkdirAll(b.workDir, 0o755); err != nil {
+		return fmt.Errorf("creating -work-dir %s: %w", b.workDir, err)
+	}
+	if b.walstream = cfg.WalstreamBin; b.walstream == "" {
+		b.walstream = filepath.Join(b.workDir, "walstream")
+		b.logf("building walstream into %s", b.walstream)
+		if out, err := exec.CommandContext(ctx, "go", "build", "-o", b.walstream, "./cmd/walstream").CombinedOutput(); err != nil {
+			return fmt.Errorf("building walstream (run walbench from the repository root): %w\n%s", err, out)
+		}
+	}
+	b.pg = &postgres{url: cfg.PGURL}
+	if cfg.PGURL == "" {
+		b.logf("starting Postgres from %s", cfg.PGBin)
+		if b.pg, err = startPostgres(ctx, cfg.PGBin); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		if serr := b.pg.stop(); serr != nil {
+			b.logf("stopping Postgres: %v", serr)
+		}
+	}()
+	if b.db, err = connect(ctx, b.pg.url); err != nil {
+		return err
+	}
+	defer b.db.close()
+	if err := b.db.exec(ctx, setupSQL); err != nil {
+		return err
+	}
+	if b.pad, err = b.db.padFor(ctx, cfg.PayloadBytes, int64(cfg.Rows/2)); err != nil {
+		return err
+	}
+	b.perf = cfg.Profile && perfUsable(ctx)
+	if cfg.Profile && !b.perf {
+		b.logf("perf cannot sample here (is linux-perf installed?); profiling the broker only")
+	}
+
+	rep := &Report{Started: time.Now().UTC(), Config: reportConfig(cfg)}
+	if rep.Machine, err = b.machine(ctx); err != nil {
+		return err
+	}
+	save := func() error { return rep.write(cfg.OutDir) }
+
+	if cfg.Scenarios[ScenarioBacklog] {
+		for i := 1; i <= cfg.Runs; i++ {
+			r, err := b.backlogRun(ctx, ScenarioBacklog, i, int64(cfg.Rows), int64(cfg.RowsPerTx), false)
+			if err != nil {
+				return fmt.Errorf("backlog run %d: %w", i, err)
+			}
+			rep.Backlog = append(rep.Backlog, r)
+			if err := save(); err != nil {
+				return err
+			}
+		}
+	}
+	if cfg.Profile {
+		r, err := b.backlogRun(ctx, ScenarioBacklog, 0, int64(cfg.Rows), int64(cfg.RowsPerTx), true)
+		if err != nil {
+			return fmt.Errorf("profiled backlog run: %w", err)
+		}
+		rep.Profiled = r
+		if err := save(); err != nil {
+			return err
+		}
+	}
+	if cfg.Scenarios[ScenarioHuge] && cfg.HugeRows > 0 {
+		for i := 1; i <= cfg.HugeRuns; i++ {
+			r, err := b.backlogRun(ctx, ScenarioHuge, i, int64(cfg.HugeRows), int64(cfg.HugeRows), false)
+			if err != nil {
+				return fmt.Errorf("huge-transaction run %d: %w", i, err)
+			}
+			rep.Huge = append(rep.Huge, r)
+			if err := save(); err != nil {
+				return err
+			}
+		}
+	}
+	if cfg.Scenarios[ScenarioLatency] && len(cfg.LatencyRates) > 0 {
+		for i := 1; i <= cfg.LatencyRuns; i++ {
+			l, err := b.latencyRun(ctx, i)
+			if err != nil {
+				return fmt.Errorf("latency run %d: %w", i, err)
+			}
+			rep.Latency = append(rep.Latency, l...)
+			if err := save(); err != nil {
+				return err
+			}
+		}
+	}
+	rep.Finished = time.Now().UTC()
+	if err := save(); err != nil {
+		return err
+	}
+	_, err = io.WriteString(stdout, rep.markdown())
+	b.logf("wrote %s and %s", filepath.Join(cfg.OutDir, "walbench.json"), filepath.Join(cfg.OutDir, "walbench.md"))
+	return err
+}
+
+// Machine describes where the figures were taken.
+type Machine struct {
+	CPU         string `json:"cpu"`
+	CPUs        int    `json:"cpus"`
+	MemoryBytes int64  `json:"memory_bytes"`
+	Kernel      string `json:"kernel"`
+	Go          string `json:"go"`
+	Postgres    string `json:"postgres"`
+	RecvLogical string `json:"pg_recvlogical"`
+	Walstream   string `json:"walstream"`
+	Commit      string `json:"commit,omitempty"`
+}
+
+func (b *bench) machine(ctx context.Context) (Machine, error) {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if cpuinfo, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(cpuinfo), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if meminfo, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		if _, err := fmt.Sscanf(string(meminfo), "MemTotal: %d kB", &kb); err == nil {
+			m.MemoryBytes = kb << 10
+		}
+	}
+	if rel, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(rel))
+	}
+	var err error
+	if m.Postgres, err = b.db.serverVersion(ctx); err != nil {
+		return m, err
+	}
+	output := func(name string, args ...string) string {
+		out, err := exec.CommandContext(ctx, name, args...).Output()
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(out))
+	}
+	m.RecvLogical = output(b.cfg.RecvLogical, "--version")
+	m.Walstream = output(b.walstream, "version")
+	m.Commit = output("git", "describe", "--always", "--dirty")
+	return m, nil
+}
+
+// Report is everything walbench measured, as written to walbench.json.
+type Report struct {
+	Started  time.Time      `json:"started"`
+	Finished time.Time      `json:"finished,omitzero"`
+	Machine  Machine        `json:"machine"`
+	Config   map[string]any `json:"config"`
+	Summary  []Figure       `json:"summary"`
+	Backlog  []*BacklogRun  `json:"backlog"`
+	Huge     []*BacklogRun  `json:"huge"`
+	Latency  []Latency      `json:"latency"`
+	// Profiled is the profiled run, left out of the summary: sampling
+	// costs CPU.
+	Profiled *BacklogRun `json:"profiled,omitempty"`
+}
+
+func reportConfig(c *Config) map[string]any {
+	return map[string]any{
+		"rows": c.Rows, "rows_per_tx": c.RowsPerTx, "payload_bytes": c.PayloadBytes, "runs": c.Runs,
+		"huge_rows": c.HugeRows, "huge_runs": c.HugeRuns,
+		"latency_rates": c.LatencyRates, "latency_seconds": c.LatencyFor.Seconds(), "latency_warmup_seconds": c.LatencyWarmup.Seconds(),
+		"latency_runs": c.LatencyRuns, "latency_writers": c.LatencyWriters,
+		"walstream_status_interval": c.StatusInterval.String(), "walstream_args": c.WalstreamArgs,
+		"partitions": c.Partitions, "external_postgres": c.PGURL != "", "max_load": c.MaxLoad,
+	}
+}
+
+// write saves walbench.json and walbench.md in dir.
+func (r *Report) write(dir string) error {
+	r.Summary = r.summarize()
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the report: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "walbench.json"), append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "walbench.md"), []byte(r.markdown()), 0o644); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// brokerCommand is the hidden subcommand that runs the broker: walbench
+// starts itself as a separate process, so that the broker's CPU time and
+// profile are its own, as with cmd/devbroker.
+const brokerCommand = "broker"
+
+// Lines the broker prints, which the launcher waits for.
+const (
+	brokerListening      = "walbench broker listening on "
+	brokerProfileStarted = "walbench broker profile started "
+	brokerProfileWritten = "walbench broker profile written "
+)
+
+// runBroker is cmd/devbroker's kfake cluster (one broker, auto-created
+// topics, state in a data directory) plus CPU profiles on request: SIGUSR1
+// starts one, SIGUSR2 writes it.
+func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("walbench broker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:9092", "listen address")
+	dataDir := fs.String("data-dir", "", "persist topics, offsets and transactions here (empty: memory only)")
+	partitions := fs.Int("partitions", DefaultPartitions, "partitions of auto-created topics")
+	profileDir := fs.String("profile-dir", "", "directory for CPU profiles taken between SIGUSR1 and SIGUSR2")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	_, port, err := net.SplitHostPort(*addr)
+	if err != nil {
+		return fmt.Errorf("-addr %q: %w", *addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("-addr %q: port: %w", *addr, err)
+	}
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.Ports(p),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(*partitions),
+	}
+	if *dataDir != "" {
+		opts = append(opts, kfake.DataDir(*dataDir))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return fmt.Errorf("starting kfake: %w", err)
+	}
+	defer c.Close()
+	fmt.Fprintf(stdout, "%s%s (data dir %q)\n", brokerListening, c.ListenAddrs()[0], *dataDir)
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+	var prof *os.File
+	seq := 0
+	stopProfile := func() error {
+		if prof == nil {
+			return nil
+		}
+		pprof.StopCPUProfile()
+		err := prof.Close()
+		fmt.Fprintf(stdout, "%s%s\n", brokerProfileWritten, prof.Name())
+		prof = nil
+		return err
+	}
+	defer stopProfile()
+	for {
+		select {
+		case <-ctx.Done():
+			return stopProfile()
+		case s := <-sigs:
+			if s == syscall.SIGUSR2 {
+				if err := stopProfile(); err != nil {
+					return fmt.Errorf("writing CPU profile: %w", err)
+				}
+				continue
+			}
+			if prof != nil || *profileDir == "" {
+				continue
+			}
+			seq++
+			f, err := os.Create(filepath.Join(*profileDir, fmt.Sprintf("broker-cpu-%d.pprof", seq)))
+			if err != nil {
+				return fmt.Errorf("creating CPU profile: %w", err)
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				f.Close()
+				return fmt.Errorf("starting CPU profile: %w", err)
+			}
+			prof = f
+			fmt.Fprintf(stdout, "%s%s\n", brokerProfileStarted, f.Name())
+		}
+	}
+}
+
+// brokerProc is a running broker child process.
+type brokerProc struct {
+	addr  string
+	cmd   *exec.Cmd
+	lines chan string // the broker's stdout, line by line
+	done  chan struct{}
+	mu    sync.Mutex
+	err   error // the process's exit, once done is closed
+}
+
+// startBroker starts `walbench broker` on a free loopback port with its
+// data in dataDir, logging to logPath.
+func startBroker(ctx context.Context, exe, dataDir, profileDir, logPath string, partitions int) (*brokerProc, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("creating broker log: %w", err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	b := &brokerProc{addr: addr, lines: make(chan string, 16), done: make(chan struct{})}
+	b.cmd = exec.Command(exe, brokerCommand, "-addr", addr, "-data-dir", dataDir,
+		"-partitions", strconv.Itoa(partitions), "-profile-dir", profileDir)
+	b.cmd.Stderr = logf
+	out, err := b.cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("piping broker output: %w", err)
+	}
+	if err := b.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting broker: %w", err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			fmt.Fprintln(logf, sc.Text())
+			select {
+			case b.lines <- sc.Text():
+			default: // nobody waits for this line
+			}
+		}
+		err := b.cmd.Wait()
+		logf.Close()
+		b.mu.Lock()
+		b.err = err
+		b.mu.Unlock()
+		close(b.done)
+	}()
+	if _, err := b.waitLine(ctx, brokerListening, 30*time.Second); err != nil {
+		b.stop()
+		return nil, err
+	}
+	return b, nil
+}
+
+// waitLine waits for an output line starting with prefix and returns the
+// rest of it.
+func (b *brokerProc) waitLine(ctx context.Context, prefix string, within time.Duration) (string, error) {
+	timeout := time.NewTimer(within)
+	defer timeout.Stop()
+	for {
+		select {
+		case l := <-b.lines:
+			if rest, ok := strings.CutPrefix(l, prefix); ok {
+				return rest, nil
+			}
+		case <-b.done:
+			return "", fmt.Errorf("broker exited (%v) before printing %q", b.exitErr(), prefix)
+		case <-timeout.C:
+			return "", fmt.Errorf("broker did not print %q within %s", prefix, within)
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
+func (b *brokerProc) exitErr() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+func (b *brokerProc) pid() int { return b.cmd.Process.Pid }
+
+// startProfile starts a CPU profile in the broker.
+func (b *brokerProc) startProfile(ctx context.Context) error {
+	if err := b.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		return fmt.Errorf("signalling the broker to profile: %w", err)
+	}
+	_, err := b.waitLine(ctx, brokerProfileStarted, 10*time.Second)
+	return err
+}
+
+// stopProfile ends the broker's CPU profile and returns its path.
+func (b *brokerProc) stopProfile(ctx context.Context) (string, error) {
+	if err := b.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		return "", fmt.Errorf("signalling the broker to write its profile: %w", err)
+	}
+	return b.waitLine(ctx, brokerProfileWritten, 30*time.Second)
+}
+
+// stop sends SIGTERM and waits; the broker is killed if it does not exit
+// within 30s.
+func (b *brokerProc) stop() error {
+	select {
+	case <-b.done:
+		return nil
+	default:
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.done:
+	case <-time.After(30 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.done
+		return errors.New("broker did not stop within 30s of SIGTERM; killed it")
+	}
+	var exit *exec.ExitError
+	if err := b.exitErr(); err != nil && !errors.As(err, &exit) {
+		return fmt.Errorf("waiting for the broker: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults, named so that --help and BENCHMARKS.md agree with the code.
+const (
+	DefaultRows            = 1_000_000
+	DefaultRowsPerTx       = 1
+	DefaultPayloadBytes    = 430
+	DefaultRuns            = 3
+	DefaultHugeRows        = 1_000_000
+	DefaultHugeRuns        = 3
+	DefaultLatencyRates    = "1000,10000"
+	DefaultLatencyDuration = 30 * time.Second
+	DefaultLatencyWarmup   = 3 * time.Second
+	DefaultLatencyRuns     = 3
+	DefaultLatencyWriters  = 4
+	DefaultScenarios       = "backlog,huge,latency"
+	DefaultPGBin           = "/usr/lib/postgresql/15/bin"
+	DefaultOutDir          = "bench/results"
+	DefaultMaxLoad         = 0.5
+	DefaultQuietTimeout    = 15 * time.Minute
+	DefaultDrainTimeout    = 15 * time.Minute
+	DefaultPartitions      = 3
+	// DefaultStatusInterval is walstream's --status-interval in the runs:
+	// the drain ends when the slot's confirmed_flush_lsn reaches the end,
+	// and walstream confirms only at its status updates, every 10s by
+	// default. 100ms keeps that wait out of the figures.
+	DefaultStatusInterval = 100 * time.Millisecond
+)
+
+// Scenario names for --scenarios.
+const (
+	ScenarioBacklog = "backlog"
+	ScenarioHuge    = "huge"
+	ScenarioLatency = "latency"
+)
+
+// Config is everything walbench is told.
+type Config struct {
+	Rows           int
+	RowsPerTx      int
+	PayloadBytes   int
+	Runs           int
+	HugeRows       int
+	HugeRuns       int
+	LatencyRates   []int
+	LatencyFor     time.Duration
+	LatencyWarmup  time.Duration
+	LatencyRuns    int
+	LatencyWriters int
+	Scenarios      map[string]bool
+	Profile        bool
+	PGURL          string // empty: start a throwaway cluster
+	PGBin          string
+	RecvLogical    string // pg_recvlogical binary
+	WalstreamBin   string // empty: build ./cmd/walstream
+	WalstreamArgs  []string
+	StatusInterval time.Duration
+	Partitions     int
+	OutDir         string
+	WorkDir        string // empty: a temporary directory, removed at the end
+	MaxLoad        float64
+	QuietTimeout   time.Duration
+	DrainTimeout   time.Duration
+}
+
+func parseConfig(args []string, stderr io.Writer) (*Config, error) {
+	cfg := &Config{}
+	fs := flag.NewFlagSet("walbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: walbench [flags]\n\nEnd-to-end benchmark of walstream against pg_recvlogical; see BENCHMARKS.md.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.IntVar(&cfg.Rows, "rows", DefaultRows, "outbox rows preloaded for each backlog run")
+	fs.IntVar(&cfg.RowsPerTx, "rows-per-tx", DefaultRowsPerTx, "rows per Postgres transaction in the backlog preload")
+	fs.IntVar(&cfg.PayloadBytes, "payload-bytes", DefaultPayloadBytes, "size of each row's JSON payload as Postgres sends it")
+	fs.IntVar(&cfg.Runs, "runs", DefaultRuns, "backlog runs (the report quotes medians)")
+	fs.IntVar(&cfg.HugeRows, "huge-rows", DefaultHugeRows, "rows in the single transaction of the huge scenario")
+	fs.IntVar(&cfg.HugeRuns, "huge-runs", DefaultHugeRuns, "runs of the huge-transaction scenario")
+	rates := fs.String("latency-rates", DefaultLatencyRates, "offered loads of the latency scenario, rows/s, comma-separated")
+	fs.DurationVar(&cfg.LatencyFor, "latency-duration", DefaultLatencyDuration, "measured time at each offered load")
+	fs.DurationVar(&cfg.LatencyWarmup, "latency-warmup", DefaultLatencyWarmup, "time at each offered load before measuring")
+	fs.IntVar(&cfg.LatencyRuns, "latency-runs", DefaultLatencyRuns, "runs of the latency scenario")
+	fs.IntVar(&cfg.LatencyWriters, "latency-writers", DefaultLatencyWriters, "Postgres connections inserting rows in the latency scenario")
+	scenarios := fs.String("scenarios", DefaultScenarios, "scenarios to run, comma-separated: backlog, huge, latency")
+	fs.BoolVar(&cfg.Profile, "profile", false, "add one profiled backlog run (perf for every process, a pprof CPU profile of the broker); its figures are not in the medians")
+	fs.StringVar(&cfg.PGURL, "pg-url", "", "use this Postgres (superuser, wal_level=logical) instead of starting a throwaway cluster")
+	fs.StringVar(&cfg.PGBin, "pg-bin", DefaultPGBin, "directory of the Postgres 15 server binaries")
+	fs.StringVar(&cfg.RecvLogical, "pg-recvlogical", "", "pg_recvlogical binary (default: in -pg-bin, else on PATH)")
+	fs.StringVar(&cfg.WalstreamBin, "walstream-bin", "", "walstream binary to measure (default: go build ./cmd/walstream)")
+	extra := fs.String("walstream-args", "", "extra arguments for `walstream run`, space-separated; they override walbench's")
+	fs.DurationVar(&cfg.StatusInterval, "status-interval", DefaultStatusInterval, "walstream's --status-interval in the runs")
+	fs.IntVar(&cfg.Partitions, "partitions", DefaultPartitions, "partitions of every topic")
+	fs.StringVar(&cfg.OutDir, "out", DefaultOutDir, "directory for walbench.json, walbench.md, logs and profiles")
+	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the cluster, the broker's data and binaries (default: a temporary one, removed at the end)")
+	fs.Float64Var(&cfg.MaxLoad, "max-load", DefaultMaxLoad, "before each measured phase, wait until the 1-minute load average is below this")
+	fs.DurationVar(&cfg.QuietTimeout, "quiet-timeout", DefaultQuietTimeout, "longest wait for a quiet machine; after it the phase runs anyway and is marked")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "limit on each load and drain")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if cfg.LatencyRates, err = parseInts(*rates); err != nil {
+		return nil, fmt.Errorf("-latency-rates: %w", err)
+	}
+	cfg.Scenarios = make(map[string]bool)
+	for _, s := range strings.Split(*scenarios, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Scenarios[s] = true
+		}
+	}
+	cfg.WalstreamArgs = strings.Fields(*extra)
+	if cfg.RecvLogical == "" {
+		cfg.RecvLogical = filepath.Join(cfg.PGBin, "pg_recvlogical")
+		if p, err := exec.LookPath(cfg.RecvLogical); err != nil {
+			if p, err = exec.LookPath("pg_recvlogical"); err == nil {
+				cfg.RecvLogical = p
+			}
+		}
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate names the first setting that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	positive := func(name string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("-%s must be positive, got %d", name, v))
+		}
+	}
+	positive("rows", c.Rows)
+	positive("rows-per-tx", c.RowsPerTx)
+	positive("runs", c.Runs)
+	positive("latency-writers", c.LatencyWriters)
+	positive("partitions", c.Partitions)
+	if c.HugeRows < 0 || c.HugeRuns < 0 || c.LatencyRuns < 0 {
+		errs = append(errs, errors.New("-huge-rows, -huge-runs and -latency-runs must not be negative"))
+	}
+	if c.PayloadBytes < 200 {
+		errs = append(errs, fmt.Errorf("-payload-bytes must be at least 200 (the JSON without padding), got %d", c.PayloadBytes))
+	}
+	for s := range c.Scenarios {
+		if s != ScenarioBacklog && s != ScenarioHuge && s != ScenarioLatency {
+			errs = append(errs, fmt.Errorf("-scenarios: unknown scenario %q", s))
+		}
+	}
+	for _, r := range c.LatencyRates {
+		if r <= 0 {
+			errs = append(errs, fmt.Errorf("-latency-rates: %d rows/s is not positive", r))
+		}
+	}
+	if c.LatencyFor <= 0 || c.LatencyWarmup < 0 || c.StatusInterval <= 0 || c.DrainTimeout <= 0 {
+		errs = append(errs, errors.New("-latency-duration, -status-interval and -drain-timeout must be positive, -latency-warmup not negative"))
+	}
+	if c.OutDir == "" {
+		errs = append(errs, errors.New("-out must not be empty"))
+	}
+	return errors.Join(errs...)
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("parsing %q: %w", f, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

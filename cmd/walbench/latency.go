@@ -1,0 +1,382 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+)
+
+// Latency is one offered load held for a while against a caught-up
+// walstream: the time from each row's insert to its record becoming
+// visible to a read_committed consumer.
+type Latency struct {
+	Run          int     `json:"run"`
+	OfferedRate  int     `json:"offered_rows_per_sec"`
+	AchievedRate float64 `json:"achieved_rows_per_sec"` // rows inserted in the measured window per second
+	Seconds      float64 `json:"measured_seconds"`
+	Samples      int     `json:"samples"`
+	P50Ms        float64 `json:"p50_ms"`
+	P99Ms        float64 `json:"p99_ms"`
+	P999Ms       float64 `json:"p999_ms"`
+	MaxMs        float64 `json:"max_ms"`
+	// Missing rows were inserted but not seen within 30s of the writers
+	// stopping.
+	Missing int64 `json:"missing"`
+	// Behind counts inserts the writers could not start on schedule; they
+	// were skipped, so the offered load was not met when it is not 0.
+	Behind int64 `json:"behind_schedule"`
+	// InsertToAckP50Us and P99 are, from the writers, the time from the
+	// row's timestamp (clock_timestamp() while inserting) to the client
+	// seeing the commit acknowledged: an upper bound of the offset between
+	// the timestamp and the commit.
+	InsertToAckP50Us float64 `json:"insert_to_ack_p50_us"`
+	InsertToAckP99Us float64 `json:"insert_to_ack_p99_us"`
+	// WalstreamCPUMicrosPerRow is walstream's CPU time in the measured
+	// window over the rows inserted in it.
+	WalstreamCPUMicrosPerRow float64 `json:"walstream_cpu_us_per_row"`
+	WalstreamPeakRSSBytes    int64   `json:"walstream_peak_rss_bytes"`
+	Machine                  Quiet   `json:"machine"`
+}
+
+// latencyInsert inserts one outbox row whose payload carries the time of
+// the insert in microseconds since the epoch, and returns that time.
+const latencyInsert = `INSERT INTO public.outbox (aggregatetype, aggregateid, type, payload)
+VALUES ($1, 'order-' || ($2::bigint % 100000), 'OrderCreated',
+	walbench_payload($2, $3) || jsonb_build_object('ts_us', floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint))
+RETURNING (payload->>'ts_us')::bigint`
+
+// tsField is how the timestamp appears in the payload's text form.
+var tsField = []byte(`"ts_us": `)
+
+// latencyRun starts walstream on an empty outbox and holds each offered
+// load in turn.
+func (b *bench) latencyRun(ctx context.Context, run int) ([]Latency, error) {
+	name := fmt.Sprintf("latency-%d", run)
+	dir := filepath.Join(b.cfg.OutDir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	if err := b.db.reset(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := b.db.createSlot(ctx, slotWalstream); err != nil {
+		return nil, err
+	}
+	kafkaDir := filepath.Join(b.workDir, name+"-kafka")
+	broker, err := startBroker(ctx, b.exe, kafkaDir, dir, filepath.Join(dir, "broker.log"), b.cfg.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := broker.stop(); err != nil {
+			b.logf("%s: stopping the broker: %v", name, err)
+		}
+		_ = os.RemoveAll(kafkaDir)
+	}()
+	var topics []string
+	for _, rate := range b.cfg.LatencyRates {
+		topics = append(topics, topicFor(latencyAggType(rate)))
+	}
+	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topics...); err != nil {
+		return nil, err
+	}
+	p, err := startWalstream(b.walstream, b.walstreamArgs(broker.addr), filepath.Join(dir, "walstream.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := p.stop(); err != nil {
+			b.logf("%s: stopping walstream: %v", name, err)
+		}
+	}()
+	if err := p.waitStreaming(ctx, time.Minute); err != nil {
+		return nil, err
+	}
+	var out []Latency
+	for _, rate := range b.cfg.LatencyRates {
+		l, err := b.latencyPhase(ctx, run, rate, p, broker.addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s at %d rows/s: %w", name, rate, err)
+		}
+		b.logf("%s: %d rows/s offered, %.0f achieved: p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, %d missing",
+			name, rate, l.AchievedRate, l.P50Ms, l.P99Ms, l.P999Ms, l.Missing)
+		out = append(out, l)
+	}
+	if err := p.stop(); err != nil {
+		return nil, err
+	}
+	return out, b.db.dropSlots(ctx)
+}
+
+func latencyAggType(rate int) string { return fmt.Sprintf("Latency%d", rate) }
+
+// latencyPhase holds one offered load for warm-up plus the measured time.
+func (b *bench) latencyPhase(ctx context.Context, run, rate int, p *walstreamProc, broker string) (Latency, error) {
+	l := Latency{Run: run, OfferedRate: rate}
+	var err error
+	if l.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
+		return l, err
+	}
+	aggType := latencyAggType(rate)
+	c, err := startLatencyConsumer(broker, topicFor(aggType))
+	if err != nil {
+		return l, err
+	}
+	defer c.close()
+
+	start := time.Now()
+	measureFrom := start.Add(b.cfg.LatencyWarmup)
+	total := int64(float64(rate) * (b.cfg.LatencyWarmup + b.cfg.LatencyFor).Seconds())
+	// walstream's CPU time is sampled when the warm-up ends and when the
+	// writers stop.
+	s := newSampler()
+	cpuAt := time.AfterFunc(b.cfg.LatencyWarmup, func() { s.sample(p.pid()) })
+	w := &writer{rate: rate, total: total, aggType: aggType, pad: b.pad, measureFrom: measureFrom}
+	if err := w.run(ctx, b.pg.url, b.cfg.LatencyWriters, start); err != nil {
+		cpuAt.Stop()
+		return l, err
+	}
+	measureTo := time.Now()
+	if cpuAt.Stop() {
+		return l, errors.New("the writers finished before the warm-up ended")
+	}
+	cpu0 := s.get(p.pid()).CPU
+	s.sample(p.pid())
+	ws := s.get(p.pid())
+	l.WalstreamPeakRSSBytes = ws.HWM
+
+	// Everything written must arrive; wait for the stragglers.
+	deadline := time.Now().Add(30 * time.Second)
+	for c.received() < w.written.Load() && time.Now().Before(deadline) {
+		if err := p.exited(); err != nil {
+			return l, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.close()
+	if err := c.err(); err != nil {
+		return l, err
+	}
+	l.Missing = w.written.Load() - c.received()
+	l.Behind = w.behind.Load()
+	l.Seconds = measureTo.Sub(measureFrom).Seconds()
+	l.AchievedRate = float64(w.measured.Load()) / l.Seconds
+	if n := w.measured.Load(); n > 0 {
+		l.WalstreamCPUMicrosPerRow = (ws.CPU - cpu0).Seconds() * 1e6 / float64(n)
+	}
+	lat := c.samples(measureFrom.UnixMicro())
+	l.Samples = len(lat)
+	l.P50Ms, l.P99Ms, l.P999Ms = percentile(lat, 0.50)/1e3, percentile(lat, 0.99)/1e3, percentile(lat, 0.999)/1e3
+	if len(lat) > 0 {
+		l.MaxMs = float64(slices.Max(lat)) / 1e3
+	}
+	acks := w.ackOffsets()
+	l.InsertToAckP50Us, l.InsertToAckP99Us = percentile(acks, 0.50), percentile(acks, 0.99)
+	return l, nil
+}
+
+// percentile is the q-quantile of v by the nearest-rank method, 0 for no
+// values; v is sorted in place.
+func percentile(v []int64, q float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	i := int(math.Ceil(q*float64(len(v)))) - 1
+	return float64(v[max(i, 0)])
+}
+
+// writer inserts rows at a fixed rate, open loop: a pacer schedules rows
+// every millisecond and connections insert them; a row that cannot be
+// handed to a connection on time is skipped and counted as behind.
+type writer struct {
+	rate        int
+	total       int64
+	aggType     string
+	pad         int
+	measureFrom time.Time
+
+	written  atomic.Int64 // rows inserted
+	measured atomic.Int64 // rows inserted with a timestamp after measureFrom
+	behind   atomic.Int64
+	mu       sync.Mutex
+	acks     []int64 // µs from the row's timestamp to the commit's acknowledgement
+}
+
+func (w *writer) run(ctx context.Context, url string, conns int, start time.Time) error {
+	jobs := make(chan int64, max(w.rate/10, 16)) // at most 100ms of slack
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(jobs)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		var next int64
+		for next < w.total {
+			select {
+			case <-gctx.Done():
+				return gctx.Err()
+			case <-tick.C:
+			}
+			due := min(int64(time.Since(start).Seconds()*float64(w.rate)), w.total)
+			for ; next < due; next++ {
+				select {
+				case jobs <- next:
+				default:
+					w.behind.Add(1)
+				}
+			}
+		}
+		return nil
+	})
+	for range conns {
+		g.Go(func() error {
+			conn, err := pgx.Connect(gctx, url)
+			if err != nil {
+				return fmt.Errorf("connecting a writer: %w", err)
+			}
+			defer conn.Close(context.WithoutCancel(gctx))
+			from := w.measureFrom.UnixMicro()
+			for seq := range jobs {
+				var ts int64
+				if err := conn.QueryRow(gctx, latencyInsert, w.aggType, seq, w.pad).Scan(&ts); err != nil {
+					return fmt.Errorf("inserting row %d: %w", seq, err)
+				}
+				ack := time.Now().UnixMicro()
+				w.written.Add(1)
+				if ts >= from {
+					w.measured.Add(1)
+					w.mu.Lock()
+					w.acks = append(w.acks, ack-ts)
+					w.mu.Unlock()
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func (w *writer) ackOffsets() []int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.acks)
+}
+
+// latencyConsumer reads a topic read_committed and notes, for each record,
+// the row's timestamp and the time it was seen.
+type latencyConsumer struct {
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	ts     []int64 // row timestamps, µs since the epoch
+	lat    []int64 // seen minus timestamp, µs
+	failed error
+	n      atomic.Int64
+	once   sync.Once
+}
+
+func startLatencyConsumer(broker, topic string) (*latencyConsumer, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, fmt.Errorf("creating the latency consumer: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &latencyConsumer{cl: cl, cancel: cancel, done: make(chan struct{})}
+	go c.run(ctx)
+	return c, nil
+}
+
+func (c *latencyConsumer) run(ctx context.Context) {
+	defer close(c.done)
+	for {
+		fs := c.cl.PollFetches(ctx)
+		now := time.Now().UnixMicro()
+		if ctx.Err() != nil {
+			return
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			ferr = fmt.Errorf("consuming %s partition %d: %w", t, p, err)
+		})
+		c.mu.Lock()
+		if ferr != nil && c.failed == nil {
+			c.failed = ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			ts, err := recordTimestamp(r.Value)
+			if err != nil {
+				if c.failed == nil {
+					c.failed = err
+				}
+				return
+			}
+			c.ts = append(c.ts, ts)
+			c.lat = append(c.lat, now-ts)
+		})
+		c.mu.Unlock()
+		c.n.Add(int64(fs.NumRecords()))
+	}
+}
+
+// recordTimestamp finds ts_us in a record's JSON value.
+func recordTimestamp(v []byte) (int64, error) {
+	i := bytes.Index(v, tsField)
+	if i < 0 {
+		return 0, fmt.Errorf("record value without %s: %.80q", tsField, v)
+	}
+	rest := v[i+len(tsField):]
+	j := 0
+	for j < len(rest) && '0' <= rest[j] && rest[j] <= '9' {
+		j++
+	}
+	ts, err := strconv.ParseInt(string(rest[:j]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parsing ts_us %.30q: %w", rest, err)
+	}
+	return ts, nil
+}
+
+func (c *latencyConsumer) received() int64 { return c.n.Load() }
+
+func (c *latencyConsumer) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed
+}
+
+// samples returns the latencies, in µs, of rows timestamped at or after
+// from.
+func (c *latencyConsumer) samples(from int64) []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int64
+	for i, ts := range c.ts {
+		if ts >= from {
+			out = append(out, c.lat[i])
+		}
+	}
+	return out
+}
+
+func (c *latencyConsumer) close() {
+	c.once.Do(func() {
+		c.cancel()
+		<-c.done
+		c.cl.Close()
+	})
+}

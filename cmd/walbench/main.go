@@ -1,0 +1,56 @@
+// Command walbench is walstream's end-to-end benchmark. It starts a
+// throwaway Postgres 15 and a kfake broker process on loopback, builds
+// walstream, and measures:
+//
+//   - the ceiling: pg_recvlogical draining a backlog of outbox rows from a
+//     pgoutput slot, which is as fast as Postgres can decode and send it;
+//   - walstream draining the same backlog from a second slot into Kafka,
+//     with its CPU time and peak RSS, and the ratio to the ceiling;
+//   - one huge Postgres transaction, drained the same way;
+//   - live latency from a row's insert to its read_committed visibility at
+//     a fixed offered load.
+//
+// It prints a markdown table and writes every figure as JSON. See
+// BENCHMARKS.md for the method and the results.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal kills the process
+	}()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "walbench:", err)
+		os.Exit(1)
+	}
+}
+
+// run dispatches: "broker" is the kfake broker that walbench starts as a
+// child process of itself; anything else is the benchmark.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == brokerCommand {
+		return runBroker(ctx, args[1:], stdout, stderr)
+	}
+	cfg, err := parseConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	return runBench(ctx, cfg, stdout, stderr)
+}

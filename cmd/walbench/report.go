@@ -1,0 +1,205 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Figure is one summarized measurement: the median over runs, and the
+// range.
+type Figure struct {
+	Scenario string  `json:"scenario"`
+	Name     string  `json:"name"`
+	Unit     string  `json:"unit"`
+	Median   float64 `json:"median"`
+	Min      float64 `json:"min"`
+	Max      float64 `json:"max"`
+	Runs     int     `json:"runs"`
+	// Target is the issue's target, empty when there is none; Met says
+	// whether the median meets it.
+	Target string `json:"target,omitempty"`
+	Met    *bool  `json:"met,omitempty"`
+}
+
+// target is a bound a figure's median should stay within.
+type target struct {
+	atLeast bool
+	bound   float64
+}
+
+func (t *target) String() string {
+	if t == nil {
+		return ""
+	}
+	if t.atLeast {
+		return fmt.Sprintf("≥ %g", t.bound)
+	}
+	return fmt.Sprintf("≤ %g", t.bound)
+}
+
+func figure(scenario, name, unit string, values []float64, t *target) Figure {
+	f := Figure{Scenario: scenario, Name: name, Unit: unit, Runs: len(values), Target: t.String()}
+	if len(values) == 0 {
+		return f
+	}
+	v := slices.Clone(values)
+	slices.Sort(v)
+	f.Min, f.Max = v[0], v[len(v)-1]
+	if n := len(v); n%2 == 1 {
+		f.Median = v[n/2]
+	} else {
+		f.Median = (v[n/2-1] + v[n/2]) / 2
+	}
+	if t != nil {
+		met := f.Median <= t.bound
+		if t.atLeast {
+			met = f.Median >= t.bound
+		}
+		f.Met = &met
+	}
+	return f
+}
+
+// of collects one value from each run.
+func of[T any](runs []T, fn func(T) float64) []float64 {
+	out := make([]float64, 0, len(runs))
+	for _, r := range runs {
+		out = append(out, fn(r))
+	}
+	return out
+}
+
+// summarize computes the figures the issue asks for, with its targets.
+func (r *Report) summarize() []Figure {
+	var out []Figure
+	drains := func(scenario string, runs []*BacklogRun, rssTarget float64) {
+		if len(runs) == 0 {
+			return
+		}
+		ws := func(fn func(Drain) float64) []float64 {
+			return of(runs, func(r *BacklogRun) float64 { return fn(r.Walstream) })
+		}
+		pg := func(fn func(Drain) float64) []float64 {
+			return of(runs, func(r *BacklogRun) float64 { return fn(r.Ceiling) })
+		}
+		rows := float64(runs[0].Rows)
+		out = append(out,
+			figure(scenario, "pg_recvlogical drain", "rows/s", pg(func(d Drain) float64 { return d.RowsPerSec }), nil),
+			figure(scenario, "walstream drain", "rows/s", ws(func(d Drain) float64 { return d.RowsPerSec }), nil),
+			figure(scenario, "walstream / pg_recvlogical, same run", "ratio", of(runs, func(r *BacklogRun) float64 { return r.Ratio }), &target{atLeast: true, bound: 0.95}),
+			figure(scenario, "walstream records", "MB/s", ws(func(d Drain) float64 { return d.RecordMBPerSec }), nil),
+			figure(scenario, "walstream WAL", "MB/s", ws(func(d Drain) float64 { return d.WALMBPerSec }), nil),
+			figure(scenario, "walstream CPU per row", "µs", ws(func(d Drain) float64 { return d.CPUMicrosPerRow }), &target{bound: 5}),
+			figure(scenario, "walstream CPU per 1M rows", "s", ws(func(d Drain) float64 { return d.CPUSeconds / rows * 1e6 }), nil),
+			figure(scenario, "walstream peak RSS", "MB", ws(func(d Drain) float64 { return float64(d.PeakRSSBytes) / 1e6 }), &target{bound: rssTarget}),
+			figure(scenario, "walstream start-up (in the drain time)", "s", ws(func(d Drain) float64 { return d.StartupSeconds }), nil),
+			figure(scenario, "broker CPU per row (walstream drain)", "µs", ws(func(d Drain) float64 { return d.BrokerCPUSeconds * 1e6 / rows }), nil),
+			figure(scenario, "walsender CPU per row (walstream drain)", "µs", ws(func(d Drain) float64 { return d.WalsenderCPUSeconds * 1e6 / rows }), nil),
+			figure(scenario, "walsender CPU per row (pg_recvlogical drain)", "µs", pg(func(d Drain) float64 { return d.WalsenderCPUSeconds * 1e6 / rows }), nil),
+			figure(scenario, "pg_recvlogical CPU per row", "µs", pg(func(d Drain) float64 { return d.CPUMicrosPerRow }), nil),
+		)
+	}
+	drains(ScenarioBacklog, r.Backlog, 100)
+	drains(ScenarioHuge, r.Huge, 200)
+
+	rates := map[int][]Latency{}
+	var order []int
+	for _, l := range r.Latency {
+		if _, ok := rates[l.OfferedRate]; !ok {
+			order = append(order, l.OfferedRate)
+		}
+		rates[l.OfferedRate] = append(rates[l.OfferedRate], l)
+	}
+	for _, rate := range order {
+		ls := rates[rate]
+		scenario := fmt.Sprintf("latency %d rows/s", rate)
+		p99 := 15.0
+		if rate > 1000 {
+			p99 = 50
+		}
+		ms := func(fn func(Latency) float64) []float64 { return of(ls, fn) }
+		out = append(out,
+			figure(scenario, "achieved load", "rows/s", ms(func(l Latency) float64 { return l.AchievedRate }), nil),
+			figure(scenario, "insert → visible p50", "ms", ms(func(l Latency) float64 { return l.P50Ms }), nil),
+			figure(scenario, "insert → visible p99", "ms", ms(func(l Latency) float64 { return l.P99Ms }), &target{bound: p99}),
+			figure(scenario, "insert → visible p99.9", "ms", ms(func(l Latency) float64 { return l.P999Ms }), nil),
+			figure(scenario, "insert → visible max", "ms", ms(func(l Latency) float64 { return l.MaxMs }), nil),
+			figure(scenario, "insert → commit ack p99 (bounds the timestamp's offset)", "µs", ms(func(l Latency) float64 { return l.InsertToAckP99Us }), nil),
+			figure(scenario, "walstream CPU per row", "µs", ms(func(l Latency) float64 { return l.WalstreamCPUMicrosPerRow }), nil),
+			figure(scenario, "walstream peak RSS", "MB", ms(func(l Latency) float64 { return float64(l.WalstreamPeakRSSBytes) / 1e6 }), nil),
+		)
+	}
+	return out
+}
+
+// markdown renders the summary and every run as markdown tables.
+func (r *Report) markdown() string {
+	var b strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&b, "## walbench results\n\n")
+	fmt.Fprintf(&b, "%s, %d CPUs, %.0f GiB; kernel %s; %s; Postgres %s; %s; walstream %s (%s)\n\n",
+		m.CPU, m.CPUs, float64(m.MemoryBytes)/(1<<30), m.Kernel, m.Go, m.Postgres, m.RecvLogical, m.Walstream, m.Commit)
+	fmt.Fprintf(&b, "| scenario | figure | median | range | runs | target | met |\n|---|---|---:|---:|---:|---|---|\n")
+	for _, f := range r.summarize() {
+		met := ""
+		if f.Met != nil {
+			met = map[bool]string{true: "yes", false: "**no**"}[*f.Met]
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s %s | %s – %s | %d | %s | %s |\n", f.Scenario, f.Name,
+			num(f.Median), f.Unit, num(f.Min), num(f.Max), f.Runs, f.Target, met)
+	}
+	runs := append(append([]*BacklogRun{}, r.Backlog...), r.Huge...)
+	if r.Profiled != nil {
+		runs = append(runs, r.Profiled)
+	}
+	if len(runs) > 0 {
+		fmt.Fprintf(&b, "\n### Drain runs\n\n")
+		fmt.Fprintf(&b, "| run | rows | rows/tx | payload B | WAL MB | load s | pg_recvlogical rows/s | walstream rows/s | ratio | walstream CPU µs/row | peak RSS MB | broker CPU µs/row | load avg before (pg_recvlogical, walstream) |\n")
+		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, x := range runs {
+			name := fmt.Sprintf("%s %d", x.Scenario, x.Run)
+			if x.Profiled {
+				name = x.Scenario + " (profiled)"
+			}
+			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %.0f | %.1f | %s | %s | %.3f | %.2f | %.0f | %.2f | %s, %s |\n",
+				name, x.Rows, x.RowsPerTx, x.PayloadBytes, float64(x.WALBytes)/1e6, x.LoadSeconds,
+				num(x.Ceiling.RowsPerSec), num(x.Walstream.RowsPerSec), x.Ratio, x.Walstream.CPUMicrosPerRow,
+				float64(x.Walstream.PeakRSSBytes)/1e6, x.Walstream.BrokerCPUSeconds*1e6/float64(x.Rows),
+				quiet(x.Ceiling.Machine), quiet(x.Walstream.Machine))
+		}
+	}
+	if len(r.Latency) > 0 {
+		fmt.Fprintf(&b, "\n### Latency runs\n\n")
+		fmt.Fprintf(&b, "| run | offered rows/s | achieved | samples | p50 ms | p99 ms | p99.9 ms | max ms | missing | behind | insert→ack p99 µs | walstream CPU µs/row | load avg before |\n")
+		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, l := range r.Latency {
+			fmt.Fprintf(&b, "| %d | %d | %.0f | %d | %.2f | %.2f | %.2f | %.2f | %d | %d | %.0f | %.2f | %s |\n",
+				l.Run, l.OfferedRate, l.AchievedRate, l.Samples, l.P50Ms, l.P99Ms, l.P999Ms, l.MaxMs, l.Missing, l.Behind,
+				l.InsertToAckP99Us, l.WalstreamCPUMicrosPerRow, quiet(l.Machine))
+		}
+	}
+	return b.String()
+}
+
+// quiet says how loaded the machine was before a phase.
+func quiet(q Quiet) string {
+	s := fmt.Sprintf("%.2f", q.Load1)
+	if !q.Quiet {
+		s += " (not quiet)"
+	}
+	return s
+}
+
+// num prints a figure with about three significant digits.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}

@@ -1,0 +1,66 @@
+package publish
+
+import (
+	"crypto/tls"
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// SASL mechanisms walstream speaks.
+const (
+	SASLPlain       = "PLAIN"
+	SASLScramSHA256 = "SCRAM-SHA-256"
+	SASLScramSHA512 = "SCRAM-SHA-512"
+)
+
+// Conn says how to reach the Kafka cluster.
+type Conn struct {
+	Brokers []string
+	// TLS, when not nil, encrypts every connection and verifies the
+	// brokers against its roots and server name.
+	TLS *tls.Config
+	// SASLMechanism is empty (no SASL) or one of the SASL constants.
+	SASLMechanism string
+	SASLUser      string
+	SASLPassword  string // never logged
+}
+
+// CheckSASL reports an unknown SASL mechanism or missing credentials.
+func (c Conn) CheckSASL() error {
+	switch strings.ToUpper(c.SASLMechanism) {
+	case "":
+		return nil
+	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+		if c.SASLUser == "" || c.SASLPassword == "" {
+			return fmt.Errorf("SASL %s needs a user and a password", c.SASLMechanism)
+		}
+		return nil
+	}
+	return fmt.Errorf("SASL mechanism %q is not %s, %s or %s", c.SASLMechanism, SASLPlain, SASLScramSHA256, SASLScramSHA512)
+}
+
+// opts are the franz-go options for connecting.
+func (c Conn) opts() []kgo.Opt {
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
+	if c.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
+	}
+	var m sasl.Mechanism
+	switch strings.ToUpper(c.SASLMechanism) {
+	case SASLPlain:
+		m = plain.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsMechanism()
+	case SASLScramSHA256:
+		m = scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha256Mechanism()
+	case SASLScramSHA512:
+		m = scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha512Mechanism()
+	}
+	if m != nil {
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts
+}
