@@ -59,7 +59,7 @@ func (s SlotState) Retained() int64 { return int64(s.CurrentLSN) - int64(s.Resta
 func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 	var st SlotState
 	var current string
-	var restart, confirmed, plugin, database, walStatus *string
+	var restart, confirmed, plugin, slotType, database, walStatus *string
 	var flushLagUS *int64
 	err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text,
 			s.slot_name IS NOT NULL, s.plugin, s.slot_type, s.database, s.wal_status, coalesce(s.active, false), s.active_pid,
@@ -68,12 +68,12 @@ func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 			EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $2),
 			EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $2 AND schemaname = $3 AND tablename = $4)
 		FROM (SELECT 1) one LEFT JOIN pg_replication_slots s ON s.slot_name = $1`,
-		n.Slot, n.Publication, n.Schema, n.Table).Scan(&current, &st.Exists, &plugin, &st.Type, &database, &walStatus,
+		n.Slot, n.Publication, n.Schema, n.Table).Scan(&current, &st.Exists, &plugin, &slotType, &database, &walStatus,
 		&st.Active, &st.ActivePID, &restart, &confirmed, &st.SafeWALSize, &flushLagUS, &st.PublicationOK, &st.TableIncluded)
 	if err != nil {
 		return st, fmt.Errorf("polling slot %q: %w", n.Slot, err)
 	}
-	st.Plugin, st.Database, st.WALStatus = deref(plugin), deref(database), deref(walStatus)
+	st.Plugin, st.Type, st.Database, st.WALStatus = deref(plugin), deref(slotType), deref(database), deref(walStatus)
 	for _, p := range []struct {
 		dst *pglogrepl.LSN
 		src *string

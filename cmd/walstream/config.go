@@ -147,12 +147,12 @@ func (c *Config) flags(fs *flag.FlagSet) {
 // parseConfig reads flags, then fills every flag not given from its
 // environment variable.
 func parseConfig(args []string, stderr io.Writer) (*Config, error) {
-	return parseCommand("run", "Streams an outbox table from a Postgres logical replication slot into Kafka, exactly once.", args, stderr, nil)
+	return parseCommand("run", "Streams an outbox table from a Postgres logical replication slot into Kafka, exactly once.", args, stderr, nil, true)
 }
 
 // parseCommand parses the settings of a subcommand; extra defines flags of
-// its own.
-func parseCommand(name, about string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (*Config, error) {
+// its own. Commands that do not talk to Kafka pass needKafka false.
+func parseCommand(name, about string, args []string, stderr io.Writer, extra func(*flag.FlagSet), needKafka bool) (*Config, error) {
 	var c Config
 	fs := flag.NewFlagSet("walstream "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -189,7 +189,11 @@ func parseCommand(name, about string, args []string, stderr io.Writer, extra fun
 	if c.TransactionalID == "" {
 		c.TransactionalID = "walstream-" + c.Slot
 	}
-	return &c, c.Validate()
+	err := c.Validate()
+	if needKafka && len(c.brokers()) == 0 {
+		err = errors.Join(fmt.Errorf("--kafka-brokers ($%s): is required", envName("kafka-brokers")), err)
+	}
+	return &c, err
 }
 
 // Validate reports every invalid setting, naming it.
@@ -203,9 +207,6 @@ func (c *Config) Validate() error {
 	} else if _, err := pgconn.ParseConfig(c.PGURL); err != nil {
 		// pgconn's parse errors redact the password.
 		bad("pg-url", "%v", err)
-	}
-	if len(c.brokers()) == 0 {
-		bad("kafka-brokers", "is required")
 	}
 	schema, table, ok := strings.Cut(c.Table, ".")
 	if !ok {

@@ -38,6 +38,7 @@ const usage = `Usage: walstream <command> [flags]
 Commands:
   run       stream the outbox into Kafka (walstream run --help lists the settings)
   status    print the slot's state and the checkpoint in Kafka (--json for JSON)
+  init      print, apply (--apply) or check (--check) the Postgres setup
   version   print the version
 `
 
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return runStream(ctx, cfg, stderr)
+	case "init":
+		return runInit(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
 	case "version":

@@ -195,3 +195,23 @@ func TestStatusCommand(t *testing.T) {
 		t.Fatalf("status exit: %v", err)
 	}
 }
+
+// TestDroppedWhileStreaming: the slot monitor stops walstream with an
+// actionable message when the outbox table or the publication goes away;
+// neither produces an error on the replication stream by itself.
+func TestDroppedWhileStreaming(t *testing.T) {
+	for _, tc := range []struct {
+		name, sql string
+		want      []string
+	}{
+		{"table", "DROP TABLE outbox", []string{`table "public"."outbox"`, `is no longer in publication "walstream_outbox"`, "ALTER PUBLICATION"}},
+		{"publication", "DROP PUBLICATION walstream_outbox", []string{`publication "walstream_outbox"`, "was dropped while streaming", "CREATE PUBLICATION"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			p := e.start([]string{"--slot-poll-interval", "200ms"}).streaming(t)
+			e.pg.Exec("postgres", tc.sql)
+			wantAll(t, exitMessage(t, p), tc.want...)
+		})
+	}
+}

@@ -52,7 +52,7 @@ type statusReport struct {
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var asJSON bool
 	cfg, err := parseCommand("status", "Prints the slot's state and the checkpoint in Kafka; exits non-zero when the slot is lost, missing or ahead of the checkpoint.",
-		args, stderr, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print JSON") })
+		args, stderr, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print JSON") }, true)
 	if err != nil {
 		return err
 	}

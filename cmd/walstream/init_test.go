@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walstream/walstream/internal/testenv"
+)
+
+func walstreamCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// TestInit: the printed SQL is explained and idempotent; --apply prepares
+// a bare database so that walstream streams as the least-privilege role;
+// --check passes for it and flags a superuser as over-privileged.
+func TestInit(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	admin := pg.URL("postgres", "postgres")
+
+	out, err := walstreamCmd(t, "init", "--pg-url", admin)
+	if err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	for _, want := range []string{"-- The outbox table", "CREATE TABLE IF NOT EXISTS \"public\".\"outbox\"", "CREATE PUBLICATION \"walstream_outbox\"",
+		"pg_create_logical_replication_slot('walstream', 'pgoutput')", "CREATE ROLE \"walstream\" LOGIN REPLICATION", "GRANT SELECT ON \"public\".\"outbox\" TO \"walstream\""} {
+		if !strings.Contains(out, want) {
+			t.Errorf("init output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Index(out, "CREATE PUBLICATION") > strings.Index(out, "pg_create_logical_replication_slot") {
+		t.Error("the slot is created before the publication")
+	}
+	// The printed SQL runs twice with psql without error.
+	for i := 0; i < 2; i++ {
+		cmd := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", admin)
+		cmd.Stdin = strings.NewReader(out)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("psql run %d of the printed SQL: %v\n%s", i+1, err, b)
+		}
+	}
+	if out, err := walstreamCmd(t, "init", "--pg-url", admin, "--apply"); err != nil || strings.Count(out, "ok ") != 5 {
+		t.Fatalf("init --apply on a prepared database: %v\n%s", err, out)
+	}
+
+	out, err = walstreamCmd(t, "init", "--pg-url", admin, "--check")
+	if err != nil || !strings.Contains(out, "WARN  role postgres is a superuser: over-privileged") {
+		t.Fatalf("init --check as a superuser: %v\n%s", err, out)
+	}
+	pg.Exec("postgres", "ALTER ROLE walstream PASSWORD 'init-Sekr1t'")
+	registerSecret("init-Sekr1t")
+	least := strings.Replace(pg.URL("walstream", "postgres"), "walstream@", "walstream:init-Sekr1t@", 1)
+	out, err = walstreamCmd(t, "init", "--pg-url", least, "--check")
+	if err != nil || strings.Contains(out, "WARN") || strings.Count(out, "ok ") != 6 {
+		t.Fatalf("init --check as the least-privilege role: %v\n%s", err, out)
+	}
+	if s := leakedSecret(out); s != "" {
+		t.Fatalf("init output holds the password")
+	}
+
+	// walstream streams as that role, creating nothing.
+	e := &env{t: t, pg: pg, kafka: testenv.StartBroker(t)}
+	e.broker = e.kafka.Addr
+	p := e.start([]string{"--pg-url", least, "--create=false"}).streaming(t)
+	seq := 0
+	e.insertTx("Order", 50, 5, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
+}
+
+// TestInitCheckReportsProblems: --check on a database missing the
+// publication and the slot says so, line by line, and fails.
+func TestInitCheckReportsProblems(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	pg.Exec("postgres", "CREATE TABLE outbox (id uuid, aggregatetype text, payload jsonb)")
+	out, err := walstreamCmd(t, "init", "--pg-url", pg.URL("postgres", "postgres"), "--check")
+	if err == nil {
+		t.Fatalf("init --check passed a broken setup:\n%s", out)
+	}
+	for _, want := range []string{"ok    wal_level is logical", "FAIL  table public.outbox has no column aggregateid",
+		"FAIL  publication walstream_outbox does not exist", "FAIL  slot walstream does not exist", "3 requirement(s) not met"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("init --check output lacks %q:\n%s", want, out)
+		}
+	}
+}
