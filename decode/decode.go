@@ -8,6 +8,7 @@
 package decode
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -51,6 +52,13 @@ type Config struct {
 	// DeadLetter hands bad rows on as events with Bad set instead of
 	// failing on them.
 	DeadLetter bool
+	// TombstoneOnEmptyPayload turns a NULL payload into a tombstone (a
+	// record with no value) instead of bad input, as Debezium's
+	// route.tombstone.on.empty.payload does.
+	TombstoneOnEmptyPayload bool
+	// MessagePrefix, when set, makes transactional logical decoding
+	// messages with this prefix (pg_logical_emit_message) outbox events.
+	MessagePrefix string
 }
 
 // Event is one outbox row. Its byte slices alias a buffer owned by the
@@ -66,7 +74,15 @@ type Event struct {
 	AggregateType []byte
 	AggregateID   []byte
 	Type          []byte // nil when the table has no type column or it is NULL
-	Payload       []byte
+	Payload       []byte // nil for a tombstone (TombstoneOnEmptyPayload)
+	// PayloadBinary is set when the payload is bytea, so that converters
+	// that encode text and bytes differently can tell.
+	PayloadBinary bool
+	// TraceParent is the W3C trace context from the row's traceparent or
+	// tracingspancontext column, when it has one.
+	TraceParent []byte
+	// Headers are extra headers a logical message's envelope carries.
+	Headers []Header
 	// Bad, set only in dead-letter mode, says why the row cannot become a
 	// record; the columns above are then whatever the row had.
 	Bad *Error
@@ -77,6 +93,9 @@ type Event struct {
 func (e *Event) Size() int {
 	return len(e.ID) + len(e.AggregateType) + len(e.AggregateID) + len(e.Type) + len(e.Payload)
 }
+
+// Header is an extra record header.
+type Header struct{ Key, Value string }
 
 // Tx is a Postgres transaction, or a part of one.
 type Tx struct {
@@ -135,8 +154,8 @@ type relation struct {
 	outbox  bool
 	columns int
 	// indexes of the outbox columns in the tuple; -1 when absent.
-	id, aggType, aggID, typ, payload int
-	payloadBytea                     bool
+	id, aggType, aggID, typ, payload, trace int
+	payloadBytea                            bool
 }
 
 // Decoder holds the relation cache and the open transaction. It is used
@@ -192,8 +211,7 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	case pglogrepl.MessageTypeType, pglogrepl.MessageTypeOrigin:
 		return nil, nil
 	case pglogrepl.MessageTypeMessage:
-		// pg_logical_emit_message; not an outbox source yet.
-		return nil, nil
+		return d.message(walStart, data)
 	default:
 		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("unexpected pgoutput message type %q (is streaming of in-progress transactions enabled?)", data[0])}
 	}
@@ -298,8 +316,25 @@ func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
 	if rel.typ, err = find(cols.Type, false); err != nil {
 		return err
 	}
+	// Debezium's tracing column, or a plain W3C one.
+	if rel.trace, _ = find("tracingspancontext", false); rel.trace < 0 {
+		rel.trace, _ = find("traceparent", false)
+	}
 	rel.payloadBytea = m.Columns[rel.payload].DataType == oidBytea
 	return nil
+}
+
+// add appends an event to the open transaction and hands the transaction
+// on as a part once it is full.
+func (d *Decoder) add(ev Event) *Tx {
+	d.tx.Events = append(d.tx.Events, ev)
+	d.tx.Bytes += ev.Size()
+	if len(d.tx.Events) < d.cfg.MaxPartEvents && d.tx.Bytes < d.cfg.MaxPartBytes {
+		return nil
+	}
+	part := d.tx
+	d.tx = &Tx{Xid: part.Xid, CommitLSN: part.CommitLSN, CommitTime: part.CommitTime}
+	return part
 }
 
 func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
@@ -343,14 +378,7 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if ev.Bad != nil && !d.cfg.DeadLetter {
 		return nil, ev.Bad
 	}
-	d.tx.Events = append(d.tx.Events, ev)
-	d.tx.Bytes += ev.Size()
-	if len(d.tx.Events) < d.cfg.MaxPartEvents && d.tx.Bytes < d.cfg.MaxPartBytes {
-		return nil, nil
-	}
-	part := d.tx
-	d.tx = &Tx{Xid: part.Xid, CommitLSN: part.CommitLSN, CommitTime: part.CommitTime}
-	return part, nil
+	return d.add(ev), nil
 }
 
 // event maps an outbox row to an event. A row that cannot become a record
@@ -363,7 +391,8 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 		return vals[i].data
 	}
 	ev := Event{Ordinal: d.ordinal, LSN: walStart, Table: rel.name, ID: col(rel.id), AggregateType: col(rel.aggType),
-		AggregateID: col(rel.aggID), Type: col(rel.typ), Payload: col(rel.payload)}
+		AggregateID: col(rel.aggID), Type: col(rel.typ), Payload: col(rel.payload), PayloadBinary: rel.payloadBytea,
+		TraceParent: traceParent(col(rel.trace))}
 	bad := func(column, reason string, err error) Event {
 		ev.Bad = &Error{LSN: walStart, Table: rel.name, EventID: string(ev.ID), Column: column, Reason: reason, Err: err}
 		return ev
@@ -380,6 +409,8 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 		return bad(cols.AggregateID, "aggregate id is NULL: the record would have no key", nil)
 	case !utf8.Valid(ev.AggregateID):
 		return bad(cols.AggregateID, "aggregate id is not valid UTF-8", nil)
+	case ev.Payload == nil && d.cfg.TombstoneOnEmptyPayload:
+		return ev
 	case ev.Payload == nil:
 		return bad(cols.Payload, "payload is NULL", nil)
 	}
@@ -391,6 +422,25 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 		ev.Payload = raw
 	}
 	return ev
+}
+
+// traceParent takes the W3C traceparent from a tracing column: either the
+// traceparent itself, or Debezium's tracingspancontext, a properties text
+// with a traceparent= line.
+func traceParent(col []byte) []byte {
+	if col == nil {
+		return nil
+	}
+	for _, line := range bytes.Split(col, []byte("\n")) {
+		line = bytes.TrimSpace(line)
+		if v, ok := bytes.CutPrefix(line, []byte("traceparent=")); ok {
+			return v
+		}
+		if bytes.HasPrefix(line, []byte("00-")) {
+			return line
+		}
+	}
+	return nil
 }
 
 type value struct {

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"os"
@@ -303,4 +304,76 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal("a Final transaction without an end LSN")
 		}
 	})
+}
+
+// Logical-message outbox events are published like rows, in commit order
+// with the rows of their transaction; a non-transactional one is refused.
+func TestDecodeLogicalMessages(t *testing.T) {
+	cfg := outboxCfg
+	cfg.MessagePrefix = "walstream"
+	d := New(cfg, checkpoint.Checkpoint{})
+	var txs []*Tx
+	var err error
+	for _, f := range readFrames(t, "logical-message") {
+		var tx *Tx
+		if tx, err = d.Decode(f.lsn, f.data); err != nil {
+			break
+		}
+		if tx != nil {
+			txs = append(txs, tx)
+		}
+	}
+	if len(txs) != 1 {
+		t.Fatalf("got %d transactions before the error, want 1", len(txs))
+	}
+	checkEvents(t, txs[0],
+		wantEvent{"99999999-9999-9999-9999-999999999999", "Order", "o-9", "OrderPlaced", `{"seq": 9}`},
+		wantEvent{"m-1", "Order", "o-9", "OrderShipped", `{"carrier": "DHL", "seq": 10}`},
+		wantEvent{"m-2", "Note", "n-1", "Text", `plain "text"`})
+	if h := txs[0].Events[1].Headers; len(h) != 1 || h[0] != (Header{"x-source", "shipping"}) {
+		t.Errorf("envelope headers = %v", h)
+	}
+	for i, ev := range txs[0].Events {
+		if ev.Ordinal != uint64(i+1) {
+			t.Errorf("event %d has ordinal %d: rows and messages share the order", i, ev.Ordinal)
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), `prefix "walstream" is not transactional`) {
+		t.Fatalf("non-transactional message: err = %v", err)
+	}
+	// Without a prefix, logical messages are not outbox events.
+	if txs := decodeAll(t, New(outboxCfg, checkpoint.Checkpoint{}), readFrames(t, "logical-message")); len(txs[0].Events) != 1 {
+		t.Fatalf("messages published with no prefix configured")
+	}
+}
+
+func TestDecodeTracing(t *testing.T) {
+	txs := decodeAll(t, New(outboxCfg, checkpoint.Checkpoint{}), readFrames(t, "tracing"))
+	ev := txs[len(txs)-1].Events[0]
+	if got := string(ev.TraceParent); got != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
+		t.Fatalf("traceparent = %q", got)
+	}
+}
+
+func TestDecodeTombstone(t *testing.T) {
+	cfg := outboxCfg
+	cfg.TombstoneOnEmptyPayload = true
+	d := New(cfg, checkpoint.Checkpoint{})
+	basic := readFrames(t, "basic")
+	relation, begin := basic[1], basic[0]
+	for _, f := range []frame{relation, begin} {
+		if _, err := d.Decode(f.lsn, f.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first INSERT with its payload column made NULL.
+	insert := append([]byte(nil), basic[2].data...)
+	i := bytes.LastIndexByte(insert[:len(insert)-24], 't') // the payload column's kind byte
+	insert = append(insert[:i:i], 'n')
+	if _, err := d.Decode(basic[2].lsn, insert); err != nil {
+		t.Fatal(err)
+	}
+	if ev := d.tx.Events[0]; ev.Payload != nil || ev.Bad != nil {
+		t.Fatalf("NULL payload with tombstones on: payload %q, bad %v", ev.Payload, ev.Bad)
+	}
 }

@@ -49,6 +49,9 @@ type Config struct {
 	// DeadLetterTopic, when set, receives events that cannot be published,
 	// in the same Kafka transaction; when empty, such an event is an error.
 	DeadLetterTopic string
+	// Converter and ExpandJSONPayload say how keys and values are encoded.
+	Converter         Converter
+	ExpandJSONPayload bool
 }
 
 // ErrFenced means another producer with the same transactional id took
@@ -117,6 +120,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 	if err != nil {
 		return nil, err
 	}
+	router.Convert(cfg.Converter, cfg.ExpandJSONPayload)
 	if hook == nil {
 		hook = func(string) {}
 	}

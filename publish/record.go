@@ -1,6 +1,9 @@
 package publish
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,11 +16,41 @@ import (
 // event's aggregate type, as in Debezium's route.topic.replacement.
 const RoutedByValue = "${routedByValue}"
 
-// Router maps aggregate types to topic names. It caches them so that
-// routing an event allocates nothing once its aggregate type was seen.
+// Converter says how keys and values are encoded: as Debezium's outbox
+// router does behind Kafka Connect's StringConverter (the default) or
+// JsonConverter with schemas.enable=false, so that consumers of a Debezium
+// pipeline see the same bytes.
+type Converter int
+
+const (
+	// StringConverter: key and value as Postgres renders them.
+	StringConverter Converter = iota
+	// JSONConverter: key and value as JSON strings, or, with
+	// ExpandJSONPayload, a JSON payload as JSON.
+	JSONConverter
+)
+
+// ParseConverter reads "string" or "json".
+func ParseConverter(s string) (Converter, error) {
+	switch s {
+	case "string":
+		return StringConverter, nil
+	case "json":
+		return JSONConverter, nil
+	}
+	return 0, fmt.Errorf("converter %q is not string or json", s)
+}
+
+// Router maps events to records: aggregate types to topic names, and keys
+// and values through the converter. It caches topic names so that routing
+// an event allocates nothing once its aggregate type was seen.
 type Router struct {
 	prefix, suffix string
 	topics         map[string]string
+	conv           Converter
+	// expand writes a JSON payload as JSON under JSONConverter, as
+	// Debezium's table.expand.json.payload does.
+	expand bool
 }
 
 // NewRouter parses a topic template such as "outbox.event.${routedByValue}".
@@ -27,6 +60,11 @@ func NewRouter(template string) (*Router, error) {
 		return nil, fmt.Errorf("topic template %q must contain %s exactly once", template, RoutedByValue)
 	}
 	return &Router{prefix: prefix, suffix: suffix, topics: make(map[string]string)}, nil
+}
+
+// Convert sets how keys and values are encoded.
+func (r *Router) Convert(c Converter, expandJSONPayload bool) {
+	r.conv, r.expand = c, expandJSONPayload
 }
 
 // Topic returns the topic for an aggregate type, case preserved.
@@ -39,19 +77,74 @@ func (r *Router) Topic(aggregateType []byte) string {
 	return t
 }
 
-// HeaderID is the header carrying the event id, as Debezium names it.
-const HeaderID = "id"
+// Headers of a published record: the event id, as Debezium names it, and
+// the W3C trace context when the outbox row carries one.
+const (
+	HeaderID          = "id"
+	HeaderTraceParent = "traceparent"
+)
 
 // Record builds the Kafka record of an outbox event: key = aggregate id,
-// value = payload as Postgres sent it, header id = event id. The record
-// aliases the event's bytes.
+// value = payload (nil for a tombstone), header id = event id. Under the
+// StringConverter the record aliases the event's bytes.
 func (r *Router) Record(ev *decode.Event) *kgo.Record {
-	return &kgo.Record{
+	rec := &kgo.Record{
 		Topic:   r.Topic(ev.AggregateType),
 		Key:     ev.AggregateID,
 		Value:   ev.Payload,
 		Headers: []kgo.RecordHeader{{Key: HeaderID, Value: ev.ID}},
 	}
+	if ev.TraceParent != nil {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderTraceParent, Value: ev.TraceParent})
+	}
+	for _, h := range ev.Headers {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
+	}
+	if r.conv == JSONConverter {
+		rec.Key = jsonString(nil, ev.AggregateID)
+		switch {
+		case ev.Payload == nil: // a tombstone stays one
+		case ev.PayloadBinary:
+			// JsonConverter writes bytes as base64 strings.
+			rec.Value = jsonString(nil, []byte(base64.StdEncoding.EncodeToString(ev.Payload)))
+		case r.expand && json.Valid(ev.Payload):
+			var b bytes.Buffer
+			_ = json.Compact(&b, ev.Payload) // valid, so it compacts
+			rec.Value = b.Bytes()
+		default:
+			rec.Value = jsonString(nil, ev.Payload)
+		}
+	}
+	return rec
+}
+
+// jsonString appends s as a JSON string escaped as Jackson, behind Kafka
+// Connect's JsonConverter, escapes it: quote, backslash and control
+// characters only, with upper-case hex; not HTML characters, not non-ASCII.
+func jsonString(dst, s []byte) []byte {
+	const hex = "0123456789ABCDEF"
+	dst = append(dst, '"')
+	for _, c := range s {
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c == '\n':
+			dst = append(dst, '\\', 'n')
+		case c == '\r':
+			dst = append(dst, '\\', 'r')
+		case c == '\t':
+			dst = append(dst, '\\', 't')
+		case c == '\b':
+			dst = append(dst, '\\', 'b')
+		case c == '\f':
+			dst = append(dst, '\\', 'f')
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
 }
 
 // ValidTopic applies Kafka's rules for topic names, so that a bad aggregate

@@ -45,6 +45,15 @@ COMMIT;
 SELECT pg_logical_emit_message(false, 'other', 'x');`,
 	"null-aggregatetype": `INSERT INTO outbox VALUES ('77777777-7777-7777-7777-777777777777', NULL, 'o-7', 'Created', '{"seq": 7}');`,
 	"null-type-column":   `INSERT INTO outbox VALUES ('88888888-8888-8888-8888-888888888888', 'Order', 'o-8', NULL, '{"seq": 8}');`,
+	"logical-message": `BEGIN;
+INSERT INTO outbox VALUES ('99999999-9999-9999-9999-999999999999', 'Order', 'o-9', 'OrderPlaced', '{"seq": 9}');
+SELECT pg_logical_emit_message(true, 'walstream', '{"id": "m-1", "aggregatetype": "Order", "aggregateid": "o-9", "type": "OrderShipped", "payload": {"carrier": "DHL", "seq": 10}, "headers": {"x-source": "shipping"}}');
+SELECT pg_logical_emit_message(true, 'walstream', '{"id": "m-2", "aggregatetype": "Note", "aggregateid": "n-1", "type": "Text", "payload": "plain \"text\""}');
+COMMIT;
+SELECT pg_logical_emit_message(false, 'walstream', '{"id": "m-3", "aggregatetype": "Order", "aggregateid": "o-9", "payload": {}}');`,
+	"tracing": `ALTER TABLE outbox ADD COLUMN tracingspancontext text;
+INSERT INTO outbox VALUES ('aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa', 'Order', 'o-10', 'OrderPlaced', '{"seq": 11}',
+  E'#Thu Nov 23 2026\ntraceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n');`,
 	"bytea-payload": `CREATE TABLE bin.outbox (id text PRIMARY KEY, aggregatetype text, aggregateid text, payload bytea);
 ALTER PUBLICATION walstream_outbox ADD TABLE bin.outbox;
 INSERT INTO bin.outbox VALUES ('b-1', 'Blob', 'k-1', '\x00ff10'::bytea);`,

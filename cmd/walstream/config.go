@@ -64,6 +64,10 @@ type Config struct {
 	IdleInterval          time.Duration
 	CommitTimeout         time.Duration
 	OnError               string
+	Converter             string
+	ExpandJSON            bool
+	Tombstones            bool
+	MessagePrefix         string
 	DeadLetterTopic       string
 	MaxRecordBytes        int
 	PGPasswordFile        string
@@ -132,6 +136,10 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	dur(&c.StatusInterval, "status-interval", DefaultStatusInterval, "interval of standby status updates to Postgres")
 	dur(&c.IdleInterval, "idle-interval", DefaultIdleInterval, "minimum interval of checkpoint-only transactions while the outbox is idle")
 	dur(&c.CommitTimeout, "commit-timeout", DefaultCommitTimeout, "limit on flushing and committing one Kafka transaction")
+	str(&c.Converter, "converter", "string", "key and value bytes as Debezium emits them behind Kafka Connect's StringConverter (string) or JsonConverter with schemas.enable=false (json)")
+	boolean(&c.ExpandJSON, "expand-json-payload", false, "with --converter=json, write a JSON payload as JSON rather than as a JSON string (Debezium's table.expand.json.payload)")
+	boolean(&c.Tombstones, "tombstone-on-empty-payload", false, "a NULL payload becomes a tombstone (no value) instead of bad input (Debezium's route.tombstone.on.empty.payload)")
+	str(&c.MessagePrefix, "message-prefix", "walstream", "prefix of transactional pg_logical_emit_message() outbox events; empty: ignore logical messages")
 	str(&c.OnError, "on-error", OnErrorFail, "a row that cannot become a record: fail (stop, confirm nothing past it) or dead-letter (write it to --dlq-topic and go on)")
 	str(&c.DeadLetterTopic, "dlq-topic", DefaultDeadLetterTopic, "dead-letter topic, with --on-error=dead-letter")
 	num(&c.MaxRecordBytes, "max-record-bytes", DefaultMaxRecordBytes, "largest record to send; keep it within the topics' max.message.bytes")
@@ -226,6 +234,9 @@ func (c *Config) Validate() error {
 	if c.MaxBatchBytes < 1 {
 		bad("max-batch-bytes", "must be at least 1, got %d", c.MaxBatchBytes)
 	}
+	if _, err := publish.ParseConverter(c.Converter); err != nil {
+		bad("converter", "%v", err)
+	}
 	if c.OnError != OnErrorFail && c.OnError != OnErrorDeadLetter {
 		bad("on-error", "%q is not %s or %s", c.OnError, OnErrorFail, OnErrorDeadLetter)
 	}
@@ -283,6 +294,11 @@ func (c *Config) brokers() []string {
 		}
 	}
 	return bs
+}
+
+func (c *Config) converter() publish.Converter {
+	conv, _ := publish.ParseConverter(c.Converter) // validated
+	return conv
 }
 
 // deadLetterTopic is the DLQ topic, or empty when bad rows are fatal.

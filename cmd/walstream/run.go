@@ -290,6 +290,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		TopicTemplate: cfg.TopicTemplate, MaxBatchEvents: cfg.MaxBatchEvents, MaxBatchBytes: cfg.MaxBatchBytes,
 		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
 		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.deadLetterTopic(),
+		Converter: cfg.converter(), ExpandJSONPayload: cfg.ExpandJSON,
 	}, s.log, s.metrics.pub, s.hook)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
@@ -307,7 +308,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	dec := decode.New(decode.Config{
 		Schema: names.Schema, Table: names.Table,
 		MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
-		DeadLetter: cfg.OnError == OnErrorDeadLetter,
+		DeadLetter: cfg.OnError == OnErrorDeadLetter, TombstoneOnEmptyPayload: cfg.Tombstones, MessagePrefix: cfg.MessagePrefix,
 	}, cp)
 	q := publish.NewQueue(int64(cfg.QueueBytes))
 	s.started = true

@@ -1,0 +1,113 @@
+package decode
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// envelope is a logical-message outbox event, the JSON content of
+// pg_logical_emit_message(true, '<prefix>', '<envelope>').
+type envelope struct {
+	ID            *string           `json:"id"`
+	AggregateType *string           `json:"aggregatetype"`
+	AggregateID   *string           `json:"aggregateid"`
+	Type          *string           `json:"type"`
+	Payload       json.RawMessage   `json:"payload"`
+	Headers       map[string]string `json:"headers"`
+}
+
+// message decodes a logical decoding message ('M'): flags, LSN, prefix,
+// content. With the configured prefix and inside a transaction it is an
+// outbox event, ordered with the rows of its transaction.
+func (d *Decoder) message(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
+	// 'M', flags (1), LSN (8), prefix (NUL-terminated), length (4), content
+	if len(data) < 11 {
+		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("logical message is %d bytes, want at least 11", len(data))}
+	}
+	transactional := data[1] == 1
+	lsn := pglogrepl.LSN(binary.BigEndian.Uint64(data[2:]))
+	rest := data[10:]
+	end := bytes.IndexByte(rest, 0)
+	if end < 0 || len(rest) < end+5 {
+		return nil, &Error{LSN: walStart, Reason: "truncated logical message"}
+	}
+	prefix := string(rest[:end])
+	n := binary.BigEndian.Uint32(rest[end+1:])
+	content := rest[end+5:]
+	if uint64(n) != uint64(len(content)) {
+		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("logical message content is %d bytes, its length says %d", len(content), n)}
+	}
+	if d.cfg.MessagePrefix == "" || prefix != d.cfg.MessagePrefix {
+		return nil, nil
+	}
+	if !transactional || d.tx == nil {
+		return nil, &Error{LSN: lsn, Reason: fmt.Sprintf("logical message with prefix %q is not transactional: it cannot be published exactly once; emit it with pg_logical_emit_message(true, ...)", prefix)}
+	}
+	d.ordinal++
+	if d.skipTx || d.resume.Skip(d.tx.CommitLSN, d.ordinal) {
+		if !d.skipTx {
+			d.Skipped++
+		}
+		return nil, nil
+	}
+	ev := d.envelopeEvent(lsn, prefix, content)
+	if ev.Bad != nil && !d.cfg.DeadLetter {
+		return nil, ev.Bad
+	}
+	return d.add(ev), nil
+}
+
+// envelopeEvent maps a message's JSON envelope to an event. The payload is
+// the JSON value as written; a JSON string payload is its text.
+func (d *Decoder) envelopeEvent(lsn pglogrepl.LSN, prefix string, content []byte) Event {
+	source := "logical message " + prefix
+	ev := Event{Ordinal: d.ordinal, LSN: lsn, Table: source}
+	bad := func(field, reason string, err error) Event {
+		ev.Bad = &Error{LSN: lsn, Table: source, EventID: string(ev.ID), Column: field, Reason: reason, Err: err}
+		if ev.Payload == nil {
+			ev.Payload = append([]byte(nil), content...) // the original bytes, for the dead letter
+		}
+		return ev
+	}
+	var env envelope
+	if err := json.Unmarshal(content, &env); err != nil {
+		return bad("", "the content is not a JSON envelope", err)
+	}
+	str := func(p *string) []byte {
+		if p == nil {
+			return nil
+		}
+		return []byte(*p)
+	}
+	ev.ID, ev.AggregateType, ev.AggregateID, ev.Type = str(env.ID), str(env.AggregateType), str(env.AggregateID), str(env.Type)
+	for k, v := range env.Headers {
+		ev.Headers = append(ev.Headers, Header{k, v})
+	}
+	slices.SortFunc(ev.Headers, func(a, b Header) int { return strings.Compare(a.Key, b.Key) }) // map order is random
+	if len(env.Payload) > 0 && env.Payload[0] == '"' {
+		var text string
+		if err := json.Unmarshal(env.Payload, &text); err != nil {
+			return bad("payload", "decoding the payload string", err)
+		}
+		ev.Payload = []byte(text)
+	} else if len(env.Payload) > 0 && string(env.Payload) != "null" {
+		ev.Payload = env.Payload
+	}
+	switch {
+	case ev.ID == nil:
+		return bad("id", "event id is missing", nil)
+	case len(ev.AggregateType) == 0:
+		return bad("aggregatetype", "aggregate type is missing or empty: no topic can be derived", nil)
+	case ev.AggregateID == nil:
+		return bad("aggregateid", "aggregate id is missing: the record would have no key", nil)
+	case ev.Payload == nil && !d.cfg.TombstoneOnEmptyPayload:
+		return bad("payload", "payload is missing", nil)
+	}
+	return ev
+}
