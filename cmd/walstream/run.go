@@ -184,22 +184,10 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 			func() float64 { return st.status().Lag.Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walstream_last_event_age_seconds", Help: "Time since events were last committed to Kafka (since start, before the first)."},
-			func() float64 {
-				last := st.status().LastEvent
-				if last.IsZero() {
-					last = st.started
-				}
-				return time.Since(last).Seconds()
-			}),
+			st.since(func(s checkpoint.Status) time.Time { return s.LastEvent })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walstream_last_confirm_age_seconds", Help: "Time since a position was last confirmed to Postgres (since start, before the first)."},
-			func() float64 {
-				last := st.status().LastConfirm
-				if last.IsZero() {
-					last = st.started
-				}
-				return time.Since(last).Seconds()
-			}),
+			st.since(func(s checkpoint.Status) time.Time { return s.LastConfirm })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walstream_streaming", Help: "1 while this instance holds the slot and streams."},
 			func() float64 {
@@ -218,6 +206,18 @@ type state struct {
 	started time.Time
 	tracker atomic.Pointer[checkpoint.Tracker]
 	last    atomic.Pointer[checkpoint.Status] // of the last session, so that lag does not drop to 0 between sessions
+}
+
+// since returns a gauge of the seconds since the time pick takes from the
+// status, or since start when that was never set.
+func (st *state) since(pick func(checkpoint.Status) time.Time) func() float64 {
+	return func() float64 {
+		t := pick(st.status())
+		if t.IsZero() {
+			t = st.started
+		}
+		return time.Since(t).Seconds()
+	}
 }
 
 func (st *state) status() checkpoint.Status {
