@@ -9,6 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 	"github.com/walstream/walstream/checkpoint"
 )
 
@@ -33,13 +35,21 @@ func ReadCheckpoint(ctx context.Context, conn Conn, topic, key string) (cp check
 	return readCheckpoint(ctx, conn.opts(), topic, key)
 }
 
+// readDeadline bounds reading the checkpoint; an error is better than a
+// start that hangs.
+const readDeadline = time.Minute
+
 func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
-	admCl, err := kgo.NewClient(connOpts...)
+	ctx, cancel := context.WithTimeout(ctx, readDeadline)
+	defer cancel()
+	// Fetch v12, the last that names topics rather than topic ids: the
+	// reader sends its own fetches.
+	cl, err := kgo.NewClient(append(connOpts[:len(connOpts):len(connOpts)], kgo.MaxVersions(kversion.V2_8_0()))...)
 	if err != nil {
 		return cp, at, false, fmt.Errorf("creating Kafka client: %w", err)
 	}
-	defer admCl.Close()
-	adm := kadm.NewClient(admCl)
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
@@ -58,45 +68,61 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) 
 	if err != nil {
 		return cp, at, false, fmt.Errorf("listing committed offsets of checkpoint topic %s: %w", topic, err)
 	}
-	from := make(map[int32]kgo.Offset)
+	next := make(map[int32]int64)
 	until := make(map[int32]int64)
 	ends.Each(func(o kadm.ListedOffset) {
 		if s, ok := starts.Lookup(topic, o.Partition); ok && o.Offset > s.Offset {
-			from[o.Partition] = kgo.NewOffset().At(s.Offset)
-			until[o.Partition] = o.Offset
+			next[o.Partition], until[o.Partition] = s.Offset, o.Offset
 		}
 	})
-	if len(from) == 0 {
-		return cp, at, false, nil
-	}
-	// Control records are kept so that the last offset before the stable
-	// offset, always a commit or abort marker, is seen and ends the read.
-	cl, err := kgo.NewClient(append(connOpts[:len(connOpts):len(connOpts)],
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-	)...)
-	if err != nil {
-		return cp, at, false, fmt.Errorf("creating checkpoint reader: %w", err)
-	}
-	defer cl.Close()
+	// Raw fetches, decoded by franz-go, tell exactly how far the read got,
+	// however the broker represents aborted batches before the stable
+	// offset; a consumer only says what it returns.
 	var last []byte
-	for len(until) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
+	for stalls := 0; len(until) > 0; {
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 100, 1, 64<<20
+		req.IsolationLevel = 1 // read_committed
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic = topic
+		for p := range until {
+			rp := kmsg.NewFetchRequestTopicPartition()
+			rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, next[p], 16<<20
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
 			return cp, at, false, fmt.Errorf("reading checkpoint topic %s: %w", topic, err)
 		}
-		if err := fs.Err(); err != nil {
-			return cp, at, false, fmt.Errorf("reading checkpoint topic %s: %w", topic, err)
+		progress := false
+		for _, t := range resp.Topics {
+			for i := range t.Partitions {
+				rp := &t.Partitions[i]
+				fp, n := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+					Offset: next[rp.Partition], IsolationLevel: kgo.ReadCommitted(), Topic: topic, Partition: rp.Partition,
+				}, rp, kgo.DefaultDecompressor(), nil)
+				if fp.Err != nil {
+					return cp, at, false, fmt.Errorf("reading checkpoint topic %s partition %d: %w", topic, rp.Partition, fp.Err)
+				}
+				for _, r := range fp.Records {
+					if string(r.Key) == key {
+						last = append(last[:0], r.Value...)
+					}
+				}
+				if n > next[rp.Partition] {
+					next[rp.Partition], progress = n, true
+				}
+				if next[rp.Partition] >= until[rp.Partition] {
+					delete(until, rp.Partition)
+				}
+			}
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := until[r.Partition]; ok && r.Offset+1 >= end {
-				delete(until, r.Partition)
-			}
-			if !r.Attrs.IsControl() && string(r.Key) == key {
-				last = r.Value
-			}
-		})
+		if progress {
+			stalls = 0
+		} else if stalls++; stalls > 100 { // each fetch waits up to 100ms for data
+			return cp, at, false, fmt.Errorf("reading checkpoint topic %s: no progress at offsets %v, stable offsets %v", topic, next, until)
+		}
 	}
 	if last == nil {
 		return cp, at, false, nil

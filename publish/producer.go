@@ -99,6 +99,7 @@ type Producer struct {
 	hook     func(point string)
 	promise  func(*kgo.Record, error)
 	inTxn    bool
+	failed   bool // a Kafka operation failed: never abort then (see abort)
 	records  int
 	bytes    int
 	dead     int                   // dead letters in the open transaction
@@ -185,19 +186,19 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 			timer.Reset(time.Until(at))
 			due = timer.C
 		}
+		var err error
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case tx := <-q.ch:
-			err := p.add(ctx, tx)
+			err = p.add(ctx, tx)
 			q.done(tx)
-			if err != nil {
-				return err
-			}
 		case <-due:
-			if err := p.flush(ctx); err != nil {
-				return err
-			}
+			err = p.flush(ctx)
+		}
+		if err != nil {
+			p.failed = true
+			return err
 		}
 	}
 }
@@ -380,11 +381,14 @@ func (p *Producer) takeProduceErr() error {
 	return err
 }
 
-// abort ends an open Kafka transaction without committing it. It is a
-// courtesy that frees the partitions' last stable offset early; the next
-// instance's Fence aborts the transaction anyway.
+// abort ends an open Kafka transaction without committing it, on a clean
+// stop. It is a courtesy that frees the partitions' last stable offset
+// early: the next Fence aborts the transaction anyway. After a failed
+// operation it is skipped, because from an errored state franz-go's abort
+// re-initializes the producer id, and a paused zombie doing that would
+// fence the instance that took over.
 func (p *Producer) abort(ctx context.Context) {
-	if !p.inTxn {
+	if !p.inTxn || p.failed {
 		return
 	}
 	p.inTxn = false

@@ -128,8 +128,8 @@ func (s *Stream) Run(ctx context.Context, dec *decode.Decoder, out sink, pos con
 			}
 		case *pgproto3.ErrorResponse:
 			return s.serverError(pgconn.ErrorResponseToPgError(m))
-		case *pgproto3.CopyDone:
-			return fmt.Errorf("slot %s: server ended replication", s.cfg.Names.Slot)
+		case *pgproto3.CopyDone, *pgproto3.CommandComplete:
+			return fmt.Errorf("slot %s: %w", s.cfg.Names.Slot, ErrStreamEnded)
 		default:
 			return fmt.Errorf("slot %s: unexpected message %T", s.cfg.Names.Slot, msg)
 		}
@@ -252,6 +252,10 @@ func (s *Stream) Close(ctx context.Context, pos confirmer) error {
 	return err
 }
 
+// ErrStreamEnded means the server ended the replication stream, as it
+// does when it shuts down.
+var ErrStreamEnded = errors.New("the server ended the replication stream")
+
 // IsPostgres reports whether err came from Postgres or the connection to it.
 func IsPostgres(err error) bool {
 	var pgErr *pgconn.PgError
@@ -272,6 +276,9 @@ func SlotInUse(err error) bool {
 func Transient(err error) bool {
 	if errors.Is(err, ErrSetup) {
 		return false
+	}
+	if errors.Is(err, ErrStreamEnded) {
+		return true
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -578,17 +578,35 @@ func TestSlotAheadOfCheckpoint(t *testing.T) {
 	}
 }
 
-// TestFencedInstanceExits: a second instance with the same transactional
-// id (here on another slot, so it can stream) fences the first, which
-// exits non-zero saying another instance took over.
-func TestFencedInstanceExits(t *testing.T) {
+// TestSharedTransactionalID: two instances on different slots sharing a
+// transactional id fence each other. Neither holds the other's slot, so
+// each first takes a fencing for a bumped epoch and restarts; the run of
+// fencings then stops them with a message naming the setting.
+func TestSharedTransactionalID(t *testing.T) {
 	e := newEnv(t)
 	first := e.start([]string{"--transactional-id", "shared"}).streaming(t)
-	e.start([]string{"--transactional-id", "shared", "--slot", "other", "--checkpoint-key", "other"}).streaming(t)
+	second := e.start([]string{"--transactional-id", "shared", "--slot", "other", "--checkpoint-key", "other"}).streaming(t)
 	seq := 0
-	e.insertTx("Order", 5, 2, &seq, false)
-	msg := exitMessage(t, first)
-	wantAll(t, msg, "fenced", "another walstream instance took over", "transactional id shared")
+	for i := 0; i < 40; i++ {
+		e.insertTx("Order", 5, 2, &seq, false)
+		select {
+		case <-first.done:
+		case <-second.done:
+		case <-time.After(500 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	var p *proc
+	select {
+	case <-first.done:
+		p = first
+	case <-second.done:
+		p = second
+	case <-time.After(60 * time.Second):
+		t.Fatal("neither instance stopped")
+	}
+	wantAll(t, exitMessage(t, p), "fenced", "transactional id shared was fenced 3 times", "check --transactional-id")
 }
 
 // TestBadRowStops: an outbox row with a NULL aggregate type stops

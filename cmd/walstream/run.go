@@ -61,6 +61,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 500*time.Millisecond, 30*time.Second, 0
 	s := &session{cfg: cfg, pgCfg: pgCfg, kafka: kafka, log: log, metrics: m, state: st, hook: crashHook()}
 	var standbyLogged time.Time
+	var bumps []time.Time // recent fencings with no other instance on the slot
 	for {
 		streamed, err := s.run(ctx)
 		if ctx.Err() != nil {
@@ -75,6 +76,19 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 		m.errors.WithLabelValues(kind).Inc()
 		if !transient {
 			return err
+		}
+		if kind == "epoch_bumped" {
+			// One bump follows a broker restart; a run of them means
+			// another instance, on another slot, shares the transactional id.
+			bumps = append(bumps, time.Now())
+			for len(bumps) > 0 && time.Since(bumps[0]) > bumpWindow {
+				bumps = bumps[1:]
+			}
+			if len(bumps) >= maxBumps {
+				return fmt.Errorf("%w: transactional id %s was fenced %d times in %s while this instance held slot %q: "+
+					"another walstream uses the same transactional id (check --transactional-id): %w",
+					publish.ErrFenced, cfg.TransactionalID, len(bumps), bumpWindow, cfg.Slot, err)
+			}
 		}
 		var wait time.Duration
 		if replication.SlotInUse(err) {
@@ -107,7 +121,10 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 func classify(err error) (peer, kind string, transient bool) {
 	var de *decode.Error
 	var ke *kafkaError
+	var eb *errEpochBumped
 	switch {
+	case errors.As(err, &eb):
+		return "kafka", "epoch_bumped", true
 	case errors.As(err, &de):
 		return "postgres", "bad_input", false
 	case errors.Is(err, ErrSlotAhead):
@@ -235,6 +252,13 @@ func (st *state) status() checkpoint.Status {
 // standbyPoll is how often a standby tries to take the slot.
 const standbyPoll = time.Second
 
+// maxBumps fencings within bumpWindow, none of them by an instance on this
+// slot, mean that the transactional id is shared with another stream.
+const (
+	maxBumps   = 3
+	bumpWindow = 10 * time.Minute
+)
+
 // session is one attempt at streaming: connections, producer and pipeline.
 type session struct {
 	cfg     *Config
@@ -323,6 +347,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot}
 	g.Go(func() error { return mon.Run(gctx) })
 	err = g.Wait()
+	if errors.Is(err, publish.ErrFenced) {
+		err = s.whoFenced(ctx, conn, rconn.PID(), err)
+	}
 	// Both loops have stopped, so the last status update carries every
 	// position Kafka committed.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -333,6 +360,25 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	committed, confirmed := tracker.Positions()
 	s.log.Info("session ended", "checkpoint", committed.String(), "confirmed_lsn", confirmed.String(), "replayed_events_skipped", dec.Skipped)
 	return true, err
+}
+
+// errEpochBumped is a fencing error with no other instance behind it.
+type errEpochBumped struct{ err error }
+
+func (e *errEpochBumped) Error() string { return e.err.Error() }
+func (e *errEpochBumped) Unwrap() error { return e.err }
+
+// whoFenced tells a real takeover from a bumped epoch. An instance fences
+// only after it holds the slot, so if no other walsender holds it, the
+// epoch was bumped by the broker (a restart, or a transaction timeout) and
+// a new session may go on; otherwise this instance must stop.
+func (s *session) whoFenced(ctx context.Context, conn *pgx.Conn, ownPID uint32, err error) error {
+	slot, ok, lerr := replication.LookupSlot(context.WithoutCancel(ctx), conn, s.cfg.Slot)
+	if lerr == nil && ok && slot.ActivePID != nil && uint32(*slot.ActivePID) != ownPID {
+		return fmt.Errorf("%w; slot %q is now streamed by walsender pid %d", err, s.cfg.Slot, *slot.ActivePID)
+	}
+	s.log.Warn("producer epoch bumped while no other instance holds the slot (broker restart or transaction timeout); restarting", "err", err)
+	return &errEpochBumped{err}
 }
 
 // resume fences older instances, then reads the checkpoint, which is final
