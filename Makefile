@@ -5,7 +5,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build deps test demo bench fuzz lint
+.PHONY: build deps test demo bench bench-e2e fuzz lint chaos
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/walstream ./cmd/walstream
@@ -23,8 +23,28 @@ test: deps
 demo: deps
 	bash scripts/demo.sh
 
+# The long chaos run: walstream killed, Postgres and the broker restarted and
+# the network cut for CHAOS_DURATION under load, then every row checked.
+# `make test` runs a short variant of the same suite. CHAOS_FLAGS adds flags,
+# e.g. CHAOS_FLAGS=-chaos.skip=broker-restart-sigkill.
+CHAOS_DURATION ?= 10m
+CHAOS_MIN_ROWS ?= 200000
+CHAOS_REPORT   ?= $(CURDIR)/chaos/chaos-report.json
+CHAOS_FLAGS    ?=
+chaos: deps
+	$(GO) test ./chaos -run TestChaos -count=1 -timeout 40m -v -args \
+		-chaos.duration=$(CHAOS_DURATION) -chaos.min-rows=$(CHAOS_MIN_ROWS) -chaos.report=$(CHAOS_REPORT) $(CHAOS_FLAGS)
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./decode ./publish
+
+# The end-to-end benchmark (BENCHMARKS.md): its own Postgres 15 and broker,
+# pg_recvlogical as the ceiling, walstream built from this tree. Results go
+# to bench/results/ (walbench.json, walbench.md, logs, profiles).
+# BENCH_FLAGS=-profile adds a profiled run; -h lists the flags.
+BENCH_FLAGS ?=
+bench-e2e: deps
+	$(GO) run ./cmd/walbench -out $(CURDIR)/bench/results $(BENCH_FLAGS)
 
 fuzz:
 	$(GO) test ./decode -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)

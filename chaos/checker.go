@@ -1,0 +1,633 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+	"github.com/walstream/walstream/checkpoint"
+)
+
+// checkpointTopic and slot are walstream's defaults, which the suite uses.
+const (
+	checkpointTopic = "walstream.checkpoints"
+	slotName        = "walstream"
+)
+
+func outboxTopics() []string {
+	var ts []string
+	for _, typ := range aggregateTypes {
+		ts = append(ts, "outbox.event."+typ)
+	}
+	return ts
+}
+
+// record is an outbox record as a read_committed consumer saw it.
+type record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       string
+	ID        string // header id
+	Payload   payload
+	BadValue  string // set when the value is not a payload
+}
+
+func parseRecord(topic string, partition int32, offset int64, key, id string, value []byte) record {
+	r := record{Topic: topic, Partition: partition, Offset: offset, Key: key, ID: id}
+	if err := json.Unmarshal(value, &r.Payload); err != nil {
+		r.BadValue = string(value)
+	}
+	r.Payload.Pad = ""
+	return r
+}
+
+// verdict is the end-of-run comparison of what Kafka holds with the ledger.
+type verdict struct {
+	Records             int      `json:"records_read"`
+	Duplicates          int      `json:"duplicates"`
+	Lost                int      `json:"lost"`
+	NotInLedger         int      `json:"not_in_ledger"`
+	RolledBackSeen      int      `json:"rolled_back_seen"`
+	OrderViolations     int      `json:"order_violations"`
+	PartitionViolations int      `json:"aggregates_in_several_partitions"`
+	Mismatches          int      `json:"records_disagreeing_with_ledger"`
+	Examples            []string `json:"examples,omitempty"`
+}
+
+func (v *verdict) failures() int {
+	return v.Duplicates + v.Lost + v.NotInLedger + v.OrderViolations + v.PartitionViolations + v.Mismatches
+}
+
+func (v *verdict) example(format string, args ...any) {
+	if len(v.Examples) < 20 {
+		v.Examples = append(v.Examples, fmt.Sprintf(format, args...))
+	}
+}
+
+// judge checks records against the ledger: each committed event id
+// exactly once, on the topic, key and payload the ledger implies; nothing
+// that is not in the ledger (rolledBack names the ids known to have rolled
+// back); each aggregate in one partition with its sequence numbers strictly
+// increasing along it.
+func judge(recs []record, ledger map[string]ledgerRow, rolledBack map[string]bool) verdict {
+	recs = slices.Clone(recs)
+	slices.SortFunc(recs, func(a, b record) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		if a.Partition != b.Partition {
+			return int(a.Partition - b.Partition)
+		}
+		return int(a.Offset - b.Offset)
+	})
+	txRows := make(map[string]int)
+	for _, r := range ledger {
+		txRows[r.Tx]++
+	}
+	v := verdict{Records: len(recs)}
+	seen := make(map[string]int)
+	lastSeq := make(map[string]int64)
+	partOf := make(map[string]string)
+	for _, r := range recs {
+		seen[r.ID]++
+		where := fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset)
+		want, ok := ledger[r.ID]
+		if !ok {
+			v.NotInLedger++
+			if rolledBack[r.ID] {
+				v.RolledBackSeen++
+			}
+			v.example("%s: id %s (tx %s) is not in the ledger (rolled back: %v)", where, r.ID, r.Payload.Tx, rolledBack[r.ID])
+			continue
+		}
+		if seen[r.ID] > 1 {
+			v.example("%s: id %s (tx %s, %s seq %d) delivered again", where, r.ID, want.Tx, want.Agg, want.Seq)
+			continue
+		}
+		typ, _, _ := strings.Cut(want.Agg, "-")
+		if r.BadValue != "" || r.Topic != "outbox.event."+typ || r.Key != want.Agg ||
+			r.Payload.Agg != want.Agg || r.Payload.Seq != want.Seq || r.Payload.Tx != want.Tx || r.Payload.N != txRows[want.Tx] {
+			v.Mismatches++
+			v.example("%s: id %s key %q payload %+v %q disagrees with ledger %+v (%d rows in tx)", where, r.ID, r.Key, r.Payload, r.BadValue, want, txRows[want.Tx])
+			continue
+		}
+		part := fmt.Sprintf("%s/%d", r.Topic, r.Partition)
+		if p, ok := partOf[r.Key]; ok && p != part {
+			v.PartitionViolations++
+			v.example("%s: aggregate %s also in %s", where, r.Key, p)
+		}
+		partOf[r.Key] = part
+		if r.Payload.Seq <= lastSeq[r.Key] {
+			v.OrderViolations++
+			v.example("%s: aggregate %s seq %d after %d", where, r.Key, r.Payload.Seq, lastSeq[r.Key])
+		}
+		lastSeq[r.Key] = max(lastSeq[r.Key], r.Payload.Seq)
+	}
+	for _, n := range seen {
+		if n > 1 {
+			v.Duplicates += n - 1
+		}
+	}
+	for id, r := range ledger {
+		if seen[id] == 0 {
+			v.Lost++
+			v.example("id %s (tx %s, %s seq %d) is in the ledger but not in Kafka", id, r.Tx, r.Agg, r.Seq)
+		}
+	}
+	return v
+}
+
+// atomicity follows read_committed snapshots of the outbox topics and
+// flags a writer transaction that is visible in part although it fits in
+// one Kafka transaction (at most maxBatch rows). Larger ones are split by
+// design, each part atomic.
+type atomicity struct {
+	maxBatch   int
+	visible    map[string]int
+	partial    map[string]int // fitting transactions visible in part: tx → rows
+	violated   map[string]bool
+	Snapshots  int      `json:"snapshots"`
+	Violations int      `json:"violations"`
+	Examples   []string `json:"examples,omitempty"`
+}
+
+func newAtomicity(maxBatch int) *atomicity {
+	return &atomicity{maxBatch: maxBatch, visible: make(map[string]int), partial: make(map[string]int), violated: make(map[string]bool)}
+}
+
+// snapshot takes the records that became visible since the last snapshot
+// and checks that every fitting transaction is visible whole or not at all.
+func (a *atomicity) snapshot(newly []record) {
+	a.Snapshots++
+	for _, r := range newly {
+		tx, n := r.Payload.Tx, r.Payload.N
+		if tx == "" || n > a.maxBatch {
+			continue
+		}
+		a.visible[tx]++
+		if a.visible[tx] < n {
+			a.partial[tx] = n
+		} else {
+			delete(a.partial, tx)
+		}
+	}
+	for tx, n := range a.partial {
+		if !a.violated[tx] {
+			a.violated[tx] = true
+			a.Violations++
+			if len(a.Examples) < 20 {
+				a.Examples = append(a.Examples, fmt.Sprintf("snapshot %d: transaction %s visible with %d of its %d rows", a.Snapshots, tx, a.visible[tx], n))
+			}
+		}
+	}
+}
+
+// tp is a topic partition.
+type tp struct {
+	topic string
+	part  int32
+}
+
+// cpRecord is a checkpoint record and its offset.
+type cpRecord struct {
+	offset int64
+	cp     checkpoint.Checkpoint
+}
+
+// consumer reads the outbox topics and the checkpoint topic continuously,
+// read_committed. It sends its own Fetch requests and decodes them with
+// kgo.ProcessFetchPartition, so that it knows exactly how far it has read
+// each partition: aborted batches advance the position without a record,
+// and an aborted batch need not be followed by a marker (the local broker
+// aborts a transaction left open by a crash without one). It connects to
+// the broker directly: the broker advertises the proxy, so the dialer sends
+// the proxy address to the broker itself.
+type consumer struct {
+	cl  *kgo.Client
+	adm *kadm.Client
+
+	mu        sync.Mutex
+	parts     map[string][]int32 // partitions of each topic, once all exist
+	next      map[tp]int64       // everything before is read
+	recs      map[tp][]record
+	cps       []cpRecord
+	badCPs    int
+	fetchErrs int
+}
+
+func newConsumer(direct, advertised string) (*consumer, error) {
+	dial := func(ctx context.Context, network, host string) (net.Conn, error) {
+		if host == advertised {
+			host = direct
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, host)
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(direct),
+		kgo.Dialer(dial),
+		// Fetch v12, the last that names topics rather than topic IDs.
+		kgo.MaxVersions(kversion.V2_8_0()),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("creating the checker's Kafka client: %w", err)
+	}
+	return &consumer{cl: cl, adm: kadm.NewClient(cl), next: make(map[tp]int64), recs: make(map[tp][]record)}, nil
+}
+
+func (c *consumer) close() { c.cl.Close() }
+
+// run consumes until ctx ends.
+func (c *consumer) run(ctx context.Context) {
+	topics := append(outboxTopics(), checkpointTopic)
+	for ctx.Err() == nil {
+		if c.parts == nil {
+			c.discover(ctx, topics)
+			continue
+		}
+		req := kmsg.NewPtrFetchRequest()
+		req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 200, 1, 64<<20
+		req.IsolationLevel = 1 // read_committed
+		c.mu.Lock()
+		for _, topic := range topics {
+			rt := kmsg.NewFetchRequestTopic()
+			rt.Topic = topic
+			for _, p := range c.parts[topic] {
+				rp := kmsg.NewFetchRequestTopicPartition()
+				rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, c.next[tp{topic, p}], 8<<20
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			req.Topics = append(req.Topics, rt)
+		}
+		c.mu.Unlock()
+		resp, err := req.RequestWith(ctx, c.cl)
+		if err != nil {
+			c.mu.Lock()
+			c.fetchErrs++
+			c.mu.Unlock()
+			sleep(ctx, 200*time.Millisecond)
+			continue
+		}
+		for _, rt := range resp.Topics {
+			for i := range rt.Partitions {
+				c.take(rt.Topic, &rt.Partitions[i])
+			}
+		}
+	}
+}
+
+// discover waits for the topics to exist and learns their partitions.
+func (c *consumer) discover(ctx context.Context, topics []string) {
+	tds, err := c.adm.ListTopics(ctx, topics...)
+	if err == nil && tds.Error() == nil && len(tds) == len(topics) {
+		parts := make(map[string][]int32)
+		for _, td := range tds {
+			parts[td.Topic] = td.Partitions.Numbers()
+		}
+		c.mu.Lock()
+		c.parts = parts
+		c.mu.Unlock()
+		return
+	}
+	sleep(ctx, 200*time.Millisecond)
+}
+
+// take decodes one partition of a fetch response.
+func (c *consumer) take(topic string, rp *kmsg.FetchResponseTopicPartition) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := tp{topic, rp.Partition}
+	fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+		KeepControlRecords: false,
+		Offset:             c.next[k],
+		IsolationLevel:     kgo.ReadCommitted(),
+		Topic:              topic,
+		Partition:          rp.Partition,
+	}, rp, kgo.DefaultDecompressor(), nil)
+	if fp.Err != nil {
+		c.fetchErrs++
+		return
+	}
+	c.next[k] = max(c.next[k], next)
+	for _, r := range fp.Records {
+		if topic == checkpointTopic {
+			if string(r.Key) != slotName {
+				continue
+			}
+			cp, _, err := checkpoint.Decode(r.Value)
+			if err != nil {
+				c.badCPs++
+				continue
+			}
+			c.cps = append(c.cps, cpRecord{r.Offset, cp})
+			continue
+		}
+		var id string
+		for _, h := range r.Headers {
+			if h.Key == "id" {
+				id = string(h.Value)
+			}
+		}
+		c.recs[k] = append(c.recs[k], parseRecord(topic, r.Partition, r.Offset, string(r.Key), id, r.Value))
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// stableOffsets lists the last stable offset of every partition of the
+// outbox and checkpoint topics in one ListOffsets request, which the local
+// broker answers atomically with respect to transaction commits. ok is
+// false while a topic does not exist yet.
+func (c *consumer) stableOffsets(ctx context.Context) (map[tp]int64, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	listed, err := c.adm.ListCommittedOffsets(ctx, append(outboxTopics(), checkpointTopic)...)
+	if err != nil {
+		return nil, false, fmt.Errorf("listing stable offsets: %w", err)
+	}
+	out := make(map[tp]int64)
+	ok := true
+	for _, topic := range append(outboxTopics(), checkpointTopic) {
+		ps := listed[topic]
+		if len(ps) == 0 {
+			ok = false
+		}
+		for p, o := range ps {
+			if o.Err != nil {
+				ok = false
+				continue
+			}
+			out[tp{topic, p}] = o.Offset
+		}
+	}
+	return out, ok, nil
+}
+
+// caughtUp reports whether the consumer has read every partition up to
+// its offset in lso.
+func (c *consumer) caughtUp(lso map[tp]int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, o := range lso {
+		if c.next[k] < o {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *consumer) waitCaughtUp(ctx context.Context, lso map[tp]int64, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for !c.caughtUp(lso) {
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+// between returns the outbox records with from[k] <= offset < to[k].
+func (c *consumer) between(from, to map[tp]int64) []record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []record
+	for k, recs := range c.recs {
+		lo, hi := from[k], to[k]
+		i, _ := slices.BinarySearchFunc(recs, lo, func(r record, o int64) int { return cmpInt(r.Offset, o) })
+		for ; i < len(recs) && recs[i].Offset < hi; i++ {
+			out = append(out, recs[i])
+		}
+	}
+	return out
+}
+
+// lastCheckpoint returns the last checkpoint before offset end.
+func (c *consumer) lastCheckpoint(end int64) (checkpoint.Checkpoint, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(c.cps, end, func(r cpRecord, o int64) int { return cmpInt(r.offset, o) })
+	if i == 0 {
+		return checkpoint.Checkpoint{}, false
+	}
+	return c.cps[i-1].cp, true
+}
+
+// all returns every outbox record read so far.
+func (c *consumer) all() []record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []record
+	for _, recs := range c.recs {
+		out = append(out, recs...)
+	}
+	return out
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// sampler checks, every interval, that the slot's confirmed_flush_lsn
+// (read first) is not past the checkpoint committed in Kafka (read
+// second), and takes the atomicity snapshots.
+type sampler struct {
+	pgURL string
+	cons  *consumer
+	atom  *atomicity
+
+	mu         sync.Mutex
+	Samples    int      `json:"samples"`
+	Skipped    int      `json:"samples_skipped"`
+	Violations int      `json:"violations"`
+	MaxLag     uint64   `json:"max_confirmed_lag_behind_checkpoint_bytes"`
+	Examples   []string `json:"examples,omitempty"`
+	SpillTxns  int64    `json:"slot_spill_txns"`
+	SpillBytes int64    `json:"slot_spill_bytes"`
+	lastSpill  [2]int64
+	done       map[tp]int64 // offsets the atomicity check has taken in
+	conn       *pgx.Conn
+}
+
+func (s *sampler) run(ctx context.Context, every time.Duration) {
+	defer func() {
+		if s.conn != nil {
+			s.conn.Close(context.Background())
+		}
+	}()
+	s.done = make(map[tp]int64)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	lastSpill := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		ok := s.sample(ctx)
+		s.mu.Lock()
+		if ok {
+			s.Samples++
+		} else {
+			s.Skipped++
+		}
+		s.mu.Unlock()
+		if time.Since(lastSpill) > 2*time.Second {
+			lastSpill = time.Now()
+			s.spill(ctx)
+		}
+	}
+}
+
+func (s *sampler) query(ctx context.Context, sql string, dst ...any) error {
+	if s.conn == nil || s.conn.IsClosed() {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err := pgx.Connect(cctx, s.pgURL)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("connecting the sampler: %w", err)
+		}
+		s.conn = conn
+	}
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := s.conn.QueryRow(qctx, sql, slotName).Scan(dst...); err != nil {
+		if !errors.Is(err, pgx.ErrNoRows) {
+			s.conn.Close(context.Background())
+			s.conn = nil
+		}
+		return fmt.Errorf("sampling the slot: %w", err)
+	}
+	return nil
+}
+
+// sample takes one sample; false means it could not (a server down, the
+// consumer behind, nothing committed yet).
+func (s *sampler) sample(ctx context.Context) bool {
+	var confirmedText *string
+	if err := s.query(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", &confirmedText); err != nil || confirmedText == nil {
+		return false
+	}
+	confirmed, err := pglogrepl.ParseLSN(*confirmedText)
+	if err != nil {
+		return false
+	}
+	lso, complete, err := s.cons.stableOffsets(ctx)
+	if err != nil || !complete || !s.cons.waitCaughtUp(ctx, lso, 3*time.Second) {
+		return false
+	}
+	cp, ok := s.cons.lastCheckpoint(lso[tp{checkpointTopic, 0}])
+	if !ok {
+		return false
+	}
+	newly := s.cons.between(s.done, lso)
+	for k, o := range lso {
+		if o > s.done[k] {
+			s.done[k] = o
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.atom.snapshot(newly)
+	if confirmed > cp.LSN {
+		s.Violations++
+		if len(s.Examples) < 20 {
+			s.Examples = append(s.Examples, fmt.Sprintf("%s: slot confirmed_flush_lsn %s is past the checkpoint committed in Kafka %s",
+				time.Now().Format(time.TimeOnly), confirmed, cp))
+		}
+	} else if lag := uint64(cp.LSN - confirmed); lag > s.MaxLag {
+		s.MaxLag = lag
+	}
+	return true
+}
+
+// spill accumulates pg_stat_replication_slots' spill counters, which a
+// crash restart of Postgres resets.
+func (s *sampler) spill(ctx context.Context) {
+	var txns, bytes int64
+	if err := s.query(ctx, "SELECT spill_txns, spill_bytes FROM pg_stat_replication_slots WHERE slot_name = $1", &txns, &bytes); err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.SpillTxns += growth(txns, s.lastSpill[0])
+	s.SpillBytes += growth(bytes, s.lastSpill[1])
+	s.lastSpill = [2]int64{txns, bytes}
+}
+
+// growth is how much a counter grew since last; a counter below last was
+// reset and grew from zero.
+func growth(now, last int64) int64 {
+	if now < last {
+		return now
+	}
+	return now - last
+}
+
+// kcatRead reads a topic from the beginning to its end with kcat, a
+// librdkafka client independent of the one walstream uses,
+// read_committed.
+func kcatRead(ctx context.Context, brokerAddr, topic string) ([]record, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kcat", "-b", brokerAddr, "-C", "-t", topic, "-o", "beginning", "-e", "-q",
+		"-X", "isolation.level=read_committed",
+		"-f", "%p\t%o\t%k\t%h\t%s\n")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("kcat %s: %w: %s", topic, err, stderr.String())
+	}
+	var recs []record
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		f := strings.SplitN(sc.Text(), "\t", 5)
+		if len(f) != 5 {
+			return nil, fmt.Errorf("kcat %s: line %q: want 5 fields", topic, sc.Text())
+		}
+		p, err1 := strconv.ParseInt(f[0], 10, 32)
+		o, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("kcat %s: line %q: %w", topic, sc.Text(), err)
+		}
+		var id string
+		for _, h := range strings.Split(f[3], ",") {
+			if v, ok := strings.CutPrefix(h, "id="); ok {
+				id = v
+			}
+		}
+		recs = append(recs, parseRecord(topic, int32(p), o, f[2], id, []byte(f[4])))
+	}
+	return recs, sc.Err()
+}

@@ -1,0 +1,102 @@
+package chaos
+
+import (
+	"fmt"
+	"testing"
+)
+
+// fixture is a small correct run: two writer transactions over two
+// aggregates, one of them in two partitions' worth of topics.
+func fixture() ([]record, map[string]ledgerRow) {
+	ledger := map[string]ledgerRow{
+		"a1": {Tx: "w0-1", Agg: "Order-000", Seq: 1},
+		"a2": {Tx: "w0-1", Agg: "Order-000", Seq: 2},
+		"b1": {Tx: "w0-1", Agg: "Customer-001", Seq: 1},
+		"a3": {Tx: "w0-2", Agg: "Order-000", Seq: 3},
+	}
+	rec := func(id string, offset int64) record {
+		l := ledger[id]
+		topic := map[string]string{"Order-000": "outbox.event.Order", "Customer-001": "outbox.event.Customer"}[l.Agg]
+		n := map[string]int{"w0-1": 3, "w0-2": 1}[l.Tx]
+		return record{Topic: topic, Partition: 1, Offset: offset, Key: l.Agg, ID: id, Payload: payload{Agg: l.Agg, Seq: l.Seq, Tx: l.Tx, N: n}}
+	}
+	return []record{rec("a1", 0), rec("a2", 1), rec("b1", 0), rec("a3", 3)}, ledger
+}
+
+func TestJudge(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(recs []record, ledger map[string]ledgerRow) []record
+		want   func(v verdict) int
+		field  string
+	}{
+		{"correct", func(r []record, _ map[string]ledgerRow) []record { return r }, func(v verdict) int { return v.failures() }, "failures"},
+		{"duplicate", func(r []record, _ map[string]ledgerRow) []record {
+			d := r[1]
+			d.Offset = 7
+			return append(r, d)
+		}, func(v verdict) int { return v.Duplicates }, "duplicates"},
+		{"lost", func(r []record, _ map[string]ledgerRow) []record { return r[1:] }, func(v verdict) int { return v.Lost }, "lost"},
+		{"rolled back", func(r []record, _ map[string]ledgerRow) []record {
+			x := r[0]
+			x.ID, x.Offset = "rolled-back", 9
+			return append(r, x)
+		}, func(v verdict) int { return v.NotInLedger + v.RolledBackSeen }, "not in ledger + rolled back seen"},
+		{"out of order", func(r []record, _ map[string]ledgerRow) []record {
+			r[0].Offset, r[1].Offset = 1, 0
+			return r
+		}, func(v verdict) int { return v.OrderViolations }, "order violations"},
+		{"two partitions", func(r []record, _ map[string]ledgerRow) []record {
+			r[3].Partition = 2
+			return r
+		}, func(v verdict) int { return v.PartitionViolations }, "aggregates in several partitions"},
+		{"wrong topic", func(r []record, _ map[string]ledgerRow) []record {
+			r[2].Topic = "outbox.event.Order"
+			return r
+		}, func(v verdict) int { return v.Mismatches }, "mismatches"},
+		{"wrong row count", func(r []record, _ map[string]ledgerRow) []record {
+			r[3].Payload.N = 2
+			return r
+		}, func(v verdict) int { return v.Mismatches }, "mismatches"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			recs, ledger := fixture()
+			recs = tt.mutate(recs, ledger)
+			v := judge(recs, ledger, map[string]bool{"rolled-back": true})
+			got := tt.want(v)
+			if tt.name == "correct" {
+				if got != 0 {
+					t.Fatalf("%s = %d, want 0: %v", tt.field, got, v.Examples)
+				}
+				return
+			}
+			if got == 0 {
+				t.Fatalf("%s = 0, want the fault reported; verdict %+v", tt.field, v)
+			}
+		})
+	}
+}
+
+func TestAtomicity(t *testing.T) {
+	rows := func(tx string, n, from, to int) []record {
+		var out []record
+		for i := from; i < to; i++ {
+			out = append(out, record{ID: fmt.Sprintf("%s-%d", tx, i), Payload: payload{Tx: tx, N: n}})
+		}
+		return out
+	}
+	a := newAtomicity(10)
+	a.snapshot(append(rows("whole", 3, 0, 3), rows("split", 12, 0, 10)...))
+	if a.Violations != 0 {
+		t.Fatalf("a whole transaction and part of a split one: %d violations, want 0: %v", a.Violations, a.Examples)
+	}
+	a.snapshot(rows("torn", 4, 0, 2))
+	if a.Violations != 1 {
+		t.Fatalf("2 of 4 rows of a fitting transaction visible: %d violations, want 1", a.Violations)
+	}
+	a.snapshot(rows("torn", 4, 2, 4))
+	if a.Violations != 1 {
+		t.Fatalf("a torn transaction counts once: %d violations, want 1", a.Violations)
+	}
+}

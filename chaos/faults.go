@@ -1,0 +1,417 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	mrand "math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/walstream/walstream/internal/testenv"
+)
+
+// Fault kinds, as counted in the report.
+const (
+	faultKill            = "walstream-kill"
+	faultTerm            = "walstream-sigterm"
+	faultPGImmediate     = "postgres-restart-immediate"
+	faultPGFast          = "postgres-restart-fast"
+	faultBrokerKill      = "broker-restart-sigkill"
+	faultBrokerTerm      = "broker-restart-sigterm"
+	faultBlackholePG     = "blackhole-postgres"
+	faultBlackholeKafka  = "blackhole-kafka"
+	faultResetPG         = "reset-peer-postgres"
+	faultResetKafka      = "reset-peer-kafka"
+	faultLatencyKafka    = "latency-kafka"
+	faultTerminateSender = "walsender-terminated"
+	faultZombie          = "zombie"
+)
+
+// crashPoints are walstream's named crash points (cmd/walstream/faults_on.go).
+var crashPoints = []string{"after-produce", "before-commit", "after-commit", "mid-transaction"}
+
+// walSenderTimeout is Postgres' wal_sender_timeout in the suite; a
+// blackhole lasts longer.
+const walSenderTimeout = 5 * time.Second
+
+// fault is one entry of a deck: a kind and, for a kill, the crash point the
+// restarted walstream is armed with.
+type fault struct {
+	kind    string
+	crashAt string
+}
+
+// deck is one round of faults. The short variant plays one deck, which has
+// every kind and every crash point; the long one plays decks until its
+// time is up. Kinds in skip are left out.
+func deck(long bool, skip map[string]bool) []fault {
+	d := []fault{
+		{kind: faultTerm}, {kind: faultPGImmediate}, {kind: faultPGFast},
+		{kind: faultBrokerKill}, {kind: faultBrokerTerm},
+		{kind: faultBlackholePG}, {kind: faultBlackholeKafka},
+		{kind: faultResetPG}, {kind: faultResetKafka}, {kind: faultLatencyKafka},
+		{kind: faultTerminateSender}, {kind: faultZombie},
+	}
+	for _, p := range crashPoints {
+		d = append(d, fault{kind: faultKill, crashAt: p})
+	}
+	if long {
+		d = append(d, fault{kind: faultKill}, fault{kind: faultKill}, fault{kind: faultKill},
+			fault{kind: faultPGImmediate}, fault{kind: faultTerminateSender})
+	}
+	return slices.DeleteFunc(d, func(f fault) bool { return skip[f.kind] })
+}
+
+// rig is what the faults act on.
+type rig struct {
+	pg     *testenv.Postgres
+	pgURL  string // direct
+	broker *broker
+	px     *proxies
+	sup    *supervisor
+	logf   func(format string, args ...any)
+}
+
+// faults injects faults and counts them.
+type faults struct {
+	rig  *rig
+	rng  *mrand.Rand
+	long bool
+	skip map[string]bool
+
+	mu  sync.Mutex
+	now string // the fault being injected, for the watchdog
+	rep faultReport
+}
+
+// faultReport is what the faults did, for the report.
+type faultReport struct {
+	Counts         map[string]int `json:"injected"`
+	CrashesArmed   map[string]int `json:"crash_points_armed"`
+	CrashesMissed  int            `json:"crash_points_not_reached"`
+	ZombieOutcomes map[string]int `json:"zombie_outcomes"`
+	ProxyReplaced  int            `json:"proxies_replaced"`
+	Errors         []string       `json:"errors,omitempty"`
+	Notes          []string       `json:"notes,omitempty"`
+}
+
+func newFaults(r *rig, seed uint64, long bool, skip map[string]bool) *faults {
+	return &faults{rig: r, rng: mrand.New(mrand.NewPCG(seed, 0xfa17)), long: long, skip: skip, rep: faultReport{
+		Counts: make(map[string]int), CrashesArmed: make(map[string]int), ZombieOutcomes: make(map[string]int)}}
+}
+
+func (f *faults) failf(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rep.Errors = append(f.rep.Errors, fmt.Sprintf(format, args...))
+	f.rig.logf("FAULT ERROR: "+format, args...)
+}
+
+// report returns a copy of what the faults did so far.
+func (f *faults) report() faultReport {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.rep
+	r.Counts, r.CrashesArmed, r.ZombieOutcomes = maps.Clone(r.Counts), maps.Clone(r.CrashesArmed), maps.Clone(r.ZombieOutcomes)
+	r.Errors, r.Notes = slices.Clone(r.Errors), slices.Clone(r.Notes)
+	return r
+}
+
+// injecting returns the fault being injected, if any.
+func (f *faults) injecting() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+// note records something the harness had to work around, which is not
+// by itself a failure.
+func (f *faults) note(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rep.Notes = append(f.rep.Notes, fmt.Sprintf(format, args...))
+	f.rig.logf("note: "+format, args...)
+}
+
+// run plays decks until until (the first deck always in full) or ctx ends.
+func (f *faults) run(ctx context.Context, until time.Time) {
+	for round := 0; round == 0 || (f.long && time.Now().Before(until)); round++ {
+		d := deck(f.long, f.skip)
+		f.rng.Shuffle(len(d), func(i, j int) { d[i], d[j] = d[j], d[i] })
+		for _, ft := range d {
+			if ctx.Err() != nil || (round > 0 && time.Now().After(until)) {
+				return
+			}
+			start := time.Now()
+			f.mu.Lock()
+			f.now = fmt.Sprintf("%s since %s", ft.kind, start.Format(time.TimeOnly))
+			f.mu.Unlock()
+			detail := f.inject(ctx, ft)
+			f.mu.Lock()
+			f.rep.Counts[ft.kind]++
+			f.now = ""
+			f.mu.Unlock()
+			f.rig.logf("fault %-28s %-40s took %s", ft.kind, detail, time.Since(start).Round(10*time.Millisecond))
+			sleep(ctx, 300*time.Millisecond+time.Duration(f.rng.Int64N(int64(1200*time.Millisecond))))
+		}
+	}
+}
+
+func (f *faults) inject(ctx context.Context, ft fault) string {
+	r := f.rig
+	switch ft.kind {
+	case faultKill:
+		return f.kill(ctx, ft.crashAt)
+	case faultTerm:
+		p := f.current()
+		if p == nil {
+			return "no walstream running"
+		}
+		stopProc(p, syscall.SIGTERM, 30*time.Second)
+		if !p.cmd.ProcessState.Success() {
+			f.failf("walstream #%d did not exit 0 within 30s of SIGTERM: %s\n%s", p.id, p.exitDesc(), p.lastLines(10))
+		}
+		f.restart("")
+		return fmt.Sprintf("#%d %s", p.id, p.exitDesc())
+	case faultPGImmediate, faultPGFast:
+		mode := map[string]string{faultPGImmediate: "immediate", faultPGFast: "fast"}[ft.kind]
+		if err := r.pg.Restart(mode); err != nil {
+			f.failf("restarting Postgres -m %s: %v", mode, err)
+		}
+		return "-m " + mode
+	case faultBrokerKill, faultBrokerTerm:
+		sig := map[string]syscall.Signal{faultBrokerKill: syscall.SIGKILL, faultBrokerTerm: syscall.SIGTERM}[ft.kind]
+		if err := r.broker.restart(sig); err != nil {
+			f.failf("restarting the broker: %v", err)
+		}
+		return sig.String()
+	case faultBlackholePG:
+		// Longer than wal_sender_timeout: the walsender gives up on walstream.
+		d := walSenderTimeout + time.Second + time.Duration(f.rng.Int64N(int64(2*time.Second)))
+		f.toxic(ctx, &r.px.pg, d, "timeout", `{"timeout":0}`, "upstream", "downstream")
+		return d.Round(10 * time.Millisecond).String()
+	case faultBlackholeKafka:
+		// Sometimes longer than --commit-timeout: the commit fails and is
+		// retried from the checkpoint, while walstream keeps the
+		// walsender alive.
+		d := walSenderTimeout + time.Second + time.Duration(f.rng.Int64N(int64(6*time.Second)))
+		f.toxic(ctx, &r.px.kafk, d, "timeout", `{"timeout":0}`, "upstream", "downstream")
+		return d.Round(10 * time.Millisecond).String()
+	case faultResetPG, faultResetKafka:
+		p := map[string]**toxiproxy.Proxy{faultResetPG: &r.px.pg, faultResetKafka: &r.px.kafk}[ft.kind]
+		stream := []string{"upstream", "downstream"}[f.rng.IntN(2)]
+		ms := f.rng.IntN(50)
+		f.toxic(ctx, p, time.Second, "reset_peer", fmt.Sprintf(`{"timeout":%d}`, ms), stream)
+		return fmt.Sprintf("%s after %dms", stream, ms)
+	case faultLatencyKafka:
+		ms := 100 + f.rng.IntN(2400)
+		d := 4*time.Second + time.Duration(f.rng.Int64N(int64(2*time.Second)))
+		f.toxic(ctx, &r.px.kafk, d, "latency", fmt.Sprintf(`{"latency":%d,"jitter":%d}`, ms, ms/4), "upstream", "downstream")
+		return fmt.Sprintf("%dms each way for %s", ms, d.Round(10*time.Millisecond))
+	case faultTerminateSender:
+		n, err := f.exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walstream' AND active")
+		if err != nil {
+			f.failf("terminating the walsender: %v", err)
+		}
+		return fmt.Sprintf("%d terminated", n)
+	case faultZombie:
+		return f.zombie(ctx)
+	}
+	panic("unknown fault " + ft.kind)
+}
+
+// toxic adds a toxic to *p on the given streams for d, then removes it.
+func (f *faults) toxic(ctx context.Context, p **toxiproxy.Proxy, d time.Duration, typ, attrs string, streams ...string) {
+	px := f.rig.px
+	err := px.change(p, func(p *toxiproxy.Proxy) error {
+		for _, s := range streams {
+			if err := addToxic(p, typ+"_"+s, typ, s, attrs); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	f.noteProxy(err)
+	sleep(ctx, d)
+	f.noteProxy(px.change(p, removeToxics))
+}
+
+func (f *faults) noteProxy(err error) {
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, errProxyReplaced) {
+		f.failf("%v", err)
+		return
+	}
+	f.mu.Lock()
+	f.rep.ProxyReplaced++
+	f.mu.Unlock()
+	f.note("%v", err)
+}
+
+// exec runs SQL on a fresh direct connection and returns the rows affected.
+func (f *faults) exec(ctx context.Context, sql string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, f.rig.pgURL)
+	if err != nil {
+		return 0, fmt.Errorf("connecting: %w", err)
+	}
+	defer conn.Close(context.Background())
+	tag, err := conn.Exec(ctx, sql)
+	return tag.RowsAffected(), err
+}
+
+// waitSlot waits up to d for the slot to be active (held by a walsender)
+// or not.
+func (f *faults) waitSlot(ctx context.Context, active bool, d time.Duration) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
+		if got, err := f.slotActive(ctx); err == nil && got == active {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *faults) slotActive(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, f.rig.pgURL)
+	if err != nil {
+		return false, fmt.Errorf("connecting: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var active bool
+	err = conn.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = 'walstream'").Scan(&active)
+	return active, err
+}
+
+// current returns the running walstream, starting one if there is none.
+func (f *faults) current() *wsProc {
+	if p := f.rig.sup.current(); p != nil {
+		return p
+	}
+	return f.restart("")
+}
+
+func (f *faults) restart(crashAt string) *wsProc {
+	p, err := f.rig.sup.start(crashAt)
+	if err != nil {
+		f.failf("starting walstream: %v", err)
+	}
+	return p
+}
+
+// kill SIGKILLs walstream and starts it again, armed with a crash point
+// when point is set; an armed process is given 20 s to reach it.
+func (f *faults) kill(ctx context.Context, point string) string {
+	p := f.current()
+	if p == nil {
+		return "no walstream running"
+	}
+	stopProc(p, syscall.SIGKILL, 10*time.Second)
+	if point == "" {
+		f.restart("")
+		return fmt.Sprintf("#%d", p.id)
+	}
+	n := 1 + f.rng.IntN(20)
+	if point == "mid-transaction" {
+		n = 1 + f.rng.IntN(2000)
+	}
+	crashAt := fmt.Sprintf("%s:%d", point, n)
+	f.mu.Lock()
+	f.rep.CrashesArmed[point]++
+	f.mu.Unlock()
+	np := f.restart(crashAt)
+	if np == nil {
+		return "restart failed"
+	}
+	select {
+	case <-np.done:
+		// The supervisor counts the crash and starts a clean walstream.
+		return fmt.Sprintf("#%d, then #%d crashed at %s", p.id, np.id, crashAt)
+	case <-time.After(20 * time.Second):
+	case <-ctx.Done():
+	}
+	if stopProc(np, syscall.SIGKILL, 10*time.Second); !np.killedBySIGKILL() || !strings.Contains(np.Log(), "crash point") {
+		f.mu.Lock()
+		f.rep.CrashesMissed++
+		f.mu.Unlock()
+		f.restart("")
+		return fmt.Sprintf("#%d, then #%d did not reach %s in 20s", p.id, np.id, crashAt)
+	}
+	return fmt.Sprintf("#%d, then #%d crashed at %s", p.id, np.id, crashAt)
+}
+
+// zombie stops the streaming walstream A with SIGSTOP until its walsender
+// times out, starts B, which takes the slot and fences A's transactional
+// id, and then resumes A. A must not publish again: it either exits
+// non-zero saying it was fenced or waits as a standby for the slot (and is
+// killed after a while).
+func (f *faults) zombie(ctx context.Context) string {
+	a := f.current()
+	if a == nil || !a.waitLog(reStreaming, 60*time.Second) || !f.waitSlot(ctx, true, 60*time.Second) {
+		f.failf("zombie: walstream not streaming within 60s")
+		return "no streaming walstream"
+	}
+	f.rig.sup.detach(a)
+	a.signal(syscall.SIGSTOP)
+	stopped := time.Now()
+	if !f.waitSlot(ctx, false, 60*time.Second) {
+		f.failf("zombie: slot still active 60s after SIGSTOP of #%d", a.id)
+	}
+	released := time.Since(stopped)
+	streamsBefore := len(reStreaming.FindAllString(a.Log(), -1))
+	b := f.restart("")
+	if b == nil || !b.waitLog(reStreaming, 60*time.Second) {
+		f.failf("zombie: second walstream not streaming within 60s")
+	}
+	a.signal(syscall.SIGCONT)
+	var outcome string
+	select {
+	case <-a.done:
+		switch log := a.Log(); {
+		case a.cmd.ProcessState.Success():
+			outcome = "exit-0"
+		case strings.Contains(log, "fenced"):
+			outcome = "fenced-exit"
+		default:
+			outcome = "other-exit"
+		}
+	case <-time.After(10 * time.Second):
+		switch log := a.Log(); {
+		case strings.Contains(log, "fenced"):
+			outcome = "fenced-still-running"
+		case strings.Contains(log, "is active for PID") || strings.Contains(log, "standby"):
+			outcome = "standby"
+		default:
+			outcome = "running"
+		}
+		stopProc(a, syscall.SIGKILL, 10*time.Second)
+	}
+	if b != nil && b.exited() {
+		f.failf("zombie: the new walstream #%d exited (%s) after #%d resumed:\n%s", b.id, b.exitDesc(), a.id, b.lastLines(5))
+	}
+	if n := len(reStreaming.FindAllString(a.Log(), -1)); n > streamsBefore {
+		f.failf("zombie: walstream #%d streamed again after being replaced:\n%s", a.id, a.lastLines(15))
+	}
+	if outcome == "exit-0" || outcome == "other-exit" || outcome == "running" {
+		f.failf("zombie: walstream #%d: %s (%s):\n%s", a.id, outcome, a.exitDesc(), a.lastLines(15))
+	}
+	f.mu.Lock()
+	f.rep.ZombieOutcomes[outcome]++
+	f.mu.Unlock()
+	bid := 0
+	if b != nil {
+		bid = b.id
+	}
+	return fmt.Sprintf("#%d stopped, slot free after %s, #%d took over; #%d: %s", a.id, released.Round(100*time.Millisecond), bid, a.id, outcome)
+}
