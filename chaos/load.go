@@ -358,8 +358,11 @@ func (w *writer) exec(ctx context.Context, p *txPlan) {
 		return
 	}
 	w.drop()
+	// Only an ERROR refused the commit for sure. A FATAL (a shutdown or a
+	// terminated backend) can come after the commit record was written, so
+	// that outcome is resolved from the ledger like a broken connection.
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) || pgconn.SafeToRetry(err) {
+	if (errors.As(err, &pgErr) && pgErr.Severity == "ERROR") || errors.Is(err, pgx.ErrTxCommitRollback) || pgconn.SafeToRetry(err) {
 		w.l.outcome(p, published, false, true) // the server refused it, or COMMIT was never sent
 		return
 	}
