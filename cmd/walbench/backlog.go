@@ -63,15 +63,18 @@ type BacklogRun struct {
 	StartLSN     string  `json:"start_lsn"`
 	EndLSN       string  `json:"end_lsn"`
 	Ceiling      Drain   `json:"pg_recvlogical"`
+	GoRecv       Drain   `json:"pgoutput_recv"`
 	Walstream    Drain   `json:"walstream"`
-	// Ratio is walstream's rows/s over pg_recvlogical's in this run.
-	Ratio    float64           `json:"ratio"`
-	Profiles map[string]string `json:"profiles,omitempty"`
+	// Ratio is walstream's rows/s over pg_recvlogical's in this run, and
+	// RatioGoRecv over the Go receive-only client's.
+	Ratio       float64           `json:"ratio"`
+	RatioGoRecv float64           `json:"ratio_pgoutput_recv"`
+	Profiles    map[string]string `json:"profiles,omitempty"`
 }
 
-// backlogRun preloads rows (perTx per transaction) while two slots exist,
-// then drains one slot with pg_recvlogical (the ceiling) and the other with
-// walstream.
+// backlogRun preloads rows (perTx per transaction) while three slots
+// exist, then drains one with pg_recvlogical (the ceiling), one with the Go
+// receive-only client and the last with walstream, one after the other.
 func (b *bench) backlogRun(ctx context.Context, scenario string, run int, rows, perTx int64, profile bool) (*BacklogRun, error) {
 	name := fmt.Sprintf("%s-%d", scenario, run)
 	if profile {
@@ -90,8 +93,10 @@ func (b *bench) backlogRun(ctx context.Context, scenario string, run int, rows, 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := b.db.createSlot(ctx, slotWalstream); err != nil {
-		return nil, err
+	for _, slot := range []string{slotGoRecv, slotWalstream} {
+		if _, err := b.db.createSlot(ctx, slot); err != nil {
+			return nil, err
+		}
 	}
 	lctx, cancel := context.WithTimeout(ctx, b.cfg.DrainTimeout)
 	t0 := time.Now()
@@ -127,61 +132,51 @@ func (b *bench) backlogRun(ctx context.Context, scenario string, run int, rows, 
 		return nil, err
 	}
 
-	var perf *perfRecorder
-	if profile && b.perf {
-		if perf, err = startPerf(filepath.Join(dir, "perf-pg_recvlogical.data")); err != nil {
-			return nil, err
-		}
+	var ceilingProf, goRecvProf, walstreamProf *profiler
+	if profile {
+		ceilingProf = &profiler{dir: dir, prefix: "pg_recvlogical", perf: b.perf}
+		goRecvProf = &profiler{dir: dir, prefix: "pgoutput-recv", perf: b.perf}
+		walstreamProf = &profiler{dir: dir, prefix: "walstream", perf: b.perf, broker: broker}
 	}
-	if r.Ceiling, err = b.drainRecvLogical(ctx, r, end, filepath.Join(dir, "pg_recvlogical.log")); err != nil {
-		perf.stop()
+	if r.Ceiling, err = b.drainClient(ctx, r, "pg_recvlogical", slotRecvLogical, b.recvLogicalCmd(end), filepath.Join(dir, "pg_recvlogical.log"), ceilingProf); err != nil {
 		return nil, err
 	}
-	if perf != nil {
-		if err := perf.stop(); err != nil {
-			return nil, err
-		}
-	}
 	b.logf("%s: pg_recvlogical %.0f rows/s", name, r.Ceiling.RowsPerSec)
-
+	if r.GoRecv, err = b.drainClient(ctx, r, "pgoutput-recv", slotGoRecv, b.goRecvCmd(end), filepath.Join(dir, "pgoutput-recv.log"), goRecvProf); err != nil {
+		return nil, err
+	}
+	b.logf("%s: Go receive-only %.0f rows/s", name, r.GoRecv.RowsPerSec)
 	var walstreamPID int
-	if profile && b.perf {
-		if perf, err = startPerf(filepath.Join(dir, "perf-walstream.data")); err != nil {
-			return nil, err
-		}
-	}
-	if profile {
-		if err := broker.startProfile(ctx); err != nil {
-			perf.stop()
-			return nil, err
-		}
-	}
-	r.Walstream, walstreamPID, err = b.drainWalstream(ctx, r, end, broker, filepath.Join(dir, "walstream.log"))
-	if perf != nil {
-		if perr := perf.stop(); err == nil {
-			err = perr
-		}
-	}
-	if err != nil {
+	if r.Walstream, walstreamPID, err = b.drainWalstream(ctx, r, end, broker, filepath.Join(dir, "walstream.log"), walstreamProf); err != nil {
 		return nil, err
 	}
 	r.Ratio = r.Walstream.RowsPerSec / r.Ceiling.RowsPerSec
+	r.RatioGoRecv = r.Walstream.RowsPerSec / r.GoRecv.RowsPerSec
 	b.logf("%s: walstream %.0f rows/s (%.2f of pg_recvlogical), %.2f µs CPU per row, peak RSS %d MB",
 		name, r.Walstream.RowsPerSec, r.Ratio, r.Walstream.CPUMicrosPerRow, r.Walstream.PeakRSSBytes>>20)
 	if profile {
-		if r.Profiles, err = b.profileReports(ctx, dir, broker, walstreamPID); err != nil {
+		r.Profiles = make(map[string]string)
+		if err := ceilingProf.reports(ctx, nil, r.Profiles); err != nil {
+			return nil, err
+		}
+		if err := goRecvProf.reports(ctx, nil, r.Profiles); err != nil {
+			return nil, err
+		}
+		if err := walstreamProf.reports(ctx, map[string]int{"walstream": walstreamPID, "broker": broker.pid()}, r.Profiles); err != nil {
 			return nil, err
 		}
 	}
 	return r, b.db.dropSlots(ctx)
 }
 
-// drainRecvLogical runs pg_recvlogical on its slot until it has received
-// everything up to end: with --endpos it stops by itself at the first
-// message at or past end, which is the last transaction's COMMIT (its
-// position is the commit's end LSN) or a keepalive past it.
-func (b *bench) drainRecvLogical(ctx context.Context, r *BacklogRun, end pglogrepl.LSN, logPath string) (Drain, error) {
-	d := Drain{Tool: "pg_recvlogical"}
+// drainClient runs a client that drains a slot to end and exits by
+// itself: pg_recvlogical with --endpos stops at the first message at or
+// past end, which is the last transaction's COMMIT (whose position is the
+// commit's end LSN) or a keepalive past it; walbench recv does the same.
+// Its CPU time and peak RSS come from its rusage, the walsender's from
+// /proc, sampled every 50ms while it lives.
+func (b *bench) drainClient(ctx context.Context, r *BacklogRun, tool, slot string, cmdline []string, logPath string, pr *profiler) (Drain, error) {
+	d := Drain{Tool: tool}
 	var err error
 	if d.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
 		return d, err
@@ -193,13 +188,16 @@ func (b *bench) drainRecvLogical(ctx context.Context, r *BacklogRun, end pglogre
 	defer logf.Close()
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.DrainTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(cctx, b.cfg.RecvLogical, recvLogicalArgs(b.pg.url, end)...)
+	cmd := exec.CommandContext(cctx, cmdline[0], cmdline[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	s := newSampler()
 	var walsender int
+	if err := pr.start(ctx); err != nil {
+		return d, err
+	}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
-		return d, fmt.Errorf("starting pg_recvlogical: %w", err)
+		return d, errors.Join(fmt.Errorf("starting %s: %w", tool, err), pr.stop(ctx))
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -209,12 +207,14 @@ func (b *bench) drainRecvLogical(ctx context.Context, r *BacklogRun, end pglogre
 		select {
 		case err := <-exited:
 			d.Seconds = time.Since(t0).Seconds()
-			if err != nil {
-				return d, fmt.Errorf("running pg_recvlogical (log %s): %w", logPath, err)
+			if perr := pr.stop(ctx); err == nil {
+				err = perr
 			}
-			ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+			if err != nil {
+				return d, fmt.Errorf("running %s (log %s): %w", tool, logPath, err)
+			}
 			d.CPUSeconds = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
-			if ru != nil {
+			if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 				d.PeakRSSBytes = ru.Maxrss << 10
 			}
 			d.WalsenderCPUSeconds = s.get(walsender).CPU.Seconds()
@@ -222,7 +222,7 @@ func (b *bench) drainRecvLogical(ctx context.Context, r *BacklogRun, end pglogre
 			return d, nil
 		case <-tick.C:
 			if walsender == 0 {
-				if _, walsender, err = b.db.slotState(ctx, slotRecvLogical); err != nil {
+				if _, walsender, err = b.db.slotState(ctx, slot); err != nil {
 					return d, err
 				}
 			}
@@ -231,11 +231,16 @@ func (b *bench) drainRecvLogical(ctx context.Context, r *BacklogRun, end pglogre
 	}
 }
 
-// recvLogicalArgs drain the slot to end into /dev/null; pgoutput needs the
-// protocol version and the publication.
-func recvLogicalArgs(url string, end pglogrepl.LSN) []string {
-	return []string{"-d", url, "--slot", slotRecvLogical, "--start", "--endpos", end.String(), "--no-loop",
+// recvLogicalCmd drains the pg_recvlogical slot to end into /dev/null;
+// pgoutput needs the protocol version and the publication.
+func (b *bench) recvLogicalCmd(end pglogrepl.LSN) []string {
+	return []string{b.cfg.RecvLogical, "-d", b.pg.url, "--slot", slotRecvLogical, "--start", "--endpos", end.String(), "--no-loop",
 		"--plugin", "pgoutput", "-o", "proto_version=1", "-o", "publication_names=" + benchPublication, "-f", "/dev/null"}
+}
+
+// goRecvCmd drains the Go receiver's slot to end.
+func (b *bench) goRecvCmd(end pglogrepl.LSN) []string {
+	return []string{b.recvExe, recvCommand, "-pg-url", b.pg.url, "-slot", slotGoRecv, "-publication", benchPublication, "-endpos", end.String()}
 }
 
 // drainWalstream runs walstream on its slot until the slot's
@@ -243,15 +248,23 @@ func recvLogicalArgs(url string, end pglogrepl.LSN) []string {
 // the Kafka transaction holding everything before it has committed, so at
 // that instant every row is visible to read_committed consumers; a count of
 // the topic afterwards checks that.
-func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl.LSN, broker *brokerProc, logPath string) (Drain, int, error) {
-	d := Drain{Tool: "walstream"}
-	var err error
+func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl.LSN, broker *brokerProc, logPath string, pr *profiler) (d Drain, pid int, err error) {
+	d = Drain{Tool: "walstream"}
 	if d.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
 		return d, 0, err
 	}
 	s := newSampler()
 	s.sample(broker.pid())
 	brokerCPU0 := s.get(broker.pid()).CPU
+	if err := pr.start(ctx); err != nil {
+		return d, 0, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			err = errors.Join(err, pr.stop(ctx))
+		}
+	}()
 	p, err := startWalstream(b.walstream, b.walstreamArgs(broker.addr), logPath)
 	if err != nil {
 		return d, 0, err
@@ -271,12 +284,12 @@ func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl
 			return d, 0, ctx.Err()
 		case <-tick.C:
 		}
-		confirmed, pid, err := b.db.slotState(ctx, slotWalstream)
+		confirmed, active, err := b.db.slotState(ctx, slotWalstream)
 		if err != nil {
 			return d, 0, err
 		}
-		if pid != 0 {
-			walsender = pid
+		if active != 0 {
+			walsender = active
 		}
 		s.sample(p.pid())
 		s.sample(walsender)
@@ -293,6 +306,10 @@ func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl
 	d.Seconds = time.Since(p.started).Seconds()
 	s.sample(p.pid())
 	s.sample(broker.pid())
+	stopped = true
+	if err := pr.stop(ctx); err != nil {
+		return d, 0, err
+	}
 	if at := p.streamingSince(); !at.IsZero() {
 		d.StartupSeconds = at.Sub(p.started).Seconds()
 	}

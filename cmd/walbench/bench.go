@@ -18,7 +18,8 @@ import (
 type bench struct {
 	cfg       *Config
 	log       io.Writer
-	exe       string // walbench itself, started again as the broker
+	exe       string // walbench itself, started again as the broker under the name kfake-broker
+	recvExe   string // walbench as pgoutput-recv
 	walstream string // the binary under test
 	workDir   string
 	pg        *postgres
@@ -38,9 +39,6 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
 		return fmt.Errorf("creating -out %s: %w", cfg.OutDir, err)
 	}
-	if b.exe, err = os.Executable(); err != nil {
-		return fmt.Errorf("finding walbench's own binary: %w", err)
-	}
 	if b.workDir = cfg.WorkDir; b.workDir == "" {
 		if b.workDir, err = os.MkdirTemp("", "walbench-"); err != nil {
 			return fmt.Errorf("creating a work directory: %w", err)
@@ -48,6 +46,19 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 		defer os.RemoveAll(b.workDir)
 	} else if err := os.MkdirAll(b.workDir, 0o755); err != nil {
 		return fmt.Errorf("creating -work-dir %s: %w", b.workDir, err)
+	}
+	// The broker and the Go receiver are walbench itself, started through
+	// links with their own names so that profiles and ps tell them apart.
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding walbench's own binary: %w", err)
+	}
+	b.exe, b.recvExe = filepath.Join(b.workDir, "kfake-broker"), filepath.Join(b.workDir, "pgoutput-recv")
+	for _, link := range []string{b.exe, b.recvExe} {
+		_ = os.Remove(link)
+		if err := os.Symlink(self, link); err != nil {
+			return fmt.Errorf("linking %s to walbench: %w", link, err)
+		}
 	}
 	if b.walstream = cfg.WalstreamBin; b.walstream == "" {
 		b.walstream = filepath.Join(b.workDir, "walstream")
@@ -101,7 +112,7 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 			}
 		}
 	}
-	if cfg.Profile {
+	if cfg.Profile && cfg.Scenarios[ScenarioBacklog] {
 		r, err := b.backlogRun(ctx, ScenarioBacklog, 0, int64(cfg.Rows), int64(cfg.RowsPerTx), true)
 		if err != nil {
 			return fmt.Errorf("profiled backlog run: %w", err)
@@ -123,13 +134,23 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 			}
 		}
 	}
-	if cfg.Scenarios[ScenarioLatency] && len(cfg.LatencyRates) > 0 {
+	if cfg.Scenarios[ScenarioLatency] && len(cfg.LatencyLoads) > 0 {
 		for i := 1; i <= cfg.LatencyRuns; i++ {
-			l, err := b.latencyRun(ctx, i)
+			l, err := b.latencyRun(ctx, i, false)
 			if err != nil {
 				return fmt.Errorf("latency run %d: %w", i, err)
 			}
 			rep.Latency = append(rep.Latency, l...)
+			if err := save(); err != nil {
+				return err
+			}
+		}
+		if cfg.Profile {
+			l, err := b.latencyRun(ctx, 0, true)
+			if err != nil {
+				return fmt.Errorf("profiled latency run: %w", err)
+			}
+			rep.ProfiledLatency = l
 			if err := save(); err != nil {
 				return err
 			}
@@ -205,14 +226,15 @@ type Report struct {
 	Latency  []Latency      `json:"latency"`
 	// Profiled is the profiled run, left out of the summary: sampling
 	// costs CPU.
-	Profiled *BacklogRun `json:"profiled,omitempty"`
+	Profiled        *BacklogRun `json:"profiled,omitempty"`
+	ProfiledLatency []Latency   `json:"profiled_latency,omitempty"`
 }
 
 func reportConfig(c *Config) map[string]any {
 	return map[string]any{
 		"rows": c.Rows, "rows_per_tx": c.RowsPerTx, "payload_bytes": c.PayloadBytes, "runs": c.Runs,
 		"huge_rows": c.HugeRows, "huge_runs": c.HugeRuns,
-		"latency_rates": c.LatencyRates, "latency_seconds": c.LatencyFor.Seconds(), "latency_warmup_seconds": c.LatencyWarmup.Seconds(),
+		"latency_loads": c.LatencyLoads, "latency_seconds": c.LatencyFor.Seconds(), "latency_warmup_seconds": c.LatencyWarmup.Seconds(),
 		"latency_runs": c.LatencyRuns, "latency_writers": c.LatencyWriters,
 		"walstream_status_interval": c.StatusInterval.String(), "walstream_args": c.WalstreamArgs,
 		"partitions": c.Partitions, "external_postgres": c.PGURL != "", "max_load": c.MaxLoad,

@@ -20,7 +20,7 @@ const (
 	DefaultRuns            = 3
 	DefaultHugeRows        = 1_000_000
 	DefaultHugeRuns        = 3
-	DefaultLatencyRates    = "1000,10000"
+	DefaultLatencyLoads    = "1000x1,10000x1,10000x10"
 	DefaultLatencyDuration = 30 * time.Second
 	DefaultLatencyWarmup   = 3 * time.Second
 	DefaultLatencyRuns     = 3
@@ -54,7 +54,7 @@ type Config struct {
 	Runs           int
 	HugeRows       int
 	HugeRuns       int
-	LatencyRates   []int
+	LatencyLoads   []Load
 	LatencyFor     time.Duration
 	LatencyWarmup  time.Duration
 	LatencyRuns    int
@@ -89,7 +89,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&cfg.Runs, "runs", DefaultRuns, "backlog runs (the report quotes medians)")
 	fs.IntVar(&cfg.HugeRows, "huge-rows", DefaultHugeRows, "rows in the single transaction of the huge scenario")
 	fs.IntVar(&cfg.HugeRuns, "huge-runs", DefaultHugeRuns, "runs of the huge-transaction scenario")
-	rates := fs.String("latency-rates", DefaultLatencyRates, "offered loads of the latency scenario, rows/s, comma-separated")
+	loads := fs.String("latency-loads", DefaultLatencyLoads, "offered loads of the latency scenario, comma-separated RATExROWS: RATE rows/s in transactions of ROWS rows")
 	fs.DurationVar(&cfg.LatencyFor, "latency-duration", DefaultLatencyDuration, "measured time at each offered load")
 	fs.DurationVar(&cfg.LatencyWarmup, "latency-warmup", DefaultLatencyWarmup, "time at each offered load before measuring")
 	fs.IntVar(&cfg.LatencyRuns, "latency-runs", DefaultLatencyRuns, "runs of the latency scenario")
@@ -115,8 +115,8 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var err error
-	if cfg.LatencyRates, err = parseInts(*rates); err != nil {
-		return nil, fmt.Errorf("-latency-rates: %w", err)
+	if cfg.LatencyLoads, err = parseLoads(*loads); err != nil {
+		return nil, fmt.Errorf("-latency-loads: %w", err)
 	}
 	cfg.Scenarios = make(map[string]bool)
 	for _, s := range strings.Split(*scenarios, ",") {
@@ -160,9 +160,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
-	for _, r := range c.LatencyRates {
-		if r <= 0 {
-			errs = append(errs, fmt.Errorf("-latency-rates: %d rows/s is not positive", r))
+	for _, l := range c.LatencyLoads {
+		if l.Rate <= 0 || l.RowsPerTx <= 0 || l.RowsPerTx > l.Rate {
+			errs = append(errs, fmt.Errorf("-latency-loads: %s needs a positive rate of at least one transaction per second", l))
 		}
 	}
 	if c.LatencyFor <= 0 || c.LatencyWarmup < 0 || c.StatusInterval <= 0 || c.DrainTimeout <= 0 {
@@ -174,17 +174,33 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func parseInts(s string) ([]int, error) {
-	var out []int
+// Load is an offered load of the latency scenario: Rate rows per second
+// in transactions of RowsPerTx rows.
+type Load struct {
+	Rate      int `json:"rows_per_sec"`
+	RowsPerTx int `json:"rows_per_tx"`
+}
+
+func (l Load) String() string { return fmt.Sprintf("%dx%d", l.Rate, l.RowsPerTx) }
+
+func parseLoads(s string) ([]Load, error) {
+	var out []Load
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
 		}
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, fmt.Errorf("parsing %q: %w", f, err)
+		rate, rows, ok := strings.Cut(f, "x")
+		if !ok {
+			rows = "1"
 		}
-		out = append(out, n)
+		var l Load
+		var err1, err2 error
+		l.Rate, err1 = strconv.Atoi(rate)
+		l.RowsPerTx, err2 = strconv.Atoi(rows)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("parsing %q as RATExROWS: %w", f, err)
+		}
+		out = append(out, l)
 	}
 	return out, nil
 }

@@ -24,7 +24,7 @@ import (
 // visible to a read_committed consumer.
 type Latency struct {
 	Run          int     `json:"run"`
-	OfferedRate  int     `json:"offered_rows_per_sec"`
+	Load         Load    `json:"load"`
 	AchievedRate float64 `json:"achieved_rows_per_sec"` // rows inserted in the measured window per second
 	Seconds      float64 `json:"measured_seconds"`
 	Samples      int     `json:"samples"`
@@ -35,8 +35,8 @@ type Latency struct {
 	// Missing rows were inserted but not seen within 30s of the writers
 	// stopping.
 	Missing int64 `json:"missing"`
-	// Behind counts inserts the writers could not start on schedule; they
-	// were skipped, so the offered load was not met when it is not 0.
+	// Behind counts transactions the writers could not start on schedule;
+	// they were skipped, so the offered load was not met when it is not 0.
 	Behind int64 `json:"behind_schedule"`
 	// InsertToAckP50Us and P99 are, from the writers, the time from the
 	// row's timestamp (clock_timestamp() while inserting) to the client
@@ -46,25 +46,32 @@ type Latency struct {
 	InsertToAckP99Us float64 `json:"insert_to_ack_p99_us"`
 	// WalstreamCPUMicrosPerRow is walstream's CPU time in the measured
 	// window over the rows inserted in it.
-	WalstreamCPUMicrosPerRow float64 `json:"walstream_cpu_us_per_row"`
-	WalstreamPeakRSSBytes    int64   `json:"walstream_peak_rss_bytes"`
-	Machine                  Quiet   `json:"machine"`
+	WalstreamCPUMicrosPerRow float64           `json:"walstream_cpu_us_per_row"`
+	WalstreamPeakRSSBytes    int64             `json:"walstream_peak_rss_bytes"`
+	Machine                  Quiet             `json:"machine"`
+	Profiles                 map[string]string `json:"profiles,omitempty"`
 }
 
-// latencyInsert inserts one outbox row whose payload carries the time of
-// the insert in microseconds since the epoch, and returns that time.
+// latencyInsert inserts $4 outbox rows numbered from $2 in one statement;
+// each row's payload carries the time of its insert in microseconds since
+// the epoch, which the statement returns.
 const latencyInsert = `INSERT INTO public.outbox (aggregatetype, aggregateid, type, payload)
-VALUES ($1, 'order-' || ($2::bigint % 100000), 'OrderCreated',
-	walbench_payload($2, $3) || jsonb_build_object('ts_us', floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint))
+SELECT $1, 'order-' || (g % 100000), 'OrderCreated',
+	walbench_payload(g, $3) || jsonb_build_object('ts_us', floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+FROM generate_series($2::bigint, $2::bigint + $4 - 1) AS g
 RETURNING (payload->>'ts_us')::bigint`
 
 // tsField is how the timestamp appears in the payload's text form.
 var tsField = []byte(`"ts_us": `)
 
 // latencyRun starts walstream on an empty outbox and holds each offered
-// load in turn.
-func (b *bench) latencyRun(ctx context.Context, run int) ([]Latency, error) {
+// load in turn. A profiled run records perf and the broker's CPU profile
+// over each measured window.
+func (b *bench) latencyRun(ctx context.Context, run int, profile bool) ([]Latency, error) {
 	name := fmt.Sprintf("latency-%d", run)
+	if profile {
+		name = "latency-profile"
+	}
 	dir := filepath.Join(b.cfg.OutDir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
@@ -87,8 +94,8 @@ func (b *bench) latencyRun(ctx context.Context, run int) ([]Latency, error) {
 		_ = os.RemoveAll(kafkaDir)
 	}()
 	var topics []string
-	for _, rate := range b.cfg.LatencyRates {
-		topics = append(topics, topicFor(latencyAggType(rate)))
+	for _, l := range b.cfg.LatencyLoads {
+		topics = append(topics, topicFor(latencyAggType(l)))
 	}
 	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topics...); err != nil {
 		return nil, err
@@ -106,13 +113,17 @@ func (b *bench) latencyRun(ctx context.Context, run int) ([]Latency, error) {
 		return nil, err
 	}
 	var out []Latency
-	for _, rate := range b.cfg.LatencyRates {
-		l, err := b.latencyPhase(ctx, run, rate, p, broker.addr)
-		if err != nil {
-			return nil, fmt.Errorf("%s at %d rows/s: %w", name, rate, err)
+	for _, load := range b.cfg.LatencyLoads {
+		var pr *profiler
+		if profile {
+			pr = &profiler{dir: dir, prefix: "latency-" + load.String(), broker: broker, perf: b.perf}
 		}
-		b.logf("%s: %d rows/s offered, %.0f achieved: p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, %d missing",
-			name, rate, l.AchievedRate, l.P50Ms, l.P99Ms, l.P999Ms, l.Missing)
+		l, err := b.latencyPhase(ctx, run, load, p, broker.addr, pr)
+		if err != nil {
+			return nil, fmt.Errorf("%s at %s: %w", name, load, err)
+		}
+		b.logf("%s: %d rows/s offered in transactions of %d, %.0f achieved: p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, %d missing, %d behind",
+			name, load.Rate, load.RowsPerTx, l.AchievedRate, l.P50Ms, l.P99Ms, l.P999Ms, l.Missing, l.Behind)
 		out = append(out, l)
 	}
 	if err := p.stop(); err != nil {
@@ -121,16 +132,16 @@ func (b *bench) latencyRun(ctx context.Context, run int) ([]Latency, error) {
 	return out, b.db.dropSlots(ctx)
 }
 
-func latencyAggType(rate int) string { return fmt.Sprintf("Latency%d", rate) }
+func latencyAggType(l Load) string { return fmt.Sprintf("Latency%dx%d", l.Rate, l.RowsPerTx) }
 
 // latencyPhase holds one offered load for warm-up plus the measured time.
-func (b *bench) latencyPhase(ctx context.Context, run, rate int, p *walstreamProc, broker string) (Latency, error) {
-	l := Latency{Run: run, OfferedRate: rate}
+func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstreamProc, broker string, pr *profiler) (Latency, error) {
+	l := Latency{Run: run, Load: load}
 	var err error
 	if l.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
 		return l, err
 	}
-	aggType := latencyAggType(rate)
+	aggType := latencyAggType(load)
 	c, err := startLatencyConsumer(broker, topicFor(aggType))
 	if err != nil {
 		return l, err
@@ -139,24 +150,40 @@ func (b *bench) latencyPhase(ctx context.Context, run, rate int, p *walstreamPro
 
 	start := time.Now()
 	measureFrom := start.Add(b.cfg.LatencyWarmup)
-	total := int64(float64(rate) * (b.cfg.LatencyWarmup + b.cfg.LatencyFor).Seconds())
+	total := int64(float64(load.Rate)/float64(load.RowsPerTx)*(b.cfg.LatencyWarmup+b.cfg.LatencyFor).Seconds()) * int64(load.RowsPerTx)
 	// walstream's CPU time is sampled when the warm-up ends and when the
-	// writers stop.
+	// writers stop; a profile covers the same window.
 	s := newSampler()
-	cpuAt := time.AfterFunc(b.cfg.LatencyWarmup, func() { s.sample(p.pid()) })
-	w := &writer{rate: rate, total: total, aggType: aggType, pad: b.pad, measureFrom: measureFrom}
-	if err := w.run(ctx, b.pg.url, b.cfg.LatencyWriters, start); err != nil {
-		cpuAt.Stop()
-		return l, err
-	}
+	atMeasure := make(chan error, 1)
+	timer := time.AfterFunc(b.cfg.LatencyWarmup, func() {
+		s.sample(p.pid())
+		atMeasure <- pr.start(ctx)
+	})
+	w := &writer{load: load, total: total, aggType: aggType, pad: b.pad, measureFrom: measureFrom}
+	err = w.run(ctx, b.pg.url, b.cfg.LatencyWriters, start)
 	measureTo := time.Now()
-	if cpuAt.Stop() {
-		return l, errors.New("the writers finished before the warm-up ended")
+	if timer.Stop() {
+		return l, errors.Join(err, errors.New("the writers finished before the warm-up ended"))
+	}
+	if perr := <-atMeasure; err == nil {
+		err = perr
+	}
+	if err != nil {
+		return l, err
 	}
 	cpu0 := s.get(p.pid()).CPU
 	s.sample(p.pid())
 	ws := s.get(p.pid())
 	l.WalstreamPeakRSSBytes = ws.HWM
+	if err := pr.stop(ctx); err != nil {
+		return l, err
+	}
+	if pr != nil {
+		l.Profiles = make(map[string]string)
+		if err := pr.reports(ctx, map[string]int{"walstream": p.pid(), "broker": pr.broker.pid()}, l.Profiles); err != nil {
+			return l, err
+		}
+	}
 
 	// Everything written must arrive; wait for the stragglers.
 	deadline := time.Now().Add(30 * time.Second)
@@ -199,12 +226,13 @@ func percentile(v []int64, q float64) float64 {
 	return float64(v[max(i, 0)])
 }
 
-// writer inserts rows at a fixed rate, open loop: a pacer schedules rows
-// every millisecond and connections insert them; a row that cannot be
-// handed to a connection on time is skipped and counted as behind.
+// writer inserts rows at a fixed rate, open loop: a pacer schedules
+// transactions every millisecond and connections run them; a transaction
+// that cannot be handed to a connection on time is skipped and counted as
+// behind.
 type writer struct {
-	rate        int
-	total       int64
+	load        Load
+	total       int64 // rows to schedule, a multiple of load.RowsPerTx
 	aggType     string
 	pad         int
 	measureFrom time.Time
@@ -213,25 +241,27 @@ type writer struct {
 	measured atomic.Int64 // rows inserted with a timestamp after measureFrom
 	behind   atomic.Int64
 	mu       sync.Mutex
-	acks     []int64 // µs from the row's timestamp to the commit's acknowledgement
+	acks     []int64 // µs from each row's timestamp to its commit's acknowledgement
 }
 
 func (w *writer) run(ctx context.Context, url string, conns int, start time.Time) error {
-	jobs := make(chan int64, max(w.rate/10, 16)) // at most 100ms of slack
+	txPerSec := float64(w.load.Rate) / float64(w.load.RowsPerTx)
+	per := int64(w.load.RowsPerTx)
+	jobs := make(chan int64, max(int(txPerSec/10), 16)) // at most 100ms of slack
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(jobs)
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
-		var next int64
+		var next int64 // first row of the next transaction
 		for next < w.total {
 			select {
 			case <-gctx.Done():
 				return gctx.Err()
 			case <-tick.C:
 			}
-			due := min(int64(time.Since(start).Seconds()*float64(w.rate)), w.total)
-			for ; next < due; next++ {
+			due := min(int64(time.Since(start).Seconds()*txPerSec)*per, w.total)
+			for ; next < due; next += per {
 				select {
 				case jobs <- next:
 				default:
@@ -243,25 +273,49 @@ func (w *writer) run(ctx context.Context, url string, conns int, start time.Time
 	})
 	for range conns {
 		g.Go(func() error {
-			conn, err := pgx.Connect(gctx, url)
+			cfg, err := pgx.ParseConfig(url)
+			if err != nil {
+				return fmt.Errorf("parsing the Postgres URL: %w", err)
+			}
+			// Postgres's default. With the cluster's synchronous_commit=off
+			// a commit waits for the WAL writer (wal_writer_delay, 200ms)
+			// before a walsender may send it, which would be measured as
+			// walstream's latency.
+			cfg.RuntimeParams["synchronous_commit"] = "on"
+			conn, err := pgx.ConnectConfig(gctx, cfg)
 			if err != nil {
 				return fmt.Errorf("connecting a writer: %w", err)
 			}
 			defer conn.Close(context.WithoutCancel(gctx))
 			from := w.measureFrom.UnixMicro()
-			for seq := range jobs {
-				var ts int64
-				if err := conn.QueryRow(gctx, latencyInsert, w.aggType, seq, w.pad).Scan(&ts); err != nil {
-					return fmt.Errorf("inserting row %d: %w", seq, err)
+			var ts []int64
+			for first := range jobs {
+				ts = ts[:0]
+				rows, err := conn.Query(gctx, latencyInsert, w.aggType, first, w.pad, per)
+				if err != nil {
+					return fmt.Errorf("inserting rows from %d: %w", first, err)
+				}
+				for rows.Next() {
+					var t int64
+					if err := rows.Scan(&t); err != nil {
+						rows.Close()
+						return fmt.Errorf("reading the timestamps of rows from %d: %w", first, err)
+					}
+					ts = append(ts, t)
+				}
+				if err := rows.Err(); err != nil {
+					return fmt.Errorf("inserting rows from %d: %w", first, err)
 				}
 				ack := time.Now().UnixMicro()
-				w.written.Add(1)
-				if ts >= from {
-					w.measured.Add(1)
-					w.mu.Lock()
-					w.acks = append(w.acks, ack-ts)
-					w.mu.Unlock()
+				w.written.Add(int64(len(ts)))
+				w.mu.Lock()
+				for _, t := range ts {
+					if t >= from {
+						w.measured.Add(1)
+						w.acks = append(w.acks, ack-t)
+					}
 				}
+				w.mu.Unlock()
 			}
 			return nil
 		})

@@ -42,11 +42,17 @@ func main() {
 	}
 }
 
-// run dispatches: "broker" is the kfake broker that walbench starts as a
-// child process of itself; anything else is the benchmark.
+// run dispatches: "broker" is the kfake broker and "recv" the Go
+// receive-only client, which walbench starts as child processes of itself;
+// anything else is the benchmark.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == brokerCommand {
-		return runBroker(ctx, args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case brokerCommand:
+			return runBroker(ctx, args[1:], stdout, stderr)
+		case recvCommand:
+			return runRecv(ctx, args[1:], stdout, stderr)
+		}
 	}
 	cfg, err := parseConfig(args, stderr)
 	if err != nil {

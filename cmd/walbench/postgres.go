@@ -289,7 +289,7 @@ func (d *db) dropSlots(ctx context.Context) error {
 	for {
 		var active int
 		err := d.conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY($1) AND active",
-			[]string{slotRecvLogical, slotWalstream}).Scan(&active)
+			[]string{slotRecvLogical, slotGoRecv, slotWalstream}).Scan(&active)
 		if err != nil {
 			return fmt.Errorf("reading walbench's slots: %w", err)
 		}
@@ -299,7 +299,7 @@ func (d *db) dropSlots(ctx context.Context) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return d.exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = ANY($1)",
-		[]string{slotRecvLogical, slotWalstream})
+		[]string{slotRecvLogical, slotGoRecv, slotWalstream})
 }
 
 // createSlot creates a pgoutput slot and returns its consistent point.

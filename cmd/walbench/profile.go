@@ -68,65 +68,128 @@ func (p *perfRecorder) stop() error {
 	}
 }
 
-// profileReports turns a profiled run's recordings into text reports
-// beside them and returns their paths by name.
-func (b *bench) profileReports(ctx context.Context, dir string, broker *brokerProc, walstreamPID int) (map[string]string, error) {
-	out := make(map[string]string)
-	report := func(name string, cmd ...string) error {
-		path := filepath.Join(dir, name+".txt")
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		defer cancel()
-		c := exec.CommandContext(cctx, cmd[0], cmd[1:]...)
-		text, err := c.Output()
-		if err != nil {
-			var exit *exec.ExitError
-			if errors.As(err, &exit) {
-				text = append(text, exit.Stderr...)
-			}
-			return fmt.Errorf("running %v: %w: %s", cmd, err, text)
+// textReport runs a reporting command and saves its output as
+// dir/name.txt, returning that path.
+func textReport(ctx context.Context, dir, name string, cmd ...string) (string, error) {
+	path := filepath.Join(dir, name+".txt")
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	text, err := exec.CommandContext(cctx, cmd[0], cmd[1:]...).Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			text = append(text, exit.Stderr...)
 		}
-		if err := os.WriteFile(path, text, 0o644); err != nil {
-			return fmt.Errorf("writing %s: %w", path, err)
+		return "", fmt.Errorf("running %v: %w: %s", cmd, err, text)
+	}
+	if err := os.WriteFile(path, text, 0o644); err != nil {
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// perfReports writes text reports of one perf recording into dir, named
+// prefix-*: CPU by process, Postgres by function, and for each named
+// process its functions by self time and by cumulative time (the latter
+// needs the call graphs Go's frame pointers give).
+func perfReports(ctx context.Context, dir, prefix, data string, pids map[string]int, out map[string]string) error {
+	perf := func(args ...string) []string {
+		return append([]string{"perf", "report", "-i", data, "--stdio", "--percentage", "relative", "-g", "none"}, args...)
+	}
+	reports := map[string][]string{
+		prefix + "-by-process":    perf("--no-children", "--sort", "comm", "--percent-limit", "0.5"),
+		prefix + "-postgres-self": perf("--no-children", "--comm", "postgres", "--sort", "dso,sym", "--percent-limit", "0.5"),
+	}
+	for name, pid := range pids {
+		reports[prefix+"-"+name+"-self"] = perf("--no-children", "--pid", strconv.Itoa(pid), "--sort", "sym", "--percent-limit", "0.5")
+		reports[prefix+"-"+name+"-cumulative"] = perf("--children", "--pid", strconv.Itoa(pid), "--sort", "sym", "--percent-limit", "3")
+	}
+	for name, cmd := range reports {
+		path, err := textReport(ctx, dir, name, cmd...)
+		if err != nil {
+			return err
 		}
 		out[name] = path
+	}
+	return nil
+}
+
+// pprofReports writes `go tool pprof -top` of a Go CPU profile, by self
+// and by cumulative time, into dir.
+func pprofReports(ctx context.Context, dir, prefix, prof string, out map[string]string) error {
+	for name, args := range map[string][]string{
+		prefix + "-pprof-top":     {"-top", "-nodecount=40"},
+		prefix + "-pprof-top-cum": {"-top", "-cum", "-nodecount=40"},
+	} {
+		path, err := textReport(ctx, dir, name, append(append([]string{"go", "tool", "pprof"}, args...), prof)...)
+		if err != nil {
+			return err
+		}
+		out[name] = path
+	}
+	return nil
+}
+
+// profiler profiles one measured window: perf over every CPU when perf
+// can sample here, and the broker's Go CPU profile when there is a
+// broker. A nil profiler does nothing, so unprofiled runs pass nil.
+type profiler struct {
+	dir, prefix string
+	perf        bool
+	broker      *brokerProc
+	rec         *perfRecorder
+	brokerProf  string
+}
+
+func (p *profiler) perfData() string { return filepath.Join(p.dir, p.prefix+"-perf.data") }
+
+// start begins profiling, just before the measured process starts.
+func (p *profiler) start(ctx context.Context) error {
+	if p == nil {
 		return nil
 	}
-	// pprof reads the broker's profile; go is on PATH, since walbench is
-	// run with go run.
-	prof, err := broker.stopProfile(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := report("broker-pprof-top", "go", "tool", "pprof", "-top", "-nodecount=40", prof); err != nil {
-		return nil, err
-	}
-	if err := report("broker-pprof-top-cum", "go", "tool", "pprof", "-top", "-cum", "-nodecount=40", prof); err != nil {
-		return nil, err
-	}
-	if !b.perf {
-		return out, nil
-	}
-	perfReport := func(data string, args ...string) []string {
-		return append([]string{"perf", "report", "-i", data, "--stdio", "--percentage", "relative"}, args...)
-	}
-	ceiling := filepath.Join(dir, "perf-pg_recvlogical.data")
-	walstream := filepath.Join(dir, "perf-walstream.data")
-	reports := []struct {
-		name string
-		cmd  []string
-	}{
-		{"perf-pg_recvlogical-by-process", perfReport(ceiling, "--no-children", "--sort", "comm,pid", "-g", "none", "--percent-limit", "0.5")},
-		{"perf-pg_recvlogical-postgres-self", perfReport(ceiling, "--no-children", "--comm", "postgres", "--sort", "dso,sym", "-g", "none", "--percent-limit", "0.5")},
-		{"perf-walstream-by-process", perfReport(walstream, "--no-children", "--sort", "comm,pid", "-g", "none", "--percent-limit", "0.5")},
-		{"perf-walstream-self", perfReport(walstream, "--no-children", "--pid", strconv.Itoa(walstreamPID), "--sort", "sym", "-g", "none", "--percent-limit", "0.5")},
-		{"perf-walstream-cumulative", perfReport(walstream, "--children", "--pid", strconv.Itoa(walstreamPID), "--sort", "sym", "-g", "none", "--percent-limit", "3")},
-		{"perf-walstream-postgres-self", perfReport(walstream, "--no-children", "--comm", "postgres", "--sort", "dso,sym", "-g", "none", "--percent-limit", "0.5")},
-		{"perf-broker-self", perfReport(walstream, "--no-children", "--pid", strconv.Itoa(broker.pid()), "--sort", "sym", "-g", "none", "--percent-limit", "0.5")},
-	}
-	for _, r := range reports {
-		if err := report(r.name, r.cmd...); err != nil {
-			return nil, err
+	if p.perf {
+		var err error
+		if p.rec, err = startPerf(p.perfData()); err != nil {
+			return err
 		}
 	}
-	return out, nil
+	if p.broker != nil {
+		if err := p.broker.startProfile(ctx); err != nil {
+			return errors.Join(err, p.rec.stop())
+		}
+	}
+	return nil
+}
+
+// stop ends profiling at the end of the measured window.
+func (p *profiler) stop(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	err := p.rec.stop()
+	p.rec = nil
+	if p.broker != nil {
+		prof, perr := p.broker.stopProfile(ctx)
+		p.brokerProf = prof
+		err = errors.Join(err, perr)
+	}
+	return err
+}
+
+// reports writes the text reports of the window, with a report per named
+// process, and adds their paths to out.
+func (p *profiler) reports(ctx context.Context, pids map[string]int, out map[string]string) error {
+	if p == nil {
+		return nil
+	}
+	if p.brokerProf != "" {
+		if err := pprofReports(ctx, p.dir, p.prefix+"-broker", p.brokerProf, out); err != nil {
+			return err
+		}
+	}
+	if !p.perf {
+		return nil
+	}
+	return perfReports(ctx, p.dir, p.prefix+"-perf", p.perfData(), pids, out)
 }

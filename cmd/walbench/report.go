@@ -84,11 +84,16 @@ func (r *Report) summarize() []Figure {
 		pg := func(fn func(Drain) float64) []float64 {
 			return of(runs, func(r *BacklogRun) float64 { return fn(r.Ceiling) })
 		}
+		gr := func(fn func(Drain) float64) []float64 {
+			return of(runs, func(r *BacklogRun) float64 { return fn(r.GoRecv) })
+		}
 		rows := float64(runs[0].Rows)
 		out = append(out,
 			figure(scenario, "pg_recvlogical drain", "rows/s", pg(func(d Drain) float64 { return d.RowsPerSec }), nil),
+			figure(scenario, "Go receive-only drain", "rows/s", gr(func(d Drain) float64 { return d.RowsPerSec }), nil),
 			figure(scenario, "walstream drain", "rows/s", ws(func(d Drain) float64 { return d.RowsPerSec }), nil),
 			figure(scenario, "walstream / pg_recvlogical, same run", "ratio", of(runs, func(r *BacklogRun) float64 { return r.Ratio }), &target{atLeast: true, bound: 0.95}),
+			figure(scenario, "walstream / Go receive-only, same run", "ratio", of(runs, func(r *BacklogRun) float64 { return r.RatioGoRecv }), nil),
 			figure(scenario, "walstream records", "MB/s", ws(func(d Drain) float64 { return d.RecordMBPerSec }), nil),
 			figure(scenario, "walstream WAL", "MB/s", ws(func(d Drain) float64 { return d.WALMBPerSec }), nil),
 			figure(scenario, "walstream CPU per row", "µs", ws(func(d Drain) float64 { return d.CPUMicrosPerRow }), &target{bound: 5}),
@@ -98,25 +103,27 @@ func (r *Report) summarize() []Figure {
 			figure(scenario, "broker CPU per row (walstream drain)", "µs", ws(func(d Drain) float64 { return d.BrokerCPUSeconds * 1e6 / rows }), nil),
 			figure(scenario, "walsender CPU per row (walstream drain)", "µs", ws(func(d Drain) float64 { return d.WalsenderCPUSeconds * 1e6 / rows }), nil),
 			figure(scenario, "walsender CPU per row (pg_recvlogical drain)", "µs", pg(func(d Drain) float64 { return d.WalsenderCPUSeconds * 1e6 / rows }), nil),
+			figure(scenario, "walsender CPU per row (Go receive-only drain)", "µs", gr(func(d Drain) float64 { return d.WalsenderCPUSeconds * 1e6 / rows }), nil),
 			figure(scenario, "pg_recvlogical CPU per row", "µs", pg(func(d Drain) float64 { return d.CPUMicrosPerRow }), nil),
+			figure(scenario, "Go receive-only CPU per row", "µs", gr(func(d Drain) float64 { return d.CPUMicrosPerRow }), nil),
 		)
 	}
 	drains(ScenarioBacklog, r.Backlog, 100)
 	drains(ScenarioHuge, r.Huge, 200)
 
-	rates := map[int][]Latency{}
-	var order []int
+	byLoad := map[Load][]Latency{}
+	var order []Load
 	for _, l := range r.Latency {
-		if _, ok := rates[l.OfferedRate]; !ok {
-			order = append(order, l.OfferedRate)
+		if _, ok := byLoad[l.Load]; !ok {
+			order = append(order, l.Load)
 		}
-		rates[l.OfferedRate] = append(rates[l.OfferedRate], l)
+		byLoad[l.Load] = append(byLoad[l.Load], l)
 	}
-	for _, rate := range order {
-		ls := rates[rate]
-		scenario := fmt.Sprintf("latency %d rows/s", rate)
+	for _, load := range order {
+		ls := byLoad[load]
+		scenario := fmt.Sprintf("latency %d rows/s, %d/tx", load.Rate, load.RowsPerTx)
 		p99 := 15.0
-		if rate > 1000 {
+		if load.Rate > 1000 {
 			p99 = 50
 		}
 		ms := func(fn func(Latency) float64) []float64 { return of(ls, fn) }
@@ -156,31 +163,39 @@ func (r *Report) markdown() string {
 	}
 	if len(runs) > 0 {
 		fmt.Fprintf(&b, "\n### Drain runs\n\n")
-		fmt.Fprintf(&b, "| run | rows | rows/tx | payload B | WAL MB | load s | pg_recvlogical rows/s | walstream rows/s | ratio | walstream CPU µs/row | peak RSS MB | broker CPU µs/row | load avg before (pg_recvlogical, walstream) |\n")
-		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		fmt.Fprintf(&b, "| run | rows | rows/tx | payload B | WAL MB | load s | pg_recvlogical rows/s | Go receive-only rows/s | walstream rows/s | ratio to pg_recvlogical | walstream CPU µs/row | peak RSS MB | broker CPU µs/row | load avg before (pg_recvlogical, Go, walstream) |\n")
+		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, x := range runs {
 			name := fmt.Sprintf("%s %d", x.Scenario, x.Run)
 			if x.Profiled {
 				name = x.Scenario + " (profiled)"
 			}
-			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %.0f | %.1f | %s | %s | %.3f | %.2f | %.0f | %.2f | %s, %s |\n",
+			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %.0f | %.1f | %s | %s | %s | %.3f | %.2f | %.0f | %.2f | %s, %s, %s |\n",
 				name, x.Rows, x.RowsPerTx, x.PayloadBytes, float64(x.WALBytes)/1e6, x.LoadSeconds,
-				num(x.Ceiling.RowsPerSec), num(x.Walstream.RowsPerSec), x.Ratio, x.Walstream.CPUMicrosPerRow,
+				num(x.Ceiling.RowsPerSec), num(x.GoRecv.RowsPerSec), num(x.Walstream.RowsPerSec), x.Ratio, x.Walstream.CPUMicrosPerRow,
 				float64(x.Walstream.PeakRSSBytes)/1e6, x.Walstream.BrokerCPUSeconds*1e6/float64(x.Rows),
-				quiet(x.Ceiling.Machine), quiet(x.Walstream.Machine))
+				quiet(x.Ceiling.Machine), quiet(x.GoRecv.Machine), quiet(x.Walstream.Machine))
 		}
 	}
 	if len(r.Latency) > 0 {
 		fmt.Fprintf(&b, "\n### Latency runs\n\n")
-		fmt.Fprintf(&b, "| run | offered rows/s | achieved | samples | p50 ms | p99 ms | p99.9 ms | max ms | missing | behind | insert→ack p99 µs | walstream CPU µs/row | load avg before |\n")
-		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
-		for _, l := range r.Latency {
-			fmt.Fprintf(&b, "| %d | %d | %.0f | %d | %.2f | %.2f | %.2f | %.2f | %d | %d | %.0f | %.2f | %s |\n",
-				l.Run, l.OfferedRate, l.AchievedRate, l.Samples, l.P50Ms, l.P99Ms, l.P999Ms, l.MaxMs, l.Missing, l.Behind,
+		fmt.Fprintf(&b, "| run | offered rows/s | rows/tx | achieved | samples | p50 ms | p99 ms | p99.9 ms | max ms | missing | behind | insert→ack p99 µs | walstream CPU µs/row | load avg before |\n")
+		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, l := range append(append([]Latency{}, r.Latency...), r.ProfiledLatency...) {
+			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %d | %.2f | %.2f | %.2f | %.2f | %d | %d | %.0f | %.2f | %s |\n",
+				runName(l.Run), l.Load.Rate, l.Load.RowsPerTx, l.AchievedRate, l.Samples, l.P50Ms, l.P99Ms, l.P999Ms, l.MaxMs, l.Missing, l.Behind,
 				l.InsertToAckP99Us, l.WalstreamCPUMicrosPerRow, quiet(l.Machine))
 		}
 	}
 	return b.String()
+}
+
+// runName is a run's number, or "profiled" for run 0.
+func runName(n int) string {
+	if n == 0 {
+		return "profiled"
+	}
+	return fmt.Sprint(n)
 }
 
 // quiet says how loaded the machine was before a phase.
