@@ -127,8 +127,8 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	cfg.WalstreamArgs = strings.Fields(*extra)
 	if cfg.RecvLogical == "" {
 		cfg.RecvLogical = filepath.Join(cfg.PGBin, "pg_recvlogical")
-		if p, err := exec.LookPath(cfg.RecvLogical); err != nil {
-			if p, err = exec.LookPath("pg_recvlogical"); err == nil {
+		if _, err := exec.LookPath(cfg.RecvLogical); err != nil {
+			if p, err := exec.LookPath("pg_recvlogical"); err == nil {
 				cfg.RecvLogical = p
 			}
 		}
