@@ -11,7 +11,7 @@ import (
 func BenchmarkDecodeInsert(b *testing.B) {
 	frames := readFrames(b, "basic")
 	relation, begin, insert := frames[1], frames[0], frames[2]
-	d := New(outboxCfg, checkpoint.Checkpoint{})
+	d := New(outboxConfig("public", nil), checkpoint.Checkpoint{})
 	for _, f := range []frame{relation, begin} {
 		if _, err := d.Decode(f.lsn, f.data); err != nil {
 			b.Fatal(err)

@@ -13,7 +13,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -21,29 +24,10 @@ import (
 	"github.com/walstream/walstream/checkpoint"
 )
 
-// Type OIDs whose text form walstream treats specially.
-const (
-	oidBytea = 17
-)
-
-// DefaultColumns are the outbox columns of Debezium's outbox event router.
-var DefaultColumns = Columns{
-	ID:            "id",
-	AggregateType: "aggregatetype",
-	AggregateID:   "aggregateid",
-	Type:          "type",
-	Payload:       "payload",
-}
-
-// Columns names the outbox table's columns.
-type Columns struct {
-	ID, AggregateType, AggregateID, Type, Payload string
-}
-
-// Config says which table holds the outbox and how large a part may grow.
+// Config says which tables hold the outbox and how large a part may grow.
 type Config struct {
-	Schema, Table string
-	Columns       Columns
+	// Outboxes are the outbox tables; rows of other tables are ignored.
+	Outboxes []*Outbox
 	// MaxPartEvents and MaxPartBytes bound the events buffered for one
 	// transaction; when either is reached the buffered events are handed on
 	// as a part.
@@ -52,13 +36,13 @@ type Config struct {
 	// DeadLetter hands bad rows on as events with Bad set instead of
 	// failing on them.
 	DeadLetter bool
-	// TombstoneOnEmptyPayload turns a NULL payload into a tombstone (a
-	// record with no value) instead of bad input, as Debezium's
-	// route.tombstone.on.empty.payload does.
-	TombstoneOnEmptyPayload bool
 	// MessagePrefix, when set, makes transactional logical decoding
-	// messages with this prefix (pg_logical_emit_message) outbox events.
+	// messages with this prefix (pg_logical_emit_message) outbox events,
+	// routed as Messages says (default: the first outbox).
 	MessagePrefix string
+	Messages      *Outbox
+	// Log receives the UPDATEs that table.op.invalid.behavior says to log.
+	Log *slog.Logger
 }
 
 // Event is one outbox row. Its byte slices alias a buffer owned by the
@@ -68,8 +52,11 @@ type Event struct {
 	// outbox events; with the commit LSN it names the event on the stream.
 	Ordinal uint64
 	// LSN and Table say where the INSERT came from, for error messages.
-	LSN           pglogrepl.LSN
-	Table         string
+	LSN   pglogrepl.LSN
+	Table string
+	// Source is the mapping the event was read with; publish routes and
+	// encodes the event by it.
+	Source        *Outbox
 	ID            []byte
 	AggregateType []byte
 	AggregateID   []byte
@@ -83,6 +70,15 @@ type Event struct {
 	TraceParent []byte
 	// Headers are extra headers a logical message's envelope carries.
 	Headers []Header
+	// Fields are the additional columns placed in headers or the envelope.
+	Fields []Field
+	// Timestamp is the record's timestamp from the timestamp column; zero
+	// leaves the time Kafka receives it.
+	Timestamp time.Time
+	// Partition is the record's partition when Partitioned, from an
+	// additional column placed in the partition; otherwise the key picks it.
+	Partition   int32
+	Partitioned bool
 	// Bad, set only in dead-letter mode, says why the row cannot become a
 	// record; the columns above are then whatever the row had.
 	Bad *Error
@@ -150,12 +146,20 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // relation is what the decoder knows of a table from its Relation message.
 type relation struct {
-	name    string // schema.table
-	outbox  bool
+	name    string  // schema.table
+	outbox  *Outbox // nil when the table is not an outbox
 	columns int
 	// indexes of the outbox columns in the tuple; -1 when absent.
-	id, aggType, aggID, typ, payload, trace int
-	payloadBytea                            bool
+	id, aggType, aggID, typ, payload, trace, timestamp int
+	payloadBytea                                       bool
+	extra                                              []extraColumn
+}
+
+// extraColumn is an additional field the table has.
+type extraColumn struct {
+	Additional
+	index int
+	kind  Kind
 }
 
 // Decoder holds the relation cache and the open transaction. It is used
@@ -177,8 +181,11 @@ type Decoder struct {
 
 // New returns a decoder that drops every event resume already covers.
 func New(cfg Config, resume checkpoint.Checkpoint) *Decoder {
-	if cfg.Columns == (Columns{}) {
-		cfg.Columns = DefaultColumns
+	if cfg.Messages == nil && len(cfg.Outboxes) > 0 {
+		cfg.Messages = cfg.Outboxes[0]
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Decoder{cfg: cfg, resume: resume, relations: make(map[uint32]*relation)}
 }
@@ -203,10 +210,12 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 		return nil, d.relation(walStart, data)
 	case pglogrepl.MessageTypeInsert:
 		return d.insert(walStart, data)
-	case pglogrepl.MessageTypeUpdate, pglogrepl.MessageTypeDelete, pglogrepl.MessageTypeTruncate:
-		// The outbox is append-only to walstream: an UPDATE or DELETE never
-		// retracts a published event, and a row inserted and deleted in one
-		// transaction is still published.
+	case pglogrepl.MessageTypeUpdate:
+		return nil, d.update(walStart, data)
+	case pglogrepl.MessageTypeDelete, pglogrepl.MessageTypeTruncate:
+		// The outbox is append-only to walstream: a DELETE never retracts a
+		// published event, and a row inserted and deleted in one transaction
+		// is still published.
 		return nil, d.requireTx(walStart, data[0])
 	case pglogrepl.MessageTypeType, pglogrepl.MessageTypeOrigin:
 		return nil, nil
@@ -285,43 +294,124 @@ func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
 	}
 	rel := &relation{name: m.Namespace + "." + m.RelationName, columns: len(m.Columns)}
 	d.relations[m.RelationID] = rel
-	if m.Namespace != d.cfg.Schema || m.RelationName != d.cfg.Table {
+	for _, o := range d.cfg.Outboxes {
+		if m.Namespace == o.Schema && m.RelationName == o.Table {
+			rel.outbox = o
+		}
+	}
+	if rel.outbox == nil {
 		return nil
 	}
-	rel.outbox = true
-	find := func(name string, required bool) (int, error) {
+	return rel.mapColumns(walStart, &m)
+}
+
+// mapColumns finds the outbox's columns in the table, and refuses a table
+// that lacks one or has an additional column of a type it cannot encode.
+func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMessage) error {
+	find := func(name string) int {
 		for i, c := range m.Columns {
-			if c.Name == name {
-				return i, nil
+			if name != "" && c.Name == name {
+				return i
 			}
 		}
-		if !required {
-			return -1, nil
+		return -1
+	}
+	missing := func(column, reason string) error {
+		return &Error{LSN: walStart, Table: rel.name, Column: column, Reason: reason}
+	}
+	cols := rel.outbox.Columns
+	for _, c := range []struct {
+		dst  *int
+		name string
+	}{{&rel.id, cols.ID}, {&rel.aggType, cols.AggregateType}, {&rel.aggID, cols.AggregateID}, {&rel.payload, cols.Payload}} {
+		if *c.dst = find(c.name); *c.dst < 0 {
+			return missing(c.name, "outbox column is missing")
 		}
-		return -1, &Error{LSN: walStart, Table: rel.name, Column: name, Reason: "outbox column is missing"}
 	}
-	cols := d.cfg.Columns
-	if rel.id, err = find(cols.ID, true); err != nil {
-		return err
-	}
-	if rel.aggType, err = find(cols.AggregateType, true); err != nil {
-		return err
-	}
-	if rel.aggID, err = find(cols.AggregateID, true); err != nil {
-		return err
-	}
-	if rel.payload, err = find(cols.Payload, true); err != nil {
-		return err
-	}
-	if rel.typ, err = find(cols.Type, false); err != nil {
-		return err
-	}
+	rel.typ = find(cols.Type)
 	// Debezium's tracing column, or a plain W3C one.
-	if rel.trace, _ = find("tracingspancontext", false); rel.trace < 0 {
-		rel.trace, _ = find("traceparent", false)
+	if rel.trace = find(cols.Tracing); rel.trace < 0 {
+		rel.trace = find("traceparent")
 	}
 	rel.payloadBytea = m.Columns[rel.payload].DataType == oidBytea
+	rel.timestamp = -1
+	if cols.Timestamp != "" {
+		if rel.timestamp = find(cols.Timestamp); rel.timestamp < 0 {
+			return missing(cols.Timestamp, "timestamp column (table.field.event.timestamp) is missing")
+		}
+		if t := m.Columns[rel.timestamp].DataType; t != oidTimestamp && t != oidTimestampTZ {
+			return missing(cols.Timestamp, fmt.Sprintf("timestamp column (table.field.event.timestamp) has type OID %d; it must be timestamp or timestamptz", t))
+		}
+	}
+	for _, a := range rel.outbox.Additional {
+		i := find(a.Column)
+		if i < 0 {
+			if rel.outbox.AdditionalOptional {
+				continue
+			}
+			return missing(a.Column, "additional column (table.fields.additional.placement) is missing; set table.fields.additional.error.on.missing=false to skip it")
+		}
+		kind, ok := kindOf(m.Columns[i].DataType)
+		switch {
+		case a.Placement == PlacePartition && kind != KindInteger:
+			return missing(a.Column, fmt.Sprintf("additional column placed in the partition has type OID %d; it must be smallint, integer or bigint", m.Columns[i].DataType))
+		case !ok:
+			return missing(a.Column, fmt.Sprintf("additional column has type OID %d; walstream copies text, varchar, char, uuid, json, jsonb, integer and boolean columns; cast it in a generated column", m.Columns[i].DataType))
+		}
+		rel.extra = append(rel.extra, extraColumn{Additional: a, index: i, kind: kind})
+	}
 	return nil
+}
+
+// update applies table.op.invalid.behavior to an UPDATE: an outbox row is
+// an event, and changing it afterwards publishes nothing.
+func (d *Decoder) update(walStart pglogrepl.LSN, data []byte) error {
+	if err := d.requireTx(walStart, data[0]); err != nil {
+		return err
+	}
+	if len(data) < 5 {
+		return &Error{LSN: walStart, Reason: fmt.Sprintf("UPDATE message is %d bytes, want at least 5", len(data))}
+	}
+	relID := binary.BigEndian.Uint32(data[1:])
+	rel := d.relations[relID]
+	if rel == nil {
+		return &Error{LSN: walStart, Reason: fmt.Sprintf("UPDATE of relation %d before its Relation message", relID)}
+	}
+	if rel.outbox == nil || d.skipTx {
+		return nil
+	}
+	e := &Error{LSN: walStart, Table: rel.name, EventID: updatedID(rel, data[5:]),
+		Reason: "UPDATE of an outbox row: it is not published again (table.op.invalid.behavior)"}
+	switch rel.outbox.OnUpdate {
+	case OpFatal:
+		return e
+	case OpError:
+		d.cfg.Log.Error("ignoring an UPDATE of an outbox row", "lsn", walStart.String(), "table", rel.name, "event_id", e.EventID)
+	default:
+		d.cfg.Log.Warn("ignoring an UPDATE of an outbox row", "lsn", walStart.String(), "table", rel.name, "event_id", e.EventID)
+	}
+	return nil
+}
+
+// updatedID is the event id in an UPDATE's new tuple, or empty when the
+// message does not show it: the id names the row in the log line.
+func updatedID(rel *relation, b []byte) string {
+	for len(b) > 3 {
+		kind := b[0]
+		n := int(binary.BigEndian.Uint16(b[1:]))
+		vals, rest, err := splitTuple(nil, b[3:], n)
+		if err != nil {
+			return ""
+		}
+		if kind == 'N' {
+			if rel.id < len(vals) && vals[rel.id].kind == 't' {
+				return string(vals[rel.id].data)
+			}
+			return ""
+		}
+		b = rest // 'K' or 'O': the old tuple comes first
+	}
+	return ""
 }
 
 // add appends an event to the open transaction and hands the transaction
@@ -350,7 +440,7 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if rel == nil {
 		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("INSERT into relation %d before its Relation message", relID)}
 	}
-	if !rel.outbox {
+	if rel.outbox == nil {
 		return nil, nil
 	}
 	d.ordinal++
@@ -366,8 +456,11 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	// One copy per row: the replication connection reuses its read buffer,
 	// and every column of the event then aliases this copy.
 	buf := append([]byte(nil), data[8:]...)
-	vals, err := splitTuple(d.vals[:0], buf, int(binary.BigEndian.Uint16(data[6:])))
+	vals, rest, err := splitTuple(d.vals[:0], buf, int(binary.BigEndian.Uint16(data[6:])))
 	d.vals = vals
+	if err == nil && len(rest) != 0 {
+		err = fmt.Errorf("%d bytes after the last column", len(rest))
+	}
 	if err != nil {
 		return nil, &Error{LSN: walStart, Table: rel.name, Reason: "decoding INSERT tuple", Err: err}
 	}
@@ -390,14 +483,15 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 		}
 		return vals[i].data
 	}
-	ev := Event{Ordinal: d.ordinal, LSN: walStart, Table: rel.name, ID: col(rel.id), AggregateType: col(rel.aggType),
+	o := rel.outbox
+	ev := Event{Ordinal: d.ordinal, LSN: walStart, Table: rel.name, Source: o, ID: col(rel.id), AggregateType: col(rel.aggType),
 		AggregateID: col(rel.aggID), Type: col(rel.typ), Payload: col(rel.payload), PayloadBinary: rel.payloadBytea,
 		TraceParent: traceParent(col(rel.trace))}
 	bad := func(column, reason string, err error) Event {
 		ev.Bad = &Error{LSN: walStart, Table: rel.name, EventID: string(ev.ID), Column: column, Reason: reason, Err: err}
 		return ev
 	}
-	cols := d.cfg.Columns
+	cols := o.Columns
 	switch {
 	case ev.ID == nil:
 		return bad(cols.ID, "event id is NULL", nil)
@@ -409,17 +503,42 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 		return bad(cols.AggregateID, "aggregate id is NULL: the record would have no key", nil)
 	case !utf8.Valid(ev.AggregateID):
 		return bad(cols.AggregateID, "aggregate id is not valid UTF-8", nil)
-	case ev.Payload == nil && d.cfg.TombstoneOnEmptyPayload:
-		return ev
+	case o.TombstoneOnEmptyPayload && len(bytes.TrimSpace(ev.Payload)) == 0:
+		ev.Payload = nil // Debezium makes an empty payload a tombstone too
 	case ev.Payload == nil:
 		return bad(cols.Payload, "payload is NULL", nil)
 	}
-	if rel.payloadBytea {
+	if rel.payloadBytea && ev.Payload != nil {
 		raw, err := unhexBytea(ev.Payload)
 		if err != nil {
 			return bad(cols.Payload, "decoding bytea", err)
 		}
 		ev.Payload = raw
+	}
+	if ts := col(rel.timestamp); ts != nil {
+		t, err := parseTimestamp(ts)
+		if err != nil {
+			return bad(cols.Timestamp, "reading the event timestamp", err)
+		}
+		ev.Timestamp = t
+	}
+	for _, x := range rel.extra {
+		v := col(x.index)
+		switch {
+		case x.Placement == PlacePartition:
+			if v == nil {
+				continue // no partition given: the key picks one
+			}
+			p, err := strconv.ParseInt(string(v), 10, 32)
+			if err != nil || p < 0 {
+				return bad(x.Column, fmt.Sprintf("partition %q is not a partition number", v), err)
+			}
+			ev.Partition, ev.Partitioned = int32(p), true
+			continue
+		case x.kind == KindBoolean && v != nil:
+			v = []byte(strconv.FormatBool(v[0] == 't')) // Postgres writes t or f
+		}
+		ev.Fields = append(ev.Fields, Field{Name: x.Alias, Placement: x.Placement, Kind: x.kind, Value: v})
 	}
 	return ev
 }
@@ -448,13 +567,13 @@ type value struct {
 	data []byte
 }
 
-// splitTuple appends the column values of pgoutput TupleData to vals,
-// aliasing buf.
-func splitTuple(vals []value, buf []byte, n int) ([]value, error) {
+// splitTuple appends the n column values of pgoutput TupleData to vals,
+// aliasing buf, and returns the bytes after them.
+func splitTuple(vals []value, buf []byte, n int) ([]value, []byte, error) {
 	vals = slices.Grow(vals, n)[:n]
 	for i := range vals {
 		if len(buf) < 1 {
-			return nil, fmt.Errorf("column %d: tuple ends early", i)
+			return nil, nil, fmt.Errorf("column %d: tuple ends early", i)
 		}
 		vals[i] = value{kind: buf[0]} // no data left over from the last row
 		buf = buf[1:]
@@ -462,23 +581,20 @@ func splitTuple(vals []value, buf []byte, n int) ([]value, error) {
 		case 'n', 'u':
 		case 't', 'b':
 			if len(buf) < 4 {
-				return nil, fmt.Errorf("column %d: tuple ends in the length", i)
+				return nil, nil, fmt.Errorf("column %d: tuple ends in the length", i)
 			}
 			l := binary.BigEndian.Uint32(buf)
 			buf = buf[4:]
 			if uint64(l) > uint64(len(buf)) {
-				return nil, fmt.Errorf("column %d: length %d exceeds the %d bytes left", i, l, len(buf))
+				return nil, nil, fmt.Errorf("column %d: length %d exceeds the %d bytes left", i, l, len(buf))
 			}
 			vals[i].data, buf = buf[:l:l], buf[l:]
 			vals[i].kind = 't' // walstream never asks for binary; both carry the value
 		default:
-			return nil, fmt.Errorf("column %d: unknown kind %q", i, vals[i].kind)
+			return nil, nil, fmt.Errorf("column %d: unknown kind %q", i, vals[i].kind)
 		}
 	}
-	if len(buf) != 0 {
-		return nil, fmt.Errorf("%d bytes after the last column", len(buf))
-	}
-	return vals, nil
+	return vals, buf, nil
 }
 
 // unhexBytea decodes bytea's text form, `\x` followed by hex digits, in place.

@@ -5,10 +5,13 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/walstream/walstream/checkpoint"
@@ -49,7 +52,15 @@ func readFrames(t testing.TB, name string) []frame {
 	return frames
 }
 
-var outboxCfg = Config{Schema: "public", Table: "outbox", MaxPartEvents: 1000, MaxPartBytes: 1 << 20}
+// outboxConfig is a decoder config for one outbox table, schema.outbox,
+// with Debezium's columns; mod, if not nil, changes its mapping.
+func outboxConfig(schema string, mod func(*Outbox)) Config {
+	o := &Outbox{Schema: schema, Table: "outbox", Columns: DefaultColumns}
+	if mod != nil {
+		mod(o)
+	}
+	return Config{Outboxes: []*Outbox{o}, MaxPartEvents: 1000, MaxPartBytes: 1 << 20}
+}
 
 // decodeAll feeds frames to a decoder and returns what it hands on.
 func decodeAll(t *testing.T, d *Decoder, frames []frame) []*Tx {
@@ -87,7 +98,7 @@ func checkEvents(t *testing.T, tx *Tx, want ...wantEvent) {
 }
 
 func TestDecodeBasic(t *testing.T) {
-	txs := decodeAll(t, New(outboxCfg, checkpoint.Checkpoint{}), readFrames(t, "basic"))
+	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "basic"))
 	if len(txs) != 2 {
 		t.Fatalf("got %d transactions, want 2", len(txs))
 	}
@@ -114,7 +125,7 @@ func TestDecodeBasic(t *testing.T) {
 // A multi-row INSERT gives each row its own ordinal: the checkpoint names
 // events by (commit LSN, ordinal), never by the row's LSN.
 func TestDecodeMultiRow(t *testing.T) {
-	txs := decodeAll(t, New(outboxCfg, checkpoint.Checkpoint{}), readFrames(t, "multirow"))
+	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "multirow"))
 	if len(txs) != 1 || len(txs[0].Events) != 5 {
 		t.Fatalf("got %d transactions, want 1 with 5 events", len(txs))
 	}
@@ -128,7 +139,7 @@ func TestDecodeMultiRow(t *testing.T) {
 // A row inserted and deleted in one transaction is still published; UPDATE
 // and DELETE publish nothing.
 func TestDecodeInsertDeleteUpdate(t *testing.T) {
-	txs := decodeAll(t, New(outboxCfg, checkpoint.Checkpoint{}), readFrames(t, "insert-delete-update"))
+	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "insert-delete-update"))
 	if len(txs) != 1 {
 		t.Fatalf("got %d transactions, want 1", len(txs))
 	}
@@ -138,7 +149,7 @@ func TestDecodeInsertDeleteUpdate(t *testing.T) {
 }
 
 func TestDecodeOtherTableAndMessages(t *testing.T) {
-	txs := decodeAll(t, New(outboxCfg, checkpoint.Checkpoint{}), readFrames(t, "other-table-and-messages"))
+	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "other-table-and-messages"))
 	if len(txs) != 1 {
 		t.Fatalf("got %d transactions, want 1", len(txs))
 	}
@@ -146,7 +157,7 @@ func TestDecodeOtherTableAndMessages(t *testing.T) {
 }
 
 func TestDecodeNullType(t *testing.T) {
-	txs := decodeAll(t, New(outboxCfg, checkpoint.Checkpoint{}), readFrames(t, "null-type-column"))
+	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "null-type-column"))
 	checkEvents(t, txs[0], wantEvent{"88888888-8888-8888-8888-888888888888", "Order", "o-8", "", `{"seq": 8}`})
 	if txs[0].Events[0].Type != nil {
 		t.Error("NULL type decoded as non-nil")
@@ -155,14 +166,13 @@ func TestDecodeNullType(t *testing.T) {
 
 // A bytea payload reaches Kafka as its raw bytes, not bytea's hex text.
 func TestDecodeBytea(t *testing.T) {
-	cfg := outboxCfg
-	cfg.Schema = "bin"
+	cfg := outboxConfig("bin", nil)
 	txs := decodeAll(t, New(cfg, checkpoint.Checkpoint{}), readFrames(t, "bytea-payload"))
 	checkEvents(t, txs[0], wantEvent{"b-1", "Blob", "k-1", "", "\x00\xff\x10"})
 }
 
 func TestDecodeNullAggregateType(t *testing.T) {
-	d := New(outboxCfg, checkpoint.Checkpoint{})
+	d := New(outboxConfig("public", nil), checkpoint.Checkpoint{})
 	var err error
 	var at pglogrepl.LSN
 	for _, f := range readFrames(t, "null-aggregatetype") {
@@ -184,9 +194,7 @@ func TestDecodeNullAggregateType(t *testing.T) {
 }
 
 func TestDecodeMissingColumn(t *testing.T) {
-	cfg := outboxCfg
-	cfg.Columns = DefaultColumns
-	cfg.Columns.AggregateID = "aggregate_id"
+	cfg := outboxConfig("public", func(o *Outbox) { o.Columns.AggregateID = "aggregate_id" })
 	d := New(cfg, checkpoint.Checkpoint{})
 	var err error
 	for _, f := range readFrames(t, "basic") {
@@ -202,7 +210,7 @@ func TestDecodeMissingColumn(t *testing.T) {
 // Large transactions are handed on in parts of MaxPartEvents; only the
 // last is Final and carries the end LSN.
 func TestDecodeSplit(t *testing.T) {
-	cfg := outboxCfg
+	cfg := outboxConfig("public", nil)
 	cfg.MaxPartEvents = 2
 	txs := decodeAll(t, New(cfg, checkpoint.Checkpoint{}), readFrames(t, "multirow"))
 	var sizes []int
@@ -224,15 +232,15 @@ func TestDecodeSplit(t *testing.T) {
 // before it, and the published events of a partly published transaction.
 func TestDecodeResume(t *testing.T) {
 	frames := readFrames(t, "basic")
-	all := decodeAll(t, New(outboxCfg, checkpoint.Checkpoint{}), frames)
+	all := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), frames)
 
-	d := New(outboxCfg, checkpoint.Checkpoint{LSN: all[0].EndLSN})
+	d := New(outboxConfig("public", nil), checkpoint.Checkpoint{LSN: all[0].EndLSN})
 	txs := decodeAll(t, d, frames)
 	if len(txs) != 1 || string(txs[0].Events[0].ID) != "33333333-3333-3333-3333-333333333333" || d.Skipped != 2 {
 		t.Fatalf("resuming after the first transaction: %d transactions, %d skipped", len(txs), d.Skipped)
 	}
 
-	d = New(outboxCfg, checkpoint.Checkpoint{LSN: 1, PartialCommitLSN: all[0].CommitLSN, Ordinal: 1})
+	d = New(outboxConfig("public", nil), checkpoint.Checkpoint{LSN: 1, PartialCommitLSN: all[0].CommitLSN, Ordinal: 1})
 	txs = decodeAll(t, d, frames)
 	if len(txs) != 2 || len(txs[0].Events) != 1 || txs[0].Events[0].Ordinal != 2 || d.Skipped != 1 {
 		t.Fatalf("resuming inside the first transaction: got %d transactions, %d skipped", len(txs), d.Skipped)
@@ -260,7 +268,7 @@ func TestDecodeBadInput(t *testing.T) {
 		{"unknown type", [][]byte{{'Z'}}, `unexpected pgoutput message type 'Z'`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := New(outboxCfg, checkpoint.Checkpoint{})
+			d := New(outboxConfig("public", nil), checkpoint.Checkpoint{})
 			var err error
 			for i, f := range tc.frames {
 				if _, err = d.Decode(pglogrepl.LSN(0x100+i), f); err != nil {
@@ -286,7 +294,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	basic := readFrames(f, "basic")
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d := New(outboxCfg, checkpoint.Checkpoint{})
+		d := New(outboxConfig("public", nil), checkpoint.Checkpoint{})
 		for _, fr := range basic[:2] {
 			if _, err := d.Decode(fr.lsn, fr.data); err != nil {
 				t.Fatal(err)
@@ -309,7 +317,7 @@ func FuzzDecode(f *testing.F) {
 // Logical-message outbox events are published like rows, in commit order
 // with the rows of their transaction; a non-transactional one is refused.
 func TestDecodeLogicalMessages(t *testing.T) {
-	cfg := outboxCfg
+	cfg := outboxConfig("public", nil)
 	cfg.MessagePrefix = "walstream"
 	d := New(cfg, checkpoint.Checkpoint{})
 	var txs []*Tx
@@ -342,13 +350,13 @@ func TestDecodeLogicalMessages(t *testing.T) {
 		t.Fatalf("non-transactional message: err = %v", err)
 	}
 	// Without a prefix, logical messages are not outbox events.
-	if txs := decodeAll(t, New(outboxCfg, checkpoint.Checkpoint{}), readFrames(t, "logical-message")); len(txs[0].Events) != 1 {
+	if txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "logical-message")); len(txs[0].Events) != 1 {
 		t.Fatalf("messages published with no prefix configured")
 	}
 }
 
 func TestDecodeTracing(t *testing.T) {
-	txs := decodeAll(t, New(outboxCfg, checkpoint.Checkpoint{}), readFrames(t, "tracing"))
+	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "tracing"))
 	ev := txs[len(txs)-1].Events[0]
 	if got := string(ev.TraceParent); got != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
 		t.Fatalf("traceparent = %q", got)
@@ -356,8 +364,7 @@ func TestDecodeTracing(t *testing.T) {
 }
 
 func TestDecodeTombstone(t *testing.T) {
-	cfg := outboxCfg
-	cfg.TombstoneOnEmptyPayload = true
+	cfg := outboxConfig("public", func(o *Outbox) { o.TombstoneOnEmptyPayload = true })
 	d := New(cfg, checkpoint.Checkpoint{})
 	basic := readFrames(t, "basic")
 	relation, begin := basic[1], basic[0]
@@ -375,5 +382,111 @@ func TestDecodeTombstone(t *testing.T) {
 	}
 	if ev := d.tx.Events[0]; ev.Payload != nil || ev.Bad != nil {
 		t.Fatalf("NULL payload with tombstones on: payload %q, bad %v", ev.Payload, ev.Bad)
+	}
+}
+
+// table.op.invalid.behavior: warn and error log the UPDATE, naming the
+// row, and skip it; fatal stops at it.
+func TestDecodeUpdateBehavior(t *testing.T) {
+	for _, tc := range []struct {
+		op    InvalidOp
+		level string
+	}{{OpWarn, "level=WARN"}, {OpError, "level=ERROR"}, {OpFatal, ""}} {
+		var logged bytes.Buffer
+		cfg := outboxConfig("public", func(o *Outbox) { o.OnUpdate = tc.op })
+		cfg.Log = slog.New(slog.NewTextHandler(&logged, nil))
+		d := New(cfg, checkpoint.Checkpoint{})
+		var err error
+		var txs []*Tx
+		for _, f := range readFrames(t, "insert-delete-update") {
+			var tx *Tx
+			if tx, err = d.Decode(f.lsn, f.data); err != nil {
+				break
+			}
+			if tx != nil {
+				txs = append(txs, tx)
+			}
+		}
+		const id = "55555555-5555-5555-5555-555555555555"
+		if tc.op == OpFatal {
+			var de *Error
+			if !errors.As(err, &de) || de.EventID != id || de.Table != "public.outbox" || !strings.Contains(err.Error(), "UPDATE of an outbox row") {
+				t.Fatalf("fatal: err = %v, want the UPDATE named with its event id", err)
+			}
+			continue
+		}
+		if err != nil || len(txs) != 1 || len(txs[0].Events) != 2 {
+			t.Fatalf("%v: err %v, %d transactions", tc.op, err, len(txs))
+		}
+		if l := logged.String(); !strings.Contains(l, tc.level) || !strings.Contains(l, "event_id="+id) || !strings.Contains(l, "table=public.outbox") {
+			t.Errorf("%v: logged %q", tc.op, l)
+		}
+	}
+}
+
+func TestParseAdditional(t *testing.T) {
+	got, err := ParseAdditional("type:header:eventType, shard:PARTITION,note:envelope")
+	want := []Additional{{"type", PlaceHeader, "eventType"}, {"shard", PlacePartition, "shard"}, {"note", PlaceEnvelope, "note"}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("ParseAdditional = %v, %v; want %v", got, err, want)
+	}
+	for _, bad := range []string{"type", "type:body", "a:b:c:d", ":header", "a:partition,b:partition"} {
+		if _, err := ParseAdditional(bad); err == nil {
+			t.Errorf("ParseAdditional(%q) accepted", bad)
+		}
+	}
+}
+
+// A mapping the table cannot satisfy is refused at its Relation message,
+// naming the table and column; a missing additional column may be skipped.
+func TestDecodeMappingRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Outbox)
+		want string // empty: accepted
+	}{
+		{"missing additional column", func(o *Outbox) { o.Additional = []Additional{{"nope", PlaceHeader, "nope"}} }, "column nope: additional column"},
+		{"missing additional column skipped", func(o *Outbox) {
+			o.Additional, o.AdditionalOptional = []Additional{{"nope", PlaceHeader, "nope"}}, true
+		}, ""},
+		{"partition from a text column", func(o *Outbox) { o.Additional = []Additional{{"note", PlacePartition, "note"}} }, "column note: additional column placed in the partition has type OID 25"},
+		{"timestamp from a text column", func(o *Outbox) { o.Columns.Timestamp = "note" }, "column note: timestamp column"},
+		{"missing timestamp column", func(o *Outbox) { o.Columns.Timestamp = "created" }, "column created: timestamp column"},
+		{"jsonb column as an additional header", func(o *Outbox) { o.Additional = []Additional{{"payload", PlaceHeader, "p"}} }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := New(outboxConfig("public", tc.mod), checkpoint.Checkpoint{})
+			var err error
+			for _, f := range readFrames(t, "additional-fields") {
+				if _, err = d.Decode(f.lsn, f.data); err != nil {
+					break
+				}
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "table public.outbox")):
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseTimestamp(t *testing.T) {
+	for in, want := range map[string]string{
+		"2026-11-23 06:00:01":           "2026-11-23T06:00:01Z",
+		"2026-11-23 06:00:00.123456+00": "2026-11-23T06:00:00.123456Z",
+		"2026-11-23 11:30:00.5+05:30":   "2026-11-23T06:00:00.5Z",
+		"2026-11-23 03:00:00-03":        "2026-11-23T06:00:00Z",
+	} {
+		got, err := parseTimestamp([]byte(in))
+		if err != nil || got.UTC().Format(time.RFC3339Nano) != want {
+			t.Errorf("parseTimestamp(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"infinity", "11/23/2026 06:00:00", "2026-11-23 06:00:00 BC"} {
+		if _, err := parseTimestamp([]byte(bad)); err == nil {
+			t.Errorf("parseTimestamp(%q) accepted", bad)
+		}
 	}
 }

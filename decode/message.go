@@ -67,7 +67,7 @@ func (d *Decoder) message(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 // the JSON value as written; a JSON string payload is its text.
 func (d *Decoder) envelopeEvent(lsn pglogrepl.LSN, prefix string, content []byte) Event {
 	source := "logical message " + prefix
-	ev := Event{Ordinal: d.ordinal, LSN: lsn, Table: source}
+	ev := Event{Ordinal: d.ordinal, LSN: lsn, Table: source, Source: d.cfg.Messages}
 	bad := func(field, reason string, err error) Event {
 		ev.Bad = &Error{LSN: lsn, Table: source, EventID: string(ev.ID), Column: field, Reason: reason, Err: err}
 		if ev.Payload == nil {
@@ -106,7 +106,7 @@ func (d *Decoder) envelopeEvent(lsn pglogrepl.LSN, prefix string, content []byte
 		return bad("aggregatetype", "aggregate type is missing or empty: no topic can be derived", nil)
 	case ev.AggregateID == nil:
 		return bad("aggregateid", "aggregate id is missing: the record would have no key", nil)
-	case ev.Payload == nil && !d.cfg.TombstoneOnEmptyPayload:
+	case ev.Payload == nil && (d.cfg.Messages == nil || !d.cfg.Messages.TombstoneOnEmptyPayload):
 		return bad("payload", "payload is missing", nil)
 	}
 	return ev

@@ -9,7 +9,7 @@ import (
 // BenchmarkRecord builds the Kafka record of an event whose aggregate type
 // was seen before, the steady state.
 func BenchmarkRecord(b *testing.B) {
-	r, err := NewRouter("outbox.event." + RoutedByValue)
+	r, err := NewRouter(StringConverter)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,9 +3,11 @@ package publish
 import (
 	"bufio"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/walstream/walstream/checkpoint"
@@ -14,14 +16,14 @@ import (
 
 // framesEvents decodes frames captured from Postgres 15 (see
 // decode/testdata) into events.
-func framesEvents(t *testing.T, name, schema string, cfg decode.Config) []decode.Event {
+func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
 	t.Helper()
 	f, err := os.Open("../decode/testdata/" + name + "/frames.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	cfg.Schema, cfg.Table, cfg.MaxPartEvents, cfg.MaxPartBytes = schema, "outbox", 1000, 1<<20
+	cfg.MaxPartEvents, cfg.MaxPartBytes = 1000, 1<<20
 	d := decode.New(cfg, checkpoint.Checkpoint{})
 	var evs []decode.Event
 	sc := bufio.NewScanner(f)
@@ -44,65 +46,180 @@ func framesEvents(t *testing.T, name, schema string, cfg decode.Config) []decode
 	return evs
 }
 
-// TestGoldenRecords fixes the exact key, value and header bytes of each
-// converter mode, so that consumers moving from Debezium's outbox router
+// outbox is schema.outbox with Debezium's defaults; mod changes them.
+func outbox(schema string, mod func(*decode.Outbox)) *decode.Outbox {
+	o := &decode.Outbox{Schema: schema, Table: "outbox", Columns: decode.DefaultColumns,
+		TopicRegex: DefaultTopicRegex, TopicReplacement: DefaultTopicReplacement}
+	if mod != nil {
+		mod(o)
+	}
+	return o
+}
+
+func placement(t *testing.T, s string) []decode.Additional {
+	a, err := decode.ParseAdditional(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestGoldenRecords fixes the exact key, value, header bytes, timestamp
+// and partition of each converter mode and mapping option, on frames from
+// Postgres, so that consumers moving from Debezium's outbox router
 // (StringConverter, or JsonConverter with schemas.enable=false) see the
 // same bytes.
 func TestGoldenRecords(t *testing.T) {
-	type golden struct{ topic, key, value, headers string }
+	type golden struct{ topic, key, value, headers, meta string }
+	basicJSON := []golden{
+		{"outbox.event.Order", `"o-1"`, `"{\"seq\": 1, \"total\": 9.5}"`, "id=11111111-1111-1111-1111-111111111111", ""},
+		{"outbox.event.Order", `"o-2"`, `"{\"seq\": 2}"`, "id=22222222-2222-2222-2222-222222222222", ""},
+		{"outbox.event.Customer", `"c-1"`, `"{\"seq\": 3, \"city\": \"Zürich\"}"`, "id=33333333-3333-3333-3333-333333333333", ""},
+	}
 	for _, tc := range []struct {
 		name   string
 		frames string
-		schema string
 		conv   Converter
-		expand bool
-		cfg    decode.Config
+		cfg    func(t *testing.T) decode.Config
 		want   []golden
 	}{
-		{"string converter", "basic", "public", StringConverter, false, decode.Config{}, []golden{
-			{"outbox.event.Order", `o-1`, `{"seq": 1, "total": 9.5}`, "id=11111111-1111-1111-1111-111111111111"},
-			{"outbox.event.Order", `o-2`, `{"seq": 2}`, "id=22222222-2222-2222-2222-222222222222"},
-			{"outbox.event.Customer", `c-1`, `{"seq": 3, "city": "Zürich"}`, "id=33333333-3333-3333-3333-333333333333"},
+		{"string converter", "basic", StringConverter, nil, []golden{
+			{"outbox.event.Order", `o-1`, `{"seq": 1, "total": 9.5}`, "id=11111111-1111-1111-1111-111111111111", ""},
+			{"outbox.event.Order", `o-2`, `{"seq": 2}`, "id=22222222-2222-2222-2222-222222222222", ""},
+			{"outbox.event.Customer", `c-1`, `{"seq": 3, "city": "Zürich"}`, "id=33333333-3333-3333-3333-333333333333", ""},
 		}},
-		{"json converter", "basic", "public", JSONConverter, false, decode.Config{}, []golden{
-			{"outbox.event.Order", `"o-1"`, `"{\"seq\": 1, \"total\": 9.5}"`, "id=11111111-1111-1111-1111-111111111111"},
-			{"outbox.event.Order", `"o-2"`, `"{\"seq\": 2}"`, "id=22222222-2222-2222-2222-222222222222"},
-			{"outbox.event.Customer", `"c-1"`, `"{\"seq\": 3, \"city\": \"Zürich\"}"`, "id=33333333-3333-3333-3333-333333333333"},
+		{"json converter", "basic", JSONConverter, nil, basicJSON},
+		// Expansion only applies under the JSON converter.
+		{"string converter ignores table.expand.json.payload", "basic", StringConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })}}
+		}, []golden{
+			{"outbox.event.Order", `o-1`, `{"seq": 1, "total": 9.5}`, "id=11111111-1111-1111-1111-111111111111", ""},
+			{"outbox.event.Order", `o-2`, `{"seq": 2}`, "id=22222222-2222-2222-2222-222222222222", ""},
+			{"outbox.event.Customer", `c-1`, `{"seq": 3, "city": "Zürich"}`, "id=33333333-3333-3333-3333-333333333333", ""},
 		}},
-		{"json converter, expanded payload", "basic", "public", JSONConverter, true, decode.Config{}, []golden{
-			{"outbox.event.Order", `"o-1"`, `{"seq":1,"total":9.5}`, "id=11111111-1111-1111-1111-111111111111"},
-			{"outbox.event.Order", `"o-2"`, `{"seq":2}`, "id=22222222-2222-2222-2222-222222222222"},
-			{"outbox.event.Customer", `"c-1"`, `{"seq":3,"city":"Zürich"}`, "id=33333333-3333-3333-3333-333333333333"},
+		{"json converter, table.expand.json.payload", "basic", JSONConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })}}
+		}, []golden{
+			{"outbox.event.Order", `"o-1"`, `{"seq":1,"total":9.5}`, "id=11111111-1111-1111-1111-111111111111", ""},
+			{"outbox.event.Order", `"o-2"`, `{"seq":2}`, "id=22222222-2222-2222-2222-222222222222", ""},
+			{"outbox.event.Customer", `"c-1"`, `{"seq":3,"city":"Zürich"}`, "id=33333333-3333-3333-3333-333333333333", ""},
 		}},
-		{"string converter, bytea payload", "bytea-payload", "bin", StringConverter, false, decode.Config{}, []golden{
-			{"outbox.event.Blob", `k-1`, "\x00\xff\x10", "id=b-1"},
+		{"route.topic.regex and route.topic.replacement", "basic", StringConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
+				o.TopicRegex, o.TopicReplacement = `(?<routedByValue>Ord)(er)`, "shop.${routedByValue}$2s"
+			})}}
+		}, []golden{
+			{"shop.Orders", `o-1`, `{"seq": 1, "total": 9.5}`, "id=11111111-1111-1111-1111-111111111111", ""},
+			{"shop.Orders", `o-2`, `{"seq": 2}`, "id=22222222-2222-2222-2222-222222222222", ""},
+			// No match: RegexRouter leaves the route-by value as the topic.
+			{"Customer", `c-1`, `{"seq": 3, "city": "Zürich"}`, "id=33333333-3333-3333-3333-333333333333", ""},
 		}},
-		{"json converter, bytea payload as base64", "bytea-payload", "bin", JSONConverter, false, decode.Config{}, []golden{
-			{"outbox.event.Blob", `"k-1"`, `"AP8Q"`, "id=b-1"},
+		{"string converter, bytea payload", "bytea-payload", StringConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("bin", nil)}}
+		}, []golden{{"outbox.event.Blob", `k-1`, "\x00\xff\x10", "id=b-1", ""}}},
+		{"json converter, bytea payload as base64", "bytea-payload", JSONConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("bin", nil)}}
+		}, []golden{{"outbox.event.Blob", `"k-1"`, `"AP8Q"`, "id=b-1", ""}}},
+		{"tracing column as traceparent header", "tracing", StringConverter, nil, []golden{
+			{"outbox.event.Order", `o-10`, `{"seq": 11}`, "id=aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa,traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", ""},
 		}},
-		{"tracing column as traceparent header", "tracing", "public", StringConverter, false, decode.Config{}, []golden{
-			{"outbox.event.Order", `o-10`, `{"seq": 11}`, "id=aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa,traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+		{"logical messages", "logical-message", StringConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", nil)}, MessagePrefix: "walstream"}
+		}, []golden{
+			{"outbox.event.Order", `o-9`, `{"seq": 9}`, "id=99999999-9999-9999-9999-999999999999", ""},
+			{"outbox.event.Order", `o-9`, `{"carrier": "DHL", "seq": 10}`, "id=m-1,x-source=shipping", ""},
+			{"outbox.event.Note", `n-1`, `plain "text"`, "id=m-2", ""},
 		}},
-		{"logical messages", "logical-message", "public", StringConverter, false, decode.Config{MessagePrefix: "walstream"}, []golden{
-			{"outbox.event.Order", `o-9`, `{"seq": 9}`, "id=99999999-9999-9999-9999-999999999999"},
-			{"outbox.event.Order", `o-9`, `{"carrier": "DHL", "seq": 10}`, "id=m-1,x-source=shipping"},
-			{"outbox.event.Note", `n-1`, `plain "text"`, "id=m-2"},
+		{"additional fields in headers", "additional-fields", StringConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
+				o.Additional = placement(t, "type:header:eventType,shard:header,urgent:header,note:header:x-note")
+			})}}
+		}, []golden{
+			{"outbox.event.Order", `o-11`, `{"seq": 12}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc,eventType=OrderPlaced,shard=2,urgent=true,x-note=two\nlines \"quoted\"", ""},
+			{"outbox.event.Order", `o-12`, `{"seq": 13}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd,eventType=OrderPaid,shard=<null>,urgent=<null>,x-note=<null>", ""},
+		}},
+		{"additional fields in the envelope, json converter", "additional-fields", JSONConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
+				o.Additional = placement(t, "type:envelope:eventType,shard:envelope,urgent:envelope,note:envelope")
+			})}}
+		}, []golden{
+			{"outbox.event.Order", `"o-11"`, `{"payload":"{\"seq\": 12}","eventType":"OrderPlaced","shard":2,"urgent":true,"note":"two\nlines \"quoted\""}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc", ""},
+			{"outbox.event.Order", `"o-12"`, `{"payload":"{\"seq\": 13}","eventType":"OrderPaid","shard":null,"urgent":null,"note":null}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
+		}},
+		{"additional fields in the envelope, expanded payload", "additional-fields", JSONConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
+				o.Additional, o.ExpandJSONPayload = placement(t, "type:envelope:eventType"), true
+			})}}
+		}, []golden{
+			{"outbox.event.Order", `"o-11"`, `{"payload":{"seq":12},"eventType":"OrderPlaced"}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc", ""},
+			{"outbox.event.Order", `"o-12"`, `{"payload":{"seq":13},"eventType":"OrderPaid"}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
+		}},
+		{"additional fields in the envelope, string converter", "additional-fields", StringConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
+				o.Additional = placement(t, "type:envelope:eventType,shard:envelope,urgent:envelope")
+			})}}
+		}, []golden{
+			{"outbox.event.Order", `o-11`, `Struct{payload={"seq": 12},eventType=OrderPlaced,shard=2,urgent=true}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc", ""},
+			// Struct.toString leaves NULL fields out.
+			{"outbox.event.Order", `o-12`, `Struct{payload={"seq": 13},eventType=OrderPaid}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
+		}},
+		{"partition placement and timestamptz", "additional-fields", StringConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
+				o.Additional, o.Columns.Timestamp = placement(t, "shard:partition"), "created_at"
+			})}}
+		}, []golden{
+			{"outbox.event.Order", `o-11`, `{"seq": 12}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc", "partition=2 ts=2026-11-23T06:00:00.123456Z"},
+			// NULL: the key picks the partition, Kafka stamps the time.
+			{"outbox.event.Order", `o-12`, `{"seq": 13}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
+		}},
+		{"timestamp without time zone is UTC", "additional-fields", StringConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) { o.Columns.Timestamp = "occurred_at" })}}
+		}, []golden{
+			{"outbox.event.Order", `o-11`, `{"seq": 12}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc", "ts=2026-11-23T06:00:01Z"},
+			{"outbox.event.Order", `o-12`, `{"seq": 13}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
+		}},
+		{"several outbox tables, each with its mapping", "several-tables", JSONConverter, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{
+				outbox("orders", nil),
+				{Schema: "billing", Table: "outbox",
+					Columns:    decode.Columns{ID: "event_id", AggregateType: "kind", AggregateID: "invoice_id", Payload: "body"},
+					TopicRegex: DefaultTopicRegex, TopicReplacement: "billing.${routedByValue}"},
+			}}
+		}, []golden{
+			{"outbox.event.Order", `"o-20"`, `"{\"seq\": 20}"`, "id=eeeeeeee-eeee-eeee-eeee-eeeeeeeeeeee", ""},
+			{"billing.Invoice", `"inv-1"`, `"invoice for o-20"`, "id=inv-evt-1", ""},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, _ := NewRouter("outbox.event." + RoutedByValue)
-			r.Convert(tc.conv, tc.expand)
-			evs := framesEvents(t, tc.frames, tc.schema, tc.cfg)
+			cfg := decode.Config{Outboxes: []*decode.Outbox{outbox("public", nil)}}
+			if tc.cfg != nil {
+				cfg = tc.cfg(t)
+			}
+			r, err := NewRouter(tc.conv, cfg.Outboxes...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs := framesEvents(t, tc.frames, cfg)
 			if len(evs) != len(tc.want) {
 				t.Fatalf("%d events, want %d", len(evs), len(tc.want))
 			}
 			for i, w := range tc.want {
 				rec := r.Record(&evs[i])
-				var hs []string
+				var hs, meta []string
 				for _, h := range rec.Headers {
-					hs = append(hs, h.Key+"="+string(h.Value))
+					v := string(h.Value)
+					if h.Value == nil {
+						v = "<null>"
+					}
+					hs = append(hs, h.Key+"="+v)
 				}
-				got := golden{rec.Topic, string(rec.Key), string(rec.Value), strings.Join(hs, ",")}
+				if c := chosenPartition(rec); c != nil {
+					meta = append(meta, fmt.Sprintf("partition=%d", c.partition))
+				}
+				if !rec.Timestamp.IsZero() {
+					meta = append(meta, "ts="+rec.Timestamp.UTC().Format(time.RFC3339Nano))
+				}
+				got := golden{rec.Topic, string(rec.Key), string(rec.Value), strings.Join(hs, ","), strings.Join(meta, " ")}
 				if got != w {
 					t.Errorf("record %d:\n got %q\nwant %q", i, got, w)
 				}

@@ -30,8 +30,9 @@ type Config struct {
 	CheckpointTopic string
 	CheckpointKey   string
 	// Slot is written into checkpoint records for operators' benefit.
-	Slot          string
-	TopicTemplate string
+	Slot string
+	// Outboxes route events to topics by their tables' settings.
+	Outboxes []*decode.Outbox
 	// A Kafka transaction is committed when it holds MaxBatchEvents events
 	// or MaxBatchBytes bytes, or Linger after its first event. Postgres
 	// transactions are never split unless larger than these limits.
@@ -49,9 +50,8 @@ type Config struct {
 	// DeadLetterTopic, when set, receives events that cannot be published,
 	// in the same Kafka transaction; when empty, such an event is an error.
 	DeadLetterTopic string
-	// Converter and ExpandJSONPayload say how keys and values are encoded.
-	Converter         Converter
-	ExpandJSONPayload bool
+	// Converter says how keys and values are encoded.
+	Converter Converter
 }
 
 // ErrFenced means another producer with the same transactional id took
@@ -117,11 +117,10 @@ type Producer struct {
 // New creates a producer. hook, if not nil, is called at named points of a
 // commit so that tests can crash the process there.
 func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer, error) {
-	router, err := NewRouter(cfg.TopicTemplate)
+	router, err := NewRouter(cfg.Converter, cfg.Outboxes...)
 	if err != nil {
 		return nil, err
 	}
-	router.Convert(cfg.Converter, cfg.ExpandJSONPayload)
 	if hook == nil {
 		hook = func(string) {}
 	}
@@ -133,7 +132,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 		kgo.TransactionTimeout(max(cfg.CommitTimeout*2, 10*time.Second)),
 		// Kafka's own murmur2 key hashing: the partition of an aggregate is
 		// the one any Java producer would pick.
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.RecordPartitioner(newPartitioner()),
 		kgo.AllowAutoTopicCreation(),
 		kgo.RecordDeliveryTimeout(cfg.CommitTimeout),
 		kgo.MaxBufferedBytes(2*cfg.MaxBatchBytes),
@@ -366,6 +365,9 @@ func (p *Producer) onProduced(r *kgo.Record, err error) {
 	if r.Topic != p.cfg.CheckpointTopic && len(r.Headers) > 0 {
 		re.EventID = string(r.Headers[0].Value)
 	}
+	if c := chosenPartition(r); c != nil && c.of > 0 && int(c.partition) >= c.of {
+		re.Err = fmt.Errorf("%w: partition %d, topic %s has %d: %w", ErrNoPartition, c.partition, r.Topic, c.of, err)
+	}
 	p.errMu.Lock()
 	if p.produceErr == nil {
 		p.produceErr = re
@@ -426,7 +428,7 @@ func (p *Producer) classify(err error) error {
 // record for what the record is.
 func Permanent(err error) bool {
 	var re *RecordError
-	return errors.Is(err, ErrFenced) || errors.Is(err, ErrAuthorization) ||
+	return errors.Is(err, ErrFenced) || errors.Is(err, ErrAuthorization) || errors.Is(err, ErrNoPartition) ||
 		(errors.As(err, &re) && (errors.Is(err, kerr.MessageTooLarge) ||
 			errors.Is(err, kerr.RecordListTooLarge) ||
 			errors.Is(err, kerr.InvalidTopicException) ||

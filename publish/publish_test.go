@@ -14,28 +14,44 @@ import (
 	"github.com/walstream/walstream/internal/testenv"
 )
 
-func TestRouter(t *testing.T) {
-	r, err := NewRouter("outbox.event." + RoutedByValue)
+func TestRoute(t *testing.T) {
+	for _, tc := range []struct{ regex, replacement, in, want string }{
+		{DefaultTopicRegex, DefaultTopicReplacement, "Order", "outbox.event.Order"},
+		{DefaultTopicRegex, DefaultTopicReplacement, "order", "outbox.event.order"},
+		{DefaultTopicRegex, "events-${routedByValue}-v1", "Order", "events-Order-v1"},
+		{DefaultTopicRegex, "all-events", "Order", "all-events"},
+		{`(.*)Created`, "created.$1", "OrderCreated", "created.Order"},
+		{`(.*)Created`, "created.$1", "OrderShipped", "OrderShipped"}, // no match: the value itself
+		{`(a)(b)`, "$12", "ab", "a2"},                                 // Java: group 1, then "2"
+		{`(?<routedByValue>.*)`, `cost\$.${routedByValue}`, "x", "cost$.x"},
+	} {
+		rt, err := NewRoute(tc.regex, tc.replacement)
+		if err != nil {
+			t.Fatalf("NewRoute(%q, %q): %v", tc.regex, tc.replacement, err)
+		}
+		for range 2 { // the second time from the cache
+			if got := rt.Topic([]byte(tc.in)); got != tc.want {
+				t.Errorf("route %q -> %q: Topic(%q) = %q, want %q", tc.regex, tc.replacement, tc.in, got, tc.want)
+			}
+		}
+	}
+	for _, bad := range []struct{ regex, replacement string }{
+		{"(", "x"}, {DefaultTopicRegex, "${other}"}, {DefaultTopicRegex, "$2"}, {DefaultTopicRegex, "a$"}, {DefaultTopicRegex, `a\`},
+	} {
+		if _, err := NewRoute(bad.regex, bad.replacement); err == nil {
+			t.Errorf("NewRoute(%q, %q) accepted", bad.regex, bad.replacement)
+		}
+	}
+}
+
+func TestRouterRecord(t *testing.T) {
+	r, err := NewRouter(StringConverter)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ in, want string }{{"Order", "outbox.event.Order"}, {"order", "outbox.event.order"}, {"Order", "outbox.event.Order"}} {
-		if got := r.Topic([]byte(tc.in)); got != tc.want {
-			t.Errorf("Topic(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-	r, _ = NewRouter("events-" + RoutedByValue + "-v1")
-	if got := r.Topic([]byte("Order")); got != "events-Order-v1" {
-		t.Errorf("suffix template: %q", got)
-	}
-	for _, bad := range []string{"no-placeholder", RoutedByValue + RoutedByValue} {
-		if _, err := NewRouter(bad); err == nil {
-			t.Errorf("NewRouter(%q) accepted", bad)
-		}
-	}
 	ev := decode.Event{ID: []byte("id-1"), AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte(`{"a":1}`)}
 	rec := r.Record(&ev)
-	if string(rec.Key) != "o-1" || string(rec.Value) != `{"a":1}` || len(rec.Headers) != 1 || rec.Headers[0].Key != "id" || string(rec.Headers[0].Value) != "id-1" {
+	if rec.Topic != "outbox.event.Order" || string(rec.Key) != "o-1" || string(rec.Value) != `{"a":1}` || len(rec.Headers) != 1 || rec.Headers[0].Key != "id" || string(rec.Headers[0].Value) != "id-1" {
 		t.Fatalf("record %+v", rec)
 	}
 }
@@ -50,7 +66,7 @@ func newProducer(t *testing.T, broker, txid string) *Producer {
 	t.Helper()
 	p, err := New(Config{
 		Conn: Conn{Brokers: []string{broker}}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
-		Slot: "slot-a", TopicTemplate: "outbox.event." + RoutedByValue, MaxBatchEvents: 100, MaxBatchBytes: 1 << 20,
+		Slot: "slot-a", MaxBatchEvents: 100, MaxBatchBytes: 1 << 20,
 		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	if err != nil {

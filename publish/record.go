@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -12,9 +14,15 @@ import (
 	"github.com/walstream/walstream/decode"
 )
 
-// RoutedByValue is the placeholder in a topic template that stands for the
-// event's aggregate type, as in Debezium's route.topic.replacement.
+// RoutedByValue is the group of the default route.topic.regex that
+// route.topic.replacement refers to: the event's route-by value.
 const RoutedByValue = "${routedByValue}"
+
+// Debezium's routing defaults.
+const (
+	DefaultTopicRegex       = `(?<routedByValue>.*)`
+	DefaultTopicReplacement = "outbox.event." + RoutedByValue
+)
 
 // Converter says how keys and values are encoded: as Debezium's outbox
 // router does behind Kafka Connect's StringConverter (the default) or
@@ -41,40 +49,138 @@ func ParseConverter(s string) (Converter, error) {
 	return 0, fmt.Errorf("converter %q is not string or json", s)
 }
 
-// Router maps events to records: aggregate types to topic names, and keys
-// and values through the converter. It caches topic names so that routing
-// an event allocates nothing once its aggregate type was seen.
-type Router struct {
-	prefix, suffix string
-	topics         map[string]string
-	conv           Converter
-	// expand writes a JSON payload as JSON under JSONConverter, as
-	// Debezium's table.expand.json.payload does.
-	expand bool
+// Route names topics from route-by values as Kafka Connect's RegexRouter
+// behind Debezium's outbox router does: when the regex matches the whole
+// value, the topic is the value with its first match replaced; otherwise
+// the topic is the value itself. Case is preserved.
+type Route struct {
+	whole, first *regexp.Regexp
+	template     []byte // the replacement in Go's Regexp.Expand syntax
+	// topics caches names by route-by value, so that routing an event
+	// allocates nothing once its value was seen.
+	topics map[string]string
 }
 
-// NewRouter parses a topic template such as "outbox.event.${routedByValue}".
-func NewRouter(template string) (*Router, error) {
-	prefix, suffix, ok := strings.Cut(template, RoutedByValue)
-	if !ok || strings.Contains(suffix, RoutedByValue) {
-		return nil, fmt.Errorf("topic template %q must contain %s exactly once", template, RoutedByValue)
+// maxCachedTopics bounds the topic cache: a route-by column with endless
+// distinct values must not grow memory without end.
+const maxCachedTopics = 4096
+
+// NewRoute compiles route.topic.regex and route.topic.replacement, whose
+// group references are Java's: $1 and ${name}, with \ escaping.
+func NewRoute(regex, replacement string) (*Route, error) {
+	first, err := regexp.Compile(regex)
+	if err != nil {
+		return nil, fmt.Errorf("route.topic.regex %q: %w", regex, err)
 	}
-	return &Router{prefix: prefix, suffix: suffix, topics: make(map[string]string)}, nil
+	template, err := javaReplacement(replacement, first)
+	if err != nil {
+		return nil, fmt.Errorf("route.topic.replacement %q: %w", replacement, err)
+	}
+	return &Route{whole: regexp.MustCompile(`^(?:` + regex + `)$`), first: first, template: template, topics: make(map[string]string)}, nil
 }
 
-// Convert sets how keys and values are encoded.
-func (r *Router) Convert(c Converter, expandJSONPayload bool) {
-	r.conv, r.expand = c, expandJSONPayload
+// javaReplacement turns a java.util.regex replacement into Go's Expand
+// syntax, checking that every group it names exists in re.
+func javaReplacement(s string, re *regexp.Regexp) ([]byte, error) {
+	var out []byte
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			if i+1 == len(s) {
+				return nil, errors.New("ends in a backslash")
+			}
+			i++
+			if s[i] == '$' {
+				out = append(out, '$', '$')
+			} else {
+				out = append(out, s[i])
+			}
+		case c == '$' && i+1 < len(s) && s[i+1] == '{':
+			end := strings.IndexByte(s[i:], '}')
+			if end < 0 {
+				return nil, errors.New("${ without a closing brace")
+			}
+			name := s[i+2 : i+end]
+			if re.SubexpIndex(name) < 0 {
+				return nil, fmt.Errorf("no group named %q in route.topic.regex %q", name, re.String())
+			}
+			out = append(out, s[i:i+end+1]...)
+			i += end
+		case c == '$':
+			// Java takes the first digit, then more while the number is a group.
+			j := i + 1
+			if j == len(s) || s[j] < '0' || s[j] > '9' {
+				return nil, fmt.Errorf("$ at offset %d is not followed by a group number or {name}", i)
+			}
+			n := int(s[j] - '0')
+			for j+1 < len(s) && s[j+1] >= '0' && s[j+1] <= '9' && n*10+int(s[j+1]-'0') <= re.NumSubexp() {
+				j++
+				n = n*10 + int(s[j]-'0')
+			}
+			if n > re.NumSubexp() {
+				return nil, fmt.Errorf("no group %d in route.topic.regex %q", n, re.String())
+			}
+			out = fmt.Appendf(out, "${%d}", n)
+			i = j
+		default:
+			out = append(out, c)
+		}
+	}
+	return out, nil
 }
 
-// Topic returns the topic for an aggregate type, case preserved.
-func (r *Router) Topic(aggregateType []byte) string {
-	if t, ok := r.topics[string(aggregateType)]; ok {
+// Topic returns the topic for a route-by value.
+func (r *Route) Topic(value []byte) string {
+	if t, ok := r.topics[string(value)]; ok {
 		return t
 	}
-	t := r.prefix + string(aggregateType) + r.suffix
-	r.topics[t[len(r.prefix):len(t)-len(r.suffix)]] = t
+	t := string(value)
+	if r.whole.Match(value) {
+		m := r.first.FindSubmatchIndex(value)
+		b := append([]byte(nil), value[:m[0]]...)
+		b = r.first.Expand(b, r.template, value, m)
+		t = string(append(b, value[m[1]:]...))
+	}
+	if len(r.topics) >= maxCachedTopics {
+		clear(r.topics)
+	}
+	r.topics[string(value)] = t
 	return t
+}
+
+// Router maps events to records: route-by values to topics by the route of
+// the event's outbox table, and keys and values through the converter.
+type Router struct {
+	conv   Converter
+	routes map[*decode.Outbox]*Route
+	// def routes events whose outbox was not given to NewRouter, with
+	// Debezium's defaults.
+	def *Route
+}
+
+// NewRouter compiles the route of every outbox.
+func NewRouter(conv Converter, outboxes ...*decode.Outbox) (*Router, error) {
+	def, err := NewRoute(DefaultTopicRegex, DefaultTopicReplacement)
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{conv: conv, routes: make(map[*decode.Outbox]*Route), def: def}
+	for _, o := range outboxes {
+		rt, err := NewRoute(o.TopicRegex, o.TopicReplacement)
+		if err != nil {
+			return nil, fmt.Errorf("outbox %s: %w", o.Name(), err)
+		}
+		r.routes[o] = rt
+	}
+	return r, nil
+}
+
+// Topic returns the topic of an event.
+func (r *Router) Topic(ev *decode.Event) string {
+	if rt, ok := r.routes[ev.Source]; ok {
+		return rt.Topic(ev.AggregateType)
+	}
+	return r.def.Topic(ev.AggregateType)
 }
 
 // Headers of a published record: the event id, as Debezium names it, and
@@ -85,37 +191,99 @@ const (
 )
 
 // Record builds the Kafka record of an outbox event: key = aggregate id,
-// value = payload (nil for a tombstone), header id = event id. Under the
-// StringConverter the record aliases the event's bytes.
+// value = payload (nil for a tombstone), header id = event id, then the
+// trace context and additional fields. Under the StringConverter with no
+// envelope fields the record aliases the event's bytes.
 func (r *Router) Record(ev *decode.Event) *kgo.Record {
 	rec := &kgo.Record{
-		Topic:   r.Topic(ev.AggregateType),
-		Key:     ev.AggregateID,
-		Value:   ev.Payload,
-		Headers: []kgo.RecordHeader{{Key: HeaderID, Value: ev.ID}},
+		Topic:     r.Topic(ev),
+		Key:       ev.AggregateID,
+		Value:     ev.Payload,
+		Timestamp: ev.Timestamp,
+		Headers:   make([]kgo.RecordHeader, 1, 1+len(ev.Headers)+len(ev.Fields)),
 	}
+	rec.Headers[0] = kgo.RecordHeader{Key: HeaderID, Value: ev.ID}
 	if ev.TraceParent != nil {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderTraceParent, Value: ev.TraceParent})
 	}
 	for _, h := range ev.Headers {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
 	}
-	if r.conv == JSONConverter {
-		rec.Key = jsonString(nil, ev.AggregateID)
-		switch {
-		case ev.Payload == nil: // a tombstone stays one
-		case ev.PayloadBinary:
-			// JsonConverter writes bytes as base64 strings.
-			rec.Value = jsonString(nil, []byte(base64.StdEncoding.EncodeToString(ev.Payload)))
-		case r.expand && json.Valid(ev.Payload):
-			var b bytes.Buffer
-			_ = json.Compact(&b, ev.Payload) // valid, so it compacts
-			rec.Value = b.Bytes()
-		default:
-			rec.Value = jsonString(nil, ev.Payload)
+	envelope := false
+	for _, f := range ev.Fields {
+		if f.Placement == decode.PlaceHeader {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: f.Name, Value: f.Value})
+		} else {
+			envelope = true
 		}
 	}
+	if ev.Partitioned {
+		rec.Context = withPartition(ev.Partition)
+	}
+	if r.conv == JSONConverter {
+		rec.Key = jsonString(nil, ev.AggregateID)
+	}
+	switch {
+	case ev.Payload == nil: // a tombstone stays one
+	case envelope:
+		rec.Value = r.envelope(ev)
+	case r.conv == JSONConverter:
+		rec.Value = r.jsonPayload(nil, ev)
+	}
 	return rec
+}
+
+// jsonPayload appends the payload as JsonConverter writes it.
+func (r *Router) jsonPayload(dst []byte, ev *decode.Event) []byte {
+	switch {
+	case ev.PayloadBinary:
+		// JsonConverter writes bytes as base64 strings.
+		return jsonString(dst, []byte(base64.StdEncoding.EncodeToString(ev.Payload)))
+	case ev.Source != nil && ev.Source.ExpandJSONPayload && expandable(ev.Payload):
+		b := bytes.NewBuffer(dst)
+		_ = json.Compact(b, ev.Payload) // valid, so it compacts
+		return b.Bytes()
+	}
+	return jsonString(dst, ev.Payload)
+}
+
+// expandable is Debezium's test for expanding a payload: a JSON object or
+// array; anything else stays a string.
+func expandable(p []byte) bool {
+	p = bytes.TrimSpace(p)
+	return len(p) > 0 && (p[0] == '{' || p[0] == '[') && json.Valid(p)
+}
+
+// envelope is the value when additional fields are placed in it: a struct
+// of the payload and those fields, in their configured order. JsonConverter
+// writes it as a JSON object with null for NULL; StringConverter writes
+// Kafka Connect's Struct.toString, which leaves NULL fields out.
+func (r *Router) envelope(ev *decode.Event) []byte {
+	if r.conv == JSONConverter {
+		b := r.jsonPayload([]byte(`{"payload":`), ev)
+		for _, f := range ev.Fields {
+			if f.Placement != decode.PlaceEnvelope {
+				continue
+			}
+			b = append(jsonString(append(b, ','), []byte(f.Name)), ':')
+			switch {
+			case f.Value == nil:
+				b = append(b, "null"...)
+			case f.Kind == decode.KindText:
+				b = jsonString(b, f.Value)
+			default: // integers and booleans are JSON as Postgres writes them
+				b = append(b, f.Value...)
+			}
+		}
+		return append(b, '}')
+	}
+	b := append([]byte("Struct{payload="), ev.Payload...)
+	for _, f := range ev.Fields {
+		if f.Placement == decode.PlaceEnvelope && f.Value != nil {
+			b = append(append(append(append(b, ','), f.Name...), '='), f.Value...)
+		}
+	}
+	return append(b, '}')
 }
 
 // jsonString appends s as a JSON string escaped as Jackson, behind Kafka

@@ -54,6 +54,22 @@ SELECT pg_logical_emit_message(false, 'walstream', '{"id": "m-3", "aggregatetype
 	"tracing": `ALTER TABLE outbox ADD COLUMN tracingspancontext text;
 INSERT INTO outbox VALUES ('aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa', 'Order', 'o-10', 'OrderPlaced', '{"seq": 11}',
   E'#Thu Nov 23 2026\ntraceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n');`,
+	"additional-fields": `ALTER TABLE outbox ADD COLUMN shard int, ADD COLUMN created_at timestamptz, ADD COLUMN occurred_at timestamp,
+  ADD COLUMN urgent boolean, ADD COLUMN note text;
+INSERT INTO outbox VALUES ('cccccccc-cccc-cccc-cccc-cccccccccccc', 'Order', 'o-11', 'OrderPlaced', '{"seq": 12}',
+  2, '2026-11-23 07:00:00.123456+01', '2026-11-23 06:00:01', true, E'two\nlines "quoted"');
+INSERT INTO outbox VALUES ('dddddddd-dddd-dddd-dddd-dddddddddddd', 'Order', 'o-12', 'OrderPaid', '{"seq": 13}',
+  NULL, NULL, NULL, NULL, NULL);`,
+	"several-tables": `CREATE SCHEMA orders;
+CREATE SCHEMA billing;
+CREATE TABLE orders.outbox (LIKE outbox);
+CREATE TABLE billing.outbox (event_id text PRIMARY KEY, kind text, invoice_id text, body text);
+ALTER PUBLICATION walstream_outbox ADD TABLE orders.outbox, billing.outbox;
+BEGIN;
+INSERT INTO orders.outbox VALUES ('eeeeeeee-eeee-eeee-eeee-eeeeeeeeeeee', 'Order', 'o-20', 'OrderPlaced', '{"seq": 20}');
+INSERT INTO billing.outbox VALUES ('inv-evt-1', 'Invoice', 'inv-1', 'invoice for o-20');
+INSERT INTO outbox VALUES ('ffffffff-ffff-ffff-ffff-ffffffffffff', 'Order', 'o-21', 'NotAnOutboxHere', '{"seq": 21}');
+COMMIT;`,
 	"bytea-payload": `CREATE TABLE bin.outbox (id text PRIMARY KEY, aggregatetype text, aggregateid text, payload bytea);
 ALTER PUBLICATION walstream_outbox ADD TABLE bin.outbox;
 INSERT INTO bin.outbox VALUES ('b-1', 'Blob', 'k-1', '\x00ff10'::bytea);`,

@@ -40,11 +40,12 @@ func NewSlotMetrics(reg prometheus.Registerer) *SlotMetrics {
 // SlotState is one poll of the slot and the server's WAL position.
 type SlotState struct {
 	Slot
-	Exists        bool
-	CurrentLSN    pglogrepl.LSN
-	RestartLSN    pglogrepl.LSN
-	SafeWALSize   *int64
-	TableIncluded bool // the outbox table is in the publication
+	Exists      bool
+	CurrentLSN  pglogrepl.LSN
+	RestartLSN  pglogrepl.LSN
+	SafeWALSize *int64
+	// Missing are the outbox tables not in the publication.
+	Missing       []Table
 	PublicationOK bool
 	FlushLag      *time.Duration // pg_stat_replication.flush_lag of the active walsender
 }
@@ -61,19 +62,21 @@ func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 	var current string
 	var restart, confirmed, plugin, slotType, database, walStatus *string
 	var flushLagUS *int64
+	var included []string
 	err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text,
 			s.slot_name IS NOT NULL, s.plugin, s.slot_type, s.database, s.wal_status, coalesce(s.active, false), s.active_pid,
 			s.restart_lsn::text, s.confirmed_flush_lsn::text, s.safe_wal_size,
 			(SELECT (extract(epoch FROM r.flush_lag) * 1e6)::bigint FROM pg_stat_replication r WHERE r.pid = s.active_pid),
 			EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $2),
-			EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $2 AND schemaname = $3 AND tablename = $4)
+			ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $2)
 		FROM (SELECT 1) one LEFT JOIN pg_replication_slots s ON s.slot_name = $1`,
-		n.Slot, n.Publication, n.Schema, n.Table).Scan(&current, &st.Exists, &plugin, &slotType, &database, &walStatus,
-		&st.Active, &st.ActivePID, &restart, &confirmed, &st.SafeWALSize, &flushLagUS, &st.PublicationOK, &st.TableIncluded)
+		n.Slot, n.Publication).Scan(&current, &st.Exists, &plugin, &slotType, &database, &walStatus,
+		&st.Active, &st.ActivePID, &restart, &confirmed, &st.SafeWALSize, &flushLagUS, &st.PublicationOK, &included)
 	if err != nil {
 		return st, fmt.Errorf("polling slot %q: %w", n.Slot, err)
 	}
 	st.Plugin, st.Type, st.Database, st.WALStatus = deref(plugin), deref(slotType), deref(database), deref(walStatus)
+	st.Missing = n.missingTables(included)
 	for _, p := range []struct {
 		dst *pglogrepl.LSN
 		src *string
@@ -137,10 +140,10 @@ func (st SlotState) fatal(n Names) error {
 			Fix: "see README, Recovery; raise max_slot_wal_keep_size so that it does not happen again"}
 	case !st.PublicationOK:
 		return &SetupError{Object: fmt.Sprintf("publication %q", n.Publication), Reason: "was dropped while streaming",
-			Fix: "recreate it with: " + n.publicationSQL() + "; events committed meanwhile are not published"}
-	case !st.TableIncluded:
-		return &SetupError{Object: "table " + n.table(), Reason: fmt.Sprintf("is no longer in publication %q (dropped or removed) while streaming", n.Publication),
-			Fix: fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{n.Publication}.Sanitize(), n.table())}
+			Fix: "recreate it with: " + n.PublicationSQL() + "; events committed meanwhile are not published"}
+	case len(st.Missing) > 0:
+		return &SetupError{Object: "table " + n.tableList(st.Missing), Reason: fmt.Sprintf("is no longer in publication %q (dropped or removed) while streaming", n.Publication),
+			Fix: n.addTablesSQL(st.Missing)}
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -42,33 +44,88 @@ var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // commands, which take no parameters.
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
 
-// ValidateNames checks names before they reach SQL or a replication command.
-func ValidateNames(slot, publication, schema, table string) error {
-	if !slotName.MatchString(slot) {
-		return fmt.Errorf("slot name %q: use 1 to 63 lower-case letters, digits and underscores", slot)
+// Validate checks names before they reach SQL or a replication command.
+func (n Names) Validate() error {
+	if !slotName.MatchString(n.Slot) {
+		return fmt.Errorf("slot name %q: use 1 to 63 lower-case letters, digits and underscores", n.Slot)
 	}
-	for _, n := range []struct{ what, v string }{{"publication", publication}, {"schema", schema}, {"table", table}} {
-		if !identifier.MatchString(n.v) {
-			return fmt.Errorf("%s name %q: use a letter or underscore, then letters, digits, underscores or $", n.what, n.v)
+	if !identifier.MatchString(n.Publication) {
+		return fmt.Errorf("publication name %q: use a letter or underscore, then letters, digits, underscores or $", n.Publication)
+	}
+	if len(n.Tables) == 0 {
+		return errors.New("no outbox table")
+	}
+	seen := make(map[Table]bool)
+	for _, t := range n.Tables {
+		for _, part := range []struct{ what, v string }{{"schema", t.Schema}, {"table", t.Name}} {
+			if !identifier.MatchString(part.v) {
+				return fmt.Errorf("%s name %q: use a letter or underscore, then letters, digits, underscores or $", part.what, part.v)
+			}
 		}
+		if seen[t] {
+			return fmt.Errorf("table %s is listed twice", t)
+		}
+		seen[t] = true
 	}
 	return nil
 }
 
-// Names are the objects walstream streams through.
-type Names struct {
-	Slot, Publication, Schema, Table string
+// Table is an outbox table.
+type Table struct{ Schema, Name string }
+
+// ParseTable reads a schema-qualified table name.
+func ParseTable(s string) (Table, error) {
+	schema, name, ok := strings.Cut(strings.TrimSpace(s), ".")
+	if !ok {
+		return Table{}, fmt.Errorf("table %q must be schema-qualified, like public.outbox", s)
+	}
+	return Table{schema, name}, nil
 }
 
-func (n Names) table() string { return pgx.Identifier{n.Schema, n.Table}.Sanitize() }
+func (t Table) String() string { return t.Schema + "." + t.Name }
 
-func (n Names) publicationSQL() string {
-	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
-		pgx.Identifier{n.Publication}.Sanitize(), n.table())
+// SQL is the table's quoted name.
+func (t Table) SQL() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+
+// Names are the objects walstream streams through: one slot and one
+// publication for every outbox table.
+type Names struct {
+	Slot, Publication string
+	Tables            []Table
+}
+
+func (n Names) tableList(tables []Table) string {
+	sqls := make([]string, len(tables))
+	for i, t := range tables {
+		sqls[i] = t.SQL()
+	}
+	return strings.Join(sqls, ", ")
+}
+
+// PublicationSQL creates the publication. It publishes updates too so that
+// an UPDATE of an outbox row is seen and table.op.invalid.behavior applies.
+func (n Names) PublicationSQL() string {
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert, update')",
+		pgx.Identifier{n.Publication}.Sanitize(), n.tableList(n.Tables))
+}
+
+func (n Names) addTablesSQL(tables []Table) string {
+	return fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{n.Publication}.Sanitize(), n.tableList(tables))
 }
 
 func (n Names) slotSQL() string {
 	return fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", n.Slot)
+}
+
+// missingTables returns the tables whose names are not in present.
+func (n Names) missingTables(present []string) []Table {
+	var out []Table
+	for _, t := range n.Tables {
+		if !slices.Contains(present, t.String()) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Prepare checks that the server can stream the outbox and creates the
@@ -77,10 +134,11 @@ func (n Names) slotSQL() string {
 // publication exists, or pgoutput fails on changes older than it.
 func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
 	var walLevel string
-	var canReplicate, tableExists bool
+	var canReplicate bool
+	var existing []string
 	err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'),
 		(SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user),
-		to_regclass($1) IS NOT NULL`, n.table()).Scan(&walLevel, &canReplicate, &tableExists)
+		ARRAY(SELECT t FROM unnest($1::text[]) t WHERE to_regclass(t) IS NOT NULL)`, n.quotedNames()).Scan(&walLevel, &canReplicate, &existing)
 	if err != nil {
 		return fmt.Errorf("checking server settings: %w", err)
 	}
@@ -92,9 +150,11 @@ func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
 		return &SetupError{Object: fmt.Sprintf("role %q", conn.Config().User), Reason: "lacks the REPLICATION attribute",
 			Fix: fmt.Sprintf("ALTER ROLE %s WITH REPLICATION", pgx.Identifier{conn.Config().User}.Sanitize())}
 	}
-	if !tableExists {
-		return &SetupError{Object: "table " + n.table(), Reason: "does not exist",
-			Fix: "create the outbox table (columns id, aggregatetype, aggregateid, type, payload) or set WALSTREAM_TABLE"}
+	for _, t := range n.Tables {
+		if !slices.Contains(existing, t.SQL()) {
+			return &SetupError{Object: "table " + t.SQL(), Reason: "does not exist",
+				Fix: "create the outbox table (columns id, aggregatetype, aggregateid, type, payload; walstream init prints it) or set WALSTREAM_TABLE"}
+		}
 	}
 	if err := preparePublication(ctx, conn, n, create); err != nil {
 		return err
@@ -102,28 +162,38 @@ func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
 	return prepareSlot(ctx, conn, n, create)
 }
 
+// quotedNames are the tables as quoted SQL names, for to_regclass.
+func (n Names) quotedNames() []string {
+	s := make([]string, len(n.Tables))
+	for i, t := range n.Tables {
+		s[i] = t.SQL()
+	}
+	return s
+}
+
 func preparePublication(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
-	var exists, hasTable, inserts bool
+	var exists, inserts bool
+	var included []string
 	err := conn.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(pubinsert), false),
-		EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)
-		FROM pg_publication WHERE pubname = $1`, n.Publication, n.Schema, n.Table).Scan(&exists, &inserts, &hasTable)
+		ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1)
+		FROM pg_publication WHERE pubname = $1`, n.Publication).Scan(&exists, &inserts, &included)
 	if err != nil {
 		return fmt.Errorf("looking up publication %q: %w", n.Publication, err)
 	}
 	obj := fmt.Sprintf("publication %q", n.Publication)
+	missing := n.missingTables(included)
 	switch {
 	case !exists && !create:
-		return &SetupError{Object: obj, Reason: "does not exist and --create=false", Fix: "create it with: " + n.publicationSQL()}
+		return &SetupError{Object: obj, Reason: "does not exist and --create=false", Fix: "create it with: " + n.PublicationSQL()}
 	case !exists:
-		if _, err := conn.Exec(ctx, n.publicationSQL()); err != nil {
+		if _, err := conn.Exec(ctx, n.PublicationSQL()); err != nil {
 			return fmt.Errorf("creating %s: %w", obj, err)
 		}
-	case !hasTable:
-		return &SetupError{Object: obj, Reason: "does not include table " + n.table(),
-			Fix: fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{n.Publication}.Sanitize(), n.table())}
+	case len(missing) > 0:
+		return &SetupError{Object: obj, Reason: "does not include table " + n.tableList(missing), Fix: n.addTablesSQL(missing)}
 	case !inserts:
 		return &SetupError{Object: obj, Reason: "does not publish inserts",
-			Fix: fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert')", pgx.Identifier{n.Publication}.Sanitize())}
+			Fix: fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert, update')", pgx.Identifier{n.Publication}.Sanitize())}
 	}
 	return nil
 }

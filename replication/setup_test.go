@@ -23,7 +23,7 @@ func connect(t *testing.T, url string) *pgx.Conn {
 	return conn
 }
 
-var names = Names{Slot: "walstream", Publication: "walstream_outbox", Schema: "public", Table: "outbox"}
+var names = Names{Slot: "walstream", Publication: "walstream_outbox", Tables: []Table{{"public", "outbox"}}}
 
 const outboxDDL = `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`
 
@@ -63,7 +63,7 @@ func TestPrepare(t *testing.T) {
 	t.Run("publication missing and create=false", func(t *testing.T) {
 		err := Prepare(ctx, admin, names, false)
 		wantSetupError(t, err, `publication "walstream_outbox"`, "does not exist",
-			`CREATE PUBLICATION "walstream_outbox" FOR TABLE "public"."outbox" WITH (publish = 'insert')`)
+			`CREATE PUBLICATION "walstream_outbox" FOR TABLE "public"."outbox" WITH (publish = 'insert, update')`)
 	})
 	t.Run("publication without the table", func(t *testing.T) {
 		if _, err := admin.Exec(ctx, "CREATE TABLE other (x int); CREATE PUBLICATION other_pub FOR TABLE other"); err != nil {
@@ -75,7 +75,7 @@ func TestPrepare(t *testing.T) {
 		wantSetupError(t, err, `publication "other_pub"`, `does not include table "public"."outbox"`, "ALTER PUBLICATION")
 	})
 	t.Run("slot missing and create=false", func(t *testing.T) {
-		if _, err := admin.Exec(ctx, names.publicationSQL()); err != nil {
+		if _, err := admin.Exec(ctx, names.PublicationSQL()); err != nil {
 			t.Fatal(err)
 		}
 		err := Prepare(ctx, admin, names, false)
@@ -141,20 +141,24 @@ func TestPrepareWALLevel(t *testing.T) {
 }
 
 func TestValidateNames(t *testing.T) {
+	outbox := []Table{{"public", "outbox"}}
 	for _, tc := range []struct {
 		n    Names
 		want string
 	}{
-		{Names{"walstream", "walstream_outbox", "public", "outbox"}, ""},
-		{Names{"Bad", "p", "public", "outbox"}, `slot name "Bad"`},
-		{Names{"s; DROP", "p", "public", "outbox"}, "slot name"},
-		{Names{"s", "p'x", "public", "outbox"}, `publication name "p'x"`},
-		{Names{"s", "p", "pub lic", "outbox"}, "schema name"},
-		{Names{"s", "p", "public", `out"box`}, "table name"},
+		{Names{"walstream", "walstream_outbox", outbox}, ""},
+		{Names{"walstream", "walstream_outbox", []Table{{"orders", "outbox"}, {"billing", "outbox"}}}, ""},
+		{Names{"Bad", "p", outbox}, `slot name "Bad"`},
+		{Names{"s; DROP", "p", outbox}, "slot name"},
+		{Names{"s", "p'x", outbox}, `publication name "p'x"`},
+		{Names{"s", "p", []Table{{"pub lic", "outbox"}}}, "schema name"},
+		{Names{"s", "p", []Table{{"public", `out"box`}}}, "table name"},
+		{Names{"s", "p", nil}, "no outbox table"},
+		{Names{"s", "p", []Table{{"public", "outbox"}, {"public", "outbox"}}}, "listed twice"},
 	} {
-		err := ValidateNames(tc.n.Slot, tc.n.Publication, tc.n.Schema, tc.n.Table)
+		err := tc.n.Validate()
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
-			t.Errorf("ValidateNames(%+v) = %v, want error containing %q", tc.n, err, tc.want)
+			t.Errorf("%+v.Validate() = %v, want error containing %q", tc.n, err, tc.want)
 		}
 	}
 }

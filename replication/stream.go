@@ -64,6 +64,11 @@ type Stream struct {
 func Dial(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
 	cfg = cfg.Copy()
 	cfg.RuntimeParams["replication"] = "database"
+	// The walsender renders column values in its session's settings; these
+	// make timestamps ISO and UTC whatever postgresql.conf says, so that
+	// decode can read table.field.event.timestamp.
+	cfg.RuntimeParams["DateStyle"] = "ISO"
+	cfg.RuntimeParams["TimeZone"] = "UTC"
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("opening replication connection to %s:%d database %s: %w", cfg.Host, cfg.Port, cfg.Database, err)

@@ -21,7 +21,6 @@ const (
 	DefaultSlot            = "walstream"
 	DefaultPublication     = "walstream_outbox"
 	DefaultTable           = "public.outbox"
-	DefaultTopicTemplate   = "outbox.event." + publish.RoutedByValue
 	DefaultCheckpointTopic = "walstream.checkpoints"
 	DefaultHTTPAddr        = "127.0.0.1:9187"
 	DefaultMaxBatchEvents  = 10000
@@ -45,6 +44,12 @@ const (
 
 // Config is everything `walstream run` is told.
 type Config struct {
+	// Mapping is the outbox router settings every table shares.
+	Mapping
+	// TableSettings are a config file's router settings per table, by
+	// schema-qualified name.
+	TableSettings         map[string]map[string]string
+	ConfigFile            string
 	PGURL                 string
 	Brokers               string
 	Slot                  string
@@ -52,7 +57,6 @@ type Config struct {
 	Table                 string
 	Create                bool
 	AllowSlotAhead        bool
-	TopicTemplate         string
 	CheckpointTopic       string
 	CheckpointKey         string // defaults to the slot name
 	TransactionalID       string // defaults to "walstream-" + slot
@@ -65,8 +69,6 @@ type Config struct {
 	CommitTimeout         time.Duration
 	OnError               string
 	Converter             string
-	ExpandJSON            bool
-	Tombstones            bool
 	MessagePrefix         string
 	DeadLetterTopic       string
 	MaxRecordBytes        int
@@ -109,6 +111,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 		fs.BoolVar(p, name, def, usage+" ($"+envName(name)+")")
 	}
 
+	str(&c.ConfigFile, "config", "", "YAML config file: settings by flag name, Debezium outbox router settings under outbox:, per-table ones under tables: (see README)")
 	str(&c.PGURL, "pg-url", "", "Postgres connection URL or DSN of the primary (required)")
 	str(&c.PGPasswordFile, "pg-password-file", "", "file holding the Postgres password (else the URL, passfile or ~/.pgpass)")
 	str(&c.Brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers (required)")
@@ -122,10 +125,9 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	str(&c.KafkaSASLPasswordFile, "kafka-sasl-password-file", "", "file holding the SASL password")
 	str(&c.Slot, "slot", DefaultSlot, "logical replication slot (pgoutput)")
 	str(&c.Publication, "publication", DefaultPublication, "publication of the outbox table")
-	str(&c.Table, "table", DefaultTable, "outbox table, schema-qualified")
+	str(&c.Table, "table", DefaultTable, "outbox tables, schema-qualified and comma-separated; they share the slot and the publication")
 	boolean(&c.Create, "create", true, "create the publication and slot when missing")
 	boolean(&c.AllowSlotAhead, "allow-slot-ahead", false, "start even though the slot is ahead of the checkpoint in Kafka (events may be missing; see README)")
-	str(&c.TopicTemplate, "topic-template", DefaultTopicTemplate, "topic of an event; "+publish.RoutedByValue+" is its aggregatetype")
 	str(&c.CheckpointTopic, "checkpoint-topic", DefaultCheckpointTopic, "compacted topic holding checkpoints")
 	str(&c.CheckpointKey, "checkpoint-key", "", "key of this stream's checkpoints (default: the slot name)")
 	str(&c.TransactionalID, "transactional-id", "", "Kafka transactional.id (default: walstream-<slot>)")
@@ -137,8 +139,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	dur(&c.IdleInterval, "idle-interval", DefaultIdleInterval, "minimum interval of checkpoint-only transactions while the outbox is idle")
 	dur(&c.CommitTimeout, "commit-timeout", DefaultCommitTimeout, "limit on flushing and committing one Kafka transaction")
 	str(&c.Converter, "converter", "string", "key and value bytes as Debezium emits them behind Kafka Connect's StringConverter (string) or JsonConverter with schemas.enable=false (json)")
-	boolean(&c.ExpandJSON, "expand-json-payload", false, "with --converter=json, write a JSON payload as JSON rather than as a JSON string (Debezium's table.expand.json.payload)")
-	boolean(&c.Tombstones, "tombstone-on-empty-payload", false, "a NULL payload becomes a tombstone (no value) instead of bad input (Debezium's route.tombstone.on.empty.payload)")
+	c.Mapping.flags(str, boolean)
 	str(&c.MessagePrefix, "message-prefix", "walstream", "prefix of transactional pg_logical_emit_message() outbox events; empty: ignore logical messages")
 	str(&c.OnError, "on-error", OnErrorFail, "a row that cannot become a record: fail (stop, confirm nothing past it) or dead-letter (write it to --dlq-topic and go on)")
 	str(&c.DeadLetterTopic, "dlq-topic", DefaultDeadLetterTopic, "dead-letter topic, with --on-error=dead-letter")
@@ -186,10 +187,16 @@ func parseCommand(name, about string, args []string, stderr io.Writer, extra fun
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("$%s=%q: %w", envName(f.Name), v, err))
 			}
+			set[f.Name] = true
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	if c.ConfigFile != "" {
+		if err := c.applyFile(fs, set); err != nil {
+			return nil, err
+		}
 	}
 	if c.CheckpointKey == "" {
 		c.CheckpointKey = c.Slot
@@ -216,14 +223,12 @@ func (c *Config) Validate() error {
 		// pgconn's parse errors redact the password.
 		bad("pg-url", "%v", err)
 	}
-	schema, table, ok := strings.Cut(c.Table, ".")
-	if !ok {
-		bad("table", "%q must be schema-qualified, like public.outbox", c.Table)
-	} else if err := replication.ValidateNames(c.Slot, c.Publication, schema, table); err != nil {
+	if _, err := c.tables(); err != nil {
+		bad("table", "%v", err)
+	} else if err := c.names().Validate(); err != nil {
 		bad("slot/publication/table", "%v", err)
-	}
-	if _, err := publish.NewRouter(c.TopicTemplate); err != nil {
-		bad("topic-template", "%v", err)
+	} else if _, _, err := c.outboxes(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.CheckpointTopic == "" {
 		bad("checkpoint-topic", "is required")
@@ -310,8 +315,61 @@ func (c *Config) deadLetterTopic() string {
 }
 
 func (c *Config) names() replication.Names {
-	schema, table, _ := strings.Cut(c.Table, ".")
-	return replication.Names{Slot: c.Slot, Publication: c.Publication, Schema: schema, Table: table}
+	tables, _ := c.tables() // validated
+	return replication.Names{Slot: c.Slot, Publication: c.Publication, Tables: tables}
+}
+
+// applyFile sets every flag the command line and the environment left
+// unset from the config file: flags win over the environment, the
+// environment over the file.
+func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
+	f, err := loadConfigFile(c.ConfigFile)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	apply := func(s fileSetting, flagName string) {
+		if set[flagName] {
+			return
+		}
+		if fs.Lookup(flagName) == nil {
+			errs = append(errs, fmt.Errorf("config file %s, line %d: unknown setting %q (settings are flag names, like kafka-brokers)", c.ConfigFile, s.line, s.key))
+			return
+		}
+		if err := fs.Set(flagName, s.value); err != nil {
+			errs = append(errs, fmt.Errorf("config file %s, line %d: %s=%q: %w", c.ConfigFile, s.line, s.key, s.value, err))
+		}
+		set[flagName] = true
+	}
+	for _, s := range f.settings {
+		if s.key == "config" {
+			errs = append(errs, fmt.Errorf("config file %s, line %d: a config file cannot name another", c.ConfigFile, s.line))
+			continue
+		}
+		apply(s, s.key)
+	}
+	for _, s := range f.outbox {
+		// type, or transforms.<name>.type in a copied connector config.
+		if s.key == "type" || strings.HasPrefix(s.key, "transforms.") && strings.HasSuffix(s.key, ".type") && strings.Count(s.key, ".") == 2 {
+			if s.value != routerType {
+				errs = append(errs, fmt.Errorf("config file %s, line %d: %s is %q; walstream is %s", c.ConfigFile, s.line, s.key, s.value, routerType))
+			}
+			continue
+		}
+		flagName, err := canonicalKey(s.key)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("config file %s, line %d: %w", c.ConfigFile, s.line, err))
+			continue
+		}
+		apply(s, flagName)
+	}
+	if len(f.tables) > 0 {
+		if set["table"] {
+			errs = append(errs, fmt.Errorf("config file %s: its tables section and --table ($%s, or table:) both name the outbox tables; keep one", c.ConfigFile, envName("table")))
+		}
+		c.Table, c.TableSettings = strings.Join(f.tables, ","), f.perTable
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Config) logger(w io.Writer) *slog.Logger {

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walstream/walstream/decode"
 )
 
 func TestConfigFromEnvironment(t *testing.T) {
@@ -46,7 +50,10 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{"zero batch", append(base, "--max-batch-events", "0"), nil, []string{"--max-batch-events", "at least 1"}},
 		{"table not qualified", append(base, "--table", "outbox"), nil, []string{"--table", "schema-qualified"}},
 		{"bad slot", append(base, "--slot", "My-Slot"), nil, []string{`slot name "My-Slot"`}},
-		{"template", append(base, "--topic-template", "fixed"), nil, []string{"--topic-template", "${routedByValue}"}},
+		{"template", append(base, "--topic-template", "events.${kind}"), nil, []string{"--topic-template", `no group named "kind"`}},
+		{"placement", append(base, "--additional-placement", "type:body"), nil, []string{"--additional-placement", `"body" is not header, envelope or partition`}},
+		{"on update", append(base, "--on-update", "ignore"), nil, []string{"--on-update", `"ignore" is not warn, error or fatal`}},
+		{"table twice", append(base, "--table", "public.outbox,public.outbox"), nil, []string{"listed twice"}},
 		{"interval", append(base, "--status-interval", "0s"), nil, []string{"--status-interval", "must be positive"}},
 		{"log level", append(base, "--log-level", "loud"), nil, []string{"--log-level", "loud"}},
 	} {
@@ -88,6 +95,124 @@ func TestRunHelpListsEnvironment(t *testing.T) {
 		"$WALSTREAM_MAX_BATCH_EVENTS", "$WALSTREAM_HTTP_ADDR", "$WALSTREAM_CREATE"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("run --help does not document %s", want)
+		}
+	}
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "walstream.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A Debezium user copies the router settings, prefixed as in a connector
+// config or not, into the outbox section; tables override them per table.
+func TestConfigFileDebeziumSettings(t *testing.T) {
+	t.Setenv("TEST_PG_URL", "postgres://walstream@db:5432/app")
+	t.Setenv("WALSTREAM_LINGER", "7ms")
+	path := writeFile(t, `
+pg-url: ${TEST_PG_URL}
+kafka-brokers: k:9092
+linger: 1s
+slot: ${TEST_SLOT:-orders_slot}
+converter: json
+outbox:
+  transforms.outbox.type: io.debezium.transforms.outbox.EventRouter
+  transforms.outbox.table.field.event.key: aggregateid
+  route.topic.replacement: ${routedByValue}.events
+  table.fields.additional.placement: type:header:eventType
+  debezium.op.invalid.behavior: fatal
+tables:
+  orders.outbox:
+  billing.outbox:
+    table.field.event.id: event_id
+    route.by.field: kind
+    table.field.event.timestamp: created_at
+    route.topic.replacement: billing.${routedByValue}
+`)
+	c, err := parseConfig([]string{"--config", path, "--message-prefix", "app"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PGURL != "postgres://walstream@db:5432/app" || c.Slot != "orders_slot" || c.Converter != "json" || c.MessagePrefix != "app" {
+		t.Errorf("settings from the file: %+v", c)
+	}
+	if c.Linger != 7*time.Millisecond {
+		t.Errorf("Linger = %s: the environment must win over the file", c.Linger)
+	}
+	tables, messages, err := c.outboxes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tables) != 2 || tables[0].Name() != "orders.outbox" || tables[1].Name() != "billing.outbox" {
+		t.Fatalf("tables %v", tables)
+	}
+	orders, billing := tables[0], tables[1]
+	if orders.Columns.ID != "id" || orders.TopicReplacement != "${routedByValue}.events" || orders.OnUpdate != decode.OpFatal ||
+		len(orders.Additional) != 1 || orders.Additional[0].Alias != "eventType" {
+		t.Errorf("orders.outbox has the shared settings: %+v", orders)
+	}
+	if billing.Columns.ID != "event_id" || billing.Columns.AggregateType != "kind" || billing.Columns.Timestamp != "created_at" ||
+		billing.TopicReplacement != "billing.${routedByValue}" || billing.OnUpdate != decode.OpFatal {
+		t.Errorf("billing.outbox has its own settings over the shared ones: %+v", billing)
+	}
+	if messages.Schema != "" || messages.TopicReplacement != "${routedByValue}.events" {
+		t.Errorf("logical messages use the shared settings: %+v", messages)
+	}
+	if n := c.names(); len(n.Tables) != 2 || n.Tables[1].String() != "billing.outbox" {
+		t.Errorf("names %+v", n)
+	}
+}
+
+func TestConfigFileErrors(t *testing.T) {
+	base := "pg-url: postgres://u@h/db\nkafka-brokers: k:9092\n"
+	for _, tc := range []struct {
+		name, body string
+		args       []string
+		want       []string
+	}{
+		{"unknown setting", base + "kafka-broker: x\n", nil, []string{"line 3", `unknown setting "kafka-broker"`}},
+		{"unknown outbox key", base + "outbox:\n  route.by.feld: x\n", nil, []string{"line 4", `"route.by.feld" is not a Debezium outbox router setting`}},
+		{"unsupported outbox key", base + "outbox:\n  table.field.event.schema.version: v\n", nil, []string{"line 4", "not supported", "no Kafka Connect schemas"}},
+		{"removed outbox key", base + "outbox:\n  transforms.x.table.field.event.type: type\n", nil, []string{"table.fields.additional.placement=type:header:eventType"}},
+		{"not the outbox router", base + "outbox:\n  transforms.x.type: io.debezium.transforms.ExtractNewRecordState\n", nil, []string{"line 4", "ExtractNewRecordState"}},
+		{"unset variable", base + "slot: ${WALSTREAM_TEST_UNSET}\n", nil, []string{"line 3", "WALSTREAM_TEST_UNSET is not set"}},
+		{"bad value", base + "max-batch-events: many\n", nil, []string{"line 3", "max-batch-events", "many"}},
+		{"bad table setting", base + "tables:\n  public.outbox:\n    table.op.invalid.behavior: explode\n", nil, []string{"tables.public.outbox", "explode"}},
+		{"tables and --table", base + "tables:\n  public.outbox:\n", []string{"--table", "public.other"}, []string{"tables section and --table"}},
+		{"nested value", base + "outbox:\n  route.by.field: [a, b]\n", nil, []string{"line 4", "single value"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfig(append([]string{"--config", writeFile(t, tc.body)}, tc.args...), &bytes.Buffer{})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestExpandEnv(t *testing.T) {
+	t.Setenv("WS_A", "a")
+	for in, want := range map[string]string{
+		"${WS_A}-x": "a-x", "${WS_UNSET_B:-dflt}": "dflt", "$$5 ${WS_A}": "$5 a", "no refs": "no refs", "${routedByValue}x${WS_A}": "",
+	} {
+		got, err := expandEnv(in)
+		if want == "" {
+			if err == nil {
+				t.Errorf("expandEnv(%q) = %q, want an error (routedByValue is not in the environment)", in, got)
+			}
+			continue
+		}
+		if err != nil || got != want {
+			t.Errorf("expandEnv(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -26,28 +28,35 @@ type initStep struct {
 // older than the publication it is asked for.
 func initSteps(c *Config, role string) []initStep {
 	n := c.names()
-	table := pgx.Identifier{n.Schema, n.Table}.Sanitize()
+	outboxes, _, _ := c.outboxes() // validated
 	pub := pgx.Identifier{n.Publication}.Sanitize()
-	steps := []initStep{
-		{"The outbox table, in Debezium's layout: applications insert a row here in the transaction that changes their data.",
+	var steps []initStep
+	var tables []string
+	for _, o := range outboxes {
+		t := pgx.Identifier{o.Schema, o.Table}.Sanitize()
+		tables = append(tables, t)
+		col := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+		steps = append(steps, initStep{"The outbox table " + o.Name() + ", in Debezium's layout: applications insert a row here in the transaction that changes their data.",
 			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
-    id            uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
-    aggregatetype text        NOT NULL,
-    aggregateid   text        NOT NULL,
+    %-13s uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
+    %-13s text        NOT NULL,
+    %-13s text        NOT NULL,
     type          text        NOT NULL,
-    payload       jsonb       NOT NULL,
+    %-13s jsonb       NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now()
-)`, table)},
-		{"The publication: only inserts into the outbox are decoded and sent to walstream.",
+)`, t, col(o.Columns.ID), col(o.Columns.AggregateType), col(o.Columns.AggregateID), col(o.Columns.Payload))})
+	}
+	list := strings.Join(tables, ", ")
+	steps = append(steps,
+		initStep{"The publication: inserts into the outbox are decoded and sent to walstream; updates too, so that table.op.invalid.behavior sees them.",
 			fmt.Sprintf(`DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %s) THEN
-        CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert');
+        CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert, update');
     END IF;
-END $$`, quoteLiteral(n.Publication), pub, table)},
-		{"The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication.",
+END $$`, quoteLiteral(n.Publication), pub, list)},
+		initStep{"The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication.",
 			fmt.Sprintf(`SELECT pg_create_logical_replication_slot(%s, 'pgoutput')
-WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s)`, quoteLiteral(n.Slot), quoteLiteral(n.Slot))},
-	}
+WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s)`, quoteLiteral(n.Slot), quoteLiteral(n.Slot))})
 	if role != "" {
 		r := pgx.Identifier{role}.Sanitize()
 		steps = append(steps,
@@ -57,8 +66,8 @@ WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s)`, quo
         CREATE ROLE %s LOGIN REPLICATION;
     END IF;
 END $$`, quoteLiteral(role), r)},
-			initStep{"It reads the outbox table and nothing else; run walstream as this role with --create=false.",
-				fmt.Sprintf("GRANT SELECT ON %s TO %s", table, r)})
+			initStep{"It reads the outbox tables and nothing else; run walstream as this role with --create=false.",
+				fmt.Sprintf("GRANT SELECT ON %s TO %s", list, r)})
 	}
 	return steps
 }
@@ -124,14 +133,9 @@ func runCheck(ctx context.Context, conn *pgx.Conn, cfg *Config, out io.Writer) e
 		fmt.Fprintf(out, "%-5s %s\n", status, fmt.Sprintf(format, a...))
 	}
 	var walLevel, user string
-	var super, canReplicate, canSelect, tableExists bool
-	var columns []string
-	err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'), current_user, r.rolsuper, r.rolreplication,
-			to_regclass($1) IS NOT NULL,
-			to_regclass($1) IS NOT NULL AND has_table_privilege(to_regclass($1), 'SELECT'),
-			coalesce((SELECT array_agg(attname::text) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped), '{}')
-		FROM pg_roles r WHERE r.rolname = current_user`, pgx.Identifier{n.Schema, n.Table}.Sanitize()).
-		Scan(&walLevel, &user, &super, &canReplicate, &tableExists, &canSelect, &columns)
+	var super, canReplicate bool
+	err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'), current_user, r.rolsuper, r.rolreplication
+		FROM pg_roles r WHERE r.rolname = current_user`).Scan(&walLevel, &user, &super, &canReplicate)
 	if err != nil {
 		return fmt.Errorf("checking the setup: %w", err)
 	}
@@ -142,30 +146,16 @@ func runCheck(ctx context.Context, conn *pgx.Conn, cfg *Config, out io.Writer) e
 	}
 	switch {
 	case super:
-		report("WARN", "role %s is a superuser: over-privileged; walstream needs only LOGIN REPLICATION and SELECT on %s.%s (walstream init prints it)", user, n.Schema, n.Table)
+		report("WARN", "role %s is a superuser: over-privileged; walstream needs only LOGIN REPLICATION and SELECT on the outbox tables (walstream init prints it)", user)
 	case canReplicate:
 		report("ok", "role %s has REPLICATION and is not a superuser", user)
 	default:
 		report("FAIL", "role %s lacks REPLICATION: ALTER ROLE %s WITH REPLICATION", user, pgx.Identifier{user}.Sanitize())
 	}
-	if !tableExists {
-		report("FAIL", "table %s.%s does not exist", n.Schema, n.Table)
-	} else {
-		report("ok", "table %s.%s exists", n.Schema, n.Table)
-		have := make(map[string]bool)
-		for _, c := range columns {
-			have[c] = true
-		}
-		for _, c := range []string{"id", "aggregatetype", "aggregateid", "payload"} {
-			if !have[c] {
-				report("FAIL", "table %s.%s has no column %s", n.Schema, n.Table, c)
-			}
-		}
-		if canSelect {
-			report("ok", "role %s may SELECT from %s.%s", user, n.Schema, n.Table)
-		} else {
-			report("FAIL", "role %s may not SELECT from %s.%s: GRANT SELECT ON %s TO %s", user, n.Schema, n.Table,
-				pgx.Identifier{n.Schema, n.Table}.Sanitize(), pgx.Identifier{user}.Sanitize())
+	outboxes, _, _ := cfg.outboxes() // validated
+	for _, o := range outboxes {
+		if err := checkTable(ctx, conn, o, user, report); err != nil {
+			return err
 		}
 	}
 	st, err := replication.PollSlot(ctx, conn, n)
@@ -175,10 +165,15 @@ func runCheck(ctx context.Context, conn *pgx.Conn, cfg *Config, out io.Writer) e
 	switch {
 	case !st.PublicationOK:
 		report("FAIL", "publication %s does not exist", n.Publication)
-	case !st.TableIncluded:
-		report("FAIL", "publication %s does not include %s.%s", n.Publication, n.Schema, n.Table)
 	default:
-		report("ok", "publication %s includes %s.%s", n.Publication, n.Schema, n.Table)
+		for _, t := range n.Tables {
+			if slices.Contains(st.Missing, t) {
+				report("FAIL", "publication %s does not include %s: ALTER PUBLICATION %s ADD TABLE %s", n.Publication, t,
+					pgx.Identifier{n.Publication}.Sanitize(), t.SQL())
+			} else {
+				report("ok", "publication %s includes %s", n.Publication, t)
+			}
+		}
 	}
 	if !st.Exists {
 		report("FAIL", "slot %s does not exist", n.Slot)
@@ -189,6 +184,46 @@ func runCheck(ctx context.Context, conn *pgx.Conn, cfg *Config, out io.Writer) e
 	}
 	if failed > 0 {
 		return fmt.Errorf("%w: %d requirement(s) not met", ErrCheckFailed, failed)
+	}
+	return nil
+}
+
+// checkTable reports whether an outbox table exists with the columns its
+// mapping names, and whether user may read it.
+func checkTable(ctx context.Context, conn *pgx.Conn, o *decode.Outbox, user string, report func(status, format string, a ...any)) error {
+	var exists, canSelect bool
+	var columns []string
+	err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
+			to_regclass($1) IS NOT NULL AND has_table_privilege(to_regclass($1), 'SELECT'),
+			coalesce((SELECT array_agg(attname::text) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped), '{}')`,
+		pgx.Identifier{o.Schema, o.Table}.Sanitize()).Scan(&exists, &canSelect, &columns)
+	if err != nil {
+		return fmt.Errorf("checking table %s: %w", o.Name(), err)
+	}
+	if !exists {
+		report("FAIL", "table %s does not exist", o.Name())
+		return nil
+	}
+	report("ok", "table %s exists", o.Name())
+	want := []string{o.Columns.ID, o.Columns.AggregateType, o.Columns.AggregateID, o.Columns.Payload}
+	if o.Columns.Timestamp != "" {
+		want = append(want, o.Columns.Timestamp)
+	}
+	for _, a := range o.Additional {
+		if !o.AdditionalOptional {
+			want = append(want, a.Column)
+		}
+	}
+	for _, c := range want {
+		if !slices.Contains(columns, c) {
+			report("FAIL", "table %s has no column %s", o.Name(), c)
+		}
+	}
+	if canSelect {
+		report("ok", "role %s may SELECT from %s", user, o.Name())
+	} else {
+		report("FAIL", "role %s may not SELECT from %s: GRANT SELECT ON %s TO %s", user, o.Name(),
+			pgx.Identifier{o.Schema, o.Table}.Sanitize(), pgx.Identifier{user}.Sanitize())
 	}
 	return nil
 }

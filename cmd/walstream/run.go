@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -308,13 +309,15 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
+	// The decoder tags events with these mappings and the producer routes by
+	// them, so both get the same ones.
+	outboxes, messages, _ := cfg.outboxes() // validated
 	prod, err := publish.New(publish.Config{
 		Conn: s.kafka, TransactionalID: cfg.TransactionalID,
 		CheckpointTopic: cfg.CheckpointTopic, CheckpointKey: cfg.CheckpointKey, Slot: cfg.Slot,
-		TopicTemplate: cfg.TopicTemplate, MaxBatchEvents: cfg.MaxBatchEvents, MaxBatchBytes: cfg.MaxBatchBytes,
+		Outboxes: append(slices.Clip(outboxes), messages), MaxBatchEvents: cfg.MaxBatchEvents, MaxBatchBytes: cfg.MaxBatchBytes,
 		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
-		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.deadLetterTopic(),
-		Converter: cfg.converter(), ExpandJSONPayload: cfg.ExpandJSON,
+		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.deadLetterTopic(), Converter: cfg.converter(),
 	}, s.log, s.metrics.pub, s.hook)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
@@ -330,9 +333,8 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	tracker := checkpoint.NewTracker(cp, slot.ConfirmedFlush)
 	prod.Start(cp, inKafka, tracker)
 	dec := decode.New(decode.Config{
-		Schema: names.Schema, Table: names.Table,
-		MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
-		DeadLetter: cfg.OnError == OnErrorDeadLetter, TombstoneOnEmptyPayload: cfg.Tombstones, MessagePrefix: cfg.MessagePrefix,
+		Outboxes: outboxes, MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
+		DeadLetter: cfg.OnError == OnErrorDeadLetter, MessagePrefix: cfg.MessagePrefix, Messages: messages, Log: s.log,
 	}, cp)
 	q := publish.NewQueue(int64(cfg.QueueBytes))
 	s.started = true

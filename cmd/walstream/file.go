@@ -1,0 +1,148 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// configFile is a YAML config file:
+//
+//	pg-url: ${PG_URL}              # any flag, by its name
+//	kafka-brokers: kafka:9092
+//	outbox:                        # Debezium outbox router settings, for every table
+//	  route.by.field: aggregatetype
+//	tables:                        # the outbox tables, each with its own settings
+//	  orders.outbox: {}
+//	  billing.outbox:
+//	    table.field.event.key: invoice_id
+type configFile struct {
+	settings []fileSetting // flags, by name
+	outbox   []fileSetting // Debezium keys
+	// tables are the outbox tables in file order, with their settings.
+	tables   []string
+	perTable map[string]map[string]string
+}
+
+type fileSetting struct {
+	key, value string
+	line       int
+}
+
+// envRef is ${NAME} or ${NAME:-default} in a config file value.
+var envRef = regexp.MustCompile(`\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}`)
+
+// expandEnv replaces ${NAME} with the environment variable, so that secrets
+// stay out of the file; ${NAME:-default} has a fallback, and $$ is a
+// dollar. An unset variable without a default is an error, not an empty
+// string: an empty password or URL would fail later and less clearly.
+func expandEnv(s string) (string, error) {
+	var missing []string
+	out := envRef.ReplaceAllStringFunc(s, func(ref string) string {
+		if ref == "$$" {
+			return "$"
+		}
+		m := envRef.FindStringSubmatch(ref)
+		if v, ok := os.LookupEnv(m[1]); ok {
+			return v
+		}
+		if m[2] != "" {
+			return m[2][2:]
+		}
+		missing = append(missing, m[1])
+		return ref
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("environment variable %s is not set", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+// noExpand are the settings whose ${...} are not environment variables:
+// route.topic.replacement refers to regex groups, ${routedByValue} above all.
+var noExpand = map[string]bool{"topic-template": true, "route.topic.replacement": true}
+
+func loadConfigFile(path string) (*configFile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config file: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	f := &configFile{perTable: make(map[string]map[string]string)}
+	if len(doc.Content) == 0 { // an empty file
+		return f, nil
+	}
+	at := func(n *yaml.Node, format string, a ...any) error {
+		return fmt.Errorf("config file %s, line %d: %s", path, n.Line, fmt.Sprintf(format, a...))
+	}
+	var errs []error
+	// scalars reads a mapping of scalar settings, expanding ${VAR}.
+	scalars := func(n *yaml.Node, what string, expand func(key string) bool) []fileSetting {
+		if n.Kind != yaml.MappingNode {
+			errs = append(errs, at(n, "%s must be a mapping of settings", what))
+			return nil
+		}
+		var out []fileSetting
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if v.Kind != yaml.ScalarNode {
+				errs = append(errs, at(v, "%s: want a single value", k.Value))
+				continue
+			}
+			value := v.Value
+			if expand(k.Value) {
+				var err error
+				if value, err = expandEnv(value); err != nil {
+					errs = append(errs, at(v, "%s: %v", k.Value, err))
+					continue
+				}
+			}
+			out = append(out, fileSetting{k.Value, value, k.Line})
+		}
+		return out
+	}
+	expandFlag := func(key string) bool { return !noExpand[key] }
+	expandDebezium := func(key string) bool {
+		flagName, err := canonicalKey(key)
+		return err != nil || !noExpand[flagName]
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, at(root, "want a mapping of settings")
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		switch k.Value {
+		case "outbox":
+			f.outbox = scalars(v, "outbox", expandDebezium)
+		case "tables":
+			if v.Kind != yaml.MappingNode {
+				errs = append(errs, at(v, "tables must map each outbox table to its outbox settings"))
+				continue
+			}
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				name, settings := v.Content[j], v.Content[j+1]
+				f.tables = append(f.tables, name.Value)
+				m := make(map[string]string)
+				if settings.Kind == yaml.ScalarNode && (settings.Value == "" || settings.Tag == "!!null") {
+					f.perTable[name.Value] = m // a table with the shared settings
+					continue
+				}
+				for _, s := range scalars(settings, "tables."+name.Value, expandDebezium) {
+					m[s.key] = s.value
+				}
+				f.perTable[name.Value] = m
+			}
+		default:
+			f.settings = append(f.settings, scalars(&yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{k, v}}, "", expandFlag)...)
+		}
+	}
+	return f, errors.Join(errs...)
+}
