@@ -76,3 +76,27 @@ for topic in outbox.event.Customer outbox.event.Order; do
     -f 'topic=%t partition=%p offset=%o key=%k header %h\n    value=%s\n'
 done
 say "slot walstream confirmed up to $end; order o-9999 was rolled back and is not above"
+
+# DEMO_INBOX=1 also runs the inbox example (examples/inbox): a consumer that
+# applies the records to a second database, exactly once.
+if [ -n "${DEMO_INBOX:-}" ]; then
+  say "building and starting the inbox example (examples/inbox; log: .demo/inbox.log)"
+  go build -o "$demo/bin/inbox" ./examples/inbox
+  psql -q -X -v ON_ERROR_STOP=1 "$url" -c "CREATE DATABASE inbox"
+  inbox_url="postgres://postgres@127.0.0.1:$PGPORT/inbox?sslmode=disable"
+  INBOX_PG_URL=$inbox_url INBOX_KAFKA_BROKERS=$BROKER INBOX_TOPICS=outbox.event.Customer,outbox.event.Order \
+    "$demo/bin/inbox" >"$demo/inbox.log" 2>&1 &
+  pids+=($!)
+  want=$(psql -X -tA "$url" -c "SELECT count(*) FROM outbox")
+  got=0
+  for _ in $(seq 300); do
+    got=$(psql -X -tA "$inbox_url" -c "SELECT count(*) FROM aggregate_events" 2>/dev/null || echo 0)
+    [ "$got" = "$want" ] && break
+    sleep 0.1
+  done
+  [ "$got" = "$want" ] || { echo "the inbox applied $got of $want events in 30s"; cat "$demo/inbox.log"; exit 1; }
+  say "what the inbox applied, each event once (database inbox)"
+  psql -X "$inbox_url" -c "SELECT topic, aggregate_id, version, event_id, convert_from(payload, 'UTF8') AS payload
+    FROM aggregate_events ORDER BY topic, aggregate_id, version"
+  psql -X "$inbox_url" -c "SELECT consumer, topic, partition, next_offset FROM inbox_offsets ORDER BY topic, partition"
+fi
