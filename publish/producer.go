@@ -134,7 +134,9 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 		// the one any Java producer would pick.
 		kgo.RecordPartitioner(newPartitioner()),
 		kgo.AllowAutoTopicCreation(),
-		kgo.RecordDeliveryTimeout(cfg.CommitTimeout),
+		// No record delivery timeout: franz-go measures it from a record's
+		// timestamp, which table.field.event.timestamp may set in the past.
+		// Flush's CommitTimeout bounds the wait instead.
 		kgo.MaxBufferedBytes(2*cfg.MaxBatchBytes),
 		// Room for one record of MaxRecordBytes with its batch overhead.
 		kgo.ProducerBatchMaxBytes(int32(max(1_000_012, cfg.MaxRecordBytes+16<<10))),
@@ -481,7 +483,7 @@ type Metrics struct {
 	deadLetters  prometheus.Counter
 	// kafka are franz-go's client metrics. kprom allows one client at a
 	// time, so only the producer's client reports them.
-	kafka *kprom.Metrics
+	kafka *kafkaMetrics
 }
 
 // NewMetrics registers the producer's metrics on reg.
@@ -507,7 +509,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walstream_dead_lettered_total", Help: "Events committed to the dead-letter topic instead of their own."}),
 	}
-	m.kafka = kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))
+	m.kafka = &kafkaMetrics{m: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))}
 	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters)
 	return m
 }

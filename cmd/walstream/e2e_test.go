@@ -209,7 +209,9 @@ func (p *proc) wait(t *testing.T, d time.Duration) error {
 func (e *env) currentLSN() pglogrepl.LSN {
 	e.t.Helper()
 	var s string
-	if err := e.pg.Connect("postgres").QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
+	conn := e.pg.Connect("postgres")
+	defer conn.Close(context.Background()) // callers poll: do not hold a connection per call until the test ends
+	if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 		e.t.Fatal(err)
 	}
 	lsn, err := pglogrepl.ParseLSN(s)
@@ -223,7 +225,9 @@ func (e *env) currentLSN() pglogrepl.LSN {
 func (e *env) confirmedLSN(slot string) pglogrepl.LSN {
 	e.t.Helper()
 	var s *string
-	err := e.pg.Connect("postgres").QueryRow(context.Background(),
+	conn := e.pg.Connect("postgres")
+	defer conn.Close(context.Background()) // polled: do not hold a connection per call until the test ends
+	err := conn.QueryRow(context.Background(),
 		"SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&s)
 	if err != nil || s == nil {
 		return 0
@@ -259,6 +263,7 @@ type record struct {
 	Offset    int64
 	Key       string
 	Headers   string
+	Timestamp int64 // milliseconds since the epoch
 	Value     string
 }
 
@@ -278,7 +283,7 @@ func (e *env) kcat(topic string) []record {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "kcat", "-b", e.broker, "-C", "-t", topic, "-o", "beginning", "-e", "-q",
 		"-X", "isolation.level=read_committed",
-		"-f", "%t\t%p\t%o\t%k\t%h\t%s\n")
+		"-f", "%t\t%p\t%o\t%k\t%h\t%T\t%s\n")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -289,14 +294,15 @@ func (e *env) kcat(topic string) []record {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 16<<20)
 	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), "\t", 6)
-		if len(f) != 6 {
-			e.t.Fatalf("kcat line %q: want 6 fields", sc.Text())
+		f := strings.SplitN(sc.Text(), "\t", 7)
+		if len(f) != 7 {
+			e.t.Fatalf("kcat line %q: want 7 fields", sc.Text())
 		}
 		var r record
-		r.Topic, r.Key, r.Headers, r.Value = f[0], f[3], f[4], f[5]
+		r.Topic, r.Key, r.Headers, r.Value = f[0], f[3], f[4], f[6]
 		fmt.Sscan(f[1], &r.Partition)
 		fmt.Sscan(f[2], &r.Offset)
+		fmt.Sscan(f[5], &r.Timestamp)
 		recs = append(recs, r)
 	}
 	return recs
@@ -766,7 +772,7 @@ func (e *env) kgoRead(topic string) []record {
 				hs = append(hs, h.Key+"="+string(h.Value))
 			}
 			recs = append(recs, record{Topic: r.Topic, Partition: int(r.Partition), Offset: r.Offset,
-				Key: string(r.Key), Headers: strings.Join(hs, ","), Value: string(r.Value)})
+				Key: string(r.Key), Headers: strings.Join(hs, ","), Timestamp: r.Timestamp.UnixMilli(), Value: string(r.Value)})
 		})
 	}
 	return recs
