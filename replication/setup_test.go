@@ -97,6 +97,18 @@ func TestPrepare(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("second outbox table not in the publication", func(t *testing.T) {
+		if _, err := admin.Exec(ctx, "CREATE SCHEMA billing; CREATE TABLE billing.outbox (LIKE public.outbox)"); err != nil {
+			t.Fatal(err)
+		}
+		n := names
+		n.Tables = []Table{{"public", "outbox"}, {"billing", "outbox"}}
+		err := Prepare(ctx, admin, n, true)
+		wantSetupError(t, err, `publication "walstream_outbox"`, `does not include table "billing"."outbox"`,
+			`ALTER PUBLICATION "walstream_outbox" ADD TABLE "billing"."outbox"`)
+		n.Tables = append(n.Tables, Table{"billing", "missing"})
+		wantSetupError(t, Prepare(ctx, admin, n, true), `table "billing"."missing"`, "does not exist")
+	})
 	t.Run("slot of another plugin", func(t *testing.T) {
 		if _, err := admin.Exec(ctx, "SELECT pg_create_logical_replication_slot('decoder', 'test_decoding')"); err != nil {
 			t.Fatal(err)

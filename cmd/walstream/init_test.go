@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +93,40 @@ func TestInitCheckReportsProblems(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("init --check output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestInitSeveralTables: init creates every outbox table of a config file
+// with its own column names, one publication over them, and --check then
+// passes table by table.
+func TestInitSeveralTables(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	admin := pg.URL("postgres", "postgres")
+	pg.Exec("postgres", "CREATE SCHEMA orders; CREATE SCHEMA billing")
+	cfg := filepath.Join(t.TempDir(), "walstream.yaml")
+	if err := os.WriteFile(cfg, []byte("tables:\n  orders.outbox:\n  billing.outbox:\n    table.field.event.key: invoice_id\n    route.by.field: kind\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := walstreamCmd(t, "init", "--config", cfg, "--pg-url", admin, "--apply")
+	if err != nil {
+		t.Fatalf("init --apply: %v\n%s", err, out)
+	}
+	var columns string
+	if err := pg.Connect("postgres").QueryRow(context.Background(), `SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute
+		WHERE attrelid = 'billing.outbox'::regclass AND attnum > 0`).Scan(&columns); err != nil {
+		t.Fatal(err)
+	}
+	if columns != "id,kind,invoice_id,type,payload,created_at" {
+		t.Errorf("billing.outbox columns %s, want its mapping's names", columns)
+	}
+	out, err = walstreamCmd(t, "init", "--config", cfg, "--pg-url", admin, "--check")
+	for _, want := range []string{"ok    table orders.outbox exists", "ok    table billing.outbox exists",
+		"ok    publication walstream_outbox includes orders.outbox", "ok    publication walstream_outbox includes billing.outbox"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("init --check output lacks %q:\n%s", want, out)
+		}
+	}
+	if err != nil {
+		t.Fatalf("init --check: %v\n%s", err, out)
 	}
 }
