@@ -52,6 +52,7 @@ type Stream struct {
 	cfg     StreamConfig
 	log     *slog.Logger
 	conn    *pgconn.PgConn
+	lowat   *lowatConn // nil when the socket's low-water mark cannot be raised
 	metrics *Metrics
 	// Owned by Run.
 	lastMarker   pglogrepl.LSN
@@ -65,6 +66,7 @@ type Stream struct {
 func Dial(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
 	cfg = cfg.Copy()
 	cfg.RuntimeParams["replication"] = "database"
+	cfg.DialFunc = dialLowat(cfg.DialFunc)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("opening replication connection to %s:%d database %s: %w", cfg.Host, cfg.Port, cfg.Database, err)
@@ -93,7 +95,7 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig, log *slog
 		}
 		return nil, fmt.Errorf("starting replication on slot %s: %w", n.Slot, err)
 	}
-	return &Stream{cfg: cfg, log: log, conn: conn, metrics: m}, nil
+	return &Stream{cfg: cfg, log: log, conn: conn, lowat: lowatOf(conn), metrics: m}, nil
 }
 
 // Run receives the slot's messages, decodes them into dec and puts the
@@ -150,6 +152,9 @@ func (s *Stream) Run(ctx context.Context, dec *decode.Decoder, out sink, pos con
 		}
 		if len(tx.Events) > 0 {
 			pos.Received(tx.CommitLSN, tx.CommitTime)
+			if time.Since(tx.CommitTime) > backlogAge {
+				s.lowat.raise()
+			}
 		}
 		if out.TryPut(tx) {
 			continue
