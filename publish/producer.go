@@ -181,10 +181,17 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 	defer p.abort(ctx)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// armed is what the timer is set for: most transactions join an open
+	// batch whose due time does not change, and resetting the timer for
+	// each of them would cost a runtime timer update per row.
+	var armed time.Time
 	for {
 		var due <-chan time.Time
 		if at, ok := p.flushAt(); ok {
-			timer.Reset(time.Until(at))
+			if !at.Equal(armed) {
+				timer.Reset(time.Until(at))
+				armed = at
+			}
 			due = timer.C
 		}
 		var err error
@@ -195,6 +202,7 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 			err = p.add(ctx, tx)
 			q.done(tx)
 		case <-due:
+			armed = time.Time{}
 			err = p.flush(ctx)
 		}
 		if err != nil {

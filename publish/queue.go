@@ -38,6 +38,23 @@ func (q *Queue) Put(ctx context.Context, tx *decode.Tx) error {
 	}
 }
 
+// TryPut enqueues tx if there is room now, without waiting. The
+// replication loop tries it first, because a deadline context for Put
+// costs a timer per transaction.
+func (q *Queue) TryPut(tx *decode.Tx) bool {
+	w := q.weight(tx)
+	if !q.sem.TryAcquire(w) {
+		return false
+	}
+	select {
+	case q.ch <- tx:
+		return true
+	default:
+		q.sem.Release(w)
+		return false
+	}
+}
+
 // done releases tx's room once its records are handed to the client.
 func (q *Queue) done(tx *decode.Tx) { q.sem.Release(q.weight(tx)) }
 

@@ -25,9 +25,10 @@ type confirmer interface {
 	Received(commitLSN pglogrepl.LSN, commitTime time.Time)
 }
 
-// sink takes decoded transactions. Put either takes tx or returns ctx's
-// error having taken nothing.
+// sink takes decoded transactions. TryPut takes tx only if it can at once;
+// Put either takes tx or returns ctx's error having taken nothing.
 type sink interface {
+	TryPut(tx *decode.Tx) bool
 	Put(ctx context.Context, tx *decode.Tx) error
 }
 
@@ -51,6 +52,7 @@ type Stream struct {
 	cfg     StreamConfig
 	log     *slog.Logger
 	conn    *pgconn.PgConn
+	lowat   *lowatConn // nil when the socket's low-water mark cannot be raised
 	metrics *Metrics
 	// Owned by Run.
 	lastMarker   pglogrepl.LSN
@@ -69,6 +71,7 @@ func Dial(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
 	// decode can read table.field.event.timestamp.
 	cfg.RuntimeParams["DateStyle"] = "ISO"
 	cfg.RuntimeParams["TimeZone"] = "UTC"
+	cfg.DialFunc = dialLowat(cfg.DialFunc)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("opening replication connection to %s:%d database %s: %w", cfg.Host, cfg.Port, cfg.Database, err)
@@ -97,30 +100,41 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig, log *slog
 		}
 		return nil, fmt.Errorf("starting replication on slot %s: %w", n.Slot, err)
 	}
-	return &Stream{cfg: cfg, log: log, conn: conn, metrics: m}, nil
+	return &Stream{cfg: cfg, log: log, conn: conn, lowat: lowatOf(conn), metrics: m}, nil
 }
 
 // Run receives the slot's messages, decodes them into dec and puts the
 // transactions into out, until ctx ends or the stream fails. It sends a
 // status update every StatusInterval and whenever the server asks, also
 // while out applies back-pressure, so the server never times it out.
+//
+// At one outbox row per Postgres transaction every row is three messages,
+// so the loop sets up nothing per message: a context passed to
+// ReceiveMessage costs pgconn a watcher registration, and a per-message
+// deadline context a timer, which together were a third of walstream's
+// CPU. Instead the connection's read deadline is the next status update,
+// set once per interval: once it passes, the next read from the socket
+// times out at once, and ctx's end moves it to now.
 func (s *Stream) Run(ctx context.Context, dec *decode.Decoder, out sink, pos confirmer) error {
-	next := time.Now()
+	nc := s.conn.Conn()
+	// Deferred before stop, so it runs after it: Run leaves no deadline behind.
+	defer nc.SetReadDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetReadDeadline(time.Now()) })
+	defer stop()
+	next, err := s.statusDue(ctx, pos)
+	if err != nil {
+		return err
+	}
 	for {
-		if !time.Now().Before(next) {
-			if err := s.sendStatus(ctx, pos); err != nil {
-				return err
-			}
-			next = time.Now().Add(s.cfg.StatusInterval)
-		}
-		rctx, cancel := context.WithDeadline(ctx, next)
-		msg, err := s.conn.ReceiveMessage(rctx)
-		cancel()
+		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			if pgconn.Timeout(err) {
+				if next, err = s.statusDue(ctx, pos); err != nil {
+					return err
+				}
 				continue
 			}
 			return fmt.Errorf("receiving from slot %s: %w", s.cfg.Names.Slot, err)
@@ -138,10 +152,19 @@ func (s *Stream) Run(ctx context.Context, dec *decode.Decoder, out sink, pos con
 		default:
 			return fmt.Errorf("slot %s: unexpected message %T", s.cfg.Names.Slot, msg)
 		}
-		if tx != nil && len(tx.Events) > 0 {
-			pos.Received(tx.CommitLSN, tx.CommitTime)
+		if tx == nil {
+			continue
 		}
-		for tx != nil {
+		if len(tx.Events) > 0 {
+			pos.Received(tx.CommitLSN, tx.CommitTime)
+			if time.Since(tx.CommitTime) > backlogAge {
+				s.lowat.raise()
+			}
+		}
+		if out.TryPut(tx) {
+			continue
+		}
+		for {
 			pctx, cancel := context.WithDeadline(ctx, next)
 			err := out.Put(pctx, tx)
 			cancel()
@@ -152,12 +175,25 @@ func (s *Stream) Run(ctx context.Context, dec *decode.Decoder, out sink, pos con
 				return ctx.Err()
 			}
 			// Waiting on Kafka: keep the walsender from timing us out.
-			if err := s.sendStatus(ctx, pos); err != nil {
+			if next, err = s.statusDue(ctx, pos); err != nil {
 				return err
 			}
-			next = time.Now().Add(s.cfg.StatusInterval)
 		}
 	}
+}
+
+// statusDue sends a status update and sets the read deadline to when the
+// next one is due, which it returns. A deadline set after ctx ended would
+// undo the one ctx's end set, so it then returns ctx's error.
+func (s *Stream) statusDue(ctx context.Context, pos confirmer) (time.Time, error) {
+	if err := s.sendStatus(ctx, pos); err != nil {
+		return time.Time{}, err
+	}
+	next := time.Now().Add(s.cfg.StatusInterval)
+	if err := s.conn.Conn().SetReadDeadline(next); err != nil {
+		return next, fmt.Errorf("setting the read deadline on slot %s: %w", s.cfg.Names.Slot, err)
+	}
+	return next, ctx.Err()
 }
 
 func (s *Stream) handle(ctx context.Context, data []byte, dec *decode.Decoder, pos confirmer) (*decode.Tx, error) {

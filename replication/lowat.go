@@ -1,0 +1,157 @@
+package replication
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// While walstream is behind, the walsender sends as fast as it decodes,
+// one small message at a time, and walstream, faster than it, used to find
+// the socket empty after every row: reads, waits in the poller and
+// wake-ups, about one of each per row, were half of walstream's CPU in a
+// backlog drain.
+// Raising the socket's SO_RCVLOWAT makes the kernel wake a waiting read
+// only once lowatBytes are queued, so a backlog is read in large chunks.
+// Caught up, it stays at 1: a lone message must not wait.
+const (
+	lowatBytes = 64 << 10
+	// lowatWait bounds how long a read waits for lowatBytes; when they do
+	// not come in time the backlog is over, and the read takes what is
+	// there and lowers the mark.
+	lowatWait = 2 * time.Millisecond
+	// backlogAge is how old a transaction's commit must be for the stream
+	// to count as behind. Far above the lag of a stream that keeps up, and
+	// above the skew of NTP-synchronized clocks.
+	backlogAge = time.Second
+)
+
+// lowatConn is the replication connection's socket, under TLS if any.
+// Reads come from the replication loop's goroutine only; SetReadDeadline
+// and SetDeadline may come from another, to stop a read.
+type lowatConn struct {
+	net.Conn
+	raw    syscall.RawConn
+	raised bool // owned by the reading goroutine
+
+	mu       sync.Mutex // orders deadline changes against the short ones Read sets
+	deadline time.Time  // the read deadline the connection's user set
+}
+
+// dialLowat wraps dial so that connections it makes can raise their
+// receive low-water mark.
+func dialLowat(dial pgconn.DialFunc) pgconn.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		sc, ok := c.(syscall.Conn)
+		if !ok || !lowatSupported {
+			return c, nil
+		}
+		raw, err := sc.SyscallConn()
+		if err != nil {
+			return c, nil
+		}
+		return &lowatConn{Conn: c, raw: raw}, nil
+	}
+}
+
+// lowatOf returns the lowatConn under a replication connection, or nil
+// when it has none.
+func lowatOf(conn *pgconn.PgConn) *lowatConn {
+	nc := conn.Conn()
+	if t, ok := nc.(*tls.Conn); ok {
+		nc = t.NetConn()
+	}
+	lc, _ := nc.(*lowatConn)
+	return lc
+}
+
+func (c *lowatConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deadline = t
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *lowatConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deadline = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+// raise sets the low-water mark to lowatBytes. It is called for every
+// transaction decoded while behind, so it costs nothing when raised.
+func (c *lowatConn) raise() {
+	if c != nil && !c.raised && c.setLowat(lowatBytes) == nil {
+		c.raised = true
+	}
+}
+
+// lower sets the low-water mark back to 1 byte.
+func (c *lowatConn) lower() error {
+	c.raised = false
+	return c.setLowat(1)
+}
+
+func (c *lowatConn) setLowat(n int) error {
+	var serr error
+	if err := c.raw.Control(func(fd uintptr) { serr = setRcvLowat(fd, n) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+// Read waits at most lowatWait for the low-water mark while it is raised;
+// past that it lowers the mark and waits for anything, up to the user's
+// deadline.
+func (c *lowatConn) Read(b []byte) (int, error) {
+	if !c.raised {
+		return c.Conn.Read(b)
+	}
+	c.mu.Lock()
+	short := time.Now().Add(lowatWait)
+	user := c.deadline
+	err := c.Conn.SetReadDeadline(earliest(short, user))
+	c.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(b)
+	if n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return n, err
+	}
+	c.mu.Lock()
+	user = c.deadline
+	if !user.IsZero() && !time.Now().Before(user) {
+		c.mu.Unlock()
+		return n, err // the user's deadline, not the short one
+	}
+	err = c.Conn.SetReadDeadline(user)
+	if err == nil {
+		err = c.lower()
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(b)
+}
+
+// earliest returns the earlier of a and a deadline u, zero meaning none.
+func earliest(a, u time.Time) time.Time {
+	if u.IsZero() || a.Before(u) {
+		return a
+	}
+	return u
+}

@@ -1,0 +1,77 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// lowatPair returns a lowatConn dialed to a loopback listener and the
+// server's end of the connection.
+func lowatPair(t *testing.T) (*lowatConn, net.Conn) {
+	t.Helper()
+	if !lowatSupported {
+		t.Skip("SO_RCVLOWAT is not used on this platform")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var d net.Dialer
+	c, err := dialLowat(d.DialContext)(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	srv, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	lc, ok := c.(*lowatConn)
+	if !ok {
+		t.Fatalf("dialLowat made a %T, want *lowatConn", c)
+	}
+	return lc, srv
+}
+
+// A message smaller than the raised mark is still read: at the end of a
+// backlog the last rows must not wait for more.
+func TestLowatReadsASmallMessage(t *testing.T) {
+	c, srv := lowatPair(t)
+	c.raise()
+	if !c.raised {
+		t.Fatal("raise did not raise the mark")
+	}
+	go func() {
+		// Most likely after the read found the socket empty; the message
+		// must arrive either way.
+		time.Sleep(10 * lowatWait)
+		_, _ = srv.Write([]byte("BEGIN"))
+	}()
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	if err != nil || string(buf[:n]) != "BEGIN" {
+		t.Fatalf("Read = %q, %v; want BEGIN", buf[:n], err)
+	}
+}
+
+// A deadline the user set, here one already past, ends a read while the
+// mark is raised, as it does a plain read.
+func TestLowatKeepsTheUsersDeadline(t *testing.T) {
+	c, _ := lowatPair(t)
+	c.raise()
+	if err := c.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(make([]byte, 64)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read = %v, want %v", err, os.ErrDeadlineExceeded)
+	}
+	if !c.raised {
+		t.Fatal("the user's deadline lowered the mark; only the end of a backlog should")
+	}
+}
