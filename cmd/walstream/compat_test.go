@@ -14,11 +14,12 @@ import (
 // TestLogicalMessageOutboxJSON: a row and a pg_logical_emit_message event
 // in one transaction arrive in commit order, encoded as Debezium's
 // JsonConverter (schemas.enable=false) would, and a NULL payload becomes a
-// tombstone; read back with kcat.
+// tombstone; read back with kcat from zstd-compressed batches.
 func TestLogicalMessageOutboxJSON(t *testing.T) {
 	e := newEnv(t)
 	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN payload DROP NOT NULL")
-	p := e.start([]string{"--converter", "json", "--tombstone-on-empty-payload"}).streaming(t)
+	// zstd batches, which kcat (librdkafka) decompresses on its own.
+	p := e.start([]string{"--converter", "json", "--tombstone-on-empty-payload", "--compression", "zstd"}).streaming(t)
 	e.pg.Exec("postgres", `BEGIN;
 		INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000e1', 'Order', 'o-1', 'Placed', '{"n": 1}');
 		SELECT pg_logical_emit_message(true, 'walstream', '{"id": "m-1", "aggregatetype": "Order", "aggregateid": "o-1", "type": "Shipped", "payload": {"n": 2}}');

@@ -69,6 +69,7 @@ type Config struct {
 	CommitTimeout         time.Duration
 	OnError               string
 	Converter             string
+	Compression           string
 	MessagePrefix         string
 	DeadLetterTopic       string
 	MaxRecordBytes        int
@@ -140,6 +141,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	dur(&c.CommitTimeout, "commit-timeout", DefaultCommitTimeout, "limit on flushing and committing one Kafka transaction")
 	str(&c.Converter, "converter", "string", "key and value bytes as Debezium emits them behind Kafka Connect's StringConverter (string) or JsonConverter with schemas.enable=false (json)")
 	c.Mapping.flags(str, boolean)
+	str(&c.Compression, "compression", "snappy", "record batch compression: snappy, lz4, zstd, gzip or none")
 	str(&c.MessagePrefix, "message-prefix", "walstream", "prefix of transactional pg_logical_emit_message() outbox events; empty: ignore logical messages")
 	str(&c.OnError, "on-error", OnErrorFail, "a row that cannot become a record: fail (stop, confirm nothing past it) or dead-letter (write it to --dlq-topic and go on)")
 	str(&c.DeadLetterTopic, "dlq-topic", DefaultDeadLetterTopic, "dead-letter topic, with --on-error=dead-letter")
@@ -242,6 +244,9 @@ func (c *Config) Validate() error {
 	if _, err := publish.ParseConverter(c.Converter); err != nil {
 		bad("converter", "%v", err)
 	}
+	if _, err := publish.ParseCompression(c.Compression); err != nil {
+		bad("compression", "%v", err)
+	}
 	if c.OnError != OnErrorFail && c.OnError != OnErrorDeadLetter {
 		bad("on-error", "%q is not %s or %s", c.OnError, OnErrorFail, OnErrorDeadLetter)
 	}
@@ -299,6 +304,11 @@ func (c *Config) brokers() []string {
 		}
 	}
 	return bs
+}
+
+func (c *Config) compression() publish.Compression {
+	comp, _ := publish.ParseCompression(c.Compression) // validated
+	return comp
 }
 
 func (c *Config) converter() publish.Converter {

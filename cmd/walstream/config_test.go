@@ -52,6 +52,7 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{"bad slot", append(base, "--slot", "My-Slot"), nil, []string{`slot name "My-Slot"`}},
 		{"template", append(base, "--topic-template", "events.${kind}"), nil, []string{"--topic-template", `no group named "kind"`}},
 		{"placement", append(base, "--additional-placement", "type:body"), nil, []string{"--additional-placement", `"body" is not header, envelope or partition`}},
+		{"compression", append(base, "--compression", "brotli"), nil, []string{"--compression", `"brotli" is not one of snappy, lz4, zstd, gzip, none`}},
 		{"on update", append(base, "--on-update", "ignore"), nil, []string{"--on-update", `"ignore" is not warn, error or fatal`}},
 		{"table twice", append(base, "--table", "public.outbox,public.outbox"), nil, []string{"listed twice"}},
 		{"interval", append(base, "--status-interval", "0s"), nil, []string{"--status-interval", "must be positive"}},

@@ -318,6 +318,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		Outboxes: append(slices.Clip(outboxes), messages), MaxBatchEvents: cfg.MaxBatchEvents, MaxBatchBytes: cfg.MaxBatchBytes,
 		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
 		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.deadLetterTopic(), Converter: cfg.converter(),
+		Compression: cfg.compression(),
 	}, s.log, s.metrics.pub, s.hook)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
