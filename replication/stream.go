@@ -49,10 +49,12 @@ type StreamConfig struct {
 // Stream is one replication connection streaming a slot. It is used from
 // one goroutine: Start, then Run, then Close.
 type Stream struct {
-	cfg     StreamConfig
-	log     *slog.Logger
-	conn    *pgconn.PgConn
-	lowat   *lowatConn // nil when the socket's low-water mark cannot be raised
+	cfg   StreamConfig
+	log   *slog.Logger
+	conn  *pgconn.PgConn
+	lowat *lowatConn // nil when the socket's low-water mark cannot be raised
+	// sentAt is when the walsender sent the last XLogData, by its clock.
+	sentAt  time.Time
 	metrics *Metrics
 	// Owned by Run.
 	lastMarker   pglogrepl.LSN
@@ -157,7 +159,7 @@ func (s *Stream) Run(ctx context.Context, dec *decode.Decoder, out sink, pos con
 		}
 		if len(tx.Events) > 0 {
 			pos.Received(tx.CommitLSN, tx.CommitTime)
-			if time.Since(tx.CommitTime) > backlogAge {
+			if s.sentAt.Sub(tx.CommitTime) > backlogAge {
 				s.lowat.raise()
 			}
 		}
@@ -225,6 +227,7 @@ func (s *Stream) handle(ctx context.Context, data []byte, dec *decode.Decoder, p
 			return nil, fmt.Errorf("slot %s: parsing XLogData: %w", s.cfg.Names.Slot, err)
 		}
 		s.metrics.received(x.WALStart)
+		s.sentAt = x.ServerTime
 		tx, err := dec.Decode(x.WALStart, x.WALData)
 		if err != nil {
 			return nil, fmt.Errorf("slot %s: %w", s.cfg.Names.Slot, err)
