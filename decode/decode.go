@@ -13,7 +13,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -185,7 +184,7 @@ func New(cfg Config, resume checkpoint.Checkpoint) *Decoder {
 		cfg.Messages = cfg.Outboxes[0]
 	}
 	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Decoder{cfg: cfg, resume: resume, relations: make(map[uint32]*relation)}
 }

@@ -142,7 +142,7 @@ func (st SlotState) fatal(n Names) error {
 		return &SetupError{Object: fmt.Sprintf("publication %q", n.Publication), Reason: "was dropped while streaming",
 			Fix: "recreate it with: " + n.PublicationSQL() + "; events committed meanwhile are not published"}
 	case len(st.Missing) > 0:
-		return &SetupError{Object: "table " + n.tableList(st.Missing), Reason: fmt.Sprintf("is no longer in publication %q (dropped or removed) while streaming", n.Publication),
+		return &SetupError{Object: "table " + tableList(st.Missing), Reason: fmt.Sprintf("is no longer in publication %q (dropped or removed) while streaming", n.Publication),
 			Fix: n.addTablesSQL(st.Missing)}
 	}
 	return nil

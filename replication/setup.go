@@ -94,23 +94,27 @@ type Names struct {
 	Tables            []Table
 }
 
-func (n Names) tableList(tables []Table) string {
-	sqls := make([]string, len(tables))
+// sqlNames are tables as quoted SQL names.
+func sqlNames(tables []Table) []string {
+	s := make([]string, len(tables))
 	for i, t := range tables {
-		sqls[i] = t.SQL()
+		s[i] = t.SQL()
 	}
-	return strings.Join(sqls, ", ")
+	return s
 }
+
+// tableList is tables as a list for SQL.
+func tableList(tables []Table) string { return strings.Join(sqlNames(tables), ", ") }
 
 // PublicationSQL creates the publication. It publishes updates too so that
 // an UPDATE of an outbox row is seen and table.op.invalid.behavior applies.
 func (n Names) PublicationSQL() string {
 	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert, update')",
-		pgx.Identifier{n.Publication}.Sanitize(), n.tableList(n.Tables))
+		pgx.Identifier{n.Publication}.Sanitize(), tableList(n.Tables))
 }
 
 func (n Names) addTablesSQL(tables []Table) string {
-	return fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{n.Publication}.Sanitize(), n.tableList(tables))
+	return fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{n.Publication}.Sanitize(), tableList(tables))
 }
 
 func (n Names) slotSQL() string {
@@ -138,7 +142,7 @@ func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
 	var existing []string
 	err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'),
 		(SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user),
-		ARRAY(SELECT t FROM unnest($1::text[]) t WHERE to_regclass(t) IS NOT NULL)`, n.quotedNames()).Scan(&walLevel, &canReplicate, &existing)
+		ARRAY(SELECT t FROM unnest($1::text[]) t WHERE to_regclass(t) IS NOT NULL)`, sqlNames(n.Tables)).Scan(&walLevel, &canReplicate, &existing)
 	if err != nil {
 		return fmt.Errorf("checking server settings: %w", err)
 	}
@@ -162,15 +166,6 @@ func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
 	return prepareSlot(ctx, conn, n, create)
 }
 
-// quotedNames are the tables as quoted SQL names, for to_regclass.
-func (n Names) quotedNames() []string {
-	s := make([]string, len(n.Tables))
-	for i, t := range n.Tables {
-		s[i] = t.SQL()
-	}
-	return s
-}
-
 func preparePublication(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
 	var exists, inserts bool
 	var included []string
@@ -190,7 +185,7 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, n Names, create boo
 			return fmt.Errorf("creating %s: %w", obj, err)
 		}
 	case len(missing) > 0:
-		return &SetupError{Object: obj, Reason: "does not include table " + n.tableList(missing), Fix: n.addTablesSQL(missing)}
+		return &SetupError{Object: obj, Reason: "does not include table " + tableList(missing), Fix: n.addTablesSQL(missing)}
 	case !inserts:
 		return &SetupError{Object: obj, Reason: "does not publish inserts",
 			Fix: fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert, update')", pgx.Identifier{n.Publication}.Sanitize())}
