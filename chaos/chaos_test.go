@@ -125,7 +125,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	brokerPort, err := freePort()
+	brokerPort, err := testenv.PickPort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,16 +43,6 @@ func buildBinaries(t testing.TB, dir, prebuilt string) (walstream, devbroker str
 	return walstream, devbroker
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // proxies are the toxiproxies walstream reaches Postgres and the broker
 // through. The harness's own clients bypass them.
 type proxies struct {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // brokerCommand is the hidden subcommand that runs the broker: walbench
@@ -129,7 +130,7 @@ type brokerProc struct {
 // startBroker starts `walbench broker` on a free loopback port with its
 // data in dataDir, logging to logPath.
 func startBroker(ctx context.Context, exe, dataDir, profileDir, logPath string, partitions int) (*brokerProc, error) {
-	port, err := freePort()
+	port, err := testenv.PickPort()
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // Names of what walbench creates in Postgres. Every run drops and
@@ -68,7 +68,7 @@ func startPostgres(ctx context.Context, bin string) (*postgres, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("handing %s to the postgres user: %w", dir, err)
 	}
-	port, err := freePort()
+	port, err := testenv.PickPort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -157,16 +157,6 @@ func appendFile(path, s string) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // setupSQL creates the payload function and the load procedure. The
