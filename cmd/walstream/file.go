@@ -83,7 +83,23 @@ func loadConfigFile(path string) (*configFile, error) {
 		return fmt.Errorf("config file %s, line %d: %s", path, n.Line, fmt.Sprintf(format, a...))
 	}
 	var errs []error
-	// scalars reads a mapping of scalar settings, expanding ${VAR}.
+	// scalar reads one setting, expanding ${VAR}; ok is false after an error.
+	scalar := func(k, v *yaml.Node, expand func(key string) bool) (fileSetting, bool) {
+		if v.Kind != yaml.ScalarNode {
+			errs = append(errs, at(v, "%s: want a single value", k.Value))
+			return fileSetting{}, false
+		}
+		value := v.Value
+		if expand(k.Value) {
+			var err error
+			if value, err = expandEnv(value); err != nil {
+				errs = append(errs, at(v, "%s: %v", k.Value, err))
+				return fileSetting{}, false
+			}
+		}
+		return fileSetting{k.Value, value, k.Line}, true
+	}
+	// scalars reads a mapping of settings.
 	scalars := func(n *yaml.Node, what string, expand func(key string) bool) []fileSetting {
 		if n.Kind != yaml.MappingNode {
 			errs = append(errs, at(n, "%s must be a mapping of settings", what))
@@ -91,20 +107,9 @@ func loadConfigFile(path string) (*configFile, error) {
 		}
 		var out []fileSetting
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if v.Kind != yaml.ScalarNode {
-				errs = append(errs, at(v, "%s: want a single value", k.Value))
-				continue
+			if s, ok := scalar(n.Content[i], n.Content[i+1], expand); ok {
+				out = append(out, s)
 			}
-			value := v.Value
-			if expand(k.Value) {
-				var err error
-				if value, err = expandEnv(value); err != nil {
-					errs = append(errs, at(v, "%s: %v", k.Value, err))
-					continue
-				}
-			}
-			out = append(out, fileSetting{k.Value, value, k.Line})
 		}
 		return out
 	}
@@ -141,7 +146,9 @@ func loadConfigFile(path string) (*configFile, error) {
 				f.perTable[name.Value] = m
 			}
 		default:
-			f.settings = append(f.settings, scalars(&yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{k, v}}, "", expandFlag)...)
+			if s, ok := scalar(k, v, expandFlag); ok {
+				f.settings = append(f.settings, s)
+			}
 		}
 	}
 	return f, errors.Join(errs...)

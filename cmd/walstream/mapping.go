@@ -104,7 +104,9 @@ func canonicalKey(key string) (string, error) {
 // routerType is the one value of a copied transforms.<name>.type key.
 const routerType = "io.debezium.transforms.outbox.EventRouter"
 
-// flags defines the mapping's flags on fs, named by define.
+// flags defines the mapping's flags with str and boolean, which are
+// Config.flags' helpers: each flag's usage then names its environment
+// variable, and here its Debezium key too.
 func (m *Mapping) flags(str func(*string, string, string, string), boolean func(*bool, string, bool, string)) {
 	d := decode.DefaultColumns
 	key := func(flagName string) string {
