@@ -111,13 +111,13 @@ func TestChaos(t *testing.T) {
 	}
 	wsBin, brokerBin := buildBinaries(t, filepath.Join(dir, "bin"), *flagBinary)
 
-	pg := testenv.StartPostgres(t,
+	pg := testenv.StartPostgres(t, testenv.Settings(
 		"logical_decoding_work_mem = '64kB'",
 		fmt.Sprintf("wal_sender_timeout = '%ds'", int(walSenderTimeout.Seconds())),
 		// Writers see a commit only once its WAL is written, so an
 		// immediate restart cannot take back a commit the ledger reported.
 		"synchronous_commit = on",
-	)
+	))
 	pgURL := pg.URL("postgres", "postgres")
 	ctx, cancel := context.WithTimeout(context.Background(), *flagDuration+10*time.Minute)
 	defer cancel()
