@@ -40,14 +40,7 @@ var (
 // confirm everything written.
 const catchUpLimit = 30 * time.Second
 
-// unavailable skips, or fails under CI, like testenv does.
-func unavailable(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("CI is set and "+format, args...)
-	}
-	t.Skipf(format+" (set CI=1 to make this a failure)", args...)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 // TestChaos runs walstream under load and faults and checks that every
 // committed outbox row reaches Kafka exactly once, in order per aggregate,
@@ -71,7 +64,7 @@ func TestChaos(t *testing.T) {
 		skip[k] = true
 	}
 	if _, err := exec.LookPath("kcat"); err != nil {
-		unavailable(t, "kcat is not installed (apt-get install kcat)")
+		testenv.Unavailable(t, "kcat is not installed (apt-get install kcat)")
 	}
 	dir, err := os.MkdirTemp("", "walstream-chaos-")
 	if err != nil {
@@ -106,10 +99,7 @@ func TestChaos(t *testing.T) {
 	}
 	logf("seed %d, duration %s, %d writers at %.0f rows/s, logs in %s", seed, *flagDuration, *flagWriters, rate, dir)
 
-	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	wsBin, brokerBin := buildBinaries(t, filepath.Join(dir, "bin"), *flagBinary)
+	wsBin, brokerBin := buildBinaries(t, *flagBinary)
 
 	pg := testenv.StartPostgres(t, testenv.Settings(
 		"logical_decoding_work_mem = '64kB'",
@@ -141,7 +131,7 @@ func TestChaos(t *testing.T) {
 	}
 	br := &broker{bin: brokerBin, dataDir: filepath.Join(dir, "kafka"), addr: brokerAddr, advertise: px.kafk.Listen, logw: brokerLog}
 	if err := br.start(); err != nil {
-		unavailable(t, "the broker cannot start: %v", err)
+		testenv.Unavailable(t, "the broker cannot start: %v", err)
 	}
 	t.Cleanup(func() { br.stop(syscall.SIGTERM); brokerLog.Close() })
 
@@ -176,7 +166,7 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !first.waitLog(reStreaming, 60*time.Second) {
+	if !first.streaming(60 * time.Second) {
 		t.Fatalf("walstream did not start streaming:\n%s", first.Log())
 	}
 	logf("walstream #%d streaming; Postgres %d, broker %s, proxies %s and %s", first.id, pg.Port, brokerAddr, px.pg.Listen, px.kafk.Listen)
@@ -246,8 +236,8 @@ func TestChaos(t *testing.T) {
 		stopProc(p, syscall.SIGQUIT, 10*time.Second)
 		fail("walstream #%d's goroutine dump (SIGQUIT) is in %s", p.id, p.f.Name())
 	default:
-		if stopProc(p, syscall.SIGTERM, 30*time.Second); !p.cmd.ProcessState.Success() {
-			fail("walstream #%d did not exit 0 after SIGTERM: %s\n%s", p.id, p.exitDesc(), p.lastLines(10))
+		if stopProc(p, syscall.SIGTERM, 30*time.Second); p.Err() != nil {
+			fail("walstream #%d did not exit 0 after SIGTERM: %s\n%s", p.id, p.ExitDesc(), p.LastLines(10))
 		}
 	}
 	unexpected := sup.unexpectedExits()

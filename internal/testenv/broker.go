@@ -54,7 +54,7 @@ func (b *Broker) start() {
 	b.t.Helper()
 	c, err := kfake.NewCluster(b.opts...)
 	if err != nil {
-		unavailable(b.t, "starting kfake broker: %v", err)
+		Unavailable(b.t, "starting kfake broker: %v", err)
 	}
 	b.mu.Lock()
 	b.c = c

@@ -52,9 +52,9 @@ func BinDir(major int) string {
 	return filepath.Join(dir, strconv.Itoa(major), "bin")
 }
 
-// unavailable skips the test, or fails it under CI, where every system
+// Unavailable skips the test, or fails it under CI, where every system
 // the tests need must start.
-func unavailable(t testing.TB, format string, args ...any) {
+func Unavailable(t testing.TB, format string, args ...any) {
 	t.Helper()
 	if os.Getenv("CI") != "" {
 		t.Fatalf("CI is set and "+format, args...)
@@ -120,7 +120,7 @@ func StartPostgres(t testing.TB, opts ...Option) *Postgres {
 	}
 	pg, err := LaunchPostgres(context.Background(), cfg)
 	if err != nil {
-		unavailable(t, "%v", err)
+		Unavailable(t, "%v", err)
 	}
 	pg.t = t
 	t.Cleanup(func() {

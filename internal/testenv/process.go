@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -249,16 +248,4 @@ func (p *Process) WaitLog(ctx context.Context, s string, d time.Duration) error 
 		}
 	}
 	return nil
-}
-
-// withoutEnv is this process's environment without the variables that
-// start with prefix.
-func withoutEnv(prefix string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, prefix) {
-			env = append(env, kv)
-		}
-	}
-	return env
 }

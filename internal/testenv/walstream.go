@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,14 +22,12 @@ func WalstreamBuild(race, faults bool) Build {
 // StreamingLine is what walstream logs once it holds the slot and streams.
 const StreamingLine = "msg=streaming"
 
-// StartWalstream runs `bin args...` with env added to this process's
-// environment, less its WALSTREAM_* variables (a developer's own settings
-// must not leak into a test). At the end of the test it is stopped with
+// StartWalstream runs `bin args...` in WalstreamEnv(env...). At the end of the test it is stopped with
 // SIGTERM (killed after 30 s), a data race it reported fails the test, and
 // its log is shown when the test failed.
 func StartWalstream(t testing.TB, bin string, args []string, env ...string) *Process {
 	t.Helper()
-	p, err := StartProcess(ProcessConfig{Name: "walstream", Path: bin, Args: args, Env: append(withoutEnv("WALSTREAM_"), env...)})
+	p, err := StartProcess(ProcessConfig{Name: "walstream", Path: bin, Args: args, Env: WalstreamEnv(env...)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +40,19 @@ func StartWalstream(t testing.TB, bin string, args []string, env ...string) *Pro
 		}
 	})
 	return p
+}
+
+// WalstreamEnv is the environment for a walstream under test: this
+// process's, less its WALSTREAM_* variables (a developer's own settings
+// must not leak into a test), plus env.
+func WalstreamEnv(env ...string) []string {
+	out := []string{}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WALSTREAM_") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, env...)
 }
 
 // WaitStreaming waits up to d until walstream streams, failing the test
