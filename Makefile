@@ -11,12 +11,14 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/walstream ./cmd/walstream
 	$(GO) build -o bin/devbroker ./cmd/devbroker
 
-# Postgres 15 and kcat from Debian, when missing and run as root.
+# Postgres 15 and kcat from Debian, Postgres 14, 16, 17 and 18 from npm, when
+# missing and run as root.
 deps:
 	bash scripts/deps.sh
 
 # Unit and integration tests, with the race detector. Integration tests start
-# their own Postgres 15 and broker; with CI set they fail if those cannot start.
+# their own Postgres (15, and 14 to 18 for the core end-to-end test) and
+# broker; with CI set they fail if those cannot start.
 test: deps
 	$(GO) test -race -count=1 -timeout 20m ./...
 

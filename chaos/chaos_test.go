@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/internal/testenv"
 )
 
@@ -212,11 +211,11 @@ func TestChaos(t *testing.T) {
 	logf("load stopped: %d rows in %d transactions committed", st.RowsCommitted, st.TxCommitted)
 
 	// Catch-up: the slot confirms everything written.
-	end, err := insertLSN(ctx, pgURL)
+	end, err := pg.CurrentLSN(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caughtUp := waitConfirmed(ctx, pgURL, end, catchUpLimit)
+	caughtUp := waitConfirmed(ctx, pg, end, catchUpLimit)
 	catchUp := time.Since(faultsStopped)
 	logf("slot confirmed %s: %v after %s", end, caughtUp, catchUp.Round(10*time.Millisecond))
 	stopSampler()
@@ -406,43 +405,15 @@ func sameRecords(a, b []record) string {
 	return fmt.Sprintf("%d records against %d", len(a), len(b))
 }
 
-func insertLSN(ctx context.Context, url string) (pglogrepl.LSN, error) {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return 0, fmt.Errorf("connecting: %w", err)
-	}
-	defer conn.Close(ctx)
-	var s string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
-		return 0, fmt.Errorf("reading the insert LSN: %w", err)
-	}
-	return pglogrepl.ParseLSN(s)
-}
-
 // waitConfirmed waits up to d for the slot to confirm lsn.
-func waitConfirmed(ctx context.Context, url string, lsn pglogrepl.LSN, d time.Duration) bool {
+func waitConfirmed(ctx context.Context, pg *testenv.Postgres, lsn pglogrepl.LSN, d time.Duration) bool {
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if got, err := confirmedLSN(ctx, url); err == nil && got >= lsn {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		got, err := pg.SlotConfirmed(cctx, slotName)
+		cancel()
+		if err == nil && got >= lsn {
 			return true
 		}
 	}
 	return false
-}
-
-func confirmedLSN(ctx context.Context, url string) (pglogrepl.LSN, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return 0, fmt.Errorf("connecting: %w", err)
-	}
-	defer conn.Close(context.Background())
-	var s *string
-	if err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slotName).Scan(&s); err != nil {
-		return 0, fmt.Errorf("reading confirmed_flush_lsn: %w", err)
-	}
-	if s == nil {
-		return 0, nil
-	}
-	return pglogrepl.ParseLSN(*s)
 }

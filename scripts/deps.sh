@@ -20,7 +20,7 @@ missing=()
 command -v psql >/dev/null || missing+=(postgresql-client)
 command -v kcat >/dev/null || missing+=(kcat)
 majors=()
-for major in "${!npm_versions[@]}"; do
+for major in $(printf '%s\n' "${!npm_versions[@]}" | sort -n); do
   [ -x "$PG_MAJORS_DIR/$major/bin/postgres" ] || majors+=("$major")
 done
 [ ${#missing[@]} -eq 0 ] && [ ${#majors[@]} -eq 0 ] && exit 0

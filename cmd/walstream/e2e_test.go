@@ -149,18 +149,10 @@ func (e *env) currentLSN() pglogrepl.LSN {
 	return lsn
 }
 
-// confirmedLSN is the slot's confirmed_flush_lsn, 0 when there is no slot.
+// confirmedLSN is the slot's confirmed_flush_lsn, 0 when there is no slot
+// or the server cannot tell (callers poll, also across restarts).
 func (e *env) confirmedLSN(slot string) pglogrepl.LSN {
-	e.t.Helper()
-	var s *string
-	conn := e.pg.Connect("postgres")
-	defer conn.Close(context.Background()) // polled: do not hold a connection per call until the test ends
-	err := conn.QueryRow(context.Background(),
-		"SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&s)
-	if err != nil || s == nil {
-		return 0
-	}
-	lsn, _ := pglogrepl.ParseLSN(*s)
+	lsn, _ := e.pg.SlotConfirmed(context.Background(), slot)
 	return lsn
 }
 

@@ -283,3 +283,25 @@ func (pg *Postgres) WaitReplayed(ctx context.Context, lsn pglogrepl.LSN) error {
 		}
 	}
 }
+
+// SlotConfirmed is the confirmed_flush_lsn of a replication slot, 0 when
+// the slot does not exist or has confirmed nothing.
+func (pg *Postgres) SlotConfirmed(ctx context.Context, slot string) (pglogrepl.LSN, error) {
+	conn, err := pgx.Connect(ctx, pg.URL("postgres", "postgres"))
+	if err != nil {
+		return 0, fmt.Errorf("connecting to read slot %s: %w", slot, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var s *string
+	err = conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&s)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && s == nil) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("reading the confirmed_flush_lsn of slot %s: %w", slot, err)
+	}
+	lsn, err := pglogrepl.ParseLSN(*s)
+	if err != nil {
+		return 0, fmt.Errorf("parsing the confirmed_flush_lsn %q of slot %s: %w", *s, slot, err)
+	}
+	return lsn, nil
+}
