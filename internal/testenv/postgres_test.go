@@ -31,13 +31,14 @@ func TestMajors(t *testing.T) {
 
 // TestStandby: a standby built with the low-level backup API streams the
 // primary's rows, and once the primary is stopped like a crash and the
-// standby promoted, it takes writes on timeline 2. Postgres 17 with slot
-// synchronization, and 14, whose backup functions have other names.
+// standby promoted, it takes writes on timeline 2. On every major: 14 has
+// other backup functions, 17 and later synchronize slots.
 func TestStandby(t *testing.T) {
-	for _, tc := range []struct {
-		major     int
-		syncSlots bool
-	}{{17, true}, {14, false}} {
+	for _, major := range Majors() {
+		tc := struct {
+			major     int
+			syncSlots bool
+		}{major, major >= 17}
 		t.Run(fmt.Sprint(tc.major), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()

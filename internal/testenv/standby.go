@@ -71,11 +71,16 @@ func LaunchStandby(ctx context.Context, primary *Postgres, cfg StandbyConfig) (*
 		return nil, fmt.Errorf("creating physical slot %s on the primary: %w", cfg.Slot, err)
 	}
 	sb, err := newCluster(primary.Major, primary.bin)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = sb.baseBackup(ctx, conn, primary)
+		if err != nil {
+			os.RemoveAll(sb.Dir)
+		}
 	}
-	if err := sb.baseBackup(ctx, conn, primary); err != nil {
-		os.RemoveAll(sb.Dir)
+	if err != nil {
+		// The slot would hold the primary's WAL for a standby that
+		// never comes.
+		_, _ = conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", cfg.Slot)
 		return nil, err
 	}
 	conf := append(sb.ownSettings(),
