@@ -75,7 +75,12 @@ func alertRules(t *testing.T) []alertRule {
 	}
 	var out []alertRule
 	for _, g := range rules.Groups {
-		out = append(out, g.Rules...)
+		for _, r := range g.Rules {
+			if r.Alert == "" || r.Expr == "" {
+				t.Errorf("rule %+v lacks a name or an expression", r)
+			}
+			out = append(out, r)
+		}
 	}
 	if len(out) < 5 {
 		t.Fatalf("%d alert rules: the file did not parse into what it holds", len(out))
