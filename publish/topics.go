@@ -107,8 +107,12 @@ func ensureCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string, lo
 			return st, fmt.Errorf("creating checkpoint topic %s with %d replicas: %w", topic, replicas, err)
 		}
 		if err == nil {
+			isr := "broker default"
+			if minISR > 0 {
+				isr = strconv.Itoa(minISR)
+			}
 			log.Info("created checkpoint topic", "topic", topic, "replication_factor", replicas,
-				"min_insync_replicas", minISR, "cleanup_policy", "compact", "brokers", st.Brokers)
+				"min_insync_replicas", isr, "cleanup_policy", "compact", "brokers", st.Brokers)
 		}
 		// Created here or by another instance at the same time: describe
 		// what is there now.
