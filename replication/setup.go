@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"slices"
 	"strings"
@@ -265,4 +266,23 @@ func CheckSlot(name string, s Slot, database string) error {
 			Fix: "recreate the slot deliberately and reconcile the outbox, then restart with --allow-slot-ahead (see README, Recovery)"}
 	}
 	return nil
+}
+
+// Connect opens a regular connection, for setup, checks and slot polling.
+func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s:%d database %s: %w", cfg.Host, cfg.Port, cfg.Database, err)
+	}
+	return conn, nil
+}
+
+// Loopback reports whether host names this machine, where an unencrypted
+// connection crosses no network.
+func Loopback(host string) bool {
+	if host == "localhost" || strings.HasPrefix(host, "/") { // a Unix socket directory
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -300,8 +300,15 @@ func (s *Stream) Close(ctx context.Context, pos confirmer) error {
 // does when it shuts down.
 var ErrStreamEnded = errors.New("the server ended the replication stream")
 
-// IsPostgres reports whether err came from Postgres or the connection to it.
-func IsPostgres(err error) bool {
+// Permanent reports whether err came from Postgres, or the connection to
+// it, and reconnecting cannot change it: a wrong password, a missing
+// privilege, a setup problem. Errors from elsewhere are not permanent here.
+func Permanent(err error) bool {
+	return errors.Is(err, ErrSetup) || (fromPostgres(err) && !transient(err))
+}
+
+// fromPostgres reports whether err came from Postgres or the connection to it.
+func fromPostgres(err error) bool {
 	var pgErr *pgconn.PgError
 	var connErr *pgconn.ConnectError
 	return errors.As(err, &pgErr) || errors.As(err, &connErr)
@@ -314,10 +321,10 @@ func SlotInUse(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55006" // object_in_use
 }
 
-// Transient reports whether a Postgres error may go away by reconnecting:
+// transient reports whether a Postgres error may go away by reconnecting:
 // the network, a server restart or shutdown, a terminated walsender, or a
 // slot held by another walstream (a standby waits for it).
-func Transient(err error) bool {
+func transient(err error) bool {
 	if errors.Is(err, ErrSetup) {
 		return false
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"log/slog"
 	"os"
 	"regexp"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walstream/walstream/pipeline"
 	"gopkg.in/yaml.v3"
 )
 
@@ -69,7 +71,7 @@ func usedMetrics(exprs []string, registered map[string]bool) []string {
 // walstream registers.
 func TestDeployUsesExportedMetrics(t *testing.T) {
 	rec := &recorder{Registerer: prometheus.NewRegistry(), names: make(map[string]bool)}
-	newMetrics(rec, &state{})
+	pipeline.New(pipeline.Config{}, slog.New(slog.DiscardHandler), rec)
 
 	var dash struct {
 		Panels []struct {

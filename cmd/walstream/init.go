@@ -99,9 +99,9 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	conn, err := pgx.ConnectConfig(ctx, pgCfg)
+	conn, err := replication.Connect(ctx, pgCfg)
 	if err != nil {
-		return fmt.Errorf("connecting to %s:%d database %s: %w", pgCfg.Host, pgCfg.Port, pgCfg.Database, err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if check {

@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/replication"
 )
@@ -86,9 +85,9 @@ func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := pgx.ConnectConfig(ctx, pgCfg)
+	conn, err := replication.Connect(ctx, pgCfg)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to %s:%d database %s: %w", pgCfg.Host, pgCfg.Port, pgCfg.Database, err)
+		return nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	st, err := replication.PollSlot(ctx, conn, cfg.names())
