@@ -21,6 +21,7 @@ type metrics struct {
 	reconnects *prometheus.CounterVec
 	errors     *prometheus.CounterVec
 	standby    prometheus.Gauge
+	skipped    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, st *state) metrics {
@@ -34,8 +35,10 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 			Name: "walstream_errors_total", Help: "Errors that ended a session, by kind."}, []string{"kind"}),
 		standby: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walstream_standby", Help: "1 while another instance streams the slot and this one waits for it."}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walstream_replayed_events_skipped_total", Help: "Replayed events dropped because the checkpoint in Kafka already covers them."}),
 	}
-	reg.MustRegister(m.reconnects, m.errors, m.standby,
+	reg.MustRegister(m.reconnects, m.errors, m.standby, m.skipped,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walstream_replication_lag_seconds",
 			Help: "Now minus the Postgres commit time of the newest published transaction while transactions wait; 0 when idle and caught up."},

@@ -33,7 +33,7 @@ type Config struct {
 	// AllowSlotAhead accepts a slot that confirmed more than Kafka holds.
 	AllowSlotAhead bool
 
-	Kafka           publish.Conn
+	Kafka           publish.KafkaSettings
 	TransactionalID string
 	CheckpointTopic string
 	CheckpointKey   string

@@ -109,7 +109,9 @@ func TestResume(t *testing.T) {
 	slot := replication.Slot{ConfirmedFlush: 0x500}
 	found := func(cp checkpoint.Checkpoint) *fakeSource {
 		return &fakeSource{fence: func(context.Context) error { return nil },
-			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) { return cp, time.Now(), true, nil }}
+			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
+				return cp, time.Now(), true, nil
+			}}
 	}
 	for _, tc := range []struct {
 		name        string
@@ -172,7 +174,7 @@ func TestHealthAndReadiness(t *testing.T) {
 	if got, want := get(readyz), 503; got != want {
 		t.Fatalf("readyz between sessions = %d, want %d", got, want)
 	}
-	tr := checkpoint.NewTracker(checkpoint.Checkpoint{LSN: 0x10}, pglogrepl.LSN(0x10))
+	tr := checkpoint.NewTracker(checkpoint.Checkpoint{LSN: 0x10}, true, pglogrepl.LSN(0x10))
 	p.state.tracker.Store(tr)
 	// Never confirmed: the last confirm is the zero time, long ago.
 	if got, want := get(healthz), 503; got != want {

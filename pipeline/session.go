@@ -46,9 +46,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{
-		Names: names, StatusInterval: cfg.StatusInterval, MarkerInterval: time.Second, Hook: cfg.Hook,
-	}, s.log, s.metrics.repl)
+	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{Names: names, StatusInterval: cfg.StatusInterval}, s.log, s.metrics.repl)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
@@ -65,7 +63,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	// The decoder tags events with these mappings and the producer routes by
 	// them, so both get the same ones.
 	prod, err := publish.New(publish.Config{
-		Conn: cfg.Kafka, TransactionalID: cfg.TransactionalID,
+		Kafka: cfg.Kafka, TransactionalID: cfg.TransactionalID,
 		CheckpointTopic: cfg.CheckpointTopic, CheckpointKey: cfg.CheckpointKey, Slot: names.Slot,
 		Outboxes: append(slices.Clip(cfg.Outboxes), cfg.Messages), MaxBatchEvents: cfg.MaxBatchEvents, MaxBatchBytes: cfg.MaxBatchBytes,
 		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
@@ -83,13 +81,18 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
-	tracker := checkpoint.NewTracker(cp, slot.ConfirmedFlush)
-	prod.Start(cp, inKafka, tracker)
-	dec := decode.New(decode.Config{
-		Outboxes: cfg.Outboxes, MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
-		DeadLetter: cfg.DeadLetterTopic != "", MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Log: s.log,
-	}, cp)
+	// The tracker is told the resume position once; the producer and the
+	// decoder's replay filter ask it.
+	tracker := checkpoint.NewTracker(cp, inKafka, slot.ConfirmedFlush)
+	prod.Start(tracker)
 	q := publish.NewQueue(int64(cfg.QueueBytes))
+	in := &feed{
+		dec: decode.New(decode.Config{
+			Outboxes: cfg.Outboxes, MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
+			DeadLetter: cfg.DeadLetterTopic != "", MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: tracker.Replayed,
+		}),
+		out: q, received: tracker, log: s.log, skipped: s.metrics.skipped, hook: cfg.Hook,
+	}
 	s.started = true
 	s.metrics.standby.Set(0)
 	s.state.tracker.Store(tracker)
@@ -98,7 +101,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return onKafka(prod.Run(gctx, q)) })
-	g.Go(func() error { return stream.Run(gctx, dec, q, tracker) })
+	g.Go(func() error { return stream.Run(gctx, in, tracker) })
 	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot}
 	g.Go(func() error { return mon.Run(gctx) })
 	err = g.Wait()
@@ -113,7 +116,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		s.log.Warn("sending the last status update", "err", cerr)
 	}
 	committed, confirmed := tracker.Positions()
-	s.log.Info("session ended", "checkpoint", committed.String(), "confirmed_lsn", confirmed.String(), "replayed_events_skipped", dec.Skipped)
+	s.log.Info("session ended", "checkpoint", committed.String(), "confirmed_lsn", confirmed.String(), "replayed_events_skipped", in.dec.Skipped())
 	return true, err
 }
 

@@ -43,8 +43,8 @@ func (c *Config) pgConfig() (*pgx.ConnConfig, error) {
 
 // kafkaConn builds the Kafka connection settings, reading the TLS files and
 // the SASL password.
-func (c *Config) kafkaConn() (publish.Conn, error) {
-	conn := publish.Conn{Brokers: c.brokers(), SASLMechanism: c.KafkaSASLMechanism, SASLUser: c.KafkaSASLUser}
+func (c *Config) kafkaConn() (publish.KafkaSettings, error) {
+	conn := publish.KafkaSettings{Brokers: c.brokers(), SASLMechanism: c.KafkaSASLMechanism, SASLUser: c.KafkaSASLUser}
 	if c.KafkaTLS || c.KafkaTLSCAFile != "" || c.KafkaTLSCertFile != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.KafkaTLSServerName}
 		if c.KafkaTLSCAFile != "" {
