@@ -41,6 +41,11 @@ func (c Checkpoint) Skip(commitLSN pglogrepl.LSN, ordinal uint64) bool {
 	return c.PartialCommitLSN != 0 && commitLSN == c.PartialCommitLSN && ordinal <= c.Ordinal
 }
 
+// SlotAhead reports whether a slot that has confirmed slotConfirmed is
+// ahead of c: Postgres no longer sends what lies between, so events may be
+// missing. It is the one test run, resume and status apply.
+func (c Checkpoint) SlotAhead(slotConfirmed pglogrepl.LSN) bool { return c.LSN < slotConfirmed }
+
 // SkipTx reports whether the whole transaction committed at commitLSN is
 // already in Kafka.
 func (c Checkpoint) SkipTx(commitLSN pglogrepl.LSN) bool { return commitLSN < c.LSN }

@@ -306,3 +306,20 @@ func TestTrackerLag(t *testing.T) {
 		t.Fatal("Confirm did not record the time")
 	}
 }
+
+func TestSlotAhead(t *testing.T) {
+	for _, tc := range []struct {
+		cp   Checkpoint
+		slot pglogrepl.LSN
+		want bool
+	}{
+		{Checkpoint{LSN: 100}, 100, false},
+		{Checkpoint{LSN: 100}, 50, false},
+		{Checkpoint{LSN: 100}, 101, true},
+		{Checkpoint{LSN: 100, PartialCommitLSN: 200, Ordinal: 3}, 150, true}, // the slot passed what is whole in Kafka
+	} {
+		if got := tc.cp.SlotAhead(tc.slot); got != tc.want {
+			t.Errorf("%s.SlotAhead(%s) = %v, want %v", tc.cp, tc.slot, got, tc.want)
+		}
+	}
+}

@@ -161,7 +161,7 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, cf
 	case !found:
 		log.Info("no checkpoint in Kafka, starting where the slot is", "checkpoint_key", cfg.CheckpointKey, "lsn", slot.ConfirmedFlush.String())
 		return checkpoint.Checkpoint{LSN: slot.ConfirmedFlush}, false, nil
-	case cp.LSN >= slot.ConfirmedFlush:
+	case !cp.SlotAhead(slot.ConfirmedFlush):
 		log.Info("resuming from checkpoint", "checkpoint", cp.String(), "written_at", at)
 		return cp, true, nil
 	case cfg.AllowSlotAhead:

@@ -127,7 +127,7 @@ func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
 		r.Problems = append(r.Problems, fmt.Sprintf("slot %q does not exist", cfg.Slot))
 	case st.WALStatus == "lost":
 		r.Problems = append(r.Problems, fmt.Sprintf("slot %q is lost (wal_status = lost): events may be missing", cfg.Slot))
-	case found && cp.LSN < st.ConfirmedFlush:
+	case found && cp.SlotAhead(st.ConfirmedFlush):
 		r.Problems = append(r.Problems, fmt.Sprintf("slot %q confirmed_flush_lsn %s is ahead of the checkpoint %s: events in between may be missing",
 			cfg.Slot, st.ConfirmedFlush, cp))
 	}
