@@ -7,7 +7,9 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -50,6 +52,13 @@ type feed struct {
 }
 
 var _ replication.Consumer = (*feed)(nil)
+
+// The session wires these in.
+var (
+	_ queue                 = (*publish.Queue)(nil)
+	_ receiver              = (*checkpoint.Tracker)(nil)
+	_ replication.Confirmer = (*checkpoint.Tracker)(nil)
+)
 
 // WAL decodes one message; a finished transaction or part is ready.
 func (f *feed) WAL(walStart pglogrepl.LSN, data []byte) (replication.Ready, error) {

@@ -489,6 +489,8 @@ func newQuietLogger(l kgo.Logger) *quietLogger {
 	return &quietLogger{Logger: l, last: make(map[string]time.Time), held: make(map[string]int)}
 }
 
+var _ kgo.Logger = (*quietLogger)(nil)
+
 func (l *quietLogger) Level() kgo.LogLevel { return min(l.Logger.Level(), kgo.LogLevelWarn) }
 
 func (l *quietLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {

@@ -17,9 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// confirmer says which position may be confirmed to Postgres, and whether
+// Confirmer says which position may be confirmed to Postgres, and whether
 // it changed since it last said.
-type confirmer interface {
+type Confirmer interface {
 	Confirm() (lsn pglogrepl.LSN, changed bool)
 }
 
@@ -123,7 +123,7 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig, log *slog
 // CPU. Instead the connection's read deadline is the next status update,
 // set once per interval: once it passes, the next read from the socket
 // times out at once, and ctx's end moves it to now.
-func (s *Stream) Run(ctx context.Context, c Consumer, pos confirmer) error {
+func (s *Stream) Run(ctx context.Context, c Consumer, pos Confirmer) error {
 	nc := s.conn.Conn()
 	// Deferred before stop, so it runs after it: Run leaves no deadline behind.
 	defer nc.SetReadDeadline(time.Time{})
@@ -190,7 +190,7 @@ func (s *Stream) Run(ctx context.Context, c Consumer, pos confirmer) error {
 // statusDue sends a status update and sets the read deadline to when the
 // next one is due, which it returns. A deadline set after ctx ended would
 // undo the one ctx's end set, so it then returns ctx's error.
-func (s *Stream) statusDue(ctx context.Context, pos confirmer) (time.Time, error) {
+func (s *Stream) statusDue(ctx context.Context, pos Confirmer) (time.Time, error) {
 	if err := s.sendStatus(ctx, pos); err != nil {
 		return time.Time{}, err
 	}
@@ -201,7 +201,7 @@ func (s *Stream) statusDue(ctx context.Context, pos confirmer) (time.Time, error
 	return next, ctx.Err()
 }
 
-func (s *Stream) handle(ctx context.Context, data []byte, c Consumer, pos confirmer) (Ready, error) {
+func (s *Stream) handle(ctx context.Context, data []byte, c Consumer, pos Confirmer) (Ready, error) {
 	if len(data) == 0 {
 		return Ready{}, fmt.Errorf("slot %s: empty CopyData message", s.cfg.Names.Slot)
 	}
@@ -235,7 +235,7 @@ func (s *Stream) handle(ctx context.Context, data []byte, c Consumer, pos confir
 
 // sendStatus confirms what Kafka has committed. Write, flush and apply are
 // all that position: walstream has no local copy that is durable sooner.
-func (s *Stream) sendStatus(ctx context.Context, pos confirmer) error {
+func (s *Stream) sendStatus(ctx context.Context, pos Confirmer) error {
 	lsn, changed := pos.Confirm()
 	if lsn == 0 {
 		// Nothing to confirm yet; pglogrepl would fill a zero flush position
@@ -265,7 +265,7 @@ func (s *Stream) serverError(err *pgconn.PgError) error {
 
 // Close sends a last status update, so that Postgres learns everything
 // Kafka committed before the stream stopped, and closes the connection.
-func (s *Stream) Close(ctx context.Context, pos confirmer) error {
+func (s *Stream) Close(ctx context.Context, pos Confirmer) error {
 	err := s.sendStatus(ctx, pos)
 	if cerr := s.conn.Close(ctx); err == nil {
 		err = cerr

@@ -133,6 +133,8 @@ func serve(ln net.Listener, h http.Handler, webConfig string, log *slog.Logger) 
 // warnOnly drops records below warn.
 type warnOnly struct{ slog.Handler }
 
+var _ slog.Handler = warnOnly{}
+
 func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
 }
