@@ -60,7 +60,7 @@ type Config struct {
 // Compression is a record batch codec.
 type Compression int
 
-// Codecs of --compression. Snappy is the default because it is cheap in
+// Record batch codecs. Snappy is the default because it is cheap in
 // CPU per row; zstd trades CPU for bytes on the wire and on disk.
 const (
 	Snappy Compression = iota
