@@ -439,16 +439,20 @@ func updatedID(rel *relation, b []byte) []byte {
 	return nil
 }
 
-// add appends an event to the open transaction and hands the transaction
-// on as a part once it is full.
+// add appends an event to the open transaction. A full part is handed on
+// only when the next event arrives, not when it fills up: the part that
+// ends a transaction then always has events, so the Kafka transaction that
+// carries it also carries the whole-transaction checkpoint, whatever the
+// transaction's size relative to the limits. At most one part plus one
+// event is buffered.
 func (d *Decoder) add(ev Event) *Tx {
+	var part *Tx
+	if len(d.tx.Events) >= d.cfg.MaxPartEvents || d.tx.Bytes >= d.cfg.MaxPartBytes {
+		part = d.tx
+		d.tx = &Tx{Xid: part.Xid, CommitLSN: part.CommitLSN, CommitTime: part.CommitTime}
+	}
 	d.tx.Events = append(d.tx.Events, ev)
 	d.tx.Bytes += ev.Size()
-	if len(d.tx.Events) < d.cfg.MaxPartEvents && d.tx.Bytes < d.cfg.MaxPartBytes {
-		return nil
-	}
-	part := d.tx
-	d.tx = &Tx{Xid: part.Xid, CommitLSN: part.CommitLSN, CommitTime: part.CommitTime}
 	return part
 }
 

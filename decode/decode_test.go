@@ -206,23 +206,50 @@ func TestDecodeMissingColumn(t *testing.T) {
 }
 
 // Large transactions are handed on in parts of MaxPartEvents; only the
-// last is Final and carries the end LSN.
+// last is Final and carries the end LSN, and it always has events, also
+// when the transaction is an exact multiple of the limit: an event-less
+// Final part would leave the whole-transaction checkpoint to a timer.
 func TestDecodeSplit(t *testing.T) {
-	cfg := outboxConfig("public", nil)
-	cfg.MaxPartEvents = 2
-	txs := decodeAll(t, New(cfg), readFrames(t, "multirow"))
-	var sizes []int
-	for _, tx := range txs {
-		sizes = append(sizes, len(tx.Events))
-	}
-	if len(txs) != 3 || sizes[0] != 2 || sizes[1] != 2 || sizes[2] != 1 {
-		t.Fatalf("parts of %v events, want [2 2 1]", sizes)
-	}
-	if txs[0].Final || txs[1].Final || !txs[2].Final || txs[2].EndLSN == 0 {
-		t.Fatal("only the last part may be Final")
-	}
-	if txs[0].CommitLSN != txs[2].CommitLSN || txs[1].Events[0].Ordinal != 3 {
-		t.Fatal("parts must share the commit LSN and continue the ordinals")
+	frames := readFrames(t, "multirow") // one transaction of 5 rows
+	for _, tc := range []struct {
+		name     string
+		maxPart  int
+		maxBytes int
+		want     []int
+	}{
+		{"5 x 1", 1, 1 << 20, []int{1, 1, 1, 1, 1}},
+		{"1 x 5", 5, 1 << 20, []int{5}},
+		{"2 x 2 + 1", 2, 1 << 20, []int{2, 2, 1}},
+		{"1 x 4 + 1", 4, 1 << 20, []int{4, 1}},
+		{"under the limit", 6, 1 << 20, []int{5}},
+		{"bytes: one event each", 1000, 1, []int{1, 1, 1, 1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := outboxConfig("public", nil)
+			cfg.MaxPartEvents, cfg.MaxPartBytes = tc.maxPart, tc.maxBytes
+			txs := decodeAll(t, New(cfg), frames)
+			var sizes []int
+			for _, tx := range txs {
+				sizes = append(sizes, len(tx.Events))
+			}
+			if !slices.Equal(sizes, tc.want) {
+				t.Fatalf("parts of %v events, want %v", sizes, tc.want)
+			}
+			var ordinal uint64
+			for i, tx := range txs {
+				if last := i == len(txs)-1; tx.Final != last || (last && tx.EndLSN == 0) {
+					t.Fatalf("part %d: Final = %v, EndLSN %s: only the last part may be Final and carry the end LSN", i, tx.Final, tx.EndLSN)
+				}
+				if tx.CommitLSN != txs[0].CommitLSN {
+					t.Fatalf("part %d: commit LSN %s, want %s", i, tx.CommitLSN, txs[0].CommitLSN)
+				}
+				for _, ev := range tx.Events {
+					if ordinal++; ev.Ordinal != ordinal {
+						t.Fatalf("part %d: ordinal %d, want %d", i, ev.Ordinal, ordinal)
+					}
+				}
+			}
+		})
 	}
 }
 

@@ -302,10 +302,16 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 			p.pos = checkpoint.Checkpoint{LSN: p.pos.LSN, PartialCommitLSN: tx.CommitLSN, Ordinal: tx.Events[n-1].Ordinal}
 		}
 	}
+	// completes: the Final part of a transaction whose other parts are in
+	// Kafka and that brought no events of its own, as after a resume from
+	// a checkpoint at its last event. Its checkpoint goes out at once, not
+	// after IdleInterval: the transaction is done, and the slot waits on it.
+	completes := tx.Final && len(tx.Events) == 0 && p.records == 0 &&
+		p.pos.PartialCommitLSN != 0 && p.pos.PartialCommitLSN == tx.CommitLSN
 	if tx.Final && tx.EndLSN > p.pos.LSN {
 		p.pos = checkpoint.Checkpoint{LSN: tx.EndLSN}
 	}
-	if p.records >= p.cfg.MaxBatchEvents || p.bytes >= p.cfg.MaxBatchBytes {
+	if completes || p.records >= p.cfg.MaxBatchEvents || p.bytes >= p.cfg.MaxBatchBytes {
 		return p.flush(ctx)
 	}
 	return nil

@@ -76,11 +76,19 @@ func (f *fakePositions) Committed(cp checkpoint.Checkpoint, _ int, _ time.Time) 
 
 func newProducer(t *testing.T, broker, txid string) *Producer {
 	t.Helper()
-	p, err := New(Config{
+	return newProducerWith(t, broker, txid, func(*Config) {})
+}
+
+// newProducerWith is newProducer with the configuration changed by mod.
+func newProducerWith(t *testing.T, broker, txid string, mod func(*Config)) *Producer {
+	t.Helper()
+	cfg := Config{
 		Kafka: KafkaSettings{Brokers: []string{broker}}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
 		Slot: "slot-a", MaxBatchEvents: 100, MaxBatchBytes: 1 << 20,
 		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+	}
+	mod(&cfg)
+	p, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
