@@ -139,6 +139,7 @@ type Tracker struct {
 	pending      bool          // received transactions not yet in Kafka
 	pendingSince time.Time     // Postgres commit time lag is measured from
 	lastEvent    time.Time     // when events were last committed to Kafka
+	events       uint64        // events committed to Kafka by this session
 	lastConfirm  time.Time     // when a position was last confirmed
 }
 
@@ -197,6 +198,7 @@ func (t *Tracker) Committed(cp Checkpoint, events int, newest time.Time) error {
 	}
 	t.committed, t.inKafka, t.committedAt = cp, true, time.Now()
 	if events > 0 {
+		t.events += uint64(events)
 		t.lastEvent = time.Now()
 		if t.pending {
 			t.pendingSince = newest
@@ -239,13 +241,18 @@ type Status struct {
 	Lag         time.Duration
 	LastEvent   time.Time // zero until events were published
 	LastConfirm time.Time
+	// Events counts the events this session committed to Kafka.
+	Events uint64
+	// Committed and Confirmed are the positions in Kafka and in Postgres.
+	Committed Checkpoint
+	Confirmed pglogrepl.LSN
 }
 
 // Status reports the lag and times as of now.
 func (t *Tracker) Status(now time.Time) Status {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := Status{LastEvent: t.lastEvent, LastConfirm: t.lastConfirm}
+	st := Status{LastEvent: t.lastEvent, LastConfirm: t.lastConfirm, Events: t.events, Committed: t.committed, Confirmed: t.confirmed}
 	if t.pending {
 		st.Lag = max(now.Sub(t.pendingSince), 0)
 	}

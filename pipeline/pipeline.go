@@ -60,8 +60,16 @@ type Config struct {
 	Linger        time.Duration
 	IdleInterval  time.Duration
 	CommitTimeout time.Duration
-	// StatusInterval is how often positions are confirmed to Postgres.
+	// StatusInterval is how often a status update is sent to Postgres
+	// however quiet the stream: the keepalive the server's timeout needs.
 	StatusInterval time.Duration
+	// ConfirmInterval is the least time between status updates that
+	// confirm Kafka commits; a commit is confirmed within it. Zero
+	// confirms only every StatusInterval.
+	ConfirmInterval time.Duration
+	// ProgressInterval is how often a progress line is logged while
+	// streaming; zero logs none.
+	ProgressInterval time.Duration
 	// SlotPollInterval is how often the slot's state is read for metrics.
 	SlotPollInterval time.Duration
 	// ReadyConfirmAge is how long Readyz tolerates no confirmed position.

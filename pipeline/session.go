@@ -46,7 +46,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{Names: names, StatusInterval: cfg.StatusInterval}, s.log, s.metrics.repl)
+	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{Names: names, StatusInterval: cfg.StatusInterval, ConfirmInterval: cfg.ConfirmInterval}, s.log, s.metrics.repl)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
@@ -84,7 +84,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	// The tracker is told the resume position once; the producer and the
 	// decoder's replay filter ask it.
 	tracker := checkpoint.NewTracker(cp, inKafka, slot.ConfirmedFlush)
-	prod.Start(tracker)
+	prod.Start(confirmOnCommit{tracker, stream})
 	q := publish.NewQueue(int64(cfg.QueueBytes))
 	in := &feed{
 		dec: decode.New(decode.Config{
@@ -104,6 +104,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	g.Go(func() error { return stream.Run(gctx, in, tracker) })
 	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot}
 	g.Go(func() error { return mon.Run(gctx) })
+	if cfg.ProgressInterval > 0 {
+		g.Go(func() error { return progress(gctx, cfg.ProgressInterval, tracker, s.log) })
+	}
 	err = g.Wait()
 	if errors.Is(err, publish.ErrFenced) {
 		err = s.whoFenced(ctx, conn, rconn.PID(), err)
@@ -172,4 +175,41 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, cf
 	return cp, true, fmt.Errorf("%w: slot %q confirmed_flush_lsn %s, checkpoint %q in topic %s at %s: events in between may be missing "+
 		"(was the slot dropped and recreated?); see README, Recovery, then restart allowing the slot to be ahead to accept the gap",
 		ErrSlotAhead, cfg.Names.Slot, slot.ConfirmedFlush, cfg.CheckpointKey, cfg.CheckpointTopic, cp)
+}
+
+// confirmOnCommit is the tracker as the producer sees it: each commit in
+// Kafka also tells the stream, which confirms it to Postgres within its
+// ConfirmInterval instead of at the next keepalive.
+type confirmOnCommit struct {
+	*checkpoint.Tracker
+	stream *replication.Stream
+}
+
+func (c confirmOnCommit) Committed(cp checkpoint.Checkpoint, events int, newest time.Time) error {
+	if err := c.Tracker.Committed(cp, events, newest); err != nil {
+		return err
+	}
+	c.stream.ConfirmSoon()
+	return nil
+}
+
+// progress logs a line every interval while streaming: the event rate,
+// the lag and the positions, so that an operator sees it move (or not)
+// without scraping metrics. It returns ctx's error when ctx ends.
+func progress(ctx context.Context, interval time.Duration, tracker *checkpoint.Tracker, log *slog.Logger) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last, lastAt := tracker.Status(time.Now()), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case now := <-t.C:
+			st := tracker.Status(now)
+			rate := float64(st.Events-last.Events) / now.Sub(lastAt).Seconds()
+			log.Info("progress", "events_per_second", int64(rate+0.5), "events", st.Events,
+				"lag_seconds", st.Lag.Seconds(), "checkpoint", st.Committed.String(), "confirmed_lsn", st.Confirmed.String())
+			last, lastAt = st, now
+		}
+	}
 }

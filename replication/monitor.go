@@ -15,7 +15,7 @@ var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
 
 // SlotMetrics are the slot's state as Postgres reports it.
 type SlotMetrics struct {
-	confirmedLag, retained, safeWAL, active prometheus.Gauge
+	confirmedLag, caughtUp, retained, safeWAL, active prometheus.Gauge
 	walStatus                               *prometheus.GaugeVec
 }
 
@@ -23,7 +23,9 @@ type SlotMetrics struct {
 func NewSlotMetrics(reg prometheus.Registerer) *SlotMetrics {
 	m := &SlotMetrics{
 		confirmedLag: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "walstream_slot_confirmed_lag_bytes", Help: "pg_current_wal_lsn() minus the slot's confirmed_flush_lsn."}),
+			Name: "walstream_slot_confirmed_lag_bytes", Help: "How far the slot is behind, as walstream status reports it: pg_current_wal_lsn() minus the slot's confirmed_flush_lsn, at the last poll."}),
+		caughtUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walstream_caught_up", Help: "1 when, at the last poll, the slot had confirmed everything the server had written, as walstream status reports it; how far behind otherwise: walstream_slot_confirmed_lag_bytes and walstream_replication_lag_seconds."}),
 		retained: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walstream_slot_retained_wal_bytes", Help: "WAL the slot keeps: pg_current_wal_lsn() minus its restart_lsn."}),
 		safeWAL: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -33,7 +35,7 @@ func NewSlotMetrics(reg prometheus.Registerer) *SlotMetrics {
 		walStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "walstream_slot_wal_status", Help: "The slot's wal_status: 1 for the current state, 0 for the others."}, []string{"status"}),
 	}
-	reg.MustRegister(m.confirmedLag, m.retained, m.safeWAL, m.active, m.walStatus)
+	reg.MustRegister(m.confirmedLag, m.caughtUp, m.retained, m.safeWAL, m.active, m.walStatus)
 	return m
 }
 
@@ -50,8 +52,15 @@ type SlotState struct {
 	FlushLag      *time.Duration // pg_stat_replication.flush_lag of the active walsender
 }
 
-// ConfirmedLag is how far the slot's confirmed position trails the server.
-func (s SlotState) ConfirmedLag() int64 { return int64(s.CurrentLSN) - int64(s.ConfirmedFlush) }
+// ConfirmedLag is how far the slot's confirmed position trails the
+// server's WAL, in bytes: the one definition of "behind" that walstream
+// status and the slot metrics share. It is clamped at zero, should a
+// confirm land between reading the slot and reading the server's position.
+func (s SlotState) ConfirmedLag() int64 { return max(int64(s.CurrentLSN)-int64(s.ConfirmedFlush), 0) }
+
+// CaughtUp reports whether the slot has confirmed everything the server had
+// written when polled: every outbox event before it is in Kafka.
+func (s SlotState) CaughtUp() bool { return s.Exists && s.ConfirmedLag() == 0 }
 
 // Retained is how much WAL the slot keeps.
 func (s SlotState) Retained() int64 { return int64(s.CurrentLSN) - int64(s.RestartLSN) }
@@ -153,17 +162,14 @@ func (m *SlotMetrics) set(st SlotState) {
 		return
 	}
 	m.confirmedLag.Set(float64(st.ConfirmedLag()))
+	m.caughtUp.Set(boolGauge(st.CaughtUp()))
 	m.retained.Set(float64(st.Retained()))
 	safe := float64(-1)
 	if st.SafeWALSize != nil {
 		safe = float64(*st.SafeWALSize)
 	}
 	m.safeWAL.Set(safe)
-	active := 0.0
-	if st.Active {
-		active = 1
-	}
-	m.active.Set(active)
+	m.active.Set(boolGauge(st.Active))
 	for _, s := range walStatuses {
 		v := 0.0
 		if s == st.WALStatus {
@@ -171,4 +177,11 @@ func (m *SlotMetrics) set(st SlotState) {
 		}
 		m.walStatus.WithLabelValues(s).Set(v)
 	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -55,6 +56,11 @@ type StreamConfig struct {
 	// StatusInterval is how often a standby status update is sent; it must
 	// be well under the server's wal_sender_timeout.
 	StatusInterval time.Duration
+	// ConfirmInterval is the least time between status updates sent because
+	// ConfirmSoon said the position moved, so that a busy stream sends a
+	// few a second rather than one per Kafka transaction. Zero confirms
+	// only every StatusInterval.
+	ConfirmInterval time.Duration
 }
 
 // Stream is one replication connection streaming a slot. It is used from
@@ -67,7 +73,15 @@ type Stream struct {
 	// sentAt is when the walsender sent the last XLogData, by its clock.
 	sentAt  time.Time
 	metrics *Metrics
-	// Owned by Run.
+
+	// wake guards the read deadline of rd, the connection's socket, which
+	// Run, ConfirmSoon and ctx's end move from different goroutines.
+	// deadline is the one set; lastStatus is when Run last sent a status
+	// update.
+	rd         readDeadliner
+	wake       sync.Mutex
+	deadline   time.Time
+	lastStatus time.Time
 }
 
 // Dial opens a replication connection (replication=database).
@@ -108,7 +122,7 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig, log *slog
 		}
 		return nil, fmt.Errorf("starting replication on slot %s: %w", n.Slot, err)
 	}
-	return &Stream{cfg: cfg, log: log, conn: conn, lowat: lowatOf(conn), metrics: m}, nil
+	return &Stream{cfg: cfg, log: log, conn: conn, lowat: lowatOf(conn), metrics: m, rd: conn.Conn()}, nil
 }
 
 // Run receives the slot's messages and hands them to c, until ctx ends or
@@ -122,12 +136,14 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig, log *slog
 // deadline context a timer, which together were a third of walstream's
 // CPU. Instead the connection's read deadline is the next status update,
 // set once per interval: once it passes, the next read from the socket
-// times out at once, and ctx's end moves it to now.
+// times out at once. ctx's end moves it to now, and ConfirmSoon to
+// ConfirmInterval after the last status update, so that Kafka commits
+// reach Postgres promptly without any work per message.
 func (s *Stream) Run(ctx context.Context, c Consumer, pos Confirmer) error {
-	nc := s.conn.Conn()
-	// Deferred before stop, so it runs after it: Run leaves no deadline behind.
-	defer nc.SetReadDeadline(time.Time{})
-	stop := context.AfterFunc(ctx, func() { _ = nc.SetReadDeadline(time.Now()) })
+	// Deferred before stop, so it runs after it: Run leaves no deadline
+	// behind, and ConfirmSoon sets none after it.
+	defer s.setDeadline(time.Time{}, true)
+	stop := context.AfterFunc(ctx, func() { s.setDeadline(time.Now(), true) })
 	defer stop()
 	next, err := s.statusDue(ctx, pos)
 	if err != nil {
@@ -188,17 +204,60 @@ func (s *Stream) Run(ctx context.Context, c Consumer, pos Confirmer) error {
 }
 
 // statusDue sends a status update and sets the read deadline to when the
-// next one is due, which it returns. A deadline set after ctx ended would
-// undo the one ctx's end set, so it then returns ctx's error.
+// next one is due, which it returns. The deadline is set before the
+// position is read, so that a commit after the read moves it again. A
+// deadline set after ctx ended would undo the one ctx's end set, so it then
+// returns ctx's error.
 func (s *Stream) statusDue(ctx context.Context, pos Confirmer) (time.Time, error) {
+	now := time.Now()
+	next := now.Add(s.cfg.StatusInterval)
+	s.wake.Lock()
+	s.lastStatus = now
+	err := s.setDeadlineLocked(next, true)
+	s.wake.Unlock()
+	if err != nil {
+		return next, fmt.Errorf("setting the read deadline on slot %s: %w", s.cfg.Names.Slot, err)
+	}
 	if err := s.sendStatus(ctx, pos); err != nil {
 		return time.Time{}, err
 	}
-	next := time.Now().Add(s.cfg.StatusInterval)
-	if err := s.conn.Conn().SetReadDeadline(next); err != nil {
-		return next, fmt.Errorf("setting the read deadline on slot %s: %w", s.cfg.Names.Slot, err)
-	}
 	return next, ctx.Err()
+}
+
+// ConfirmSoon says that the position to confirm moved: Run sends a status
+// update ConfirmInterval after the last one, or at once if that is past.
+// Calls in between coalesce into that one update. It only moves the read
+// deadline Run blocks on, so it costs Run nothing per message, and it may
+// be called from any goroutine.
+func (s *Stream) ConfirmSoon() {
+	if s.cfg.ConfirmInterval <= 0 {
+		return
+	}
+	s.wake.Lock()
+	defer s.wake.Unlock()
+	_ = s.setDeadlineLocked(s.lastStatus.Add(s.cfg.ConfirmInterval), false)
+}
+
+func (s *Stream) setDeadline(at time.Time, later bool) {
+	s.wake.Lock()
+	defer s.wake.Unlock()
+	_ = s.setDeadlineLocked(at, later)
+}
+
+// setDeadlineLocked sets the read deadline to at; unless later is set,
+// only if that is sooner than the one set.
+func (s *Stream) setDeadlineLocked(at time.Time, later bool) error {
+	if !later && !at.Before(s.deadline) {
+		return nil
+	}
+	s.deadline = at
+	return s.rd.SetReadDeadline(at)
+}
+
+// readDeadliner is the part of the connection's socket that ConfirmSoon
+// and ctx's end move.
+type readDeadliner interface {
+	SetReadDeadline(t time.Time) error
 }
 
 func (s *Stream) handle(ctx context.Context, data []byte, c Consumer, pos Confirmer) (Ready, error) {

@@ -28,6 +28,8 @@ const (
 	DefaultQueueBytes      = 64 << 20
 	DefaultLinger          = 5 * time.Millisecond
 	DefaultStatusInterval  = 10 * time.Second
+	DefaultConfirmInterval = 250 * time.Millisecond
+	DefaultProgress        = 30 * time.Second
 	DefaultIdleInterval    = 10 * time.Second
 	DefaultCommitTimeout   = 30 * time.Second
 	DefaultDeadLetterTopic = "walstream.dlq"
@@ -65,6 +67,8 @@ type Config struct {
 	QueueBytes            int
 	Linger                time.Duration
 	StatusInterval        time.Duration
+	ConfirmInterval       time.Duration
+	ProgressInterval      time.Duration
 	IdleInterval          time.Duration
 	CommitTimeout         time.Duration
 	OnError               string
@@ -138,7 +142,9 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	num(&c.MaxBatchBytes, "max-batch-bytes", DefaultMaxBatchBytes, "bytes per Kafka transaction; larger Postgres transactions are split")
 	num(&c.QueueBytes, "queue-bytes", DefaultQueueBytes, "decoded bytes waiting for Kafka before WAL reading pauses")
 	dur(&c.Linger, "linger", DefaultLinger, "how long a Kafka transaction waits for more Postgres transactions")
-	dur(&c.StatusInterval, "status-interval", DefaultStatusInterval, "interval of standby status updates to Postgres")
+	dur(&c.StatusInterval, "status-interval", DefaultStatusInterval, "interval of standby status updates to Postgres (keepalive); commits are confirmed sooner, see --confirm-interval")
+	dur(&c.ConfirmInterval, "confirm-interval", DefaultConfirmInterval, "least interval between status updates confirming Kafka commits to Postgres; 0 confirms only every --status-interval")
+	dur(&c.ProgressInterval, "progress-interval", DefaultProgress, "interval of the progress log line while streaming; 0 disables it")
 	dur(&c.IdleInterval, "idle-interval", DefaultIdleInterval, "minimum interval of checkpoint-only transactions while the outbox is idle")
 	dur(&c.CommitTimeout, "commit-timeout", DefaultCommitTimeout, "limit on flushing and committing one Kafka transaction")
 	str(&c.Converter, "converter", "string", "key and value bytes as Debezium emits them behind Kafka Connect's StringConverter (string) or JsonConverter with schemas.enable=false (json)")
@@ -266,6 +272,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Linger < 0 {
 		bad("linger", "must not be negative, got %s", c.Linger)
+	}
+	if c.ConfirmInterval < 0 || c.ConfirmInterval > c.StatusInterval {
+		bad("confirm-interval", "must be between 0 and --status-interval (%s), got %s", c.StatusInterval, c.ConfirmInterval)
+	}
+	if c.ProgressInterval < 0 {
+		bad("progress-interval", "must not be negative, got %s", c.ProgressInterval)
 	}
 	for _, d := range []struct {
 		name string

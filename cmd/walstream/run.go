@@ -72,7 +72,7 @@ func (c *Config) pipeline() (pipeline.Config, error) {
 		TopicCreation:  c.TopicCreation.tc,
 		MaxBatchEvents: c.MaxBatchEvents, MaxBatchBytes: c.MaxBatchBytes, QueueBytes: c.QueueBytes,
 		Linger: c.Linger, IdleInterval: c.IdleInterval, CommitTimeout: c.CommitTimeout,
-		StatusInterval: c.StatusInterval, SlotPollInterval: c.SlotPollInterval, ReadyConfirmAge: c.ReadyConfirmAge,
+		StatusInterval: c.StatusInterval, ConfirmInterval: c.ConfirmInterval, ProgressInterval: c.ProgressInterval, SlotPollInterval: c.SlotPollInterval, ReadyConfirmAge: c.ReadyConfirmAge,
 		Hook: crashHook(),
 	}, nil
 }

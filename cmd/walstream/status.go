@@ -28,6 +28,7 @@ type statusReport struct {
 		ConfirmedFlush   string   `json:"confirmed_flush_lsn,omitempty"`
 		CurrentLSN       string   `json:"current_wal_lsn"`
 		LagBytes         int64    `json:"lag_bytes"`
+		CaughtUp         bool     `json:"caught_up"`
 		RetainedWALBytes int64    `json:"retained_wal_bytes"`
 		SafeWALSizeBytes *int64   `json:"safe_wal_size_bytes"`
 		FlushLagSeconds  *float64 `json:"flush_lag_seconds"`
@@ -93,7 +94,7 @@ func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
 	s.SafeWALSizeBytes = st.SafeWALSize
 	if st.Exists {
 		s.ConfirmedFlush = st.ConfirmedFlush.String()
-		s.LagBytes, s.RetainedWALBytes = st.ConfirmedLag(), st.Retained()
+		s.LagBytes, s.RetainedWALBytes, s.CaughtUp = st.ConfirmedLag(), st.Retained(), st.CaughtUp()
 	}
 	if st.FlushLag != nil {
 		sec := st.FlushLag.Seconds()
@@ -125,6 +126,7 @@ func printStatus(w io.Writer, r *statusReport) {
 		fmt.Fprintf(tw, "  streaming\t%s\n", active)
 		fmt.Fprintf(tw, "  confirmed_flush_lsn\t%s (server at %s)\n", s.ConfirmedFlush, s.CurrentLSN)
 		fmt.Fprintf(tw, "  lag\t%s\n", bytesText(s.LagBytes))
+		fmt.Fprintf(tw, "  caught up\t%s\n", caughtUpText(s.CaughtUp, s.LagBytes, s.FlushLagSeconds))
 		fmt.Fprintf(tw, "  retained WAL\t%s\n", bytesText(s.RetainedWALBytes))
 		if s.SafeWALSizeBytes != nil {
 			fmt.Fprintf(tw, "  safe_wal_size\t%s\n", bytesText(*s.SafeWALSizeBytes))
@@ -145,6 +147,19 @@ func printStatus(w io.Writer, r *statusReport) {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
 	tw.Flush()
+}
+
+// caughtUpText says whether the slot has confirmed everything the server
+// wrote and, if not, how far behind it is: the walstream_caught_up metric,
+// walstream_slot_confirmed_lag_bytes and pg_stat_replication.flush_lag.
+func caughtUpText(caughtUp bool, lag int64, lagSeconds *float64) string {
+	if caughtUp {
+		return "yes"
+	}
+	if lagSeconds == nil {
+		return fmt.Sprintf("no, %s behind", bytesText(lag))
+	}
+	return fmt.Sprintf("no, %s and %.3f s behind", bytesText(lag), *lagSeconds)
 }
 
 func bytesText(n int64) string {
