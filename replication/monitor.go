@@ -16,7 +16,7 @@ var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
 // SlotMetrics are the slot's state as Postgres reports it.
 type SlotMetrics struct {
 	confirmedLag, caughtUp, retained, safeWAL, active prometheus.Gauge
-	walStatus                               *prometheus.GaugeVec
+	walStatus                                         *prometheus.GaugeVec
 }
 
 // NewSlotMetrics registers the slot metrics on reg.
