@@ -78,6 +78,9 @@ type BacklogRun struct {
 // receive-only client and the last with walstream, one after the other.
 func (b *bench) backlogRun(ctx context.Context, scenario string, run int, rows, perTx int64, profile bool) (*BacklogRun, error) {
 	name := fmt.Sprintf("%s-%d", scenario, run)
+	if scenario == ScenarioHuge {
+		name = fmt.Sprintf("%s-%d-%d", scenario, rows, run)
+	}
 	if profile {
 		name = scenario + "-profile"
 	}

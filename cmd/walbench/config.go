@@ -32,11 +32,6 @@ const (
 	DefaultQuietTimeout    = 15 * time.Minute
 	DefaultDrainTimeout    = 15 * time.Minute
 	DefaultPartitions      = 3
-	// DefaultStatusInterval is walstream's --status-interval in the runs:
-	// the drain ends when the slot's confirmed_flush_lsn reaches the end,
-	// and walstream confirms only at its status updates, every 10s by
-	// default. 100ms keeps that wait out of the figures.
-	DefaultStatusInterval = 100 * time.Millisecond
 )
 
 // Scenario names for --scenarios.
@@ -66,7 +61,6 @@ type Config struct {
 	RecvLogical    string // pg_recvlogical binary
 	WalstreamBin   string // empty: build ./cmd/walstream
 	WalstreamArgs  []string
-	StatusInterval time.Duration
 	Partitions     int
 	OutDir         string
 	WorkDir        string // empty: a temporary directory, removed at the end
@@ -87,7 +81,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&cfg.RowsPerTx, "rows-per-tx", DefaultRowsPerTx, "rows per Postgres transaction in the backlog preload")
 	fs.IntVar(&cfg.PayloadBytes, "payload-bytes", DefaultPayloadBytes, "size of each row's JSON payload as Postgres sends it")
 	fs.IntVar(&cfg.Runs, "runs", DefaultRuns, "backlog runs (the report quotes medians)")
-	fs.IntVar(&cfg.HugeRows, "huge-rows", DefaultHugeRows, "rows in the single transaction of the huge scenario")
+	fs.IntVar(&cfg.HugeRows, "huge-rows", DefaultHugeRows, "rows in the single transaction of the huge scenario; each run also drains one of this many rows plus one, so that one size is a multiple of walstream's batch limit and one is not")
 	fs.IntVar(&cfg.HugeRuns, "huge-runs", DefaultHugeRuns, "runs of the huge-transaction scenario")
 	loads := fs.String("latency-loads", DefaultLatencyLoads, "offered loads of the latency scenario, comma-separated RATExROWS: RATE rows/s in transactions of ROWS rows")
 	fs.DurationVar(&cfg.LatencyFor, "latency-duration", DefaultLatencyDuration, "measured time at each offered load")
@@ -100,8 +94,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&cfg.PGBin, "pg-bin", DefaultPGBin, "directory of the Postgres 15 server binaries")
 	fs.StringVar(&cfg.RecvLogical, "pg-recvlogical", "", "pg_recvlogical binary (default: in -pg-bin, else on PATH)")
 	fs.StringVar(&cfg.WalstreamBin, "walstream-bin", "", "walstream binary to measure (default: go build ./cmd/walstream)")
-	extra := fs.String("walstream-args", "", "extra arguments for `walstream run`, space-separated; they override walbench's")
-	fs.DurationVar(&cfg.StatusInterval, "status-interval", DefaultStatusInterval, "walstream's --status-interval in the runs")
+	extra := fs.String("walstream-args", "", "extra arguments for `walstream run`, space-separated; walstream otherwise runs at its defaults, and the report names them")
 	fs.IntVar(&cfg.Partitions, "partitions", DefaultPartitions, "partitions of every topic")
 	fs.StringVar(&cfg.OutDir, "out", DefaultOutDir, "directory for walbench.json, walbench.md, logs and profiles")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the cluster, the broker's data and binaries (default: a temporary one, removed at the end)")
@@ -165,8 +158,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("-latency-loads: %s needs a positive rate of at least one transaction per second", l))
 		}
 	}
-	if c.LatencyFor <= 0 || c.LatencyWarmup < 0 || c.StatusInterval <= 0 || c.DrainTimeout <= 0 {
-		errs = append(errs, errors.New("-latency-duration, -status-interval and -drain-timeout must be positive, -latency-warmup not negative"))
+	if c.LatencyFor <= 0 || c.LatencyWarmup < 0 || c.DrainTimeout <= 0 {
+		errs = append(errs, errors.New("-latency-duration and -drain-timeout must be positive, -latency-warmup not negative"))
 	}
 	if c.OutDir == "" {
 		errs = append(errs, errors.New("-out must not be empty"))

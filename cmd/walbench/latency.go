@@ -46,6 +46,14 @@ type Latency struct {
 	InsertToAckP99Us float64 `json:"insert_to_ack_p99_us"`
 	// WalstreamCPUMicrosPerRow is walstream's CPU time in the measured
 	// window over the rows inserted in it.
+	// Confirm*: from a checkpoint becoming visible in Kafka to the slot's
+	// confirmed_flush_lsn covering it (see confirmWatch); Unconfirmed were
+	// not covered when the phase ended.
+	ConfirmSamples           int               `json:"confirm_samples"`
+	ConfirmP50Ms             float64           `json:"confirm_p50_ms"`
+	ConfirmP99Ms             float64           `json:"confirm_p99_ms"`
+	ConfirmMaxMs             float64           `json:"confirm_max_ms"`
+	ConfirmUnconfirmed       int               `json:"confirm_unconfirmed"`
 	WalstreamCPUMicrosPerRow float64           `json:"walstream_cpu_us_per_row"`
 	WalstreamPeakRSSBytes    int64             `json:"walstream_peak_rss_bytes"`
 	Machine                  Quiet             `json:"machine"`
@@ -147,6 +155,16 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 		return l, err
 	}
 	defer c.close()
+	cw, err := startConfirmWatch(broker, b.pg.url, slotWalstream)
+	if err != nil {
+		return l, err
+	}
+	confirmStopped := false
+	defer func() {
+		if !confirmStopped {
+			_, _, _ = cw.stop(time.Time{}, time.Time{})
+		}
+	}()
 
 	start := time.Now()
 	measureFrom := start.Add(b.cfg.LatencyWarmup)
@@ -196,6 +214,19 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	c.close()
 	if err := c.err(); err != nil {
 		return l, err
+	}
+	// Give the last commits of the window time to be confirmed: well over
+	// the 1 s the target allows, well under the status interval.
+	time.Sleep(3 * time.Second)
+	confirms, unconfirmed, err := cw.stop(measureFrom, measureTo)
+	confirmStopped = true
+	if err != nil {
+		return l, err
+	}
+	l.ConfirmSamples, l.ConfirmUnconfirmed = len(confirms), unconfirmed
+	l.ConfirmP50Ms, l.ConfirmP99Ms = percentile(confirms, 0.50)/1e3, percentile(confirms, 0.99)/1e3
+	if len(confirms) > 0 {
+		l.ConfirmMaxMs = float64(slices.Max(confirms)) / 1e3
 	}
 	l.Missing = w.written.Load() - c.received()
 	l.Behind = w.behind.Load()

@@ -19,9 +19,9 @@ type walstreamProc struct {
 	stream time.Time // when it logged that it streams; zero before
 }
 
-// walstreamArgs are the settings of every measured walstream: defaults,
-// except no HTTP listener and a short status interval (see
-// DefaultStatusInterval). -walstream-args come last and override them.
+// walstreamArgs are the settings of every measured walstream: its
+// defaults, with the bench's connections and names and no HTTP listener.
+// -walstream-args come last and override them; the report names them.
 func (b *bench) walstreamArgs(broker string) []string {
 	return append([]string{"run",
 		"--pg-url", b.pg.url,
@@ -31,7 +31,6 @@ func (b *bench) walstreamArgs(broker string) []string {
 		"--table", benchTable,
 		"--create=false",
 		"--http-addr", "",
-		"--status-interval", b.cfg.StatusInterval.String(),
 	}, b.cfg.WalstreamArgs...)
 }
 
