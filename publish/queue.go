@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"unsafe"
 
 	"github.com/walstream/walstream/decode"
 	"golang.org/x/sync/semaphore"
@@ -58,8 +59,15 @@ func (q *Queue) TryPut(tx *decode.Tx) bool {
 // done releases tx's room once its records are handed to the client.
 func (q *Queue) done(tx *decode.Tx) { q.sem.Release(q.weight(tx)) }
 
-// weight counts at least one byte per Tx so position markers are bounded
+// weight is what tx holds in memory: its event bytes and, per event, the
+// Event itself, which for outbox rows of a few hundred bytes is as much
+// again and which counting tx.Bytes alone let the queue hold unbounded by
+// its size. It is at least one byte per Tx so position markers are bounded
 // too, and at most the whole queue so that one oversized part still fits.
 func (q *Queue) weight(tx *decode.Tx) int64 {
-	return min(max(int64(tx.Bytes), 1), q.maxBytes)
+	return min(max(int64(tx.Bytes)+int64(len(tx.Events))*eventOverhead, 1), q.maxBytes)
 }
+
+// eventOverhead is the memory of an event beyond tx.Bytes: the Event value
+// and the rest of its row (the columns that are not event fields).
+const eventOverhead = int64(unsafe.Sizeof(decode.Event{})) + 64

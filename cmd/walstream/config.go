@@ -25,7 +25,7 @@ const (
 	DefaultHTTPAddr        = "127.0.0.1:9187"
 	DefaultMaxBatchEvents  = 10000
 	DefaultMaxBatchBytes   = 16 << 20
-	DefaultQueueBytes      = 64 << 20
+	DefaultQueueBytes      = 16 << 20
 	DefaultLinger          = 5 * time.Millisecond
 	DefaultStatusInterval  = 10 * time.Second
 	DefaultConfirmInterval = 250 * time.Millisecond
@@ -140,7 +140,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	str(&c.TransactionalID, "transactional-id", "", "Kafka transactional.id (default: walstream-<slot>)")
 	num(&c.MaxBatchEvents, "max-batch-events", DefaultMaxBatchEvents, "events per Kafka transaction; larger Postgres transactions are split")
 	num(&c.MaxBatchBytes, "max-batch-bytes", DefaultMaxBatchBytes, "bytes per Kafka transaction; larger Postgres transactions are split")
-	num(&c.QueueBytes, "queue-bytes", DefaultQueueBytes, "decoded bytes waiting for Kafka before WAL reading pauses")
+	num(&c.QueueBytes, "queue-bytes", DefaultQueueBytes, "memory of decoded events waiting for Kafka before WAL reading pauses")
 	dur(&c.Linger, "linger", DefaultLinger, "how long a Kafka transaction waits for more Postgres transactions")
 	dur(&c.StatusInterval, "status-interval", DefaultStatusInterval, "interval of standby status updates to Postgres (keepalive); commits are confirmed sooner, see --confirm-interval")
 	dur(&c.ConfirmInterval, "confirm-interval", DefaultConfirmInterval, "least interval between status updates confirming Kafka commits to Postgres; 0 confirms only every --status-interval")
