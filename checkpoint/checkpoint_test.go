@@ -305,6 +305,17 @@ func TestTrackerLag(t *testing.T) {
 	if tr.Confirm(); tr.Status(t0).LastConfirm.IsZero() {
 		t.Fatal("Confirm did not record the time")
 	}
+	// What the progress line reports.
+	st = tr.Status(t0)
+	if got, want := st.Events, uint64(2); got != want {
+		t.Fatalf("Events = %d, want %d", got, want)
+	}
+	if got, want := st.Committed, (Checkpoint{LSN: 350}); got != want {
+		t.Fatalf("Committed = %s, want %s", got, want)
+	}
+	if got, want := st.Confirmed, pglogrepl.LSN(350); got != want {
+		t.Fatalf("Confirmed = %s, want %s", got, want)
+	}
 }
 
 func TestSlotAhead(t *testing.T) {

@@ -125,6 +125,12 @@ func TestSlotMetrics(t *testing.T) {
 	if confirmed := metric(t, addr, "walstream_confirmed_lsn"); confirmed > committed {
 		t.Fatalf("confirmed LSN %v passes committed %v", confirmed, committed)
 	}
+	// Idle, everything is confirmed and the lag reads 0: the idle
+	// checkpoint covers WAL the server writes on its own (such as the
+	// standby snapshot the bgwriter logs after activity).
+	eventually(t, time.Minute, "caught up and lag 0", func() bool {
+		return metric(t, addr, "walstream_caught_up") == 1 && metric(t, addr, "walstream_slot_confirmed_lag_bytes") == 0
+	})
 }
 
 // TestReadyz: ready while streaming; not ready while Postgres is down;
@@ -179,8 +185,11 @@ func TestStatusCommand(t *testing.T) {
 	if !r.Checkpoint.Found || r.Checkpoint.LSN == "" || r.Checkpoint.AgeSeconds == nil || len(r.Problems) != 0 {
 		t.Fatalf("checkpoint in status %+v, problems %v", r.Checkpoint, r.Problems)
 	}
+	if r.Slot.CaughtUp != (r.Slot.LagBytes == 0) {
+		t.Fatalf("status says caught up %v with lag %d bytes", r.Slot.CaughtUp, r.Slot.LagBytes)
+	}
 	out, err = status()
-	if err != nil || !strings.Contains(out, "yes, walsender pid") || !strings.Contains(out, "wal_status") {
+	if err != nil || !strings.Contains(out, "yes, walsender pid") || !strings.Contains(out, "wal_status") || !strings.Contains(out, "caught up") {
 		t.Fatalf("status table: %v\n%s", err, out)
 	}
 
