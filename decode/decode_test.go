@@ -355,11 +355,18 @@ func TestDecodeLogicalMessages(t *testing.T) {
 	}
 }
 
+// The trace context is read only from a configured tracing column:
+// Debezium's default image (no OpenTelemetry on the classpath,
+// ActivateTracingSpan.isOpenTelemetryAvailable false) adds no traceparent.
 func TestDecodeTracing(t *testing.T) {
-	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "tracing"))
+	txs := decodeAll(t, New(outboxConfig("public", func(o *Outbox) { o.Columns.Tracing = "tracingspancontext" }), checkpoint.Checkpoint{}), readFrames(t, "tracing"))
 	ev := txs[len(txs)-1].Events[0]
 	if got := string(ev.TraceParent); got != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
 		t.Fatalf("traceparent = %q", got)
+	}
+	txs = decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "tracing"))
+	if ev := txs[len(txs)-1].Events[0]; ev.TraceParent != nil {
+		t.Fatalf("traceparent %q without a tracing column configured", ev.TraceParent)
 	}
 }
 
@@ -380,8 +387,8 @@ func TestDecodeTombstone(t *testing.T) {
 	if _, err := d.Decode(basic[2].lsn, insert); err != nil {
 		t.Fatal(err)
 	}
-	if ev := d.tx.Events[0]; ev.Payload != nil || ev.Bad != nil {
-		t.Fatalf("NULL payload with tombstones on: payload %q, bad %v", ev.Payload, ev.Bad)
+	if ev := d.tx.Events[0]; ev.Payload != nil || !ev.Tombstone || ev.Bad != nil {
+		t.Fatalf("NULL payload with tombstones on: payload %q, tombstone %v, bad %v", ev.Payload, ev.Tombstone, ev.Bad)
 	}
 }
 
@@ -424,13 +431,17 @@ func TestDecodeUpdateBehavior(t *testing.T) {
 	}
 }
 
+// EventRouterConfigDefinition.parseAdditionalFieldsConfig trims each part
+// of an entry; EventRouterDelegate.apply sets the partition once per
+// partition entry, in order, so the last one wins.
 func TestParseAdditional(t *testing.T) {
-	got, err := ParseAdditional("type:header:eventType, shard:PARTITION,note:envelope")
-	want := []Additional{{"type", PlaceHeader, "eventType"}, {"shard", PlacePartition, "shard"}, {"note", PlaceEnvelope, "note"}}
+	got, err := ParseAdditional("type : header : eventType, shard:PARTITION ,note:envelope, n2 :partition,x:header:")
+	want := []Additional{{"type", PlaceHeader, "eventType"}, {"note", PlaceEnvelope, "note"}, {"n2", PlacePartition, "n2"}, {"x", PlaceHeader, "x"}}
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("ParseAdditional = %v, %v; want %v", got, err, want)
 	}
-	for _, bad := range []string{"type", "type:body", "a:b:c:d", ":header", "a:partition,b:partition"} {
+	// AdditionalFieldsValidator.isListOfStringPairs: 2 or 3 parts each.
+	for _, bad := range []string{"type", "type:body", "a:b:c:d", ":header", "a:header,,b:header"} {
 		if _, err := ParseAdditional(bad); err == nil {
 			t.Errorf("ParseAdditional(%q) accepted", bad)
 		}

@@ -102,12 +102,15 @@ func (d *Decoder) envelopeEvent(lsn pglogrepl.LSN, prefix string, content []byte
 	switch {
 	case ev.ID == nil:
 		return bad("id", "event id is missing", nil)
-	case len(ev.AggregateType) == 0:
-		return bad("aggregatetype", "aggregate type is missing or empty: no topic can be derived", nil)
+	case ev.AggregateType == nil:
+		return bad("aggregatetype", "aggregate type is missing: no topic can be derived", nil)
 	case ev.AggregateID == nil:
 		return bad("aggregateid", "aggregate id is missing: the record would have no key", nil)
-	case ev.Payload == nil && (d.cfg.Messages == nil || !d.cfg.Messages.TombstoneOnEmptyPayload):
-		return bad("payload", "payload is missing", nil)
+	}
+	// As for a row: a missing or null payload is a null value, or with
+	// route.tombstone.on.empty.payload a tombstone, as is a blank one.
+	if d.cfg.Messages != nil && d.cfg.Messages.TombstoneOnEmptyPayload && blank(ev.Payload) {
+		ev.Payload, ev.Tombstone = nil, true
 	}
 	return ev
 }

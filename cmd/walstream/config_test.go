@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/replication"
 )
 
 func TestConfigFromEnvironment(t *testing.T) {
@@ -32,7 +33,10 @@ func TestConfigFromEnvironment(t *testing.T) {
 	if c.TransactionalID != "walstream-flagwins" || c.CheckpointKey != "flagwins" {
 		t.Errorf("defaults derived from the slot: transactional id %q, checkpoint key %q", c.TransactionalID, c.CheckpointKey)
 	}
-	if c.TopicTemplate != "outbox.event.${routedByValue}" || c.Table != "public.outbox" || c.Publication != "walstream_outbox" || !c.Create {
+	if o, err := c.Mapping.outbox(replication.Table{Schema: "public", Name: "outbox"}); err != nil || o.TopicReplacement != "outbox.event.${routedByValue}" {
+		t.Errorf("default topic template: %+v, %v", o, err)
+	}
+	if c.Table != "public.outbox" || c.Publication != "walstream_outbox" || !c.Create {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -177,7 +181,7 @@ func TestConfigFileErrors(t *testing.T) {
 	}{
 		{"unknown setting", base + "kafka-broker: x\n", nil, []string{"line 3", `unknown setting "kafka-broker"`}},
 		{"unknown outbox key", base + "outbox:\n  route.by.feld: x\n", nil, []string{"line 4", `"route.by.feld" is not a Debezium outbox router setting`}},
-		{"unsupported outbox key", base + "outbox:\n  table.field.event.schema.version: v\n", nil, []string{"line 4", "not supported", "no Kafka Connect schemas"}},
+		{"unsupported outbox key", base + "outbox:\n  table.field.event.schema.version: v\n", nil, []string{"line 4", "not supported", "no versioned value schemas"}},
 		{"removed outbox key", base + "outbox:\n  transforms.x.table.field.event.type: type\n", nil, []string{"table.fields.additional.placement=type:header:eventType"}},
 		{"not the outbox router", base + "outbox:\n  transforms.x.type: io.debezium.transforms.ExtractNewRecordState\n", nil, []string{"line 4", "ExtractNewRecordState"}},
 		{"unset variable", base + "slot: ${WALSTREAM_TEST_UNSET}\n", nil, []string{"line 3", "WALSTREAM_TEST_UNSET is not set"}},

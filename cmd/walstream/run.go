@@ -312,12 +312,17 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	// The decoder tags events with these mappings and the producer routes by
 	// them, so both get the same ones.
 	outboxes, messages, _ := cfg.outboxes() // validated
+	if err := readCatalog(ctx, conn, outboxes); err != nil {
+		rconn.Close(context.WithoutCancel(ctx))
+		return false, err
+	}
+	enc, _ := cfg.encoding() // validated
 	prod, err := publish.New(publish.Config{
 		Conn: s.kafka, TransactionalID: cfg.TransactionalID,
 		CheckpointTopic: cfg.CheckpointTopic, CheckpointKey: cfg.CheckpointKey, Slot: cfg.Slot,
 		Outboxes: append(slices.Clip(outboxes), messages), MaxBatchEvents: cfg.MaxBatchEvents, MaxBatchBytes: cfg.MaxBatchBytes,
 		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
-		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.deadLetterTopic(), Converter: cfg.converter(),
+		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.deadLetterTopic(), Encoding: enc,
 		Compression: cfg.compression(),
 	}, s.log, s.metrics.pub, s.hook)
 	if err != nil {

@@ -1,0 +1,61 @@
+package decode
+
+import "testing"
+
+// ParseDefault follows Debezium's PostgresDefaultValueConverter:
+// extractDefault takes the text inside the first quotes ('' is a quote) or
+// the bare constant; a function call (FUNCTION_DEFAULT_PATTERN) or
+// current_timestamp and the like give the type's placeholder; NULL::type
+// gives no default; types without a mapper (bytea, timestamptz here) and
+// values that do not parse give none either.
+func TestParseDefault(t *testing.T) {
+	for _, tc := range []struct {
+		typ  uint32
+		expr string
+		want string // "<none>": no default
+	}{
+		{TypeText, "'pending'::text", "pending"},
+		{TypeText, "'it''s'::text", "it's"},
+		{TypeVarchar, "'a b'::character varying", "a b"},
+		{TypeJSONB, `'{"a": 1}'::jsonb`, `{"a": 1}`},
+		{TypeJSONB, "jsonb_build_object('a', 1)", "{}"},
+		{TypeText, "gen_random_uuid()::text", ""},
+		{TypeUUID, "gen_random_uuid()", "00000000-0000-0000-0000-000000000000"},
+		{TypeUUID, "'6F1A0000-0000-0000-0000-00000000000A'::uuid", "6f1a0000-0000-0000-0000-00000000000a"},
+		{TypeInt8, "4711", "4711"},
+		{TypeInt4, "'-1'::integer", "-1"},
+		{TypeInt4, "nextval('outbox_seq'::regclass)", "0"},
+		{TypeInt2, "70000", "<none>"}, // Short.parseShort fails
+		{TypeBool, "true", "t"},
+		{TypeBool, "false", "f"},
+		{TypeNumeric, "12.5", "12.5"},
+		{TypeFloat8, "'1e7'::double precision", "1e7"},
+		{TypeText, "NULL::text", "<none>"},
+		{TypeInt4, "NULL::integer", "<none>"},
+		{TypeText, "", "<none>"},
+		{TypeBytea, `'\x00'::bytea`, "<none>"},
+		{TypeTimestampTZ, "now()", "<none>"},
+	} {
+		got, ok := ParseDefault(tc.typ, tc.expr)
+		g := string(got)
+		if !ok {
+			g = "<none>"
+		}
+		if g != tc.want {
+			t.Errorf("ParseDefault(%d, %q) = %q, want %q", tc.typ, tc.expr, g, tc.want)
+		}
+	}
+}
+
+// Java's String.trim() strips the characters up to U+0020 only:
+// EventRouterDelegate's payload.toString().trim().isEmpty().
+func TestBlankIsJavaTrim(t *testing.T) {
+	for s, want := range map[string]bool{
+		"": true, " \t\r\n": true, "\x01\x1f ": true,
+		"\u00a0": false, "\u3000": false, "\u0085": false, " x ": false,
+	} {
+		if got := blank([]byte(s)); got != want {
+			t.Errorf("blank(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
