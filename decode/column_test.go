@@ -3,7 +3,7 @@ package decode
 import "testing"
 
 // ParseDefault follows Debezium's PostgresDefaultValueConverter:
-// extractDefault takes the text inside the first quotes ('' is a quote) or
+// extractDefault takes the text inside the first quotes (” is a quote) or
 // the bare constant; a function call (FUNCTION_DEFAULT_PATTERN) or
 // current_timestamp and the like give the type's placeholder; NULL::type
 // gives no default; types without a mapper (bytea, timestamptz here) and

@@ -23,7 +23,7 @@ func TestRoute(t *testing.T) {
 		{decode.DefaultTopicRegex, "all-events", "Order", "all-events"},
 		{`(.*)Created`, "created.$1", "OrderCreated", "created.Order"},
 		{`(.*)Created`, "created.$1", "OrderShipped", "OrderShipped"}, // no match: the value itself
-		{`(a)(b)`, "$12", "ab", "a2"},                                 // Java: group 1, then "2"
+		{`(a)(b)`, "$12", "ab", "a2"}, // Java: group 1, then "2"
 		{`(?<routedByValue>.*)`, `cost\$.${routedByValue}`, "x", "cost$.x"},
 	} {
 		rt, err := NewRoute(tc.regex, tc.replacement)
