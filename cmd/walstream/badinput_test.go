@@ -98,7 +98,7 @@ func TestBadInputDeadLetter(t *testing.T) {
 	want := map[string][]string{
 		"00000000-0000-0000-0000-0000000000d1": {"walstream.error.reason=aggregate type is NULL", "walstream.error.column=aggregatetype"},
 		"00000000-0000-0000-0000-0000000000d2": {"walstream.error.reason=no valid topic", "walstream.source.aggregatetype=Bad Type!"},
-		"00000000-0000-0000-0000-0000000000d4": {"over the 2000 bytes", "walstream.error.value.bytes="},
+		"00000000-0000-0000-0000-0000000000d4": {"over the record limit of 2000 bytes", "walstream.error.value.bytes="},
 	}
 	if len(dlq) != len(want) {
 		t.Fatalf("%d dead letters, want %d: %+v", len(dlq), len(want), dlq)
