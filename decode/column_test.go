@@ -1,6 +1,11 @@
 package decode
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/walstream/walstream/checkpoint"
+)
 
 // ParseDefault follows Debezium's PostgresDefaultValueConverter:
 // extractDefault takes the text inside the first quotes (” is a quote) or
@@ -56,6 +61,39 @@ func TestBlankIsJavaTrim(t *testing.T) {
 	} {
 		if got := blank([]byte(s)); got != want {
 			t.Errorf("blank(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// Struct.get versus the typed getters, on captured frames: the router
+// reads additional header and envelope fields with Struct.get, which gives
+// a NULL column its default (attempts is 3), and the partition with
+// getInt32, which does not (so the key picks the partition).
+func TestDecodeDefaults(t *testing.T) {
+	cat := map[string]Catalog{"attempts": {Default: "3"}, "status": {Default: "'pending'::text"}, "aggregateid": {NotNull: true}}
+	for _, tc := range []struct {
+		placement   string
+		partitioned bool
+		fields      string
+	}{
+		{"attempts:header,status:envelope", false, "attempts=3 status=pending"},
+		{"attempts:partition,status:header", false, "status=pending"},
+	} {
+		cfg := outboxConfig("dbz", func(o *Outbox) {
+			o.Catalog = cat
+			o.Additional, _ = ParseAdditional(tc.placement)
+		})
+		txs := decodeAll(t, New(cfg, checkpoint.Checkpoint{}), readFrames(t, "debezium-types"))
+		ev := txs[0].Events[0]
+		var fields []string
+		for _, f := range ev.Fields {
+			fields = append(fields, f.Name+"="+string(f.Value))
+		}
+		if got := strings.Join(fields, " "); got != tc.fields || ev.Partitioned != tc.partitioned {
+			t.Errorf("%s: fields %q, partitioned %v; want %q, %v", tc.placement, got, ev.Partitioned, tc.fields, tc.partitioned)
+		}
+		if !ev.KeyColumn.NotNull || ev.KeyColumn.Type != TypeInt8 || string(ev.AggregateID) != "4711" {
+			t.Errorf("key column %+v, key %q", ev.KeyColumn, ev.AggregateID)
 		}
 	}
 }

@@ -42,16 +42,6 @@ var routerFlags = map[string]string{
 	"tracing.span.context.field":               "tracing-column",
 }
 
-// flagKey is the router setting a flag sets.
-func flagKey(flagName string) (string, bool) {
-	for k, f := range routerFlags {
-		if f == flagName {
-			return k, true
-		}
-	}
-	return "", false
-}
-
 // routerType is the one value of a copied transforms.<name>.type key.
 const routerType = "io.debezium.transforms.outbox.EventRouter"
 
