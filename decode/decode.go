@@ -66,9 +66,10 @@ type Event struct {
 	// Tombstone is set when the record has no value at all
 	// (route.tombstone.on.empty.payload with a NULL or blank payload).
 	Tombstone bool
-	// KeyColumn and PayloadColumn are the key's and the payload's columns,
-	// whose types say how converters encode them; nil for a logical message.
-	KeyColumn, PayloadColumn *Column
+	// IDColumn, KeyColumn and PayloadColumn are the event id's, the key's
+	// and the payload's columns, whose types say how converters encode
+	// them; nil for a logical message.
+	IDColumn, KeyColumn, PayloadColumn *Column
 	// PayloadBinary is set when the payload is bytea, so that converters
 	// that encode text and bytes differently can tell.
 	PayloadBinary bool
@@ -517,7 +518,7 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 	o := rel.outbox
 	ev := Event{Ordinal: d.ordinal, LSN: walStart, Table: rel.name, Source: o, ID: get(rel.id), AggregateType: col(rel.aggType),
 		AggregateID: get(rel.aggID), Type: col(rel.typ), Payload: get(rel.payload), PayloadBinary: rel.payloadBytea,
-		KeyColumn: &rel.cols[rel.aggID], PayloadColumn: &rel.cols[rel.payload], TraceParent: traceParent(col(rel.trace))}
+		IDColumn: &rel.cols[rel.id], KeyColumn: &rel.cols[rel.aggID], PayloadColumn: &rel.cols[rel.payload], TraceParent: traceParent(col(rel.trace))}
 	bad := func(column, reason string, err error) Event {
 		ev.Bad = &Error{LSN: walStart, Table: rel.name, EventID: string(ev.ID), Column: column, Reason: reason, Err: err}
 		return ev

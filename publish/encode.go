@@ -364,6 +364,9 @@ func javaString(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 		}
 		return javaBigDecimal(dst, u, scale), nil
 	}
+	if dst == nil {
+		return text, nil // the record aliases the event's bytes, which outlive it
+	}
 	return append(dst, text...), nil
 }
 

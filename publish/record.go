@@ -202,7 +202,14 @@ func (r *Router) Record(ev *decode.Event) (*kgo.Record, error) {
 	if rec.Value, err = t.value.encode(nil, ev); err != nil {
 		return nil, &EncodingError{Column: ev.Source.Columns.Payload, Err: err}
 	}
+	// EventRouterDelegate adds the id header with the id column's schema;
+	// SimpleHeaderConverter writes its string form (a uuid or text as it is).
 	rec.Headers[0] = kgo.RecordHeader{Key: HeaderID, Value: ev.ID}
+	if ev.IDColumn != nil {
+		if rec.Headers[0].Value, err = javaString(nil, ev.IDColumn, ev.ID); err != nil {
+			return nil, &EncodingError{Column: ev.IDColumn.Name, Err: err}
+		}
+	}
 	if ev.TraceParent != nil {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderTraceParent, Value: ev.TraceParent})
 	}
