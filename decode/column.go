@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Column is an outbox column as the encoders need it: its Postgres type,
@@ -51,15 +52,17 @@ func (c *Column) Numeric() (precision, scale int, ok bool) {
 func keyable(c *Column) error {
 	switch c.Type {
 	case TypeBool, TypeInt2, TypeInt4, TypeInt8, TypeFloat4, TypeFloat8, TypeText, TypeVarchar, TypeBPChar, TypeChar, TypeName,
-		TypeUUID, TypeJSON, TypeJSONB:
+		TypeUUID, TypeJSON, TypeJSONB, TypeXML, TypeInet, TypeCIDR, TypeMacaddr, TypeMacaddr8, TypeDate, TypeTimestamp:
 		return nil
+	case TypeTimestampTZ:
+		return fmt.Errorf("column %s is timestamptz, which Debezium writes as an io.debezium.time.ZonedTimestamp string whose fraction width depends on how the connector learned the column; cast it to timestamp or text in a generated column", c.Name)
 	case TypeNumeric:
 		if _, _, ok := c.Numeric(); !ok {
 			return fmt.Errorf("column %s is numeric without precision, which Debezium encodes as a VariableScaleDecimal struct walstream does not write; declare it numeric(p,s)", c.Name)
 		}
 		return nil
 	}
-	return fmt.Errorf("column %s has type OID %d; walstream encodes text, varchar, char, uuid, json, jsonb, smallint, integer, bigint, real, double precision, numeric(p,s) and boolean as Debezium does; cast it in a generated column", c.Name, c.Type)
+	return fmt.Errorf("column %s has type OID %d; walstream encodes text, varchar, char, uuid, json, jsonb, xml, inet, cidr, macaddr, smallint, integer, bigint, real, double precision, numeric(p,s), boolean, date and timestamp as Debezium does; cast it in a generated column", c.Name, c.Type)
 }
 
 // Debezium's PostgresDefaultValueConverter patterns: a quoted literal, and a
@@ -84,13 +87,13 @@ func ParseDefault(typ uint32, expr string) (text []byte, ok bool) {
 	}
 	placeholder := map[uint32]string{TypeBool: "false", TypeBPChar: "", TypeVarchar: "", TypeText: "", TypeNumeric: "0.0",
 		TypeFloat4: "0.0", TypeFloat8: "0.0", TypeInt2: "0", TypeInt4: "0", TypeInt8: "0", TypeJSON: "{}", TypeJSONB: "{}",
-		TypeUUID: "00000000-0000-0000-0000-000000000000"}
+		TypeUUID: "00000000-0000-0000-0000-000000000000", TypeDate: "1970-01-01", TypeTimestamp: "1970-01-01 00:00:00"}
 	ph, mapped := placeholder[typ]
 	if !mapped {
 		return nil, false
 	}
 	switch typ {
-	case TypeBool, TypeNumeric, TypeFloat4, TypeFloat8, TypeInt2, TypeInt4, TypeInt8, TypeUUID:
+	case TypeBool, TypeNumeric, TypeFloat4, TypeFloat8, TypeInt2, TypeInt4, TypeInt8, TypeUUID, TypeDate, TypeTimestamp:
 		expr = javaTrim(expr) // Debezium's TRIM_DATA_TYPES
 	}
 	v := ph
@@ -127,6 +130,19 @@ func ParseDefault(typ uint32, expr string) (text []byte, ok bool) {
 		return []byte(v), true
 	case TypeNumeric:
 		if _, ok := new(big.Float).SetString(v); !ok {
+			return nil, false
+		}
+		return []byte(v), true
+	case TypeDate:
+		if _, err := time.Parse("2006-01-02", v); err != nil {
+			return nil, false
+		}
+		return []byte(v), true
+	case TypeTimestamp:
+		if len(v) == len("2006-01-02") {
+			v += " 00:00:00" // TimestampUtils reads a bare date as midnight
+		}
+		if _, err := ParseTimestamp([]byte(v)); err != nil {
 			return nil, false
 		}
 		return []byte(v), true

@@ -40,6 +40,10 @@ func TestParseDefault(t *testing.T) {
 		{TypeText, "", "<none>"},
 		{TypeBytea, `'\x00'::bytea`, "<none>"},
 		{TypeTimestampTZ, "now()", "<none>"},
+		{TypeDate, "'2026-11-23'::date", "2026-11-23"},
+		{TypeDate, "CURRENT_DATE", "1970-01-01"},
+		{TypeTimestamp, "now()", "1970-01-01 00:00:00"},
+		{TypeTimestamp, "'2026-11-23 06:00:01'::timestamp without time zone", "2026-11-23 06:00:01"},
 	} {
 		got, ok := ParseDefault(tc.typ, tc.expr)
 		g := string(got)

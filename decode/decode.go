@@ -549,7 +549,7 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 		ev.Payload = raw
 	}
 	if ts := col(rel.timestamp); ts != nil {
-		t, err := parseTimestamp(ts)
+		t, err := ParseTimestamp(ts)
 		if err != nil {
 			return bad(cols.Timestamp, "reading the event timestamp", err)
 		}

@@ -490,14 +490,14 @@ func TestParseTimestamp(t *testing.T) {
 		"2026-11-23 11:30:00.5+05:30":   "2026-11-23T06:00:00.5Z",
 		"2026-11-23 03:00:00-03":        "2026-11-23T06:00:00Z",
 	} {
-		got, err := parseTimestamp([]byte(in))
+		got, err := ParseTimestamp([]byte(in))
 		if err != nil || got.UTC().Format(time.RFC3339Nano) != want {
-			t.Errorf("parseTimestamp(%q) = %v, %v; want %s", in, got, err, want)
+			t.Errorf("ParseTimestamp(%q) = %v, %v; want %s", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{"infinity", "11/23/2026 06:00:00", "2026-11-23 06:00:00 BC"} {
-		if _, err := parseTimestamp([]byte(bad)); err == nil {
-			t.Errorf("parseTimestamp(%q) accepted", bad)
+		if _, err := ParseTimestamp([]byte(bad)); err == nil {
+			t.Errorf("ParseTimestamp(%q) accepted", bad)
 		}
 	}
 }

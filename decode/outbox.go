@@ -220,10 +220,16 @@ const (
 	TypeInt4        = 23
 	TypeText        = 25
 	TypeJSON        = 114
+	TypeXML         = 142
+	TypeCIDR        = 650
+	TypeMacaddr8    = 774
+	TypeMacaddr     = 829
+	TypeInet        = 869
 	TypeFloat4      = 700
 	TypeFloat8      = 701
 	TypeBPChar      = 1042
 	TypeVarchar     = 1043
+	TypeDate        = 1082
 	TypeTimestamp   = 1114
 	TypeTimestampTZ = 1184
 	TypeNumeric     = 1700
@@ -235,9 +241,9 @@ const (
 // DateStyle, which replication.Dial sets to ISO, and TimeZone.
 var timestampLayouts = []string{"2006-01-02 15:04:05.999999", "2006-01-02 15:04:05.999999-07", "2006-01-02 15:04:05.999999-07:00"}
 
-// parseTimestamp reads a timestamp or timestamptz column. A timestamp
-// without time zone is taken as UTC, as Debezium does.
-func parseTimestamp(b []byte) (time.Time, error) {
+// ParseTimestamp reads a timestamp or timestamptz column's text. A
+// timestamp without time zone is taken as UTC, as Debezium does.
+func ParseTimestamp(b []byte) (time.Time, error) {
 	s := string(b)
 	var err error
 	for _, layout := range timestampLayouts {

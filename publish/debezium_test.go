@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 )
 
@@ -286,5 +287,43 @@ func TestDebeziumTombstonesAndTrim(t *testing.T) {
 	got = recordsOf(t, Encoding{Key: FormatString, Value: FormatJSONSchema}, textbox(t, nil))
 	if w := `{"schema":{"type":"string","optional":true,"default":"none"},"payload":"   "}`; got[0].value != w || got[0].key != "1" {
 		t.Fatalf("record 0 = %q, want key 1 and value %s", got[0], w)
+	}
+}
+
+// A timestamp column is Debezium's io.debezium.time.MicroTimestamp
+// (time.precision.mode=adaptive, precision 6): microseconds since the
+// epoch, the value read as UTC, an INT64 that JsonConverter writes as a
+// number and StringConverter as Long.toString. A timestamptz field is
+// refused: its ZonedTimestamp string's fraction width is not knowable from
+// pgoutput.
+func TestDebeziumTimestampField(t *testing.T) {
+	cfg := decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
+		o.Additional = placement(t, "occurred_at:envelope")
+	})}}
+	r, err := NewRouter(Encoding{Key: FormatJSON, Value: FormatJSONSchema, SchemaPrefix: "p"}, cfg.Outboxes...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := framesEvents(t, "additional-fields", cfg)
+	rec, err := r.Record(&evs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},` +
+		`{"type":"int64","optional":true,"name":"io.debezium.time.MicroTimestamp","version":1,"field":"occurred_at"}],"optional":false,"name":"p.public.outbox.Order.Value"},` +
+		`"payload":{"payload":"{\"seq\": 12}","occurred_at":1795413601000000}}`
+	if string(rec.Value) != want {
+		t.Fatalf("value\n got %s\nwant %s", rec.Value, want)
+	}
+	cfg.Outboxes[0].Additional = placement(t, "created_at:header")
+	d := decode.New(decode.Config{Outboxes: cfg.Outboxes, MaxPartEvents: 10, MaxPartBytes: 1 << 20}, checkpoint.Checkpoint{})
+	var refused error
+	for _, f := range readTestFrames(t, "additional-fields") {
+		if _, refused = d.Decode(f.lsn, f.data); refused != nil {
+			break
+		}
+	}
+	if refused == nil || !strings.Contains(refused.Error(), "ZonedTimestamp") {
+		t.Fatalf("a timestamptz header field: %v, want it refused naming ZonedTimestamp", refused)
 	}
 }

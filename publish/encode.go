@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/walstream/walstream/decode"
 )
@@ -281,8 +282,41 @@ func connectType(col *decode.Column) (typ, name string) {
 		return "string", "io.debezium.data.Uuid"
 	case decode.TypeJSON, decode.TypeJSONB:
 		return "string", "io.debezium.data.Json"
+	case decode.TypeXML:
+		return "string", "io.debezium.data.Xml"
+	case decode.TypeDate:
+		return "int32", "io.debezium.time.Date"
+	case decode.TypeTimestamp:
+		if millisTimestamp(col) {
+			return "int64", "io.debezium.time.Timestamp"
+		}
+		return "int64", "io.debezium.time.MicroTimestamp"
 	}
 	return "string", ""
+}
+
+// millisTimestamp: time.precision.mode=adaptive gives a timestamp(0..3)
+// Debezium's Timestamp (milliseconds), any other MicroTimestamp.
+func millisTimestamp(col *decode.Column) bool { return col.TypMod >= 0 && col.TypMod <= 3 }
+
+// temporal is a date's or timestamp's Connect value: days, or milli- or
+// microseconds, since the epoch, the timestamp read as UTC.
+func temporal(col *decode.Column, text []byte) (int64, error) {
+	if col.Type == decode.TypeDate {
+		d, err := time.Parse("2006-01-02", string(text))
+		if err != nil {
+			return 0, fmt.Errorf("reading date %q: %w", text, err)
+		}
+		return d.Unix() / 86400, nil
+	}
+	t, err := decode.ParseTimestamp(text)
+	if err != nil {
+		return 0, err
+	}
+	if millisTimestamp(col) {
+		return t.UnixMilli(), nil
+	}
+	return t.UnixMicro(), nil
 }
 
 // jsonSchema appends the column's schema as JsonConverter.asJsonSchema
@@ -340,6 +374,12 @@ func jsonValue(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 		}
 		// decimal.format=BASE64: the unscaled value's two's complement.
 		return jsonString(dst, []byte(base64.StdEncoding.EncodeToString(twosComplement(u)))), nil
+	case decode.TypeDate, decode.TypeTimestamp:
+		n, err := temporal(col, text)
+		if err != nil {
+			return nil, err
+		}
+		return strconv.AppendInt(dst, n, 10), nil
 	}
 	return jsonString(dst, text), nil
 }
@@ -363,6 +403,12 @@ func javaString(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 			return nil, fmt.Errorf("numeric %q %w", text, err)
 		}
 		return javaBigDecimal(dst, u, scale), nil
+	case decode.TypeDate, decode.TypeTimestamp:
+		n, err := temporal(col, text)
+		if err != nil {
+			return nil, err
+		}
+		return strconv.AppendInt(dst, n, 10), nil
 	}
 	if dst == nil {
 		return text, nil // the record aliases the event's bytes, which outlive it

@@ -14,18 +14,21 @@ import (
 	"github.com/walstream/walstream/decode"
 )
 
-// framesEvents decodes frames captured from Postgres 15 (see
-// decode/testdata) into events.
-func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
+type testFrame struct {
+	lsn  pglogrepl.LSN
+	data []byte
+}
+
+// readTestFrames reads frames captured from Postgres 15 (see
+// decode/testdata).
+func readTestFrames(t *testing.T, name string) []testFrame {
 	t.Helper()
 	f, err := os.Open("../decode/testdata/" + name + "/frames.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	cfg.MaxPartEvents, cfg.MaxPartBytes = 1000, 1<<20
-	d := decode.New(cfg, checkpoint.Checkpoint{})
-	var evs []decode.Event
+	var out []testFrame
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -35,7 +38,19 @@ func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
 		lsnText, hexData, _ := strings.Cut(sc.Text(), " ")
 		lsn, _ := pglogrepl.ParseLSN(lsnText)
 		data, _ := hex.DecodeString(hexData)
-		tx, err := d.Decode(lsn, data)
+		out = append(out, testFrame{lsn, data})
+	}
+	return out
+}
+
+// framesEvents decodes captured frames into events.
+func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
+	t.Helper()
+	cfg.MaxPartEvents, cfg.MaxPartBytes = 1000, 1<<20
+	d := decode.New(cfg, checkpoint.Checkpoint{})
+	var evs []decode.Event
+	for _, f := range readTestFrames(t, name) {
+		tx, err := d.Decode(f.lsn, f.data)
 		if err != nil {
 			break // the cases end in a refused message; the events before it count
 		}
