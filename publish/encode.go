@@ -69,22 +69,38 @@ type Encoding struct {
 }
 
 // encoder writes an event's key or value as one converter does behind
-// Debezium's outbox router. A nil result is a record without value.
+// Debezium's outbox router. A nil result is a record without value. Each
+// converter is its own encoder: a new one (Avro, say) is a new type and a
+// case in newEncoders.
 type encoder interface {
 	encode(dst []byte, ev *decode.Event) ([]byte, error)
 }
 
 // Compile-time checks that each converter implements encoder.
 var (
-	_ encoder = keyEncoder{}
-	_ encoder = (*valueEncoder)(nil)
+	_ encoder = stringKey{}
+	_ encoder = jsonKey{}
+	_ encoder = (*stringValue)(nil)
+	_ encoder = (*jsonValue)(nil)
 )
 
 // newEncoders is the one place that decides how an outbox table's keys
 // and values are written.
 func newEncoders(enc Encoding, o *decode.Outbox) (key, value encoder) {
-	return keyEncoder{enc.Key}, &valueEncoder{format: enc.Value, outbox: o, prefix: enc.SchemaPrefix,
-		envelope: hasEnvelope(o)}
+	p := payload{outbox: o, envelope: hasEnvelope(o)}
+	switch enc.Key {
+	case FormatJSON, FormatJSONSchema:
+		key = jsonKey{schemas: enc.Key == FormatJSONSchema}
+	default:
+		key = stringKey{}
+	}
+	switch enc.Value {
+	case FormatJSON, FormatJSONSchema:
+		value = &jsonValue{payload: p, schemas: enc.Value == FormatJSONSchema, prefix: enc.SchemaPrefix}
+	default:
+		value = &stringValue{p}
+	}
+	return key, value
 }
 
 func hasEnvelope(o *decode.Outbox) bool {
@@ -104,95 +120,143 @@ var (
 	messagePayload = decode.Column{Name: "payload", Type: decode.TypeText, TypMod: -1}
 )
 
-// keyEncoder writes the key: EventRouterDelegate makes the key column's
-// value (Struct.get) the key, with the column's schema.
-type keyEncoder struct{ format Format }
-
-func (k keyEncoder) encode(dst []byte, ev *decode.Event) ([]byte, error) {
-	col := ev.KeyColumn
-	if col == nil {
-		col = &messageKey
+func keyColumn(ev *decode.Event) *decode.Column {
+	if ev.KeyColumn == nil {
+		return &messageKey
 	}
-	switch k.format {
-	case FormatJSON:
-		return jsonValue(dst, col, ev.AggregateID)
-	case FormatJSONSchema:
-		dst = jsonSchema(append(dst, `{"schema":`...), col, "")
-		dst, err := jsonValue(append(dst, `,"payload":`...), col, ev.AggregateID)
-		return append(dst, '}'), err
-	}
-	return javaString(dst, col, ev.AggregateID)
+	return ev.KeyColumn
 }
 
-// valueEncoder writes the value. Without envelope fields it is the payload
-// column's value with its schema; with them, a struct of the payload and
-// those fields (EventRouterDelegate's onlyHeadersInOutputMessage).
-type valueEncoder struct {
-	format   Format
+// The key: EventRouterDelegate makes the key column's value (Struct.get)
+// the key, with the column's schema (defineRecordKeySchema).
+type (
+	stringKey struct{}
+	jsonKey   struct{ schemas bool }
+)
+
+func (stringKey) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+	return javaString(dst, keyColumn(ev), ev.AggregateID)
+}
+
+func (k jsonKey) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+	col := keyColumn(ev)
+	if !k.schemas {
+		return connectJSON(dst, col, ev.AggregateID)
+	}
+	dst = jsonSchema(append(dst, `{"schema":`...), col, "")
+	dst, err := connectJSON(append(dst, `,"payload":`...), col, ev.AggregateID)
+	return append(dst, '}'), err
+}
+
+// payload is what every value encoder needs of an event: the payload's
+// column, the payload as Debezium may expand it, and whether the value is
+// an envelope of the payload and additional fields (it is when any field
+// is placed in the envelope: EventRouterDelegate's
+// onlyHeadersInOutputMessage is false).
+type payload struct {
 	outbox   *decode.Outbox
-	prefix   string
 	envelope bool
 }
 
-func (v *valueEncoder) encode(dst []byte, ev *decode.Event) ([]byte, error) {
-	if ev.Tombstone {
-		return nil, nil
-	}
-	col := ev.PayloadColumn
+func (p payload) read(ev *decode.Event) (col *decode.Column, expanded *jsonNode, err error) {
+	col = ev.PayloadColumn
 	if col == nil {
 		col = &messagePayload
 	}
-	var expanded *jsonNode
-	if v.outbox.ExpandJSONPayload && ev.Payload != nil && !ev.PayloadBinary {
-		var err error
-		if expanded, err = expand(ev.Payload, v.outbox); err != nil {
-			return nil, err
+	if p.outbox.ExpandJSONPayload && ev.Payload != nil && !ev.PayloadBinary {
+		expanded, err = expand(ev.Payload, p.outbox)
+	}
+	return col, expanded, err
+}
+
+// stringValue is StringConverter's value: the Connect value's toString.
+type stringValue struct{ payload }
+
+func (v *stringValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+	if ev.Tombstone {
+		return nil, nil
+	}
+	col, expanded, err := v.read(ev)
+	switch {
+	case err != nil:
+		return nil, err
+	case v.envelope:
+		return structString(dst, col, ev, expanded)
+	case expanded != nil:
+		return expanded.javaString(dst), nil
+	case ev.Payload == nil:
+		return nil, nil // StringConverter writes a null value as null
+	}
+	return javaString(dst, col, ev.Payload)
+}
+
+// jsonValue is JsonConverter's value, with or without its schema.
+type jsonValue struct {
+	payload
+	schemas bool
+	prefix  string
+}
+
+func (v *jsonValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+	if ev.Tombstone {
+		return nil, nil
+	}
+	col, expanded, err := v.read(ev)
+	if err != nil {
+		return nil, err
+	}
+	if v.schemas {
+		dst = v.schema(append(dst, `{"schema":`...), col, ev, expanded)
+		dst = append(dst, `,"payload":`...)
+	}
+	switch {
+	case !v.envelope && expanded != nil:
+		dst = expanded.json(dst)
+	case !v.envelope:
+		dst, err = payloadJSON(dst, col, ev)
+	default:
+		dst, err = v.envelopeJSON(dst, col, ev, expanded)
+	}
+	if err == nil && v.schemas {
+		dst = append(dst, '}')
+	}
+	return dst, err
+}
+
+// schema appends the value's schema: the payload column's, the expanded
+// payload's, or the envelope struct's, named after the after-struct's
+// schema with the route-by value spliced in
+// (EventRouterDelegate.getSchemaName).
+func (v *jsonValue) schema(dst []byte, col *decode.Column, ev *decode.Event, expanded *jsonNode) []byte {
+	switch {
+	case !v.envelope && expanded != nil:
+		return expanded.schema.json(dst, "")
+	case !v.envelope:
+		return jsonSchema(dst, col, "")
+	}
+	dst = append(dst, `{"type":"struct","fields":[`...)
+	if expanded != nil {
+		dst = expanded.schema.json(dst, "payload")
+	} else {
+		dst = jsonSchema(dst, col, "payload")
+	}
+	for _, f := range ev.Fields {
+		if f.Placement == decode.PlaceEnvelope {
+			dst = jsonSchema(append(dst, ','), f.Column, f.Name)
 		}
 	}
-	if !v.envelope {
-		switch {
-		case ev.Payload == nil && v.format == FormatString:
-			return nil, nil // StringConverter writes a null value as null
-		case v.format == FormatString && expanded != nil:
-			return expanded.javaString(dst), nil
-		case v.format == FormatString:
-			return javaString(dst, col, ev.Payload)
-		case expanded != nil && v.format == FormatJSON:
-			return expanded.json(dst), nil
-		case expanded != nil:
-			dst = expanded.schema.json(append(dst, `{"schema":`...), "")
-			return append(expanded.json(append(dst, `,"payload":`...)), '}'), nil
-		case v.format == FormatJSON:
-			return v.payloadJSON(dst, col, ev)
-		}
-		dst = jsonSchema(append(dst, `{"schema":`...), col, "")
-		dst, err := v.payloadJSON(append(dst, `,"payload":`...), col, ev)
-		return append(dst, '}'), err
-	}
-	if v.format == FormatString {
-		return v.structString(dst, col, ev, expanded)
-	}
-	if v.format == FormatJSONSchema {
-		dst = append(dst, `{"schema":{"type":"struct","fields":[`...)
-		if expanded != nil {
-			dst = expanded.schema.json(dst, "payload")
-		} else {
-			dst = jsonSchema(dst, col, "payload")
-		}
-		for _, f := range ev.Fields {
-			if f.Placement == decode.PlaceEnvelope {
-				dst = jsonSchema(append(dst, ','), f.Column, f.Name)
-			}
-		}
-		name := v.prefix + "." + ev.Table + "." + string(ev.AggregateType) + ".Value"
-		dst = jsonString(append(dst, `],"optional":false,"name":`...), []byte(name))
-		dst = append(dst, `},"payload":`...)
-	}
+	name := v.prefix + "." + ev.Table + "." + string(ev.AggregateType) + ".Value"
+	return append(jsonString(append(dst, `],"optional":false,"name":`...), []byte(name)), '}')
+}
+
+// envelopeJSON appends the envelope struct: payload, then the envelope
+// fields in their configured order, null for NULL.
+func (v *jsonValue) envelopeJSON(dst []byte, col *decode.Column, ev *decode.Event, expanded *jsonNode) ([]byte, error) {
 	dst = append(dst, `{"payload":`...)
 	var err error
 	if expanded != nil {
 		dst = expanded.json(dst)
-	} else if dst, err = v.payloadJSON(dst, col, ev); err != nil {
+	} else if dst, err = payloadJSON(dst, col, ev); err != nil {
 		return nil, err
 	}
 	for _, f := range ev.Fields {
@@ -200,29 +264,25 @@ func (v *valueEncoder) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 			continue
 		}
 		dst = append(jsonString(append(dst, ','), []byte(f.Name)), ':')
-		if dst, err = jsonValue(dst, f.Column, f.Value); err != nil {
+		if dst, err = connectJSON(dst, f.Column, f.Value); err != nil {
 			return nil, fmt.Errorf("encoding envelope field %s: %w", f.Name, err)
 		}
 	}
-	dst = append(dst, '}')
-	if v.format == FormatJSONSchema {
-		dst = append(dst, '}')
-	}
-	return dst, nil
+	return append(dst, '}'), nil
 }
 
 // payloadJSON writes the payload column's value under JsonConverter: a
 // bytea payload as base64, like any bytes.
-func (v *valueEncoder) payloadJSON(dst []byte, col *decode.Column, ev *decode.Event) ([]byte, error) {
+func payloadJSON(dst []byte, col *decode.Column, ev *decode.Event) ([]byte, error) {
 	if ev.PayloadBinary && ev.Payload != nil {
 		return jsonString(dst, []byte(base64.StdEncoding.EncodeToString(ev.Payload))), nil
 	}
-	return jsonValue(dst, col, ev.Payload)
+	return connectJSON(dst, col, ev.Payload)
 }
 
 // structString writes the envelope under StringConverter: Kafka Connect's
 // Struct.toString, Struct{name=value,...}, which leaves NULL fields out.
-func (v *valueEncoder) structString(dst []byte, col *decode.Column, ev *decode.Event, expanded *jsonNode) ([]byte, error) {
+func structString(dst []byte, col *decode.Column, ev *decode.Event, expanded *jsonNode) ([]byte, error) {
 	dst = append(dst, "Struct{"...)
 	first := true
 	sep := func() {
@@ -334,7 +394,7 @@ func jsonSchema(dst []byte, col *decode.Column, field string) []byte {
 		dst = fmt.Appendf(dst, `,"parameters":{"scale":"%d","connect.decimal.precision":"%d"}`, s, p)
 	}
 	if col.Default != nil {
-		if d, err := jsonValue(append(dst, `,"default":`...), col, col.Default); err == nil {
+		if d, err := connectJSON(append(dst, `,"default":`...), col, col.Default); err == nil {
 			dst = d
 		}
 	}
@@ -344,10 +404,10 @@ func jsonSchema(dst []byte, col *decode.Column, field string) []byte {
 	return append(dst, '}')
 }
 
-// jsonValue appends a column's value, in Postgres's text form, as
+// connectJSON appends a column's value, in Postgres's text form, as
 // JsonConverter.convertToJson writes the Connect value Debezium makes of
 // it; nil is null.
-func jsonValue(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
+func connectJSON(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 	if text == nil {
 		return append(dst, "null"...), nil
 	}
