@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pglogrepl"
 )
 
 // Column is an outbox column as the encoders need it: its Postgres type,
@@ -170,3 +172,44 @@ func javaTrim(s string) string {
 
 // blank is Java's s.trim().isEmpty() over a text value's bytes.
 func blank(b []byte) bool { return javaTrim(string(b)) == "" }
+
+// OutboxRelation reports the outbox table a Relation message describes,
+// without decoding it: a caller that keeps the catalog current reads the
+// table's catalog and gives it to SetCatalog before the message is
+// decoded, as Debezium rereads a table's schema when its relation changes.
+func (d *Decoder) OutboxRelation(data []byte) (o *Outbox, ok bool) {
+	if len(data) == 0 || pglogrepl.MessageType(data[0]) != pglogrepl.MessageTypeRelation {
+		return nil, false
+	}
+	var m pglogrepl.RelationMessage
+	defer func() {
+		if recover() != nil { // truncated: Decode reports it
+			o, ok = nil, false
+		}
+	}()
+	if m.Decode(data[1:]) != nil {
+		return nil, false
+	}
+	for _, o := range d.cfg.Outboxes {
+		if m.Namespace == o.Schema && m.RelationName == o.Table {
+			return o, true
+		}
+	}
+	return nil, false
+}
+
+// SetCatalog replaces what the decoder knows of an outbox table's catalog
+// (Outbox.Catalog) from the table's next Relation message on.
+func (d *Decoder) SetCatalog(table string, c map[string]Catalog) {
+	if d.catalogs == nil {
+		d.catalogs = make(map[string]map[string]Catalog)
+	}
+	d.catalogs[table] = c
+}
+
+func (d *Decoder) catalog(o *Outbox) map[string]Catalog {
+	if c, ok := d.catalogs[o.Name()]; ok {
+		return c
+	}
+	return o.Catalog
+}

@@ -101,3 +101,28 @@ func TestDecodeDefaults(t *testing.T) {
 		}
 	}
 }
+
+// A catalog given with SetCatalog applies from the table's next Relation
+// message; OutboxRelation finds the outbox table a Relation message names.
+func TestSetCatalog(t *testing.T) {
+	cfg := outboxConfig("dbz", func(o *Outbox) { o.Additional, _ = ParseAdditional("attempts:header") })
+	d := New(cfg, checkpoint.Checkpoint{})
+	frames := readFrames(t, "debezium-types")
+	var seen []string
+	for _, f := range frames {
+		if o, ok := d.OutboxRelation(f.data); ok {
+			seen = append(seen, o.Name())
+			d.SetCatalog(o.Name(), map[string]Catalog{"attempts": {Default: "42"}})
+		}
+	}
+	if strings.Join(seen, ",") != "dbz.outbox" {
+		t.Fatalf("OutboxRelation found %q, want dbz.outbox once", seen)
+	}
+	txs := decodeAll(t, d, frames)
+	if f := txs[0].Events[0].Fields[0]; string(f.Value) != "42" {
+		t.Fatalf("attempts = %q, want the default from SetCatalog", f.Value)
+	}
+	if _, ok := d.OutboxRelation([]byte{'R', 0, 0}); ok {
+		t.Fatal("a truncated Relation message named an outbox table")
+	}
+}

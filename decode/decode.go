@@ -176,6 +176,9 @@ type Decoder struct {
 	cfg       Config
 	resume    checkpoint.Checkpoint
 	relations map[uint32]*relation
+	// catalogs are outbox tables' catalogs given by SetCatalog, by table
+	// name, over their Outbox.Catalog.
+	catalogs map[string]map[string]Catalog
 
 	tx      *Tx // open transaction, nil between transactions
 	skipTx  bool
@@ -310,12 +313,12 @@ func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
 	if rel.outbox == nil {
 		return nil
 	}
-	return rel.mapColumns(walStart, &m)
+	return rel.mapColumns(walStart, &m, d.catalog(rel.outbox))
 }
 
 // mapColumns finds the outbox's columns in the table, and refuses a table
 // that lacks one or has an additional column of a type it cannot encode.
-func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMessage) error {
+func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMessage, catalog map[string]Catalog) error {
 	find := func(name string) int {
 		for i, c := range m.Columns {
 			if name != "" && c.Name == name {
@@ -338,7 +341,7 @@ func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMes
 	}
 	rel.cols = make([]Column, len(m.Columns))
 	for i, c := range m.Columns {
-		info := rel.outbox.Catalog[c.Name]
+		info := catalog[c.Name]
 		rel.cols[i] = Column{Name: c.Name, Type: c.DataType, TypMod: c.TypeModifier, NotNull: info.NotNull}
 		if d, ok := ParseDefault(c.DataType, info.Default); ok {
 			rel.cols[i].Default = d
