@@ -55,6 +55,10 @@ type Config struct {
 	Encoding Encoding
 	// Compression compresses record batches; zero is snappy.
 	Compression Compression
+	// TopicCreation, when set, creates missing outbox and dead-letter
+	// topics before the first record to them; when nil, walstream relies on
+	// the broker's auto.create.topics.enable.
+	TopicCreation *TopicCreation
 }
 
 // Compression is a record batch codec.
@@ -138,6 +142,7 @@ type Producer struct {
 	opts     []kgo.Opt // connection options, shared with the checkpoint reader
 	client   *kgo.Client
 	router   *Router
+	topics   *topicCreator // nil without Config.TopicCreation
 	tracker  committer
 	metrics  *Metrics
 	hook     func(point string)
@@ -190,6 +195,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}
+	p.topics = newTopicCreator(p.client, cfg.TopicCreation, log)
 	return p, nil
 }
 
@@ -286,6 +292,9 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 			rec, err := p.record(&tx.Events[i])
 			if err != nil {
 				return err
+			}
+			if err := p.topics.ensure(ctx, rec.Topic); err != nil {
+				return p.classify(err)
 			}
 			p.byTopic[rec.Topic]++
 			p.client.Produce(ctx, rec, p.promise)

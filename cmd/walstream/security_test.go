@@ -35,7 +35,7 @@ func newSecureEnv(t *testing.T) (*env, *testenv.CA) {
 	registerSecret(pgSecret)
 	registerSecret(kafkaSecret)
 	ca := testenv.NewCA(t, "walstream-test-ca")
-	pg := testenv.StartPostgres(t, "password_encryption = 'scram-sha-256'")
+	pg := testenv.StartPostgres(t, testenv.Settings("password_encryption = 'scram-sha-256'"))
 	certFile, keyFile := ca.Issue(t, "postgres", "127.0.0.1")
 	pg.EnableSSL(certFile, keyFile)
 	pg.Exec("postgres", outboxDDL)
