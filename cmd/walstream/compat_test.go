@@ -53,8 +53,15 @@ func TestLogicalMessageOutboxJSON(t *testing.T) {
 // takes, would stop Debezium (EventRouterDelegate.getEventTimestampMs reads
 // it with getInt64), so it is not in a config presented as Debezium's. An
 // UPDATE is logged and skipped; a row naming a partition the topic lacks
-// stops walstream with that row named, and is not confirmed.
+// stops walstream with that row named, and is not confirmed. Then the
+// converters Debezium users run: JsonConverter with schemas, and a string
+// key with a schemas-enabled JSON value (testDebeziumConverters).
 func TestDebeziumConfigFile(t *testing.T) {
+	t.Run("two tables, json without schemas", testTwoTablesJSON)
+	t.Run("converters", testDebeziumConverters)
+}
+
+func testTwoTablesJSON(t *testing.T) {
 	e := newEnv(t)
 	e.pg.Exec("postgres", `CREATE SCHEMA orders; CREATE SCHEMA billing;
 		CREATE TABLE orders.outbox (LIKE public.outbox INCLUDING ALL);
@@ -143,7 +150,7 @@ tables:
 	}
 }
 
-// TestDebeziumConverters runs walstream from two copied connector configs
+// testDebeziumConverters runs walstream from two copied connector configs
 // over a table with a bigint key and a column default, and reads the
 // records back with kcat:
 //
@@ -159,7 +166,7 @@ tables:
 //     an expanded payload: the key is "4711", and the record's partition
 //     is the murmur2 hash of those bytes, as the Java producer behind
 //     Connect places it.
-func TestDebeziumConverters(t *testing.T) {
+func testDebeziumConverters(t *testing.T) {
 	const ddl = `CREATE SCHEMA dbz;
 		CREATE TABLE dbz.outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid bigint NOT NULL, type text,
 			payload jsonb, status text DEFAULT 'new')`
