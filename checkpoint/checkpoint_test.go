@@ -54,9 +54,9 @@ func TestEncodeDecode(t *testing.T) {
 }
 
 func TestTrackerRefusesRegression(t *testing.T) {
-	tr := NewTracker(Checkpoint{LSN: 100}, 50)
-	if got := tr.Confirm(); got != 100 {
-		t.Fatalf("Confirm() = %s, want the committed 0/64", got)
+	tr := NewTracker(Checkpoint{LSN: 100}, true, 50)
+	if got, changed := tr.Confirm(); got != 100 || !changed {
+		t.Fatalf("Confirm() = %s, %v; want the committed 0/64, changed", got, changed)
 	}
 	if err := tr.Committed(Checkpoint{LSN: 90}, 0, time.Time{}); err == nil {
 		t.Fatal("Committed accepted a checkpoint behind the committed one")
@@ -64,8 +64,44 @@ func TestTrackerRefusesRegression(t *testing.T) {
 	if err := tr.Committed(Checkpoint{LSN: 100, PartialCommitLSN: 120, Ordinal: 2}, 0, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := tr.Confirm(); got != 100 {
-		t.Fatalf("Confirm() = %s after a partial checkpoint, want 0/64: the split transaction is not whole", got)
+	if got, changed := tr.Confirm(); got != 100 || changed {
+		t.Fatalf("Confirm() = %s, %v after a partial checkpoint, want 0/64 unchanged: the split transaction is not whole", got, changed)
+	}
+}
+
+// The tracker is the one owner of the session's positions: where it
+// resumed, what Kafka holds (nothing until the first commit when Kafka
+// held no checkpoint), and what Postgres was told.
+func TestTrackerPositions(t *testing.T) {
+	resume := Checkpoint{LSN: 100, PartialCommitLSN: 200, Ordinal: 2}
+	for _, inKafka := range []bool{true, false} {
+		tr := NewTracker(resume, inKafka, 100)
+		if got := tr.Resume(); got != resume {
+			t.Fatalf("Resume() = %s, want %s", got, resume)
+		}
+		if !tr.Replayed(200, 2) || tr.Replayed(200, 3) || !tr.Replayed(50, 9) || tr.Replayed(300, 1) {
+			t.Fatal("Replayed does not follow the resume checkpoint")
+		}
+		got, at := tr.InKafka()
+		if inKafka && (got != resume || at.IsZero()) {
+			t.Fatalf("in Kafka: InKafka() = %s, %s; want the resume checkpoint and a time", got, at)
+		}
+		if !inKafka && (got != Checkpoint{} || !at.IsZero()) {
+			t.Fatalf("not in Kafka: InKafka() = %s, %s; want nothing", got, at)
+		}
+		next := Checkpoint{LSN: 300}
+		if err := tr.Committed(next, 1, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if got, at := tr.InKafka(); got != next || at.IsZero() {
+			t.Fatalf("after a commit: InKafka() = %s, %s; want %s and a time", got, at, next)
+		}
+		if lsn, changed := tr.Confirm(); lsn != 300 || !changed {
+			t.Fatalf("Confirm() = %s, %v; want 0/12C, changed", lsn, changed)
+		}
+		if lsn, changed := tr.Confirm(); lsn != 300 || changed {
+			t.Fatalf("second Confirm() = %s, %v; want 0/12C, unchanged", lsn, changed)
+		}
 	}
 }
 
@@ -130,7 +166,7 @@ func TestModel(t *testing.T) {
 			if run > 500 {
 				t.Fatalf("seed %d: no progress after %d runs", seed, run)
 			}
-			tracker := NewTracker(kafkaCP, slotConfirmed)
+			tracker := NewTracker(kafkaCP, true, slotConfirmed)
 			// Postgres resends from confirmed_flush; after an immediate
 			// restart, it may resend transactions it had already confirmed.
 			start := 0
@@ -144,7 +180,7 @@ func TestModel(t *testing.T) {
 			pos := kafkaCP
 			crashed := false
 			confirm := func() {
-				c := tracker.Confirm()
+				c, _ := tracker.Confirm()
 				if c > kafkaCP.LSN {
 					t.Fatalf("seed %d: confirm %s passes the checkpoint Kafka holds, %s", seed, c, kafkaCP)
 				}
@@ -243,7 +279,7 @@ func itemLSN(it item) pglogrepl.LSN {
 
 func TestTrackerLag(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	tr := NewTracker(Checkpoint{LSN: 100}, 100)
+	tr := NewTracker(Checkpoint{LSN: 100}, true, 100)
 	if lag := tr.Status(t0).Lag; lag != 0 {
 		t.Fatalf("idle lag = %s, want 0", lag)
 	}
@@ -268,5 +304,22 @@ func TestTrackerLag(t *testing.T) {
 	}
 	if tr.Confirm(); tr.Status(t0).LastConfirm.IsZero() {
 		t.Fatal("Confirm did not record the time")
+	}
+}
+
+func TestSlotAhead(t *testing.T) {
+	for _, tc := range []struct {
+		cp   Checkpoint
+		slot pglogrepl.LSN
+		want bool
+	}{
+		{Checkpoint{LSN: 100}, 100, false},
+		{Checkpoint{LSN: 100}, 50, false},
+		{Checkpoint{LSN: 100}, 101, true},
+		{Checkpoint{LSN: 100, PartialCommitLSN: 200, Ordinal: 3}, 150, true}, // the slot passed what is whole in Kafka
+	} {
+		if got := tc.cp.SlotAhead(tc.slot); got != tc.want {
+			t.Errorf("%s.SlotAhead(%s) = %v, want %v", tc.cp, tc.slot, got, tc.want)
+		}
 	}
 }

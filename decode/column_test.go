@@ -3,8 +3,6 @@ package decode
 import (
 	"strings"
 	"testing"
-
-	"github.com/walstream/walstream/checkpoint"
 )
 
 // ParseDefault follows Debezium's PostgresDefaultValueConverter:
@@ -87,7 +85,7 @@ func TestDecodeDefaults(t *testing.T) {
 			o.Catalog = cat
 			o.Additional, _ = ParseAdditional(tc.placement)
 		})
-		txs := decodeAll(t, New(cfg, checkpoint.Checkpoint{}), readFrames(t, "debezium-types"))
+		txs := decodeAll(t, New(cfg), readFrames(t, "debezium-types"))
 		ev := txs[0].Events[0]
 		var fields []string
 		for _, f := range ev.Fields {
@@ -106,7 +104,7 @@ func TestDecodeDefaults(t *testing.T) {
 // message; OutboxRelation finds the outbox table a Relation message names.
 func TestSetCatalog(t *testing.T) {
 	cfg := outboxConfig("dbz", func(o *Outbox) { o.Additional, _ = ParseAdditional("attempts:header") })
-	d := New(cfg, checkpoint.Checkpoint{})
+	d := New(cfg)
 	frames := readFrames(t, "debezium-types")
 	var seen []string
 	for _, f := range frames {

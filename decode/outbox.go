@@ -60,15 +60,17 @@ func (o *Outbox) Name() string {
 	return o.Schema + "." + o.Table
 }
 
-// DefaultColumns are the outbox columns of Debezium's outbox event router.
-// No tracing column: Debezium adds no traceparent header unless tracing is
-// set up.
-var DefaultColumns = Columns{
-	ID:            "id",
-	AggregateType: "aggregatetype",
-	AggregateID:   "aggregateid",
-	Type:          "type",
-	Payload:       "payload",
+// DefaultColumns returns the outbox columns of Debezium's outbox event
+// router. No tracing column: Debezium adds no traceparent header unless
+// tracing is set up.
+func DefaultColumns() Columns {
+	return Columns{
+		ID:            "id",
+		AggregateType: "aggregatetype",
+		AggregateID:   "aggregateid",
+		Type:          "type",
+		Payload:       "payload",
+	}
 }
 
 // Columns names the outbox table's columns.

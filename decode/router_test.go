@@ -34,7 +34,7 @@ func TestNewOutboxSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Columns != DefaultColumns || d.AdditionalOptional || d.ExpandJSONNulls || d.ExpandJSONEmptyArrays || d.TopicRegex != DefaultTopicRegex ||
+	if d.Columns != DefaultColumns() || d.AdditionalOptional || d.ExpandJSONNulls || d.ExpandJSONEmptyArrays || d.TopicRegex != DefaultTopicRegex ||
 		d.TopicReplacement != DefaultTopicReplacement || d.Columns.Tracing != "" {
 		t.Fatalf("defaults: %+v", d)
 	}

@@ -22,17 +22,17 @@ import (
 func (p *Producer) ReadCheckpoint(ctx context.Context) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
 	topic := p.cfg.CheckpointTopic
 	if _, err := ensureCheckpointTopic(ctx, p.client, topic, p.log); err != nil {
-		return cp, at, false, p.classify(err)
+		return cp, at, false, p.markPermanent(err)
 	}
 	cp, at, found, err = readCheckpoint(ctx, p.opts, topic, p.cfg.CheckpointKey)
-	return cp, at, found, p.classify(err)
+	return cp, at, found, p.markPermanent(err)
 }
 
 // ReadCheckpoint reads the last checkpoint committed under key in topic,
 // read_committed, with clients of its own. It changes nothing, so an
 // operator's tool may call it while walstream runs.
-func ReadCheckpoint(ctx context.Context, conn Conn, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
-	return readCheckpoint(ctx, conn.opts(), topic, key)
+func ReadCheckpoint(ctx context.Context, kafka KafkaSettings, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
+	return readCheckpoint(ctx, kafka.opts(), topic, key)
 }
 
 // readDeadline bounds reading the checkpoint; an error is better than a

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 )
 
@@ -316,7 +315,7 @@ func TestDebeziumTimestampField(t *testing.T) {
 		t.Fatalf("value\n got %s\nwant %s", rec.Value, want)
 	}
 	cfg.Outboxes[0].Additional = placement(t, "created_at:header")
-	d := decode.New(decode.Config{Outboxes: cfg.Outboxes, MaxPartEvents: 10, MaxPartBytes: 1 << 20}, checkpoint.Checkpoint{})
+	d := decode.New(decode.Config{Outboxes: cfg.Outboxes, MaxPartEvents: 10, MaxPartBytes: 1 << 20})
 	var refused error
 	for _, f := range readTestFrames(t, "additional-fields") {
 		if _, refused = d.Decode(f.lsn, f.data); refused != nil {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 )
 
@@ -47,7 +46,7 @@ func readTestFrames(t *testing.T, name string) []testFrame {
 func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
 	t.Helper()
 	cfg.MaxPartEvents, cfg.MaxPartBytes = 1000, 1<<20
-	d := decode.New(cfg, checkpoint.Checkpoint{})
+	d := decode.New(cfg)
 	var evs []decode.Event
 	for _, f := range readTestFrames(t, name) {
 		tx, err := d.Decode(f.lsn, f.data)
@@ -63,7 +62,7 @@ func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
 
 // outbox is schema.outbox with Debezium's defaults; mod changes them.
 func outbox(schema string, mod func(*decode.Outbox)) *decode.Outbox {
-	o := &decode.Outbox{Schema: schema, Table: "outbox", Columns: decode.DefaultColumns,
+	o := &decode.Outbox{Schema: schema, Table: "outbox", Columns: decode.DefaultColumns(),
 		TopicRegex: decode.DefaultTopicRegex, TopicReplacement: decode.DefaultTopicReplacement}
 	if mod != nil {
 		mod(o)

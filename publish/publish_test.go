@@ -51,7 +51,7 @@ func TestRouterRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := decode.Event{Source: o, ID: []byte("id-1"), AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte(`{"a":1}`)}
+	ev := decode.Event{Source: o, Identity: decode.Identity{ID: []byte("id-1")}, AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte(`{"a":1}`)}
 	rec, err := r.Record(&ev)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestRouterByTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := decode.Event{Source: outbox("public", nil), ID: []byte("id-1"), AggregateType: []byte("Order"), AggregateID: []byte("o-1")}
+	ev := decode.Event{Source: outbox("public", nil), Identity: decode.Identity{ID: []byte("id-1")}, AggregateType: []byte("Order"), AggregateID: []byte("o-1")}
 	if topic, err := r.Topic(&ev); err != nil || topic != "x.Order" {
 		t.Fatalf("Topic = %q, %v; want the route of public.outbox", topic, err)
 	}
@@ -82,16 +82,28 @@ func TestRouterByTable(t *testing.T) {
 // testOutbox is the mapping of the producer tests' events.
 var testOutbox = outbox("public", nil)
 
-type trackerFunc func(checkpoint.Checkpoint) error
+// fakePositions stands in for checkpoint.Tracker: committed is told each
+// checkpoint Kafka committed.
+type fakePositions struct {
+	resume, done checkpoint.Checkpoint
+	at           time.Time
+	committed    func(checkpoint.Checkpoint)
+}
 
-func (f trackerFunc) Committed(cp checkpoint.Checkpoint, _ int, _ time.Time) error { return f(cp) }
+var _ positions = (*fakePositions)(nil)
 
-var _ committer = (*checkpoint.Tracker)(nil)
+func (f *fakePositions) Resume() checkpoint.Checkpoint               { return f.resume }
+func (f *fakePositions) InKafka() (checkpoint.Checkpoint, time.Time) { return f.done, f.at }
+func (f *fakePositions) Committed(cp checkpoint.Checkpoint, _ int, _ time.Time) error {
+	f.done, f.at = cp, time.Now()
+	f.committed(cp)
+	return nil
+}
 
 func newProducer(t *testing.T, broker, txid string) *Producer {
 	t.Helper()
 	p, err := New(Config{Outboxes: []*decode.Outbox{testOutbox},
-		Conn: Conn{Brokers: []string{broker}}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
+		Kafka: KafkaSettings{Brokers: []string{broker}}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
 		Slot: "slot-a", MaxBatchEvents: 100, MaxBatchBytes: 1 << 20,
 		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
@@ -103,7 +115,7 @@ func newProducer(t *testing.T, broker, txid string) *Producer {
 }
 
 func event(ordinal uint64, id string) decode.Event {
-	return decode.Event{Ordinal: ordinal, Source: testOutbox, ID: []byte(id), AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte("{}")}
+	return decode.Event{Identity: decode.Identity{Ordinal: ordinal, ID: []byte(id)}, Source: testOutbox, AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte("{}")}
 }
 
 // runUntil runs the producer over txs and returns once the tracker saw want.
@@ -113,12 +125,17 @@ func runUntil(t *testing.T, p *Producer, want checkpoint.Checkpoint, txs ...*dec
 	defer cancel()
 	q := NewQueue(1 << 20)
 	reached := make(chan struct{})
-	p.Start(p.done, true, trackerFunc(func(cp checkpoint.Checkpoint) error {
+	// Each run resumes where the last one committed, as a new session would.
+	from := &fakePositions{at: time.Now()}
+	if last, ok := p.tracker.(*fakePositions); ok {
+		from.resume, from.done = last.done, last.done
+	}
+	from.committed = func(cp checkpoint.Checkpoint) {
 		if cp == want {
 			close(reached)
 		}
-		return nil
-	}))
+	}
+	p.Start(from)
 	errc := make(chan error, 1)
 	go func() { errc <- p.Run(ctx, q) }()
 	for _, tx := range txs {

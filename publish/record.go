@@ -122,6 +122,7 @@ type Router struct {
 
 // tableRoute is how one outbox table's events become records.
 type tableRoute struct {
+	outbox     *decode.Outbox
 	route      *Route
 	key, value encoder
 }
@@ -134,11 +135,14 @@ func NewRouter(enc Encoding, outboxes ...*decode.Outbox) (*Router, error) {
 		if err != nil {
 			return nil, fmt.Errorf("outbox %s: %w", o.Name(), err)
 		}
-		if _, dup := r.tables[o.Name()]; dup {
-			return nil, fmt.Errorf("outbox %s is given twice", o.Name())
+		if prev, dup := r.tables[o.Name()]; dup {
+			if prev.outbox == o {
+				continue // logical messages may use a table's own mapping
+			}
+			return nil, fmt.Errorf("two mappings are named outbox %s", o.Name())
 		}
 		key, value := newEncoders(enc, o)
-		r.tables[o.Name()] = &tableRoute{route: rt, key: key, value: value}
+		r.tables[o.Name()] = &tableRoute{outbox: o, route: rt, key: key, value: value}
 	}
 	return r, nil
 }

@@ -67,7 +67,7 @@ func wantCheckpoint(brokers int) (replicas, minISR int) {
 // three brokers or more, and logs a warning naming the topic and its
 // actual settings when an existing one is weaker. Only a failure to create
 // a missing topic is an error: a topic that cannot be described is logged.
-func EnsureCheckpointTopic(ctx context.Context, conn Conn, topic string, log *slog.Logger) (TopicState, error) {
+func EnsureCheckpointTopic(ctx context.Context, conn KafkaSettings, topic string, log *slog.Logger) (TopicState, error) {
 	cl, err := kgo.NewClient(conn.opts()...)
 	if err != nil {
 		return TopicState{Topic: topic}, fmt.Errorf("creating Kafka client: %w", err)
@@ -79,7 +79,7 @@ func EnsureCheckpointTopic(ctx context.Context, conn Conn, topic string, log *sl
 // CheckCheckpointTopic describes the checkpoint topic and says how it is
 // weaker than walstream would create it, changing nothing: for status and
 // setup checks.
-func CheckCheckpointTopic(ctx context.Context, conn Conn, topic string) (TopicState, error) {
+func CheckCheckpointTopic(ctx context.Context, conn KafkaSettings, topic string) (TopicState, error) {
 	cl, err := kgo.NewClient(conn.opts()...)
 	if err != nil {
 		return TopicState{Topic: topic}, fmt.Errorf("creating Kafka client: %w", err)

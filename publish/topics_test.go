@@ -20,14 +20,14 @@ import (
 
 // cluster starts a kfake cluster of n brokers, without topic
 // auto-creation unless opts add it.
-func cluster(t *testing.T, n int, opts ...kfake.Opt) (Conn, *kadm.Client) {
+func cluster(t *testing.T, n int, opts ...kfake.Opt) (KafkaSettings, *kadm.Client) {
 	t.Helper()
 	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(n)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	conn := Conn{Brokers: c.ListenAddrs()}
+	conn := KafkaSettings{Brokers: c.ListenAddrs()}
 	cl, err := kgo.NewClient(conn.opts()...)
 	if err != nil {
 		t.Fatal(err)
@@ -293,17 +293,16 @@ func TestProducerWithoutAutoCreation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	q := NewQueue(1 << 20)
-	p.Start(p.done, true, trackerFunc(func(cp checkpoint.Checkpoint) error {
+	p.Start(&fakePositions{at: time.Now(), committed: func(cp checkpoint.Checkpoint) {
 		t.Errorf("committed %s", cp)
-		return nil
-	}))
+	}})
 	if err := q.Put(ctx, &decode.Tx{CommitLSN: 0x1000, EndLSN: 0x2000, Final: true, Events: []decode.Event{event(1, "a")}, Bytes: 5}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	err := p.Run(ctx, q)
 	var re *RecordError
-	if !errors.As(err, &re) || !errors.Is(err, kerr.UnknownTopicOrPartition) || re.Topic != "outbox.event.Order" || re.EventID != "a" {
+	if !errors.As(err, &re) || !errors.Is(err, kerr.UnknownTopicOrPartition) || re.Topic != "outbox.event.Order" || re.Event == nil || string(re.Event.ID) != "a" {
 		t.Fatalf("Run = %v, want UNKNOWN_TOPIC_OR_PARTITION for outbox.event.Order, event a", err)
 	}
 	if Permanent(err) {
@@ -313,14 +312,14 @@ func TestProducerWithoutAutoCreation(t *testing.T) {
 }
 
 // producerOn is a producer on conn whose checkpoint topic exists.
-func producerOn(t *testing.T, conn Conn, tc *TopicCreation, dlq string, log *slog.Logger) *Producer {
+func producerOn(t *testing.T, conn KafkaSettings, tc *TopicCreation, dlq string, log *slog.Logger) *Producer {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := EnsureCheckpointTopic(ctx, conn, "walstream.checkpoints", log); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{
-		Conn: conn, TransactionalID: "tx-topics", CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
+	p, err := New(Config{Outboxes: []*decode.Outbox{testOutbox},
+		Kafka: conn, TransactionalID: "tx-topics", CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
 		Slot: "slot-a", MaxBatchEvents: 100, MaxBatchBytes: 1 << 20, DeadLetterTopic: dlq, TopicCreation: tc,
 		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,
 	}, log, nil, nil)

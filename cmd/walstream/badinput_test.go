@@ -27,7 +27,7 @@ var badRows = []struct {
 	{"record over --max-record-bytes", "",
 		`INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000b6', 'Order', 'a', 'T', jsonb_build_object('pad', repeat('x', 3000)))`,
 		[]string{"--max-record-bytes", "2000"},
-		[]string{"event id 00000000-0000-0000-0000-0000000000b6", "over the record limit of 2000 bytes"}},
+		[]string{"event id 00000000-0000-0000-0000-0000000000b6", "over the 2000 bytes allowed"}},
 	// Random hex, so that even compressed it exceeds the broker's 1 MB.
 	{"record over the broker's max.message.bytes", "",
 		`INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000b7', 'Order', 'a', 'T',
@@ -98,7 +98,7 @@ func TestBadInputDeadLetter(t *testing.T) {
 	want := map[string][]string{
 		"00000000-0000-0000-0000-0000000000d1": {"walstream.error.reason=aggregate type is NULL", "walstream.error.column=aggregatetype"},
 		"00000000-0000-0000-0000-0000000000d2": {"walstream.error.reason=no valid topic", "walstream.source.aggregatetype=Bad Type!"},
-		"00000000-0000-0000-0000-0000000000d4": {"over the record limit of 2000 bytes", "walstream.error.value.bytes="},
+		"00000000-0000-0000-0000-0000000000d4": {"over the 2000 bytes allowed", "walstream.error.value.bytes="},
 	}
 	if len(dlq) != len(want) {
 		t.Fatalf("%d dead letters, want %d: %+v", len(dlq), len(want), dlq)

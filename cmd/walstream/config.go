@@ -298,7 +298,7 @@ func (c *Config) Validate() error {
 		bad("log-level", "%q is not one of debug, info, warn, error", c.LogLevel)
 	}
 	if c.PprofAddr != "" {
-		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || !loopback(host) {
+		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || !replication.Loopback(host) {
 			bad("pprof-addr", "%q: pprof shows memory and must listen on loopback, like 127.0.0.1:6060", c.PprofAddr)
 		}
 	}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"log/slog"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walstream/walstream/pipeline"
 )
 
 // recorder notes the name of every metric registered through it.
@@ -66,7 +68,7 @@ func usedMetrics(exprs []string, registered map[string]bool) []string {
 // walstream registers.
 func TestDeployUsesExportedMetrics(t *testing.T) {
 	rec := &recorder{Registerer: prometheus.NewRegistry(), names: make(map[string]bool)}
-	newMetrics(rec, &state{})
+	pipeline.New(pipeline.Config{}, slog.New(slog.DiscardHandler), rec)
 
 	var exprs []string
 	for _, p := range readDashboard(t).Panels {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/replication"
@@ -196,21 +194,4 @@ func (c *Config) outboxes() (tables []*decode.Outbox, messages *decode.Outbox, e
 		}
 	}
 	return tables, messages, errors.Join(errs...)
-}
-
-// readCatalog gives each outbox mapping its table's NOT NULL and column
-// defaults from the catalog, which pgoutput does not send; decode applies
-// the defaults as Debezium's Struct.get does.
-func readCatalog(ctx context.Context, conn *pgx.Conn, outboxes []*decode.Outbox) error {
-	for _, o := range outboxes {
-		cols, err := replication.Columns(ctx, conn, replication.Table{Schema: o.Schema, Name: o.Table})
-		if err != nil {
-			return err
-		}
-		o.Catalog = make(map[string]decode.Catalog, len(cols))
-		for name, c := range cols {
-			o.Catalog[name] = decode.Catalog{NotNull: c.NotNull, Default: c.Default}
-		}
-	}
-	return nil
 }
