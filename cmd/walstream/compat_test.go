@@ -232,3 +232,30 @@ outbox:
 		})
 	}
 }
+
+// TestDebeziumDefaultChanged: a column default changed while walstream
+// streams reaches the records from the next row on. ALTER TABLE makes
+// pgoutput send the table's Relation message again, and walstream rereads
+// the catalog then, as Debezium refreshes a table's schema; Struct.get then
+// gives a NULL the new default.
+func TestDebeziumDefaultChanged(t *testing.T) {
+	e := newEnv(t)
+	e.pg.Exec("postgres", `ALTER TABLE outbox ADD COLUMN status text DEFAULT 'new'`)
+	p := e.start([]string{"--additional-placement", "status:header"}).streaming(t)
+	e.pg.Exec("postgres", `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, status)
+		VALUES ('00000000-0000-0000-0000-0000000000a1', 'Order', 'o-1', 'Placed', '{}', NULL)`)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.pg.Exec("postgres", `ALTER TABLE outbox ALTER COLUMN status SET DEFAULT 'changed';
+		INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, status)
+		VALUES ('00000000-0000-0000-0000-0000000000a2', 'Order', 'o-1', 'Paid', '{}', NULL)`)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	recs := e.kcat("outbox.event.Order")
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want 2: %+v", len(recs), recs)
+	}
+	for i, want := range []string{"id=00000000-0000-0000-0000-0000000000a1,status=new", "id=00000000-0000-0000-0000-0000000000a2,status=changed"} {
+		if recs[i].Headers != want {
+			t.Errorf("record %d headers %q, want %q", i, recs[i].Headers, want)
+		}
+	}
+}
