@@ -75,11 +75,8 @@ func (m Mapping) flags(fs *flag.FlagSet, env func(string) string) {
 	for _, k := range append(decode.RouterKeys(), decode.RouterKey{Key: "table.fields.additional.error.on.missing", Default: "true", Bool: true,
 		Doc: "walstream's earlier form of table.field.additional.missing: false is ignore"}) {
 		name := routerFlags[k.Key]
-		usage := k.Doc + " (Debezium's " + k.Key
-		if k.Default != "" && !k.Bool {
-			usage += ", default " + k.Default
-		}
-		fs.Var(&routerFlag{m: m, key: k.Key, def: k.Default, isBoolFlag: k.Bool}, name, usage+") ($"+env(name)+")")
+		usage := k.Doc + " (Debezium's " + k.Key + ") ($" + env(name) + ")"
+		fs.Var(&routerFlag{m: m, key: k.Key, def: k.Default, isBoolFlag: k.Bool}, name, usage)
 	}
 }
 
