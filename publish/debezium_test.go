@@ -326,3 +326,46 @@ func TestDebeziumTimestampField(t *testing.T) {
 		t.Fatalf("a timestamptz header field: %v, want it refused naming ZonedTimestamp", refused)
 	}
 }
+
+// Payloads Debezium does not expand, from EventRouterDelegate.apply:
+// parseJsonPayload throws for a payload not starting with { or [, and a
+// throwing toConnectSchema (a mixed array) keeps the string with the
+// column's schema. When toConnectSchema succeeds but toConnectData fails
+// (a top-level array, an integer beyond 64 bits), the payload stays a
+// string with the inferred schema: StringConverter ignores schemas and
+// writes the string, JsonConverter's convertToJson throws and Debezium
+// stops, which walstream reports as bad input. A top-level [] gets a null
+// schema: JsonConverter writes the string with "schema":null.
+func TestDebeziumExpandFallbacks(t *testing.T) {
+	jsonb := &decode.Column{Name: "payload", Type: decode.TypeJSONB, TypMod: -1}
+	for _, tc := range []struct {
+		payload               string
+		str, json, jsonSchema string // "<error>": bad input
+	}{
+		{` {"a": 1}`, ` {"a": 1}`, `" {\"a\": 1}"`, `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":" {\"a\": 1}"}`},
+		{`{"m": [1, "a"]}`, `{"m": [1, "a"]}`, `"{\"m\": [1, \"a\"]}"`, `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":"{\"m\": [1, \"a\"]}"}`},
+		{`[1, 2]`, `[1, 2]`, "<error>", "<error>"},
+		{`{"n": 123456789012345678901234567890}`, `{"n": 123456789012345678901234567890}`, "<error>", "<error>"},
+		{`[]`, `[]`, `"[]"`, `{"schema":null,"payload":"[]"}`},
+	} {
+		o := outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })
+		ev := decode.Event{Source: o, Identity: decode.Identity{ID: []byte("e-1")}, AggregateType: []byte("Order"), AggregateID: []byte("o-1"),
+			Payload: []byte(tc.payload), PayloadColumn: jsonb}
+		for _, f := range []struct {
+			format Format
+			want   string
+		}{{FormatString, tc.str}, {FormatJSON, tc.json}, {FormatJSONSchema, tc.jsonSchema}} {
+			r, err := NewRouter(Encoding{Value: f.format}, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := "<error>"
+			if rec, err := r.Record(&ev); err == nil {
+				got = string(rec.Value)
+			}
+			if got != f.want {
+				t.Errorf("%s under %v = %s, want %s", tc.payload, f.format, got, f.want)
+			}
+		}
+	}
+}

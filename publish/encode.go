@@ -2,6 +2,7 @@ package publish
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -178,6 +179,9 @@ func (v *stringValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 	}
 	col, expanded, err := v.read(ev)
 	switch {
+	case err != nil && !v.envelope:
+		// The payload stayed a string; StringConverter ignores the schema.
+		return javaString(dst, col, ev.Payload)
 	case err != nil:
 		return nil, err
 	case v.envelope:
@@ -202,6 +206,17 @@ func (v *jsonValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 		return nil, nil
 	}
 	col, expanded, err := v.read(ev)
+	if errors.Is(err, errNoSchema) && !v.envelope {
+		// The payload stays a string with a null schema.
+		if v.schemas {
+			dst = append(dst, `{"schema":null,"payload":`...)
+		}
+		dst = jsonString(dst, ev.Payload)
+		if v.schemas {
+			dst = append(dst, '}')
+		}
+		return dst, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -65,14 +65,28 @@ var (
 	errBigInteger    = errors.New("an integer beyond 64 bits")
 )
 
-// errExpansion is a payload Debezium's router fails on: the inferred
-// schema replaced the payload column's, but building the Struct failed, so
-// the converter is handed a string with a struct schema and throws.
-var errExpansion = errors.New("table.expand.json.payload: Debezium's router would stop at this payload: its inferred schema does not hold its values (an integer beyond 64 bits, a top-level array, or array elements whose fields differ in type)")
+// Outcomes of an expansion Debezium does not complete. In
+// EventRouterDelegate the inferred schema replaces the payload column's
+// before the Struct is built, so a failure after that leaves the payload
+// a string with the inferred schema:
+//
+//   - errExpansion: the schema was inferred but does not hold the values
+//     (an integer beyond 64 bits, a top-level array, array elements whose
+//     fields differ in type). StringConverter, which ignores schemas,
+//     writes the string; JsonConverter and an envelope's Struct.put throw,
+//     and Debezium stops.
+//   - errNoSchema: a top-level [] gets no schema (null). Without an
+//     envelope JsonConverter writes the string with a null schema; an
+//     envelope cannot take a null field schema, and Debezium stops.
+var (
+	errExpansion = errors.New("table.expand.json.payload: Debezium's router stops at this payload: its inferred schema does not hold its values (an integer beyond 64 bits, a top-level array, or array elements whose fields differ in type)")
+	errNoSchema  = errors.New("table.expand.json.payload: Debezium's router stops at this payload: a top-level [] has no schema to place in the envelope")
+)
 
-// expand returns the payload as Debezium expands it, or nil when Debezium
-// keeps it a string (it does not start with { or [, does not parse, or has
-// an array Debezium infers no schema for), or errExpansion.
+// expand returns the payload as Debezium expands it; nil when Debezium
+// keeps it a string with its column's schema (it does not start with { or
+// [, does not parse, or has an array Debezium infers no schema for); or
+// errExpansion or errNoSchema.
 func expand(payload []byte, o *decode.Outbox) (*jsonNode, error) {
 	if len(payload) == 0 || payload[0] != '{' && payload[0] != '[' { // parseJsonPayload
 		return nil, nil
@@ -92,7 +106,7 @@ func expand(payload []byte, o *decode.Outbox) (*jsonNode, error) {
 	case err != nil:
 		return nil, nil // toConnectSchema threw: the payload stays a string
 	case s == nil:
-		return nil, nil // a top-level [] dropped: no schema, the string stays
+		return nil, errNoSchema
 	case s.typ != "struct" || !fits(n, s):
 		return nil, errExpansion
 	}
