@@ -25,11 +25,18 @@ func NewQueue(maxBytes int64) *Queue {
 // Put enqueues tx, waiting for room. It either enqueues tx or returns
 // ctx's error having enqueued nothing, so the caller may retry with the
 // same tx after doing other work (such as a status update).
+//
+// A full queue is refilled in steps of a quarter: Put waits until that much
+// is free, not just room for tx. Waiting for tx alone woke the replication
+// loop for every transaction the producer took, two goroutine switches per
+// row while WAL is read faster than Kafka commits.
 func (q *Queue) Put(ctx context.Context, tx *decode.Tx) error {
 	w := q.weight(tx)
-	if err := q.sem.Acquire(ctx, w); err != nil {
+	step := min(max(w, q.maxBytes/4), q.maxBytes)
+	if err := q.sem.Acquire(ctx, step); err != nil {
 		return err
 	}
+	q.sem.Release(step - w)
 	select {
 	case q.ch <- tx:
 		return nil

@@ -2,6 +2,7 @@ package publish
 
 import (
 	"testing"
+	"time"
 
 	"github.com/walstream/walstream/decode"
 )
@@ -34,5 +35,43 @@ func TestQueueWeighsEventMemory(t *testing.T) {
 	}
 	if q.TryPut(tx) {
 		t.Fatal("TryPut took a transaction over the queue's size")
+	}
+}
+
+// A Put that waits on a full queue returns only once a quarter of it is
+// free, not as soon as there is room for its transaction.
+func TestQueuePutWaitsForAQuarter(t *testing.T) {
+	tx := &decode.Tx{Events: make([]decode.Event, 1), Bytes: 100}
+	w := (&Queue{maxBytes: 1 << 30}).weight(tx)
+	q := NewQueue(8 * w)
+	for range 8 {
+		if !q.TryPut(tx) {
+			t.Fatal("TryPut refused with room left")
+		}
+	}
+	put := make(chan error, 1)
+	go func() { put <- q.Put(t.Context(), tx) }()
+	take := func() {
+		<-q.ch
+		q.done(tx)
+	}
+	take() // room for one: not enough
+	select {
+	case err := <-put:
+		t.Fatalf("Put returned (%v) with one transaction of eight free", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	take() // a quarter free
+	select {
+	case err := <-put:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Put still waits with a quarter of the queue free")
+	}
+	// The room it did not need is free again: one more fits.
+	if !q.TryPut(tx) {
+		t.Fatal("Put kept the room beyond its transaction")
 	}
 }
