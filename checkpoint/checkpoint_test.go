@@ -37,7 +37,16 @@ func TestSkip(t *testing.T) {
 
 func TestEncodeDecode(t *testing.T) {
 	now := time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC)
-	for _, cp := range []Checkpoint{{LSN: 0x16B3748}, {LSN: 0x100, PartialCommitLSN: 0x1_0000_0200, Ordinal: 42}} {
+	id := Identity{SystemID: "7441234567890123456", Timeline: 3, Database: "app"}
+	for _, cp := range []Checkpoint{
+		{LSN: 0x16B3748},
+		{LSN: 0x100, PartialCommitLSN: 0x1_0000_0200, Ordinal: 42},
+		{LSN: 0x100, Identity: id, Events: 0, Counted: true},
+		{LSN: 0x200, Identity: id, Events: 1234, Counted: true, Gap: Gap{Kind: GapPhantoms,
+			Previous: Identity{SystemID: id.SystemID, Timeline: 2, Database: "app"}, From: 0x180, To: 0x300, Events: 17, At: now}},
+		{LSN: 0x200, Identity: id, Events: 5, Counted: true, Gap: Gap{Kind: GapSystemChanged,
+			Previous: Identity{SystemID: "7000000000000000001", Timeline: 1, Database: "app"}, To: 0x9000, Events: -1, At: now}},
+	} {
 		got, at, err := Decode(cp.Encode("walstream", now))
 		if err != nil {
 			t.Fatal(err)
@@ -46,7 +55,16 @@ func TestEncodeDecode(t *testing.T) {
 			t.Fatalf("round trip of %v at %s = %v at %s", cp, now, got, at)
 		}
 	}
-	for _, bad := range []string{``, `{`, `{"lsn":"zz"}`, `{"lsn":"0/1","partial_commit_lsn":"x"}`} {
+	// A record written before identities and counts were recorded.
+	old, _, err := Decode([]byte(`{"slot":"walstream","lsn":"0/16B3748","time":"2026-11-01T00:00:00Z"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Identity.Known() || old.Counted || old.Gap.Kind != GapNone || old.LSN != 0x16B3748 {
+		t.Fatalf("old record decoded as %+v, want an unknown identity, no count and no gap at 0/16B3748", old)
+	}
+	for _, bad := range []string{``, `{`, `{"lsn":"zz"}`, `{"lsn":"0/1","partial_commit_lsn":"x"}`,
+		`{"lsn":"0/1","gap":{"kind":"phantoms","from_lsn":"x","to_lsn":"0/2"}}`} {
 		if _, _, err := Decode([]byte(bad)); err == nil {
 			t.Errorf("Decode(%q) succeeded", bad)
 		}
@@ -55,6 +73,7 @@ func TestEncodeDecode(t *testing.T) {
 
 func TestTrackerRefusesRegression(t *testing.T) {
 	tr := NewTracker(Checkpoint{LSN: 100}, 50)
+	tr.ServerWALEnd(200)
 	if got := tr.Confirm(); got != 100 {
 		t.Fatalf("Confirm() = %s, want the committed 0/64", got)
 	}
@@ -131,6 +150,14 @@ func TestModel(t *testing.T) {
 				t.Fatalf("seed %d: no progress after %d runs", seed, run)
 			}
 			tracker := NewTracker(kafkaCP, slotConfirmed)
+			var serverEnd pglogrepl.LSN // the WAL end the server reported
+			reported := func(lsn pglogrepl.LSN) {
+				// The server reports its WAL end with each message, and
+				// sometimes an older one than it has since written.
+				lsn -= pglogrepl.LSN(r.Intn(3))
+				serverEnd = max(serverEnd, lsn)
+				tracker.ServerWALEnd(lsn)
+			}
 			// Postgres resends from confirmed_flush; after an immediate
 			// restart, it may resend transactions it had already confirmed.
 			start := 0
@@ -147,6 +174,9 @@ func TestModel(t *testing.T) {
 				c := tracker.Confirm()
 				if c > kafkaCP.LSN {
 					t.Fatalf("seed %d: confirm %s passes the checkpoint Kafka holds, %s", seed, c, kafkaCP)
+				}
+				if c > serverEnd && c > slotConfirmed {
+					t.Fatalf("seed %d: confirm %s passes the WAL end the server reported, %s", seed, c, serverEnd)
 				}
 				if c < everConfirmed {
 					t.Fatalf("seed %d: confirm %s moves back from %s", seed, c, everConfirmed)
@@ -176,6 +206,11 @@ func TestModel(t *testing.T) {
 			}
 		stream:
 			for _, it := range stream[start:] {
+				if it.tx != nil {
+					reported(it.tx.end)
+				} else {
+					reported(it.marker)
+				}
 				if it.tx == nil {
 					if it.marker > pos.LSN && pos.PartialCommitLSN == 0 {
 						pos = Checkpoint{LSN: it.marker}
@@ -206,6 +241,14 @@ func TestModel(t *testing.T) {
 			}
 			if !crashed && !commit() {
 				crashed = true
+			}
+			if !crashed {
+				last := stream[len(stream)-1]
+				if last.tx != nil {
+					reported(last.tx.end + 2) // the last keepalive
+				} else {
+					reported(last.marker + 2)
+				}
 			}
 			if crashed {
 				crashes++
@@ -239,6 +282,39 @@ func itemLSN(it item) pglogrepl.LSN {
 		return it.tx.commit
 	}
 	return it.marker
+}
+
+func TestAtPartKeepIdentity(t *testing.T) {
+	id := Identity{SystemID: "1", Timeline: 2, Database: "d"}
+	cp := Checkpoint{LSN: 10, Identity: id}.Published(3).Part(20, 2).Published(2)
+	if cp.Identity != id || cp.Events != 5 || !cp.Counted || cp.PartialCommitLSN != 20 || cp.Ordinal != 2 || cp.LSN != 10 {
+		t.Fatalf("Part = %+v", cp)
+	}
+	cp = cp.At(30)
+	if cp.Identity != id || cp.Events != 5 || cp.PartialCommitLSN != 0 || cp.Ordinal != 0 || cp.LSN != 30 {
+		t.Fatalf("At = %+v", cp)
+	}
+}
+
+func TestTrackerNeverConfirmsPastServer(t *testing.T) {
+	// A checkpoint from another history (an old timeline, another system)
+	// can be ahead of everything the server has written.
+	tr := NewTracker(Checkpoint{LSN: 5000}, 300)
+	if got, want := tr.Confirm(), pglogrepl.LSN(300); got != want {
+		t.Fatalf("Confirm() before the server reported its WAL end = %s, want the slot's %s", got, want)
+	}
+	tr.ServerWALEnd(1000)
+	if got, want := tr.Confirm(), pglogrepl.LSN(1000); got != want {
+		t.Fatalf("Confirm() = %s, want the server's WAL end %s", got, want)
+	}
+	tr.ServerWALEnd(900) // an older report never lowers the bound
+	if got, want := tr.Confirm(), pglogrepl.LSN(1000); got != want {
+		t.Fatalf("Confirm() after an older report = %s, want %s", got, want)
+	}
+	tr.ServerWALEnd(7000)
+	if got, want := tr.Confirm(), pglogrepl.LSN(5000); got != want {
+		t.Fatalf("Confirm() = %s, want the committed %s", got, want)
+	}
 }
 
 func TestTrackerLag(t *testing.T) {
