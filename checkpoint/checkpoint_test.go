@@ -346,3 +346,58 @@ func TestTrackerLag(t *testing.T) {
 		t.Fatal("Confirm did not record the time")
 	}
 }
+
+func TestPast(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cp   Checkpoint
+		fork pglogrepl.LSN
+		want bool
+	}{
+		{"before the fork", Checkpoint{LSN: 90}, 100, false},
+		{"at the fork: every commit before it, all shared", Checkpoint{LSN: 100}, 100, false},
+		{"after the fork", Checkpoint{LSN: 101}, 100, true},
+		{"part of a transaction committed before the fork", Checkpoint{LSN: 80, PartialCommitLSN: 99, Ordinal: 3}, 100, false},
+		{"part of a transaction committed at the fork", Checkpoint{LSN: 80, PartialCommitLSN: 100, Ordinal: 3}, 100, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.cp.Past(tc.fork); got != tc.want {
+				t.Fatalf("%v.Past(%s) = %v, want %v", tc.cp, tc.fork, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEventsPast(t *testing.T) {
+	a := Identity{SystemID: "1", Timeline: 1, Database: "d"}
+	rec := func(lsn pglogrepl.LSN, events uint64) Checkpoint {
+		return Checkpoint{LSN: lsn, Identity: a, Events: events, Counted: true}
+	}
+	old := Checkpoint{LSN: 50} // written before records were counted
+	gap := Gap{Kind: GapSystemChanged, Events: -1}
+	for _, tc := range []struct {
+		name    string
+		history []Checkpoint
+		fork    pglogrepl.LSN
+		want    int64
+	}{
+		{"records on both sides", []Checkpoint{rec(10, 5), rec(90, 20), rec(150, 27), rec(200, 40)}, 100, 20},
+		{"a record exactly at the fork", []Checkpoint{rec(100, 20), rec(200, 40)}, 100, 20},
+		{"nothing past the fork", []Checkpoint{rec(90, 20)}, 100, 0},
+		{"a position marker past the fork, no events", []Checkpoint{rec(90, 20), rec(150, 20)}, 100, 0},
+		{"compacted: only the last record is left", []Checkpoint{rec(200, 40)}, 100, -1},
+		{"empty history", nil, 100, -1},
+		{"an uncounted record on the way", []Checkpoint{old, rec(200, 40)}, 100, -1},
+		{"the last record uncounted", []Checkpoint{old}, 100, -1},
+		{"a record of another system", []Checkpoint{{LSN: 10, Identity: Identity{SystemID: "2"}, Counted: true}, rec(200, 40)}, 100, -1},
+		{"a gap accepted in between", []Checkpoint{rec(10, 5), {LSN: 300, Identity: a, Events: 5, Counted: true, Gap: gap}}, 100, -1},
+		{"a partial record before the fork counts", []Checkpoint{rec(80, 3).Part(99, 2).Published(2), rec(200, 9)}, 100, 4},
+		{"a partial record at the fork does not", []Checkpoint{rec(80, 3), rec(80, 3).Part(100, 2).Published(2), rec(200, 9)}, 100, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := EventsPast(tc.history, tc.fork); got != tc.want {
+				t.Fatalf("EventsPast(%v, %s) = %d, want %d", tc.history, tc.fork, got, tc.want)
+			}
+		})
+	}
+}
