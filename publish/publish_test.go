@@ -156,6 +156,15 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if got, _, _, err := next.ReadCheckpoint(ctx); err != nil || got != partial {
 		t.Fatalf("after the zombie's commit attempt: ReadCheckpoint = %v, %v; want %v", got, err, partial)
 	}
+	// The history holds every committed record, oldest first, and not the
+	// aborted one.
+	h, err := next.CheckpointHistory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != 2 || h[0] != whole || h[1] != partial {
+		t.Fatalf("CheckpointHistory = %v, want [%v %v]", h, whole, partial)
+	}
 }
 
 // Two slots sharing the checkpoint topic keep separate checkpoints.
