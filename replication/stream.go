@@ -23,6 +23,7 @@ import (
 type confirmer interface {
 	Confirm() pglogrepl.LSN
 	Received(commitLSN pglogrepl.LSN, commitTime time.Time)
+	ServerWALEnd(lsn pglogrepl.LSN)
 }
 
 // sink takes decoded transactions. TryPut takes tx only if it can at once;
@@ -208,6 +209,7 @@ func (s *Stream) handle(ctx context.Context, data []byte, dec *decode.Decoder, p
 		if err != nil {
 			return nil, fmt.Errorf("slot %s: parsing keepalive: %w", s.cfg.Names.Slot, err)
 		}
+		pos.ServerWALEnd(ka.ServerWALEnd)
 		if ka.ReplyRequested {
 			if err := s.sendStatus(ctx, pos); err != nil {
 				return nil, err
@@ -226,6 +228,7 @@ func (s *Stream) handle(ctx context.Context, data []byte, dec *decode.Decoder, p
 		if err != nil {
 			return nil, fmt.Errorf("slot %s: parsing XLogData: %w", s.cfg.Names.Slot, err)
 		}
+		pos.ServerWALEnd(x.ServerWALEnd)
 		s.metrics.received(x.WALStart)
 		s.sentAt = x.ServerTime
 		tx, err := dec.Decode(x.WALStart, x.WALData)
