@@ -5,18 +5,27 @@ LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build deps test demo bench bench-e2e fuzz lint chaos
+.PHONY: build deps test demo bench bench-e2e fuzz lint chaos image
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/walstream ./cmd/walstream
 	$(GO) build -o bin/devbroker ./cmd/devbroker
 
-# Postgres 15 and kcat from Debian, when missing and run as root.
+# The container image, tagged and stamped with VERSION. Push it to your
+# registry under the tag deploy/kubernetes/walstream.yaml names, e.g.
+#   make image VERSION=v0.1.0 IMAGE=registry.example.com/walstream && docker push registry.example.com/walstream:v0.1.0
+IMAGE ?= walstream
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+
+# Postgres 15, kcat and Prometheus (promtool) from Debian, Postgres 14, 16,
+# 17 and 18 from npm, when missing and run as root.
 deps:
 	bash scripts/deps.sh
 
 # Unit and integration tests, with the race detector. Integration tests start
-# their own Postgres 15 and broker; with CI set they fail if those cannot start.
+# their own Postgres (15, and 14 to 18 for the core end-to-end test) and
+# broker; with CI set they fail if those cannot start.
 test: deps
 	$(GO) test -race -count=1 -timeout 20m ./...
 

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/internal/testenv"
 )
 
@@ -40,14 +39,7 @@ var (
 // confirm everything written.
 const catchUpLimit = 30 * time.Second
 
-// unavailable skips, or fails under CI, like testenv does.
-func unavailable(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("CI is set and "+format, args...)
-	}
-	t.Skipf(format+" (set CI=1 to make this a failure)", args...)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 // TestChaos runs walstream under load and faults and checks that every
 // committed outbox row reaches Kafka exactly once, in order per aggregate,
@@ -71,7 +63,7 @@ func TestChaos(t *testing.T) {
 		skip[k] = true
 	}
 	if _, err := exec.LookPath("kcat"); err != nil {
-		unavailable(t, "kcat is not installed (apt-get install kcat)")
+		testenv.Unavailable(t, "kcat is not installed (apt-get install kcat)")
 	}
 	dir, err := os.MkdirTemp("", "walstream-chaos-")
 	if err != nil {
@@ -106,18 +98,15 @@ func TestChaos(t *testing.T) {
 	}
 	logf("seed %d, duration %s, %d writers at %.0f rows/s, logs in %s", seed, *flagDuration, *flagWriters, rate, dir)
 
-	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	wsBin, brokerBin := buildBinaries(t, filepath.Join(dir, "bin"), *flagBinary)
+	wsBin, brokerBin := buildBinaries(t, *flagBinary)
 
-	pg := testenv.StartPostgres(t,
+	pg := testenv.StartPostgres(t, testenv.Settings(
 		"logical_decoding_work_mem = '64kB'",
 		fmt.Sprintf("wal_sender_timeout = '%ds'", int(walSenderTimeout.Seconds())),
 		// Writers see a commit only once its WAL is written, so an
 		// immediate restart cannot take back a commit the ledger reported.
 		"synchronous_commit = on",
-	)
+	))
 	pgURL := pg.URL("postgres", "postgres")
 	ctx, cancel := context.WithTimeout(context.Background(), *flagDuration+10*time.Minute)
 	defer cancel()
@@ -141,7 +130,7 @@ func TestChaos(t *testing.T) {
 	}
 	br := &broker{bin: brokerBin, dataDir: filepath.Join(dir, "kafka"), addr: brokerAddr, advertise: px.kafk.Listen, logw: brokerLog}
 	if err := br.start(); err != nil {
-		unavailable(t, "the broker cannot start: %v", err)
+		testenv.Unavailable(t, "the broker cannot start: %v", err)
 	}
 	t.Cleanup(func() { br.stop(syscall.SIGTERM); brokerLog.Close() })
 
@@ -176,7 +165,7 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !first.waitLog(reStreaming, 60*time.Second) {
+	if !first.streaming(60 * time.Second) {
 		t.Fatalf("walstream did not start streaming:\n%s", first.Log())
 	}
 	logf("walstream #%d streaming; Postgres %d, broker %s, proxies %s and %s", first.id, pg.Port, brokerAddr, px.pg.Listen, px.kafk.Listen)
@@ -222,11 +211,11 @@ func TestChaos(t *testing.T) {
 	logf("load stopped: %d rows in %d transactions committed", st.RowsCommitted, st.TxCommitted)
 
 	// Catch-up: the slot confirms everything written.
-	end, err := insertLSN(ctx, pgURL)
+	end, err := pg.CurrentLSN(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caughtUp := waitConfirmed(ctx, pgURL, end, catchUpLimit)
+	caughtUp := waitConfirmed(ctx, pg, end, catchUpLimit)
 	catchUp := time.Since(faultsStopped)
 	logf("slot confirmed %s: %v after %s", end, caughtUp, catchUp.Round(10*time.Millisecond))
 	stopSampler()
@@ -246,8 +235,8 @@ func TestChaos(t *testing.T) {
 		stopProc(p, syscall.SIGQUIT, 10*time.Second)
 		fail("walstream #%d's goroutine dump (SIGQUIT) is in %s", p.id, p.f.Name())
 	default:
-		if stopProc(p, syscall.SIGTERM, 30*time.Second); !p.cmd.ProcessState.Success() {
-			fail("walstream #%d did not exit 0 after SIGTERM: %s\n%s", p.id, p.exitDesc(), p.lastLines(10))
+		if stopProc(p, syscall.SIGTERM, 30*time.Second); p.Err() != nil {
+			fail("walstream #%d did not exit 0 after SIGTERM: %s\n%s", p.id, p.ExitDesc(), p.LastLines(10))
 		}
 	}
 	unexpected := sup.unexpectedExits()
@@ -416,43 +405,15 @@ func sameRecords(a, b []record) string {
 	return fmt.Sprintf("%d records against %d", len(a), len(b))
 }
 
-func insertLSN(ctx context.Context, url string) (pglogrepl.LSN, error) {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return 0, fmt.Errorf("connecting: %w", err)
-	}
-	defer conn.Close(ctx)
-	var s string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
-		return 0, fmt.Errorf("reading the insert LSN: %w", err)
-	}
-	return pglogrepl.ParseLSN(s)
-}
-
 // waitConfirmed waits up to d for the slot to confirm lsn.
-func waitConfirmed(ctx context.Context, url string, lsn pglogrepl.LSN, d time.Duration) bool {
+func waitConfirmed(ctx context.Context, pg *testenv.Postgres, lsn pglogrepl.LSN, d time.Duration) bool {
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if got, err := confirmedLSN(ctx, url); err == nil && got >= lsn {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		got, err := pg.SlotConfirmed(cctx, slotName)
+		cancel()
+		if err == nil && got >= lsn {
 			return true
 		}
 	}
 	return false
-}
-
-func confirmedLSN(ctx context.Context, url string) (pglogrepl.LSN, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return 0, fmt.Errorf("connecting: %w", err)
-	}
-	defer conn.Close(context.Background())
-	var s *string
-	if err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slotName).Scan(&s); err != nil {
-		return 0, fmt.Errorf("reading confirmed_flush_lsn: %w", err)
-	}
-	if s == nil {
-		return 0, nil
-	}
-	return pglogrepl.ParseLSN(*s)
 }

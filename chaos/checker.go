@@ -1,16 +1,12 @@
 package chaos
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // checkpointTopic and slot are walstream's defaults, which the suite uses.
@@ -599,35 +596,13 @@ func growth(now, last int64) int64 {
 func kcatRead(ctx context.Context, brokerAddr, topic string) ([]record, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "kcat", "-b", brokerAddr, "-C", "-t", topic, "-o", "beginning", "-e", "-q",
-		"-X", "isolation.level=read_committed",
-		"-f", "%p\t%o\t%k\t%h\t%s\n")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	rs, err := testenv.Kcat(ctx, brokerAddr, topic)
 	if err != nil {
-		return nil, fmt.Errorf("kcat %s: %w: %s", topic, err, stderr.String())
+		return nil, err
 	}
-	var recs []record
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 16<<20)
-	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), "\t", 5)
-		if len(f) != 5 {
-			return nil, fmt.Errorf("kcat %s: line %q: want 5 fields", topic, sc.Text())
-		}
-		p, err1 := strconv.ParseInt(f[0], 10, 32)
-		o, err2 := strconv.ParseInt(f[1], 10, 64)
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("kcat %s: line %q: %w", topic, sc.Text(), err)
-		}
-		var id string
-		for _, h := range strings.Split(f[3], ",") {
-			if v, ok := strings.CutPrefix(h, "id="); ok {
-				id = v
-			}
-		}
-		recs = append(recs, parseRecord(topic, int32(p), o, f[2], id, []byte(f[4])))
+	recs := make([]record, 0, len(rs))
+	for _, r := range rs {
+		recs = append(recs, parseRecord(topic, r.Partition, r.Offset, r.Key, r.Header("id"), []byte(r.Value)))
 	}
-	return recs, sc.Err()
+	return recs, nil
 }

@@ -175,11 +175,11 @@ func (f *faults) inject(ctx context.Context, ft fault) string {
 			return "no walstream running"
 		}
 		stopProc(p, syscall.SIGTERM, 30*time.Second)
-		if !p.cmd.ProcessState.Success() {
-			f.failf("walstream #%d did not exit 0 within 30s of SIGTERM: %s\n%s", p.id, p.exitDesc(), p.lastLines(10))
+		if p.Err() != nil {
+			f.failf("walstream #%d did not exit 0 within 30s of SIGTERM: %s\n%s", p.id, p.ExitDesc(), p.LastLines(10))
 		}
 		f.restart("")
-		return fmt.Sprintf("#%d %s", p.id, p.exitDesc())
+		return fmt.Sprintf("#%d %s", p.id, p.ExitDesc())
 	case faultPGImmediate, faultPGFast:
 		mode := map[string]string{faultPGImmediate: "immediate", faultPGFast: "fast"}[ft.kind]
 		if err := r.pg.Restart(mode); err != nil {
@@ -335,13 +335,13 @@ func (f *faults) kill(ctx context.Context, point string) string {
 		return "restart failed"
 	}
 	select {
-	case <-np.done:
+	case <-np.Done():
 		// The supervisor counts the crash and starts a clean walstream.
 		return fmt.Sprintf("#%d, then #%d crashed at %s", p.id, np.id, crashAt)
 	case <-time.After(20 * time.Second):
 	case <-ctx.Done():
 	}
-	if stopProc(np, syscall.SIGKILL, 10*time.Second); !np.killedBySIGKILL() || !strings.Contains(np.Log(), "crash point") {
+	if stopProc(np, syscall.SIGKILL, 10*time.Second); !np.KilledBy(syscall.SIGKILL) || !strings.Contains(np.Log(), "crash point") {
 		f.mu.Lock()
 		f.rep.CrashesMissed++
 		f.mu.Unlock()
@@ -358,12 +358,12 @@ func (f *faults) kill(ctx context.Context, point string) string {
 // killed after a while).
 func (f *faults) zombie(ctx context.Context) string {
 	a := f.current()
-	if a == nil || !a.waitLog(reStreaming, 60*time.Second) || !f.waitSlot(ctx, true, 60*time.Second) {
+	if a == nil || !a.streaming(60*time.Second) || !f.waitSlot(ctx, true, 60*time.Second) {
 		f.failf("zombie: walstream not streaming within 60s")
 		return "no streaming walstream"
 	}
 	f.rig.sup.detach(a)
-	a.signal(syscall.SIGSTOP)
+	a.Signal(syscall.SIGSTOP)
 	stopped := time.Now()
 	if !f.waitSlot(ctx, false, 60*time.Second) {
 		f.failf("zombie: slot still active 60s after SIGSTOP of #%d", a.id)
@@ -371,15 +371,15 @@ func (f *faults) zombie(ctx context.Context) string {
 	released := time.Since(stopped)
 	streamsBefore := len(reStreaming.FindAllString(a.Log(), -1))
 	b := f.restart("")
-	if b == nil || !b.waitLog(reStreaming, 60*time.Second) {
+	if b == nil || !b.streaming(60*time.Second) {
 		f.failf("zombie: second walstream not streaming within 60s")
 	}
-	a.signal(syscall.SIGCONT)
+	a.Signal(syscall.SIGCONT)
 	var outcome string
 	select {
-	case <-a.done:
+	case <-a.Done():
 		switch log := a.Log(); {
-		case a.cmd.ProcessState.Success():
+		case a.Err() == nil:
 			outcome = "exit-0"
 		case strings.Contains(log, "fenced"):
 			outcome = "fenced-exit"
@@ -397,8 +397,8 @@ func (f *faults) zombie(ctx context.Context) string {
 		}
 		stopProc(a, syscall.SIGKILL, 10*time.Second)
 	}
-	if b != nil && b.exited() {
-		f.failf("zombie: the new walstream #%d exited (%s) after #%d resumed:\n%s", b.id, b.exitDesc(), a.id, b.lastLines(5))
+	if b != nil && b.Exited() {
+		f.failf("zombie: the new walstream #%d exited (%s) after #%d resumed:\n%s", b.id, b.ExitDesc(), a.id, b.LastLines(5))
 	}
 	// Postgres lets one walsender stream a slot, so a zombie streaming
 	// again means its replacement lost the slot meanwhile (another fault):
@@ -407,7 +407,7 @@ func (f *faults) zombie(ctx context.Context) string {
 		outcome = "took-slot-again"
 	}
 	if outcome == "exit-0" || outcome == "other-exit" || outcome == "running" {
-		f.failf("zombie: walstream #%d: %s (%s):\n%s", a.id, outcome, a.exitDesc(), a.lastLines(15))
+		f.failf("zombie: walstream #%d: %s (%s):\n%s", a.id, outcome, a.ExitDesc(), a.LastLines(15))
 	}
 	f.mu.Lock()
 	f.rep.ZombieOutcomes[outcome]++

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -22,25 +20,19 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // buildBinaries builds walstream with the walstream_faults tag (so that
-// WALSTREAM_CRASH_AT works) and devbroker into dir. A prebuilt walstream
-// can be given instead.
-func buildBinaries(t testing.TB, dir, prebuilt string) (walstream, devbroker string) {
+// WALSTREAM_CRASH_AT works) and devbroker, once per test binary. A
+// prebuilt walstream can be given instead.
+func buildBinaries(t testing.TB, prebuilt string) (walstream, devbroker string) {
 	t.Helper()
-	walstream, devbroker = prebuilt, filepath.Join(dir, "devbroker")
-	builds := [][]string{{"build", "-o", devbroker, "../cmd/devbroker"}}
+	walstream = prebuilt
 	if walstream == "" {
-		walstream = filepath.Join(dir, "walstream")
-		builds = append(builds, []string{"build", "-tags", "walstream_faults", "-o", walstream, "../cmd/walstream"})
+		walstream = testenv.Binary(t, testenv.WalstreamBuild(false, true))
 	}
-	for _, args := range builds {
-		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	return walstream, devbroker
+	return walstream, testenv.Binary(t, testenv.Build{Pkg: "cmd/devbroker"})
 }
 
 // proxies are the toxiproxies walstream reaches Postgres and the broker
@@ -116,21 +108,18 @@ type broker struct {
 	bin, dataDir, addr, advertise string
 	logw                          io.Writer
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	mu sync.Mutex
+	p  *testenv.Process
 }
 
 func (b *broker) start() error {
-	cmd := exec.Command(b.bin, "-addr", b.addr, "-data-dir", b.dataDir, "-advertise", b.advertise, "-partitions", "3")
-	cmd.Stdout, cmd.Stderr = b.logw, b.logw
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting devbroker: %w", err)
+	p, err := testenv.StartProcess(testenv.ProcessConfig{Name: "devbroker", Path: b.bin, Output: b.logw,
+		Args: []string{"-addr", b.addr, "-data-dir", b.dataDir, "-advertise", b.advertise, "-partitions", "3"}})
+	if err != nil {
+		return err
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
 	b.mu.Lock()
-	b.cmd, b.done = cmd, done
+	b.p = p
 	b.mu.Unlock()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -138,10 +127,8 @@ func (b *broker) start() error {
 			c.Close()
 			return nil
 		}
-		select {
-		case <-done:
-			return fmt.Errorf("devbroker on %s exited at start: %s", b.addr, cmd.ProcessState)
-		default:
+		if p.Exited() {
+			return fmt.Errorf("devbroker on %s exited at start: %s", b.addr, p.ExitDesc())
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("devbroker on %s not listening after 30s", b.addr)
@@ -153,17 +140,10 @@ func (b *broker) start() error {
 // stop ends the broker with sig and waits for it to exit.
 func (b *broker) stop(sig syscall.Signal) {
 	b.mu.Lock()
-	cmd, done := b.cmd, b.done
+	p := b.p
 	b.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
+	if p != nil {
+		_ = p.Stop(sig, 30*time.Second)
 	}
 }
 
@@ -175,16 +155,12 @@ func (b *broker) restart(sig syscall.Signal) error {
 
 // wsProc is one walstream process.
 type wsProc struct {
+	*testenv.Process
 	id      int
-	crashAt string // WALSTREAM_CRASH_AT, empty for none
-	cmd     *exec.Cmd
-	done    chan struct{}
-	started time.Time
+	crashAt string   // WALSTREAM_CRASH_AT, empty for none
+	f       *os.File // the process's log file; closed once it exited
 
-	mu  sync.Mutex
-	log bytes.Buffer
-	f   *os.File
-
+	mu sync.Mutex
 	// expected is set before the harness itself stops the process, so that
 	// the exit is not taken for a failure or a crash point.
 	expected bool
@@ -193,67 +169,14 @@ type wsProc struct {
 	skippedMetric float64
 }
 
-func (p *wsProc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.log.Write(b)
-	return p.f.Write(b)
-}
-
-// Log returns everything the process wrote so far.
-func (p *wsProc) Log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
-
-func (p *wsProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// waitLog waits until the log matches re, the process exits or d passes.
-func (p *wsProc) waitLog(re *regexp.Regexp, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for !re.MatchString(p.Log()) {
-		if p.exited() || time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return true
-}
-
-// exitDesc describes how the process ended.
-func (p *wsProc) exitDesc() string {
-	if p.cmd.ProcessState == nil {
-		return "running"
-	}
-	return p.cmd.ProcessState.String()
-}
-
-func (p *wsProc) killedBySIGKILL() bool {
-	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
-
-func (p *wsProc) signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }
-
-// lastLines returns the last n lines of the log.
-func (p *wsProc) lastLines(n int) string {
-	lines := strings.Split(strings.TrimRight(p.Log(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+// streaming waits up to d for the process to stream; false when it exits
+// first or d passes.
+func (p *wsProc) streaming(d time.Duration) bool {
+	return p.WaitLog(context.Background(), testenv.StreamingLine, d) == nil
 }
 
 var (
-	reStreaming   = regexp.MustCompile(`(?m)msg=streaming`)
+	reStreaming   = regexp.MustCompile(regexp.QuoteMeta(testenv.StreamingLine))
 	reCrashPoint  = regexp.MustCompile(`crash point (\S+) reached`)
 	reHTTPAddr    = regexp.MustCompile(`msg="http listening".* addr=(\S+)`)
 	reSkipped     = regexp.MustCompile(`replayed_events_skipped=(\d+)`)
@@ -298,29 +221,22 @@ func (s *supervisor) start(crashAt string) (*wsProc, error) {
 
 // spawn starts a process; s.mu is held.
 func (s *supervisor) spawn(crashAt string) (*wsProc, error) {
-	p := &wsProc{id: len(s.all) + 1, crashAt: crashAt, done: make(chan struct{}), started: time.Now()}
-	f, err := os.Create(filepath.Join(s.logDir, fmt.Sprintf("walstream-%03d.log", p.id)))
+	f, err := os.Create(filepath.Join(s.logDir, fmt.Sprintf("walstream-%03d.log", len(s.all)+1)))
 	if err != nil {
 		return nil, fmt.Errorf("creating walstream log: %w", err)
 	}
-	p.f = f
-	p.cmd = exec.Command(s.bin, append([]string{"run"}, s.args...)...)
-	env := []string{}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "WALSTREAM_") {
-			env = append(env, kv)
-		}
-	}
+	var env []string
 	if crashAt != "" {
 		env = append(env, "WALSTREAM_CRASH_AT="+crashAt)
-		fmt.Fprintf(p, "chaos: started with WALSTREAM_CRASH_AT=%s\n", crashAt)
+		fmt.Fprintf(f, "chaos: started with WALSTREAM_CRASH_AT=%s\n", crashAt)
 	}
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
+	proc, err := testenv.StartProcess(testenv.ProcessConfig{Name: "walstream", Path: s.bin, Output: f,
+		Args: append([]string{"run"}, s.args...), Env: testenv.WalstreamEnv(env...)})
+	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("starting walstream: %w", err)
+		return nil, err
 	}
+	p := &wsProc{Process: proc, id: len(s.all) + 1, crashAt: crashAt, f: f}
 	s.all = append(s.all, p)
 	go s.watch(p)
 	go s.scrape(p)
@@ -330,21 +246,21 @@ func (s *supervisor) spawn(crashAt string) (*wsProc, error) {
 // watch waits for p to exit, records why, and restarts walstream when p
 // was the current process and died without the harness asking.
 func (s *supervisor) watch(p *wsProc) {
-	err := p.cmd.Wait()
-	close(p.done)
-	p.mu.Lock()
-	fmt.Fprintf(p.f, "chaos: process exited: %v\n", p.cmd.ProcessState)
+	<-p.Done()
+	err := p.Err()
+	fmt.Fprintf(p.f, "chaos: process exited: %v\n", p.ExitDesc())
 	p.f.Close()
+	p.mu.Lock()
 	expected := p.expected
 	p.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if m := reCrashPoint.FindStringSubmatch(p.Log()); m != nil && p.killedBySIGKILL() {
+	if m := reCrashPoint.FindStringSubmatch(p.Log()); m != nil && p.KilledBy(syscall.SIGKILL) {
 		s.crashes[m[1]]++
 	} else if expected {
 		return
 	} else if !s.closed {
-		s.unexpected = append(s.unexpected, fmt.Sprintf("walstream #%d exited by itself (%v):\n%s", p.id, err, p.lastLines(15)))
+		s.unexpected = append(s.unexpected, fmt.Sprintf("walstream #%d exited by itself (%v):\n%s", p.id, err, p.LastLines(15)))
 	}
 	if s.cur != p || s.closed {
 		return
@@ -366,7 +282,7 @@ func (s *supervisor) watch(p *wsProc) {
 func (s *supervisor) scrape(p *wsProc) {
 	var addr string
 	hc := http.Client{Timeout: time.Second}
-	for !p.exited() {
+	for !p.Exited() {
 		time.Sleep(500 * time.Millisecond)
 		if addr == "" {
 			if m := reHTTPAddr.FindStringSubmatch(p.Log()); m != nil {
@@ -395,7 +311,7 @@ func (s *supervisor) scrape(p *wsProc) {
 func (s *supervisor) current() *wsProc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur == nil || s.cur.exited() {
+	if s.cur == nil || s.cur.Exited() {
 		return nil
 	}
 	return s.cur
@@ -414,23 +330,17 @@ func (s *supervisor) detach(p *wsProc) {
 	}
 }
 
-// stopProc ends p with sig, as the harness's own doing, and waits up to d.
+// stopProc ends p with sig, as the harness's own doing, and waits up to d;
+// false when it had to be killed. SIGSTOP returns at once.
 func stopProc(p *wsProc, sig syscall.Signal, d time.Duration) bool {
 	p.mu.Lock()
 	p.expected = true
 	p.mu.Unlock()
-	p.signal(sig)
 	if sig == syscall.SIGSTOP {
+		p.Signal(sig)
 		return true
 	}
-	select {
-	case <-p.done:
-		return true
-	case <-time.After(d):
-		p.signal(syscall.SIGKILL)
-		<-p.done
-		return false
-	}
+	return !errors.Is(p.Stop(sig, d), testenv.ErrKilled)
 }
 
 // close kills every process still running.
@@ -440,7 +350,7 @@ func (s *supervisor) close() {
 	all := append([]*wsProc(nil), s.all...)
 	s.mu.Unlock()
 	for _, p := range all {
-		if !p.exited() {
+		if !p.Exited() {
 			stopProc(p, syscall.SIGKILL, 10*time.Second)
 		}
 	}

@@ -126,6 +126,11 @@ func (c Checkpoint) Skip(commitLSN pglogrepl.LSN, ordinal uint64) bool {
 	return c.PartialCommitLSN != 0 && commitLSN == c.PartialCommitLSN && ordinal <= c.Ordinal
 }
 
+// SlotAhead reports whether a slot that has confirmed slotConfirmed is
+// ahead of c: Postgres no longer sends what lies between, so events may be
+// missing. It is the one test run, resume and status apply.
+func (c Checkpoint) SlotAhead(slotConfirmed pglogrepl.LSN) bool { return c.LSN < slotConfirmed }
+
 // SkipTx reports whether the whole transaction committed at commitLSN is
 // already in Kafka.
 func (c Checkpoint) SkipTx(commitLSN pglogrepl.LSN) bool { return commitLSN < c.LSN }
@@ -233,18 +238,26 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 	return c, r.Time, nil
 }
 
-// Tracker holds the position committed in Kafka and the position confirmed
-// to Postgres, and the times behind walstream's lag metrics. The publisher
-// reports commits and the replication loop reports what it received and
-// asks what to confirm, from different goroutines.
+// Tracker owns a session's positions: where it resumed, what it received,
+// what Kafka committed and what was confirmed to Postgres, and the times
+// behind walstream's lag metrics. The others ask it rather than keep
+// copies: the publisher reports commits and asks what Kafka holds, the
+// stage between replication and decode reports what it received, and the
+// replication loop asks what to confirm, from different goroutines.
 type Tracker struct {
+	// resume is where the session started; it never changes, so it is read
+	// without the lock.
+	resume Checkpoint
+
 	mu sync.Mutex
-	// committed only moves forward; it is what Kafka holds.
-	committed Checkpoint
+	// committed only moves forward; it is what Kafka holds once inKafka.
+	committed   Checkpoint
+	inKafka     bool
+	committedAt time.Time
 	// confirmed only moves forward and never passes committed.LSN nor
 	// serverEnd, except that it starts at the slot's own
-	// confirmed_flush_lsn.
-	confirmed pglogrepl.LSN
+	// confirmed_flush_lsn. sent is the last position Confirm returned.
+	confirmed, sent pglogrepl.LSN
 	// serverEnd is the highest WAL end the server reported. A position
 	// past it names WAL the server does not have (a checkpoint from
 	// another history); confirming it would make the slot skip
@@ -258,10 +271,36 @@ type Tracker struct {
 	lastConfirm  time.Time     // when a position was last confirmed
 }
 
-// NewTracker starts from the checkpoint read from Kafka and the slot's
+// NewTracker starts a session at resume, the checkpoint read from Kafka
+// (inKafka) or the slot's position when Kafka holds none, with the slot's
 // confirmed_flush_lsn.
-func NewTracker(committed Checkpoint, slotConfirmed pglogrepl.LSN) *Tracker {
-	return &Tracker{committed: committed, confirmed: slotConfirmed}
+func NewTracker(resume Checkpoint, inKafka bool, slotConfirmed pglogrepl.LSN) *Tracker {
+	t := &Tracker{resume: resume, committed: resume, inKafka: inKafka, confirmed: slotConfirmed}
+	if inKafka {
+		t.committedAt = time.Now()
+	}
+	return t
+}
+
+// Resume is the position the session started from.
+func (t *Tracker) Resume() Checkpoint { return t.resume }
+
+// Replayed reports whether the event with the given ordinal of the
+// transaction committed at commitLSN was in Kafka when the session started:
+// the replay filter decoding applies.
+func (t *Tracker) Replayed(commitLSN pglogrepl.LSN, ordinal uint64) bool {
+	return t.resume.Skip(commitLSN, ordinal)
+}
+
+// InKafka returns the checkpoint Kafka holds and when this session learnt
+// it; the zero checkpoint and time while Kafka holds none.
+func (t *Tracker) InKafka() (Checkpoint, time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.inKafka {
+		return Checkpoint{}, time.Time{}
+	}
+	return t.committed, t.committedAt
 }
 
 // Received records a transaction (or part) with events handed to the
@@ -285,7 +324,7 @@ func (t *Tracker) Committed(cp Checkpoint, events int, newest time.Time) error {
 	if cp.Less(t.committed) {
 		return fmt.Errorf("checkpoint %s is behind the committed checkpoint %s", cp, t.committed)
 	}
-	t.committed = cp
+	t.committed, t.inKafka, t.committedAt = cp, true, time.Now()
 	if events > 0 {
 		t.lastEvent = time.Now()
 		if t.pending {
@@ -308,8 +347,8 @@ func (t *Tracker) ServerWALEnd(lsn pglogrepl.LSN) {
 
 // Confirm returns the LSN to send to Postgres as the flush position and
 // records it as sent: what Kafka committed, but never past the WAL end
-// the server reported.
-func (t *Tracker) Confirm() pglogrepl.LSN {
+// the server reported. changed says it differs from the last one returned.
+func (t *Tracker) Confirm() (lsn pglogrepl.LSN, changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if c := min(t.committed.LSN, t.serverEnd); c > t.confirmed {
@@ -318,7 +357,9 @@ func (t *Tracker) Confirm() pglogrepl.LSN {
 	if t.confirmed != 0 {
 		t.lastConfirm = time.Now()
 	}
-	return t.confirmed
+	changed = t.confirmed != t.sent
+	t.sent = t.confirmed
+	return t.confirmed, changed
 }
 
 // Positions returns the committed checkpoint and the last confirmed LSN.

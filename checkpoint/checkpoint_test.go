@@ -72,10 +72,10 @@ func TestEncodeDecode(t *testing.T) {
 }
 
 func TestTrackerRefusesRegression(t *testing.T) {
-	tr := NewTracker(Checkpoint{LSN: 100}, 50)
+	tr := NewTracker(Checkpoint{LSN: 100}, true, 50)
 	tr.ServerWALEnd(200)
-	if got := tr.Confirm(); got != 100 {
-		t.Fatalf("Confirm() = %s, want the committed 0/64", got)
+	if got, changed := tr.Confirm(); got != 100 || !changed {
+		t.Fatalf("Confirm() = %s, %v; want the committed 0/64, changed", got, changed)
 	}
 	if err := tr.Committed(Checkpoint{LSN: 90}, 0, time.Time{}); err == nil {
 		t.Fatal("Committed accepted a checkpoint behind the committed one")
@@ -83,8 +83,45 @@ func TestTrackerRefusesRegression(t *testing.T) {
 	if err := tr.Committed(Checkpoint{LSN: 100, PartialCommitLSN: 120, Ordinal: 2}, 0, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := tr.Confirm(); got != 100 {
-		t.Fatalf("Confirm() = %s after a partial checkpoint, want 0/64: the split transaction is not whole", got)
+	if got, changed := tr.Confirm(); got != 100 || changed {
+		t.Fatalf("Confirm() = %s, %v after a partial checkpoint, want 0/64 unchanged: the split transaction is not whole", got, changed)
+	}
+}
+
+// The tracker is the one owner of the session's positions: where it
+// resumed, what Kafka holds (nothing until the first commit when Kafka
+// held no checkpoint), and what Postgres was told.
+func TestTrackerPositions(t *testing.T) {
+	resume := Checkpoint{LSN: 100, PartialCommitLSN: 200, Ordinal: 2}
+	for _, inKafka := range []bool{true, false} {
+		tr := NewTracker(resume, inKafka, 100)
+		if got := tr.Resume(); got != resume {
+			t.Fatalf("Resume() = %s, want %s", got, resume)
+		}
+		if !tr.Replayed(200, 2) || tr.Replayed(200, 3) || !tr.Replayed(50, 9) || tr.Replayed(300, 1) {
+			t.Fatal("Replayed does not follow the resume checkpoint")
+		}
+		got, at := tr.InKafka()
+		if inKafka && (got != resume || at.IsZero()) {
+			t.Fatalf("in Kafka: InKafka() = %s, %s; want the resume checkpoint and a time", got, at)
+		}
+		if !inKafka && (got != Checkpoint{} || !at.IsZero()) {
+			t.Fatalf("not in Kafka: InKafka() = %s, %s; want nothing", got, at)
+		}
+		tr.ServerWALEnd(400)
+		next := Checkpoint{LSN: 300}
+		if err := tr.Committed(next, 1, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if got, at := tr.InKafka(); got != next || at.IsZero() {
+			t.Fatalf("after a commit: InKafka() = %s, %s; want %s and a time", got, at, next)
+		}
+		if lsn, changed := tr.Confirm(); lsn != 300 || !changed {
+			t.Fatalf("Confirm() = %s, %v; want 0/12C, changed", lsn, changed)
+		}
+		if lsn, changed := tr.Confirm(); lsn != 300 || changed {
+			t.Fatalf("second Confirm() = %s, %v; want 0/12C, unchanged", lsn, changed)
+		}
 	}
 }
 
@@ -149,7 +186,7 @@ func TestModel(t *testing.T) {
 			if run > 500 {
 				t.Fatalf("seed %d: no progress after %d runs", seed, run)
 			}
-			tracker := NewTracker(kafkaCP, slotConfirmed)
+			tracker := NewTracker(kafkaCP, true, slotConfirmed)
 			var serverEnd pglogrepl.LSN // the WAL end the server reported
 			reported := func(lsn pglogrepl.LSN) {
 				// The server reports its WAL end with each message, and
@@ -171,7 +208,7 @@ func TestModel(t *testing.T) {
 			pos := kafkaCP
 			crashed := false
 			confirm := func() {
-				c := tracker.Confirm()
+				c, _ := tracker.Confirm()
 				if c > kafkaCP.LSN {
 					t.Fatalf("seed %d: confirm %s passes the checkpoint Kafka holds, %s", seed, c, kafkaCP)
 				}
@@ -299,27 +336,27 @@ func TestAtPartKeepIdentity(t *testing.T) {
 func TestTrackerNeverConfirmsPastServer(t *testing.T) {
 	// A checkpoint from another history (an old timeline, another system)
 	// can be ahead of everything the server has written.
-	tr := NewTracker(Checkpoint{LSN: 5000}, 300)
-	if got, want := tr.Confirm(), pglogrepl.LSN(300); got != want {
-		t.Fatalf("Confirm() before the server reported its WAL end = %s, want the slot's %s", got, want)
+	tr := NewTracker(Checkpoint{LSN: 5000}, true, 300)
+	if got, _ := tr.Confirm(); got != pglogrepl.LSN(300) {
+		t.Fatalf("Confirm() before the server reported its WAL end = %s, want the slot's 0/12C", got)
 	}
 	tr.ServerWALEnd(1000)
-	if got, want := tr.Confirm(), pglogrepl.LSN(1000); got != want {
-		t.Fatalf("Confirm() = %s, want the server's WAL end %s", got, want)
+	if got, _ := tr.Confirm(); got != 1000 {
+		t.Fatalf("Confirm() = %s, want the server's WAL end 0/3E8", got)
 	}
 	tr.ServerWALEnd(900) // an older report never lowers the bound
-	if got, want := tr.Confirm(), pglogrepl.LSN(1000); got != want {
-		t.Fatalf("Confirm() after an older report = %s, want %s", got, want)
+	if got, _ := tr.Confirm(); got != 1000 {
+		t.Fatalf("Confirm() after an older report = %s, want 0/3E8", got)
 	}
 	tr.ServerWALEnd(7000)
-	if got, want := tr.Confirm(), pglogrepl.LSN(5000); got != want {
-		t.Fatalf("Confirm() = %s, want the committed %s", got, want)
+	if got, _ := tr.Confirm(); got != 5000 {
+		t.Fatalf("Confirm() = %s, want the committed 0/1388", got)
 	}
 }
 
 func TestTrackerLag(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	tr := NewTracker(Checkpoint{LSN: 100}, 100)
+	tr := NewTracker(Checkpoint{LSN: 100}, true, 100)
 	if lag := tr.Status(t0).Lag; lag != 0 {
 		t.Fatalf("idle lag = %s, want 0", lag)
 	}
@@ -399,5 +436,22 @@ func TestEventsPast(t *testing.T) {
 				t.Fatalf("EventsPast(%v, %s) = %d, want %d", tc.history, tc.fork, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestSlotAhead(t *testing.T) {
+	for _, tc := range []struct {
+		cp   Checkpoint
+		slot pglogrepl.LSN
+		want bool
+	}{
+		{Checkpoint{LSN: 100}, 100, false},
+		{Checkpoint{LSN: 100}, 50, false},
+		{Checkpoint{LSN: 100}, 101, true},
+		{Checkpoint{LSN: 100, PartialCommitLSN: 200, Ordinal: 3}, 150, true}, // the slot passed what is whole in Kafka
+	} {
+		if got := tc.cp.SlotAhead(tc.slot); got != tc.want {
+			t.Errorf("%s.SlotAhead(%s) = %v, want %v", tc.cp, tc.slot, got, tc.want)
+		}
 	}
 }

@@ -2,8 +2,6 @@ package decode
 
 import (
 	"testing"
-
-	"github.com/walstream/walstream/checkpoint"
 )
 
 // BenchmarkDecodeInsert decodes a captured outbox INSERT inside an open
@@ -11,7 +9,7 @@ import (
 func BenchmarkDecodeInsert(b *testing.B) {
 	frames := readFrames(b, "basic")
 	relation, begin, insert := frames[1], frames[0], frames[2]
-	d := New(outboxConfig("public", nil), checkpoint.Checkpoint{})
+	d := New(outboxConfig("public", nil))
 	for _, f := range []frame{relation, begin} {
 		if _, err := d.Decode(f.lsn, f.data); err != nil {
 			b.Fatal(err)

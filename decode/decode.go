@@ -13,14 +13,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/walstream/walstream/checkpoint"
 )
 
 // Config says which tables hold the outbox and how large a part may grow.
@@ -40,23 +39,50 @@ type Config struct {
 	// routed as Messages says (default: the first outbox).
 	MessagePrefix string
 	Messages      *Outbox
-	// Log receives the UPDATEs that table.op.invalid.behavior says to log.
-	Log *slog.Logger
+	// Skip reports whether the event with the given ordinal (1-based) of
+	// the transaction committed at commitLSN was handed on before, by an
+	// earlier run: a replay to drop. It must skip every smaller ordinal of
+	// a transaction when it skips one; a transaction is skipped whole when
+	// Skip(commitLSN, math.MaxUint64). Nil skips nothing.
+	Skip func(commitLSN pglogrepl.LSN, ordinal uint64) bool
+}
+
+// Identity names an event: where it stands on the stream and where it came
+// from. Events carry it, and so does every error about one.
+type Identity struct {
+	// CommitLSN and Ordinal place the event on the stream: the commit LSN
+	// of its transaction and its 1-based position among that transaction's
+	// outbox events. Checkpoints are made of them, never of LSN: rows of one
+	// multi-row INSERT share an LSN.
+	CommitLSN pglogrepl.LSN
+	Ordinal   uint64
+	// LSN and Table say where the row or message is: its WAL position and
+	// its schema-qualified table, or "logical message <prefix>".
+	LSN   pglogrepl.LSN
+	Table string
+	// ID is the event id as the source has it; nil when unknown.
+	ID []byte
+}
+
+// String names the event for logs and errors.
+func (id Identity) String() string {
+	s := "at LSN " + id.LSN.String()
+	if id.Table != "" {
+		s += ", table " + id.Table
+	}
+	if len(id.ID) > 0 {
+		s += ", event id " + string(id.ID)
+	}
+	return s
 }
 
 // Event is one outbox row. Its byte slices alias a buffer owned by the
 // event's Tx and stay valid for as long as the Tx is referenced.
 type Event struct {
-	// Ordinal is the event's 1-based position among its transaction's
-	// outbox events; with the commit LSN it names the event on the stream.
-	Ordinal uint64
-	// LSN and Table say where the INSERT came from, for error messages.
-	LSN   pglogrepl.LSN
-	Table string
+	Identity
 	// Source is the mapping the event was read with; publish routes and
 	// encodes the event by it.
 	Source        *Outbox
-	ID            []byte
 	AggregateType []byte
 	AggregateID   []byte
 	Type          []byte // nil when the table has no type column or it is NULL
@@ -107,6 +133,17 @@ type Tx struct {
 	Final bool
 	// Bytes is the sum of the events' sizes.
 	Bytes int
+	// Ignored are the UPDATEs of outbox rows in this transaction (or part)
+	// that table.op.invalid.behavior says to skip and report.
+	Ignored []IgnoredUpdate
+}
+
+// IgnoredUpdate is an UPDATE of an outbox row that was skipped: an outbox
+// row is an event, and changing it afterwards publishes nothing. The caller
+// logs it at the level Behavior names.
+type IgnoredUpdate struct {
+	Row      Identity
+	Behavior InvalidOp
 }
 
 // Marker returns a Tx that moves the position to lsn without events.
@@ -115,22 +152,17 @@ func Marker(lsn pglogrepl.LSN) *Tx { return &Tx{EndLSN: lsn, Final: true} }
 // Error is bad input: a message that cannot be decoded, or an outbox row
 // that cannot become a record. It names where it happened.
 type Error struct {
-	LSN     pglogrepl.LSN
-	Table   string // schema-qualified, when known
-	EventID string // when known
-	Column  string // when the problem is one column
-	Reason  string
-	Err     error
+	Event  Identity // as far as known
+	Column string   // when the problem is one column
+	Reason string
+	Err    error
 }
 
+// at is the identity of a message known only by its position.
+func at(lsn pglogrepl.LSN) Identity { return Identity{LSN: lsn} }
+
 func (e *Error) Error() string {
-	s := "at LSN " + e.LSN.String()
-	if e.Table != "" {
-		s += ", table " + e.Table
-	}
-	if e.EventID != "" {
-		s += ", event id " + e.EventID
-	}
+	s := e.Event.String()
 	if e.Column != "" {
 		s += ", column " + e.Column
 	}
@@ -165,29 +197,28 @@ type extraColumn struct {
 // from one goroutine.
 type Decoder struct {
 	cfg       Config
-	resume    checkpoint.Checkpoint
 	relations map[uint32]*relation
 
 	tx      *Tx // open transaction, nil between transactions
 	skipTx  bool
 	ordinal uint64
 	vals    []value // reused by every INSERT; events keep only the bytes
-
-	// Skipped counts replayed events dropped because the checkpoint already
-	// covers them.
-	Skipped uint64
+	skipped uint64
 }
 
-// New returns a decoder that drops every event resume already covers.
-func New(cfg Config, resume checkpoint.Checkpoint) *Decoder {
+// New returns a decoder that drops every event cfg.Skip says to.
+func New(cfg Config) *Decoder {
 	if cfg.Messages == nil && len(cfg.Outboxes) > 0 {
 		cfg.Messages = cfg.Outboxes[0]
 	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
+	if cfg.Skip == nil {
+		cfg.Skip = func(pglogrepl.LSN, uint64) bool { return false }
 	}
-	return &Decoder{cfg: cfg, resume: resume, relations: make(map[uint32]*relation)}
+	return &Decoder{cfg: cfg, relations: make(map[uint32]*relation)}
 }
+
+// Skipped counts the replayed events dropped so far.
+func (d *Decoder) Skipped() uint64 { return d.skipped }
 
 // InTx reports whether a transaction is open: its BEGIN was decoded and its
 // COMMIT not yet.
@@ -198,7 +229,7 @@ func (d *Decoder) InTx() bool { return d.tx != nil }
 // is not retained.
 func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if len(data) == 0 {
-		return nil, &Error{LSN: walStart, Reason: "empty pgoutput message"}
+		return nil, &Error{Event: at(walStart), Reason: "empty pgoutput message"}
 	}
 	switch pglogrepl.MessageType(data[0]) {
 	case pglogrepl.MessageTypeBegin:
@@ -221,49 +252,49 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	case pglogrepl.MessageTypeMessage:
 		return d.message(walStart, data)
 	default:
-		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("unexpected pgoutput message type %q (is streaming of in-progress transactions enabled?)", data[0])}
+		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("unexpected pgoutput message type %q (is streaming of in-progress transactions enabled?)", data[0])}
 	}
 }
 
 func (d *Decoder) requireTx(walStart pglogrepl.LSN, typ byte) error {
 	if d.tx == nil {
-		return &Error{LSN: walStart, Reason: fmt.Sprintf("pgoutput message %q outside a transaction", typ)}
+		return &Error{Event: at(walStart), Reason: fmt.Sprintf("pgoutput message %q outside a transaction", typ)}
 	}
 	return nil
 }
 
 func (d *Decoder) begin(walStart pglogrepl.LSN, data []byte) error {
 	if d.tx != nil {
-		return &Error{LSN: walStart, Reason: fmt.Sprintf("BEGIN inside transaction %d", d.tx.Xid)}
+		return &Error{Event: at(walStart), Reason: fmt.Sprintf("BEGIN inside transaction %d", d.tx.Xid)}
 	}
 	var m pglogrepl.BeginMessage
 	if err := m.Decode(data[1:]); err != nil {
-		return &Error{LSN: walStart, Reason: "decoding BEGIN", Err: err}
+		return &Error{Event: at(walStart), Reason: "decoding BEGIN", Err: err}
 	}
 	d.tx = &Tx{Xid: m.Xid, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime}
-	d.skipTx = d.resume.SkipTx(m.FinalLSN)
+	d.skipTx = d.cfg.Skip(m.FinalLSN, math.MaxUint64)
 	d.ordinal = 0
 	return nil
 }
 
 func (d *Decoder) commit(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if d.tx == nil {
-		return nil, &Error{LSN: walStart, Reason: "COMMIT outside a transaction"}
+		return nil, &Error{Event: at(walStart), Reason: "COMMIT outside a transaction"}
 	}
 	var m pglogrepl.CommitMessage
 	if err := m.Decode(data[1:]); err != nil {
-		return nil, &Error{LSN: walStart, Reason: "decoding COMMIT", Err: err}
+		return nil, &Error{Event: at(walStart), Reason: "decoding COMMIT", Err: err}
 	}
 	if m.CommitLSN != d.tx.CommitLSN {
-		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("COMMIT at %s does not match BEGIN's final LSN %s", m.CommitLSN, d.tx.CommitLSN)}
+		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("COMMIT at %s does not match BEGIN's final LSN %s", m.CommitLSN, d.tx.CommitLSN)}
 	}
 	if m.TransactionEndLSN <= m.CommitLSN {
-		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("COMMIT ends at %s, not after its start %s", m.TransactionEndLSN, m.CommitLSN)}
+		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("COMMIT ends at %s, not after its start %s", m.TransactionEndLSN, m.CommitLSN)}
 	}
 	tx := d.tx
 	d.tx = nil
 	if d.skipTx {
-		d.Skipped += d.ordinal
+		d.skipped += d.ordinal
 		return nil, nil
 	}
 	tx.EndLSN = m.TransactionEndLSN
@@ -279,7 +310,7 @@ func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
-				err = &Error{LSN: walStart, Reason: "truncated Relation message", Err: fmt.Errorf("%v", r)}
+				err = &Error{Event: at(walStart), Reason: "truncated Relation message", Err: fmt.Errorf("%v", r)}
 			}
 		}()
 		err = m.Decode(data[1:])
@@ -289,7 +320,7 @@ func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
 		if errors.As(err, &de) {
 			return err
 		}
-		return &Error{LSN: walStart, Reason: "decoding Relation message", Err: err}
+		return &Error{Event: at(walStart), Reason: "decoding Relation message", Err: err}
 	}
 	rel := &relation{name: m.Namespace + "." + m.RelationName, columns: len(m.Columns)}
 	d.relations[m.RelationID] = rel
@@ -316,7 +347,7 @@ func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMes
 		return -1
 	}
 	missing := func(column, reason string) error {
-		return &Error{LSN: walStart, Table: rel.name, Column: column, Reason: reason}
+		return &Error{Event: Identity{LSN: walStart, Table: rel.name}, Column: column, Reason: reason}
 	}
 	cols := rel.outbox.Columns
 	for _, c := range []struct {
@@ -369,48 +400,43 @@ func (d *Decoder) update(walStart pglogrepl.LSN, data []byte) error {
 		return err
 	}
 	if len(data) < 5 {
-		return &Error{LSN: walStart, Reason: fmt.Sprintf("UPDATE message is %d bytes, want at least 5", len(data))}
+		return &Error{Event: at(walStart), Reason: fmt.Sprintf("UPDATE message is %d bytes, want at least 5", len(data))}
 	}
 	relID := binary.BigEndian.Uint32(data[1:])
 	rel := d.relations[relID]
 	if rel == nil {
-		return &Error{LSN: walStart, Reason: fmt.Sprintf("UPDATE of relation %d before its Relation message", relID)}
+		return &Error{Event: at(walStart), Reason: fmt.Sprintf("UPDATE of relation %d before its Relation message", relID)}
 	}
 	if rel.outbox == nil || d.skipTx {
 		return nil
 	}
-	e := &Error{LSN: walStart, Table: rel.name, EventID: updatedID(rel, data[5:]),
-		Reason: "UPDATE of an outbox row: it is not published again (table.op.invalid.behavior)"}
-	switch rel.outbox.OnUpdate {
-	case OpFatal:
-		return e
-	case OpError:
-		d.cfg.Log.Error("ignoring an UPDATE of an outbox row", "lsn", walStart.String(), "table", rel.name, "event_id", e.EventID)
-	default:
-		d.cfg.Log.Warn("ignoring an UPDATE of an outbox row", "lsn", walStart.String(), "table", rel.name, "event_id", e.EventID)
+	row := Identity{CommitLSN: d.tx.CommitLSN, LSN: walStart, Table: rel.name, ID: updatedID(rel, data[5:])}
+	if rel.outbox.OnUpdate == OpFatal {
+		return &Error{Event: row, Reason: "UPDATE of an outbox row: it is not published again (table.op.invalid.behavior)"}
 	}
+	d.tx.Ignored = append(d.tx.Ignored, IgnoredUpdate{Row: row, Behavior: rel.outbox.OnUpdate})
 	return nil
 }
 
-// updatedID is the event id in an UPDATE's new tuple, or empty when the
+// updatedID is the event id in an UPDATE's new tuple, or nil when the
 // message does not show it: the id names the row in the log line.
-func updatedID(rel *relation, b []byte) string {
+func updatedID(rel *relation, b []byte) []byte {
 	for len(b) > 3 {
 		kind := b[0]
 		n := int(binary.BigEndian.Uint16(b[1:]))
 		vals, rest, err := splitTuple(nil, b[3:], n)
 		if err != nil {
-			return ""
+			return nil
 		}
 		if kind == 'N' {
 			if rel.id < len(vals) && vals[rel.id].kind == 't' {
-				return string(vals[rel.id].data)
+				return append([]byte(nil), vals[rel.id].data...) // b is the connection's buffer
 			}
-			return ""
+			return nil
 		}
 		b = rest // 'K' or 'O': the old tuple comes first
 	}
-	return ""
+	return nil
 }
 
 // add appends an event to the open transaction and hands the transaction
@@ -426,31 +452,50 @@ func (d *Decoder) add(ev Event) *Tx {
 	return part
 }
 
+// replayed counts the next outbox event of the open transaction and
+// reports whether it is a replay to drop.
+func (d *Decoder) replayed() bool {
+	d.ordinal++
+	if d.skipTx {
+		return true
+	}
+	if d.cfg.Skip(d.tx.CommitLSN, d.ordinal) {
+		d.skipped++
+		return true
+	}
+	return false
+}
+
+// hand adds a mapped event to the open transaction, or fails on a bad one
+// unless bad events are handed on for the dead-letter topic.
+func (d *Decoder) hand(ev Event) (*Tx, error) {
+	if ev.Bad != nil && !d.cfg.DeadLetter {
+		return nil, ev.Bad
+	}
+	return d.add(ev), nil
+}
+
 func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if d.tx == nil {
-		return nil, &Error{LSN: walStart, Reason: "INSERT outside a transaction"}
+		return nil, &Error{Event: at(walStart), Reason: "INSERT outside a transaction"}
 	}
 	// 'I', relation id (4), 'N', column count (2)
 	if len(data) < 8 {
-		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("INSERT message is %d bytes, want at least 8", len(data))}
+		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("INSERT message is %d bytes, want at least 8", len(data))}
 	}
 	relID := binary.BigEndian.Uint32(data[1:])
 	rel := d.relations[relID]
 	if rel == nil {
-		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("INSERT into relation %d before its Relation message", relID)}
+		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("INSERT into relation %d before its Relation message", relID)}
 	}
 	if rel.outbox == nil {
 		return nil, nil
 	}
-	d.ordinal++
-	if d.skipTx || d.resume.Skip(d.tx.CommitLSN, d.ordinal) {
-		if !d.skipTx {
-			d.Skipped++
-		}
+	if d.replayed() {
 		return nil, nil
 	}
 	if data[5] != 'N' {
-		return nil, &Error{LSN: walStart, Table: rel.name, Reason: fmt.Sprintf("INSERT tuple marker %q, want 'N'", data[5])}
+		return nil, &Error{Event: Identity{LSN: walStart, Table: rel.name}, Reason: fmt.Sprintf("INSERT tuple marker %q, want 'N'", data[5])}
 	}
 	// One copy per row: the replication connection reuses its read buffer,
 	// and every column of the event then aliases this copy.
@@ -461,16 +506,12 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 		err = fmt.Errorf("%d bytes after the last column", len(rest))
 	}
 	if err != nil {
-		return nil, &Error{LSN: walStart, Table: rel.name, Reason: "decoding INSERT tuple", Err: err}
+		return nil, &Error{Event: Identity{LSN: walStart, Table: rel.name}, Reason: "decoding INSERT tuple", Err: err}
 	}
 	if len(vals) != rel.columns {
-		return nil, &Error{LSN: walStart, Table: rel.name, Reason: fmt.Sprintf("INSERT has %d columns, the Relation message %d", len(vals), rel.columns)}
+		return nil, &Error{Event: Identity{LSN: walStart, Table: rel.name}, Reason: fmt.Sprintf("INSERT has %d columns, the Relation message %d", len(vals), rel.columns)}
 	}
-	ev := d.event(rel, walStart, vals)
-	if ev.Bad != nil && !d.cfg.DeadLetter {
-		return nil, ev.Bad
-	}
-	return d.add(ev), nil
+	return d.hand(d.event(rel, walStart, vals))
 }
 
 // event maps an outbox row to an event. A row that cannot become a record
@@ -483,41 +524,30 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 		return vals[i].data
 	}
 	o := rel.outbox
-	ev := Event{Ordinal: d.ordinal, LSN: walStart, Table: rel.name, Source: o, ID: col(rel.id), AggregateType: col(rel.aggType),
+	ev := Event{Identity: d.identity(walStart, rel.name, col(rel.id)), Source: o, AggregateType: col(rel.aggType),
 		AggregateID: col(rel.aggID), Type: col(rel.typ), Payload: col(rel.payload), PayloadBinary: rel.payloadBytea,
 		TraceParent: traceParent(col(rel.trace))}
 	bad := func(column, reason string, err error) Event {
-		ev.Bad = &Error{LSN: walStart, Table: rel.name, EventID: string(ev.ID), Column: column, Reason: reason, Err: err}
+		ev.Bad = &Error{Event: ev.Identity, Column: column, Reason: reason, Err: err}
 		return ev
 	}
-	cols := o.Columns
-	switch {
-	case ev.ID == nil:
-		return bad(cols.ID, "event id is NULL", nil)
-	case !utf8.Valid(ev.ID):
-		return bad(cols.ID, "event id is not valid UTF-8", nil)
-	case len(ev.AggregateType) == 0:
-		return bad(cols.AggregateType, "aggregate type is NULL or empty: no topic can be derived", nil)
-	case ev.AggregateID == nil:
-		return bad(cols.AggregateID, "aggregate id is NULL: the record would have no key", nil)
-	case !utf8.Valid(ev.AggregateID):
-		return bad(cols.AggregateID, "aggregate id is not valid UTF-8", nil)
-	case o.TombstoneOnEmptyPayload && len(bytes.TrimSpace(ev.Payload)) == 0:
+	if o.TombstoneOnEmptyPayload && ev.Payload != nil && len(bytes.TrimSpace(ev.Payload)) == 0 {
 		ev.Payload = nil // Debezium makes an empty payload a tombstone too
-	case ev.Payload == nil:
-		return bad(cols.Payload, "payload is NULL", nil)
+	}
+	if column, reason := ev.check(o.Columns, "NULL", o.TombstoneOnEmptyPayload); reason != "" {
+		return bad(column, reason, nil)
 	}
 	if rel.payloadBytea && ev.Payload != nil {
 		raw, err := unhexBytea(ev.Payload)
 		if err != nil {
-			return bad(cols.Payload, "decoding bytea", err)
+			return bad(o.Columns.Payload, "decoding bytea", err)
 		}
 		ev.Payload = raw
 	}
 	if ts := col(rel.timestamp); ts != nil {
 		t, err := parseTimestamp(ts)
 		if err != nil {
-			return bad(cols.Timestamp, "reading the event timestamp", err)
+			return bad(o.Columns.Timestamp, "reading the event timestamp", err)
 		}
 		ev.Timestamp = t
 	}
@@ -540,6 +570,33 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 		ev.Fields = append(ev.Fields, Field{Name: x.Alias, Placement: x.Placement, Kind: x.kind, Value: v})
 	}
 	return ev
+}
+
+// identity is the identity of the open transaction's current event.
+func (d *Decoder) identity(lsn pglogrepl.LSN, table string, id []byte) Identity {
+	return Identity{CommitLSN: d.tx.CommitLSN, Ordinal: d.ordinal, LSN: lsn, Table: table, ID: id}
+}
+
+// check applies the rules every outbox event obeys, from a row or from a
+// logical message, and returns the field that breaks one and why. names
+// are the source's names for the fields and absent is how it says a value
+// is not there; tombstone allows a nil payload.
+func (ev *Event) check(names Columns, absent string, tombstone bool) (field, reason string) {
+	switch {
+	case ev.ID == nil:
+		return names.ID, "event id is " + absent
+	case !utf8.Valid(ev.ID):
+		return names.ID, "event id is not valid UTF-8"
+	case len(ev.AggregateType) == 0:
+		return names.AggregateType, "aggregate type is " + absent + " or empty: no topic can be derived"
+	case ev.AggregateID == nil:
+		return names.AggregateID, "aggregate id is " + absent + ": the record would have no key"
+	case !utf8.Valid(ev.AggregateID):
+		return names.AggregateID, "aggregate id is not valid UTF-8"
+	case ev.Payload == nil && !tombstone:
+		return names.Payload, "payload is " + absent
+	}
+	return "", ""
 }
 
 // traceParent takes the W3C traceparent from a tracing column: either the

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/walstream/walstream/checkpoint"
 )
 
 type frame struct {
@@ -55,7 +53,7 @@ func readFrames(t testing.TB, name string) []frame {
 // outboxConfig is a decoder config for one outbox table, schema.outbox,
 // with Debezium's columns; mod, if not nil, changes its mapping.
 func outboxConfig(schema string, mod func(*Outbox)) Config {
-	o := &Outbox{Schema: schema, Table: "outbox", Columns: DefaultColumns}
+	o := &Outbox{Schema: schema, Table: "outbox", Columns: DefaultColumns()}
 	if mod != nil {
 		mod(o)
 	}
@@ -98,7 +96,7 @@ func checkEvents(t *testing.T, tx *Tx, want ...wantEvent) {
 }
 
 func TestDecodeBasic(t *testing.T) {
-	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "basic"))
+	txs := decodeAll(t, New(outboxConfig("public", nil)), readFrames(t, "basic"))
 	if len(txs) != 2 {
 		t.Fatalf("got %d transactions, want 2", len(txs))
 	}
@@ -125,7 +123,7 @@ func TestDecodeBasic(t *testing.T) {
 // A multi-row INSERT gives each row its own ordinal: the checkpoint names
 // events by (commit LSN, ordinal), never by the row's LSN.
 func TestDecodeMultiRow(t *testing.T) {
-	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "multirow"))
+	txs := decodeAll(t, New(outboxConfig("public", nil)), readFrames(t, "multirow"))
 	if len(txs) != 1 || len(txs[0].Events) != 5 {
 		t.Fatalf("got %d transactions, want 1 with 5 events", len(txs))
 	}
@@ -139,7 +137,7 @@ func TestDecodeMultiRow(t *testing.T) {
 // A row inserted and deleted in one transaction is still published; UPDATE
 // and DELETE publish nothing.
 func TestDecodeInsertDeleteUpdate(t *testing.T) {
-	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "insert-delete-update"))
+	txs := decodeAll(t, New(outboxConfig("public", nil)), readFrames(t, "insert-delete-update"))
 	if len(txs) != 1 {
 		t.Fatalf("got %d transactions, want 1", len(txs))
 	}
@@ -149,7 +147,7 @@ func TestDecodeInsertDeleteUpdate(t *testing.T) {
 }
 
 func TestDecodeOtherTableAndMessages(t *testing.T) {
-	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "other-table-and-messages"))
+	txs := decodeAll(t, New(outboxConfig("public", nil)), readFrames(t, "other-table-and-messages"))
 	if len(txs) != 1 {
 		t.Fatalf("got %d transactions, want 1", len(txs))
 	}
@@ -157,7 +155,7 @@ func TestDecodeOtherTableAndMessages(t *testing.T) {
 }
 
 func TestDecodeNullType(t *testing.T) {
-	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "null-type-column"))
+	txs := decodeAll(t, New(outboxConfig("public", nil)), readFrames(t, "null-type-column"))
 	checkEvents(t, txs[0], wantEvent{"88888888-8888-8888-8888-888888888888", "Order", "o-8", "", `{"seq": 8}`})
 	if txs[0].Events[0].Type != nil {
 		t.Error("NULL type decoded as non-nil")
@@ -167,12 +165,12 @@ func TestDecodeNullType(t *testing.T) {
 // A bytea payload reaches Kafka as its raw bytes, not bytea's hex text.
 func TestDecodeBytea(t *testing.T) {
 	cfg := outboxConfig("bin", nil)
-	txs := decodeAll(t, New(cfg, checkpoint.Checkpoint{}), readFrames(t, "bytea-payload"))
+	txs := decodeAll(t, New(cfg), readFrames(t, "bytea-payload"))
 	checkEvents(t, txs[0], wantEvent{"b-1", "Blob", "k-1", "", "\x00\xff\x10"})
 }
 
 func TestDecodeNullAggregateType(t *testing.T) {
-	d := New(outboxConfig("public", nil), checkpoint.Checkpoint{})
+	d := New(outboxConfig("public", nil))
 	var err error
 	var at pglogrepl.LSN
 	for _, f := range readFrames(t, "null-aggregatetype") {
@@ -185,7 +183,7 @@ func TestDecodeNullAggregateType(t *testing.T) {
 	if !errors.As(err, &de) {
 		t.Fatalf("err = %v, want a *decode.Error", err)
 	}
-	if de.LSN != at || de.EventID != "77777777-7777-7777-7777-777777777777" || de.Column != "aggregatetype" || de.Table != "public.outbox" {
+	if de.Event.LSN != at || string(de.Event.ID) != "77777777-7777-7777-7777-777777777777" || de.Column != "aggregatetype" || de.Event.Table != "public.outbox" {
 		t.Fatalf("error %+v does not name LSN %s, the event id, table and column", de, at)
 	}
 	if msg := err.Error(); !strings.Contains(msg, "at LSN "+at.String()) || !strings.Contains(msg, "no topic can be derived") {
@@ -195,7 +193,7 @@ func TestDecodeNullAggregateType(t *testing.T) {
 
 func TestDecodeMissingColumn(t *testing.T) {
 	cfg := outboxConfig("public", func(o *Outbox) { o.Columns.AggregateID = "aggregate_id" })
-	d := New(cfg, checkpoint.Checkpoint{})
+	d := New(cfg)
 	var err error
 	for _, f := range readFrames(t, "basic") {
 		if _, err = d.Decode(f.lsn, f.data); err != nil {
@@ -212,7 +210,7 @@ func TestDecodeMissingColumn(t *testing.T) {
 func TestDecodeSplit(t *testing.T) {
 	cfg := outboxConfig("public", nil)
 	cfg.MaxPartEvents = 2
-	txs := decodeAll(t, New(cfg, checkpoint.Checkpoint{}), readFrames(t, "multirow"))
+	txs := decodeAll(t, New(cfg), readFrames(t, "multirow"))
 	var sizes []int
 	for _, tx := range txs {
 		sizes = append(sizes, len(tx.Events))
@@ -232,18 +230,29 @@ func TestDecodeSplit(t *testing.T) {
 // before it, and the published events of a partly published transaction.
 func TestDecodeResume(t *testing.T) {
 	frames := readFrames(t, "basic")
-	all := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), frames)
+	all := decodeAll(t, New(outboxConfig("public", nil)), frames)
 
-	d := New(outboxConfig("public", nil), checkpoint.Checkpoint{LSN: all[0].EndLSN})
+	cfg := outboxConfig("public", nil)
+	cfg.Skip = skipBefore(all[0].EndLSN, 0, 0)
+	d := New(cfg)
 	txs := decodeAll(t, d, frames)
-	if len(txs) != 1 || string(txs[0].Events[0].ID) != "33333333-3333-3333-3333-333333333333" || d.Skipped != 2 {
-		t.Fatalf("resuming after the first transaction: %d transactions, %d skipped", len(txs), d.Skipped)
+	if len(txs) != 1 || string(txs[0].Events[0].ID) != "33333333-3333-3333-3333-333333333333" || d.Skipped() != 2 {
+		t.Fatalf("resuming after the first transaction: %d transactions, %d skipped", len(txs), d.Skipped())
 	}
 
-	d = New(outboxConfig("public", nil), checkpoint.Checkpoint{LSN: 1, PartialCommitLSN: all[0].CommitLSN, Ordinal: 1})
+	cfg.Skip = skipBefore(1, all[0].CommitLSN, 1)
+	d = New(cfg)
 	txs = decodeAll(t, d, frames)
-	if len(txs) != 2 || len(txs[0].Events) != 1 || txs[0].Events[0].Ordinal != 2 || d.Skipped != 1 {
-		t.Fatalf("resuming inside the first transaction: got %d transactions, %d skipped", len(txs), d.Skipped)
+	if len(txs) != 2 || len(txs[0].Events) != 1 || txs[0].Events[0].Ordinal != 2 || d.Skipped() != 1 {
+		t.Fatalf("resuming inside the first transaction: got %d transactions, %d skipped", len(txs), d.Skipped())
+	}
+}
+
+// skipBefore skips what a checkpoint at lsn, with ordinal events of the
+// transaction at partial published, covers.
+func skipBefore(lsn, partial pglogrepl.LSN, ordinal uint64) func(pglogrepl.LSN, uint64) bool {
+	return func(commitLSN pglogrepl.LSN, n uint64) bool {
+		return commitLSN < lsn || (partial != 0 && commitLSN == partial && n <= ordinal)
 	}
 }
 
@@ -268,7 +277,7 @@ func TestDecodeBadInput(t *testing.T) {
 		{"unknown type", [][]byte{{'Z'}}, `unexpected pgoutput message type 'Z'`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := New(outboxConfig("public", nil), checkpoint.Checkpoint{})
+			d := New(outboxConfig("public", nil))
 			var err error
 			for i, f := range tc.frames {
 				if _, err = d.Decode(pglogrepl.LSN(0x100+i), f); err != nil {
@@ -294,7 +303,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	basic := readFrames(f, "basic")
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d := New(outboxConfig("public", nil), checkpoint.Checkpoint{})
+		d := New(outboxConfig("public", nil))
 		for _, fr := range basic[:2] {
 			if _, err := d.Decode(fr.lsn, fr.data); err != nil {
 				t.Fatal(err)
@@ -303,7 +312,7 @@ func FuzzDecode(f *testing.F) {
 		tx, err := d.Decode(0x200, data)
 		if err != nil {
 			var de *Error
-			if !errors.As(err, &de) || de.LSN != 0x200 {
+			if !errors.As(err, &de) || de.Event.LSN != 0x200 {
 				t.Fatalf("error %v does not name the LSN", err)
 			}
 			return
@@ -319,7 +328,7 @@ func FuzzDecode(f *testing.F) {
 func TestDecodeLogicalMessages(t *testing.T) {
 	cfg := outboxConfig("public", nil)
 	cfg.MessagePrefix = "walstream"
-	d := New(cfg, checkpoint.Checkpoint{})
+	d := New(cfg)
 	var txs []*Tx
 	var err error
 	for _, f := range readFrames(t, "logical-message") {
@@ -350,13 +359,13 @@ func TestDecodeLogicalMessages(t *testing.T) {
 		t.Fatalf("non-transactional message: err = %v", err)
 	}
 	// Without a prefix, logical messages are not outbox events.
-	if txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "logical-message")); len(txs[0].Events) != 1 {
+	if txs := decodeAll(t, New(outboxConfig("public", nil)), readFrames(t, "logical-message")); len(txs[0].Events) != 1 {
 		t.Fatalf("messages published with no prefix configured")
 	}
 }
 
 func TestDecodeTracing(t *testing.T) {
-	txs := decodeAll(t, New(outboxConfig("public", nil), checkpoint.Checkpoint{}), readFrames(t, "tracing"))
+	txs := decodeAll(t, New(outboxConfig("public", nil)), readFrames(t, "tracing"))
 	ev := txs[len(txs)-1].Events[0]
 	if got := string(ev.TraceParent); got != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
 		t.Fatalf("traceparent = %q", got)
@@ -365,7 +374,7 @@ func TestDecodeTracing(t *testing.T) {
 
 func TestDecodeTombstone(t *testing.T) {
 	cfg := outboxConfig("public", func(o *Outbox) { o.TombstoneOnEmptyPayload = true })
-	d := New(cfg, checkpoint.Checkpoint{})
+	d := New(cfg)
 	basic := readFrames(t, "basic")
 	relation, begin := basic[1], basic[0]
 	for _, f := range []frame{relation, begin} {
@@ -385,17 +394,15 @@ func TestDecodeTombstone(t *testing.T) {
 	}
 }
 
-// table.op.invalid.behavior: warn and error log the UPDATE, naming the
-// row, and skip it; fatal stops at it.
+// table.op.invalid.behavior: warn and error skip the UPDATE and report it
+// on its transaction, naming the row, for the caller to log; fatal stops
+// at it.
 func TestDecodeUpdateBehavior(t *testing.T) {
 	for _, tc := range []struct {
-		op    InvalidOp
-		level string
-	}{{OpWarn, "level=WARN"}, {OpError, "level=ERROR"}, {OpFatal, ""}} {
-		var logged bytes.Buffer
+		op InvalidOp
+	}{{OpWarn}, {OpError}, {OpFatal}} {
 		cfg := outboxConfig("public", func(o *Outbox) { o.OnUpdate = tc.op })
-		cfg.Log = slog.New(slog.NewTextHandler(&logged, nil))
-		d := New(cfg, checkpoint.Checkpoint{})
+		d := New(cfg)
 		var err error
 		var txs []*Tx
 		for _, f := range readFrames(t, "insert-delete-update") {
@@ -410,7 +417,7 @@ func TestDecodeUpdateBehavior(t *testing.T) {
 		const id = "55555555-5555-5555-5555-555555555555"
 		if tc.op == OpFatal {
 			var de *Error
-			if !errors.As(err, &de) || de.EventID != id || de.Table != "public.outbox" || !strings.Contains(err.Error(), "UPDATE of an outbox row") {
+			if !errors.As(err, &de) || string(de.Event.ID) != id || de.Event.Table != "public.outbox" || !strings.Contains(err.Error(), "UPDATE of an outbox row") {
 				t.Fatalf("fatal: err = %v, want the UPDATE named with its event id", err)
 			}
 			continue
@@ -418,8 +425,10 @@ func TestDecodeUpdateBehavior(t *testing.T) {
 		if err != nil || len(txs) != 1 || len(txs[0].Events) != 2 {
 			t.Fatalf("%v: err %v, %d transactions", tc.op, err, len(txs))
 		}
-		if l := logged.String(); !strings.Contains(l, tc.level) || !strings.Contains(l, "event_id="+id) || !strings.Contains(l, "table=public.outbox") {
-			t.Errorf("%v: logged %q", tc.op, l)
+		ign := txs[0].Ignored
+		if len(ign) != 1 || ign[0].Behavior != tc.op || string(ign[0].Row.ID) != id || ign[0].Row.Table != "public.outbox" ||
+			ign[0].Row.CommitLSN != txs[0].CommitLSN || ign[0].Row.LSN == 0 {
+			t.Errorf("%v: ignored updates %+v, want the one UPDATE of %s", tc.op, ign, id)
 		}
 	}
 }
@@ -455,7 +464,7 @@ func TestDecodeMappingRefused(t *testing.T) {
 		{"jsonb column as an additional header", func(o *Outbox) { o.Additional = []Additional{{"payload", PlaceHeader, "p"}} }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := New(outboxConfig("public", tc.mod), checkpoint.Checkpoint{})
+			d := New(outboxConfig("public", tc.mod))
 			var err error
 			for _, f := range readFrames(t, "additional-fields") {
 				if _, err = d.Decode(f.lsn, f.data); err != nil {

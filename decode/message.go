@@ -28,48 +28,40 @@ type envelope struct {
 func (d *Decoder) message(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	// 'M', flags (1), LSN (8), prefix (NUL-terminated), length (4), content
 	if len(data) < 11 {
-		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("logical message is %d bytes, want at least 11", len(data))}
+		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("logical message is %d bytes, want at least 11", len(data))}
 	}
 	transactional := data[1] == 1
 	lsn := pglogrepl.LSN(binary.BigEndian.Uint64(data[2:]))
 	rest := data[10:]
 	end := bytes.IndexByte(rest, 0)
 	if end < 0 || len(rest) < end+5 {
-		return nil, &Error{LSN: walStart, Reason: "truncated logical message"}
+		return nil, &Error{Event: at(walStart), Reason: "truncated logical message"}
 	}
 	prefix := string(rest[:end])
 	n := binary.BigEndian.Uint32(rest[end+1:])
 	content := rest[end+5:]
 	if uint64(n) != uint64(len(content)) {
-		return nil, &Error{LSN: walStart, Reason: fmt.Sprintf("logical message content is %d bytes, its length says %d", len(content), n)}
+		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("logical message content is %d bytes, its length says %d", len(content), n)}
 	}
 	if d.cfg.MessagePrefix == "" || prefix != d.cfg.MessagePrefix {
 		return nil, nil
 	}
 	if !transactional || d.tx == nil {
-		return nil, &Error{LSN: lsn, Reason: fmt.Sprintf("logical message with prefix %q is not transactional: it cannot be published exactly once; emit it with pg_logical_emit_message(true, ...)", prefix)}
+		return nil, &Error{Event: at(lsn), Reason: fmt.Sprintf("logical message with prefix %q is not transactional: it cannot be published exactly once; emit it with pg_logical_emit_message(true, ...)", prefix)}
 	}
-	d.ordinal++
-	if d.skipTx || d.resume.Skip(d.tx.CommitLSN, d.ordinal) {
-		if !d.skipTx {
-			d.Skipped++
-		}
+	if d.replayed() {
 		return nil, nil
 	}
-	ev := d.envelopeEvent(lsn, prefix, content)
-	if ev.Bad != nil && !d.cfg.DeadLetter {
-		return nil, ev.Bad
-	}
-	return d.add(ev), nil
+	return d.hand(d.envelopeEvent(lsn, prefix, content))
 }
 
 // envelopeEvent maps a message's JSON envelope to an event. The payload is
 // the JSON value as written; a JSON string payload is its text.
 func (d *Decoder) envelopeEvent(lsn pglogrepl.LSN, prefix string, content []byte) Event {
 	source := "logical message " + prefix
-	ev := Event{Ordinal: d.ordinal, LSN: lsn, Table: source, Source: d.cfg.Messages}
+	ev := Event{Identity: d.identity(lsn, source, nil), Source: d.cfg.Messages}
 	bad := func(field, reason string, err error) Event {
-		ev.Bad = &Error{LSN: lsn, Table: source, EventID: string(ev.ID), Column: field, Reason: reason, Err: err}
+		ev.Bad = &Error{Event: ev.Identity, Column: field, Reason: reason, Err: err}
 		if ev.Payload == nil {
 			ev.Payload = append([]byte(nil), content...) // the original bytes, for the dead letter
 		}
@@ -99,15 +91,10 @@ func (d *Decoder) envelopeEvent(lsn pglogrepl.LSN, prefix string, content []byte
 	} else if len(env.Payload) > 0 && string(env.Payload) != "null" {
 		ev.Payload = env.Payload
 	}
-	switch {
-	case ev.ID == nil:
-		return bad("id", "event id is missing", nil)
-	case len(ev.AggregateType) == 0:
-		return bad("aggregatetype", "aggregate type is missing or empty: no topic can be derived", nil)
-	case ev.AggregateID == nil:
-		return bad("aggregateid", "aggregate id is missing: the record would have no key", nil)
-	case ev.Payload == nil && (d.cfg.Messages == nil || !d.cfg.Messages.TombstoneOnEmptyPayload):
-		return bad("payload", "payload is missing", nil)
+	// The envelope's fields are named as Debezium's default columns.
+	tombstone := d.cfg.Messages != nil && d.cfg.Messages.TombstoneOnEmptyPayload
+	if field, reason := ev.check(DefaultColumns(), "missing", tombstone); reason != "" {
+		return bad(field, reason, nil)
 	}
 	return ev
 }

@@ -38,14 +38,17 @@ type Outbox struct {
 // Name is the table's schema-qualified name.
 func (o *Outbox) Name() string { return o.Schema + "." + o.Table }
 
-// DefaultColumns are the outbox columns of Debezium's outbox event router.
-var DefaultColumns = Columns{
-	ID:            "id",
-	AggregateType: "aggregatetype",
-	AggregateID:   "aggregateid",
-	Type:          "type",
-	Payload:       "payload",
-	Tracing:       "tracingspancontext",
+// DefaultColumns returns the outbox columns of Debezium's outbox event
+// router.
+func DefaultColumns() Columns {
+	return Columns{
+		ID:            "id",
+		AggregateType: "aggregatetype",
+		AggregateID:   "aggregateid",
+		Type:          "type",
+		Payload:       "payload",
+		Tracing:       "tracingspancontext",
+	}
 }
 
 // Columns names the outbox table's columns.

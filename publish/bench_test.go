@@ -13,7 +13,7 @@ func BenchmarkRecord(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ev := decode.Event{ID: []byte("11111111-1111-1111-1111-111111111111"), AggregateType: []byte("Order"),
+	ev := decode.Event{Identity: decode.Identity{ID: []byte("11111111-1111-1111-1111-111111111111")}, AggregateType: []byte("Order"),
 		AggregateID: []byte("o-1"), Payload: make([]byte, 430)}
 	b.ReportAllocs()
 	for b.Loop() {

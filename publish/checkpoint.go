@@ -15,24 +15,24 @@ import (
 )
 
 // ReadCheckpoint returns the last committed checkpoint for this producer's
-// checkpoint key, creating the compacted checkpoint topic if it is missing.
-// found is false when no checkpoint was ever committed. Call it after
-// Fence: only then can no older instance still commit one.
+// checkpoint key, creating the checkpoint topic if it is missing and
+// warning if it is weaker than wanted (EnsureCheckpointTopic). found is
+// false when no checkpoint was ever committed. Call it after Fence: only
+// then can no older instance still commit one.
 func (p *Producer) ReadCheckpoint(ctx context.Context) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
 	topic := p.cfg.CheckpointTopic
-	_, err = kadm.NewClient(p.client).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, topic)
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return cp, at, false, p.classify(fmt.Errorf("creating checkpoint topic %s: %w", topic, err))
+	if _, err := ensureCheckpointTopic(ctx, p.client, topic, p.log); err != nil {
+		return cp, at, false, p.markPermanent(err)
 	}
 	cp, at, found, err = readCheckpoint(ctx, p.opts, topic, p.cfg.CheckpointKey)
-	return cp, at, found, p.classify(err)
+	return cp, at, found, p.markPermanent(err)
 }
 
 // ReadCheckpoint reads the last checkpoint committed under key in topic,
 // read_committed, with clients of its own. It changes nothing, so an
 // operator's tool may call it while walstream runs.
-func ReadCheckpoint(ctx context.Context, conn Conn, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
-	return readCheckpoint(ctx, conn.opts(), topic, key)
+func ReadCheckpoint(ctx context.Context, kafka KafkaSettings, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
+	return readCheckpoint(ctx, kafka.opts(), topic, key)
 }
 
 // readDeadline bounds reading the checkpoint; an error is better than a

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 )
 
@@ -24,7 +23,7 @@ func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
 	}
 	defer f.Close()
 	cfg.MaxPartEvents, cfg.MaxPartBytes = 1000, 1<<20
-	d := decode.New(cfg, checkpoint.Checkpoint{})
+	d := decode.New(cfg)
 	var evs []decode.Event
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
@@ -48,7 +47,7 @@ func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
 
 // outbox is schema.outbox with Debezium's defaults; mod changes them.
 func outbox(schema string, mod func(*decode.Outbox)) *decode.Outbox {
-	o := &decode.Outbox{Schema: schema, Table: "outbox", Columns: decode.DefaultColumns,
+	o := &decode.Outbox{Schema: schema, Table: "outbox", Columns: decode.DefaultColumns(),
 		TopicRegex: DefaultTopicRegex, TopicReplacement: DefaultTopicReplacement}
 	if mod != nil {
 		mod(o)

@@ -13,13 +13,13 @@ import (
 // compacted, so the broker may have kept only the newest.
 func (p *Producer) CheckpointHistory(ctx context.Context) ([]checkpoint.Checkpoint, error) {
 	h, err := checkpointHistory(ctx, p.opts, p.cfg.CheckpointTopic, p.cfg.CheckpointKey)
-	return h, p.classify(err)
+	return h, p.markPermanent(err)
 }
 
 // CheckpointHistory is Producer.CheckpointHistory for an operator's tool:
 // it changes nothing.
-func CheckpointHistory(ctx context.Context, conn Conn, topic, key string) ([]checkpoint.Checkpoint, error) {
-	return checkpointHistory(ctx, conn.opts(), topic, key)
+func CheckpointHistory(ctx context.Context, kafka KafkaSettings, topic, key string) ([]checkpoint.Checkpoint, error) {
+	return checkpointHistory(ctx, kafka.opts(), topic, key)
 }
 
 func checkpointHistory(ctx context.Context, connOpts []kgo.Opt, topic, key string) ([]checkpoint.Checkpoint, error) {

@@ -38,6 +38,8 @@ func chosenPartition(r *kgo.Record) *partitionChoice {
 // Debezium's records are placed.
 type partitioner struct{ byKey kgo.Partitioner }
 
+var _ kgo.Partitioner = partitioner{}
+
 func newPartitioner() kgo.Partitioner { return partitioner{kgo.StickyKeyPartitioner(nil)} }
 
 func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
@@ -45,6 +47,8 @@ func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
 }
 
 type topicPartitioner struct{ kgo.TopicPartitioner }
+
+var _ kgo.TopicPartitioner = topicPartitioner{}
 
 func (tp topicPartitioner) RequiresConsistency(r *kgo.Record) bool {
 	return chosenPartition(r) != nil || tp.TopicPartitioner.RequiresConsistency(r)

@@ -26,7 +26,7 @@ import (
 
 // Config configures a Producer.
 type Config struct {
-	Conn            Conn
+	Kafka           KafkaSettings
 	TransactionalID string
 	CheckpointTopic string
 	CheckpointKey   string
@@ -55,12 +55,16 @@ type Config struct {
 	Converter Converter
 	// Compression compresses record batches; zero is snappy.
 	Compression Compression
+	// TopicCreation, when set, creates missing outbox and dead-letter
+	// topics before the first record to them; when nil, walstream relies on
+	// the broker's auto.create.topics.enable.
+	TopicCreation *TopicCreation
 }
 
 // Compression is a record batch codec.
 type Compression int
 
-// Codecs of --compression. Snappy is the default because it is cheap in
+// Record batch codecs. Snappy is the default because it is cheap in
 // CPU per row; zstd trades CPU for bytes on the wire and on disk.
 const (
 	Snappy Compression = iota
@@ -107,52 +111,54 @@ var ErrAuthorization = errors.New("not authorized by the Kafka cluster")
 
 // RecordError is a record the broker refused.
 type RecordError struct {
-	Topic   string
-	EventID string // empty for the checkpoint record
-	// LSN and Table say where the event came from.
-	LSN   pglogrepl.LSN
-	Table string
+	Topic string
+	// Event is the event the record carried; nil for the checkpoint record.
+	Event *decode.Identity
 	Err   error
 }
 
 func (e *RecordError) Error() string {
-	if e.EventID == "" {
+	if e.Event == nil {
 		return fmt.Sprintf("producing checkpoint to topic %s: %v", e.Topic, e.Err)
 	}
-	return fmt.Sprintf("at LSN %s, table %s, event id %s: producing to topic %s: %v", e.LSN, e.Table, e.EventID, e.Topic, e.Err)
+	return fmt.Sprintf("%s: producing to topic %s: %v", e.Event, e.Topic, e.Err)
 }
 
 func (e *RecordError) Unwrap() error { return e.Err }
 
-// committer is told each checkpoint Kafka committed, with the number of
-// events and the Postgres commit time of the newest.
-type committer interface {
+// positions is where the producer learns where the session resumed and
+// what Kafka holds, and reports each checkpoint Kafka committed, with the
+// number of events and the Postgres commit time of the newest. It keeps no
+// copy of them.
+type positions interface {
+	Resume() checkpoint.Checkpoint
+	InKafka() (cp checkpoint.Checkpoint, at time.Time)
 	Committed(cp checkpoint.Checkpoint, events int, newest time.Time) error
 }
 
+var _ positions = (*checkpoint.Tracker)(nil)
+
 // Producer publishes transactions from a Queue. Run owns every field below
-// the client; the promise callback only touches produceErr.
+// the client; the produce callbacks only touch produceErr.
 type Producer struct {
-	cfg      Config
-	log      *slog.Logger
-	opts     []kgo.Opt // connection options, shared with the checkpoint reader
-	client   *kgo.Client
-	router   *Router
-	tracker  committer
-	metrics  *Metrics
-	hook     func(point string)
-	promise  func(*kgo.Record, error)
-	inTxn    bool
-	failed   bool // a Kafka operation failed: never abort then (see abort)
-	records  int
-	bytes    int
-	dead     int                   // dead letters in the open transaction
-	batch    []*decode.Tx          // what the open transaction holds, to name a refused event
-	byTopic  map[string]int        // events per topic in the open transaction
-	started  time.Time             // when the open Kafka transaction got its first event
-	pos      checkpoint.Checkpoint // position once the open batch commits
-	done     checkpoint.Checkpoint // last committed position
-	lastDone time.Time
+	cfg     Config
+	log     *slog.Logger
+	opts    []kgo.Opt // connection options, shared with the checkpoint reader
+	client  *kgo.Client
+	router  *Router
+	topics  *topicCreator // nil without Config.TopicCreation
+	tracker positions
+	metrics *Metrics
+	hook    func(point string)
+	inTxn   bool
+	failed  bool // a Kafka operation failed: never abort then (see abort)
+	records int
+	bytes   int
+	dead    int                   // dead letters in the open transaction
+	batch   []*decode.Tx          // what the open transaction holds; refusals point into it
+	byTopic map[string]int        // events per topic in the open transaction
+	started time.Time             // when the open Kafka transaction got its first event
+	pos     checkpoint.Checkpoint // position once the open batch commits
 
 	errMu      sync.Mutex
 	produceErr error
@@ -169,8 +175,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 		hook = func(string) {}
 	}
 	p := &Producer{cfg: cfg, log: log, router: router, metrics: m, hook: hook, byTopic: make(map[string]int)}
-	p.promise = p.onProduced
-	p.opts = append(cfg.Conn.opts(), kgo.WithLogger(newQuietLogger(kslog.New(log.With("component", "kafka")))))
+	p.opts = append(cfg.Kafka.opts(), kgo.WithLogger(newQuietLogger(kslog.New(log.With("component", "kafka")))))
 	p.client, err = kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)],
 		kgo.TransactionalID(cfg.TransactionalID),
 		kgo.TransactionTimeout(max(cfg.CommitTimeout*2, 10*time.Second)),
@@ -190,6 +195,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}
+	p.topics = newTopicCreator(p.client, cfg.TopicCreation, log)
 	return p, nil
 }
 
@@ -203,20 +209,16 @@ func (p *Producer) Close() { p.client.Close() }
 // the checkpoint in Kafka final.
 func (p *Producer) Fence(ctx context.Context) error {
 	if _, _, err := p.client.ProducerID(ctx); err != nil {
-		return p.classify(fmt.Errorf("initializing producer id for transactional id %s: %w", p.cfg.TransactionalID, err))
+		return p.markPermanent(fmt.Errorf("initializing producer id for transactional id %s: %w", p.cfg.TransactionalID, err))
 	}
 	return nil
 }
 
-// Start sets the position Run continues from. When Kafka holds no
-// checkpoint yet (inKafka false), Run commits one for cp at once, so that a
-// slot recreated later is caught as being ahead of it.
-func (p *Producer) Start(cp checkpoint.Checkpoint, inKafka bool, tracker committer) {
-	p.pos, p.done, p.tracker = cp, cp, tracker
-	p.lastDone = time.Now()
-	if !inKafka {
-		p.done, p.lastDone = checkpoint.Checkpoint{}, time.Time{}
-	}
+// Start gives the session's positions, which Run continues from. When
+// Kafka holds no checkpoint yet, Run commits one for the resume position at
+// once, so that a slot recreated later is caught as being ahead of it.
+func (p *Producer) Start(pos positions) {
+	p.pos, p.tracker = pos.Resume(), pos
 }
 
 // Run publishes transactions from q until ctx ends or publishing fails. A
@@ -260,11 +262,11 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 // flushAt is when the open batch is due: Linger after its first event, or,
 // with only a position to commit, IdleInterval after the last commit.
 func (p *Producer) flushAt() (time.Time, bool) {
-	switch {
-	case p.records > 0:
+	if p.records > 0 {
 		return p.started.Add(p.cfg.Linger), true
-	case p.done.Less(p.pos):
-		return p.lastDone.Add(p.cfg.IdleInterval), true
+	}
+	if done, at := p.tracker.InKafka(); done.Less(p.pos) {
+		return at.Add(p.cfg.IdleInterval), true
 	}
 	return time.Time{}, false
 }
@@ -287,8 +289,11 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 			if err != nil {
 				return err
 			}
+			if err := p.topics.ensure(ctx, rec.Topic); err != nil {
+				return p.markPermanent(err)
+			}
 			p.byTopic[rec.Topic]++
-			p.client.Produce(ctx, rec, p.promise)
+			p.produce(ctx, rec, &tx.Events[i].Identity)
 		}
 		p.records += n
 		p.bytes += tx.Bytes
@@ -315,13 +320,12 @@ func (p *Producer) record(ev *decode.Event) (*kgo.Record, error) {
 	if bad == nil {
 		rec := p.router.Record(ev)
 		if err := ValidTopic(rec.Topic); err != nil {
-			bad = &decode.Error{Reason: "no valid topic for the aggregate type", Err: err}
+			bad = &decode.Error{Event: ev.Identity, Reason: "no valid topic for the aggregate type", Err: err}
 		} else if n := recordSize(rec); n > p.cfg.MaxRecordBytes {
-			bad = &decode.Error{Reason: fmt.Sprintf("the record is %d bytes, over the %d bytes of --max-record-bytes", n, p.cfg.MaxRecordBytes)}
+			bad = &decode.Error{Event: ev.Identity, Reason: fmt.Sprintf("the record is %d bytes, over the %d bytes allowed", n, p.cfg.MaxRecordBytes)}
 		} else {
 			return rec, nil
 		}
-		bad.LSN, bad.Table, bad.EventID = ev.LSN, ev.Table, string(ev.ID)
 	}
 	if p.cfg.DeadLetterTopic == "" {
 		return nil, bad
@@ -346,31 +350,31 @@ func (p *Producer) begin() error {
 // flush commits the open batch with a checkpoint at p.pos and then tells
 // the tracker, which is what lets the position be confirmed to Postgres.
 func (p *Producer) flush(ctx context.Context) error {
-	if p.records == 0 && !p.done.Less(p.pos) {
+	if done, _ := p.tracker.InKafka(); p.records == 0 && !done.Less(p.pos) {
 		return nil
 	}
 	start := time.Now()
 	if err := p.begin(); err != nil {
 		return err
 	}
-	p.client.Produce(ctx, &kgo.Record{
+	p.produce(ctx, &kgo.Record{
 		Topic: p.cfg.CheckpointTopic,
 		Key:   []byte(p.cfg.CheckpointKey),
 		Value: p.pos.Encode(p.cfg.Slot, start),
-	}, p.promise)
+	}, nil)
 	p.hook("after-produce")
 
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
 	defer cancel()
 	if err := p.client.Flush(cctx); err != nil {
-		return p.classify(fmt.Errorf("flushing Kafka transaction for checkpoint %s: %w", p.pos, err))
+		return p.markPermanent(fmt.Errorf("flushing Kafka transaction for checkpoint %s: %w", p.pos, err))
 	}
 	if err := p.takeProduceErr(); err != nil {
-		return p.classify(p.locate(err))
+		return p.markPermanent(err)
 	}
 	p.hook("before-commit")
 	if err := p.client.EndTransaction(cctx, kgo.TryCommit); err != nil {
-		return p.classify(fmt.Errorf("committing Kafka transaction for checkpoint %s: %w", p.pos, err))
+		return p.markPermanent(fmt.Errorf("committing Kafka transaction for checkpoint %s: %w", p.pos, err))
 	}
 	p.inTxn = false
 	p.hook("after-commit")
@@ -382,7 +386,6 @@ func (p *Producer) flush(ctx context.Context) error {
 		return err
 	}
 	p.metrics.committed(p.byTopic, p.dead, p.bytes, time.Since(start), p.pos.LSN)
-	p.done, p.lastDone = p.pos, time.Now()
 	p.reset()
 	return nil
 }
@@ -395,31 +398,19 @@ func (p *Producer) reset() {
 	clear(p.byTopic)
 }
 
-// locate fills in where a refused event came from.
-func (p *Producer) locate(err error) error {
-	var re *RecordError
-	if !errors.As(err, &re) || re.EventID == "" {
-		return err
-	}
-	for _, tx := range p.batch {
-		for i := range tx.Events {
-			if ev := &tx.Events[i]; string(ev.ID) == re.EventID {
-				re.LSN, re.Table = ev.LSN, ev.Table
-				return err
-			}
+// produce sends rec, which carries the event ev names (nil for the
+// checkpoint record), so that a refusal names the event. ev points into a
+// Tx the open batch holds until the transaction ends.
+func (p *Producer) produce(ctx context.Context, rec *kgo.Record, ev *decode.Identity) {
+	p.client.Produce(ctx, rec, func(r *kgo.Record, err error) {
+		if err != nil {
+			p.onProduced(r, ev, err)
 		}
-	}
-	return err
+	})
 }
 
-func (p *Producer) onProduced(r *kgo.Record, err error) {
-	if err == nil {
-		return
-	}
-	re := &RecordError{Topic: r.Topic, Err: err}
-	if r.Topic != p.cfg.CheckpointTopic && len(r.Headers) > 0 {
-		re.EventID = string(r.Headers[0].Value)
-	}
+func (p *Producer) onProduced(r *kgo.Record, ev *decode.Identity, err error) {
+	re := &RecordError{Topic: r.Topic, Event: ev, Err: err}
 	if c := chosenPartition(r); c != nil && c.of > 0 && int(c.partition) >= c.of {
 		re.Err = fmt.Errorf("%w: partition %d, topic %s has %d: %w", ErrNoPartition, c.partition, r.Topic, c.of, err)
 	}
@@ -459,12 +450,13 @@ func (p *Producer) abort(ctx context.Context) {
 	if err != nil {
 		p.log.Warn("aborting Kafka transaction", "err", err)
 	}
-	p.pos = p.done
+	p.pos, _ = p.tracker.InKafka()
 	p.reset()
 }
 
-// classify marks errors that no retry can fix.
-func (p *Producer) classify(err error) error {
+// markPermanent wraps the franz-go errors that no retry can fix in the
+// errors Permanent reports.
+func (p *Producer) markPermanent(err error) error {
 	switch {
 	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
 		return fmt.Errorf("%w (transactional id %s): %w", ErrFenced, p.cfg.TransactionalID, err)
@@ -505,6 +497,8 @@ const logEvery = 30 * time.Second
 func newQuietLogger(l kgo.Logger) *quietLogger {
 	return &quietLogger{Logger: l, last: make(map[string]time.Time), held: make(map[string]int)}
 }
+
+var _ kgo.Logger = (*quietLogger)(nil)
 
 func (l *quietLogger) Level() kgo.LogLevel { return min(l.Logger.Level(), kgo.LogLevelWarn) }
 

@@ -49,23 +49,35 @@ func TestRouterRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := decode.Event{ID: []byte("id-1"), AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte(`{"a":1}`)}
+	ev := decode.Event{Identity: decode.Identity{ID: []byte("id-1")}, AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte(`{"a":1}`)}
 	rec := r.Record(&ev)
 	if rec.Topic != "outbox.event.Order" || string(rec.Key) != "o-1" || string(rec.Value) != `{"a":1}` || len(rec.Headers) != 1 || rec.Headers[0].Key != "id" || string(rec.Headers[0].Value) != "id-1" {
 		t.Fatalf("record %+v", rec)
 	}
 }
 
-type trackerFunc func(checkpoint.Checkpoint) error
+// fakePositions stands in for checkpoint.Tracker: committed is told each
+// checkpoint Kafka committed.
+type fakePositions struct {
+	resume, done checkpoint.Checkpoint
+	at           time.Time
+	committed    func(checkpoint.Checkpoint)
+}
 
-func (f trackerFunc) Committed(cp checkpoint.Checkpoint, _ int, _ time.Time) error { return f(cp) }
+var _ positions = (*fakePositions)(nil)
 
-var _ committer = (*checkpoint.Tracker)(nil)
+func (f *fakePositions) Resume() checkpoint.Checkpoint               { return f.resume }
+func (f *fakePositions) InKafka() (checkpoint.Checkpoint, time.Time) { return f.done, f.at }
+func (f *fakePositions) Committed(cp checkpoint.Checkpoint, _ int, _ time.Time) error {
+	f.done, f.at = cp, time.Now()
+	f.committed(cp)
+	return nil
+}
 
 func newProducer(t *testing.T, broker, txid string) *Producer {
 	t.Helper()
 	p, err := New(Config{
-		Conn: Conn{Brokers: []string{broker}}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
+		Kafka: KafkaSettings{Brokers: []string{broker}}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
 		Slot: "slot-a", MaxBatchEvents: 100, MaxBatchBytes: 1 << 20,
 		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
@@ -77,7 +89,7 @@ func newProducer(t *testing.T, broker, txid string) *Producer {
 }
 
 func event(ordinal uint64, id string) decode.Event {
-	return decode.Event{Ordinal: ordinal, ID: []byte(id), AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte("{}")}
+	return decode.Event{Identity: decode.Identity{Ordinal: ordinal, ID: []byte(id)}, AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte("{}")}
 }
 
 // runUntil runs the producer over txs and returns once the tracker saw want.
@@ -87,12 +99,17 @@ func runUntil(t *testing.T, p *Producer, want checkpoint.Checkpoint, txs ...*dec
 	defer cancel()
 	q := NewQueue(1 << 20)
 	reached := make(chan struct{})
-	p.Start(p.done, true, trackerFunc(func(cp checkpoint.Checkpoint) error {
+	// Each run resumes where the last one committed, as a new session would.
+	from := &fakePositions{at: time.Now()}
+	if last, ok := p.tracker.(*fakePositions); ok {
+		from.resume, from.done = last.done, last.done
+	}
+	from.committed = func(cp checkpoint.Checkpoint) {
 		if cp == want {
 			close(reached)
 		}
-		return nil
-	}))
+	}
+	p.Start(from)
 	errc := make(chan error, 1)
 	go func() { errc <- p.Run(ctx, q) }()
 	for _, tx := range txs {

@@ -120,6 +120,8 @@ func (c *lowatConn) setLowat(n int) error {
 // Read waits at most lowatWait for the low-water mark while it is raised;
 // past that it lowers the mark and waits for anything, up to the user's
 // deadline.
+var _ net.Conn = (*lowatConn)(nil)
+
 func (c *lowatConn) Read(b []byte) (int, error) {
 	if !c.raised {
 		return c.Conn.Read(b)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"slices"
 	"strings"
@@ -137,27 +138,27 @@ func (n Names) missingTables(present []string) []Table {
 // publication is created first: a slot must not start decoding before the
 // publication exists, or pgoutput fails on changes older than it.
 func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
-	var walLevel string
-	var canReplicate bool
-	var existing []string
-	err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'),
-		(SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user),
-		ARRAY(SELECT t FROM unnest($1::text[]) t WHERE to_regclass(t) IS NOT NULL)`, sqlNames(n.Tables)).Scan(&walLevel, &canReplicate, &existing)
+	srv, err := lookupServer(ctx, conn)
 	if err != nil {
-		return fmt.Errorf("checking server settings: %w", err)
+		return err
 	}
-	if walLevel != "logical" {
-		return &SetupError{Object: "wal_level", Reason: fmt.Sprintf("is %q, logical decoding needs 'logical'", walLevel),
+	if !srv.logical() {
+		return &SetupError{Object: "wal_level", Reason: fmt.Sprintf("is %q, logical decoding needs 'logical'", srv.walLevel),
 			Fix: "set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) and restart Postgres"}
 	}
-	if !canReplicate {
-		return &SetupError{Object: fmt.Sprintf("role %q", conn.Config().User), Reason: "lacks the REPLICATION attribute",
-			Fix: fmt.Sprintf("ALTER ROLE %s WITH REPLICATION", pgx.Identifier{conn.Config().User}.Sanitize())}
+	if !srv.mayStream() {
+		return &SetupError{Object: fmt.Sprintf("role %q", srv.user), Reason: "lacks the REPLICATION attribute",
+			Fix: fmt.Sprintf("ALTER ROLE %s WITH REPLICATION", pgx.Identifier{srv.user}.Sanitize())}
+	}
+	var existing []string
+	err = conn.QueryRow(ctx, `SELECT ARRAY(SELECT t FROM unnest($1::text[]) t WHERE to_regclass(t) IS NOT NULL)`, sqlNames(n.Tables)).Scan(&existing)
+	if err != nil {
+		return fmt.Errorf("looking up the outbox tables: %w", err)
 	}
 	for _, t := range n.Tables {
 		if !slices.Contains(existing, t.SQL()) {
 			return &SetupError{Object: "table " + t.SQL(), Reason: "does not exist",
-				Fix: "create the outbox table (columns id, aggregatetype, aggregateid, type, payload; walstream init prints it) or set WALSTREAM_TABLE"}
+				Fix: "create the outbox table (columns id, aggregatetype, aggregateid, type, payload; walstream init prints it) or name the right table"}
 		}
 	}
 	if err := preparePublication(ctx, conn, n, create); err != nil {
@@ -179,7 +180,7 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, n Names, create boo
 	missing := n.missingTables(included)
 	switch {
 	case !exists && !create:
-		return &SetupError{Object: obj, Reason: "does not exist and --create=false", Fix: "create it with: " + n.PublicationSQL()}
+		return &SetupError{Object: obj, Reason: "does not exist and creating it is off", Fix: "create it with: " + n.PublicationSQL()}
 	case !exists:
 		if _, err := conn.Exec(ctx, n.PublicationSQL()); err != nil {
 			return fmt.Errorf("creating %s: %w", obj, err)
@@ -239,7 +240,7 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, n Names, create bool) erro
 	obj := fmt.Sprintf("slot %q", n.Slot)
 	if !ok {
 		if !create {
-			return &SetupError{Object: obj, Reason: "does not exist and --create=false", Fix: "create it with: " + n.slotSQL()}
+			return &SetupError{Object: obj, Reason: "does not exist and creating it is off", Fix: "create it with: " + n.slotSQL()}
 		}
 		if _, err := conn.Exec(ctx, n.slotSQL()); err != nil {
 			return fmt.Errorf("creating %s: %w", obj, err)
@@ -257,12 +258,31 @@ func CheckSlot(name string, s Slot, database string) error {
 		return &SetupError{Object: obj, Reason: fmt.Sprintf("is a %s slot, walstream needs a logical one", s.Type)}
 	case s.Plugin != "pgoutput":
 		return &SetupError{Object: obj, Reason: fmt.Sprintf("uses output plugin %q, walstream needs pgoutput", s.Plugin),
-			Fix: "choose another slot name with WALSTREAM_SLOT, or drop this slot if nothing else uses it"}
+			Fix: "choose another slot name, or drop this slot if nothing else uses it"}
 	case s.Database != database:
 		return &SetupError{Object: obj, Reason: fmt.Sprintf("belongs to database %q, not %q", s.Database, database)}
 	case s.WALStatus == "lost":
 		return &SetupError{Object: obj, Reason: "is invalidated (wal_status = lost): the WAL it needed was removed, events may be missing",
-			Fix: "recreate the slot deliberately and reconcile the outbox, then restart with --allow-slot-ahead (see README, Recovery)"}
+			Fix: "recreate the slot deliberately and reconcile the outbox, then restart allowing the slot to be ahead of the checkpoint (see README, Recovery)"}
 	}
 	return nil
+}
+
+// Connect opens a regular connection, for setup, checks and slot polling.
+func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s:%d database %s: %w", cfg.Host, cfg.Port, cfg.Database, err)
+	}
+	return conn, nil
+}
+
+// Loopback reports whether host names this machine, where an unencrypted
+// connection crosses no network.
+func Loopback(host string) bool {
+	if host == "localhost" || strings.HasPrefix(host, "/") { // a Unix socket directory
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

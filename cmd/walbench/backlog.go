@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // aggTypeBacklog is the aggregate type of preloaded rows; walstream
@@ -303,7 +304,7 @@ func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl
 			return d, 0, fmt.Errorf("slot %s confirmed %s, not %s, after %s (log %s)", slotWalstream, confirmed, end, b.cfg.DrainTimeout, logPath)
 		}
 	}
-	d.Seconds = time.Since(p.started).Seconds()
+	d.Seconds = time.Since(p.started()).Seconds()
 	s.sample(p.pid())
 	s.sample(broker.pid())
 	stopped = true
@@ -311,14 +312,14 @@ func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl
 		return d, 0, err
 	}
 	if at := p.streamingSince(); !at.IsZero() {
-		d.StartupSeconds = at.Sub(p.started).Seconds()
+		d.StartupSeconds = at.Sub(p.started()).Seconds()
 	}
 	ws := s.get(p.pid())
 	d.CPUSeconds, d.PeakRSSBytes = ws.CPU.Seconds(), ws.HWM
 	d.WalsenderCPUSeconds = s.get(walsender).CPU.Seconds()
 	d.BrokerCPUSeconds = (s.get(broker.pid()).CPU - brokerCPU0).Seconds()
 	d.fill(r)
-	if d.RecordsCounted, err = countRecords(ctx, broker.addr, topicFor(aggTypeBacklog), r.Rows); err != nil {
+	if d.RecordsCounted, err = countRecords(ctx, broker.addr, topicFor(aggTypeBacklog)); err != nil {
 		return d, 0, err
 	}
 	if d.RecordsCounted != r.Rows {
@@ -355,41 +356,10 @@ func createTopics(ctx context.Context, broker string, partitions int, topics ...
 	return nil
 }
 
-// countRecords counts the records of topic a read_committed consumer sees,
-// reading until it has want and then a second without more, or until no
-// record came for 10s.
-func countRecords(ctx context.Context, broker, topic string, want int64) (int64, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return 0, fmt.Errorf("creating consumer: %w", err)
-	}
-	defer cl.Close()
+// countRecords counts the records of topic a read_committed consumer sees
+// up to the topic's last stable offsets.
+func countRecords(ctx context.Context, broker, topic string) (int64, error) {
 	var n int64
-	last := time.Now()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return n, ctx.Err()
-		}
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				ferr = fmt.Errorf("consuming %s partition %d: %w", t, p, err)
-			}
-		})
-		if ferr != nil {
-			return n, ferr
-		}
-		if k := fs.NumRecords(); k > 0 {
-			n += int64(k)
-			last = time.Now()
-		}
-		idle := time.Since(last)
-		if (n >= want && idle > time.Second) || idle > 10*time.Second {
-			return n, nil
-		}
-	}
+	err := testenv.ReadCommitted(ctx, broker, topic, func(*kgo.Record) { n++ })
+	return n, err
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -15,7 +14,6 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -56,16 +54,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("-addr %q: port: %w", *addr, err)
 	}
-	opts := []kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.Ports(p),
-		kfake.AllowAutoTopicCreation(),
-		kfake.DefaultNumPartitions(*partitions),
-	}
-	if *dataDir != "" {
-		opts = append(opts, kfake.DataDir(*dataDir))
-	}
-	c, err := kfake.NewCluster(opts...)
+	c, err := kfake.NewCluster(testenv.KfakeOpts(p, *partitions, *dataDir)...)
 	if err != nil {
 		return fmt.Errorf("starting kfake: %w", err)
 	}
@@ -120,11 +109,8 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // brokerProc is a running broker child process.
 type brokerProc struct {
 	addr  string
-	cmd   *exec.Cmd
-	lines chan string // the broker's stdout, line by line
-	done  chan struct{}
-	mu    sync.Mutex
-	err   error // the process's exit, once done is closed
+	p     *testenv.Process
+	lines chan string // the broker's output, line by line
 }
 
 // startBroker starts `walbench broker` on a free loopback port with its
@@ -139,35 +125,20 @@ func startBroker(ctx context.Context, exe, dataDir, profileDir, logPath string, 
 		return nil, fmt.Errorf("creating broker log: %w", err)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	b := &brokerProc{addr: addr, lines: make(chan string, 16), done: make(chan struct{})}
-	b.cmd = exec.Command(exe, brokerCommand, "-addr", addr, "-data-dir", dataDir,
-		"-partitions", strconv.Itoa(partitions), "-profile-dir", profileDir)
-	b.cmd.Stderr = logf
-	out, err := b.cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("piping broker output: %w", err)
-	}
-	if err := b.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting broker: %w", err)
-	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			fmt.Fprintln(logf, sc.Text())
+	b := &brokerProc{addr: addr, lines: make(chan string, 16)}
+	b.p, err = testenv.StartProcess(testenv.ProcessConfig{Name: "broker", Path: exe, Output: logf,
+		Args: []string{brokerCommand, "-addr", addr, "-data-dir", dataDir, "-partitions", strconv.Itoa(partitions), "-profile-dir", profileDir},
+		OnLine: func(l string) {
 			select {
-			case b.lines <- sc.Text():
+			case b.lines <- l:
 			default: // nobody waits for this line
 			}
-		}
-		err := b.cmd.Wait()
+		}})
+	if err != nil {
 		logf.Close()
-		b.mu.Lock()
-		b.err = err
-		b.mu.Unlock()
-		close(b.done)
-	}()
+		return nil, err
+	}
+	go func() { <-b.p.Done(); logf.Close() }()
 	if _, err := b.waitLine(ctx, brokerListening, 30*time.Second); err != nil {
 		b.stop()
 		return nil, err
@@ -186,8 +157,8 @@ func (b *brokerProc) waitLine(ctx context.Context, prefix string, within time.Du
 			if rest, ok := strings.CutPrefix(l, prefix); ok {
 				return rest, nil
 			}
-		case <-b.done:
-			return "", fmt.Errorf("broker exited (%v) before printing %q", b.exitErr(), prefix)
+		case <-b.p.Done():
+			return "", fmt.Errorf("broker exited (%v) before printing %q", b.p.Err(), prefix)
 		case <-timeout.C:
 			return "", fmt.Errorf("broker did not print %q within %s", prefix, within)
 		case <-ctx.Done():
@@ -196,17 +167,11 @@ func (b *brokerProc) waitLine(ctx context.Context, prefix string, within time.Du
 	}
 }
 
-func (b *brokerProc) exitErr() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.err
-}
-
-func (b *brokerProc) pid() int { return b.cmd.Process.Pid }
+func (b *brokerProc) pid() int { return b.p.Pid() }
 
 // startProfile starts a CPU profile in the broker.
 func (b *brokerProc) startProfile(ctx context.Context) error {
-	if err := b.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+	if err := b.p.Cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 		return fmt.Errorf("signalling the broker to profile: %w", err)
 	}
 	_, err := b.waitLine(ctx, brokerProfileStarted, 10*time.Second)
@@ -215,31 +180,19 @@ func (b *brokerProc) startProfile(ctx context.Context) error {
 
 // stopProfile ends the broker's CPU profile and returns its path.
 func (b *brokerProc) stopProfile(ctx context.Context) (string, error) {
-	if err := b.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+	if err := b.p.Cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		return "", fmt.Errorf("signalling the broker to write its profile: %w", err)
 	}
 	return b.waitLine(ctx, brokerProfileWritten, 30*time.Second)
 }
 
 // stop sends SIGTERM and waits; the broker is killed if it does not exit
-// within 30s.
+// within 30s. An exit status of its own is no error: it has done its work.
 func (b *brokerProc) stop() error {
-	select {
-	case <-b.done:
-		return nil
-	default:
-	}
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-b.done:
-	case <-time.After(30 * time.Second):
-		_ = b.cmd.Process.Kill()
-		<-b.done
-		return errors.New("broker did not stop within 30s of SIGTERM; killed it")
-	}
+	err := b.p.Stop(syscall.SIGTERM, 30*time.Second)
 	var exit *exec.ExitError
-	if err := b.exitErr(); err != nil && !errors.As(err, &exit) {
-		return fmt.Errorf("waiting for the broker: %w", err)
+	if err != nil && !errors.As(err, &exit) {
+		return fmt.Errorf("stopping the broker: %w", err)
 	}
 	return nil
 }

@@ -3,11 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,19 +20,11 @@ const (
 	slotWalstream    = "walbench_walstream"
 )
 
-// pgSettings are the throwaway cluster's settings beyond initdb's: those of
+// pgSettings are the throwaway cluster's settings beyond those of
 // internal/testenv (no durability, since walstream's cost is under test,
-// not the disk's), plus no autovacuum and no forced checkpoints, so that
-// nothing writes WAL behind the benchmark's back.
-var pgSettings = []string{
-	"listen_addresses = '127.0.0.1'",
-	"wal_level = logical",
-	"max_replication_slots = 10",
-	"max_wal_senders = 10",
-	"fsync = off",
-	"synchronous_commit = off",
-	"full_page_writes = off",
-	"shared_buffers = 128MB",
+// not the disk's): no autovacuum and no forced checkpoints, so that nothing
+// writes WAL behind the benchmark's back.
+var pgSettings = [...]string{
 	"autovacuum = off",
 	"max_wal_size = 16GB",
 	"checkpoint_timeout = 1h",
@@ -46,117 +33,26 @@ var pgSettings = []string{
 // postgres is the server walbench measures against: a throwaway cluster it
 // started, or one given with -pg-url.
 type postgres struct {
-	url  string
-	dir  string // empty when not started by walbench
-	bin  string
-	port int
+	url     string
+	cluster *testenv.Postgres // nil when not started by walbench
 }
 
-// startPostgres initdbs a cluster in a new temporary directory owned by the
-// postgres user (Postgres refuses to run as root) and starts it.
+// startPostgres initdbs a cluster from the server binaries in bin and
+// starts it.
 func startPostgres(ctx context.Context, bin string) (*postgres, error) {
-	if _, err := os.Stat(filepath.Join(bin, "initdb")); err != nil {
-		return nil, fmt.Errorf("finding initdb in %s (apt-get install postgresql, or pass -pg-url): %w", bin, err)
-	}
-	// Its own directory, not under -work-dir: the postgres user must be
-	// able to reach it.
-	dir, err := os.MkdirTemp("", "walbench-pg-")
+	c, err := testenv.LaunchPostgres(ctx, testenv.PostgresConfig{BinDir: bin, Settings: pgSettings[:]})
 	if err != nil {
-		return nil, fmt.Errorf("creating the cluster directory: %w", err)
+		return nil, fmt.Errorf("%w (or pass -pg-url)", err)
 	}
-	if err := chownToPostgres(dir); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("handing %s to the postgres user: %w", dir, err)
-	}
-	port, err := testenv.PickPort()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	pg := &postgres{dir: dir, bin: bin, port: port,
-		url: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)}
-	data := filepath.Join(dir, "data")
-	if out, err := asPostgres(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("running initdb: %w: %s", err, out)
-	}
-	conf := append([]string{fmt.Sprintf("port = %d", port), fmt.Sprintf("unix_socket_directories = '%s'", dir)}, pgSettings...)
-	if err := appendFile(filepath.Join(data, "postgresql.conf"), "\n"+strings.Join(conf, "\n")+"\n"); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := pg.ctl(ctx, "start", "-w", "-t", "60", "-l", filepath.Join(dir, "log")); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("%w\n%s", err, log)
-	}
-	return pg, nil
+	return &postgres{url: c.URL("postgres", "postgres"), cluster: c}, nil
 }
 
 // stop stops a cluster walbench started and removes it.
 func (pg *postgres) stop() error {
-	if pg.dir == "" {
+	if pg.cluster == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err := pg.ctl(ctx, "stop", "-m", "fast", "-w")
-	if rerr := os.RemoveAll(pg.dir); err == nil {
-		err = rerr
-	}
-	return err
-}
-
-func (pg *postgres) ctl(ctx context.Context, args ...string) error {
-	args = append([]string{"-D", filepath.Join(pg.dir, "data")}, args...)
-	out, err := asPostgres(ctx, filepath.Join(pg.bin, "pg_ctl"), args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("running pg_ctl %s: %w: %s", strings.Join(args, " "), err, out)
-	}
-	return nil
-}
-
-// asPostgres runs a server binary as the postgres user when walbench runs
-// as root.
-func asPostgres(ctx context.Context, name string, args ...string) *exec.Cmd {
-	if os.Geteuid() == 0 {
-		return exec.CommandContext(ctx, "runuser", append([]string{"-u", "postgres", "--", name}, args...)...)
-	}
-	return exec.CommandContext(ctx, name, args...)
-}
-
-func chownToPostgres(dir string) error {
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return fmt.Errorf("looking up the postgres user: %w", err)
-	}
-	uid, err := strconv.Atoi(u.Uid)
-	if err != nil {
-		return fmt.Errorf("parsing uid %q: %w", u.Uid, err)
-	}
-	gid, err := strconv.Atoi(u.Gid)
-	if err != nil {
-		return fmt.Errorf("parsing gid %q: %w", u.Gid, err)
-	}
-	return os.Chown(dir, uid, gid)
-}
-
-func appendFile(path, s string) error {
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("opening %s: %w", path, err)
-	}
-	_, err = f.WriteString(s)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
+	return pg.cluster.Close()
 }
 
 // setupSQL creates the payload function and the load procedure. The

@@ -33,7 +33,7 @@ var badRows = []struct {
 	{"record over --max-record-bytes", "",
 		`INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000b6', 'Order', 'a', 'T', jsonb_build_object('pad', repeat('x', 3000)))`,
 		[]string{"--max-record-bytes", "2000"},
-		[]string{"event id 00000000-0000-0000-0000-0000000000b6", "over the 2000 bytes of --max-record-bytes"}},
+		[]string{"event id 00000000-0000-0000-0000-0000000000b6", "over the 2000 bytes allowed"}},
 	// Random hex, so that even compressed it exceeds the broker's 1 MB.
 	{"record over the broker's max.message.bytes", "",
 		`INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000b7', 'Order', 'a', 'T',

@@ -92,6 +92,8 @@ type Config struct {
 	HTTPAddr              string
 	LogLevel              string
 	LogFormat             string
+	// TopicCreation creates missing outbox and dead-letter topics.
+	TopicCreation topicCreation
 }
 
 // envPrefix maps flag --max-batch-events to WALSTREAM_MAX_BATCH_EVENTS.
@@ -159,6 +161,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	str(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "listen address for /metrics and /healthz; empty disables, port 0 picks one")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")
+	fs.Var(&c.TopicCreation, "topic-creation", "create missing outbox and dead-letter topics with Kafka Connect topic.creation.* settings, name=value separated by ; or new lines, e.g. default.partitions=6;default.replication.factor=3 (see README); empty: rely on the broker's auto.create.topics.enable ($"+envName("topic-creation")+")")
 }
 
 // parseConfig reads flags, then fills every flag not given from its
@@ -284,7 +287,7 @@ func (c *Config) Validate() error {
 		bad("log-level", "%q is not one of debug, info, warn, error", c.LogLevel)
 	}
 	if c.PprofAddr != "" {
-		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || !loopback(host) {
+		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || !replication.Loopback(host) {
 			bad("pprof-addr", "%q: pprof shows memory and must listen on loopback, like 127.0.0.1:6060", c.PprofAddr)
 		}
 	}

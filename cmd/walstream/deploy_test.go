@@ -1,15 +1,14 @@
 package main
 
 import (
-	"encoding/json"
-	"os"
+	"log/slog"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"gopkg.in/yaml.v3"
+	"github.com/walstream/walstream/pipeline"
 )
 
 // recorder notes the name of every metric registered through it.
@@ -69,57 +68,16 @@ func usedMetrics(exprs []string, registered map[string]bool) []string {
 // walstream registers.
 func TestDeployUsesExportedMetrics(t *testing.T) {
 	rec := &recorder{Registerer: prometheus.NewRegistry(), names: make(map[string]bool)}
-	newMetrics(rec, &state{})
+	pipeline.New(pipeline.Config{}, slog.New(slog.DiscardHandler), rec)
 
-	var dash struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
-	}
-	b, err := os.ReadFile("../../deploy/grafana/walstream-dashboard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatalf("dashboard: %v", err)
-	}
 	var exprs []string
-	for _, p := range dash.Panels {
-		if len(p.Targets) == 0 {
-			t.Errorf("panel %q has no query", p.Title)
-		}
+	for _, p := range readDashboard(t).Panels {
 		for _, tg := range p.Targets {
 			exprs = append(exprs, tg.Expr)
 		}
 	}
-
-	var rules struct {
-		Groups []struct {
-			Rules []struct {
-				Alert, Expr, For string
-			}
-		}
-	}
-	b, err = os.ReadFile("../../deploy/prometheus/alerts.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(b, &rules); err != nil {
-		t.Fatalf("alert rules: %v", err)
-	}
-	alerts := 0
-	for _, g := range rules.Groups {
-		for _, r := range g.Rules {
-			if r.Alert == "" || r.Expr == "" {
-				t.Errorf("rule %+v lacks a name or an expression", r)
-			}
-			alerts++
-			exprs = append(exprs, r.Expr)
-		}
-	}
-	if alerts < 4 || len(dash.Panels) < 6 {
-		t.Fatalf("%d alerts and %d panels: the files did not parse into what they hold", alerts, len(dash.Panels))
+	for _, r := range alertRules(t) {
+		exprs = append(exprs, r.Expr)
 	}
 	used := usedMetrics(exprs, rec.names)
 	for _, m := range used {

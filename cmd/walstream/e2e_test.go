@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -18,31 +15,23 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/walstream/walstream/internal/testenv"
 )
 
-// binary is walstream built with the walstream_faults tag, so that tests
-// can crash it at named points.
+// binary is walstream built with the race detector and the
+// walstream_faults tag, so that tests can crash it at named points.
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "walstream-bin-")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "walstream")
-	out, err := exec.Command("go", "build", "-race", "-tags", "walstream_faults", "-o", binary, ".").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building walstream: %v\n%s", err, out)
+	var err error
+	if binary, err = testenv.BuildBinary(testenv.WalstreamBuild(true, true)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testenv.Main(m))
 }
 
 const outboxDDL = `CREATE TABLE public.outbox (
@@ -87,9 +76,9 @@ func leakedSecret(out string) string {
 	return ""
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, opts ...testenv.Option) *env {
 	t.Helper()
-	e := &env{t: t, pg: testenv.StartPostgres(t)}
+	e := &env{t: t, pg: testenv.StartPostgres(t, opts...)}
 	e.kafka = testenv.StartBroker(t)
 	e.broker = e.kafka.Addr
 	e.pg.Exec("postgres", outboxDDL)
@@ -97,33 +86,13 @@ func newEnv(t *testing.T) *env {
 }
 
 // proc is a running walstream.
-type proc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	log  bytes.Buffer
-	done chan struct{}
-	err  error
-}
-
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.Write(b)
-}
-
-// Log returns everything the process wrote so far.
-func (p *proc) Log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
+type proc struct{ *testenv.Process }
 
 // start runs walstream against the env with test-friendly intervals; args
 // and environment entries come after the defaults and override them.
 func (e *env) start(args []string, environ ...string) *proc {
 	e.t.Helper()
-	p := &proc{done: make(chan struct{})}
-	p.cmd = exec.Command(binary, append([]string{"run",
+	p := &proc{testenv.StartWalstream(e.t, binary, append([]string{"run",
 		"--pg-url", e.pg.URL("postgres", "postgres"),
 		"--kafka-brokers", e.broker,
 		"--http-addr", "",
@@ -131,108 +100,59 @@ func (e *env) start(args []string, environ ...string) *proc {
 		"--idle-interval", "500ms",
 		"--commit-timeout", "10s",
 		"--log-level", "debug",
-	}, args...)...)
-	p.cmd.Env = append(os.Environ(), environ...)
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	}, args...), environ...)}
 	e.t.Cleanup(func() {
-		p.stop()
+		_ = p.stop()
 		if s := leakedSecret(p.Log()); s != "" {
 			e.t.Errorf("walstream's log holds the password %q", s)
-		}
-		if e.t.Failed() {
-			e.t.Logf("walstream log:\n%s", p.Log())
 		}
 	})
 	return p
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (p *proc) stop() error {
-	select {
-	case <-p.done:
-		return p.err
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("walstream did not stop within 30s of SIGTERM")
-	}
-}
+func (p *proc) stop() error { return p.Stop(syscall.SIGTERM, 30*time.Second) }
 
 // waitLog waits until the log contains s.
 func (p *proc) waitLog(t *testing.T, s string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !strings.Contains(p.Log(), s) {
-		select {
-		case <-p.done:
-			t.Fatalf("walstream exited (%v) before logging %q", p.err, s)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("walstream did not log %q within %s", s, within)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := p.WaitLog(context.Background(), s, within); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // streaming waits until walstream holds the slot and streams.
 func (p *proc) streaming(t *testing.T) *proc {
 	t.Helper()
-	p.waitLog(t, "msg=streaming", 60*time.Second)
+	testenv.WaitStreaming(t, p.Process, 60*time.Second)
 	return p
 }
 
 // wait waits for the process to exit on its own.
 func (p *proc) wait(t *testing.T, d time.Duration) error {
 	t.Helper()
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(d):
+	err, ok := p.Wait(d)
+	if !ok {
 		t.Fatalf("walstream still running after %s", d)
-		return nil
 	}
+	return err
 }
 
 // currentLSN is pg_current_wal_insert_lsn(): with synchronous_commit off
 // the write position can trail the last commit.
 func (e *env) currentLSN() pglogrepl.LSN {
 	e.t.Helper()
-	var s string
-	conn := e.pg.Connect("postgres")
-	defer conn.Close(context.Background()) // callers poll: do not hold a connection per call until the test ends
-	if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
-		e.t.Fatal(err)
-	}
-	lsn, err := pglogrepl.ParseLSN(s)
+	lsn, err := e.pg.CurrentLSN(context.Background())
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return lsn
 }
 
-// confirmedLSN is the slot's confirmed_flush_lsn, 0 when there is no slot.
+// confirmedLSN is the slot's confirmed_flush_lsn, 0 when there is no slot
+// or the server cannot tell (callers poll, also across restarts).
 func (e *env) confirmedLSN(slot string) pglogrepl.LSN {
-	e.t.Helper()
-	var s *string
-	conn := e.pg.Connect("postgres")
-	defer conn.Close(context.Background()) // polled: do not hold a connection per call until the test ends
-	err := conn.QueryRow(context.Background(),
-		"SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&s)
-	if err != nil || s == nil {
-		return 0
-	}
-	lsn, _ := pglogrepl.ParseLSN(*s)
+	lsn, _ := e.pg.SlotConfirmed(context.Background(), slot)
 	return lsn
 }
 
@@ -245,65 +165,36 @@ func (e *env) waitConfirmed(slot string, lsn pglogrepl.LSN, within time.Duration
 		if time.Now().After(deadline) {
 			e.t.Fatalf("slot %s confirmed_flush_lsn %s did not reach %s within %s", slot, e.confirmedLSN(slot), lsn, within)
 		}
-		if p != nil {
-			select {
-			case <-p.done:
-				e.t.Fatalf("walstream exited (%v) before the slot reached %s", p.err, lsn)
-			default:
-			}
+		if p != nil && p.Exited() {
+			e.t.Fatalf("walstream exited (%v) before the slot reached %s", p.Err(), lsn)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
 // record is one record as kcat, a librdkafka client, read it.
-type record struct {
-	Topic     string
-	Partition int
-	Offset    int64
-	Key       string
-	Headers   string
-	Timestamp int64 // milliseconds since the epoch
-	Value     string
-}
+type record = testenv.Record
 
 // kcat reads a topic from the beginning to its end, read_committed.
 func (e *env) kcat(topic string) []record {
 	e.t.Helper()
-	if e.reader != nil {
-		return e.kgoRead(topic)
-	}
-	if _, err := exec.LookPath("kcat"); err != nil {
-		if os.Getenv("CI") != "" {
-			e.t.Fatal("CI is set and kcat is not installed (apt-get install kcat)")
-		}
-		e.t.Skip("kcat is not installed")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "kcat", "-b", e.broker, "-C", "-t", topic, "-o", "beginning", "-e", "-q",
-		"-X", "isolation.level=read_committed",
-		"-f", "%t\t%p\t%o\t%k\t%h\t%T\t%s\n")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		e.t.Fatalf("kcat %s: %v\n%s", topic, err, stderr.String())
-	}
 	var recs []record
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 16<<20)
-	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), "\t", 7)
-		if len(f) != 7 {
-			e.t.Fatalf("kcat line %q: want 7 fields", sc.Text())
+	var err error
+	if e.reader != nil {
+		recs, err = testenv.ReadRecords(ctx, e.broker, topic, e.reader...)
+	} else {
+		if _, lerr := exec.LookPath("kcat"); lerr != nil {
+			if os.Getenv("CI") != "" {
+				e.t.Fatal("CI is set and kcat is not installed (apt-get install kcat)")
+			}
+			e.t.Skip("kcat is not installed")
 		}
-		var r record
-		r.Topic, r.Key, r.Headers, r.Value = f[0], f[3], f[4], f[6]
-		fmt.Sscan(f[1], &r.Partition)
-		fmt.Sscan(f[2], &r.Offset)
-		fmt.Sscan(f[5], &r.Timestamp)
-		recs = append(recs, r)
+		recs, err = testenv.Kcat(ctx, e.broker, topic)
+	}
+	if err != nil {
+		e.t.Fatal(err)
 	}
 	return recs
 }
@@ -338,7 +229,7 @@ func (e *env) checkExactlyOnce(recs []record, topicPrefix string) {
 	}
 	seen := make(map[string]int)
 	lastSeq := make(map[string]int) // by key
-	partOf := make(map[string]int)
+	partOf := make(map[string]int32)
 	for _, r := range recs {
 		id, ok := strings.CutPrefix(r.Headers, "id=")
 		if !ok {
@@ -425,8 +316,16 @@ func (e *env) insertTx(typ string, n, aggs int, seq *int, rollback bool) {
 // TestStreamsExactlyOnce: 10k rows in transactions from 1 to 2,500 rows,
 // one of them larger than a Kafka transaction, and a rolled-back one, read
 // back with kcat: every row once, nothing rolled back, order per aggregate.
+// It runs on every supported Postgres major; the other tests run on
+// testenv.DefaultMajor.
 func TestStreamsExactlyOnce(t *testing.T) {
-	e := newEnv(t)
+	for _, major := range testenv.Majors() {
+		t.Run(fmt.Sprintf("pg%d", major), func(t *testing.T) { streamsExactlyOnce(t, major) })
+	}
+}
+
+func streamsExactlyOnce(t *testing.T, major int) {
+	e := newEnv(t, testenv.Version(major))
 	p := e.start([]string{"--max-batch-events", "1000"}).streaming(t)
 	seq := 0
 	sizes := []int{1, 2, 7, 50, 100, 340, 1000, 2500, 1, 999, 3000, 1000, 1000}
@@ -465,7 +364,7 @@ func TestCrashBetweenKafkaCommitAndAck(t *testing.T) {
 	for _, crash := range []string{"after-commit:2", "after-commit:5"} {
 		p := e.start([]string{"--max-batch-events", "500", "--linger", "0s"}, "WALSTREAM_CRASH_AT="+crash)
 		err := p.wait(t, 60*time.Second)
-		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		if !p.KilledBy(syscall.SIGKILL) {
 			t.Fatalf("walstream with WALSTREAM_CRASH_AT=%s exited with %v, want killed by SIGKILL\n%s", crash, err, p.Log())
 		}
 		if !strings.Contains(p.Log(), "crash point after-commit reached") {
@@ -516,8 +415,7 @@ func TestSecondInstanceWaits(t *testing.T) {
 	if strings.Contains(second.Log(), "msg=streaming") {
 		t.Fatalf("second instance streamed while the first held the slot:\n%s", second.Log())
 	}
-	_ = first.cmd.Process.Kill()
-	<-first.done
+	first.Kill()
 	e.insertTx("Order", 500, 11, &seq, false)
 	second.streaming(t)
 	e.waitConfirmed("walstream", e.currentLSN(), 60*time.Second, second)
@@ -596,8 +494,8 @@ func TestSharedTransactionalID(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		e.insertTx("Order", 5, 2, &seq, false)
 		select {
-		case <-first.done:
-		case <-second.done:
+		case <-first.Done():
+		case <-second.Done():
 		case <-time.After(500 * time.Millisecond):
 			continue
 		}
@@ -605,9 +503,9 @@ func TestSharedTransactionalID(t *testing.T) {
 	}
 	var p *proc
 	select {
-	case <-first.done:
+	case <-first.Done():
 		p = first
-	case <-second.done:
+	case <-second.Done():
 		p = second
 	case <-time.After(60 * time.Second):
 		t.Fatal("neither instance stopped")
@@ -724,56 +622,4 @@ func TestSurvivesRestartsAndCuts(t *testing.T) {
 	if !refused.Load() {
 		t.Error("the injected EndTxn refusal never ran")
 	}
-}
-
-// kgoRead reads a topic from the beginning to its last stable offset,
-// read_committed, with franz-go.
-func (e *env) kgoRead(topic string) []record {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	opts := append([]kgo.Opt{kgo.SeedBrokers(e.broker)}, e.reader...)
-	adm, err := kgo.NewClient(opts...)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer adm.Close()
-	ends, err := kadm.NewClient(adm).ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		e.t.Fatalf("listing offsets of %s: %v", topic, err)
-	}
-	until := make(map[int32]int64)
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil && o.Offset > 0 {
-			until[o.Partition] = o.Offset
-		}
-	})
-	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer cl.Close()
-	var recs []record
-	for len(until) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := fs.Err(); err != nil {
-			e.t.Fatalf("reading %s: %v", topic, err)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := until[r.Partition]; ok && r.Offset+1 >= end {
-				delete(until, r.Partition)
-			}
-			if r.Attrs.IsControl() {
-				return
-			}
-			var hs []string
-			for _, h := range r.Headers {
-				hs = append(hs, h.Key+"="+string(h.Value))
-			}
-			recs = append(recs, record{Topic: r.Topic, Partition: int(r.Partition), Offset: r.Offset,
-				Key: string(r.Key), Headers: strings.Join(hs, ","), Timestamp: r.Timestamp.UnixMilli(), Value: string(r.Value)})
-		})
-	}
-	return recs
 }

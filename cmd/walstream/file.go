@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // configFile is a YAML config file:
@@ -83,6 +83,11 @@ func loadConfigFile(path string) (*configFile, error) {
 		return fmt.Errorf("config file %s, line %d: %s", path, n.Line, fmt.Sprintf(format, a...))
 	}
 	var errs []error
+	// yaml.v3 refuses a duplicate key only when decoding into a map or a
+	// struct, not into a Node: without this the first value would win.
+	for _, d := range duplicateKeys(doc.Content[0], nil) {
+		errs = append(errs, at(d.again, "%s is set twice, first at line %d", d.again.Value, d.first.Line))
+	}
 	// scalar reads one setting, expanding ${VAR}; ok is false after an error.
 	scalar := func(k, v *yaml.Node, expand func(key string) bool) (fileSetting, bool) {
 		if v.Kind != yaml.ScalarNode {
@@ -152,4 +157,30 @@ func loadConfigFile(path string) (*configFile, error) {
 		}
 	}
 	return f, errors.Join(errs...)
+}
+
+// duplicate is a mapping key given again in the same mapping.
+type duplicate struct{ first, again *yaml.Node }
+
+// duplicateKeys returns every key repeated within a mapping of n, nested
+// mappings included, in file order.
+func duplicateKeys(n *yaml.Node, out []duplicate) []duplicate {
+	if n.Kind == yaml.MappingNode {
+		seen := make(map[string]*yaml.Node)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode || k.Tag == "!!merge" {
+				continue
+			}
+			if first, ok := seen[k.Value]; ok {
+				out = append(out, duplicate{first, k})
+			} else {
+				seen[k.Value] = k
+			}
+		}
+	}
+	for _, c := range n.Content {
+		out = duplicateKeys(c, out)
+	}
+	return out
 }

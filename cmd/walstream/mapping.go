@@ -108,7 +108,7 @@ const routerType = "io.debezium.transforms.outbox.EventRouter"
 // Config.flags' helpers: each flag's usage then names its environment
 // variable, and here its Debezium key too.
 func (m *Mapping) flags(str func(*string, string, string, string), boolean func(*bool, string, bool, string)) {
-	d := decode.DefaultColumns
+	d := decode.DefaultColumns()
 	key := func(flagName string) string {
 		for _, dk := range debeziumKeys {
 			if dk.flag == flagName {
@@ -158,7 +158,7 @@ func (m *Mapping) outbox(t replication.Table) (*decode.Outbox, error) {
 	o := &decode.Outbox{
 		Schema: t.Schema, Table: t.Name,
 		Columns: decode.Columns{ID: m.EventIDColumn, AggregateType: m.RouteByColumn, AggregateID: m.EventKeyColumn,
-			Type: decode.DefaultColumns.Type, Payload: m.PayloadColumn, Timestamp: m.TimestampColumn, Tracing: m.TracingColumn},
+			Type: decode.DefaultColumns().Type, Payload: m.PayloadColumn, Timestamp: m.TimestampColumn, Tracing: m.TracingColumn},
 		Additional: additional, AdditionalOptional: !m.AdditionalOnMissing, OnUpdate: onUpdate,
 		TombstoneOnEmptyPayload: m.Tombstones, TopicRegex: m.TopicRegex, TopicReplacement: m.TopicTemplate, ExpandJSONPayload: m.ExpandJSON,
 	}

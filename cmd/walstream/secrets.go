@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 
@@ -44,8 +43,8 @@ func (c *Config) pgConfig() (*pgx.ConnConfig, error) {
 
 // kafkaConn builds the Kafka connection settings, reading the TLS files and
 // the SASL password.
-func (c *Config) kafkaConn() (publish.Conn, error) {
-	conn := publish.Conn{Brokers: c.brokers(), SASLMechanism: c.KafkaSASLMechanism, SASLUser: c.KafkaSASLUser}
+func (c *Config) kafkaConn() (publish.KafkaSettings, error) {
+	conn := publish.KafkaSettings{Brokers: c.brokers(), SASLMechanism: c.KafkaSASLMechanism, SASLUser: c.KafkaSASLUser}
 	if c.KafkaTLS || c.KafkaTLSCAFile != "" || c.KafkaTLSCertFile != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.KafkaTLSServerName}
 		if c.KafkaTLSCAFile != "" {
@@ -83,14 +82,4 @@ func (c *Config) kafkaConn() (publish.Conn, error) {
 		return conn, fmt.Errorf("--kafka-sasl-mechanism: %w (the password comes from --kafka-sasl-password-file or $%s)", err, envKafkaSASLPassword)
 	}
 	return conn, nil
-}
-
-// loopback reports whether host names this machine, where an unencrypted
-// connection crosses no network.
-func loopback(host string) bool {
-	if host == "localhost" || strings.HasPrefix(host, "/") { // a Unix socket directory
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -10,9 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/walstream/walstream/publish"
-	"github.com/walstream/walstream/replication"
+	"github.com/walstream/walstream/pipeline"
 )
 
 // ErrUnhealthy is what `walstream status` exits non-zero with.
@@ -78,25 +76,17 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
-	pgCfg, err := cfg.pgConfig()
+	pcfg, err := cfg.pipeline()
 	if err != nil {
 		return nil, err
 	}
-	kafka, err := cfg.kafkaConn()
+	in, err := pipeline.Inspect(ctx, pcfg)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := pgx.ConnectConfig(ctx, pgCfg)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to %s:%d database %s: %w", pgCfg.Host, pgCfg.Port, pgCfg.Database, err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	st, err := replication.PollSlot(ctx, conn, cfg.names())
-	if err != nil {
-		return nil, err
-	}
+	st := in.Slot
 	var r statusReport
-	r.Problems = []string{}
+	r.Problems = in.Problems
 	s := &r.Slot
 	s.Name, s.Exists, s.Plugin, s.WALStatus = cfg.Slot, st.Exists, st.Plugin, st.WALStatus
 	s.Active, s.ActivePID, s.CurrentLSN = st.Active, st.ActivePID, st.CurrentLSN.String()
@@ -113,24 +103,11 @@ func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
 
 	c := &r.Checkpoint
 	c.Topic, c.Key = cfg.CheckpointTopic, cfg.CheckpointKey
-	cp, at, found, err := publish.ReadCheckpoint(ctx, kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
-	if err != nil {
-		return nil, err
-	}
-	if c.Found = found; found {
-		c.Position, c.LSN, c.WrittenAt = cp.String(), cp.LSN.String(), &at
+	if c.Found = in.Found; in.Found {
+		at := in.WrittenAt
+		c.Position, c.LSN, c.WrittenAt = in.Checkpoint.String(), in.Checkpoint.LSN.String(), &at
 		age := time.Since(at).Seconds()
 		c.AgeSeconds = &age
-	}
-
-	switch {
-	case !st.Exists:
-		r.Problems = append(r.Problems, fmt.Sprintf("slot %q does not exist", cfg.Slot))
-	case st.WALStatus == "lost":
-		r.Problems = append(r.Problems, fmt.Sprintf("slot %q is lost (wal_status = lost): events may be missing", cfg.Slot))
-	case found && cp.LSN < st.ConfirmedFlush:
-		r.Problems = append(r.Problems, fmt.Sprintf("slot %q confirmed_flush_lsn %s is ahead of the checkpoint %s: events in between may be missing",
-			cfg.Slot, st.ConfirmedFlush, cp))
 	}
 	return &r, nil
 }

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -27,93 +24,36 @@ import (
 var walstreamBin, inboxBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "walstream-inbox-bin-")
+	var err error
+	if walstreamBin, err = testenv.BuildBinary(testenv.WalstreamBuild(false, false)); err == nil {
+		inboxBin, err = testenv.BuildBinary(testenv.Build{Pkg: "examples/inbox", Race: true})
+	}
 	if err != nil {
-		panic(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	walstreamBin, inboxBin = filepath.Join(dir, "walstream"), filepath.Join(dir, "inbox")
-	for _, b := range [][]string{
-		{"build", "-o", walstreamBin, "../../cmd/walstream"},
-		{"build", "-race", "-o", inboxBin, "."},
-	} {
-		if out, err := exec.Command("go", b...).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go %s: %v\n%s", strings.Join(b, " "), err, out)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testenv.Main(m))
 }
 
 // proc is a running subprocess whose output is kept for the test log.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-	err  error // set before done is closed
-}
-
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-// Log is everything the process wrote so far.
-func (p *proc) Log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
+type proc = testenv.Process
 
 // start runs bin; the process is killed at the end of the test if it still
 // runs, and its output is logged when the test failed.
 func start(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.kill()
-		if strings.Contains(p.Log(), "DATA RACE") {
-			t.Errorf("%s reported a data race:\n%s", name, p.Log())
-		} else if t.Failed() {
-			t.Logf("%s output:\n%s", name, p.Log())
-		}
-	})
-	return p
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (p *proc) kill() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
+	return testenv.StartProcessT(t, testenv.ProcessConfig{Name: name, Path: bin, Args: args})
 }
 
 // stop sends SIGTERM and returns the exit error of a process that must stop
 // within 20 s.
-func (p *proc) stop(t *testing.T) error {
+func stop(t *testing.T, p *proc) error {
 	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(20 * time.Second):
-		p.kill()
-		t.Fatalf("%s did not stop within 20s of SIGTERM", p.name)
-		return nil
+	err := p.Stop(syscall.SIGTERM, 20*time.Second)
+	if errors.Is(err, testenv.ErrKilled) {
+		t.Fatal(err)
 	}
+	return err
 }
 
 // waitFor polls cond until it holds, failing the test after within or
@@ -123,10 +63,8 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool, 
 	deadline := time.Now().Add(within)
 	for !cond() {
 		for _, p := range procs {
-			select {
-			case <-p.done:
-				t.Fatalf("%s exited (%v) while waiting for %s", p.name, p.err, what)
-			default:
+			if p.Exited() {
+				t.Fatalf("%s exited (%v) while waiting for %s", p.Name, p.Err(), what)
 			}
 		}
 		if time.Now().After(deadline) {
@@ -240,7 +178,7 @@ func TestExactlyOnceAcrossKills(t *testing.T) {
 		"--status-interval", "1s",
 		"--idle-interval", "500ms",
 	)
-	waitFor(t, 30*time.Second, "walstream streaming", func() bool { return strings.Contains(ws.Log(), "msg=streaming") }, ws)
+	testenv.WaitStreaming(t, ws, 30*time.Second)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -266,7 +204,7 @@ func TestExactlyOnceAcrossKills(t *testing.T) {
 		c := e.consumer(t, args...)
 		waitFor(t, 30*time.Second, "progress after a restart", func() bool { return e.applied(t) > before }, c, ws)
 		time.Sleep(time.Duration(rng.IntN(50)) * time.Millisecond)
-		c.kill()
+		c.Kill()
 		kills++
 		if got := e.applied(t); got < int(committed.Load()) {
 			behind++ // killed with committed rows not yet applied: mid-stream
@@ -287,7 +225,7 @@ func TestExactlyOnceAcrossKills(t *testing.T) {
 		}
 		return n == totalRows
 	}, c, ws)
-	if err := c.stop(t); err != nil {
+	if err := stop(t, c); err != nil {
 		t.Fatalf("consumer exit after SIGTERM: %v", err)
 	}
 	e.checkApplied(t)
@@ -302,7 +240,7 @@ func TestExactlyOnceAcrossKills(t *testing.T) {
 	waitFor(t, 30*time.Second, "the replay to reach the offsets stored before", func() bool {
 		return fmt.Sprint(e.storedOffsets(t)) == fmt.Sprint(offsets)
 	}, c, ws)
-	if err := c.stop(t); err != nil {
+	if err := stop(t, c); err != nil {
 		t.Fatalf("consumer exit after SIGTERM: %v", err)
 	}
 	e.checkApplied(t)
@@ -415,12 +353,11 @@ func TestRecordWithoutIDStops(t *testing.T) {
 	}
 	for range 2 {
 		c := e.consumer(t, "--topics", topic, "--batch-records", "1")
-		select {
-		case <-c.done:
-		case <-time.After(30 * time.Second):
+		exit, ok := c.Wait(30 * time.Second)
+		if !ok {
 			t.Fatal("the consumer did not stop at the record without an id")
 		}
-		if c.err == nil {
+		if exit == nil {
 			t.Fatalf("the consumer exited 0 at a record without an id:\n%s", c.Log())
 		}
 		lines := strings.Split(strings.TrimSpace(c.Log()), "\n")

@@ -19,6 +19,22 @@ type Broker struct {
 	c    *kfake.Cluster
 }
 
+// KfakeOpts are the options of a one-broker kfake cluster on port with
+// auto-created topics of the given partitions, its state persisted in
+// dataDir ("" keeps it in memory only).
+func KfakeOpts(port, partitions int, dataDir string) []kfake.Opt {
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.Ports(port),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(partitions),
+	}
+	if dataDir != "" {
+		opts = append(opts, kfake.DataDir(dataDir))
+	}
+	return opts
+}
+
 // StartBroker starts a broker, closed at the end of the test.
 func StartBroker(t testing.TB, opts ...kfake.Opt) *Broker {
 	t.Helper()
@@ -27,13 +43,7 @@ func StartBroker(t testing.TB, opts ...kfake.Opt) *Broker {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	b := &Broker{t: t, opts: append([]kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.Ports(FreePort(t)),
-		kfake.AllowAutoTopicCreation(),
-		kfake.DefaultNumPartitions(3),
-		kfake.DataDir(dir),
-	}, opts...)}
+	b := &Broker{t: t, opts: append(KfakeOpts(FreePort(t), 3, dir), opts...)}
 	b.start()
 	b.Addr = b.c.ListenAddrs()[0]
 	t.Cleanup(b.Stop)
@@ -44,7 +54,7 @@ func (b *Broker) start() {
 	b.t.Helper()
 	c, err := kfake.NewCluster(b.opts...)
 	if err != nil {
-		unavailable(b.t, "starting kfake broker: %v", err)
+		Unavailable(b.t, "starting kfake broker: %v", err)
 	}
 	b.mu.Lock()
 	b.c = c

@@ -1,10 +1,14 @@
-// Package testenv starts the outside systems integration tests need: a
-// throwaway Postgres cluster and a Kafka-protocol broker, on loopback. When
-// CI is set, a system that cannot start fails the test instead of skipping.
+// Package testenv starts the outside systems integration tests, the chaos
+// suite and walbench need, on loopback: a throwaway Postgres cluster of a
+// chosen major version (and a physical standby of it), a Kafka-protocol
+// broker, walstream and other binaries of this module as child processes,
+// and read_committed readers of what landed in Kafka. When CI is set, a
+// system that cannot start fails the test instead of skipping.
 package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -19,12 +23,38 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// PGBin is where Debian's postgresql package puts the server binaries.
-const PGBin = "/usr/lib/postgresql/15/bin"
+// DefaultMajor is the Postgres major tests run on unless they ask for
+// another: Debian's.
+const DefaultMajor = 15
 
-// unavailable skips the test, or fails it under CI, where every system
+// debianBin is where Debian's postgresql package puts the server binaries
+// of DefaultMajor; its client tools (psql, pg_recvlogical) serve every
+// major.
+const debianBin = "/usr/lib/postgresql/15/bin"
+
+// majorsDir is where scripts/deps.sh installs the other majors' servers
+// (initdb, pg_ctl, postgres), one directory per major. PG_MAJORS_DIR
+// overrides it, as it does for the script.
+const majorsDir = "/opt/walstream-pg"
+
+// Majors returns the Postgres majors walstream supports and tests.
+func Majors() []int { return []int{14, 15, 16, 17, 18} }
+
+// BinDir is the directory of the server binaries of a Postgres major.
+func BinDir(major int) string {
+	if major == DefaultMajor {
+		return debianBin
+	}
+	dir := majorsDir
+	if d := os.Getenv("PG_MAJORS_DIR"); d != "" {
+		dir = d
+	}
+	return filepath.Join(dir, strconv.Itoa(major), "bin")
+}
+
+// Unavailable skips the test, or fails it under CI, where every system
 // the tests need must start.
-func unavailable(t testing.TB, format string, args ...any) {
+func Unavailable(t testing.TB, format string, args ...any) {
 	t.Helper()
 	if os.Getenv("CI") != "" {
 		t.Fatalf("CI is set and "+format, args...)
@@ -32,68 +62,162 @@ func unavailable(t testing.TB, format string, args ...any) {
 	t.Skipf(format+" (set CI=1 to make this a failure)", args...)
 }
 
-// Postgres is a throwaway cluster with wal_level=logical, trust auth on
-// 127.0.0.1 and a superuser named postgres.
-type Postgres struct {
-	Dir  string
-	Port int
-	t    testing.TB
+// baseSettings go into every cluster's postgresql.conf: logical decoding,
+// room for slots and walsenders, and no durability, since the tests are
+// about walstream, not the disk.
+var baseSettings = [...]string{
+	"listen_addresses = '127.0.0.1'",
+	"wal_level = logical",
+	"max_replication_slots = 10",
+	"max_wal_senders = 10",
+	"fsync = off",
+	"synchronous_commit = off",
+	"full_page_writes = off",
+	"shared_buffers = 128MB",
 }
 
-// StartPostgres initdbs and starts a cluster, stopped at the end of the test.
-// Extra settings go into postgresql.conf.
-func StartPostgres(t testing.TB, settings ...string) *Postgres {
+// PostgresConfig says which cluster LaunchPostgres starts.
+type PostgresConfig struct {
+	// Major is the Postgres major version; 0 means DefaultMajor.
+	Major int
+	// BinDir overrides the directory of initdb, pg_ctl and postgres.
+	BinDir string
+	// Settings are postgresql.conf lines added after the defaults, so
+	// they override them.
+	Settings []string
+}
+
+// Option changes the cluster StartPostgres starts.
+type Option func(*PostgresConfig)
+
+// Version starts a cluster of the given Postgres major (see Majors).
+func Version(major int) Option { return func(c *PostgresConfig) { c.Major = major } }
+
+// Settings adds postgresql.conf lines, which override the defaults.
+func Settings(lines ...string) Option {
+	return func(c *PostgresConfig) { c.Settings = append(c.Settings, lines...) }
+}
+
+// Postgres is a throwaway cluster with trust auth on 127.0.0.1 and a
+// superuser named postgres. The methods that fail a test (Connect, Exec,
+// EnableSSL, PrependHBA) need a cluster from StartPostgres or
+// StartStandby.
+type Postgres struct {
+	Dir   string // holds data/, the server log and the socket; owned by postgres
+	Port  int
+	Major int
+	bin   string
+	t     testing.TB // nil for a cluster from LaunchPostgres
+}
+
+// StartPostgres initdbs and starts a cluster (Postgres DefaultMajor unless
+// Version says otherwise), stopped and removed at the end of the test.
+func StartPostgres(t testing.TB, opts ...Option) *Postgres {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(PGBin, "initdb")); err != nil {
-		unavailable(t, "Postgres 15 server binaries are missing in %s (apt-get install postgresql)", PGBin)
+	var cfg PostgresConfig
+	for _, o := range opts {
+		o(&cfg)
 	}
-	dir, err := os.MkdirTemp("", "walstream-pg-")
+	pg, err := LaunchPostgres(context.Background(), cfg)
 	if err != nil {
-		t.Fatal(err)
+		Unavailable(t, "%v", err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := chownToPostgres(dir); err != nil {
-		unavailable(t, "cannot hand %s to the postgres user: %v", dir, err)
-	}
-	pg := &Postgres{Dir: dir, Port: FreePort(t), t: t}
-	data := filepath.Join(dir, "data")
-	if out, err := asPostgres(PGBin+"/initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
-		unavailable(t, "initdb failed: %v\n%s", err, out)
-	}
-	conf := append([]string{
-		"listen_addresses = '127.0.0.1'",
-		fmt.Sprintf("port = %d", pg.Port),
-		fmt.Sprintf("unix_socket_directories = '%s'", dir),
-		"wal_level = logical",
-		"max_replication_slots = 10",
-		"max_wal_senders = 10",
-		"fsync = off",
-		"synchronous_commit = off",
-		"full_page_writes = off",
-		"shared_buffers = 128MB",
-	}, settings...)
-	f, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = f.WriteString("\n" + strings.Join(conf, "\n") + "\n")
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pg.ctl("start", "-w", "-t", "60", "-l", filepath.Join(dir, "log")); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
-		unavailable(t, "pg_ctl start failed: %v\n%s", err, log)
-	}
-	t.Cleanup(func() { _ = pg.ctl("stop", "-m", "immediate", "-w") })
+	pg.t = t
+	t.Cleanup(func() {
+		_ = pg.ctl(context.Background(), "stop", "-m", "immediate", "-w")
+		os.RemoveAll(pg.Dir)
+	})
 	return pg
 }
 
-func (pg *Postgres) ctl(args ...string) error {
-	args = append([]string{"-D", filepath.Join(pg.Dir, "data")}, args...)
-	out, err := asPostgres(PGBin+"/pg_ctl", args...).CombinedOutput()
+// LaunchPostgres is StartPostgres for callers outside a test (walbench):
+// it returns errors, and the caller stops the cluster with Close.
+func LaunchPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) {
+	if cfg.Major == 0 {
+		cfg.Major = DefaultMajor
+	}
+	if cfg.BinDir == "" {
+		cfg.BinDir = BinDir(cfg.Major)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.BinDir, "initdb")); err != nil {
+		return nil, fmt.Errorf("finding the Postgres %d server binaries in %s (run scripts/deps.sh as root): %w", cfg.Major, cfg.BinDir, err)
+	}
+	pg, err := newCluster(cfg.Major, cfg.BinDir)
 	if err != nil {
-		return fmt.Errorf("pg_ctl %s: %w: %s", strings.Join(args, " "), err, out)
+		return nil, err
+	}
+	data := pg.DataDir()
+	if out, err := asPostgres(ctx, filepath.Join(pg.bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
+		os.RemoveAll(pg.Dir)
+		return nil, fmt.Errorf("running initdb of Postgres %d: %w\n%s", cfg.Major, err, out)
+	}
+	conf := append(append(pg.ownSettings(), baseSettings[:]...), cfg.Settings...)
+	if err := appendFile(filepath.Join(data, "postgresql.conf"), conf); err != nil {
+		os.RemoveAll(pg.Dir)
+		return nil, err
+	}
+	if err := pg.start(ctx); err != nil {
+		os.RemoveAll(pg.Dir)
+		return nil, err
+	}
+	return pg, nil
+}
+
+// newCluster makes the directory of a cluster, owned by the postgres user,
+// and picks its port.
+func newCluster(major int, bin string) (*Postgres, error) {
+	dir, err := os.MkdirTemp("", "walstream-pg-")
+	if err != nil {
+		return nil, fmt.Errorf("creating the cluster directory: %w", err)
+	}
+	if err := chownToPostgres(dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("handing %s to the postgres user: %w", dir, err)
+	}
+	port, err := PickPort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &Postgres{Dir: dir, Port: port, Major: major, bin: bin}, nil
+}
+
+// ownSettings are the lines that tie a data directory to this cluster: its
+// port and socket directory.
+func (pg *Postgres) ownSettings() []string {
+	return []string{fmt.Sprintf("port = %d", pg.Port), fmt.Sprintf("unix_socket_directories = '%s'", pg.Dir)}
+}
+
+// Close stops a cluster from LaunchPostgres (fast shutdown) and removes it.
+func (pg *Postgres) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := pg.ctl(ctx, "stop", "-m", "fast", "-w")
+	if rerr := os.RemoveAll(pg.Dir); err == nil && rerr != nil {
+		err = fmt.Errorf("removing %s: %w", pg.Dir, rerr)
+	}
+	return err
+}
+
+// DataDir is the cluster's data directory.
+func (pg *Postgres) DataDir() string { return filepath.Join(pg.Dir, "data") }
+
+// LogFile is the server log.
+func (pg *Postgres) LogFile() string { return filepath.Join(pg.Dir, "log") }
+
+func (pg *Postgres) start(ctx context.Context) error {
+	if err := pg.ctl(ctx, "start", "-w", "-t", "60", "-l", pg.LogFile()); err != nil {
+		log, _ := os.ReadFile(pg.LogFile())
+		return fmt.Errorf("starting Postgres %d: %w\n%s", pg.Major, err, log)
+	}
+	return nil
+}
+
+func (pg *Postgres) ctl(ctx context.Context, args ...string) error {
+	args = append([]string{"-D", pg.DataDir()}, args...)
+	out, err := asPostgres(ctx, filepath.Join(pg.bin, "pg_ctl"), args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("running pg_ctl %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return nil
 }
@@ -107,7 +231,7 @@ func (pg *Postgres) EnableSSL(certFile, keyFile string) {
 		if err != nil {
 			pg.t.Fatal(err)
 		}
-		path := filepath.Join(pg.Dir, "data", dst)
+		path := filepath.Join(pg.DataDir(), dst)
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			pg.t.Fatal(err)
 		}
@@ -122,7 +246,7 @@ func (pg *Postgres) EnableSSL(certFile, keyFile string) {
 // PrependHBA puts lines at the top of pg_hba.conf and reloads.
 func (pg *Postgres) PrependHBA(lines ...string) {
 	pg.t.Helper()
-	path := filepath.Join(pg.Dir, "data", "pg_hba.conf")
+	path := filepath.Join(pg.DataDir(), "pg_hba.conf")
 	old, err := os.ReadFile(path)
 	if err != nil {
 		pg.t.Fatal(err)
@@ -135,23 +259,27 @@ func (pg *Postgres) PrependHBA(lines ...string) {
 
 func (pg *Postgres) reload() {
 	pg.t.Helper()
-	if err := pg.ctl("reload"); err != nil {
+	if err := pg.ctl(context.Background(), "reload"); err != nil {
 		pg.t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // the postmaster applies it asynchronously
 }
 
 // Stop stops the server (fast shutdown); Start starts it again.
-func (pg *Postgres) Stop() error { return pg.ctl("stop", "-m", "fast", "-w") }
+func (pg *Postgres) Stop() error { return pg.ctl(context.Background(), "stop", "-m", "fast", "-w") }
+
+// StopImmediate stops the server the way a crash would: no shutdown
+// checkpoint, connections cut, WAL not sent to standbys.
+func (pg *Postgres) StopImmediate() error {
+	return pg.ctl(context.Background(), "stop", "-m", "immediate", "-w")
+}
 
 // Start starts a stopped server.
-func (pg *Postgres) Start() error {
-	return pg.ctl("start", "-w", "-t", "60", "-l", filepath.Join(pg.Dir, "log"))
-}
+func (pg *Postgres) Start() error { return pg.start(context.Background()) }
 
 // Restart restarts the server with pg_ctl's shutdown mode (fast, immediate).
 func (pg *Postgres) Restart(mode string) error {
-	return pg.ctl("restart", "-m", mode, "-w", "-t", "60", "-l", filepath.Join(pg.Dir, "log"))
+	return pg.ctl(context.Background(), "restart", "-m", mode, "-w", "-t", "60", "-l", pg.LogFile())
 }
 
 // URL is a connection URL for the given database as the given role.
@@ -166,7 +294,7 @@ func (pg *Postgres) Connect(db string) *pgx.Conn {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, pg.URL("postgres", db))
 	if err != nil {
-		pg.t.Fatalf("connecting to test Postgres: %v", err)
+		pg.t.Fatalf("connecting to test Postgres %d: %v", pg.Major, err)
 	}
 	pg.t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
@@ -184,24 +312,52 @@ func (pg *Postgres) Exec(db, sql string, args ...any) {
 
 // asPostgres runs a server binary as the postgres user when this process
 // is root, since Postgres refuses to run as root.
-func asPostgres(name string, args ...string) *exec.Cmd {
+func asPostgres(ctx context.Context, name string, args ...string) *exec.Cmd {
 	if os.Geteuid() == 0 {
-		return exec.Command("runuser", append([]string{"-u", "postgres", "--", name}, args...)...)
+		return exec.CommandContext(ctx, "runuser", append([]string{"-u", "postgres", "--", name}, args...)...)
 	}
-	return exec.Command(name, args...)
+	return exec.CommandContext(ctx, name, args...)
 }
 
-func chownToPostgres(dir string) error {
+// postgresIDs are the uid and gid of the postgres user; ok is false when
+// this process is not root and so runs the servers as itself.
+func postgresIDs() (uid, gid int, ok bool, err error) {
 	if os.Geteuid() != 0 {
-		return nil
+		return 0, 0, false, nil
 	}
 	u, err := user.Lookup("postgres")
 	if err != nil {
+		return 0, 0, false, fmt.Errorf("looking up the postgres user: %w", err)
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, false, fmt.Errorf("parsing the postgres user's ids: %w", err)
+	}
+	return uid, gid, true, nil
+}
+
+func chownToPostgres(path string) error {
+	uid, gid, ok, err := postgresIDs()
+	if !ok {
 		return err
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return os.Chown(dir, uid, gid)
+	return os.Chown(path, uid, gid)
+}
+
+func appendFile(path string, lines []string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", path, err)
+	}
+	_, err = f.WriteString("\n" + strings.Join(lines, "\n") + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.

@@ -18,8 +18,8 @@ const (
 	SASLScramSHA512 = "SCRAM-SHA-512"
 )
 
-// Conn says how to reach the Kafka cluster.
-type Conn struct {
+// KafkaSettings say how to reach the Kafka cluster: brokers, TLS and SASL.
+type KafkaSettings struct {
 	Brokers []string
 	// TLS, when not nil, encrypts every connection and verifies the
 	// brokers against its roots and server name.
@@ -31,7 +31,7 @@ type Conn struct {
 }
 
 // CheckSASL reports an unknown SASL mechanism or missing credentials.
-func (c Conn) CheckSASL() error {
+func (c KafkaSettings) CheckSASL() error {
 	switch strings.ToUpper(c.SASLMechanism) {
 	case "":
 		return nil
@@ -45,7 +45,7 @@ func (c Conn) CheckSASL() error {
 }
 
 // opts are the franz-go options for connecting.
-func (c Conn) opts() []kgo.Opt {
+func (c KafkaSettings) opts() []kgo.Opt {
 	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
 	if c.TLS != nil {
 		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// yaml.v3 accepts a duplicate key when decoding into a Node, which is what
+// the config file loader decodes into; this pins that behaviour, so that the
+// loader's own check stays needed and stays tested.
+func TestYAMLNodeAcceptsDuplicateKeys(t *testing.T) {
+	var n yaml.Node
+	if err := yaml.Unmarshal([]byte("slot: a\nslot: b\n"), &n); err != nil {
+		t.Fatalf("yaml.v3 now refuses duplicate keys in a Node (%v): the loader's duplicateKeys check may go", err)
+	}
+	var m map[string]string
+	if err := n.Decode(&m); err == nil {
+		t.Fatal("yaml.v3 decoded a duplicate key into a map")
+	}
+}
+
+func TestConfigFileDuplicateKey(t *testing.T) {
+	base := "pg-url: postgres://u@h/db\nkafka-brokers: k:9092\n"
+	for _, tc := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"top level", base + "slot: a\nslot: b\n", []string{"line 4", "slot is set twice, first at line 3"}},
+		{"outbox section", base + "outbox:\n  route.by.field: a\n  route.by.field: b\n", []string{"line 5", "route.by.field is set twice, first at line 4"}},
+		{"table", base + "tables:\n  public.outbox: {}\n  public.outbox: {}\n", []string{"line 5", "public.outbox is set twice, first at line 4"}},
+		{"table setting", base + "tables:\n  public.outbox:\n    route.by.field: a\n    route.by.field: b\n", []string{"line 6", "route.by.field is set twice, first at line 5"}},
+		{"section", base + "outbox: {}\noutbox: {}\n", []string{"line 4", "outbox is set twice, first at line 3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfig([]string{"--config", writeFile(t, tc.body)}, &bytes.Buffer{})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+	// The same keys in different mappings are not duplicates.
+	ok := base + "outbox:\n  route.by.field: a\ntables:\n  public.outbox:\n    route.by.field: b\n"
+	if _, err := parseConfig([]string{"--config", writeFile(t, ok)}, &bytes.Buffer{}); err != nil {
+		t.Fatalf("a key repeated in another mapping: %v", err)
+	}
+}

@@ -1,0 +1,111 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/replication"
+)
+
+// Kinds of failure, the label of walstream_errors_total.
+const (
+	kindEpochBumped   = "epoch_bumped"
+	kindBadInput      = "bad_input"
+	kindSlotAhead     = "slot_ahead"
+	kindSetup         = "setup"
+	kindFenced        = "fenced"
+	kindAuthorization = "authorization"
+	kindTLS           = "tls"
+	kindKafka         = "kafka"
+	kindSlotInUse     = "slot_in_use"
+	kindPostgres      = "postgres"
+)
+
+// Peers a failure is blamed on, the label of walstream_reconnects_total.
+const (
+	peerPostgres = "postgres"
+	peerKafka    = "kafka"
+)
+
+// failure is what the supervisor makes of the error that ended a session.
+type failure struct {
+	peer, kind string
+	// permanent: no new session can succeed, so walstream stops.
+	permanent bool
+}
+
+// classifyFailure names the peer an error came from, its kind for the
+// error metric, and whether retrying can help. Setup problems, bad input,
+// fencing and authorization are permanent.
+func classifyFailure(err error) failure {
+	var de *decode.Error
+	var ke *kafkaError
+	var eb *epochBumpedError
+	switch {
+	case errors.As(err, &eb):
+		return failure{peerKafka, kindEpochBumped, false}
+	case errors.As(err, &de):
+		return failure{peerPostgres, kindBadInput, true}
+	case errors.Is(err, ErrSlotAhead):
+		return failure{peerPostgres, kindSlotAhead, true}
+	case errors.Is(err, replication.ErrSetup):
+		return failure{peerPostgres, kindSetup, true}
+	case errors.Is(err, publish.ErrFenced):
+		return failure{peerKafka, kindFenced, true}
+	case errors.Is(err, publish.ErrAuthorization):
+		return failure{peerKafka, kindAuthorization, true}
+	case publish.Permanent(err):
+		return failure{peerKafka, kindBadInput, true}
+	case tlsRefused(err):
+		if errors.As(err, &ke) {
+			return failure{peerKafka, kindTLS, true}
+		}
+		return failure{peerPostgres, kindTLS, true}
+	case errors.As(err, &ke):
+		// Anything else from Kafka: a new session with a fresh producer is
+		// the rebuild from the checkpoint it needs.
+		return failure{peerKafka, kindKafka, false}
+	case replication.SlotInUse(err):
+		return failure{peerPostgres, kindSlotInUse, false}
+	case !replication.Permanent(err):
+		return failure{peerPostgres, kindPostgres, false}
+	}
+	// An error from the server that reconnecting will not change: a wrong
+	// password, a missing privilege.
+	return failure{peerPostgres, kindPostgres, true}
+}
+
+// kafkaError marks an error from the Kafka side of a session, so that a
+// connection error is blamed on the right peer.
+type kafkaError struct{ err error }
+
+func (e *kafkaError) Error() string { return e.err.Error() }
+func (e *kafkaError) Unwrap() error { return e.err }
+
+func onKafka(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return &kafkaError{err}
+}
+
+// epochBumpedError is a fencing error with no other instance behind it.
+type epochBumpedError struct{ err error }
+
+func (e *epochBumpedError) Error() string { return e.err.Error() }
+func (e *epochBumpedError) Unwrap() error { return e.err }
+
+// tlsRefused reports a certificate that failed verification: a wrong CA or
+// host name does not go away by retrying.
+func tlsRefused(err error) bool {
+	var unknownAuthority x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var verification *tls.CertificateVerificationError
+	return errors.As(err, &unknownAuthority) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &verification)
+}

@@ -1,0 +1,141 @@
+package pipeline
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/replication"
+)
+
+// queue takes decoded transactions for the producer. TryPut takes tx only
+// if it can at once; Put either takes tx or returns ctx's error having
+// taken nothing.
+type queue interface {
+	TryPut(tx *decode.Tx) bool
+	Put(ctx context.Context, tx *decode.Tx) error
+}
+
+// receiver hears of each transaction (or part) with events handed on, for
+// the lag metrics.
+type receiver interface {
+	Received(commitLSN pglogrepl.LSN, commitTime time.Time)
+}
+
+// markerInterval rate-limits position markers sent while idle.
+const markerInterval = time.Second
+
+// feed stands between the replication stream and the producer: it decodes
+// the slot's WAL, reports what decode skipped or ignored, turns idle
+// keepalives into position markers, and puts transactions on the queue.
+// It is used from the stream's goroutine only.
+type feed struct {
+	dec      *decode.Decoder
+	out      queue
+	received receiver
+	log      *slog.Logger
+	skipped  prometheus.Counter
+	// hook, if not nil, is called with "mid-transaction" after each message
+	// decoded inside an open transaction, so that tests can crash there.
+	hook func(point string)
+
+	ready        *decode.Tx // decoded, not yet on the queue
+	lastMarker   pglogrepl.LSN
+	lastMarkerAt time.Time
+	counted      uint64 // dec.Skipped() already counted
+	replaying    bool   // skipping replays the checkpoint covers
+}
+
+var _ replication.Consumer = (*feed)(nil)
+
+// The session wires these in.
+var (
+	_ queue                 = (*publish.Queue)(nil)
+	_ receiver              = (*checkpoint.Tracker)(nil)
+	_ replication.Confirmer = (*checkpoint.Tracker)(nil)
+)
+
+// WAL decodes one message; a finished transaction or part is ready.
+func (f *feed) WAL(walStart pglogrepl.LSN, data []byte) (replication.Ready, error) {
+	tx, err := f.dec.Decode(walStart, data)
+	if err != nil {
+		return replication.Ready{}, err
+	}
+	if f.hook != nil && f.dec.InTx() {
+		f.hook("mid-transaction")
+	}
+	f.countSkipped(tx)
+	if tx == nil {
+		return replication.Ready{}, nil
+	}
+	f.logIgnored(tx.Ignored)
+	var ready replication.Ready
+	if len(tx.Events) > 0 {
+		f.received.Received(tx.CommitLSN, tx.CommitTime)
+		ready.CommitTime = tx.CommitTime
+	}
+	f.ready, ready.OK = tx, true
+	return ready, nil
+}
+
+// Keepalive makes a position marker ready between transactions: everything
+// that commits before walEnd has been sent, so the producer may checkpoint
+// that position and a quiet outbox does not pin WAL written by others.
+func (f *feed) Keepalive(walEnd pglogrepl.LSN) replication.Ready {
+	if f.dec.InTx() || walEnd <= f.lastMarker || time.Since(f.lastMarkerAt) < markerInterval {
+		return replication.Ready{}
+	}
+	f.lastMarker, f.lastMarkerAt = walEnd, time.Now()
+	f.ready = decode.Marker(walEnd)
+	return replication.Ready{OK: true}
+}
+
+// TryHandOn puts the ready transaction on the queue if there is room now.
+func (f *feed) TryHandOn() bool {
+	if !f.out.TryPut(f.ready) {
+		return false
+	}
+	f.ready = nil
+	return true
+}
+
+// HandOn waits for room on the queue for the ready transaction.
+func (f *feed) HandOn(ctx context.Context) error {
+	if err := f.out.Put(ctx, f.ready); err != nil {
+		return err
+	}
+	f.ready = nil
+	return nil
+}
+
+// countSkipped counts replayed events the decoder dropped and logs once,
+// when the replay reaches events Kafka does not have yet.
+func (f *feed) countSkipped(tx *decode.Tx) {
+	if n := f.dec.Skipped(); n > f.counted {
+		f.skipped.Add(float64(n - f.counted))
+		f.counted = n
+		f.replaying = true
+	}
+	if f.replaying && tx != nil && len(tx.Events) > 0 {
+		f.replaying = false
+		f.log.Info("replay caught up with the checkpoint", "replayed_events_skipped", f.counted, "first_new_commit_lsn", tx.CommitLSN.String())
+	}
+}
+
+// logIgnored logs the UPDATEs of outbox rows decode skipped, at the level
+// table.op.invalid.behavior names.
+func (f *feed) logIgnored(ignored []decode.IgnoredUpdate) {
+	for _, u := range ignored {
+		level := slog.LevelWarn
+		if u.Behavior == decode.OpError {
+			level = slog.LevelError
+		}
+		f.log.Log(context.Background(), level, "ignoring an UPDATE of an outbox row",
+			"lsn", u.Row.LSN.String(), "table", u.Row.Table, "event_id", string(u.Row.ID))
+	}
+}

@@ -1,0 +1,112 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walstream/walstream/decode"
+)
+
+// fakeQueue is a queue with func fields.
+type fakeQueue struct {
+	tryPut func(tx *decode.Tx) bool
+	put    func(ctx context.Context, tx *decode.Tx) error
+}
+
+var _ queue = (*fakeQueue)(nil)
+
+func (q *fakeQueue) TryPut(tx *decode.Tx) bool                    { return q.tryPut(tx) }
+func (q *fakeQueue) Put(ctx context.Context, tx *decode.Tx) error { return q.put(ctx, tx) }
+
+// receiverFunc is a receiver as a func.
+type receiverFunc func(commitLSN pglogrepl.LSN, commitTime time.Time)
+
+var _ receiver = receiverFunc(nil)
+
+func (f receiverFunc) Received(commitLSN pglogrepl.LSN, commitTime time.Time) {
+	f(commitLSN, commitTime)
+}
+
+// pgoutput BEGIN and COMMIT messages, as the walsender sends them.
+func beginMsg(commitLSN pglogrepl.LSN, xid uint32) []byte {
+	b := []byte{'B'}
+	b = binary.BigEndian.AppendUint64(b, uint64(commitLSN))
+	b = binary.BigEndian.AppendUint64(b, 0) // commit time
+	return binary.BigEndian.AppendUint32(b, xid)
+}
+
+func commitMsg(commitLSN, endLSN pglogrepl.LSN) []byte {
+	b := []byte{'C', 0}
+	b = binary.BigEndian.AppendUint64(b, uint64(commitLSN))
+	b = binary.BigEndian.AppendUint64(b, uint64(endLSN))
+	return binary.BigEndian.AppendUint64(b, 0)
+}
+
+func TestFeed(t *testing.T) {
+	var queued []*decode.Tx
+	room := false
+	q := &fakeQueue{
+		tryPut: func(tx *decode.Tx) bool {
+			if room {
+				queued = append(queued, tx)
+			}
+			return room
+		},
+		put: func(_ context.Context, tx *decode.Tx) error { queued = append(queued, tx); return nil },
+	}
+	var hooks []string
+	received := 0
+	f := &feed{
+		dec: decode.New(decode.Config{MaxPartEvents: 10, MaxPartBytes: 1 << 20}), out: q,
+		received: receiverFunc(func(pglogrepl.LSN, time.Time) { received++ }),
+		log:      slog.New(slog.DiscardHandler), skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}),
+		hook: func(p string) { hooks = append(hooks, p) },
+	}
+
+	// Idle: a keepalive is a position marker, handed on once there is room.
+	r := f.Keepalive(0x100)
+	if !r.OK || !r.CommitTime.IsZero() {
+		t.Fatalf("idle keepalive: %+v, want a marker ready", r)
+	}
+	if f.TryHandOn() {
+		t.Fatal("TryHandOn succeeded on a full queue")
+	}
+	if err := f.HandOn(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(queued) != 1 || queued[0].EndLSN != 0x100 || !queued[0].Final || len(queued[0].Events) != 0 {
+		t.Fatalf("queued %+v, want one marker at 0/100", queued)
+	}
+	// Markers are rate-limited.
+	if r := f.Keepalive(0x200); r.OK {
+		t.Fatal("a second marker within markerInterval")
+	}
+
+	// Inside a transaction no marker is made: the position is not whole.
+	f.lastMarkerAt = time.Time{}
+	if r, err := f.WAL(0x300, beginMsg(0x400, 7)); err != nil || r.OK {
+		t.Fatalf("BEGIN: %+v, %v; want nothing ready", r, err)
+	}
+	if got, want := len(hooks), 1; got != want || hooks[0] != "mid-transaction" {
+		t.Fatalf("hooks %v after BEGIN, want one mid-transaction", hooks)
+	}
+	if r := f.Keepalive(0x350); r.OK {
+		t.Fatal("a marker inside an open transaction")
+	}
+	r, err := f.WAL(0x400, commitMsg(0x400, 0x450))
+	if err != nil || !r.OK || !r.CommitTime.IsZero() {
+		t.Fatalf("COMMIT: %+v, %v; want the transaction ready, with no events", r, err)
+	}
+	room = true
+	if !f.TryHandOn() || len(queued) != 2 || queued[1].EndLSN != 0x450 {
+		t.Fatalf("queued %+v, want the transaction ending at 0/450", queued)
+	}
+	if received != 0 {
+		t.Fatalf("Received %d times for a transaction without events", received)
+	}
+}

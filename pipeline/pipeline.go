@@ -1,0 +1,196 @@
+// Package pipeline runs walstream's stream: it wires replication, decode,
+// publish and checkpoint into sessions, and supervises them. A session is
+// one attempt at streaming; the supervisor restarts it from the checkpoint
+// in Kafka after every transient failure, waits as a standby while another
+// instance holds the slot, and stops on a permanent one.
+package pipeline
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/replication"
+)
+
+// Config is what a pipeline is told. It names no flags: the command that
+// builds it maps its own settings onto it.
+type Config struct {
+	// Postgres is the connection to the primary; Names the slot,
+	// publication and tables streamed.
+	Postgres *pgx.ConnConfig
+	Names    replication.Names
+	// Create creates a missing publication or slot before the first
+	// session; later sessions never recreate them.
+	Create bool
+	// AllowSlotAhead accepts a slot that confirmed more than Kafka holds.
+	AllowSlotAhead bool
+
+	Kafka           publish.KafkaSettings
+	TransactionalID string
+	CheckpointTopic string
+	CheckpointKey   string
+	// Outboxes are the outbox tables' mappings; Messages maps logical
+	// decoding messages with MessagePrefix (empty: ignored).
+	Outboxes      []*decode.Outbox
+	Messages      *decode.Outbox
+	MessagePrefix string
+	// DeadLetterTopic, when set, takes events that cannot be published;
+	// when empty such an event stops the stream.
+	DeadLetterTopic string
+	Converter       publish.Converter
+	Compression     publish.Compression
+	MaxRecordBytes  int
+	// TopicCreation, when set, creates missing outbox and dead-letter
+	// topics; nil relies on the broker's auto-creation.
+	TopicCreation *publish.TopicCreation
+
+	// MaxBatchEvents and MaxBatchBytes bound a Kafka transaction, and the
+	// parts a large Postgres transaction is split into.
+	MaxBatchEvents, MaxBatchBytes int
+	// QueueBytes bounds decoded bytes waiting for Kafka.
+	QueueBytes    int
+	Linger        time.Duration
+	IdleInterval  time.Duration
+	CommitTimeout time.Duration
+	// StatusInterval is how often positions are confirmed to Postgres.
+	StatusInterval time.Duration
+	// SlotPollInterval is how often the slot's state is read for metrics.
+	SlotPollInterval time.Duration
+	// ReadyConfirmAge is how long Readyz tolerates no confirmed position.
+	ReadyConfirmAge time.Duration
+
+	// Hook, if not nil, is called at named points (after-produce,
+	// before-commit, after-commit, mid-transaction) so that crash tests
+	// can kill the process there.
+	Hook func(point string)
+}
+
+// Pipeline streams one slot into Kafka, session after session.
+type Pipeline struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics metrics
+	state   *state
+}
+
+// New registers the pipeline's metrics on reg; log should be scoped to
+// the slot.
+func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) *Pipeline {
+	st := &state{started: time.Now()}
+	return &Pipeline{cfg: cfg, log: log, metrics: newMetrics(reg, st), state: st}
+}
+
+// standbyPoll is how often a standby tries to take the slot.
+const standbyPoll = time.Second
+
+// Run streams until ctx ends or a permanent error. Every transient failure
+// tears the session down and starts again from what Kafka holds, after a
+// backoff. A ctx that ends is a clean stop: Run returns nil.
+func (p *Pipeline) Run(ctx context.Context) error {
+	log, m := p.log, p.metrics
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 500*time.Millisecond, 30*time.Second, 0
+	s := &session{cfg: &p.cfg, log: log, metrics: m, state: p.state}
+	var standbyLogged time.Time
+	bumps := fencings{window: bumpWindow, max: maxBumps}
+	for {
+		streamed, err := s.run(ctx)
+		if ctx.Err() != nil {
+			log.Info("stopped")
+			return nil
+		}
+		if streamed {
+			b.Reset()
+			standbyLogged = time.Time{}
+		}
+		f := classifyFailure(err)
+		m.errors.WithLabelValues(f.kind).Inc()
+		if f.permanent {
+			return err
+		}
+		if f.kind == kindEpochBumped {
+			// One bump follows a broker restart; a run of them means
+			// another instance, on another slot, shares the transactional id.
+			if n, shared := bumps.add(time.Now()); shared {
+				return &SharedIDError{TransactionalID: p.cfg.TransactionalID, Slot: p.cfg.Names.Slot, Fencings: n, Window: bumpWindow, Err: err}
+			}
+		}
+		var wait time.Duration
+		if replication.SlotInUse(err) {
+			// A standby polls the slot at a steady pace so that it takes
+			// over within a second or two, and says so once a minute.
+			m.standby.Set(1)
+			wait = standbyPoll
+			if time.Since(standbyLogged) >= time.Minute {
+				log.Info("standby: another instance streams the slot; waiting for it", "err", err)
+				standbyLogged = time.Now()
+			}
+		} else {
+			m.standby.Set(0)
+			m.reconnects.WithLabelValues(f.peer).Inc()
+			wait = b.NextBackOff()
+			log.Warn("session ended, restarting from the checkpoint", "peer", f.peer, "err", err, "backoff", wait.Round(time.Millisecond))
+		}
+		select {
+		case <-ctx.Done():
+			log.Info("stopped")
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// maxBumps fencings within bumpWindow, none of them by an instance on this
+// slot, mean that the transactional id is shared with another stream.
+const (
+	maxBumps   = 3
+	bumpWindow = 10 * time.Minute
+)
+
+// fencings counts recent fencings that no instance on this slot caused.
+type fencings struct {
+	window time.Duration
+	max    int
+	at     []time.Time
+}
+
+// add records a fencing at now and returns how many fell within the window
+// ending at now, and whether that many mean a shared transactional id.
+func (f *fencings) add(now time.Time) (n int, shared bool) {
+	f.at = append(f.at, now)
+	for len(f.at) > 0 && now.Sub(f.at[0]) > f.window {
+		f.at = f.at[1:]
+	}
+	return len(f.at), len(f.at) >= f.max
+}
+
+// SharedIDError means the producer was fenced again and again while this
+// instance held the slot: another stream uses the same transactional id.
+type SharedIDError struct {
+	TransactionalID string
+	Slot            string
+	Fencings        int
+	Window          time.Duration
+	Err             error // the last fencing
+}
+
+func (e *SharedIDError) Error() string {
+	return fmt.Sprintf("%v: transactional id %s was fenced %d times in %s while this instance held slot %q: "+
+		"another walstream uses the same transactional id: %v", publish.ErrFenced, e.TransactionalID, e.Fencings, e.Window, e.Slot, e.Err)
+}
+
+func (e *SharedIDError) Unwrap() error { return e.Err }
+
+// plainTCP reports whether conn reached Postgres without TLS.
+func plainTCP(conn *pgx.Conn) bool {
+	_, ok := conn.PgConn().Conn().(*tls.Conn)
+	return !ok
+}

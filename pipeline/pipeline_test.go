@@ -1,0 +1,190 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/replication"
+)
+
+func TestClassifyFailure(t *testing.T) {
+	pgErr := func(code string) error { return fmt.Errorf("receiving: %w", &pgconn.PgError{Code: code}) }
+	for _, tc := range []struct {
+		name      string
+		err       error
+		peer      string
+		kind      string
+		permanent bool
+	}{
+		{"epoch bumped", &epochBumpedError{fmt.Errorf("x: %w", publish.ErrFenced)}, peerKafka, kindEpochBumped, false},
+		{"bad input", fmt.Errorf("slot s: %w", &decode.Error{Reason: "bad"}), peerPostgres, kindBadInput, true},
+		{"slot ahead", fmt.Errorf("%w: slot", ErrSlotAhead), peerPostgres, kindSlotAhead, true},
+		{"setup", &replication.SetupError{Object: "wal_level"}, peerPostgres, kindSetup, true},
+		{"fenced", onKafka(fmt.Errorf("%w: x", publish.ErrFenced)), peerKafka, kindFenced, true},
+		{"authorization", onKafka(fmt.Errorf("%w: x", publish.ErrAuthorization)), peerKafka, kindAuthorization, true},
+		{"record too large", onKafka(&publish.RecordError{Topic: "t", Err: kerr.MessageTooLarge}), peerKafka, kindBadInput, true},
+		{"kafka tls", onKafka(x509.UnknownAuthorityError{}), peerKafka, kindTLS, true},
+		{"postgres tls", fmt.Errorf("connecting: %w", x509.HostnameError{Host: "db"}), peerPostgres, kindTLS, true},
+		{"kafka other", onKafka(errors.New("broker gone")), peerKafka, kindKafka, false},
+		{"slot in use", pgErr("55006"), peerPostgres, kindSlotInUse, false},
+		{"admin shutdown", pgErr("57P01"), peerPostgres, kindPostgres, false},
+		{"stream ended", replication.ErrStreamEnded, peerPostgres, kindPostgres, false},
+		{"wrong password", pgErr("28P01"), peerPostgres, kindPostgres, true},
+		{"eof", io.ErrUnexpectedEOF, peerPostgres, kindPostgres, false},
+		{"unknown", errors.New("something"), peerPostgres, kindPostgres, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := classifyFailure(tc.err)
+			if want := (failure{tc.peer, tc.kind, tc.permanent}); got != want {
+				t.Fatalf("classifyFailure(%v) = %+v, want %+v", tc.err, got, want)
+			}
+		})
+	}
+}
+
+func TestFencings(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := fencings{window: 10 * time.Minute, max: 3}
+	for i, step := range []struct {
+		at     time.Duration
+		n      int
+		shared bool
+	}{
+		{0, 1, false},
+		{5 * time.Minute, 2, false},
+		{11 * time.Minute, 2, false}, // the first fell out of the window
+		{12 * time.Minute, 3, true},
+		{40 * time.Minute, 1, false},
+	} {
+		n, shared := f.add(t0.Add(step.at))
+		if n != step.n || shared != step.shared {
+			t.Fatalf("step %d at +%s: add = %d, %v; want %d, %v", i, step.at, n, shared, step.n, step.shared)
+		}
+	}
+}
+
+func TestSharedIDError(t *testing.T) {
+	last := &epochBumpedError{fmt.Errorf("%w (transactional id t): epoch", publish.ErrFenced)}
+	err := error(&SharedIDError{TransactionalID: "t", Slot: "s", Fencings: 3, Window: 10 * time.Minute, Err: last})
+	if !errors.Is(err, publish.ErrFenced) {
+		t.Fatal("SharedIDError does not unwrap to ErrFenced")
+	}
+	for _, want := range []string{"fenced", "transactional id t was fenced 3 times in 10m0s", `slot "s"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not contain %q", err, want)
+		}
+	}
+}
+
+// fakeSource is a checkpointSource with func fields.
+type fakeSource struct {
+	fence func(ctx context.Context) error
+	read  func(ctx context.Context) (checkpoint.Checkpoint, time.Time, bool, error)
+}
+
+var _ checkpointSource = (*fakeSource)(nil)
+
+func (f *fakeSource) Fence(ctx context.Context) error { return f.fence(ctx) }
+func (f *fakeSource) ReadCheckpoint(ctx context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
+	return f.read(ctx)
+}
+
+func TestResume(t *testing.T) {
+	discard := slog.New(slog.DiscardHandler)
+	slot := replication.Slot{ConfirmedFlush: 0x500}
+	found := func(cp checkpoint.Checkpoint) *fakeSource {
+		return &fakeSource{fence: func(context.Context) error { return nil },
+			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
+				return cp, time.Now(), true, nil
+			}}
+	}
+	for _, tc := range []struct {
+		name        string
+		src         *fakeSource
+		allowAhead  bool
+		want        checkpoint.Checkpoint
+		wantInKafka bool
+		wantErr     func(error) bool
+	}{
+		{name: "no checkpoint: start at the slot", src: &fakeSource{fence: func(context.Context) error { return nil },
+			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
+				return checkpoint.Checkpoint{}, time.Time{}, false, nil
+			}}, want: checkpoint.Checkpoint{LSN: 0x500}},
+		{name: "checkpoint at the slot", src: found(checkpoint.Checkpoint{LSN: 0x500}), want: checkpoint.Checkpoint{LSN: 0x500}, wantInKafka: true},
+		{name: "checkpoint ahead of the slot", src: found(checkpoint.Checkpoint{LSN: 0x900, PartialCommitLSN: 0xa00, Ordinal: 3}),
+			want: checkpoint.Checkpoint{LSN: 0x900, PartialCommitLSN: 0xa00, Ordinal: 3}, wantInKafka: true},
+		{name: "slot ahead refused", src: found(checkpoint.Checkpoint{LSN: 0x100}),
+			wantErr: func(err error) bool { return errors.Is(err, ErrSlotAhead) && !strings.Contains(err.Error(), "--") }},
+		{name: "slot ahead allowed", src: found(checkpoint.Checkpoint{LSN: 0x100}), allowAhead: true, want: checkpoint.Checkpoint{LSN: 0x500}},
+		{name: "fencing fails on Kafka", src: &fakeSource{fence: func(context.Context) error { return kerr.CoordinatorNotAvailable }},
+			wantErr: func(err error) bool { var ke *kafkaError; return errors.As(err, &ke) }},
+		{name: "read fails on Kafka", src: &fakeSource{fence: func(context.Context) error { return nil },
+			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
+				return checkpoint.Checkpoint{}, time.Time{}, false, errors.New("timeout")
+			}},
+			wantErr: func(err error) bool { return classifyFailure(err).peer == peerKafka }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "s", CheckpointTopic: "cp", AllowSlotAhead: tc.allowAhead}
+			cp, inKafka, err := resume(context.Background(), tc.src, slot, cfg, discard)
+			if tc.wantErr != nil {
+				if err == nil || !tc.wantErr(err) {
+					t.Fatalf("resume error = %v, not the one wanted", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cp != tc.want || inKafka != tc.wantInKafka {
+				t.Fatalf("resume = %s, %v; want %s, %v", cp, inKafka, tc.want, tc.wantInKafka)
+			}
+		})
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	p := New(Config{StatusInterval: time.Second, CommitTimeout: time.Second, ReadyConfirmAge: time.Minute},
+		slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	get := func(h func(w *httptest.ResponseRecorder)) int {
+		w := httptest.NewRecorder()
+		h(w)
+		return w.Code
+	}
+	healthz := func(w *httptest.ResponseRecorder) { p.Healthz(w, httptest.NewRequest("GET", "/healthz", nil)) }
+	readyz := func(w *httptest.ResponseRecorder) { p.Readyz(w, httptest.NewRequest("GET", "/readyz", nil)) }
+	if got, want := get(healthz), 200; got != want {
+		t.Fatalf("healthz between sessions = %d, want %d", got, want)
+	}
+	if got, want := get(readyz), 503; got != want {
+		t.Fatalf("readyz between sessions = %d, want %d", got, want)
+	}
+	tr := checkpoint.NewTracker(checkpoint.Checkpoint{LSN: 0x10}, true, pglogrepl.LSN(0x10))
+	p.state.tracker.Store(tr)
+	// Never confirmed: the last confirm is the zero time, long ago.
+	if got, want := get(healthz), 503; got != want {
+		t.Fatalf("healthz of a silent loop = %d, want %d", got, want)
+	}
+	tr.Confirm()
+	if got, want := get(healthz), 200; got != want {
+		t.Fatalf("healthz after a confirm = %d, want %d", got, want)
+	}
+	if got, want := get(readyz), 200; got != want {
+		t.Fatalf("readyz after a confirm = %d, want %d", got, want)
+	}
+}

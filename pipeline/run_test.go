@@ -1,0 +1,148 @@
+package pipeline
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/replication"
+)
+
+// testConfig streams public.outbox of pg into broker.
+func testConfig(t *testing.T, pg *testenv.Postgres, broker string) Config {
+	t.Helper()
+	pgCfg, err := pgx.ParseConfig(pg.URL("postgres", "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &decode.Outbox{Schema: "public", Table: "outbox", Columns: decode.DefaultColumns(),
+		TopicRegex: publish.DefaultTopicRegex, TopicReplacement: publish.DefaultTopicReplacement}
+	return Config{
+		Postgres: pgCfg, Create: true,
+		Names: replication.Names{Slot: "walstream", Publication: "walstream_outbox", Tables: []replication.Table{{Schema: "public", Name: "outbox"}}},
+		Kafka: publish.KafkaSettings{Brokers: []string{broker}}, TransactionalID: "walstream-test",
+		CheckpointTopic: "walstream.checkpoints", CheckpointKey: "walstream",
+		Outboxes: []*decode.Outbox{o}, Messages: o, MaxRecordBytes: 1 << 20,
+		MaxBatchEvents: 100, MaxBatchBytes: 1 << 20, QueueBytes: 1 << 20,
+		Linger: time.Millisecond, IdleInterval: 100 * time.Millisecond, CommitTimeout: 10 * time.Second,
+		StatusInterval: time.Second, SlotPollInterval: time.Second, ReadyConfirmAge: time.Minute,
+	}
+}
+
+// Run streams without the binary: a row inserted after it started is
+// committed to Kafka with its checkpoint and confirmed to Postgres, Inspect
+// sees that, and a cancelled ctx is a clean stop.
+func TestRunStreamsAndStops(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	broker := testenv.StartBroker(t)
+	pg.Exec("postgres", `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`)
+	cfg := testConfig(t, pg, broker.Addr)
+
+	before, err := Inspect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before.Problems) != 1 || before.Found {
+		t.Fatalf("before the first run: problems %q, found %v; want the missing slot and no checkpoint", before.Problems, before.Found)
+	}
+
+	reg := prometheus.NewRegistry()
+	var midTx atomic.Int32
+	cfg.Hook = func(point string) {
+		if point == "mid-transaction" {
+			midTx.Add(1)
+		}
+	}
+	p := New(cfg, slog.New(slog.NewTextHandler(testWriter{t}, nil)), reg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx) }()
+	waitFor(t, "streaming", func() bool { _, ok := p.state.streaming(time.Now()); return ok })
+
+	pg.Exec("postgres", `INSERT INTO outbox VALUES ('11111111-1111-1111-1111-111111111111', 'Order', 'o-1', 'Created', '{"n": 1}')`)
+	var text string
+	if err := pg.Connect("postgres").QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&text); err != nil {
+		t.Fatal(err)
+	}
+	inserted, err := pglogrepl.ParseLSN(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in *Inspection
+	waitFor(t, "the row's checkpoint in Kafka and confirmed", func() bool {
+		if in, err = Inspect(context.Background(), cfg); err != nil {
+			t.Fatal(err)
+		}
+		return in.Found && in.Checkpoint.LSN >= inserted && in.Slot.ConfirmedFlush >= inserted
+	})
+	if len(in.Problems) != 0 {
+		t.Fatalf("problems while streaming: %q", in.Problems)
+	}
+	// The producer counts a transaction's events just after it tells the
+	// tracker, so the count may lag the checkpoint by a moment.
+	waitFor(t, "the event counted", func() bool { return published(t, reg, "outbox.event.Order") >= 1 })
+	if got := published(t, reg, "outbox.event.Order"); got != 1 {
+		t.Fatalf("walstream_events_published_total{topic=outbox.event.Order} = %v, want 1", got)
+	}
+
+	if midTx.Load() == 0 {
+		t.Fatal("the mid-transaction hook was never called")
+	}
+
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("Run after cancel = %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// published reads the events-published counter of topic from reg.
+func published(t *testing.T, reg *prometheus.Registry, topic string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "walstream_events_published_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "topic" && l.GetValue() == topic {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// testWriter logs through t.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }

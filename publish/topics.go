@@ -1,0 +1,450 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The checkpoint topic must outlive any one broker: a lost checkpoint makes
+// the next instance republish from the slot, which is duplicates. These are
+// the settings walstream creates it with and checks an existing one against.
+const (
+	// CheckpointReplicas is the replication factor wanted, capped at the
+	// number of brokers.
+	CheckpointReplicas = 3
+	// CheckpointMinInSync is min.insync.replicas once the topic has
+	// CheckpointReplicas replicas: a commit then survives one broker lost,
+	// and one broker may be down (a rolling restart) without stopping the
+	// stream. With fewer replicas it is left at the broker's default, since
+	// 2 of 2 would stop the stream whenever either broker restarts.
+	CheckpointMinInSync = 2
+)
+
+// TopicState is what the cluster says about a topic, and how it falls short
+// of what walstream wants for it.
+type TopicState struct {
+	Topic string
+	// Exists is false when the topic is missing; the other fields are then
+	// zero.
+	Exists bool
+	// Brokers is the number of brokers in the cluster's metadata.
+	Brokers           int
+	Partitions        int
+	ReplicationFactor int // of its first partition
+	// MinInSync is min.insync.replicas, -1 when it could not be read.
+	MinInSync int
+	// CleanupPolicy is cleanup.policy, empty when it could not be read.
+	CleanupPolicy string
+	// Weaker lists, in words, each way the topic is weaker than wanted.
+	Weaker []string
+}
+
+// wantCheckpoint returns the replication factor and min.insync.replicas
+// the checkpoint topic should have on a cluster of n brokers; minISR 0
+// means the broker's default.
+func wantCheckpoint(brokers int) (replicas, minISR int) {
+	replicas = max(1, min(CheckpointReplicas, brokers))
+	if replicas >= CheckpointReplicas {
+		minISR = CheckpointMinInSync
+	}
+	return replicas, minISR
+}
+
+// EnsureCheckpointTopic creates the checkpoint topic when it is missing,
+// compacted, with min(3, brokers) replicas and min.insync.replicas 2 on
+// three brokers or more, and logs a warning naming the topic and its
+// actual settings when an existing one is weaker. Only a failure to create
+// a missing topic is an error: a topic that cannot be described is logged.
+func EnsureCheckpointTopic(ctx context.Context, conn KafkaSettings, topic string, log *slog.Logger) (TopicState, error) {
+	cl, err := kgo.NewClient(conn.opts()...)
+	if err != nil {
+		return TopicState{Topic: topic}, fmt.Errorf("creating Kafka client: %w", err)
+	}
+	defer cl.Close()
+	return ensureCheckpointTopic(ctx, cl, topic, log)
+}
+
+// CheckCheckpointTopic describes the checkpoint topic and says how it is
+// weaker than walstream would create it, changing nothing: for status and
+// setup checks.
+func CheckCheckpointTopic(ctx context.Context, conn KafkaSettings, topic string) (TopicState, error) {
+	cl, err := kgo.NewClient(conn.opts()...)
+	if err != nil {
+		return TopicState{Topic: topic}, fmt.Errorf("creating Kafka client: %w", err)
+	}
+	defer cl.Close()
+	return describeCheckpointTopic(ctx, cl, topic)
+}
+
+func ensureCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string, log *slog.Logger) (TopicState, error) {
+	st, err := describeCheckpointTopic(ctx, cl, topic)
+	if err != nil {
+		return st, err
+	}
+	if !st.Exists {
+		replicas, minISR := wantCheckpoint(st.Brokers)
+		configs := map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}
+		if minISR > 0 {
+			configs["min.insync.replicas"] = kadm.StringPtr(strconv.Itoa(minISR))
+		}
+		resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, int16(replicas), configs, topic)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return st, fmt.Errorf("creating checkpoint topic %s with %d replicas: %w", topic, replicas, err)
+		}
+		if err == nil {
+			isr := "broker default"
+			if minISR > 0 {
+				isr = strconv.Itoa(minISR)
+			}
+			log.Info("created checkpoint topic", "topic", topic, "replication_factor", replicas,
+				"min_insync_replicas", isr, "cleanup_policy", "compact", "brokers", st.Brokers)
+		}
+		// Created here or by another instance at the same time: describe
+		// what is there now.
+		if st, err = describeCheckpointTopic(ctx, cl, topic); err != nil {
+			return st, err
+		}
+	}
+	if len(st.Weaker) > 0 {
+		log.Warn("checkpoint topic is weaker than walstream would create it: losing a broker may lose the checkpoint, and walstream would then republish from the slot",
+			"topic", topic, "weaker", strings.Join(st.Weaker, "; "), "replication_factor", st.ReplicationFactor,
+			"min_insync_replicas", st.MinInSync, "cleanup_policy", st.CleanupPolicy, "brokers", st.Brokers)
+	}
+	return st, nil
+}
+
+// describeCheckpointTopic reads the topic's metadata and configs and judges
+// them. A missing topic is no error; configs that cannot be read (no
+// DescribeConfigs permission) are reported in Weaker, not as an error.
+func describeCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string) (TopicState, error) {
+	st := TopicState{Topic: topic, MinInSync: -1}
+	md, err := topicMetadata(ctx, cl, topic)
+	if err != nil {
+		return st, fmt.Errorf("reading metadata of checkpoint topic %s: %w", topic, err)
+	}
+	st.Brokers = len(md.brokers)
+	if !md.exists {
+		return st, nil
+	}
+	st.Exists, st.Partitions, st.ReplicationFactor = true, md.partitions, md.replicas
+	replicas, minISR := wantCheckpoint(st.Brokers)
+	if st.ReplicationFactor < replicas {
+		st.Weaker = append(st.Weaker, fmt.Sprintf("replication factor %d, want %d on %d brokers", st.ReplicationFactor, replicas, st.Brokers))
+	}
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
+	var rc kadm.ResourceConfig
+	if err == nil {
+		rc, err = rcs.On(topic, nil)
+	}
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		st.Weaker = append(st.Weaker, fmt.Sprintf("its configs cannot be read: %v", err))
+		return st, nil
+	}
+	for _, c := range rc.Configs {
+		switch c.Key {
+		case "cleanup.policy":
+			st.CleanupPolicy = c.MaybeValue()
+		case "min.insync.replicas":
+			if n, err := strconv.Atoi(c.MaybeValue()); err == nil {
+				st.MinInSync = n
+			}
+		}
+	}
+	// compact,delete lets retention delete the last checkpoint of a stream
+	// that was stopped for longer than retention.ms.
+	if policies := strings.Split(st.CleanupPolicy, ","); !slices.Equal(policies, []string{"compact"}) {
+		st.Weaker = append(st.Weaker, fmt.Sprintf("cleanup.policy %q, want compact", st.CleanupPolicy))
+	}
+	if st.MinInSync >= 0 && st.MinInSync < minISR {
+		st.Weaker = append(st.Weaker, fmt.Sprintf("min.insync.replicas %d, want %d", st.MinInSync, minISR))
+	}
+	if st.MinInSync > st.ReplicationFactor {
+		st.Weaker = append(st.Weaker, fmt.Sprintf("min.insync.replicas %d is over the replication factor %d: no commit can succeed", st.MinInSync, st.ReplicationFactor))
+	}
+	return st, nil
+}
+
+// metadata is what a metadata request says about one topic.
+type metadata struct {
+	brokers    []kmsg.MetadataResponseBroker
+	exists     bool
+	partitions int
+	replicas   int // of partition 0
+}
+
+// topicMetadata asks a broker about topic, bypassing the client's metadata
+// cache (kadm's Metadata may answer from it for seconds after a topic was
+// created). It never asks the broker to create the topic.
+func topicMetadata(ctx context.Context, cl *kgo.Client, topic string) (metadata, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	req.AllowAutoTopicCreation = false
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return metadata{}, err
+	}
+	md := metadata{brokers: resp.Brokers}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		switch err := kerr.ErrorForCode(t.ErrorCode); {
+		case errors.Is(err, kerr.UnknownTopicOrPartition):
+			return md, nil
+		case err != nil:
+			return md, err
+		}
+		md.exists, md.partitions = true, len(t.Partitions)
+		for _, p := range t.Partitions {
+			if p.Partition == 0 {
+				md.replicas = len(p.Replicas)
+			}
+		}
+	}
+	return md, nil
+}
+
+// TopicCreation says how walstream creates the outbox and dead-letter
+// topics it writes to, in Kafka Connect's topic.creation.* vocabulary
+// (KIP-158), which Debezium uses. Without it walstream relies on the
+// broker's auto.create.topics.enable.
+type TopicCreation struct {
+	// Default applies to every topic no group includes.
+	Default TopicGroup
+	// Groups are tried in order; the first whose Include matches a topic
+	// and whose Exclude does not decides its settings.
+	Groups []TopicGroup
+}
+
+// TopicGroup is one topic.creation group.
+type TopicGroup struct {
+	Name string
+	// Include and Exclude are anchored regexes on the topic name; Exclude
+	// wins. The default group has neither.
+	Include, Exclude []*regexp.Regexp
+	// Partitions and ReplicationFactor are -1 for the broker's default.
+	Partitions        int32
+	ReplicationFactor int16
+	// Configs are topic configs (cleanup.policy, retention.ms, ...).
+	Configs map[string]string
+}
+
+const topicCreationPrefix = "topic.creation."
+
+// ParseTopicCreation reads Kafka Connect topic.creation.* properties, with
+// or without the "topic.creation." prefix:
+//
+//	default.replication.factor=3
+//	default.partitions=6
+//	default.compression.type=lz4
+//	groups=orders
+//	orders.include=outbox\.event\.Order.*
+//	orders.partitions=12
+//	orders.cleanup.policy=compact,delete
+//
+// Custom groups take replication factor and partitions from the default
+// group when they do not set them, but not its topic configs, as in Kafka
+// Connect. Missing default.replication.factor or default.partitions mean
+// the broker's defaults (-1); Kafka Connect requires them.
+func ParseTopicCreation(props map[string]string) (*TopicCreation, error) {
+	tc := &TopicCreation{Default: TopicGroup{Name: "default", Partitions: -1, ReplicationFactor: -1, Configs: map[string]string{}}}
+	groups := map[string]*TopicGroup{}
+	var order []string
+	if v, ok := lookupProp(props, "groups"); ok {
+		for _, g := range strings.Split(v, ",") {
+			if g = strings.TrimSpace(g); g == "" {
+				continue
+			}
+			if g == "default" || groups[g] != nil {
+				return nil, fmt.Errorf("%sgroups: group %q is listed twice or is the default group", topicCreationPrefix, g)
+			}
+			groups[g] = &TopicGroup{Name: g, Partitions: -2, ReplicationFactor: -2, Configs: map[string]string{}}
+			order = append(order, g)
+		}
+	}
+	var errs []error
+	keys := make([]string, 0, len(props))
+	for k := range props {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		k := strings.TrimPrefix(key, topicCreationPrefix)
+		v := strings.TrimSpace(props[key])
+		if k == "groups" || k == "enable" {
+			continue
+		}
+		name, setting, ok := strings.Cut(k, ".")
+		g := groups[name]
+		if name == "default" {
+			g = &tc.Default
+		}
+		if !ok || g == nil {
+			errs = append(errs, fmt.Errorf("%s%s: %q is not the default group nor one listed in %sgroups", topicCreationPrefix, k, name, topicCreationPrefix))
+			continue
+		}
+		if err := g.set(setting, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s%s: %w", topicCreationPrefix, k, err))
+		}
+	}
+	for _, name := range order {
+		g := groups[name]
+		if len(g.Include) == 0 {
+			errs = append(errs, fmt.Errorf("%s%s.include: is required for a custom group", topicCreationPrefix, name))
+		}
+		if g.Partitions == -2 {
+			g.Partitions = tc.Default.Partitions
+		}
+		if g.ReplicationFactor == -2 {
+			g.ReplicationFactor = tc.Default.ReplicationFactor
+		}
+		tc.Groups = append(tc.Groups, *g)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
+
+func lookupProp(props map[string]string, k string) (string, bool) {
+	if v, ok := props[topicCreationPrefix+k]; ok {
+		return v, true
+	}
+	v, ok := props[k]
+	return v, ok
+}
+
+func (g *TopicGroup) set(setting, v string) error {
+	switch setting {
+	case "include", "exclude":
+		if g.Name == "default" {
+			return fmt.Errorf("the default group takes every topic no other group includes")
+		}
+		var res []*regexp.Regexp
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			re, err := regexp.Compile("^(?:" + s + ")$")
+			if err != nil {
+				return fmt.Errorf("regex %q: %w", s, err)
+			}
+			res = append(res, re)
+		}
+		if setting == "include" {
+			g.Include = res
+		} else {
+			g.Exclude = res
+		}
+	case "partitions":
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n == 0 || n < -1 {
+			return fmt.Errorf("%q is not a positive number of partitions or -1 (the broker's default)", v)
+		}
+		g.Partitions = int32(n)
+	case "replication.factor":
+		n, err := strconv.ParseInt(v, 10, 16)
+		if err != nil || n == 0 || n < -1 {
+			return fmt.Errorf("%q is not a positive replication factor or -1 (the broker's default)", v)
+		}
+		g.ReplicationFactor = int16(n)
+	default:
+		if setting == "" {
+			return fmt.Errorf("no topic config named")
+		}
+		g.Configs[setting] = v
+	}
+	return nil
+}
+
+// For returns the group that decides how topic is created.
+func (tc *TopicCreation) For(topic string) *TopicGroup {
+	matches := func(res []*regexp.Regexp) bool {
+		return slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(topic) })
+	}
+	for i := range tc.Groups {
+		if g := &tc.Groups[i]; matches(g.Include) && !matches(g.Exclude) {
+			return g
+		}
+	}
+	return &tc.Default
+}
+
+// topicCreator creates topics walstream is about to write to, once per
+// topic per producer, so that broker auto-creation is not needed.
+type topicCreator struct {
+	cl   *kgo.Client
+	tc   *TopicCreation
+	log  *slog.Logger
+	mu   sync.Mutex
+	seen map[string]bool // topics known to exist
+}
+
+func newTopicCreator(cl *kgo.Client, tc *TopicCreation, log *slog.Logger) *topicCreator {
+	if tc == nil {
+		return nil
+	}
+	return &topicCreator{cl: cl, tc: tc, log: log, seen: make(map[string]bool)}
+}
+
+// ensure creates topic when it does not exist. A nil creator does nothing:
+// the broker auto-creates topics or producing to them fails.
+func (c *topicCreator) ensure(ctx context.Context, topic string) error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[topic] {
+		return nil
+	}
+	// Look first: walstream may be allowed to write to a topic and not to
+	// create one.
+	md, err := topicMetadata(ctx, c.cl, topic)
+	if err != nil {
+		return fmt.Errorf("reading metadata of topic %s: %w", topic, err)
+	}
+	if md.exists {
+		c.seen[topic] = true
+		return nil
+	}
+	g := c.tc.For(topic)
+	configs := make(map[string]*string, len(g.Configs))
+	for k, v := range g.Configs {
+		configs[k] = kadm.StringPtr(v)
+	}
+	resp, err := kadm.NewClient(c.cl).CreateTopic(ctx, g.Partitions, g.ReplicationFactor, configs, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	switch {
+	case errors.Is(err, kerr.TopicAlreadyExists):
+	case err != nil:
+		return fmt.Errorf("creating topic %s (topic.creation group %s): %w", topic, g.Name, err)
+	default:
+		c.log.Info("created topic", "topic", topic, "topic_creation_group", g.Name,
+			"partitions", resp.NumPartitions, "replication_factor", resp.ReplicationFactor)
+	}
+	c.seen[topic] = true
+	return nil
+}

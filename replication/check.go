@@ -1,0 +1,186 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// server is what the connected role may do on the server.
+type server struct {
+	walLevel, user          string
+	superuser, canReplicate bool
+}
+
+// logical reports whether the server writes the WAL logical decoding needs.
+func (s server) logical() bool { return s.walLevel == "logical" }
+
+// mayStream reports whether the role may open a replication connection.
+func (s server) mayStream() bool { return s.canReplicate || s.superuser }
+
+// lookupServer reads wal_level and the connected role's attributes: the
+// facts both Prepare and Check start from.
+func lookupServer(ctx context.Context, conn *pgx.Conn) (server, error) {
+	var s server
+	err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'), current_user, r.rolsuper, r.rolreplication
+		FROM pg_roles r WHERE r.rolname = current_user`).Scan(&s.walLevel, &s.user, &s.superuser, &s.canReplicate)
+	if err != nil {
+		return s, fmt.Errorf("checking server settings: %w", err)
+	}
+	return s, nil
+}
+
+// Status is the state of one requirement in a Check.
+type Status int
+
+// Statuses of a requirement: met, met in a way to fix, not met.
+const (
+	OK Status = iota
+	Warn
+	Fail
+)
+
+func (s Status) String() string {
+	switch s {
+	case OK:
+		return "ok"
+	case Warn:
+		return "WARN"
+	}
+	return "FAIL"
+}
+
+// Finding is one requirement and whether the server meets it.
+type Finding struct {
+	Status Status
+	Text   string
+}
+
+// TableColumns is an outbox table and the columns its mapping reads.
+type TableColumns struct {
+	Table   Table
+	Columns []string
+}
+
+// Check reports, requirement by requirement, whether the connected role can
+// stream n from this server: what Prepare requires, read without changing
+// anything, for an operator. It also warns of a superuser, which works but
+// is over-privileged.
+func Check(ctx context.Context, conn *pgx.Conn, n Names, tables []TableColumns) ([]Finding, error) {
+	var out []Finding
+	report := func(s Status, format string, a ...any) { out = append(out, Finding{s, fmt.Sprintf(format, a...)}) }
+	srv, err := lookupServer(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	if srv.logical() {
+		report(OK, "wal_level is logical")
+	} else {
+		report(Fail, "wal_level is %s: set wal_level = logical and restart Postgres", srv.walLevel)
+	}
+	switch {
+	case srv.superuser:
+		report(Warn, "role %s is a superuser: over-privileged; walstream needs only LOGIN REPLICATION and SELECT on the outbox tables (walstream init prints it)", srv.user)
+	case srv.canReplicate:
+		report(OK, "role %s has REPLICATION and is not a superuser", srv.user)
+	default:
+		report(Fail, "role %s lacks REPLICATION: ALTER ROLE %s WITH REPLICATION", srv.user, pgx.Identifier{srv.user}.Sanitize())
+	}
+	for _, t := range tables {
+		if err := checkTable(ctx, conn, t, srv.user, report); err != nil {
+			return nil, err
+		}
+	}
+	st, err := PollSlot(ctx, conn, n)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !st.PublicationOK:
+		report(Fail, "publication %s does not exist", n.Publication)
+	default:
+		for _, t := range n.Tables {
+			if slices.Contains(st.Missing, t) {
+				report(Fail, "publication %s does not include %s: %s", n.Publication, t, n.addTablesSQL([]Table{t}))
+			} else {
+				report(OK, "publication %s includes %s", n.Publication, t)
+			}
+		}
+	}
+	if !st.Exists {
+		report(Fail, "slot %s does not exist", n.Slot)
+	} else if err := CheckSlot(n.Slot, st.Slot, conn.Config().Database); err != nil {
+		report(Fail, "%v", err)
+	} else {
+		report(OK, "slot %s is a pgoutput slot, wal_status %s", n.Slot, st.WALStatus)
+	}
+	return out, nil
+}
+
+// checkTable reports whether an outbox table exists with the columns its
+// mapping names, and whether user may read it.
+func checkTable(ctx context.Context, conn *pgx.Conn, t TableColumns, user string, report func(Status, string, ...any)) error {
+	var exists, canSelect bool
+	var columns []string
+	err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
+			to_regclass($1) IS NOT NULL AND has_table_privilege(to_regclass($1), 'SELECT'),
+			coalesce((SELECT array_agg(attname::text) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped), '{}')`,
+		t.Table.SQL()).Scan(&exists, &canSelect, &columns)
+	if err != nil {
+		return fmt.Errorf("checking table %s: %w", t.Table, err)
+	}
+	if !exists {
+		report(Fail, "table %s does not exist", t.Table)
+		return nil
+	}
+	report(OK, "table %s exists", t.Table)
+	for _, c := range t.Columns {
+		if !slices.Contains(columns, c) {
+			report(Fail, "table %s has no column %s", t.Table, c)
+		}
+	}
+	if canSelect {
+		report(OK, "role %s may SELECT from %s", user, t.Table)
+	} else {
+		report(Fail, "role %s may not SELECT from %s: GRANT SELECT ON %s TO %s", user, t.Table, t.Table.SQL(), pgx.Identifier{user}.Sanitize())
+	}
+	return nil
+}
+
+// Step is one idempotent statement of the setup, with why it is there.
+type Step struct{ Why, SQL string }
+
+// SetupSteps is the idempotent SQL that creates the publication and the
+// slot Prepare would create, and, when role is not empty, a role with the
+// least walstream needs. The publication comes before the slot: pgoutput
+// cannot decode changes older than the publication it is asked for.
+func (n Names) SetupSteps(role string) []Step {
+	steps := []Step{
+		{"The publication: inserts into the outbox are decoded and sent to walstream; updates too, so that table.op.invalid.behavior sees them.",
+			fmt.Sprintf(`DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %s) THEN
+        %s;
+    END IF;
+END $$`, quoteLiteral(n.Publication), n.PublicationSQL())},
+		{"The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication.",
+			fmt.Sprintf("%s\nWHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s)", n.slotSQL(), quoteLiteral(n.Slot))},
+	}
+	if role == "" {
+		return steps
+	}
+	r := pgx.Identifier{role}.Sanitize()
+	return append(steps,
+		Step{"A role for walstream with the least it needs: to log in and replicate (set its password with ALTER ROLE ... PASSWORD, or use a client certificate).",
+			fmt.Sprintf(`DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s) THEN
+        CREATE ROLE %s LOGIN REPLICATION;
+    END IF;
+END $$`, quoteLiteral(role), r)},
+		Step{"It reads the outbox tables and nothing else; run walstream as this role and let it create nothing.",
+			fmt.Sprintf("GRANT SELECT ON %s TO %s", tableList(n.Tables), r)})
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
