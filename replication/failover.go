@@ -82,8 +82,8 @@ func CheckFailover(ctx context.Context, conn *pgx.Conn, n Names) (FailoverState,
 	st.Supported = SupportsFailoverSlots(st.Version)
 	st.Exists, st.Failover, st.Synced = exists != nil, failover != nil && *failover, synced != nil && *synced
 	if !st.Supported {
-		st.Warnings = append(st.Warnings, fmt.Sprintf("Postgres %d has no failover slots: after a standby is promoted, slot %q does not exist there "+
-			"and walstream stops (see README, Postgres failover)", st.Version/10000, n.Slot))
+		// Nothing to fix short of an upgrade, so not a warning: status
+		// says it, and walstream stops after a promotion.
 		return st, nil
 	}
 	if st.Exists && !st.Failover {
