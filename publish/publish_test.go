@@ -142,9 +142,10 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if _, _, found, err := p.ReadCheckpoint(ctx); err != nil || found {
 		t.Fatalf("fresh broker: found=%v err=%v, want no checkpoint", found, err)
 	}
-	whole := checkpoint.Checkpoint{LSN: 0x2000}
+	// Each checkpoint counts the events published up to it.
+	whole := checkpoint.Checkpoint{LSN: 0x2000, Events: 2, Counted: true}
 	runUntil(t, p, whole, &decode.Tx{CommitLSN: 0x1000, EndLSN: 0x2000, Final: true, Events: []decode.Event{event(1, "a"), event(2, "b")}, Bytes: 10})
-	partial := checkpoint.Checkpoint{LSN: 0x2000, PartialCommitLSN: 0x3000, Ordinal: 1}
+	partial := checkpoint.Checkpoint{LSN: 0x2000, PartialCommitLSN: 0x3000, Ordinal: 1, Events: 3, Counted: true}
 	runUntil(t, p, partial, &decode.Tx{CommitLSN: 0x3000, Events: []decode.Event{event(1, "c")}, Bytes: 5})
 
 	// A transaction left open by a dead instance, then aborted by the next
