@@ -105,7 +105,9 @@ func runUntil(t *testing.T, p *Producer, want checkpoint.Checkpoint, txs ...*dec
 		from.resume, from.done = last.done, last.done
 	}
 	from.committed = func(cp checkpoint.Checkpoint) {
-		if cp == want {
+		// The position decides; the event count each checkpoint carries is
+		// checked where a test names it.
+		if cp.PartialCommitLSN == want.PartialCommitLSN && cp.Ordinal == want.Ordinal && cp.LSN == want.LSN {
 			close(reached)
 		}
 	}
