@@ -57,8 +57,6 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
-	s.log.Info("connected", "host", replication.RemoteHost(conn.PgConn()), "replication_host", replication.RemoteHost(rconn),
-		"system_id", srv.SystemID, "timeline", srv.Timeline, "wal_end", srv.XLogPos.String(), "database", srv.Database)
 	create, err := s.creatable(ctx, conn, srv)
 	if err == nil {
 		err = replication.Prepare(ctx, conn, names, create)
@@ -67,12 +65,15 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
-	s.warnFailover(ctx, conn)
 	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{Names: names, StatusInterval: cfg.StatusInterval}, s.log, s.metrics.repl)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
+	// Logged once the slot is ours, not at every try of a standby instance.
+	s.log.Info("connected", "host", replication.RemoteHost(conn.PgConn()), "replication_host", replication.RemoteHost(rconn),
+		"system_id", srv.SystemID, "timeline", srv.Timeline, "wal_end", srv.XLogPos.String(), "database", srv.Database)
+	s.warnFailover(ctx, conn)
 	// The slot is ours now: its confirmed_flush_lsn only moves when we confirm.
 	slot, ok, err := replication.LookupSlot(ctx, conn, names.Slot)
 	if err == nil && !ok {

@@ -162,7 +162,7 @@ func (st SlotState) fatal(n Names) error {
 	slot := fmt.Sprintf("slot %q", n.Slot)
 	switch {
 	case !st.Exists:
-		return &SetupError{Object: slot, Reason: "was dropped while streaming: events may be missing", Fix: "never recreate it silently; see README, Recovery"}
+		return &SetupError{Object: slot, Reason: "was dropped while streaming: events may be missing", Fix: "never recreate it silently; see README, Postgres failover"}
 	case st.WALStatus == "lost":
 		return &SetupError{Object: slot, Reason: "was invalidated while streaming (wal_status = lost): events may be missing",
 			Fix: "see README, Recovery; raise max_slot_wal_keep_size so that it does not happen again"}

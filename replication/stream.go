@@ -106,7 +106,7 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig, log *slog
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42704" { // undefined_object
 			return nil, &SetupError{Object: fmt.Sprintf("slot %q", n.Slot), Reason: "does not exist (dropped?): events may be missing",
-				Fix: "never recreate it silently; see README, Recovery"}
+				Fix: "never recreate it silently; see README, Postgres failover"}
 		}
 		return nil, fmt.Errorf("starting replication on slot %s: %w", n.Slot, err)
 	}
