@@ -79,7 +79,7 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 		}
 		switch in.Placement.Verdict {
 		case Phantoms, SystemChanged, OffHistory:
-			in.Problems = append(in.Problems, (&DivergedError{Placement: in.Placement, Checkpoint: in.Checkpoint, Server: in.Server,
+			in.Problems = append(in.Problems, (&DivergedError{Placement: in.Placement, Checkpoint: in.Checkpoint, Server: in.Server, From: in.Placement.goOnFrom(st.ConfirmedFlush),
 				Events: in.PhantomEvents, Slot: cfg.Names.Slot, CheckpointKey: cfg.CheckpointKey}).Error())
 		}
 	}

@@ -60,7 +60,9 @@ type Placement struct {
 	// when both are on one timeline. Zero when they do not part.
 	Fork pglogrepl.LSN
 	// Ahead is set for Phantoms on the checkpoint's own timeline: the
-	// server's WAL ends before the checkpoint.
+	// server's WAL ends before the checkpoint (a copy restored to an
+	// earlier point keeps its timeline). Where its WAL left the
+	// checkpoint's is then unknown: at Fork or before.
 	Ahead bool
 }
 
@@ -92,6 +94,16 @@ func Place(cp checkpoint.Checkpoint, srv replication.Server, history []replicati
 	return Placement{Verdict: SafeFailover, Fork: fork}
 }
 
+// goOnFrom is where accepting phantoms goes on from: the fork, or when
+// the server's WAL only ends before the checkpoint on its own timeline,
+// the slot's position, since where the WAL parted is unknown.
+func (pl Placement) goOnFrom(slotConfirmed pglogrepl.LSN) pglogrepl.LSN {
+	if pl.Ahead {
+		return min(slotConfirmed, pl.Fork)
+	}
+	return pl.Fork
+}
+
 // reach is the end of what a checkpoint covers, for reporting a range.
 func reach(cp checkpoint.Checkpoint) pglogrepl.LSN {
 	return max(cp.LSN, cp.PartialCommitLSN)
@@ -106,8 +118,13 @@ type DivergedError struct {
 	Checkpoint checkpoint.Checkpoint
 	Server     replication.Server
 	// Events is the number of events published past the fork, -1 when the
-	// checkpoint topic cannot tell (Phantoms only).
-	Events        int64
+	// checkpoint topic cannot tell (Phantoms only); with Placement.Ahead,
+	// a lower bound.
+	Events int64
+	// From is where accepting the phantoms goes on from: the fork, or
+	// with Placement.Ahead the slot's position, which no published event
+	// of the server's own history lies after.
+	From          pglogrepl.LSN
 	Slot          string
 	CheckpointKey string
 }
@@ -131,16 +148,25 @@ func (e *DivergedError) Error() string {
 		if e.Events >= 0 {
 			count = fmt.Sprint(e.Events)
 		}
-		where := fmt.Sprintf("timeline %d forked to the server's timeline %d at %s", cp.Identity.Timeline, srv.Timeline, e.Placement.Fork)
 		if e.Placement.Ahead {
-			where = fmt.Sprintf("the server's WAL on timeline %d ends at %s", srv.Timeline, e.Placement.Fork)
+			if e.Events >= 0 {
+				count = "at least " + count
+			}
+			return fmt.Sprintf("phantom events: %s events were published from WAL between %s and %s that the server does not have: "+
+				"the server's WAL on timeline %d ends at %s, but checkpoint %q is at %s, on the same timeline. The server was restored "+
+				"to an earlier point (a copy of its data directory, or a backup without a new timeline), or the checkpoint key is shared "+
+				"with another stream; the server's WAL may differ from what was published before %s too. Those events are in Kafka but "+
+				"their transactions are not in the database, and transactions the server commits below %s would be skipped. "+
+				"Reconcile the phantom events downstream, then accept them to go on from the slot's position %s, publishing every "+
+				"transaction after it (events between %s and where the copy ends may be published again; see README, Postgres failover)",
+				count, e.Placement.Fork, reach(cp), srv.Timeline, e.Placement.Fork, e.CheckpointKey, cp, e.Placement.Fork, reach(cp), e.From, e.From)
 		}
-		return fmt.Sprintf("phantom events: %s events were published from WAL between %s and %s that the server does not have: %s, "+
-			"but checkpoint %q is at %s. Those events are in Kafka but their transactions are not in the database (a standby that had not "+
-			"received them was promoted, or the server was restored to an earlier point); transactions the server commits from %s on "+
-			"would be skipped. Reconcile the phantom events downstream, then accept them to go on from %s, publishing every "+
-			"transaction of the server's history after it (see README, Postgres failover)",
-			count, e.Placement.Fork, reach(cp), where, e.CheckpointKey, cp, e.Placement.Fork, e.Placement.Fork)
+		return fmt.Sprintf("phantom events: %s events were published from WAL between %s and %s that the server does not have: "+
+			"timeline %d forked to the server's timeline %d at %s, but checkpoint %q is at %s. Those events are in Kafka but their "+
+			"transactions are not in the database (a standby that had not received them was promoted); transactions the server "+
+			"commits from %s on would be skipped. Reconcile the phantom events downstream, then accept them to go on from %s, "+
+			"publishing every transaction of the server's history after it (see README, Postgres failover)",
+			count, e.Placement.Fork, reach(cp), cp.Identity.Timeline, srv.Timeline, e.Placement.Fork, e.CheckpointKey, cp, e.Placement.Fork, e.Placement.Fork)
 	}
 	return fmt.Sprintf("checkpoint %q at %s does not match the server (%s): %s", e.CheckpointKey, cp, srv.SystemID, e.Placement.Verdict)
 }
@@ -163,7 +189,8 @@ type Accept struct {
 func resolve(cp checkpoint.Checkpoint, pl Placement, srv replication.Server, slotConfirmed pglogrepl.LSN, events int64,
 	acc Accept, now time.Time, slot, key string) (next checkpoint.Checkpoint, fresh bool, err error) {
 	own := checkpoint.Identity{SystemID: srv.SystemID, Timeline: srv.Timeline, Database: srv.Database}
-	diverged := &DivergedError{Placement: pl, Checkpoint: cp, Server: srv, Events: events, Slot: slot, CheckpointKey: key}
+	from := pl.goOnFrom(slotConfirmed)
+	diverged := &DivergedError{Placement: pl, Checkpoint: cp, Server: srv, Events: events, From: from, Slot: slot, CheckpointKey: key}
 	switch pl.Verdict {
 	case Continuous:
 		return cp, cp.Identity != own, nil
@@ -174,9 +201,9 @@ func resolve(cp checkpoint.Checkpoint, pl Placement, srv replication.Server, slo
 		if !acc.Phantoms {
 			return cp, false, diverged
 		}
-		next = cp.At(pl.Fork)
+		next = cp.At(from)
 		next.Identity = own
-		next.Gap = checkpoint.Gap{Kind: checkpoint.GapPhantoms, Previous: cp.Identity, From: pl.Fork, To: reach(cp), Events: events, At: now}
+		next.Gap = checkpoint.Gap{Kind: checkpoint.GapPhantoms, Previous: cp.Identity, From: from, To: reach(cp), Events: events, At: now}
 		return next, true, nil
 	case SystemChanged:
 		if !acc.SystemChange {
