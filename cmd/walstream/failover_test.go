@@ -725,3 +725,49 @@ func TestRestoredServerBehindCheckpoint(t *testing.T) {
 	}
 	exactly(t, got, want)
 }
+
+// TestFailoverWithoutSlotCopy: the standby keeps no copy of the slot (no
+// slot sync), as with Postgres 14 to 16. After the promotion walstream,
+// following the multi-host URL, finds no slot on the new primary while
+// Kafka holds a checkpoint: it stops and gives the procedure instead of
+// creating a slot past the rows committed meanwhile. Told to accept the
+// gap, it creates the slot and publishes what follows.
+func TestFailoverWithoutSlotCopy(t *testing.T) {
+	primary := testenv.StartPostgres(t, testenv.Version(failoverMajor))
+	standby := testenv.StartStandby(t, primary, testenv.StandbyConfig{Slot: "standby1"})
+	primary.Exec("postgres", outboxDDL)
+	broker := testenv.StartBroker(t).Addr
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=primary",
+		primary.Port, standby.Port)
+	watchSlot(t, "walstream", primary, standby)
+	p := testenv.StartWalstream(t, binary, runArgs(url, broker))
+	testenv.WaitStreaming(t, p, 60*time.Second)
+	before := insertRows(t, primary, 10, "before")
+	waitKafka(t, broker, union(before), p, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := standby.WaitReplayed(ctx, serverLSN(t, primary)); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.StopImmediate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	insertRows(t, standby, 5, "meanwhile") // before any slot exists on the new primary: not published
+	out := waitExit(t, p, 60*time.Second)
+	wantIn(t, "the log", out, `slot "walstream" does not exist`, "checkpoint", "not a failover slot", "--allow-slot-ahead", "Postgres failover")
+	var n int
+	if err := standby.Connect("postgres").QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'walstream'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("slots named walstream on the new primary: %d (%v), want none", n, err)
+	}
+
+	goOn := testenv.StartWalstream(t, binary, runArgs(url, broker, "--allow-slot-ahead"))
+	testenv.WaitStreaming(t, goOn, 60*time.Second)
+	after := insertRows(t, standby, 10, "after")
+	waitKafka(t, broker, union(before, after), goOn, 30*time.Second)
+	time.Sleep(time.Second)
+	exactly(t, kafkaIDs(t, broker), union(before, after))
+}
