@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -571,6 +572,18 @@ func TestForeignCluster(t *testing.T) {
 	waitKafka(t, broker, want, go_, 30*time.Second)
 	if err := go_.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatal(err)
+	}
+	// The choice is on record in the checkpoint, with both systems.
+	st, err = status(t, url, broker, "--json")
+	if err != nil {
+		t.Errorf("walstream status after the accepted change: %v\n%s", err, st)
+	}
+	var r statusReport
+	if err := json.Unmarshal([]byte(st), &r); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, st)
+	}
+	if c := r.Checkpoint; c.SystemID != idb.SystemID || c.Gap == nil || c.Gap.Kind != "system_changed" || c.Gap.PreviousSystemID != ida.SystemID {
+		t.Errorf("status --json checkpoint: system %s, gap %+v; want system %s and the change from %s on record", c.SystemID, c.Gap, idb.SystemID, ida.SystemID)
 	}
 	// The new checkpoint names b: a plain start streams on.
 	again := testenv.StartWalstream(t, binary, runArgs(url, broker))
