@@ -53,21 +53,17 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 		return nil, err
 	}
 	in.Warnings = append(in.Warnings, in.Failover.Warnings...)
-	rconn, err := replication.Dial(ctx, &cfg.Postgres.Config)
+	// IDENTIFY_SYSTEM needs a replication connection; a role without the
+	// REPLICATION attribute still gets the rest of the report.
+	history, identified, err := inspectServer(ctx, cfg, in)
 	if err != nil {
-		return nil, err
-	}
-	var history []replication.HistoryEntry
-	in.Server, history, err = identify(ctx, rconn)
-	rconn.Close(context.WithoutCancel(ctx))
-	if err != nil {
-		return nil, err
+		in.Warnings = append(in.Warnings, fmt.Sprintf("identifying the server (IDENTIFY_SYSTEM needs a role with REPLICATION): %v", err))
 	}
 	in.Checkpoint, in.WrittenAt, in.Found, err = publish.ReadCheckpoint(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
 	if err != nil {
 		return nil, err
 	}
-	if in.Found {
+	if in.Found && identified {
 		in.Placement = Place(in.Checkpoint, in.Server, history)
 		in.PhantomEvents = -1
 		if in.Placement.Verdict == Phantoms {
@@ -98,4 +94,16 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 			slot, st.ConfirmedFlush, in.Checkpoint))
 	}
 	return in, nil
+}
+
+// inspectServer fills in the server's identity and returns its timeline
+// history.
+func inspectServer(ctx context.Context, cfg Config, in *Inspection) (history []replication.HistoryEntry, ok bool, err error) {
+	rconn, err := replication.Dial(ctx, &cfg.Postgres.Config)
+	if err != nil {
+		return nil, false, err
+	}
+	defer rconn.Close(context.WithoutCancel(ctx))
+	in.Server, history, err = identify(ctx, rconn)
+	return history, err == nil, err
 }

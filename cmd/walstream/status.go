@@ -167,7 +167,9 @@ func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
 			n := int64(cp.Events)
 			c.Events = &n
 		}
-		c.Placement = in.Placement.Verdict.String()
+		if in.Server.SystemID != "" { // else the server could not be identified (a warning says why)
+			c.Placement = in.Placement.Verdict.String()
+		}
 		if in.Placement.Verdict == pipeline.Phantoms {
 			c.Phantoms = &phantoms{FromLSN: in.Placement.Fork.String(), ToLSN: max(cp.LSN, cp.PartialCommitLSN).String(), Events: in.PhantomEvents}
 		}
@@ -211,7 +213,10 @@ func printStatus(w io.Writer, r *statusReport) {
 		fmt.Fprintf(tw, "  exists\tno\n")
 	}
 	sv, fo := r.Server, r.Failover
-	fmt.Fprintf(tw, "server\t%s\n  system\t%s timeline %d database %s\n  WAL end\t%s\n", sv.Host, sv.SystemID, sv.Timeline, sv.Database, sv.WALEnd)
+	fmt.Fprintf(tw, "server\t%s\n", sv.Host)
+	if sv.SystemID != "" {
+		fmt.Fprintf(tw, "  system\t%s timeline %d database %s\n  WAL end\t%s\n", sv.SystemID, sv.Timeline, sv.Database, sv.WALEnd)
+	}
 	switch {
 	case !fo.Supported:
 		fmt.Fprintf(tw, "  failover slots\tnot supported (before Postgres 17): the slot does not survive a promotion\n")
@@ -227,7 +232,9 @@ func printStatus(w io.Writer, r *statusReport) {
 		if c.Events != nil {
 			fmt.Fprintf(tw, "  events published\t%d\n", *c.Events)
 		}
-		fmt.Fprintf(tw, "  placement\t%s\n", c.Placement)
+		if c.Placement != "" {
+			fmt.Fprintf(tw, "  placement\t%s\n", c.Placement)
+		}
 		if p := c.Phantoms; p != nil {
 			fmt.Fprintf(tw, "  phantom events\t%s between %s and %s\n", count(p.Events), p.FromLSN, p.ToLSN)
 		}
