@@ -17,6 +17,7 @@ func (d *deadlines) SetReadDeadline(t time.Time) error { d.set = append(d.set, t
 type nothingToConfirm struct{}
 
 func (nothingToConfirm) Confirm() (pglogrepl.LSN, bool) { return 0, false }
+func (nothingToConfirm) ServerWALEnd(pglogrepl.LSN)     {}
 
 // ConfirmSoon moves the read deadline Run blocks on to ConfirmInterval
 // after the last status update, and only once per update however many
