@@ -379,6 +379,7 @@ func TestTrackerLag(t *testing.T) {
 	if st.Lag != 0 || st.LastEvent.IsZero() {
 		t.Fatalf("caught up: lag %s, last event %s; want 0 and a time", st.Lag, st.LastEvent)
 	}
+	tr.ServerWALEnd(400)
 	if tr.Confirm(); tr.Status(t0).LastConfirm.IsZero() {
 		t.Fatal("Confirm did not record the time")
 	}
