@@ -475,7 +475,6 @@ func (e *TableRecreatedError) Error() string {
 		e.Table, e.OldOID, e.NewOID, where, e.Table, e.NewOID)
 }
 
-
 // mapColumns finds the outbox's columns in the table, and refuses a table
 // that lacks one or has an additional column of a type it cannot encode.
 func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMessage) *Error {
