@@ -30,6 +30,32 @@ type Checkpoint struct {
 	// published in parts, of which events 1..Ordinal are in Kafka.
 	PartialCommitLSN pglogrepl.LSN
 	Ordinal          uint64
+	// Notes is what the record says besides the position; nil when it says
+	// nothing more. It does not take part in ordering checkpoints.
+	Notes *Notes
+}
+
+// Notes is what a checkpoint records for the next session and for
+// operators, besides the position.
+type Notes struct {
+	// Tables are the outbox tables' pg_class OIDs, by schema.table, that
+	// the published stream came from: a table found with another OID was
+	// recreated since, and rows may be missing.
+	Tables map[string]uint32 `json:"tables,omitempty"`
+	// Skipped is the last event an operator sent to the dead-letter topic
+	// by naming it, kept in every later checkpoint too.
+	Skipped *Skip `json:"skipped,omitempty"`
+}
+
+// Skip is an event skipped by name: sent to the dead-letter topic with
+// its reason instead of stopping walstream.
+type Skip struct {
+	Event   string    `json:"event"` // commit LSN:ordinal, as errors print it
+	LSN     string    `json:"lsn"`
+	Table   string    `json:"table"`
+	EventID string    `json:"event_id,omitempty"`
+	Reason  string    `json:"reason"`
+	Time    time.Time `json:"time"`
 }
 
 // Skip reports whether the event with the given ordinal (1-based) of the
@@ -82,6 +108,9 @@ type record struct {
 	PartialCommitLSN string    `json:"partial_commit_lsn,omitempty"`
 	Ordinal          uint64    `json:"ordinal,omitempty"`
 	Time             time.Time `json:"time"`
+	// Notes' fields, at the top level; absent from older records.
+	Tables  map[string]uint32 `json:"tables,omitempty"`
+	Skipped *Skip             `json:"skipped,omitempty"`
 }
 
 // Encode returns the checkpoint record's value.
@@ -89,6 +118,9 @@ func (c Checkpoint) Encode(slot string, now time.Time) []byte {
 	r := record{Slot: slot, LSN: c.LSN.String(), Ordinal: c.Ordinal, Time: now.UTC()}
 	if c.PartialCommitLSN != 0 {
 		r.PartialCommitLSN = c.PartialCommitLSN.String()
+	}
+	if c.Notes != nil {
+		r.Tables, r.Skipped = c.Notes.Tables, c.Notes.Skipped
 	}
 	b, _ := json.Marshal(r) // cannot fail: strings, integers and a time
 	return b
@@ -110,6 +142,9 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 			return Checkpoint{}, time.Time{}, fmt.Errorf("decoding checkpoint partial_commit_lsn %q: %w", r.PartialCommitLSN, err)
 		}
 		c.Ordinal = r.Ordinal
+	}
+	if len(r.Tables) > 0 || r.Skipped != nil {
+		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped}
 	}
 	return c, r.Time, nil
 }
