@@ -44,9 +44,9 @@ type Config struct {
 	// TABLE were never sent, so decoding stops there. A table missing from
 	// OIDs takes the first OID the stream shows.
 	OIDs map[string]uint32
-	// Recreated names tables an operator accepted as recreated: their
-	// Relation messages may carry another OID until the one in OIDs first
-	// shows (the rows of the dropped table precede the new table's).
+	// Recreated names tables whose OID may change without a gap: an
+	// operator accepted the recreation, or the publication covers the
+	// table's schema, so a new table is in it from its CREATE TABLE on.
 	Recreated map[string]bool
 	// MessagePrefix, when set, makes transactional logical decoding
 	// messages with this prefix (pg_logical_emit_message) outbox events,
@@ -422,9 +422,7 @@ func (d *Decoder) sameTable(name string, oid uint32) *TableRecreatedError {
 	want, known := d.cfg.OIDs[name]
 	seen, seenBefore := d.oids[name]
 	switch {
-	case known && oid == want, !known && (!seenBefore || oid == seen):
-	case known && d.cfg.Recreated[name] && seen != want:
-		// Accepted: rows of the dropped table, before the new one shows.
+	case d.cfg.Recreated[name], known && oid == want, !known && (!seenBefore || oid == seen):
 	default:
 		old := want
 		if seenBefore {

@@ -45,6 +45,15 @@ type Config struct {
 	// DeadLetterTopic, when set, takes events that cannot be published;
 	// when empty such an event stops the stream.
 	DeadLetterTopic string
+	// SkipEvent, when set, names one event that cannot be published: it
+	// goes to SkipTopic with its reason, the skip is logged and recorded in
+	// the checkpoint, and nothing else is skipped.
+	SkipEvent decode.Ref
+	SkipTopic string
+	// AcceptRecreated are outbox tables an operator accepts as recreated,
+	// by schema.table, with the new table's OID: the rows lost between its
+	// CREATE TABLE and its ALTER PUBLICATION were dealt with.
+	AcceptRecreated map[string]uint32
 	Converter       publish.Converter
 	Compression     publish.Compression
 	MaxRecordBytes  int

@@ -42,6 +42,10 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if err := replication.Prepare(ctx, conn, names, cfg.Create && !s.started); err != nil {
 		return false, err
 	}
+	tables, err := checkTables(ctx, conn, cfg)
+	if err != nil {
+		return false, err
+	}
 	rconn, err := replication.Dial(ctx, &cfg.Postgres.Config)
 	if err != nil {
 		return false, err
@@ -69,6 +73,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
 		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.DeadLetterTopic, Converter: cfg.Converter,
 		Compression: cfg.Compression, TopicCreation: cfg.TopicCreation,
+		SkipEvent: cfg.SkipEvent, SkipTopic: cfg.SkipTopic, Tables: tables.oids,
 	}, s.log, s.metrics.pub, cfg.Hook)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
@@ -77,6 +82,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	defer prod.Close()
 
 	cp, inKafka, err := resume(ctx, prod, slot, cfg, s.log)
+	if err == nil {
+		err = tables.sinceCheckpoint(cp, cfg.AcceptRecreated, s.log)
+	}
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
@@ -89,7 +97,8 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	in := &feed{
 		dec: decode.New(decode.Config{
 			Outboxes: cfg.Outboxes, MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
-			DeadLetter: cfg.DeadLetterTopic != "", MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: tracker.Replayed,
+			JSONText: cfg.Converter == publish.JSONConverter, OIDs: tables.oids, Recreated: tables.mayChange,
+			MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: tracker.Replayed,
 		}),
 		out: q, received: tracker, log: s.log, skipped: s.metrics.skipped, hook: cfg.Hook,
 	}
@@ -102,7 +111,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return onKafka(prod.Run(gctx, q)) })
 	g.Go(func() error { return stream.Run(gctx, in, tracker) })
-	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot}
+	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot, OIDs: tables.watched()}
 	g.Go(func() error { return mon.Run(gctx) })
 	err = g.Wait()
 	if errors.Is(err, publish.ErrFenced) {

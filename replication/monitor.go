@@ -103,6 +103,11 @@ type Monitor struct {
 	Names    Names
 	Interval time.Duration
 	Metrics  *SlotMetrics
+	// OIDs are the outbox tables' OIDs, by schema.table, when streaming
+	// started; a table found with another is recreated, and streaming
+	// stops even if no row of the new table has come yet. Tables not in
+	// OIDs are not watched.
+	OIDs map[string]uint32
 }
 
 // Run polls until ctx ends or the slot cannot be streamed any more.
@@ -121,12 +126,40 @@ func (m *Monitor) Run(ctx context.Context) error {
 		if err := st.fatal(m.Names); err != nil {
 			return err
 		}
+		if err := m.sameTables(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
 		}
 	}
+}
+
+// sameTables stops at an outbox table whose OID changed: it was dropped
+// and created again between two polls, and the rows committed before it
+// was added to the publication again are not in the stream.
+func (m *Monitor) sameTables(ctx context.Context) error {
+	if len(m.OIDs) == 0 {
+		return nil
+	}
+	now, err := tableOIDs(ctx, m.Conn, m.Names.Tables)
+	if err != nil {
+		return err
+	}
+	for _, t := range m.Names.Tables {
+		want, watched := m.OIDs[t.String()]
+		if got := now[t.String()]; watched && got != want && got != 0 {
+			return &SetupError{Object: "table " + t.SQL(),
+				Reason: fmt.Sprintf("was dropped and recreated while streaming (OID %d, now %d): rows committed to it before it was added to publication %q again were never sent", want, got, m.Names.Publication),
+				Fix:    "see README, Recovery: a recreated outbox table; next time " + m.Names.RecreateAdvice(t)}
+		}
+	}
+	return nil
 }
 
 // fatal reports a state streaming cannot go on from.
@@ -143,7 +176,8 @@ func (st SlotState) fatal(n Names) error {
 			Fix: "recreate it with: " + n.PublicationSQL() + "; events committed meanwhile are not published"}
 	case len(st.Missing) > 0:
 		return &SetupError{Object: "table " + tableList(st.Missing), Reason: fmt.Sprintf("is no longer in publication %q (dropped or removed) while streaming", n.Publication),
-			Fix: n.addTablesSQL(st.Missing)}
+			Fix: n.addTablesSQL(st.Missing) + "; if it was dropped, rows committed to the new table before that are never sent: see README, Recovery, and next time " +
+				n.RecreateAdvice(st.Missing[0])}
 	}
 	return nil
 }

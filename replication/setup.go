@@ -158,7 +158,8 @@ func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
 	for _, t := range n.Tables {
 		if !slices.Contains(existing, t.SQL()) {
 			return &SetupError{Object: "table " + t.SQL(), Reason: "does not exist",
-				Fix: "create the outbox table (columns id, aggregatetype, aggregateid, type, payload; walstream init prints it) or name the right table"}
+				Fix: "create the outbox table (columns id, aggregatetype, aggregateid, type, payload; walstream init prints it) or name the right table; " +
+					"if it was dropped, " + n.RecreateAdvice(t)}
 		}
 	}
 	if err := preparePublication(ctx, conn, n, create); err != nil {
@@ -186,7 +187,8 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, n Names, create boo
 			return fmt.Errorf("creating %s: %w", obj, err)
 		}
 	case len(missing) > 0:
-		return &SetupError{Object: obj, Reason: "does not include table " + tableList(missing), Fix: n.addTablesSQL(missing)}
+		return &SetupError{Object: obj, Reason: "does not include table " + tableList(missing),
+			Fix: n.addTablesSQL(missing) + "; rows committed to it before that are never sent: " + n.RecreateAdvice(missing[0])}
 	case !inserts:
 		return &SetupError{Object: obj, Reason: "does not publish inserts",
 			Fix: fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert, update')", pgx.Identifier{n.Publication}.Sanitize())}
