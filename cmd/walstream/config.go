@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/replication"
 )
@@ -72,6 +74,8 @@ type Config struct {
 	Compression           string
 	MessagePrefix         string
 	DeadLetterTopic       string
+	SkipEvent             string
+	AcceptRecreated       string
 	MaxRecordBytes        int
 	PGPasswordFile        string
 	KafkaTLS              bool
@@ -146,7 +150,9 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	str(&c.Compression, "compression", "snappy", "record batch compression: snappy, lz4, zstd, gzip or none")
 	str(&c.MessagePrefix, "message-prefix", "walstream", "prefix of transactional pg_logical_emit_message() outbox events; empty: ignore logical messages")
 	str(&c.OnError, "on-error", OnErrorFail, "a row that cannot become a record: fail (stop, confirm nothing past it) or dead-letter (write it to --dlq-topic and go on)")
-	str(&c.DeadLetterTopic, "dlq-topic", DefaultDeadLetterTopic, "dead-letter topic, with --on-error=dead-letter")
+	str(&c.DeadLetterTopic, "dlq-topic", DefaultDeadLetterTopic, "dead-letter topic, with --on-error=dead-letter or --skip-event")
+	str(&c.SkipEvent, "skip-event", "", "one event that cannot be published, as a stop message names it (<commit LSN>:<ordinal>): it goes to --dlq-topic with its reason and the skip is recorded in the checkpoint; nothing else is skipped (see README)")
+	str(&c.AcceptRecreated, "accept-recreated-table", "", "outbox tables accepted as dropped and recreated, as schema.table=<new OID>, comma-separated, once the rows the recreation lost are dealt with (see README)")
 	num(&c.MaxRecordBytes, "max-record-bytes", DefaultMaxRecordBytes, "largest record to send; keep it within the topics' max.message.bytes")
 	dur(&c.SlotPollInterval, "slot-poll-interval", DefaultSlotPoll, "how often the slot's state is read for metrics and checked")
 	dur(&c.ReadyConfirmAge, "ready-confirm-age", DefaultReadyConfirmAge, "/readyz fails when no position was confirmed to Postgres for this long")
@@ -253,10 +259,18 @@ func (c *Config) Validate() error {
 	if c.OnError != OnErrorFail && c.OnError != OnErrorDeadLetter {
 		bad("on-error", "%q is not %s or %s", c.OnError, OnErrorFail, OnErrorDeadLetter)
 	}
-	if c.OnError == OnErrorDeadLetter {
+	if c.OnError == OnErrorDeadLetter || c.SkipEvent != "" {
 		if err := publish.ValidTopic(c.DeadLetterTopic); err != nil {
 			bad("dlq-topic", "%v", err)
 		}
+	}
+	if c.SkipEvent != "" {
+		if _, err := decode.ParseRef(c.SkipEvent); err != nil {
+			bad("skip-event", "%v", err)
+		}
+	}
+	if _, err := c.acceptRecreated(); err != nil {
+		bad("accept-recreated-table", "%v", err)
 	}
 	if c.MaxRecordBytes < 1 {
 		bad("max-record-bytes", "must be at least 1, got %d", c.MaxRecordBytes)
@@ -317,6 +331,33 @@ func (c *Config) compression() publish.Compression {
 func (c *Config) converter() publish.Converter {
 	conv, _ := publish.ParseConverter(c.Converter) // validated
 	return conv
+}
+
+// skipEvent is the event --skip-event names; zero when none.
+func (c *Config) skipEvent() decode.Ref {
+	r, _ := decode.ParseRef(c.SkipEvent) // validated
+	return r
+}
+
+// acceptRecreated reads --accept-recreated-table: schema.table=oid entries.
+func (c *Config) acceptRecreated() (map[string]uint32, error) {
+	out := make(map[string]uint32)
+	for _, entry := range strings.Split(c.AcceptRecreated, ",") {
+		if entry = strings.TrimSpace(entry); entry == "" {
+			continue
+		}
+		name, oidText, ok := strings.Cut(entry, "=")
+		t, err := replication.ParseTable(name)
+		if err != nil || !ok {
+			return nil, fmt.Errorf("%q is not schema.table=<OID>", entry)
+		}
+		oid, err := strconv.ParseUint(oidText, 10, 32)
+		if err != nil || oid == 0 {
+			return nil, fmt.Errorf("%q: OID %q is not a table OID", entry, oidText)
+		}
+		out[t.String()] = uint32(oid)
+	}
+	return out, nil
 }
 
 // deadLetterTopic is the DLQ topic, or empty when bad rows are fatal.

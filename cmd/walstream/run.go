@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
 )
 
@@ -44,11 +45,17 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 // flagHints adds the flag that changes the outcome to errors that have one.
 func flagHints(err error) error {
 	var shared *pipeline.SharedIDError
+	var recreated *decode.TableRecreatedError
+	var bad *decode.Error
 	switch {
 	case errors.Is(err, pipeline.ErrSlotAhead):
 		return fmt.Errorf("%w (--allow-slot-ahead)", err)
 	case errors.As(err, &shared):
 		return fmt.Errorf("%w (check --transactional-id)", err)
+	case errors.As(err, &recreated):
+		return fmt.Errorf("%w (--accept-recreated-table %s=%d)", err, recreated.Table, recreated.NewOID)
+	case errors.As(err, &bad) && bad.Event.CommitLSN != 0:
+		return fmt.Errorf("%w (to send this one event to --dlq-topic and go on: --skip-event %s; see README, Bad input)", err, bad.Event.Ref())
 	}
 	return err
 }
@@ -64,11 +71,13 @@ func (c *Config) pipeline() (pipeline.Config, error) {
 		return pipeline.Config{}, err
 	}
 	outboxes, messages, _ := c.outboxes() // validated
+	accept, _ := c.acceptRecreated()      // validated
 	return pipeline.Config{
 		Postgres: pg, Names: c.names(), Create: c.Create, AllowSlotAhead: c.AllowSlotAhead,
 		Kafka: kafka, TransactionalID: c.TransactionalID, CheckpointTopic: c.CheckpointTopic, CheckpointKey: c.CheckpointKey,
 		Outboxes: outboxes, Messages: messages, MessagePrefix: c.MessagePrefix,
 		DeadLetterTopic: c.deadLetterTopic(), Converter: c.converter(), Compression: c.compression(), MaxRecordBytes: c.MaxRecordBytes,
+		SkipEvent: c.skipEvent(), SkipTopic: c.DeadLetterTopic, AcceptRecreated: accept,
 		TopicCreation:  c.TopicCreation.tc,
 		MaxBatchEvents: c.MaxBatchEvents, MaxBatchBytes: c.MaxBatchBytes, QueueBytes: c.QueueBytes,
 		Linger: c.Linger, IdleInterval: c.IdleInterval, CommitTimeout: c.CommitTimeout,
