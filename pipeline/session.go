@@ -111,7 +111,8 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return onKafka(prod.Run(gctx, q)) })
 	g.Go(func() error { return stream.Run(gctx, in, tracker) })
-	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot, OIDs: tables.watched()}
+	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot, OIDs: tables.watched(),
+		CheckTable: func(info replication.TableInfo) error { return checkMapping(cfg.Outboxes, info, "while streaming") }}
 	g.Go(func() error { return mon.Run(gctx) })
 	err = g.Wait()
 	if errors.Is(err, publish.ErrFenced) {

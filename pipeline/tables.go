@@ -42,19 +42,29 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *Config) (outboxTables
 		if info.SchemaPublished {
 			t.mayChange[name], t.schemaPublished[name] = true, true
 		}
-		i := slices.IndexFunc(cfg.Outboxes, func(o *decode.Outbox) bool { return o.Name() == name })
-		if i < 0 {
-			continue
-		}
-		cols := make([]decode.Column, len(info.Columns))
-		for j, c := range info.Columns {
-			cols[j] = decode.Column{Name: c.Name, Type: c.Type}
-		}
-		if err := decode.CheckTable(cfg.Outboxes[i], cols); err != nil {
-			return outboxTables{}, fmt.Errorf("checking table %s (OID %d) against its mapping at startup: %w", name, info.OID, err)
+		if err := checkMapping(cfg.Outboxes, info, "at startup"); err != nil {
+			return outboxTables{}, err
 		}
 	}
 	return t, nil
+}
+
+// checkMapping checks an outbox table from the catalog against its
+// mapping; when names when it was read.
+func checkMapping(outboxes []*decode.Outbox, info replication.TableInfo, when string) error {
+	name := info.Table.String()
+	i := slices.IndexFunc(outboxes, func(o *decode.Outbox) bool { return o.Name() == name })
+	if i < 0 {
+		return nil
+	}
+	cols := make([]decode.Column, len(info.Columns))
+	for j, c := range info.Columns {
+		cols[j] = decode.Column{Name: c.Name, Type: c.Type}
+	}
+	if err := decode.CheckTable(outboxes[i], cols); err != nil {
+		return fmt.Errorf("checking table %s (OID %d) against its mapping %s: %w", name, info.OID, when, err)
+	}
+	return nil
 }
 
 // sinceCheckpoint compares the tables with those the checkpoint recorded:

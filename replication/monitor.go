@@ -108,6 +108,11 @@ type Monitor struct {
 	// stops even if no row of the new table has come yet. Tables not in
 	// OIDs are not watched.
 	OIDs map[string]uint32
+	// CheckTable, if not nil, is told each outbox table as the catalog has
+	// it at each poll, and stops streaming with the error it returns: a
+	// column the mapping needs, renamed or dropped while the outbox is
+	// idle, is found before a row is.
+	CheckTable func(TableInfo) error
 }
 
 // Run polls until ctx ends or the slot cannot be streamed any more.
@@ -144,19 +149,24 @@ func (m *Monitor) Run(ctx context.Context) error {
 // and created again between two polls, and the rows committed before it
 // was added to the publication again are not in the stream.
 func (m *Monitor) sameTables(ctx context.Context) error {
-	if len(m.OIDs) == 0 {
+	if len(m.OIDs) == 0 && m.CheckTable == nil {
 		return nil
 	}
-	now, err := tableOIDs(ctx, m.Conn, m.Names.Tables)
+	infos, err := DescribeTables(ctx, m.Conn, m.Names)
 	if err != nil {
 		return err
 	}
-	for _, t := range m.Names.Tables {
-		want, watched := m.OIDs[t.String()]
-		if got := now[t.String()]; watched && got != want && got != 0 {
-			return &SetupError{Object: "table " + t.SQL(),
-				Reason: fmt.Sprintf("was dropped and recreated while streaming (OID %d, now %d): rows committed to it before it was added to publication %q again were never sent", want, got, m.Names.Publication),
-				Fix:    "see README, Recovery: a recreated outbox table; next time " + m.Names.RecreateAdvice(t)}
+	for _, info := range infos {
+		want, watched := m.OIDs[info.Table.String()]
+		if watched && info.OID != want {
+			return &SetupError{Object: "table " + info.Table.SQL(),
+				Reason: fmt.Sprintf("was dropped and recreated while streaming (OID %d, now %d): rows committed to it before it was added to publication %q again were never sent", want, info.OID, m.Names.Publication),
+				Fix:    "see README, Recovery: a recreated outbox table; next time " + m.Names.RecreateAdvice(info.Table)}
+		}
+		if m.CheckTable != nil {
+			if err := m.CheckTable(info); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

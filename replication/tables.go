@@ -57,22 +57,6 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 	return out, nil
 }
 
-// tableOIDs reads the tables' current OIDs; 0 for a table that does not
-// exist.
-func tableOIDs(ctx context.Context, conn *pgx.Conn, tables []Table) (map[string]uint32, error) {
-	var oids []uint32
-	err := conn.QueryRow(ctx, `SELECT ARRAY(SELECT coalesce(to_regclass(t)::oid, 0) FROM unnest($1::text[]) WITH ORDINALITY u(t, i) ORDER BY i)`,
-		sqlNames(tables)).Scan(&oids)
-	if err != nil || len(oids) != len(tables) {
-		return nil, fmt.Errorf("reading the outbox tables' OIDs: %w (%d for %d tables)", err, len(oids), len(tables))
-	}
-	out := make(map[string]uint32, len(tables))
-	for i, t := range tables {
-		out[t.String()] = oids[i]
-	}
-	return out, nil
-}
-
 // RecreateAdvice is how to create an outbox table again without losing
 // rows: Postgres sends a table's rows only once it is in the publication,
 // so rows committed between a separate CREATE TABLE and ALTER PUBLICATION
