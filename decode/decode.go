@@ -441,7 +441,7 @@ func recreatedAt(rel *relation, lsn pglogrepl.LSN) error {
 	}
 	e := *rel.recreated
 	e.LSN = lsn
-	return &Error{Event: Identity{LSN: lsn, Table: rel.name}, Reason: "outbox table was recreated", Err: &e}
+	return &Error{Event: Identity{LSN: lsn, Table: rel.name}, Reason: "not the table streamed before", Err: &e}
 }
 
 // TableRecreatedError is an outbox table that is not the one walstream

@@ -92,7 +92,7 @@ func (t outboxTables) sinceCheckpoint(cp checkpoint.Checkpoint, accept map[strin
 		case t.mayChange[name]:
 			log.Warn("outbox table recreated since the checkpoint: accepted", "table", name, "old_oid", recorded, "oid", now, "checkpoint", cp.String())
 		default:
-			return &decode.Error{Event: decode.Identity{Table: name}, Reason: "outbox table was recreated",
+			return &decode.Error{Event: decode.Identity{Table: name}, Reason: "not the table streamed before",
 				Err: &decode.TableRecreatedError{Table: name, OldOID: recorded, NewOID: now, Since: cp.String()}}
 		}
 	}
