@@ -265,7 +265,7 @@ func TestChaos(t *testing.T) {
 		recs = append(recs, rs...)
 	}
 	ld.mu.Lock()
-	v := judge(recs, ledger, ld.rolledBack)
+	v := judge(recs, ledger, ld.rolledBack, fl.gapIDs())
 	ld.mu.Unlock()
 	if n := v.failures(); n > 0 {
 		fail("kcat read %d records: %d duplicates, %d lost, %d not in the ledger (%d known rolled back), %d order violations, %d aggregates in several partitions, %d disagreeing with the ledger:\n  %s",
