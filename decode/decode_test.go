@@ -171,28 +171,28 @@ func TestDecodeBytea(t *testing.T) {
 
 // firstProblem decodes frames and returns the first bad event's error or
 // decode error, in stream order, with the LSN of the frame it came at.
-func firstProblem(t *testing.T, d *Decoder, frames []frame) (error, pglogrepl.LSN) {
+func firstProblem(t *testing.T, d *Decoder, frames []frame) (pglogrepl.LSN, error) {
 	t.Helper()
 	for _, f := range frames {
 		tx, err := d.Decode(f.lsn, f.data)
 		if err != nil {
-			return err, f.lsn
+			return f.lsn, err
 		}
 		if tx == nil {
 			continue
 		}
 		for _, ev := range tx.Events {
 			if ev.Bad != nil {
-				return ev.Bad, ev.LSN
+				return ev.LSN, ev.Bad
 			}
 		}
 	}
-	return nil, 0
+	return 0, nil
 }
 
 func TestDecodeNullAggregateType(t *testing.T) {
 	d := New(outboxConfig("public", nil))
-	err, at := firstProblem(t, d, readFrames(t, "null-aggregatetype"))
+	at, err := firstProblem(t, d, readFrames(t, "null-aggregatetype"))
 	var de *Error
 	if !errors.As(err, &de) {
 		t.Fatalf("err = %v, want a *decode.Error", err)
@@ -208,7 +208,7 @@ func TestDecodeNullAggregateType(t *testing.T) {
 func TestDecodeMissingColumn(t *testing.T) {
 	cfg := outboxConfig("public", func(o *Outbox) { o.Columns.AggregateID = "aggregate_id" })
 	d := New(cfg)
-	err, at := firstProblem(t, d, readFrames(t, "basic"))
+	at, err := firstProblem(t, d, readFrames(t, "basic"))
 	if err == nil || !strings.Contains(err.Error(), "column aggregate_id: outbox column is missing") || !strings.Contains(err.Error(), "table public.outbox") {
 		t.Fatalf("err = %v, want the missing column named", err)
 	}
@@ -505,7 +505,7 @@ func TestDecodeMappingRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := New(outboxConfig("public", tc.mod))
-			err, _ := firstProblem(t, d, readFrames(t, "additional-fields"))
+			_, err := firstProblem(t, d, readFrames(t, "additional-fields"))
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -609,7 +609,7 @@ func TestDecodeInvalidUTF8Payload(t *testing.T) {
 	for _, jsonText := range []bool{false, true} {
 		cfg := outboxConfig("public", nil)
 		cfg.JSONText = jsonText
-		err, at := firstProblem(t, New(cfg), frames)
+		at, err := firstProblem(t, New(cfg), frames)
 		switch {
 		case !jsonText && err != nil:
 			t.Errorf("string converter: %v", err)
