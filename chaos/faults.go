@@ -443,10 +443,13 @@ var gapStop = regexp.MustCompile(`table public\.outbox was dropped and recreated
 
 // recreate drops the outbox table under load and creates it again, the
 // way that loses rows: the writers commit rows to the new table before it
-// is added to the publication, in a later transaction. Those rows, read
-// under a lock that holds the writers off while the table is added, are
-// the gap. walstream must stop naming it; the harness then plays the
-// operator, accepting the new table, and later rows must flow exactly once.
+// is added to the publication, in a later transaction. The gap is the
+// ledger rows committed between the DROP (which waits for every writer of
+// the old table) and a lock that holds the writers off while the table is
+// added: the ledger, not the table, because writers delete some of their
+// rows again. walstream must stop naming the gap; the harness then plays
+// the operator, accepting the new table, and later rows must flow exactly
+// once.
 func (f *faults) recreate(ctx context.Context) string {
 	p := f.current()
 	if p == nil {
@@ -473,6 +476,14 @@ func (f *faults) recreate(ctx context.Context) string {
 		if _, err := conn.Exec(ctx, "DROP TABLE public.outbox"); err != nil {
 			return err
 		}
+		rows, err := conn.Query(ctx, "SELECT id::text FROM ledger")
+		if err != nil {
+			return err
+		}
+		before, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
 		if _, err := conn.Exec(ctx, string(ddl)); err != nil {
 			return err
 		}
@@ -488,12 +499,22 @@ func (f *faults) recreate(ctx context.Context) string {
 		if _, err := tx.Exec(ctx, "LOCK TABLE public.outbox IN ACCESS EXCLUSIVE MODE"); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, "SELECT id::text FROM public.outbox")
+		rows, err = tx.Query(ctx, "SELECT id::text FROM ledger")
 		if err != nil {
 			return err
 		}
-		if gap, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		after, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
 			return err
+		}
+		old := make(map[string]bool, len(before))
+		for _, id := range before {
+			old[id] = true
+		}
+		for _, id := range after {
+			if !old[id] {
+				gap = append(gap, id)
+			}
 		}
 		if _, err := tx.Exec(ctx, "ALTER PUBLICATION walstream_outbox ADD TABLE public.outbox"); err != nil {
 			return err

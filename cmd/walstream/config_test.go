@@ -37,6 +37,25 @@ func TestConfigFromEnvironment(t *testing.T) {
 	}
 }
 
+// --skip-event and --accept-recreated-table reach the pipeline's settings.
+func TestConfigSkipAndAccept(t *testing.T) {
+	c, err := parseConfig([]string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092",
+		"--skip-event", "0/16B3748:2", "--accept-recreated-table", "public.outbox=16454, billing.outbox=17000"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := c.pipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.SkipEvent != (decode.Ref{CommitLSN: 0x16B3748, Ordinal: 2}) || pc.SkipTopic != DefaultDeadLetterTopic || pc.DeadLetterTopic != "" {
+		t.Errorf("skip %v to %q, dead-letter topic %q: want the one event to walstream.dlq, fail mode otherwise", pc.SkipEvent, pc.SkipTopic, pc.DeadLetterTopic)
+	}
+	if a := pc.AcceptRecreated; len(a) != 2 || a["public.outbox"] != 16454 || a["billing.outbox"] != 17000 {
+		t.Errorf("accepted %v", a)
+	}
+}
+
 func TestConfigErrorsNameTheSetting(t *testing.T) {
 	base := []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
 	for _, tc := range []struct {
@@ -57,6 +76,10 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{"table twice", append(base, "--table", "public.outbox,public.outbox"), nil, []string{"listed twice"}},
 		{"interval", append(base, "--status-interval", "0s"), nil, []string{"--status-interval", "must be positive"}},
 		{"log level", append(base, "--log-level", "loud"), nil, []string{"--log-level", "loud"}},
+		{"skip event", append(base, "--skip-event", "0/16B3748"), nil, []string{"--skip-event", "<commit LSN>:<ordinal>"}},
+		{"skip event without a DLQ topic", append(base, "--skip-event", "0/16B3748:2", "--dlq-topic", "bad topic"), nil, []string{"--dlq-topic"}},
+		{"accept recreated", append(base, "--accept-recreated-table", "public.outbox"), nil, []string{"--accept-recreated-table", "schema.table=<OID>"}},
+		{"accept recreated OID", append(base, "--accept-recreated-table", "public.outbox=x"), nil, []string{"--accept-recreated-table", `OID "x"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
