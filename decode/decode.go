@@ -220,7 +220,7 @@ type Error struct {
 	// required column is missing. Dead-letter mode does not take such rows,
 	// or it would take every row of the table; only naming the one event
 	// (a skip) does.
-	Table bool
+	Unmapped bool
 }
 
 // at is the identity of a message known only by its position.
@@ -485,7 +485,7 @@ func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMes
 		return -1
 	}
 	missing := func(column, reason string) *Error {
-		return &Error{Event: Identity{LSN: walStart, Table: rel.name}, Column: column, Reason: reason, Table: true}
+		return &Error{Event: Identity{LSN: walStart, Table: rel.name}, Column: column, Reason: reason, Unmapped: true}
 	}
 	cols := rel.outbox.Columns
 	for _, c := range []struct {

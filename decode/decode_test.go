@@ -220,7 +220,7 @@ func TestDecodeMissingColumn(t *testing.T) {
 		}
 	}
 	var de *Error
-	if !errors.As(err, &de) || !de.Table {
+	if !errors.As(err, &de) || !de.Unmapped {
 		t.Errorf("err = %#v, want a *decode.Error that blames the table", err)
 	}
 }

@@ -355,7 +355,7 @@ func (p *Producer) record(ctx context.Context, ev *decode.Event) (*kgo.Record, e
 	case p.named(ev) && p.cfg.SkipTopic != "":
 		topic = p.cfg.SkipTopic
 		p.skipped(ev, bad)
-	case topic == "" || bad.Table:
+	case topic == "" || bad.Unmapped:
 		return nil, p.stuck(ctx, bad)
 	}
 	p.log.Warn("dead-lettering event", "lsn", ev.LSN.String(), "event_id", string(ev.ID), "table", ev.Table,

@@ -66,7 +66,7 @@ func TestProducerSkipsNamedEvent(t *testing.T) {
 	broker := testenv.StartBroker(t).Addr
 	unmapped := event(2, "unmapped")
 	unmapped.CommitLSN = 0x1000
-	unmapped.Bad = &decode.Error{Event: unmapped.Identity, Column: "payload", Reason: "outbox column is missing", Table: true}
+	unmapped.Bad = &decode.Error{Event: unmapped.Identity, Column: "payload", Reason: "outbox column is missing", Unmapped: true}
 	txs := func() []*decode.Tx {
 		first := event(1, "good")
 		first.CommitLSN = 0x1000
