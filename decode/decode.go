@@ -216,7 +216,7 @@ type Error struct {
 	Column string   // when the problem is one column
 	Reason string
 	Err    error
-	// Table says the table, not the row, is wrong for the mapping: a
+	// Unmapped says the table, not the row, is wrong for the mapping: a
 	// required column is missing. Dead-letter mode does not take such rows,
 	// or it would take every row of the table; only naming the one event
 	// (a skip) does.
