@@ -54,9 +54,10 @@ type Config struct {
 	// by schema.table, with the new table's OID: the rows lost between its
 	// CREATE TABLE and its ALTER PUBLICATION were dealt with.
 	AcceptRecreated map[string]uint32
-	Converter       publish.Converter
-	Compression     publish.Compression
-	MaxRecordBytes  int
+	// Encoding is the key and value converters.
+	Encoding       publish.Encoding
+	Compression    publish.Compression
+	MaxRecordBytes int
 	// TopicCreation, when set, creates missing outbox and dead-letter
 	// topics; nil relies on the broker's auto-creation.
 	TopicCreation *publish.TopicCreation
