@@ -30,18 +30,25 @@ type TableInfo struct {
 // DescribeTables reads the outbox tables' OIDs and columns, and whether
 // publication covers them whatever their OID.
 func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, error) {
+	// pg_publication_namespace exists from Postgres 15 on; a query naming it
+	// does not even parse before.
+	var schemas bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('pg_catalog.pg_publication_namespace') IS NOT NULL`).Scan(&schemas); err != nil {
+		return nil, fmt.Errorf("describing the outbox tables: %w", err)
+	}
+	bySchema := "false"
+	if schemas {
+		bySchema = "EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace)"
+	}
 	out := make([]TableInfo, 0, len(n.Tables))
 	for _, t := range n.Tables {
 		info := TableInfo{Table: t}
 		var names []string
 		var types []uint32
-		// pg_publication_namespace exists from Postgres 15 on.
 		err := conn.QueryRow(ctx, `SELECT c.oid,
 				ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
 				ARRAY(SELECT a.atttypid FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
-				EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $2 AND (p.puballtables
-					OR (to_regclass('pg_catalog.pg_publication_namespace') IS NOT NULL
-						AND EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace))))
+				EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $2 AND (p.puballtables OR `+bySchema+`))
 			FROM pg_class c WHERE c.oid = to_regclass($1)`, t.SQL(), n.Publication).Scan(&info.OID, &names, &types, &info.SchemaPublished)
 		if err != nil {
 			if err == pgx.ErrNoRows {
