@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch args[0] {
 	case "run":
-		cfg, err := parseConfig(args[1:], stderr)
+		cfg, err := parseConfig(args[1:], stdout)
 		if err != nil {
 			return err
 		}
@@ -58,13 +58,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runInit(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
-	case "version":
+	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "walstream", version)
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	return fmt.Errorf("unknown command %q; walstream --help lists the commands", args[0])
 }

@@ -28,7 +28,7 @@ type statusReport struct {
 		ConfirmedFlush   string   `json:"confirmed_flush_lsn,omitempty"`
 		CurrentLSN       string   `json:"current_wal_lsn"`
 		LagBytes         int64    `json:"lag_bytes"`
-		RetainedWALBytes int64    `json:"retained_wal_bytes"`
+		RetainedWALBytes *int64   `json:"retained_wal_bytes"` // null without restart_lsn
 		SafeWALSizeBytes *int64   `json:"safe_wal_size_bytes"`
 		FlushLagSeconds  *float64 `json:"flush_lag_seconds"`
 	} `json:"slot"`
@@ -43,14 +43,21 @@ type statusReport struct {
 	} `json:"checkpoint"`
 	Streaming bool     `json:"streaming"`
 	Problems  []string `json:"problems"`
+	// Error is why part of the report could not be read, e.g. Kafka
+	// unreachable; the rest is still reported.
+	Error string `json:"error,omitempty"`
 }
 
 // runStatus prints the slot's state and the checkpoint in Kafka, and
 // fails when the slot is lost or ahead of the checkpoint.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var asJSON bool
-	cfg, err := parseCommand("status", "Prints the slot's state and the checkpoint in Kafka; exits non-zero when the slot is lost, missing or ahead of the checkpoint.",
-		args, stderr, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print JSON") }, true)
+	cfg, err := parseCommand(command{name: "status",
+		about: "Prints the slot's state and the checkpoint in Kafka; exits non-zero when the slot is lost, missing or ahead of the checkpoint, or Kafka cannot be read.",
+		extra: func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print JSON") },
+		uses:  statusSettings,
+		needs: func() (pg, kafka bool) { return true, true },
+	}, args, stdout)
 	if err != nil {
 		return err
 	}
@@ -87,13 +94,19 @@ func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
 	st := in.Slot
 	var r statusReport
 	r.Problems = in.Problems
+	if in.KafkaErr != nil {
+		r.Error = in.KafkaErr.Error()
+	}
 	s := &r.Slot
 	s.Name, s.Exists, s.Plugin, s.WALStatus = cfg.Slot, st.Exists, st.Plugin, st.WALStatus
 	s.Active, s.ActivePID, s.CurrentLSN = st.Active, st.ActivePID, st.CurrentLSN.String()
 	s.SafeWALSizeBytes = st.SafeWALSize
 	if st.Exists {
 		s.ConfirmedFlush = st.ConfirmedFlush.String()
-		s.LagBytes, s.RetainedWALBytes = st.ConfirmedLag(), st.Retained()
+		s.LagBytes = st.ConfirmedLag()
+		if n, ok := st.Retained(); ok {
+			s.RetainedWALBytes = &n
+		}
 	}
 	if st.FlushLag != nil {
 		sec := st.FlushLag.Seconds()
@@ -125,7 +138,11 @@ func printStatus(w io.Writer, r *statusReport) {
 		fmt.Fprintf(tw, "  streaming\t%s\n", active)
 		fmt.Fprintf(tw, "  confirmed_flush_lsn\t%s (server at %s)\n", s.ConfirmedFlush, s.CurrentLSN)
 		fmt.Fprintf(tw, "  lag\t%s\n", bytesText(s.LagBytes))
-		fmt.Fprintf(tw, "  retained WAL\t%s\n", bytesText(s.RetainedWALBytes))
+		if s.RetainedWALBytes != nil {
+			fmt.Fprintf(tw, "  retained WAL\t%s\n", bytesText(*s.RetainedWALBytes))
+		} else {
+			fmt.Fprintf(tw, "  retained WAL\tnone (restart_lsn is NULL)\n")
+		}
 		if s.SafeWALSizeBytes != nil {
 			fmt.Fprintf(tw, "  safe_wal_size\t%s\n", bytesText(*s.SafeWALSizeBytes))
 		}
@@ -136,7 +153,9 @@ func printStatus(w io.Writer, r *statusReport) {
 		fmt.Fprintf(tw, "  exists\tno\n")
 	}
 	fmt.Fprintf(tw, "checkpoint\t%s key %s\n", c.Topic, c.Key)
-	if c.Found {
+	if r.Error != "" {
+		fmt.Fprintf(tw, "  position\tunknown\n")
+	} else if c.Found {
 		fmt.Fprintf(tw, "  position\t%s\n  written\t%s (%.1f s ago)\n", c.Position, c.WrittenAt.Format(time.RFC3339), *c.AgeSeconds)
 	} else {
 		fmt.Fprintf(tw, "  position\tnone yet\n")
