@@ -143,11 +143,13 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			m.reconnects.WithLabelValues(f.peer).Inc()
 			wait = b.NextBackOff()
 			backoff := wait.Round(time.Millisecond)
-			if addr, reason, ok := unreachable(err); ok {
+			// Only a session that streamed has something to restart from;
+			// before that, say what stopped it, plainly when nothing answered.
+			if streamed {
+				log.Warn("session ended, restarting from the checkpoint", "peer", f.peer, "err", err, "backoff", backoff)
+			} else if addr, reason, ok := unreachable(err); ok {
 				log.Warn(fmt.Sprintf("cannot reach %s at %s: %s; retrying in %s", peerNames[f.peer], addr, reason, backoff),
 					"peer", f.peer, "addr", addr, "err", err, "backoff", backoff)
-			} else if streamed {
-				log.Warn("session ended, restarting from the checkpoint", "peer", f.peer, "err", err, "backoff", backoff)
 			} else {
 				log.Warn(fmt.Sprintf("could not start streaming; retrying in %s", backoff), "peer", f.peer, "err", err, "backoff", backoff)
 			}

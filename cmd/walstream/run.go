@@ -25,11 +25,17 @@ import (
 // log sees why walstream stopped.
 func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 	log := cfg.logger(stderr).With("slot", cfg.Slot)
+	var ran bool // the error, if any, is the pipeline's
 	defer func() {
-		if err != nil {
-			peer, kind := pipeline.Describe(err)
-			log.Error("stopping on a permanent error", "err", err, "peer", peer, "kind", kind)
+		if err == nil {
+			return
 		}
+		attrs := []any{"err", err}
+		if ran {
+			peer, kind := pipeline.Describe(err)
+			attrs = append(attrs, "peer", peer, "kind", kind)
+		}
+		log.Error("stopping on a permanent error", attrs...)
 	}()
 	pcfg, err := cfg.pipeline()
 	if err != nil {
@@ -50,6 +56,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 		return err
 	}
 	defer stopHTTP()
+	ran = true
 	return flagHints(p.Run(ctx))
 }
 
