@@ -160,7 +160,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	dur(&c.ReadyConfirmAge, "ready-confirm-age", DefaultReadyConfirmAge, "/readyz fails when no position was confirmed to Postgres for this long")
 	str(&c.HTTPConfigFile, "http-config-file", "", "Prometheus exporter-toolkit web config (TLS, basic auth) for the HTTP listener")
 	str(&c.PprofAddr, "pprof-addr", "", "serve /debug/pprof on this loopback address; empty: off")
-	str(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "listen address for /metrics and /healthz; empty disables, port 0 picks one")
+	str(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "listen address for /metrics, /healthz and /readyz; empty disables, port 0 picks one; one that binds every interface is logged as a warning")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Var(&c.TopicCreation, "topic-creation", "create missing outbox and dead-letter topics with Kafka Connect topic.creation.* settings, name=value separated by ; or new lines, e.g. default.partitions=6;default.replication.factor=3 (see README); empty: rely on the broker's auto.create.topics.enable ($"+envName("topic-creation")+")")

@@ -39,7 +39,9 @@ Commands:
   run       stream the outbox into Kafka (walstream run --help lists the settings)
   status    print the slot's state and the checkpoint in Kafka (--json for JSON)
   init      print, apply (--apply) or check (--check) the Postgres setup
-  version   print the version
+  version   print the version (also --version)
+
+walstream <command> --help lists the flags of a command.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
