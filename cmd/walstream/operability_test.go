@@ -75,7 +75,7 @@ func TestUnreachablePeers(t *testing.T) {
 		name, want string
 		args       []string
 	}{
-		{"postgres", "cannot reach Postgres at " + nobody + ": connection refused; retrying in", []string{"--pg-url", fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres", port)}},
+		{"postgres", "cannot reach Postgres at " + nobody + ": connection refused; retrying in", []string{"--pg-url", fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres", port), "--http-addr", ":0"}},
 		{"kafka", "cannot reach Kafka at " + nobody + ": connection refused; retrying in", []string{"--kafka-brokers", nobody}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,6 +84,9 @@ func TestUnreachablePeers(t *testing.T) {
 			t.Logf("%s", grepLines(p.Log(), "cannot reach"))
 			if err := p.stop(); err != nil {
 				t.Fatal(err)
+			}
+			if tc.name == "postgres" && !regexpFind(`level=WARN msg="the HTTP listener binds every interface.* addr=:0`, p.Log()) {
+				t.Errorf("--http-addr :0 binds every interface without a warning:\n%s", p.Log())
 			}
 			for _, bad := range []string{"session ended", "restarting from the checkpoint", "server refused TLS"} {
 				if strings.Contains(p.Log(), bad) {
