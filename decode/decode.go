@@ -80,13 +80,22 @@ func (id Identity) String() string {
 // event's Tx and stay valid for as long as the Tx is referenced.
 type Event struct {
 	Identity
-	// Source is the mapping the event was read with; publish routes and
-	// encodes the event by it.
+	// Source is the mapping the event was read with; publish finds the
+	// event's route and encoders by its Name.
 	Source        *Outbox
-	AggregateType []byte
+	AggregateType []byte // empty routes to outbox.event. by default, as in Debezium
 	AggregateID   []byte
 	Type          []byte // nil when the table has no type column or it is NULL
-	Payload       []byte // nil for a tombstone (TombstoneOnEmptyPayload)
+	// Payload is the value; nil for a NULL payload, which is published as
+	// a null value, or for a tombstone.
+	Payload []byte
+	// Tombstone is set when the record has no value at all
+	// (route.tombstone.on.empty.payload with a NULL or blank payload).
+	Tombstone bool
+	// IDColumn, KeyColumn and PayloadColumn are the event id's, the key's
+	// and the payload's columns, whose types say how converters encode
+	// them; nil for a logical message.
+	IDColumn, KeyColumn, PayloadColumn *Column
 	// PayloadBinary is set when the payload is bytea, so that converters
 	// that encode text and bytes differently can tell.
 	PayloadBinary bool
@@ -180,6 +189,7 @@ type relation struct {
 	name    string  // schema.table
 	outbox  *Outbox // nil when the table is not an outbox
 	columns int
+	cols    []Column // of an outbox table, in tuple order
 	// indexes of the outbox columns in the tuple; -1 when absent.
 	id, aggType, aggID, typ, payload, trace, timestamp int
 	payloadBytea                                       bool
@@ -190,7 +200,6 @@ type relation struct {
 type extraColumn struct {
 	Additional
 	index int
-	kind  Kind
 }
 
 // Decoder holds the relation cache and the open transaction. It is used
@@ -198,6 +207,9 @@ type extraColumn struct {
 type Decoder struct {
 	cfg       Config
 	relations map[uint32]*relation
+	// catalogs are outbox tables' catalogs given by SetCatalog, by table
+	// name, over their Outbox.Catalog.
+	catalogs map[string]map[string]Catalog
 
 	tx      *Tx // open transaction, nil between transactions
 	skipTx  bool
@@ -332,12 +344,12 @@ func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
 	if rel.outbox == nil {
 		return nil
 	}
-	return rel.mapColumns(walStart, &m)
+	return rel.mapColumns(walStart, &m, d.catalog(rel.outbox))
 }
 
 // mapColumns finds the outbox's columns in the table, and refuses a table
 // that lacks one or has an additional column of a type it cannot encode.
-func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMessage) error {
+func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMessage, catalog map[string]Catalog) error {
 	find := func(name string) int {
 		for i, c := range m.Columns {
 			if name != "" && c.Name == name {
@@ -358,18 +370,31 @@ func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMes
 			return missing(c.name, "outbox column is missing")
 		}
 	}
-	rel.typ = find(cols.Type)
-	// Debezium's tracing column, or a plain W3C one.
-	if rel.trace = find(cols.Tracing); rel.trace < 0 {
-		rel.trace = find("traceparent")
+	rel.cols = make([]Column, len(m.Columns))
+	for i, c := range m.Columns {
+		info := catalog[c.Name]
+		rel.cols[i] = Column{Name: c.Name, Type: c.DataType, TypMod: c.TypeModifier, NotNull: info.NotNull}
+		if d, ok := ParseDefault(c.DataType, info.Default); ok {
+			rel.cols[i].Default = d
+		}
 	}
-	rel.payloadBytea = m.Columns[rel.payload].DataType == oidBytea
+	if err := keyable(&rel.cols[rel.aggID]); err != nil {
+		return missing(cols.AggregateID, "the record key (table.field.event.key) cannot be encoded: "+err.Error())
+	}
+	rel.typ = find(cols.Type)
+	rel.trace = -1
+	if cols.Tracing != "" {
+		if rel.trace = find(cols.Tracing); rel.trace < 0 {
+			return missing(cols.Tracing, "tracing column (tracing.span.context.field) is missing")
+		}
+	}
+	rel.payloadBytea = m.Columns[rel.payload].DataType == TypeBytea
 	rel.timestamp = -1
 	if cols.Timestamp != "" {
 		if rel.timestamp = find(cols.Timestamp); rel.timestamp < 0 {
 			return missing(cols.Timestamp, "timestamp column (table.field.event.timestamp) is missing")
 		}
-		if t := m.Columns[rel.timestamp].DataType; t != oidTimestamp && t != oidTimestampTZ {
+		if t := m.Columns[rel.timestamp].DataType; t != TypeTimestamp && t != TypeTimestampTZ {
 			return missing(cols.Timestamp, fmt.Sprintf("timestamp column (table.field.event.timestamp) has type OID %d; it must be timestamp or timestamptz", t))
 		}
 	}
@@ -379,16 +404,16 @@ func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMes
 			if rel.outbox.AdditionalOptional {
 				continue
 			}
-			return missing(a.Column, "additional column (table.fields.additional.placement) is missing; set table.fields.additional.error.on.missing=false to skip it")
+			return missing(a.Column, "additional column (table.fields.additional.placement) is missing; set table.field.additional.missing=ignore to skip it")
 		}
-		kind, ok := kindOf(m.Columns[i].DataType)
-		switch {
-		case a.Placement == PlacePartition && kind != KindInteger:
-			return missing(a.Column, fmt.Sprintf("additional column placed in the partition has type OID %d; it must be smallint, integer or bigint", m.Columns[i].DataType))
-		case !ok:
-			return missing(a.Column, fmt.Sprintf("additional column has type OID %d; walstream copies text, varchar, char, uuid, json, jsonb, integer and boolean columns; cast it in a generated column", m.Columns[i].DataType))
+		t := m.Columns[i].DataType
+		if a.Placement == PlacePartition && t != TypeInt2 && t != TypeInt4 && t != TypeInt8 {
+			return missing(a.Column, fmt.Sprintf("additional column placed in the partition has type OID %d; it must be smallint, integer or bigint", t))
 		}
-		rel.extra = append(rel.extra, extraColumn{Additional: a, index: i, kind: kind})
+		if err := keyable(&rel.cols[i]); err != nil {
+			return missing(a.Column, "additional column cannot be encoded: "+err.Error())
+		}
+		rel.extra = append(rel.extra, extraColumn{Additional: a, index: i})
 	}
 	return nil
 }
@@ -516,6 +541,11 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 
 // event maps an outbox row to an event. A row that cannot become a record
 // still yields an event, with every column it has and Bad saying why.
+//
+// Columns Debezium's router reads with Kafka Connect's Struct.get (event
+// id, key, payload, additional fields in headers and the envelope) take the
+// column's default in place of a NULL; those it reads with a typed getter
+// (route-by, partition, timestamp: getString, getInt32, getInt64) do not.
 func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Event {
 	col := func(i int) []byte {
 		if i < 0 || vals[i].kind != 't' {
@@ -523,19 +553,27 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 		}
 		return vals[i].data
 	}
+	get := func(i int) []byte { // Struct.get
+		if v := col(i); v != nil || i < 0 {
+			return v
+		}
+		return rel.cols[i].Default
+	}
 	o := rel.outbox
-	ev := Event{Identity: d.identity(walStart, rel.name, col(rel.id)), Source: o, AggregateType: col(rel.aggType),
-		AggregateID: col(rel.aggID), Type: col(rel.typ), Payload: col(rel.payload), PayloadBinary: rel.payloadBytea,
-		TraceParent: traceParent(col(rel.trace))}
+	ev := Event{Identity: d.identity(walStart, rel.name, get(rel.id)), Source: o, AggregateType: col(rel.aggType),
+		AggregateID: get(rel.aggID), Type: col(rel.typ), Payload: get(rel.payload), PayloadBinary: rel.payloadBytea,
+		IDColumn: &rel.cols[rel.id], KeyColumn: &rel.cols[rel.aggID], PayloadColumn: &rel.cols[rel.payload], TraceParent: traceParent(col(rel.trace))}
 	bad := func(column, reason string, err error) Event {
 		ev.Bad = &Error{Event: ev.Identity, Column: column, Reason: reason, Err: err}
 		return ev
 	}
-	if o.TombstoneOnEmptyPayload && ev.Payload != nil && len(bytes.TrimSpace(ev.Payload)) == 0 {
-		ev.Payload = nil // Debezium makes an empty payload a tombstone too
-	}
-	if column, reason := ev.check(o.Columns, "NULL", o.TombstoneOnEmptyPayload); reason != "" {
+	if column, reason := ev.check(o.Columns, "NULL"); reason != "" {
 		return bad(column, reason, nil)
+	}
+	// EventRouterDelegate: payload == null || payload.toString().trim().isEmpty().
+	// A bytea payload's toString is never empty.
+	if o.TombstoneOnEmptyPayload && (ev.Payload == nil || !rel.payloadBytea && blank(ev.Payload)) {
+		ev.Payload, ev.Tombstone = nil, true
 	}
 	if rel.payloadBytea && ev.Payload != nil {
 		raw, err := unhexBytea(ev.Payload)
@@ -545,16 +583,15 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 		ev.Payload = raw
 	}
 	if ts := col(rel.timestamp); ts != nil {
-		t, err := parseTimestamp(ts)
+		t, err := ParseTimestamp(ts)
 		if err != nil {
 			return bad(o.Columns.Timestamp, "reading the event timestamp", err)
 		}
 		ev.Timestamp = t
 	}
 	for _, x := range rel.extra {
-		v := col(x.index)
-		switch {
-		case x.Placement == PlacePartition:
+		if x.Placement == PlacePartition {
+			v := col(x.index)
 			if v == nil {
 				continue // no partition given: the key picks one
 			}
@@ -564,10 +601,8 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 			}
 			ev.Partition, ev.Partitioned = int32(p), true
 			continue
-		case x.kind == KindBoolean && v != nil:
-			v = []byte(strconv.FormatBool(v[0] == 't')) // Postgres writes t or f
 		}
-		ev.Fields = append(ev.Fields, Field{Name: x.Alias, Placement: x.Placement, Kind: x.kind, Value: v})
+		ev.Fields = append(ev.Fields, Field{Name: x.Alias, Placement: x.Placement, Column: &rel.cols[x.index], Value: get(x.index)})
 	}
 	return ev
 }
@@ -580,22 +615,21 @@ func (d *Decoder) identity(lsn pglogrepl.LSN, table string, id []byte) Identity 
 // check applies the rules every outbox event obeys, from a row or from a
 // logical message, and returns the field that breaks one and why. names
 // are the source's names for the fields and absent is how it says a value
-// is not there; tombstone allows a nil payload.
-func (ev *Event) check(names Columns, absent string, tombstone bool) (field, reason string) {
+// is not there.
+func (ev *Event) check(names Columns, absent string) (field, reason string) {
 	switch {
 	case ev.ID == nil:
 		return names.ID, "event id is " + absent
 	case !utf8.Valid(ev.ID):
 		return names.ID, "event id is not valid UTF-8"
-	case len(ev.AggregateType) == 0:
-		return names.AggregateType, "aggregate type is " + absent + " or empty: no topic can be derived"
+	case ev.AggregateType == nil:
+		return names.AggregateType, "aggregate type is " + absent + ": no topic can be derived"
 	case ev.AggregateID == nil:
 		return names.AggregateID, "aggregate id is " + absent + ": the record would have no key"
 	case !utf8.Valid(ev.AggregateID):
 		return names.AggregateID, "aggregate id is not valid UTF-8"
-	case ev.Payload == nil && !tombstone:
-		return names.Payload, "payload is " + absent
 	}
+	// A NULL payload is not bad: Debezium publishes it as a null value.
 	return "", ""
 }
 

@@ -364,11 +364,18 @@ func TestDecodeLogicalMessages(t *testing.T) {
 	}
 }
 
+// The trace context is read only from a configured tracing column:
+// Debezium's default image (no OpenTelemetry on the classpath,
+// ActivateTracingSpan.isOpenTelemetryAvailable false) adds no traceparent.
 func TestDecodeTracing(t *testing.T) {
-	txs := decodeAll(t, New(outboxConfig("public", nil)), readFrames(t, "tracing"))
+	txs := decodeAll(t, New(outboxConfig("public", func(o *Outbox) { o.Columns.Tracing = "tracingspancontext" })), readFrames(t, "tracing"))
 	ev := txs[len(txs)-1].Events[0]
 	if got := string(ev.TraceParent); got != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
 		t.Fatalf("traceparent = %q", got)
+	}
+	txs = decodeAll(t, New(outboxConfig("public", nil)), readFrames(t, "tracing"))
+	if ev := txs[len(txs)-1].Events[0]; ev.TraceParent != nil {
+		t.Fatalf("traceparent %q without a tracing column configured", ev.TraceParent)
 	}
 }
 
@@ -389,8 +396,8 @@ func TestDecodeTombstone(t *testing.T) {
 	if _, err := d.Decode(basic[2].lsn, insert); err != nil {
 		t.Fatal(err)
 	}
-	if ev := d.tx.Events[0]; ev.Payload != nil || ev.Bad != nil {
-		t.Fatalf("NULL payload with tombstones on: payload %q, bad %v", ev.Payload, ev.Bad)
+	if ev := d.tx.Events[0]; ev.Payload != nil || !ev.Tombstone || ev.Bad != nil {
+		t.Fatalf("NULL payload with tombstones on: payload %q, tombstone %v, bad %v", ev.Payload, ev.Tombstone, ev.Bad)
 	}
 }
 
@@ -433,13 +440,17 @@ func TestDecodeUpdateBehavior(t *testing.T) {
 	}
 }
 
+// EventRouterConfigDefinition.parseAdditionalFieldsConfig trims each part
+// of an entry; EventRouterDelegate.apply sets the partition once per
+// partition entry, in order, so the last one wins.
 func TestParseAdditional(t *testing.T) {
-	got, err := ParseAdditional("type:header:eventType, shard:PARTITION,note:envelope")
-	want := []Additional{{"type", PlaceHeader, "eventType"}, {"shard", PlacePartition, "shard"}, {"note", PlaceEnvelope, "note"}}
+	got, err := ParseAdditional("type : header : eventType, shard:PARTITION ,note:envelope, n2 :partition,x:header:")
+	want := []Additional{{"type", PlaceHeader, "eventType"}, {"note", PlaceEnvelope, "note"}, {"n2", PlacePartition, "n2"}, {"x", PlaceHeader, "x"}}
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("ParseAdditional = %v, %v; want %v", got, err, want)
 	}
-	for _, bad := range []string{"type", "type:body", "a:b:c:d", ":header", "a:partition,b:partition"} {
+	// AdditionalFieldsValidator.isListOfStringPairs: 2 or 3 parts each.
+	for _, bad := range []string{"type", "type:body", "a:b:c:d", ":header", "a:header,,b:header"} {
 		if _, err := ParseAdditional(bad); err == nil {
 			t.Errorf("ParseAdditional(%q) accepted", bad)
 		}
@@ -488,14 +499,14 @@ func TestParseTimestamp(t *testing.T) {
 		"2026-11-23 11:30:00.5+05:30":   "2026-11-23T06:00:00.5Z",
 		"2026-11-23 03:00:00-03":        "2026-11-23T06:00:00Z",
 	} {
-		got, err := parseTimestamp([]byte(in))
+		got, err := ParseTimestamp([]byte(in))
 		if err != nil || got.UTC().Format(time.RFC3339Nano) != want {
-			t.Errorf("parseTimestamp(%q) = %v, %v; want %s", in, got, err, want)
+			t.Errorf("ParseTimestamp(%q) = %v, %v; want %s", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{"infinity", "11/23/2026 06:00:00", "2026-11-23 06:00:00 BC"} {
-		if _, err := parseTimestamp([]byte(bad)); err == nil {
-			t.Errorf("parseTimestamp(%q) accepted", bad)
+		if _, err := ParseTimestamp([]byte(bad)); err == nil {
+			t.Errorf("ParseTimestamp(%q) accepted", bad)
 		}
 	}
 }

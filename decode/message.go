@@ -92,9 +92,13 @@ func (d *Decoder) envelopeEvent(lsn pglogrepl.LSN, prefix string, content []byte
 		ev.Payload = env.Payload
 	}
 	// The envelope's fields are named as Debezium's default columns.
-	tombstone := d.cfg.Messages != nil && d.cfg.Messages.TombstoneOnEmptyPayload
-	if field, reason := ev.check(DefaultColumns(), "missing", tombstone); reason != "" {
+	if field, reason := ev.check(DefaultColumns(), "missing"); reason != "" {
 		return bad(field, reason, nil)
+	}
+	// As for a row: a missing or null payload is a null value, or with
+	// route.tombstone.on.empty.payload a tombstone, as is a blank one.
+	if d.cfg.Messages != nil && d.cfg.Messages.TombstoneOnEmptyPayload && blank(ev.Payload) {
+		ev.Payload, ev.Tombstone = nil, true
 	}
 	return ev
 }

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,15 +18,16 @@ type Outbox struct {
 	// (table.fields.additional.placement).
 	Additional []Additional
 	// AdditionalOptional skips an additional column the table lacks rather
-	// than refusing the table (table.fields.additional.error.on.missing=false).
+	// than refusing the table (table.field.additional.missing=ignore).
 	AdditionalOptional bool
 	// OnUpdate is what an UPDATE of an outbox row does
 	// (table.op.invalid.behavior). A DELETE is always ignored: removing
 	// published rows is how outbox tables are kept small.
 	OnUpdate InvalidOp
-	// TombstoneOnEmptyPayload turns a NULL payload into a tombstone (a
-	// record with no value) instead of bad input
-	// (route.tombstone.on.empty.payload).
+	// TombstoneOnEmptyPayload turns a NULL or blank payload into a
+	// tombstone, a record with no value (route.tombstone.on.empty.payload).
+	// Without it a NULL payload is published as a null value, as Debezium
+	// does.
 	TombstoneOnEmptyPayload bool
 	// TopicRegex and TopicReplacement name an event's topic from its
 	// route-by value (route.topic.regex, route.topic.replacement).
@@ -33,13 +35,34 @@ type Outbox struct {
 	// ExpandJSONPayload writes a JSON payload as JSON rather than as a JSON
 	// string under the JSON converter (table.expand.json.payload).
 	ExpandJSONPayload bool
+	// ExpandJSONNulls keeps null fields of an expanded payload
+	// (table.json.payload.null.behavior=optional_bytes); Debezium's default
+	// drops them.
+	ExpandJSONNulls bool
+	// ExpandJSONEmptyArrays keeps empty arrays of an expanded payload
+	// (table.json.payload.empty.array.behavior=optional_string); Debezium's
+	// default drops them.
+	ExpandJSONEmptyArrays bool
+	// Catalog is what the Postgres catalog says of the table's columns, by
+	// name: NOT NULL and defaults, which pgoutput does not send. It is read
+	// when walstream starts; a column it lacks has no default and may be
+	// NULL.
+	Catalog map[string]Catalog
 }
 
-// Name is the table's schema-qualified name.
-func (o *Outbox) Name() string { return o.Schema + "." + o.Table }
+// Name is the table's schema-qualified name, the name events carry and
+// routes are found by. A mapping with no schema, as that of logical
+// messages, is named by its Table alone.
+func (o *Outbox) Name() string {
+	if o.Schema == "" {
+		return o.Table
+	}
+	return o.Schema + "." + o.Table
+}
 
 // DefaultColumns returns the outbox columns of Debezium's outbox event
-// router.
+// router. No tracing column: Debezium adds no traceparent header unless
+// tracing is set up.
 func DefaultColumns() Columns {
 	return Columns{
 		ID:            "id",
@@ -47,7 +70,6 @@ func DefaultColumns() Columns {
 		AggregateID:   "aggregateid",
 		Type:          "type",
 		Payload:       "payload",
-		Tracing:       "tracingspancontext",
 	}
 }
 
@@ -67,8 +89,9 @@ type Columns struct {
 	// becomes the record's timestamp (table.field.event.timestamp); a NULL
 	// there, or no column, leaves Kafka's processing time.
 	Timestamp string
-	// Tracing is an optional W3C trace context column, as Debezium's
-	// tracingspancontext or a plain traceparent (tracing.span.context.field).
+	// Tracing, when set, is a W3C trace context column, as Debezium's
+	// tracingspancontext or a plain traceparent (tracing.span.context.field);
+	// its value becomes the traceparent header.
 	Tracing string
 }
 
@@ -103,19 +126,32 @@ type Additional struct {
 }
 
 // ParseAdditional reads Debezium's table.fields.additional.placement:
-// comma-separated column:placement[:alias] entries.
+// comma-separated column:placement[:alias] entries, with spaces around each
+// part trimmed as EventRouterConfigDefinition.parseAdditionalFieldsConfig
+// does. When several entries name the partition, the last one wins, as the
+// router sets the partition once per entry in order.
 func ParseAdditional(s string) ([]Additional, error) {
 	var out []Additional
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	partition := -1
 	for _, entry := range strings.Split(s, ",") {
-		if entry = strings.TrimSpace(entry); entry == "" {
-			continue
-		}
 		parts := strings.Split(entry, ":")
-		if len(parts) != 2 && len(parts) != 3 || parts[0] == "" {
+		for len(parts) > 1 && parts[len(parts)-1] == "" {
+			parts = parts[:len(parts)-1] // Java's split drops trailing empty strings
+		}
+		if len(parts) != 2 && len(parts) != 3 {
 			return nil, fmt.Errorf("%q is not column:placement or column:placement:alias", entry)
 		}
+		for i := range parts {
+			parts[i] = strings.TrimSpace(parts[i])
+		}
+		if parts[0] == "" {
+			return nil, fmt.Errorf("%q names no column", entry)
+		}
 		a := Additional{Column: parts[0], Alias: parts[0]}
-		if len(parts) == 3 && parts[2] != "" {
+		if len(parts) == 3 {
 			a.Alias = parts[2]
 		}
 		switch strings.ToLower(parts[1]) {
@@ -125,19 +161,14 @@ func ParseAdditional(s string) ([]Additional, error) {
 			a.Placement = PlaceEnvelope
 		case "partition":
 			a.Placement = PlacePartition
+			if partition >= 0 {
+				out = slices.Delete(out, partition, partition+1) // the last one wins
+			}
+			partition = len(out)
 		default:
 			return nil, fmt.Errorf("%q: placement %q is not header, envelope or partition", entry, parts[1])
 		}
 		out = append(out, a)
-	}
-	partitions := 0
-	for _, a := range out {
-		if a.Placement == PlacePartition {
-			partitions++
-		}
-	}
-	if partitions > 1 {
-		return nil, fmt.Errorf("%q places %d columns in the partition; a record has one", s, partitions)
 	}
 	return out, nil
 }
@@ -168,68 +199,53 @@ func ParseInvalidOp(s string) (InvalidOp, error) {
 	return 0, fmt.Errorf("%q is not warn, error or fatal", s)
 }
 
-// Kind is how a column's text form is encoded where types matter: JSON
-// envelopes and Kafka Connect's string rendering.
-type Kind int
-
-// Kinds of additional columns.
-const (
-	KindText Kind = iota
-	KindInteger
-	KindBoolean
-)
-
 // Field is an additional column's value in a record header or envelope.
 type Field struct {
 	Name      string
 	Placement Placement
-	Kind      Kind
-	// Value is the column's text form (booleans as true or false); nil for
-	// NULL.
+	// Column is the additional column, whose type says how to encode Value.
+	Column *Column
+	// Value is the column's text form as Postgres sends it, its default in
+	// place of a NULL; nil for NULL.
 	Value []byte
 }
 
 // Type OIDs of the columns walstream reads with a type in mind.
 const (
-	oidBool        = 16
-	oidBytea       = 17
-	oidChar        = 18
-	oidName        = 19
-	oidInt8        = 20
-	oidInt2        = 21
-	oidInt4        = 23
-	oidText        = 25
-	oidJSON        = 114
-	oidBPChar      = 1042
-	oidVarchar     = 1043
-	oidTimestamp   = 1114
-	oidTimestampTZ = 1184
-	oidUUID        = 2950
-	oidJSONB       = 3802
+	// TypeBool and the others are Postgres's built-in type OIDs.
+	TypeBool        = 16
+	TypeBytea       = 17
+	TypeChar        = 18
+	TypeName        = 19
+	TypeInt8        = 20
+	TypeInt2        = 21
+	TypeInt4        = 23
+	TypeText        = 25
+	TypeJSON        = 114
+	TypeXML         = 142
+	TypeCIDR        = 650
+	TypeMacaddr8    = 774
+	TypeMacaddr     = 829
+	TypeInet        = 869
+	TypeFloat4      = 700
+	TypeFloat8      = 701
+	TypeBPChar      = 1042
+	TypeVarchar     = 1043
+	TypeDate        = 1082
+	TypeTimestamp   = 1114
+	TypeTimestampTZ = 1184
+	TypeNumeric     = 1700
+	TypeUUID        = 2950
+	TypeJSONB       = 3802
 )
-
-// kindOf maps a column type to how additional fields encode it. Other
-// types are refused: Debezium renders them in ways (numeric as bytes,
-// timestamps as epoch micros) that copying their text would not match.
-func kindOf(oid uint32) (Kind, bool) {
-	switch oid {
-	case oidText, oidVarchar, oidBPChar, oidChar, oidName, oidUUID, oidJSON, oidJSONB:
-		return KindText, true
-	case oidInt2, oidInt4, oidInt8:
-		return KindInteger, true
-	case oidBool:
-		return KindBoolean, true
-	}
-	return 0, false
-}
 
 // Text forms of timestamps: the walsender renders them in its session's
 // DateStyle, which replication.Dial sets to ISO, and TimeZone.
 var timestampLayouts = []string{"2006-01-02 15:04:05.999999", "2006-01-02 15:04:05.999999-07", "2006-01-02 15:04:05.999999-07:00"}
 
-// parseTimestamp reads a timestamp or timestamptz column. A timestamp
-// without time zone is taken as UTC, as Debezium does.
-func parseTimestamp(b []byte) (time.Time, error) {
+// ParseTimestamp reads a timestamp or timestamptz column's text. A
+// timestamp without time zone is taken as UTC, as Debezium does.
+func ParseTimestamp(b []byte) (time.Time, error) {
 	s := string(b)
 	var err error
 	for _, layout := range timestampLayouts {

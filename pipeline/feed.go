@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -44,6 +45,13 @@ type feed struct {
 	// decoded inside an open transaction, so that tests can crash there.
 	hook func(point string)
 
+	// catalog, if not nil, reads an outbox table's catalog anew when its
+	// Relation message comes again in the session (after ALTER TABLE), as
+	// Debezium rereads a table's schema; the first one of each table is
+	// covered by the catalog read at the session's start.
+	catalog   func(*decode.Outbox) (map[string]decode.Catalog, error)
+	relations map[string]bool // outbox tables whose Relation message came
+
 	ready        *decode.Tx // decoded, not yet on the queue
 	lastMarker   pglogrepl.LSN
 	lastMarkerAt time.Time
@@ -62,6 +70,9 @@ var (
 
 // WAL decodes one message; a finished transaction or part is ready.
 func (f *feed) WAL(walStart pglogrepl.LSN, data []byte) (replication.Ready, error) {
+	if err := f.refreshCatalog(data); err != nil {
+		return replication.Ready{}, err
+	}
 	tx, err := f.dec.Decode(walStart, data)
 	if err != nil {
 		return replication.Ready{}, err
@@ -81,6 +92,31 @@ func (f *feed) WAL(walStart pglogrepl.LSN, data []byte) (replication.Ready, erro
 	}
 	f.ready, ready.OK = tx, true
 	return ready, nil
+}
+
+// refreshCatalog gives the decoder an outbox table's catalog read anew when
+// data is that table's Relation message for the second time or more.
+func (f *feed) refreshCatalog(data []byte) error {
+	if f.catalog == nil {
+		return nil
+	}
+	o, ok := f.dec.OutboxRelation(data)
+	if !ok {
+		return nil
+	}
+	if !f.relations[o.Name()] {
+		if f.relations == nil {
+			f.relations = make(map[string]bool)
+		}
+		f.relations[o.Name()] = true
+		return nil
+	}
+	c, err := f.catalog(o)
+	if err != nil {
+		return fmt.Errorf("reading the catalog of %s after its Relation message: %w", o.Name(), err)
+	}
+	f.dec.SetCatalog(o.Name(), c)
+	return nil
 }
 
 // Keepalive makes a position marker ready between transactions: everything

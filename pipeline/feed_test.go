@@ -110,3 +110,44 @@ func TestFeed(t *testing.T) {
 		t.Fatalf("Received %d times for a transaction without events", received)
 	}
 }
+
+// relationMsg is a pgoutput Relation message for schema.table with text
+// columns.
+func relationMsg(id uint32, schema, table string, columns ...string) []byte {
+	b := binary.BigEndian.AppendUint32([]byte{'R'}, id)
+	b = append(append(b, schema...), 0)
+	b = append(append(b, table...), 0)
+	b = append(b, 'd')
+	b = binary.BigEndian.AppendUint16(b, uint16(len(columns)))
+	for _, c := range columns {
+		b = append(append(append(b, 0), c...), 0)
+		b = binary.BigEndian.AppendUint32(b, 25) // text
+		b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)
+	}
+	return b
+}
+
+// The catalog is read anew when an outbox table's Relation message comes
+// again in a session (an ALTER TABLE), not for its first one, which the
+// session's start covers, and not for other tables.
+func TestFeedRefreshesCatalog(t *testing.T) {
+	o := &decode.Outbox{Schema: "public", Table: "outbox", Columns: decode.DefaultColumns()}
+	var reads []string
+	f := &feed{
+		dec: decode.New(decode.Config{Outboxes: []*decode.Outbox{o}, MaxPartEvents: 10, MaxPartBytes: 1 << 20}),
+		catalog: func(o *decode.Outbox) (map[string]decode.Catalog, error) {
+			reads = append(reads, o.Name())
+			return map[string]decode.Catalog{"payload": {Default: "'{}'::text"}}, nil
+		},
+	}
+	cols := []string{"id", "aggregatetype", "aggregateid", "type", "payload"}
+	for _, m := range [][]byte{relationMsg(1, "public", "outbox", cols...), relationMsg(2, "public", "audit", "n"),
+		relationMsg(1, "public", "outbox", cols...)} {
+		if _, err := f.WAL(0x10, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(reads) != 1 || reads[0] != "public.outbox" {
+		t.Fatalf("catalog reads %q, want one for public.outbox's second Relation message", reads)
+	}
+}

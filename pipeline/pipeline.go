@@ -45,9 +45,10 @@ type Config struct {
 	// DeadLetterTopic, when set, takes events that cannot be published;
 	// when empty such an event stops the stream.
 	DeadLetterTopic string
-	Converter       publish.Converter
-	Compression     publish.Compression
-	MaxRecordBytes  int
+	// Encoding is the key and value converters.
+	Encoding       publish.Encoding
+	Compression    publish.Compression
+	MaxRecordBytes int
 	// TopicCreation, when set, creates missing outbox and dead-letter
 	// topics; nil relies on the broker's auto-creation.
 	TopicCreation *publish.TopicCreation

@@ -24,7 +24,7 @@ func testConfig(t *testing.T, pg *testenv.Postgres, broker string) Config {
 		t.Fatal(err)
 	}
 	o := &decode.Outbox{Schema: "public", Table: "outbox", Columns: decode.DefaultColumns(),
-		TopicRegex: publish.DefaultTopicRegex, TopicReplacement: publish.DefaultTopicReplacement}
+		TopicRegex: decode.DefaultTopicRegex, TopicReplacement: decode.DefaultTopicReplacement}
 	return Config{
 		Postgres: pgCfg, Create: true,
 		Names: replication.Names{Slot: "walstream", Publication: "walstream_outbox", Tables: []replication.Table{{Schema: "public", Name: "outbox"}}},

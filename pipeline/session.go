@@ -66,6 +66,15 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
+	// Column defaults and NOT NULL, which pgoutput does not send, from the
+	// catalog as Debezium reads them; the decoder applies them.
+	catalogs := make(map[string]map[string]decode.Catalog, len(cfg.Outboxes))
+	for _, o := range cfg.Outboxes {
+		if catalogs[o.Name()], err = readCatalog(ctx, conn, o); err != nil {
+			rconn.Close(context.WithoutCancel(ctx))
+			return false, err
+		}
+	}
 	// The decoder tags events with these mappings and the producer routes by
 	// them, so both get the same ones.
 	prod, err := publish.New(publish.Config{
@@ -73,7 +82,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		CheckpointTopic: cfg.CheckpointTopic, CheckpointKey: cfg.CheckpointKey, Slot: names.Slot,
 		Outboxes: append(slices.Clip(cfg.Outboxes), cfg.Messages), MaxBatchEvents: cfg.MaxBatchEvents, MaxBatchBytes: cfg.MaxBatchBytes,
 		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
-		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.DeadLetterTopic, Converter: cfg.Converter,
+		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.DeadLetterTopic, Encoding: cfg.Encoding,
 		Compression: cfg.Compression, TopicCreation: cfg.TopicCreation,
 	}, s.log, s.metrics.pub, cfg.Hook)
 	if err != nil {
@@ -98,6 +107,19 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 			DeadLetter: cfg.DeadLetterTopic != "", MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: tracker.Replayed,
 		}),
 		out: q, received: tracker, log: s.log, skipped: s.metrics.skipped, hook: cfg.Hook,
+		catalog: func(o *decode.Outbox) (map[string]decode.Catalog, error) {
+			// The stream's goroutine asks; the session's connection is the
+			// slot monitor's, so this reads on a connection of its own.
+			c, err := replication.Connect(ctx, cfg.Postgres)
+			if err != nil {
+				return nil, err
+			}
+			defer c.Close(context.WithoutCancel(ctx))
+			return readCatalog(ctx, c, o)
+		},
+	}
+	for name, c := range catalogs {
+		in.dec.SetCatalog(name, c)
 	}
 	s.started = true
 	s.metrics.standby.Set(0)
@@ -130,6 +152,19 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 // only after it holds the slot, so if no other walsender holds it, the
 // epoch was bumped by the broker (a restart, or a transaction timeout) and
 // a new session may go on; otherwise this instance must stop.
+// readCatalog reads an outbox table's NOT NULL and column defaults.
+func readCatalog(ctx context.Context, conn *pgx.Conn, o *decode.Outbox) (map[string]decode.Catalog, error) {
+	cols, err := replication.Columns(ctx, conn, replication.Table{Schema: o.Schema, Name: o.Table})
+	if err != nil {
+		return nil, err
+	}
+	c := make(map[string]decode.Catalog, len(cols))
+	for name, col := range cols {
+		c[name] = decode.Catalog{NotNull: col.NotNull, Default: col.Default}
+	}
+	return c, nil
+}
+
 func (s *session) whoFenced(ctx context.Context, conn *pgx.Conn, ownPID uint32, err error) error {
 	slot, ok, lerr := replication.LookupSlot(context.WithoutCancel(ctx), conn, s.cfg.Names.Slot)
 	if lerr == nil && ok && slot.ActivePID != nil && uint32(*slot.ActivePID) != ownPID {

@@ -13,18 +13,21 @@ import (
 	"github.com/walstream/walstream/decode"
 )
 
-// framesEvents decodes frames captured from Postgres 15 (see
-// decode/testdata) into events.
-func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
+type testFrame struct {
+	lsn  pglogrepl.LSN
+	data []byte
+}
+
+// readTestFrames reads frames captured from Postgres 15 (see
+// decode/testdata).
+func readTestFrames(t *testing.T, name string) []testFrame {
 	t.Helper()
 	f, err := os.Open("../decode/testdata/" + name + "/frames.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	cfg.MaxPartEvents, cfg.MaxPartBytes = 1000, 1<<20
-	d := decode.New(cfg)
-	var evs []decode.Event
+	var out []testFrame
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -34,7 +37,19 @@ func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
 		lsnText, hexData, _ := strings.Cut(sc.Text(), " ")
 		lsn, _ := pglogrepl.ParseLSN(lsnText)
 		data, _ := hex.DecodeString(hexData)
-		tx, err := d.Decode(lsn, data)
+		out = append(out, testFrame{lsn, data})
+	}
+	return out
+}
+
+// framesEvents decodes captured frames into events.
+func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
+	t.Helper()
+	cfg.MaxPartEvents, cfg.MaxPartBytes = 1000, 1<<20
+	d := decode.New(cfg)
+	var evs []decode.Event
+	for _, f := range readTestFrames(t, name) {
+		tx, err := d.Decode(f.lsn, f.data)
 		if err != nil {
 			break // the cases end in a refused message; the events before it count
 		}
@@ -48,7 +63,7 @@ func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
 // outbox is schema.outbox with Debezium's defaults; mod changes them.
 func outbox(schema string, mod func(*decode.Outbox)) *decode.Outbox {
 	o := &decode.Outbox{Schema: schema, Table: "outbox", Columns: decode.DefaultColumns(),
-		TopicRegex: DefaultTopicRegex, TopicReplacement: DefaultTopicReplacement}
+		TopicRegex: decode.DefaultTopicRegex, TopicReplacement: decode.DefaultTopicReplacement}
 	if mod != nil {
 		mod(o)
 	}
@@ -66,7 +81,7 @@ func placement(t *testing.T, s string) []decode.Additional {
 // TestGoldenRecords fixes the exact key, value, header bytes, timestamp
 // and partition of each converter mode and mapping option, on frames from
 // Postgres, so that consumers moving from Debezium's outbox router
-// (StringConverter, or JsonConverter with schemas.enable=false) see the
+// (FormatString, or JsonConverter with schemas.enable=false) see the
 // same bytes.
 func TestGoldenRecords(t *testing.T) {
 	type golden struct{ topic, key, value, headers, meta string }
@@ -78,32 +93,34 @@ func TestGoldenRecords(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		frames string
-		conv   Converter
+		conv   Format
 		cfg    func(t *testing.T) decode.Config
 		want   []golden
 	}{
-		{"string converter", "basic", StringConverter, nil, []golden{
+		{"string converter", "basic", FormatString, nil, []golden{
 			{"outbox.event.Order", `o-1`, `{"seq": 1, "total": 9.5}`, "id=11111111-1111-1111-1111-111111111111", ""},
 			{"outbox.event.Order", `o-2`, `{"seq": 2}`, "id=22222222-2222-2222-2222-222222222222", ""},
 			{"outbox.event.Customer", `c-1`, `{"seq": 3, "city": "Zürich"}`, "id=33333333-3333-3333-3333-333333333333", ""},
 		}},
-		{"json converter", "basic", JSONConverter, nil, basicJSON},
-		// Expansion only applies under the JSON converter.
-		{"string converter ignores table.expand.json.payload", "basic", StringConverter, func(t *testing.T) decode.Config {
+		{"json converter", "basic", FormatJSON, nil, basicJSON},
+		// EventRouterDelegate expands the payload into a Struct whatever the
+		// converter; StringConverter writes its toString (Kafka Connect's
+		// Struct.toString: Struct{name=value,...}).
+		{"string converter, table.expand.json.payload", "basic", FormatString, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })}}
 		}, []golden{
-			{"outbox.event.Order", `o-1`, `{"seq": 1, "total": 9.5}`, "id=11111111-1111-1111-1111-111111111111", ""},
-			{"outbox.event.Order", `o-2`, `{"seq": 2}`, "id=22222222-2222-2222-2222-222222222222", ""},
-			{"outbox.event.Customer", `c-1`, `{"seq": 3, "city": "Zürich"}`, "id=33333333-3333-3333-3333-333333333333", ""},
+			{"outbox.event.Order", `o-1`, `Struct{seq=1,total=9.5}`, "id=11111111-1111-1111-1111-111111111111", ""},
+			{"outbox.event.Order", `o-2`, `Struct{seq=2}`, "id=22222222-2222-2222-2222-222222222222", ""},
+			{"outbox.event.Customer", `c-1`, `Struct{seq=3,city=Zürich}`, "id=33333333-3333-3333-3333-333333333333", ""},
 		}},
-		{"json converter, table.expand.json.payload", "basic", JSONConverter, func(t *testing.T) decode.Config {
+		{"json converter, table.expand.json.payload", "basic", FormatJSON, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })}}
 		}, []golden{
 			{"outbox.event.Order", `"o-1"`, `{"seq":1,"total":9.5}`, "id=11111111-1111-1111-1111-111111111111", ""},
 			{"outbox.event.Order", `"o-2"`, `{"seq":2}`, "id=22222222-2222-2222-2222-222222222222", ""},
 			{"outbox.event.Customer", `"c-1"`, `{"seq":3,"city":"Zürich"}`, "id=33333333-3333-3333-3333-333333333333", ""},
 		}},
-		{"route.topic.regex and route.topic.replacement", "basic", StringConverter, func(t *testing.T) decode.Config {
+		{"route.topic.regex and route.topic.replacement", "basic", FormatString, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 				o.TopicRegex, o.TopicReplacement = `(?<routedByValue>Ord)(er)`, "shop.${routedByValue}$2s"
 			})}}
@@ -113,23 +130,30 @@ func TestGoldenRecords(t *testing.T) {
 			// No match: RegexRouter leaves the route-by value as the topic.
 			{"Customer", `c-1`, `{"seq": 3, "city": "Zürich"}`, "id=33333333-3333-3333-3333-333333333333", ""},
 		}},
-		{"string converter, bytea payload", "bytea-payload", StringConverter, func(t *testing.T) decode.Config {
+		{"string converter, bytea payload", "bytea-payload", FormatString, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("bin", nil)}}
 		}, []golden{{"outbox.event.Blob", `k-1`, "\x00\xff\x10", "id=b-1", ""}}},
-		{"json converter, bytea payload as base64", "bytea-payload", JSONConverter, func(t *testing.T) decode.Config {
+		{"json converter, bytea payload as base64", "bytea-payload", FormatJSON, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("bin", nil)}}
 		}, []golden{{"outbox.event.Blob", `"k-1"`, `"AP8Q"`, "id=b-1", ""}}},
-		{"tracing column as traceparent header", "tracing", StringConverter, nil, []golden{
+		// Only with tracing.span.context.field set: default Debezium adds no
+		// traceparent (ActivateTracingSpan needs OpenTelemetry).
+		{"no traceparent unless configured", "tracing", FormatString, nil, []golden{
+			{"outbox.event.Order", `o-10`, `{"seq": 11}`, "id=aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa", ""},
+		}},
+		{"tracing column as traceparent header", "tracing", FormatString, func(t *testing.T) decode.Config {
+			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) { o.Columns.Tracing = "tracingspancontext" })}}
+		}, []golden{
 			{"outbox.event.Order", `o-10`, `{"seq": 11}`, "id=aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa,traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", ""},
 		}},
-		{"logical messages", "logical-message", StringConverter, func(t *testing.T) decode.Config {
+		{"logical messages", "logical-message", FormatString, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", nil)}, MessagePrefix: "walstream"}
 		}, []golden{
 			{"outbox.event.Order", `o-9`, `{"seq": 9}`, "id=99999999-9999-9999-9999-999999999999", ""},
 			{"outbox.event.Order", `o-9`, `{"carrier": "DHL", "seq": 10}`, "id=m-1,x-source=shipping", ""},
 			{"outbox.event.Note", `n-1`, `plain "text"`, "id=m-2", ""},
 		}},
-		{"additional fields in headers", "additional-fields", StringConverter, func(t *testing.T) decode.Config {
+		{"additional fields in headers", "additional-fields", FormatString, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 				o.Additional = placement(t, "type:header:eventType,shard:header,urgent:header,note:header:x-note")
 			})}}
@@ -137,7 +161,7 @@ func TestGoldenRecords(t *testing.T) {
 			{"outbox.event.Order", `o-11`, `{"seq": 12}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc,eventType=OrderPlaced,shard=2,urgent=true,x-note=two\nlines \"quoted\"", ""},
 			{"outbox.event.Order", `o-12`, `{"seq": 13}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd,eventType=OrderPaid,shard=<null>,urgent=<null>,x-note=<null>", ""},
 		}},
-		{"additional fields in the envelope, json converter", "additional-fields", JSONConverter, func(t *testing.T) decode.Config {
+		{"additional fields in the envelope, json converter", "additional-fields", FormatJSON, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 				o.Additional = placement(t, "type:envelope:eventType,shard:envelope,urgent:envelope,note:envelope")
 			})}}
@@ -145,7 +169,7 @@ func TestGoldenRecords(t *testing.T) {
 			{"outbox.event.Order", `"o-11"`, `{"payload":"{\"seq\": 12}","eventType":"OrderPlaced","shard":2,"urgent":true,"note":"two\nlines \"quoted\""}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc", ""},
 			{"outbox.event.Order", `"o-12"`, `{"payload":"{\"seq\": 13}","eventType":"OrderPaid","shard":null,"urgent":null,"note":null}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
 		}},
-		{"additional fields in the envelope, expanded payload", "additional-fields", JSONConverter, func(t *testing.T) decode.Config {
+		{"additional fields in the envelope, expanded payload", "additional-fields", FormatJSON, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 				o.Additional, o.ExpandJSONPayload = placement(t, "type:envelope:eventType"), true
 			})}}
@@ -153,7 +177,7 @@ func TestGoldenRecords(t *testing.T) {
 			{"outbox.event.Order", `"o-11"`, `{"payload":{"seq":12},"eventType":"OrderPlaced"}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc", ""},
 			{"outbox.event.Order", `"o-12"`, `{"payload":{"seq":13},"eventType":"OrderPaid"}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
 		}},
-		{"additional fields in the envelope, string converter", "additional-fields", StringConverter, func(t *testing.T) decode.Config {
+		{"additional fields in the envelope, string converter", "additional-fields", FormatString, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 				o.Additional = placement(t, "type:envelope:eventType,shard:envelope,urgent:envelope")
 			})}}
@@ -162,7 +186,7 @@ func TestGoldenRecords(t *testing.T) {
 			// Struct.toString leaves NULL fields out.
 			{"outbox.event.Order", `o-12`, `Struct{payload={"seq": 13},eventType=OrderPaid}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
 		}},
-		{"partition placement and timestamptz", "additional-fields", StringConverter, func(t *testing.T) decode.Config {
+		{"partition placement and timestamptz", "additional-fields", FormatString, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 				o.Additional, o.Columns.Timestamp = placement(t, "shard:partition"), "created_at"
 			})}}
@@ -171,18 +195,18 @@ func TestGoldenRecords(t *testing.T) {
 			// NULL: the key picks the partition, Kafka stamps the time.
 			{"outbox.event.Order", `o-12`, `{"seq": 13}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
 		}},
-		{"timestamp without time zone is UTC", "additional-fields", StringConverter, func(t *testing.T) decode.Config {
+		{"timestamp without time zone is UTC", "additional-fields", FormatString, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) { o.Columns.Timestamp = "occurred_at" })}}
 		}, []golden{
 			{"outbox.event.Order", `o-11`, `{"seq": 12}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc", "ts=2026-11-23T06:00:01Z"},
 			{"outbox.event.Order", `o-12`, `{"seq": 13}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
 		}},
-		{"several outbox tables, each with its mapping", "several-tables", JSONConverter, func(t *testing.T) decode.Config {
+		{"several outbox tables, each with its mapping", "several-tables", FormatJSON, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{
 				outbox("orders", nil),
 				{Schema: "billing", Table: "outbox",
 					Columns:    decode.Columns{ID: "event_id", AggregateType: "kind", AggregateID: "invoice_id", Payload: "body"},
-					TopicRegex: DefaultTopicRegex, TopicReplacement: "billing.${routedByValue}"},
+					TopicRegex: decode.DefaultTopicRegex, TopicReplacement: "billing.${routedByValue}"},
 			}}
 		}, []golden{
 			{"outbox.event.Order", `"o-20"`, `"{\"seq\": 20}"`, "id=eeeeeeee-eeee-eeee-eeee-eeeeeeeeeeee", ""},
@@ -194,7 +218,11 @@ func TestGoldenRecords(t *testing.T) {
 			if tc.cfg != nil {
 				cfg = tc.cfg(t)
 			}
-			r, err := NewRouter(tc.conv, cfg.Outboxes...)
+			outboxes := cfg.Outboxes
+			if cfg.MessagePrefix != "" && cfg.Messages == nil {
+				outboxes = outboxes[:1] // messages use the first table's mapping
+			}
+			r, err := NewRouter(Encoding{Key: tc.conv, Value: tc.conv}, outboxes...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,7 +231,10 @@ func TestGoldenRecords(t *testing.T) {
 				t.Fatalf("%d events, want %d", len(evs), len(tc.want))
 			}
 			for i, w := range tc.want {
-				rec := r.Record(&evs[i])
+				rec, err := r.Record(&evs[i])
+				if err != nil {
+					t.Fatalf("record %d: %v", i, err)
+				}
 				var hs, meta []string
 				for _, h := range rec.Headers {
 					v := string(h.Value)

@@ -51,8 +51,8 @@ type Config struct {
 	// DeadLetterTopic, when set, receives events that cannot be published,
 	// in the same Kafka transaction; when empty, such an event is an error.
 	DeadLetterTopic string
-	// Converter says how keys and values are encoded.
-	Converter Converter
+	// Encoding says how keys and values are written.
+	Encoding Encoding
 	// Compression compresses record batches; zero is snappy.
 	Compression Compression
 	// TopicCreation, when set, creates missing outbox and dead-letter
@@ -167,7 +167,7 @@ type Producer struct {
 // New creates a producer. hook, if not nil, is called at named points of a
 // commit so that tests can crash the process there.
 func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer, error) {
-	router, err := NewRouter(cfg.Converter, cfg.Outboxes...)
+	router, err := NewRouter(cfg.Encoding, cfg.Outboxes...)
 	if err != nil {
 		return nil, err
 	}
@@ -318,12 +318,18 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 func (p *Producer) record(ev *decode.Event) (*kgo.Record, error) {
 	bad := ev.Bad
 	if bad == nil {
-		rec := p.router.Record(ev)
-		if err := ValidTopic(rec.Topic); err != nil {
-			bad = &decode.Error{Event: ev.Identity, Reason: "no valid topic for the aggregate type", Err: err}
-		} else if n := recordSize(rec); n > p.cfg.MaxRecordBytes {
-			bad = &decode.Error{Event: ev.Identity, Reason: fmt.Sprintf("the record is %d bytes, over the %d bytes allowed", n, p.cfg.MaxRecordBytes)}
-		} else {
+		rec, err := p.router.Record(ev)
+		var encErr *EncodingError
+		switch {
+		case errors.As(err, &encErr):
+			bad = &decode.Error{Event: ev.Identity, Column: encErr.Column, Reason: "encoding the record", Err: encErr.Err}
+		case err != nil:
+			return nil, err
+		case ValidTopic(rec.Topic) != nil:
+			bad = &decode.Error{Event: ev.Identity, Reason: "no valid topic for the aggregate type", Err: ValidTopic(rec.Topic)}
+		case recordSize(rec) > p.cfg.MaxRecordBytes:
+			bad = &decode.Error{Event: ev.Identity, Reason: fmt.Sprintf("the record is %d bytes, over the %d bytes allowed", recordSize(rec), p.cfg.MaxRecordBytes)}
+		default:
 			return rec, nil
 		}
 	}

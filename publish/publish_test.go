@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,13 +17,13 @@ import (
 
 func TestRoute(t *testing.T) {
 	for _, tc := range []struct{ regex, replacement, in, want string }{
-		{DefaultTopicRegex, DefaultTopicReplacement, "Order", "outbox.event.Order"},
-		{DefaultTopicRegex, DefaultTopicReplacement, "order", "outbox.event.order"},
-		{DefaultTopicRegex, "events-${routedByValue}-v1", "Order", "events-Order-v1"},
-		{DefaultTopicRegex, "all-events", "Order", "all-events"},
+		{decode.DefaultTopicRegex, decode.DefaultTopicReplacement, "Order", "outbox.event.Order"},
+		{decode.DefaultTopicRegex, decode.DefaultTopicReplacement, "order", "outbox.event.order"},
+		{decode.DefaultTopicRegex, "events-${routedByValue}-v1", "Order", "events-Order-v1"},
+		{decode.DefaultTopicRegex, "all-events", "Order", "all-events"},
 		{`(.*)Created`, "created.$1", "OrderCreated", "created.Order"},
 		{`(.*)Created`, "created.$1", "OrderShipped", "OrderShipped"}, // no match: the value itself
-		{`(a)(b)`, "$12", "ab", "a2"},                                 // Java: group 1, then "2"
+		{`(a)(b)`, "$12", "ab", "a2"}, // Java: group 1, then "2"
 		{`(?<routedByValue>.*)`, `cost\$.${routedByValue}`, "x", "cost$.x"},
 	} {
 		rt, err := NewRoute(tc.regex, tc.replacement)
@@ -36,7 +37,7 @@ func TestRoute(t *testing.T) {
 		}
 	}
 	for _, bad := range []struct{ regex, replacement string }{
-		{"(", "x"}, {DefaultTopicRegex, "${other}"}, {DefaultTopicRegex, "$2"}, {DefaultTopicRegex, "a$"}, {DefaultTopicRegex, `a\`},
+		{"(", "x"}, {decode.DefaultTopicRegex, "${other}"}, {decode.DefaultTopicRegex, "$2"}, {decode.DefaultTopicRegex, "a$"}, {decode.DefaultTopicRegex, `a\`},
 	} {
 		if _, err := NewRoute(bad.regex, bad.replacement); err == nil {
 			t.Errorf("NewRoute(%q, %q) accepted", bad.regex, bad.replacement)
@@ -45,16 +46,41 @@ func TestRoute(t *testing.T) {
 }
 
 func TestRouterRecord(t *testing.T) {
-	r, err := NewRouter(StringConverter)
+	o := outbox("public", nil)
+	r, err := NewRouter(Encoding{}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := decode.Event{Identity: decode.Identity{ID: []byte("id-1")}, AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte(`{"a":1}`)}
-	rec := r.Record(&ev)
+	ev := decode.Event{Source: o, Identity: decode.Identity{ID: []byte("id-1")}, AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte(`{"a":1}`)}
+	rec, err := r.Record(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if rec.Topic != "outbox.event.Order" || string(rec.Key) != "o-1" || string(rec.Value) != `{"a":1}` || len(rec.Headers) != 1 || rec.Headers[0].Key != "id" || string(rec.Headers[0].Value) != "id-1" {
 		t.Fatalf("record %+v", rec)
 	}
 }
+
+// Routes are found by table name, not by the mapping's pointer: an equal
+// mapping of the same table routes alike, and an event of a table the
+// router was not given is an error rather than a default route.
+func TestRouterByTable(t *testing.T) {
+	r, err := NewRouter(Encoding{}, outbox("public", func(o *decode.Outbox) { o.TopicReplacement = "x.${routedByValue}" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := decode.Event{Source: outbox("public", nil), Identity: decode.Identity{ID: []byte("id-1")}, AggregateType: []byte("Order"), AggregateID: []byte("o-1")}
+	if topic, err := r.Topic(&ev); err != nil || topic != "x.Order" {
+		t.Fatalf("Topic = %q, %v; want the route of public.outbox", topic, err)
+	}
+	ev.Source = outbox("other", nil)
+	if _, err := r.Record(&ev); err == nil || !strings.Contains(err.Error(), "outbox table other.outbox has no route") {
+		t.Fatalf("Record of an unknown table: %v", err)
+	}
+}
+
+// testOutbox is the mapping of the producer tests' events.
+var testOutbox = outbox("public", nil)
 
 // fakePositions stands in for checkpoint.Tracker: committed is told each
 // checkpoint Kafka committed.
@@ -76,7 +102,7 @@ func (f *fakePositions) Committed(cp checkpoint.Checkpoint, _ int, _ time.Time) 
 
 func newProducer(t *testing.T, broker, txid string) *Producer {
 	t.Helper()
-	p, err := New(Config{
+	p, err := New(Config{Outboxes: []*decode.Outbox{testOutbox},
 		Kafka: KafkaSettings{Brokers: []string{broker}}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
 		Slot: "slot-a", MaxBatchEvents: 100, MaxBatchBytes: 1 << 20,
 		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,
@@ -89,7 +115,7 @@ func newProducer(t *testing.T, broker, txid string) *Producer {
 }
 
 func event(ordinal uint64, id string) decode.Event {
-	return decode.Event{Identity: decode.Identity{Ordinal: ordinal, ID: []byte(id)}, AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte("{}")}
+	return decode.Event{Identity: decode.Identity{Ordinal: ordinal, ID: []byte(id)}, Source: testOutbox, AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte("{}")}
 }
 
 // runUntil runs the producer over txs and returns once the tracker saw want.

@@ -1,9 +1,6 @@
 package publish
 
 import (
-	"bytes"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -17,37 +14,6 @@ import (
 // RoutedByValue is the group of the default route.topic.regex that
 // route.topic.replacement refers to: the event's route-by value.
 const RoutedByValue = "${routedByValue}"
-
-// Debezium's routing defaults.
-const (
-	DefaultTopicRegex       = `(?<routedByValue>.*)`
-	DefaultTopicReplacement = "outbox.event." + RoutedByValue
-)
-
-// Converter says how keys and values are encoded: as Debezium's outbox
-// router does behind Kafka Connect's StringConverter (the default) or
-// JsonConverter with schemas.enable=false, so that consumers of a Debezium
-// pipeline see the same bytes.
-type Converter int
-
-const (
-	// StringConverter: key and value as Postgres renders them.
-	StringConverter Converter = iota
-	// JSONConverter: key and value as JSON strings, or, with
-	// ExpandJSONPayload, a JSON payload as JSON.
-	JSONConverter
-)
-
-// ParseConverter reads "string" or "json".
-func ParseConverter(s string) (Converter, error) {
-	switch s {
-	case "string":
-		return StringConverter, nil
-	case "json":
-		return JSONConverter, nil
-	}
-	return 0, fmt.Errorf("converter %q is not string or json", s)
-}
 
 // Route names topics from route-by values as Kafka Connect's RegexRouter
 // behind Debezium's outbox router does: when the regex matches the whole
@@ -148,142 +114,129 @@ func (r *Route) Topic(value []byte) string {
 	return t
 }
 
-// Router maps events to records: route-by values to topics by the route of
-// the event's outbox table, and keys and values through the converter.
+// Router maps events to records by their outbox table: route-by values to
+// topics by the table's route, keys and values by its encoders.
 type Router struct {
-	conv   Converter
-	routes map[*decode.Outbox]*Route
-	// def routes events whose outbox was not given to NewRouter, with
-	// Debezium's defaults.
-	def *Route
+	tables map[string]*tableRoute // by decode.Outbox.Name
 }
 
-// NewRouter compiles the route of every outbox.
-func NewRouter(conv Converter, outboxes ...*decode.Outbox) (*Router, error) {
-	def, err := NewRoute(DefaultTopicRegex, DefaultTopicReplacement)
-	if err != nil {
-		return nil, err
-	}
-	r := &Router{conv: conv, routes: make(map[*decode.Outbox]*Route), def: def}
+// tableRoute is how one outbox table's events become records.
+type tableRoute struct {
+	outbox     *decode.Outbox
+	route      *Route
+	key, value encoder
+}
+
+// NewRouter compiles the route and encoders of every outbox table.
+func NewRouter(enc Encoding, outboxes ...*decode.Outbox) (*Router, error) {
+	r := &Router{tables: make(map[string]*tableRoute, len(outboxes))}
 	for _, o := range outboxes {
 		rt, err := NewRoute(o.TopicRegex, o.TopicReplacement)
 		if err != nil {
 			return nil, fmt.Errorf("outbox %s: %w", o.Name(), err)
 		}
-		r.routes[o] = rt
+		if prev, dup := r.tables[o.Name()]; dup {
+			if prev.outbox == o {
+				continue // logical messages may use a table's own mapping
+			}
+			return nil, fmt.Errorf("two mappings are named outbox %s", o.Name())
+		}
+		key, value := newEncoders(enc, o)
+		r.tables[o.Name()] = &tableRoute{outbox: o, route: rt, key: key, value: value}
 	}
 	return r, nil
 }
 
-// Topic returns the topic of an event.
-func (r *Router) Topic(ev *decode.Event) string {
-	if rt, ok := r.routes[ev.Source]; ok {
-		return rt.Topic(ev.AggregateType)
+// table finds the route of an event's outbox table. An event of a table the
+// router was not given is a wiring error, not one to route by defaults.
+func (r *Router) table(ev *decode.Event) (*tableRoute, error) {
+	if ev.Source == nil {
+		return nil, fmt.Errorf("event %s at %s names no outbox table", ev.ID, ev.LSN)
 	}
-	return r.def.Topic(ev.AggregateType)
+	t, ok := r.tables[ev.Source.Name()]
+	if !ok {
+		return nil, fmt.Errorf("event %s at %s: outbox table %s has no route", ev.ID, ev.LSN, ev.Source.Name())
+	}
+	return t, nil
+}
+
+// Topic returns the topic of an event.
+func (r *Router) Topic(ev *decode.Event) (string, error) {
+	t, err := r.table(ev)
+	if err != nil {
+		return "", err
+	}
+	return t.route.Topic(ev.AggregateType), nil
 }
 
 // Headers of a published record: the event id, as Debezium names it, and
-// the W3C trace context when the outbox row carries one.
+// the W3C trace context when the outbox table has a tracing column.
 const (
 	HeaderID          = "id"
 	HeaderTraceParent = "traceparent"
 )
 
+// EncodingError is an event whose key or value cannot be encoded as
+// Debezium would; the event is bad input.
+type EncodingError struct {
+	Column string
+	Err    error
+}
+
+func (e *EncodingError) Error() string { return "encoding column " + e.Column + ": " + e.Err.Error() }
+func (e *EncodingError) Unwrap() error { return e.Err }
+
 // Record builds the Kafka record of an outbox event: key = aggregate id,
-// value = payload (nil for a tombstone), header id = event id, then the
-// trace context and additional fields. Under the StringConverter with no
-// envelope fields the record aliases the event's bytes.
-func (r *Router) Record(ev *decode.Event) *kgo.Record {
+// value = payload, or the envelope of payload and additional fields, or no
+// value for a tombstone; header id = event id, then the trace context and
+// additional fields.
+func (r *Router) Record(ev *decode.Event) (*kgo.Record, error) {
+	t, err := r.table(ev)
+	if err != nil {
+		return nil, err
+	}
 	rec := &kgo.Record{
-		Topic:     r.Topic(ev),
-		Key:       ev.AggregateID,
-		Value:     ev.Payload,
+		Topic:     t.route.Topic(ev.AggregateType),
 		Timestamp: ev.Timestamp,
 		Headers:   make([]kgo.RecordHeader, 1, 1+len(ev.Headers)+len(ev.Fields)),
 	}
+	if rec.Key, err = t.key.encode(nil, ev); err != nil {
+		return nil, &EncodingError{Column: ev.Source.Columns.AggregateID, Err: err}
+	}
+	if rec.Value, err = t.value.encode(nil, ev); err != nil {
+		return nil, &EncodingError{Column: ev.Source.Columns.Payload, Err: err}
+	}
+	// EventRouterDelegate adds the id header with the id column's schema;
+	// SimpleHeaderConverter writes its string form (a uuid or text as it is).
 	rec.Headers[0] = kgo.RecordHeader{Key: HeaderID, Value: ev.ID}
+	if ev.IDColumn != nil {
+		if rec.Headers[0].Value, err = javaString(nil, ev.IDColumn, ev.ID); err != nil {
+			return nil, &EncodingError{Column: ev.IDColumn.Name, Err: err}
+		}
+	}
 	if ev.TraceParent != nil {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderTraceParent, Value: ev.TraceParent})
 	}
 	for _, h := range ev.Headers {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: []byte(h.Value)})
 	}
-	envelope := false
 	for _, f := range ev.Fields {
-		if f.Placement == decode.PlaceHeader {
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: f.Name, Value: f.Value})
-		} else {
-			envelope = true
+		if f.Placement != decode.PlaceHeader {
+			continue
 		}
+		// SimpleHeaderConverter writes a header's value as its string form.
+		var v []byte
+		if f.Value != nil {
+			if v, err = javaString(nil, f.Column, f.Value); err != nil {
+				return nil, &EncodingError{Column: f.Column.Name, Err: err}
+			}
+		}
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: f.Name, Value: v})
 	}
 	if ev.Partitioned {
 		rec.Context = withPartition(ev.Partition)
 	}
-	if r.conv == JSONConverter {
-		rec.Key = jsonString(nil, ev.AggregateID)
-	}
-	switch {
-	case ev.Payload == nil: // a tombstone stays one
-	case envelope:
-		rec.Value = r.envelope(ev)
-	case r.conv == JSONConverter:
-		rec.Value = r.jsonPayload(nil, ev)
-	}
-	return rec
-}
-
-// jsonPayload appends the payload as JsonConverter writes it.
-func (r *Router) jsonPayload(dst []byte, ev *decode.Event) []byte {
-	switch {
-	case ev.PayloadBinary:
-		// JsonConverter writes bytes as base64 strings.
-		return jsonString(dst, []byte(base64.StdEncoding.EncodeToString(ev.Payload)))
-	case ev.Source != nil && ev.Source.ExpandJSONPayload && expandable(ev.Payload):
-		b := bytes.NewBuffer(dst)
-		_ = json.Compact(b, ev.Payload) // valid, so it compacts
-		return b.Bytes()
-	}
-	return jsonString(dst, ev.Payload)
-}
-
-// expandable is Debezium's test for expanding a payload: a JSON object or
-// array; anything else stays a string.
-func expandable(p []byte) bool {
-	p = bytes.TrimSpace(p)
-	return len(p) > 0 && (p[0] == '{' || p[0] == '[') && json.Valid(p)
-}
-
-// envelope is the value when additional fields are placed in it: a struct
-// of the payload and those fields, in their configured order. JsonConverter
-// writes it as a JSON object with null for NULL; StringConverter writes
-// Kafka Connect's Struct.toString, which leaves NULL fields out.
-func (r *Router) envelope(ev *decode.Event) []byte {
-	if r.conv == JSONConverter {
-		b := r.jsonPayload([]byte(`{"payload":`), ev)
-		for _, f := range ev.Fields {
-			if f.Placement != decode.PlaceEnvelope {
-				continue
-			}
-			b = append(jsonString(append(b, ','), []byte(f.Name)), ':')
-			switch {
-			case f.Value == nil:
-				b = append(b, "null"...)
-			case f.Kind == decode.KindText:
-				b = jsonString(b, f.Value)
-			default: // integers and booleans are JSON as Postgres writes them
-				b = append(b, f.Value...)
-			}
-		}
-		return append(b, '}')
-	}
-	b := append([]byte("Struct{payload="), ev.Payload...)
-	for _, f := range ev.Fields {
-		if f.Placement == decode.PlaceEnvelope && f.Value != nil {
-			b = append(append(append(append(b, ','), f.Name...), '='), f.Value...)
-		}
-	}
-	return append(b, '}')
+	return rec, nil
 }
 
 // jsonString appends s as a JSON string escaped as Jackson, behind Kafka

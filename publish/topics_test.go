@@ -318,7 +318,7 @@ func producerOn(t *testing.T, conn KafkaSettings, tc *TopicCreation, dlq string,
 	if _, err := EnsureCheckpointTopic(ctx, conn, "walstream.checkpoints", log); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{
+	p, err := New(Config{Outboxes: []*decode.Outbox{testOutbox},
 		Kafka: conn, TransactionalID: "tx-topics", CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
 		Slot: "slot-a", MaxBatchEvents: 100, MaxBatchBytes: 1 << 20, DeadLetterTopic: dlq, TopicCreation: tc,
 		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/walstream/walstream/internal/testenv"
@@ -70,6 +72,27 @@ INSERT INTO orders.outbox VALUES ('eeeeeeee-eeee-eeee-eeee-eeeeeeeeeeee', 'Order
 INSERT INTO billing.outbox VALUES ('inv-evt-1', 'Invoice', 'inv-1', 'invoice for o-20');
 INSERT INTO outbox VALUES ('ffffffff-ffff-ffff-ffff-ffffffffffff', 'Order', 'o-21', 'NotAnOutboxHere', '{"seq": 21}');
 COMMIT;`,
+	"debezium-types": `CREATE SCHEMA dbz;
+CREATE TABLE dbz.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid bigint NOT NULL, type text, payload jsonb,
+  amount numeric(10,2) DEFAULT 12.5, ratio double precision, status text DEFAULT 'pending', attempts int DEFAULT 3,
+  urgent boolean DEFAULT true, note text);
+CREATE TABLE dbz.textbox (id text PRIMARY KEY, aggregatetype text, aggregateid integer, payload text DEFAULT 'none');
+ALTER PUBLICATION walstream_outbox ADD TABLE dbz.outbox, dbz.textbox;
+BEGIN;
+INSERT INTO dbz.outbox VALUES ('d0000000-0000-0000-0000-000000000001', 'Order', 4711, 'Placed',
+  '{"seq": 1, "price": 10.50, "big": 12345678.9, "none": null, "tags": [], "nested": {"a": null, "b": [1, 2]}, "small": 0.001, "long": 3000000000}',
+  1234.50, 0.1, NULL, NULL, NULL, 'n');
+INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload, ratio) VALUES ('d0000000-0000-0000-0000-000000000002', 'Order', -5, 'Deleted', NULL, 1e7);
+INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) VALUES ('d0000000-0000-0000-0000-000000000003', '', 9, 'Empty', '{"items": [{"n": 1}, {"n": 2}], "mixed": [1, "a"]}');
+COMMIT;
+BEGIN;
+INSERT INTO dbz.textbox VALUES ('t-1', 'Text', 1, '   ');
+INSERT INTO dbz.textbox VALUES ('t-2', 'Text', 2, E'\x01\t');
+INSERT INTO dbz.textbox VALUES ('t-3', 'Text', 3, U&'\00A0');
+INSERT INTO dbz.textbox VALUES ('t-4', 'Text', 4, U&'\3000');
+INSERT INTO dbz.textbox VALUES ('t-5', 'Text', 5, U&'\0085');
+INSERT INTO dbz.textbox VALUES ('t-6', 'Text', 6, NULL);
+COMMIT;`,
 	"bytea-payload": `CREATE TABLE bin.outbox (id text PRIMARY KEY, aggregatetype text, aggregateid text, payload bytea);
 ALTER PUBLICATION walstream_outbox ADD TABLE bin.outbox;
 INSERT INTO bin.outbox VALUES ('b-1', 'Blob', 'k-1', '\x00ff10'::bytea);`,
@@ -119,8 +142,41 @@ CREATE PUBLICATION walstream_outbox FOR TABLE outbox, audit WITH (publish = 'ins
 			if err := os.WriteFile(filepath.Join(dir, "frames.txt"), []byte(body), 0o644); err != nil {
 				t.Fatal(err)
 			}
+			if err := os.WriteFile(filepath.Join(dir, "catalog.txt"), []byte(captureCatalog(t, conn)), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
+}
+
+// captureCatalog writes what Columns reads of each published table: one
+// line per column, table, column, NOT NULL and default, tab-separated.
+func captureCatalog(t *testing.T, conn *pgx.Conn) string {
+	rows, err := conn.Query(context.Background(), "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = 'walstream_outbox' ORDER BY 1, 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []Table
+	var tb Table
+	if _, err := pgx.ForEachRow(rows, []any{&tb.Schema, &tb.Name}, func() error { tables = append(tables, tb); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	out := "# the catalog of the published tables, read by replication.Columns: table, column, NOT NULL, default\n"
+	for _, tb := range tables {
+		cols, err := Columns(context.Background(), conn, tb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := make([]string, 0, len(cols))
+		for n := range cols {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			out += fmt.Sprintf("%s\t%s\t%v\t%s\n", tb, n, cols[n].NotNull, cols[n].Default)
+		}
+	}
+	return out
 }
 
 func captureFrames(t *testing.T, url, slot string, end pglogrepl.LSN) []string {

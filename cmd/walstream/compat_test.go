@@ -43,22 +43,37 @@ func TestLogicalMessageOutboxJSON(t *testing.T) {
 }
 
 // TestDebeziumConfigFile runs walstream from a config file holding a
-// Debezium connector's outbox router settings as they were copied, over two
-// outbox tables in one slot, each with its own mapping, and reads the
-// records back with kcat: topics, keys, values, headers, partitions and
-// timestamps as Debezium's router with JsonConverter would write them. An
+// Debezium connector's outbox router settings and its converters as they
+// were copied, over two outbox tables in one slot, each with its own
+// mapping, and reads the records back with kcat: topics, keys, values,
+// headers, partitions and timestamps as Debezium's router with
+// JsonConverter (schemas.enable=false) would write them. The event
+// timestamp column is a timestamp, which Debezium reads as an
+// io.debezium.time.MicroTimestamp; a timestamptz, which walstream also
+// takes, would stop Debezium (EventRouterDelegate.getEventTimestampMs reads
+// it with getInt64), so it is not in a config presented as Debezium's. An
 // UPDATE is logged and skipped; a row naming a partition the topic lacks
-// stops walstream with that row named, and is not confirmed.
+// stops walstream with that row named, and is not confirmed. Then the
+// converters Debezium users run: JsonConverter with schemas, and a string
+// key with a schemas-enabled JSON value (testDebeziumConverters).
 func TestDebeziumConfigFile(t *testing.T) {
+	t.Run("two tables, json without schemas", testTwoTablesJSON)
+	t.Run("converters", testDebeziumConverters)
+}
+
+func testTwoTablesJSON(t *testing.T) {
 	e := newEnv(t)
 	e.pg.Exec("postgres", `CREATE SCHEMA orders; CREATE SCHEMA billing;
 		CREATE TABLE orders.outbox (LIKE public.outbox INCLUDING ALL);
-		ALTER TABLE orders.outbox ADD COLUMN shard int, ADD COLUMN created_at timestamptz;
+		ALTER TABLE orders.outbox ADD COLUMN shard int, ADD COLUMN created_at timestamp;
 		CREATE TABLE billing.outbox (event_id text PRIMARY KEY, kind text NOT NULL, invoice_id text NOT NULL, body text NOT NULL)`)
 	cfg := filepath.Join(t.TempDir(), "walstream.yaml")
-	if err := os.WriteFile(cfg, []byte(`# Debezium's outbox router settings, copied from the connector config.
+	if err := os.WriteFile(cfg, []byte(`# Debezium's outbox router settings and converters, copied from the connector config.
 slot: ${WS_TEST_SLOT}
-converter: json
+key.converter: org.apache.kafka.connect.json.JsonConverter
+key.converter.schemas.enable: false
+value.converter: org.apache.kafka.connect.json.JsonConverter
+value.converter.schemas.enable: false
 outbox:
   transforms.outbox.type: io.debezium.transforms.outbox.EventRouter
   transforms.outbox.route.topic.replacement: ${routedByValue}.events
@@ -82,7 +97,7 @@ tables:
 	p := e.start([]string{"--config", cfg}, "WS_TEST_SLOT=compat").streaming(t)
 	e.pg.Exec("postgres", `BEGIN;
 		INSERT INTO orders.outbox (id, aggregatetype, aggregateid, type, payload, shard, created_at)
-			VALUES ('00000000-0000-0000-0000-0000000000d1', 'Order', 'o-1', 'Placed', '{"n": 1}', 2, '2026-11-23 06:00:00.25+00');
+			VALUES ('00000000-0000-0000-0000-0000000000d1', 'Order', 'o-1', 'Placed', '{"n": 1}', 2, '2026-11-23 06:00:00.25');
 		INSERT INTO billing.outbox VALUES ('inv-evt-1', 'Invoice', 'inv-1', 'invoice "1"');
 		INSERT INTO orders.outbox (id, aggregatetype, aggregateid, type, payload)
 			VALUES ('00000000-0000-0000-0000-0000000000d2', 'Order', 'o-1', 'Paid', '{"n": 2}');
@@ -132,5 +147,115 @@ tables:
 	}
 	if n := len(e.kcat("Order.events")); n != 2 {
 		t.Errorf("Order.events has %d records after the failure, want 2", n)
+	}
+}
+
+// testDebeziumConverters runs walstream from two copied connector configs
+// over a table with a bigint key and a column default, and reads the
+// records back with kcat:
+//
+//   - JsonConverter for key and value with schemas.enable left at Kafka
+//     Connect's default (true): the key is {"schema":{"type":"int64",...},
+//     "payload":4711} (EventRouterDelegate.defineRecordKeySchema gives the
+//     key column's schema); the value is the envelope struct named
+//     <topic.prefix>.<schema>.<table>.<route-by value>.Value
+//     (getSchemaName), its status field the column's default for a NULL
+//     (Struct.get), the default in its schema (asJsonSchema), and a NULL
+//     payload is "payload":null, not refused;
+//   - a StringConverter key with a schemas-enabled JsonConverter value and
+//     an expanded payload: the key is "4711", and the record's partition
+//     is the murmur2 hash of those bytes, as the Java producer behind
+//     Connect places it.
+func testDebeziumConverters(t *testing.T) {
+	const ddl = `CREATE SCHEMA dbz;
+		CREATE TABLE dbz.outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid bigint NOT NULL, type text,
+			payload jsonb, status text DEFAULT 'new')`
+	const rows = `BEGIN;
+		INSERT INTO dbz.outbox VALUES ('00000000-0000-0000-0000-0000000000f1', 'Order', 4711, 'Placed', '{"n": 1, "price": 10.50}', NULL);
+		INSERT INTO dbz.outbox VALUES ('00000000-0000-0000-0000-0000000000f2', 'Order', 4711, 'Deleted', NULL, 'gone');
+		COMMIT`
+	for _, tc := range []struct {
+		name, config string
+		want         []record // Key, Headers, Value
+		keyBytes     string
+	}{
+		{"json with schemas", `key.converter: org.apache.kafka.connect.json.JsonConverter
+value.converter: org.apache.kafka.connect.json.JsonConverter
+topic.prefix: dbserver1
+outbox:
+  transforms.outbox.type: io.debezium.transforms.outbox.EventRouter
+  transforms.outbox.table.fields.additional.placement: status:envelope
+`, []record{
+			{Key: `{"schema":{"type":"int64","optional":false},"payload":4711}`, Headers: "id=00000000-0000-0000-0000-0000000000f1",
+				Value: `{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},` +
+					`{"type":"string","optional":true,"default":"new","field":"status"}],"optional":false,"name":"dbserver1.dbz.outbox.Order.Value"},` +
+					`"payload":{"payload":"{\"n\": 1, \"price\": 10.50}","status":"new"}}`},
+			{Key: `{"schema":{"type":"int64","optional":false},"payload":4711}`, Headers: "id=00000000-0000-0000-0000-0000000000f2",
+				Value: `{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},` +
+					`{"type":"string","optional":true,"default":"new","field":"status"}],"optional":false,"name":"dbserver1.dbz.outbox.Order.Value"},` +
+					`"payload":{"payload":null,"status":"gone"}}`},
+		}, `{"schema":{"type":"int64","optional":false},"payload":4711}`},
+		{"string key, json value with schemas", `key.converter: org.apache.kafka.connect.storage.StringConverter
+value.converter: org.apache.kafka.connect.json.JsonConverter
+value.converter.schemas.enable: true
+outbox:
+  table.expand.json.payload: true
+`, []record{
+			{Key: "4711", Headers: "id=00000000-0000-0000-0000-0000000000f1",
+				Value: `{"schema":{"type":"struct","fields":[{"type":"int32","optional":true,"field":"n"},{"type":"double","optional":true,"field":"price"}],` +
+					`"optional":true,"name":"payload"},"payload":{"n":1,"price":10.5}}`},
+			{Key: "4711", Headers: "id=00000000-0000-0000-0000-0000000000f2",
+				Value: `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":null}`},
+		}, "4711"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.pg.Exec("postgres", ddl)
+			cfg := filepath.Join(t.TempDir(), "walstream.yaml")
+			body := "slot: ${WS_TEST_SLOT}\ntable: dbz.outbox\n" + tc.config
+			if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p := e.start([]string{"--config", cfg}, "WS_TEST_SLOT=dbz").streaming(t)
+			e.pg.Exec("postgres", rows)
+			e.waitConfirmed("dbz", e.currentLSN(), 30*time.Second, p)
+			recs := e.kcat("outbox.event.Order")
+			if len(recs) != len(tc.want) {
+				t.Fatalf("%d records, want %d: %+v", len(recs), len(tc.want), recs)
+			}
+			byKey := kgo.StickyKeyPartitioner(nil).ForTopic("outbox.event.Order").Partition(&kgo.Record{Key: []byte(tc.keyBytes)}, 3)
+			for i, w := range tc.want {
+				if g := recs[i]; g.Key != w.Key || g.Headers != w.Headers || g.Value != w.Value || int(g.Partition) != byKey {
+					t.Errorf("record %d:\n got %+v\nwant key %s headers %s partition %d value\n%s", i, g, w.Key, w.Headers, byKey, w.Value)
+				}
+			}
+		})
+	}
+}
+
+// TestDebeziumDefaultChanged: a column default changed while walstream
+// streams reaches the records from the next row on. ALTER TABLE makes
+// pgoutput send the table's Relation message again, and walstream rereads
+// the catalog then, as Debezium refreshes a table's schema; Struct.get then
+// gives a NULL the new default.
+func TestDebeziumDefaultChanged(t *testing.T) {
+	e := newEnv(t)
+	e.pg.Exec("postgres", `ALTER TABLE outbox ADD COLUMN status text DEFAULT 'new'`)
+	p := e.start([]string{"--additional-placement", "status:header"}).streaming(t)
+	e.pg.Exec("postgres", `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, status)
+		VALUES ('00000000-0000-0000-0000-0000000000a1', 'Order', 'o-1', 'Placed', '{}', NULL)`)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.pg.Exec("postgres", `ALTER TABLE outbox ALTER COLUMN status SET DEFAULT 'changed';
+		INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, status)
+		VALUES ('00000000-0000-0000-0000-0000000000a2', 'Order', 'o-1', 'Paid', '{}', NULL)`)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	recs := e.kcat("outbox.event.Order")
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want 2: %+v", len(recs), recs)
+	}
+	for i, want := range []string{"id=00000000-0000-0000-0000-0000000000a1,status=new", "id=00000000-0000-0000-0000-0000000000a2,status=changed"} {
+		if recs[i].Headers != want {
+			t.Errorf("record %d headers %q, want %q", i, recs[i].Headers, want)
+		}
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/replication"
 )
@@ -77,6 +79,11 @@ type Config struct {
 	CommitTimeout         time.Duration
 	OnError               string
 	Converter             string
+	KeyConverter          string
+	ValueConverter        string
+	KeySchemas            string // "" is the converter's default
+	ValueSchemas          string
+	SchemaTopicPrefix     string
 	Compression           string
 	MessagePrefix         string
 	DeadLetterTopic       string
@@ -150,7 +157,13 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	dur(&c.IdleInterval, "idle-interval", DefaultIdleInterval, "minimum interval of checkpoint-only transactions while the outbox is idle")
 	dur(&c.CommitTimeout, "commit-timeout", DefaultCommitTimeout, "limit on flushing and committing one Kafka transaction")
 	str(&c.Converter, "converter", "string", "key and value bytes as Debezium emits them behind Kafka Connect's StringConverter (string) or JsonConverter with schemas.enable=false (json)")
-	c.Mapping.flags(str, boolean)
+	str(&c.KeyConverter, "key-converter", "", "the key's converter, as Connect's key.converter: string, json or a converter class; empty: --converter")
+	str(&c.ValueConverter, "value-converter", "", "the value's converter, as Connect's value.converter: string, json or a converter class; empty: --converter")
+	str(&c.KeySchemas, "key-converter-schemas-enable", "", "key.converter.schemas.enable: true or false; empty: JsonConverter's default, true, for --key-converter, false for --converter")
+	str(&c.ValueSchemas, "value-converter-schemas-enable", "", "value.converter.schemas.enable: true or false; empty: JsonConverter's default, true, for --value-converter, false for --converter")
+	str(&c.SchemaTopicPrefix, "topic-prefix", "", "the Debezium connector's topic.prefix, which value schemas of envelopes name under a JSON converter with schemas")
+	c.Mapping = Mapping{}
+	c.Mapping.flags(fs, envName)
 	str(&c.Compression, "compression", "snappy", "record batch compression: snappy, lz4, zstd, gzip or none")
 	str(&c.MessagePrefix, "message-prefix", "walstream", "prefix of transactional pg_logical_emit_message() outbox events; empty: ignore logical messages")
 	str(&c.OnError, "on-error", OnErrorFail, "a row that cannot become a record: fail (stop, confirm nothing past it) or dead-letter (write it to --dlq-topic and go on)")
@@ -217,8 +230,12 @@ func (c *Config) Validate() error {
 			bad("http-config-file", "%v", err)
 		}
 	}
-	if _, err := publish.ParseConverter(c.Converter); err != nil {
-		bad("converter", "%v", err)
+	if c.Converter != "string" && c.Converter != "json" {
+		bad("converter", "%q is not string or json", c.Converter)
+	} else if enc, err := c.encoding(); err != nil {
+		errs = append(errs, err)
+	} else if enc.Value == publish.FormatJSONSchema && enc.SchemaPrefix == "" && c.envelopes() {
+		bad("topic-prefix", "is required when envelope fields are written with schemas: the value schema is named <topic.prefix>.<schema>.<table>.<route-by value>.Value")
 	}
 	if _, err := publish.ParseCompression(c.Compression); err != nil {
 		bad("compression", "%v", err)
@@ -281,9 +298,50 @@ func (c *Config) compression() publish.Compression {
 	return comp
 }
 
-func (c *Config) converter() publish.Converter {
-	conv, _ := publish.ParseConverter(c.Converter) // validated
-	return conv
+// encoding is the key and value converters: --converter for both, each
+// overridden by --key-converter and --value-converter as a Connect config
+// sets key.converter and value.converter.
+func (c *Config) encoding() (publish.Encoding, error) {
+	var errs []error
+	format := func(name, converter, schemasFlag, schemas string) publish.Format {
+		if converter == "" {
+			converter = c.Converter
+			if schemas == "" {
+				schemas = "false" // --converter json means schemas.enable=false
+			}
+		}
+		on := true // JsonConverterConfig: schemas.enable defaults to true
+		if schemas != "" {
+			var err error
+			if on, err = strconv.ParseBool(strings.TrimSpace(schemas)); err != nil {
+				errs = append(errs, fmt.Errorf("--%s ($%s): %q is not true or false", schemasFlag, envName(schemasFlag), schemas))
+			}
+		}
+		f, err := publish.ParseFormat(converter, on)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--%s ($%s): %w", name, envName(name), err))
+		}
+		return f
+	}
+	enc := publish.Encoding{
+		Key:          format("key-converter", c.KeyConverter, "key-converter-schemas-enable", c.KeySchemas),
+		Value:        format("value-converter", c.ValueConverter, "value-converter-schemas-enable", c.ValueSchemas),
+		SchemaPrefix: c.SchemaTopicPrefix,
+	}
+	return enc, errors.Join(errs...)
+}
+
+// envelopes reports whether any table places fields in the envelope.
+func (c *Config) envelopes() bool {
+	tables, messages, _ := c.outboxes()
+	for _, o := range append(tables, messages) {
+		for _, a := range o.Additional {
+			if a.Placement == decode.PlaceEnvelope {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // deadLetterTopic is the DLQ topic, or empty when bad rows are fatal.
@@ -326,6 +384,10 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
 			errs = append(errs, fmt.Errorf("config file %s, line %d: a config file cannot name another", c.ConfigFile, s.line))
 			continue
 		}
+		if f, ok := connectKeys[s.key]; ok {
+			apply(s, f)
+			continue
+		}
 		apply(s, s.key)
 	}
 	for _, s := range f.outbox {
@@ -336,12 +398,12 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
 			}
 			continue
 		}
-		flagName, err := canonicalKey(s.key)
+		key, err := decode.CanonicalRouterKey(s.key)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("config file %s, line %d: %w", c.ConfigFile, s.line, err))
+			errs = append(errs, fmt.Errorf("config file %s, line %d: %w (see README, Debezium compatibility)", c.ConfigFile, s.line, err))
 			continue
 		}
-		apply(s, flagName)
+		apply(s, routerFlags[key])
 	}
 	if len(f.tables) > 0 {
 		if set["table"] {
@@ -350,6 +412,17 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
 		c.Table, c.TableSettings = strings.Join(f.tables, ","), f.perTable
 	}
 	return errors.Join(errs...)
+}
+
+// connectKeys are Kafka Connect and Debezium connector settings a config
+// file may hold at its top level as a connector config has them, with the
+// flag each sets.
+var connectKeys = map[string]string{
+	"key.converter":                  "key-converter",
+	"value.converter":                "value-converter",
+	"key.converter.schemas.enable":   "key-converter-schemas-enable",
+	"value.converter.schemas.enable": "value-converter-schemas-enable",
+	"topic.prefix":                   "topic-prefix",
 }
 
 func (c *Config) logger(w io.Writer) *slog.Logger {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/replication"
 )
 
 func TestConfigFromEnvironment(t *testing.T) {
@@ -34,7 +36,10 @@ func TestConfigFromEnvironment(t *testing.T) {
 	if c.TransactionalID != "walstream-flagwins" || c.CheckpointKey != "flagwins" {
 		t.Errorf("defaults derived from the slot: transactional id %q, checkpoint key %q", c.TransactionalID, c.CheckpointKey)
 	}
-	if c.TopicTemplate != "outbox.event.${routedByValue}" || c.Table != "public.outbox" || c.Publication != "walstream_outbox" || !c.Create {
+	if o, err := c.Mapping.outbox(replication.Table{Schema: "public", Name: "outbox"}); err != nil || o.TopicReplacement != "outbox.event.${routedByValue}" {
+		t.Errorf("default topic template: %+v, %v", o, err)
+	}
+	if c.Table != "public.outbox" || c.Publication != "walstream_outbox" || !c.Create {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -190,7 +195,7 @@ func TestConfigFileErrors(t *testing.T) {
 	}{
 		{"unknown setting", base + "kafka-broker: x\n", nil, []string{"line 3", `unknown setting "kafka-broker"`}},
 		{"unknown outbox key", base + "outbox:\n  route.by.feld: x\n", nil, []string{"line 4", `"route.by.feld" is not a Debezium outbox router setting`}},
-		{"unsupported outbox key", base + "outbox:\n  table.field.event.schema.version: v\n", nil, []string{"line 4", "not supported", "no Kafka Connect schemas"}},
+		{"unsupported outbox key", base + "outbox:\n  table.field.event.schema.version: v\n", nil, []string{"line 4", "not supported", "no versioned value schemas"}},
 		{"removed outbox key", base + "outbox:\n  transforms.x.table.field.event.type: type\n", nil, []string{"table.fields.additional.placement=type:header:eventType"}},
 		{"not the outbox router", base + "outbox:\n  transforms.x.type: io.debezium.transforms.ExtractNewRecordState\n", nil, []string{"line 4", "ExtractNewRecordState"}},
 		{"unset variable", base + "slot: ${WALSTREAM_TEST_UNSET}\n", nil, []string{"line 3", "WALSTREAM_TEST_UNSET is not set"}},
@@ -228,5 +233,70 @@ func TestExpandEnv(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("expandEnv(%q) = %q, %v; want %q", in, got, err, want)
 		}
+	}
+}
+
+// Converters are set as a Connect worker sets them: key.converter and
+// value.converter, each with schemas.enable, which JsonConverterConfig
+// defaults to true; --converter sets both, without schemas.
+func TestConfigConverters(t *testing.T) {
+	base := "pg-url: postgres://u@h/db\nkafka-brokers: k:9092\n"
+	for _, tc := range []struct {
+		name, body string
+		args       []string
+		key, value publish.Format
+		err        string
+	}{
+		{"default", base, nil, publish.FormatString, publish.FormatString, ""},
+		{"--converter json", base, []string{"--converter", "json"}, publish.FormatJSON, publish.FormatJSON, ""},
+		{"connect classes, schemas by default", base + "key.converter: org.apache.kafka.connect.storage.StringConverter\nvalue.converter: org.apache.kafka.connect.json.JsonConverter\n",
+			nil, publish.FormatString, publish.FormatJSONSchema, ""},
+		{"schemas off", base + "key.converter: org.apache.kafka.connect.json.JsonConverter\nkey.converter.schemas.enable: false\nvalue.converter: org.apache.kafka.connect.json.JsonConverter\nvalue.converter.schemas.enable: \"false\"\n",
+			nil, publish.FormatJSON, publish.FormatJSON, ""},
+		{"value only", base + "value.converter: json\nvalue.converter.schemas.enable: true\n", []string{"--converter", "json"}, publish.FormatJSON, publish.FormatJSONSchema, ""},
+		{"unknown class", base + "value.converter: io.confluent.connect.avro.AvroConverter\n", nil, 0, 0, "--value-converter"},
+		{"bad schemas.enable", base + "value.converter: json\nvalue.converter.schemas.enable: maybe\n", nil, 0, 0, "--value-converter-schemas-enable"},
+		{"envelope schema needs topic.prefix", base + "value.converter: json\noutbox:\n  table.fields.additional.placement: type:envelope\n", nil, 0, 0, "--topic-prefix"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig(append([]string{"--config", writeFile(t, tc.body)}, tc.args...), &bytes.Buffer{})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want it to name %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc, err := c.encoding()
+			if err != nil || enc.Key != tc.key || enc.Value != tc.value {
+				t.Fatalf("encoding = %+v, %v; want key %v, value %v", enc, err, tc.key, tc.value)
+			}
+		})
+	}
+}
+
+// Router settings refused in the shared mapping name their flag and
+// Debezium key; Debezium 3.6's table.field.additional.missing and the
+// JSON payload behaviours are taken.
+func TestConfigRouterSettings(t *testing.T) {
+	base := []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
+	c, err := parseConfig(append(base, "--additional-missing", "ignore", "--json-payload-empty-array-behavior", "optional_string",
+		"--json-payload-null-behavior", "optional_bytes", "--tracing-column", "traceparent"), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, _, err := c.outboxes()
+	if err != nil || !tables[0].AdditionalOptional || !tables[0].ExpandJSONEmptyArrays || !tables[0].ExpandJSONNulls || tables[0].Columns.Tracing != "traceparent" {
+		t.Fatalf("outboxes = %+v, %v", tables[0], err)
+	}
+	_, err = parseConfig(append(base, "--additional-missing", "skip"), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--additional-missing") || !strings.Contains(err.Error(), "table.field.additional.missing") {
+		t.Fatalf("err = %v, want it to name --additional-missing and its Debezium key", err)
+	}
+	_, err = parseConfig(append(base, "--topic-regex", "(?<routedByValue>.*)(?!x)"), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--topic-regex") || !strings.Contains(err.Error(), "negative lookahead") {
+		t.Fatalf("err = %v, want it to name the construct and the setting", err)
 	}
 }

@@ -528,7 +528,7 @@ func TestBadRowStops(t *testing.T) {
 	after := e.currentLSN()
 	msg := exitMessage(t, p)
 	wantAll(t, msg, "at LSN 0/", `table public.outbox`, "event id 00000000-0000-0000-0000-0000000000aa",
-		"column aggregatetype", "NULL or empty")
+		"column aggregatetype", "aggregate type is NULL")
 	if got := e.confirmedLSN("walstream"); got >= after {
 		t.Fatalf("confirmed_flush_lsn %s reached %s, past a row that was not delivered", got, after)
 	}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/walstream/walstream/decode"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -120,8 +121,8 @@ func loadConfigFile(path string) (*configFile, error) {
 	}
 	expandFlag := func(key string) bool { return !noExpand[key] }
 	expandDebezium := func(key string) bool {
-		flagName, err := canonicalKey(key)
-		return err != nil || !noExpand[flagName]
+		k, err := decode.CanonicalRouterKey(key)
+		return err != nil || !noExpand[k]
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {

@@ -83,11 +83,12 @@ func (c *Config) pipeline() (pipeline.Config, error) {
 		return pipeline.Config{}, err
 	}
 	outboxes, messages, _ := c.outboxes() // validated
+	enc, _ := c.encoding()                // validated
 	return pipeline.Config{
 		Postgres: pg, Names: c.names(), Create: c.Create, AllowSlotAhead: c.AllowSlotAhead,
 		Kafka: kafka, TransactionalID: c.TransactionalID, CheckpointTopic: c.CheckpointTopic, CheckpointKey: c.CheckpointKey,
 		Outboxes: outboxes, Messages: messages, MessagePrefix: c.MessagePrefix,
-		DeadLetterTopic: c.deadLetterTopic(), Converter: c.converter(), Compression: c.compression(), MaxRecordBytes: c.MaxRecordBytes,
+		DeadLetterTopic: c.deadLetterTopic(), Encoding: enc, Compression: c.compression(), MaxRecordBytes: c.MaxRecordBytes,
 		TopicCreation:  c.TopicCreation.tc,
 		MaxBatchEvents: c.MaxBatchEvents, MaxBatchBytes: c.MaxBatchBytes, QueueBytes: c.QueueBytes,
 		Linger: c.Linger, IdleInterval: c.IdleInterval, CommitTimeout: c.CommitTimeout,

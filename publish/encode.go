@@ -1,0 +1,504 @@
+package publish
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/walstream/walstream/decode"
+)
+
+// Format is how a Kafka Connect converter behind Debezium writes a key or
+// a value, so that consumers of a Debezium pipeline see the same bytes.
+type Format int
+
+// Formats of key.converter and value.converter.
+const (
+	// FormatString is StringConverter: the Connect value's toString.
+	FormatString Format = iota
+	// FormatJSON is JsonConverter with schemas.enable=false.
+	FormatJSON
+	// FormatJSONSchema is JsonConverter with schemas.enable=true, Kafka
+	// Connect's default: {"schema":...,"payload":...}.
+	FormatJSONSchema
+)
+
+func (f Format) String() string {
+	switch f {
+	case FormatString:
+		return "string"
+	case FormatJSON:
+		return "json"
+	case FormatJSONSchema:
+		return "json with schemas"
+	}
+	return "Format(" + strconv.Itoa(int(f)) + ")"
+}
+
+// Kafka Connect's converter classes.
+const (
+	StringConverterClass = "org.apache.kafka.connect.storage.StringConverter"
+	JSONConverterClass   = "org.apache.kafka.connect.json.JsonConverter"
+)
+
+// ParseFormat reads a converter as a Connect config names it (its class,
+// or walstream's short names string and json) with its schemas.enable.
+func ParseFormat(converter string, schemas bool) (Format, error) {
+	switch strings.TrimSpace(converter) {
+	case "string", StringConverterClass:
+		return FormatString, nil
+	case "json", JSONConverterClass:
+		if schemas {
+			return FormatJSONSchema, nil
+		}
+		return FormatJSON, nil
+	}
+	return 0, fmt.Errorf("converter %q is not %s (string) or %s (json)", converter, StringConverterClass, JSONConverterClass)
+}
+
+// Encoding is how keys and values are written: a converter each, as a
+// Connect worker's key.converter and value.converter.
+type Encoding struct {
+	Key, Value Format
+	// SchemaPrefix stands for the Debezium connector's topic.prefix in the
+	// value schema name of an envelope (<prefix>.<schema>.<table>.<route-by
+	// value>.Value), which JsonConverter with schemas writes.
+	SchemaPrefix string
+}
+
+// encoder writes an event's key or value as one converter does behind
+// Debezium's outbox router. A nil result is a record without value. Each
+// converter is its own encoder: a new one (Avro, say) is a new type and a
+// case in newEncoders.
+type encoder interface {
+	encode(dst []byte, ev *decode.Event) ([]byte, error)
+}
+
+// Compile-time checks that each converter implements encoder.
+var (
+	_ encoder = stringKey{}
+	_ encoder = jsonKey{}
+	_ encoder = (*stringValue)(nil)
+	_ encoder = (*jsonValue)(nil)
+)
+
+// newEncoders is the one place that decides how an outbox table's keys
+// and values are written.
+func newEncoders(enc Encoding, o *decode.Outbox) (key, value encoder) {
+	p := payload{outbox: o, envelope: hasEnvelope(o)}
+	switch enc.Key {
+	case FormatJSON, FormatJSONSchema:
+		key = jsonKey{schemas: enc.Key == FormatJSONSchema}
+	default:
+		key = stringKey{}
+	}
+	switch enc.Value {
+	case FormatJSON, FormatJSONSchema:
+		value = &jsonValue{payload: p, schemas: enc.Value == FormatJSONSchema, prefix: enc.SchemaPrefix}
+	default:
+		value = &stringValue{p}
+	}
+	return key, value
+}
+
+func hasEnvelope(o *decode.Outbox) bool {
+	for _, a := range o.Additional {
+		if a.Placement == decode.PlaceEnvelope {
+			return true
+		}
+	}
+	return false
+}
+
+// messageKey and messagePayload stand for the columns of a logical
+// message, which has none: a required string key and an optional string
+// payload.
+var (
+	messageKey     = decode.Column{Name: "aggregateid", Type: decode.TypeText, TypMod: -1, NotNull: true}
+	messagePayload = decode.Column{Name: "payload", Type: decode.TypeText, TypMod: -1}
+)
+
+func keyColumn(ev *decode.Event) *decode.Column {
+	if ev.KeyColumn == nil {
+		return &messageKey
+	}
+	return ev.KeyColumn
+}
+
+// The key: EventRouterDelegate makes the key column's value (Struct.get)
+// the key, with the column's schema (defineRecordKeySchema).
+type (
+	stringKey struct{}
+	jsonKey   struct{ schemas bool }
+)
+
+func (stringKey) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+	return javaString(dst, keyColumn(ev), ev.AggregateID)
+}
+
+func (k jsonKey) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+	col := keyColumn(ev)
+	if !k.schemas {
+		return connectJSON(dst, col, ev.AggregateID)
+	}
+	dst = jsonSchema(append(dst, `{"schema":`...), col, "")
+	dst, err := connectJSON(append(dst, `,"payload":`...), col, ev.AggregateID)
+	return append(dst, '}'), err
+}
+
+// payload is what every value encoder needs of an event: the payload's
+// column, the payload as Debezium may expand it, and whether the value is
+// an envelope of the payload and additional fields (it is when any field
+// is placed in the envelope: EventRouterDelegate's
+// onlyHeadersInOutputMessage is false).
+type payload struct {
+	outbox   *decode.Outbox
+	envelope bool
+}
+
+func (p payload) read(ev *decode.Event) (col *decode.Column, expanded *jsonNode, err error) {
+	col = ev.PayloadColumn
+	if col == nil {
+		col = &messagePayload
+	}
+	if p.outbox.ExpandJSONPayload && ev.Payload != nil && !ev.PayloadBinary {
+		expanded, err = expand(ev.Payload, p.outbox)
+	}
+	return col, expanded, err
+}
+
+// stringValue is StringConverter's value: the Connect value's toString.
+type stringValue struct{ payload }
+
+func (v *stringValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+	if ev.Tombstone {
+		return nil, nil
+	}
+	col, expanded, err := v.read(ev)
+	switch {
+	case err != nil && !v.envelope:
+		// The payload stayed a string; StringConverter ignores the schema.
+		return javaString(dst, col, ev.Payload)
+	case err != nil:
+		return nil, err
+	case v.envelope:
+		return structString(dst, col, ev, expanded)
+	case expanded != nil:
+		return expanded.javaString(dst), nil
+	case ev.Payload == nil:
+		return nil, nil // StringConverter writes a null value as null
+	}
+	return javaString(dst, col, ev.Payload)
+}
+
+// jsonValue is JsonConverter's value, with or without its schema.
+type jsonValue struct {
+	payload
+	schemas bool
+	prefix  string
+}
+
+func (v *jsonValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+	if ev.Tombstone {
+		return nil, nil
+	}
+	col, expanded, err := v.read(ev)
+	if errors.Is(err, errNoSchema) && !v.envelope {
+		// The payload stays a string with a null schema.
+		if v.schemas {
+			dst = append(dst, `{"schema":null,"payload":`...)
+		}
+		dst = jsonString(dst, ev.Payload)
+		if v.schemas {
+			dst = append(dst, '}')
+		}
+		return dst, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if v.schemas {
+		dst = v.schema(append(dst, `{"schema":`...), col, ev, expanded)
+		dst = append(dst, `,"payload":`...)
+	}
+	switch {
+	case !v.envelope && expanded != nil:
+		dst = expanded.json(dst)
+	case !v.envelope:
+		dst, err = payloadJSON(dst, col, ev)
+	default:
+		dst, err = v.envelopeJSON(dst, col, ev, expanded)
+	}
+	if err == nil && v.schemas {
+		dst = append(dst, '}')
+	}
+	return dst, err
+}
+
+// schema appends the value's schema: the payload column's, the expanded
+// payload's, or the envelope struct's, named after the after-struct's
+// schema with the route-by value spliced in
+// (EventRouterDelegate.getSchemaName).
+func (v *jsonValue) schema(dst []byte, col *decode.Column, ev *decode.Event, expanded *jsonNode) []byte {
+	switch {
+	case !v.envelope && expanded != nil:
+		return expanded.schema.json(dst, "")
+	case !v.envelope:
+		return jsonSchema(dst, col, "")
+	}
+	dst = append(dst, `{"type":"struct","fields":[`...)
+	if expanded != nil {
+		dst = expanded.schema.json(dst, "payload")
+	} else {
+		dst = jsonSchema(dst, col, "payload")
+	}
+	for _, f := range ev.Fields {
+		if f.Placement == decode.PlaceEnvelope {
+			dst = jsonSchema(append(dst, ','), f.Column, f.Name)
+		}
+	}
+	name := v.prefix + "." + ev.Table + "." + string(ev.AggregateType) + ".Value"
+	return append(jsonString(append(dst, `],"optional":false,"name":`...), []byte(name)), '}')
+}
+
+// envelopeJSON appends the envelope struct: payload, then the envelope
+// fields in their configured order, null for NULL.
+func (v *jsonValue) envelopeJSON(dst []byte, col *decode.Column, ev *decode.Event, expanded *jsonNode) ([]byte, error) {
+	dst = append(dst, `{"payload":`...)
+	var err error
+	if expanded != nil {
+		dst = expanded.json(dst)
+	} else if dst, err = payloadJSON(dst, col, ev); err != nil {
+		return nil, err
+	}
+	for _, f := range ev.Fields {
+		if f.Placement != decode.PlaceEnvelope {
+			continue
+		}
+		dst = append(jsonString(append(dst, ','), []byte(f.Name)), ':')
+		if dst, err = connectJSON(dst, f.Column, f.Value); err != nil {
+			return nil, fmt.Errorf("encoding envelope field %s: %w", f.Name, err)
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+// payloadJSON writes the payload column's value under JsonConverter: a
+// bytea payload as base64, like any bytes.
+func payloadJSON(dst []byte, col *decode.Column, ev *decode.Event) ([]byte, error) {
+	if ev.PayloadBinary && ev.Payload != nil {
+		return jsonString(dst, []byte(base64.StdEncoding.EncodeToString(ev.Payload))), nil
+	}
+	return connectJSON(dst, col, ev.Payload)
+}
+
+// structString writes the envelope under StringConverter: Kafka Connect's
+// Struct.toString, Struct{name=value,...}, which leaves NULL fields out.
+func structString(dst []byte, col *decode.Column, ev *decode.Event, expanded *jsonNode) ([]byte, error) {
+	dst = append(dst, "Struct{"...)
+	first := true
+	sep := func() {
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+	}
+	var err error
+	switch {
+	case expanded != nil:
+		sep()
+		dst = expanded.javaString(append(dst, "payload="...))
+	case ev.Payload != nil && ev.PayloadBinary:
+		sep()
+		dst = append(append(dst, "payload="...), ev.Payload...) // see README: Java would print a buffer
+	case ev.Payload != nil:
+		sep()
+		if dst, err = javaString(append(dst, "payload="...), col, ev.Payload); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range ev.Fields {
+		if f.Placement != decode.PlaceEnvelope || f.Value == nil {
+			continue
+		}
+		sep()
+		if dst, err = javaString(append(append(dst, f.Name...), '='), f.Column, f.Value); err != nil {
+			return nil, fmt.Errorf("encoding envelope field %s: %w", f.Name, err)
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+// connectType is the Kafka Connect schema Debezium's Postgres connector
+// gives a column type with its default settings (decimal.handling.mode
+// precise): type, and the logical name and version where it sets one.
+func connectType(col *decode.Column) (typ, name string) {
+	switch col.Type {
+	case decode.TypeBool:
+		return "boolean", ""
+	case decode.TypeInt2:
+		return "int16", ""
+	case decode.TypeInt4:
+		return "int32", ""
+	case decode.TypeInt8:
+		return "int64", ""
+	case decode.TypeFloat4:
+		return "float", ""
+	case decode.TypeFloat8:
+		return "double", ""
+	case decode.TypeBytea:
+		return "bytes", ""
+	case decode.TypeNumeric:
+		return "bytes", "org.apache.kafka.connect.data.Decimal"
+	case decode.TypeUUID:
+		return "string", "io.debezium.data.Uuid"
+	case decode.TypeJSON, decode.TypeJSONB:
+		return "string", "io.debezium.data.Json"
+	case decode.TypeXML:
+		return "string", "io.debezium.data.Xml"
+	case decode.TypeDate:
+		return "int32", "io.debezium.time.Date"
+	case decode.TypeTimestamp:
+		if millisTimestamp(col) {
+			return "int64", "io.debezium.time.Timestamp"
+		}
+		return "int64", "io.debezium.time.MicroTimestamp"
+	}
+	return "string", ""
+}
+
+// millisTimestamp: time.precision.mode=adaptive gives a timestamp(0..3)
+// Debezium's Timestamp (milliseconds), any other MicroTimestamp.
+func millisTimestamp(col *decode.Column) bool { return col.TypMod >= 0 && col.TypMod <= 3 }
+
+// temporal is a date's or timestamp's Connect value: days, or milli- or
+// microseconds, since the epoch, the timestamp read as UTC.
+func temporal(col *decode.Column, text []byte) (int64, error) {
+	if col.Type == decode.TypeDate {
+		d, err := time.Parse("2006-01-02", string(text))
+		if err != nil {
+			return 0, fmt.Errorf("reading date %q: %w", text, err)
+		}
+		return d.Unix() / 86400, nil
+	}
+	t, err := decode.ParseTimestamp(text)
+	if err != nil {
+		return 0, err
+	}
+	if millisTimestamp(col) {
+		return t.UnixMilli(), nil
+	}
+	return t.UnixMicro(), nil
+}
+
+// jsonSchema appends the column's schema as JsonConverter.asJsonSchema
+// writes it: type, optional, name, version, parameters, default, in that
+// order, then field (the struct field's name) when field is set.
+func jsonSchema(dst []byte, col *decode.Column, field string) []byte {
+	typ, name := connectType(col)
+	dst = append(append(append(dst, `{"type":"`...), typ...), `","optional":`...)
+	dst = strconv.AppendBool(dst, !col.NotNull)
+	if name != "" {
+		dst = jsonString(append(dst, `,"name":`...), []byte(name))
+		dst = append(dst, `,"version":1`...)
+	}
+	if p, s, ok := col.Numeric(); ok {
+		dst = fmt.Appendf(dst, `,"parameters":{"scale":"%d","connect.decimal.precision":"%d"}`, s, p)
+	}
+	if col.Default != nil {
+		if d, err := connectJSON(append(dst, `,"default":`...), col, col.Default); err == nil {
+			dst = d
+		}
+	}
+	if field != "" {
+		dst = jsonString(append(dst, `,"field":`...), []byte(field))
+	}
+	return append(dst, '}')
+}
+
+// connectJSON appends a column's value, in Postgres's text form, as
+// JsonConverter.convertToJson writes the Connect value Debezium makes of
+// it; nil is null.
+func connectJSON(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
+	if text == nil {
+		return append(dst, "null"...), nil
+	}
+	switch col.Type {
+	case decode.TypeBool:
+		return strconv.AppendBool(dst, text[0] == 't'), nil
+	case decode.TypeInt2, decode.TypeInt4, decode.TypeInt8:
+		return append(dst, text...), nil
+	case decode.TypeFloat4, decode.TypeFloat8:
+		f, bits, err := float(col, text)
+		if err != nil {
+			return nil, err
+		}
+		if f != f || f > 1.7976931348623157e308 || f < -1.7976931348623157e308 {
+			// Jackson quotes NaN and infinities (QUOTE_NON_NUMERIC_NUMBERS).
+			return append(javaDouble(append(dst, '"'), f, bits), '"'), nil
+		}
+		return javaDouble(dst, f, bits), nil
+	case decode.TypeNumeric:
+		_, scale, _ := col.Numeric()
+		u, err := decimal(text, scale)
+		if err != nil {
+			return nil, fmt.Errorf("numeric %q %w", text, err)
+		}
+		// decimal.format=BASE64: the unscaled value's two's complement.
+		return jsonString(dst, []byte(base64.StdEncoding.EncodeToString(twosComplement(u)))), nil
+	case decode.TypeDate, decode.TypeTimestamp:
+		n, err := temporal(col, text)
+		if err != nil {
+			return nil, err
+		}
+		return strconv.AppendInt(dst, n, 10), nil
+	}
+	return jsonString(dst, text), nil
+}
+
+// javaString appends a column's value as StringConverter writes it: the
+// Connect value's toString.
+func javaString(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
+	switch col.Type {
+	case decode.TypeBool:
+		return strconv.AppendBool(dst, text[0] == 't'), nil
+	case decode.TypeFloat4, decode.TypeFloat8:
+		f, bits, err := float(col, text)
+		if err != nil {
+			return nil, err
+		}
+		return javaDouble(dst, f, bits), nil
+	case decode.TypeNumeric:
+		_, scale, _ := col.Numeric()
+		u, err := decimal(text, scale)
+		if err != nil {
+			return nil, fmt.Errorf("numeric %q %w", text, err)
+		}
+		return javaBigDecimal(dst, u, scale), nil
+	case decode.TypeDate, decode.TypeTimestamp:
+		n, err := temporal(col, text)
+		if err != nil {
+			return nil, err
+		}
+		return strconv.AppendInt(dst, n, 10), nil
+	}
+	if dst == nil {
+		return text, nil // the record aliases the event's bytes, which outlive it
+	}
+	return append(dst, text...), nil
+}
+
+func float(col *decode.Column, text []byte) (float64, int, error) {
+	bits := 64
+	if col.Type == decode.TypeFloat4 {
+		bits = 32
+	}
+	f, err := strconv.ParseFloat(string(text), bits)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading %q as a float: %w", text, err)
+	}
+	return f, bits, nil
+}

@@ -1,0 +1,457 @@
+package publish
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+
+	"github.com/walstream/walstream/decode"
+)
+
+// table.expand.json.payload, as Debezium's EventRouterDelegate and
+// JsonSchemaData do it: Jackson reads the payload text; a Connect schema is
+// inferred from it (JsonSchemaData.toConnectSchema) and a Struct built
+// (toConnectData); the converter writes that Struct. So the bytes are not
+// the payload's, but the Struct's: numbers as Java writes ints, longs and
+// doubles (10.50 is 10.5, 12345678.9 is 1.23456789E7), null fields and
+// empty arrays dropped unless table.json.payload.null.behavior and
+// table.json.payload.empty.array.behavior keep them. When any step fails
+// in Debezium (a payload not starting with { or [, a top-level array, a
+// mixed array, an integer beyond 64 bits), it logs a warning and keeps the
+// payload as a string; so does expand, by returning nil.
+
+// connectSchema is an inferred Connect schema; all are optional.
+type connectSchema struct {
+	typ    string // boolean, int32, int64, double, string, bytes, array, struct
+	name   string // a struct's name: the field path, payload.customer
+	items  *connectSchema
+	fields []connectField
+}
+
+type connectField struct {
+	name   string
+	schema *connectSchema
+}
+
+func (s *connectSchema) field(name string) *connectSchema {
+	for _, f := range s.fields {
+		if f.name == name {
+			return f.schema
+		}
+	}
+	return nil
+}
+
+// jsonNode is a payload read as Jackson reads it, with its schema attached
+// at the top; object members keep their order.
+type jsonNode struct {
+	kind    byte // '{', '[', 's' string, 'i' int, 'l' long, 'd' double, 'b' bool, 'n' null
+	text    string
+	num     float64
+	members []member // objects
+	items   []*jsonNode
+	schema  *connectSchema // the top node's, set by expand
+}
+
+type member struct {
+	key   string
+	value *jsonNode
+}
+
+var (
+	errNotExpandable = errors.New("not expandable")
+	errBigInteger    = errors.New("an integer beyond 64 bits")
+)
+
+// Outcomes of an expansion Debezium does not complete. In
+// EventRouterDelegate the inferred schema replaces the payload column's
+// before the Struct is built, so a failure after that leaves the payload
+// a string with the inferred schema:
+//
+//   - errExpansion: the schema was inferred but does not hold the values
+//     (an integer beyond 64 bits, a top-level array, array elements whose
+//     fields differ in type). StringConverter, which ignores schemas,
+//     writes the string; JsonConverter and an envelope's Struct.put throw,
+//     and Debezium stops.
+//   - errNoSchema: a top-level [] gets no schema (null). Without an
+//     envelope JsonConverter writes the string with a null schema; an
+//     envelope cannot take a null field schema, and Debezium stops.
+var (
+	errExpansion = errors.New("table.expand.json.payload: Debezium's router stops at this payload: its inferred schema does not hold its values (an integer beyond 64 bits, a top-level array, or array elements whose fields differ in type)")
+	errNoSchema  = errors.New("table.expand.json.payload: Debezium's router stops at this payload: a top-level [] has no schema to place in the envelope")
+)
+
+// expand returns the payload as Debezium expands it; nil when Debezium
+// keeps it a string with its column's schema (it does not start with { or
+// [, does not parse, or has an array Debezium infers no schema for); or
+// errExpansion or errNoSchema.
+func expand(payload []byte, o *decode.Outbox) (*jsonNode, error) {
+	if len(payload) == 0 || payload[0] != '{' && payload[0] != '[' { // parseJsonPayload
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	n, err := readNode(dec) // Jackson's readTree ignores what follows the first value
+	if errors.Is(err, errBigInteger) {
+		return nil, errExpansion
+	}
+	if err != nil {
+		return nil, nil
+	}
+	x := expander{nulls: o.ExpandJSONNulls, emptyArrays: o.ExpandJSONEmptyArrays}
+	s, err := x.schema(o.Columns.Payload, n)
+	switch {
+	case err != nil:
+		return nil, nil // toConnectSchema threw: the payload stays a string
+	case s == nil:
+		return nil, errNoSchema
+	case s.typ != "struct" || !fits(n, s):
+		return nil, errExpansion
+	}
+	n.schema = s
+	return n, nil
+}
+
+func readNode(dec *json.Decoder) (*jsonNode, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			n := &jsonNode{kind: '{'}
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				v, err := readNode(dec)
+				if err != nil {
+					return nil, err
+				}
+				key := k.(string)
+				replaced := false
+				for i := range n.members { // Jackson's ObjectNode: the last duplicate wins, in place
+					if n.members[i].key == key {
+						n.members[i].value, replaced = v, true
+					}
+				}
+				if !replaced {
+					n.members = append(n.members, member{key, v})
+				}
+			}
+			_, err := dec.Token()
+			return n, err
+		case '[':
+			n := &jsonNode{kind: '['}
+			for dec.More() {
+				v, err := readNode(dec)
+				if err != nil {
+					return nil, err
+				}
+				n.items = append(n.items, v)
+			}
+			_, err := dec.Token()
+			return n, err
+		}
+	case string:
+		return &jsonNode{kind: 's', text: t}, nil
+	case bool:
+		if t {
+			return &jsonNode{kind: 'b', text: "true"}, nil
+		}
+		return &jsonNode{kind: 'b', text: "false"}, nil
+	case nil:
+		return &jsonNode{kind: 'n'}, nil
+	case json.Number:
+		return number(string(t))
+	}
+	return nil, errNotExpandable
+}
+
+// number classifies a JSON number as Jackson does: an integer literal is an
+// int when it fits 32 bits, a long when it fits 64, else a BigInteger
+// (which JsonSchemaData cannot put into its FLOAT64 field); anything with a
+// fraction or exponent is a double.
+func number(s string) (*jsonNode, error) {
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if i >= math.MinInt32 && i <= math.MaxInt32 {
+			return &jsonNode{kind: 'i', text: strconv.FormatInt(i, 10)}, nil
+		}
+		return &jsonNode{kind: 'l', text: strconv.FormatInt(i, 10)}, nil
+	}
+	if bytes.ContainsAny([]byte(s), ".eE") {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return nil, err
+		}
+		return &jsonNode{kind: 'd', num: f}, nil
+	}
+	return nil, errBigInteger
+}
+
+type expander struct{ nulls, emptyArrays bool }
+
+// schema is JsonSchemaData.toConnectSchema: nil for a field it drops.
+func (x expander) schema(key string, n *jsonNode) (*connectSchema, error) {
+	switch n.kind {
+	case 's':
+		return &connectSchema{typ: "string"}, nil
+	case 'b':
+		return &connectSchema{typ: "boolean"}, nil
+	case 'i':
+		return &connectSchema{typ: "int32"}, nil
+	case 'l':
+		return &connectSchema{typ: "int64"}, nil
+	case 'd':
+		return &connectSchema{typ: "double"}, nil
+	case 'n':
+		if x.nulls {
+			return &connectSchema{typ: "bytes"}, nil
+		}
+		return nil, nil
+	case '[':
+		if len(n.items) == 0 {
+			if x.emptyArrays {
+				return &connectSchema{typ: "array", items: &connectSchema{typ: "string"}}, nil
+			}
+			return nil, nil
+		}
+		items, err := x.arrayItems(key, n)
+		if err != nil {
+			return nil, err
+		}
+		return &connectSchema{typ: "array", items: items}, nil
+	}
+	s := &connectSchema{typ: "struct", name: key}
+	for _, m := range n.members {
+		fieldKey := m.key
+		if key != "" {
+			fieldKey = key + "." + m.key
+		}
+		fs, err := x.schema(fieldKey, m.value)
+		if err != nil {
+			return nil, err
+		}
+		if fs != nil && s.field(m.key) == nil {
+			s.fields = append(s.fields, connectField{m.key, fs})
+		}
+	}
+	return s, nil
+}
+
+// arrayItems is toConnectSchemaWithCycles: the first non-null element sets
+// the type every other must have; object elements' schemas are merged.
+func (x expander) arrayItems(key string, n *jsonNode) (*connectSchema, error) {
+	var sample *jsonNode
+	for _, it := range n.items {
+		if it.kind == 'n' {
+			continue
+		}
+		if sample == nil {
+			sample = it
+		}
+		same := it.kind == sample.kind || isNumber(it.kind) && isNumber(sample.kind)
+		if !same || isNumber(it.kind) && it.kind != sample.kind {
+			return nil, errors.New("not a homogenous array")
+		}
+	}
+	if sample == nil {
+		s, _ := x.schema("", &jsonNode{kind: 'n'})
+		if s == nil {
+			return nil, errors.New("array of nulls")
+		}
+		return s, nil
+	}
+	if sample.kind != '{' {
+		s, err := x.schema("", sample)
+		if err == nil && s == nil {
+			err = errors.New("unrecognized member schema")
+		}
+		return s, err
+	}
+	// Debezium merges the distinct element schemas in HashSet order; for
+	// elements of one shape that is the shape, otherwise walstream merges in
+	// element order (see README).
+	var merged *connectSchema
+	for _, it := range n.items {
+		if it.kind != '{' {
+			continue
+		}
+		s, err := x.schema(key, it)
+		if err != nil {
+			return nil, err
+		}
+		if merged == nil {
+			merged = s
+			continue
+		}
+		for _, f := range s.fields {
+			if old := merged.field(f.name); old == nil {
+				merged.fields = append(merged.fields, f)
+			} else if old.typ == "bytes" && f.schema.typ != "bytes" {
+				for i := range merged.fields {
+					if merged.fields[i].name == f.name {
+						merged.fields[i].schema = f.schema
+					}
+				}
+			}
+		}
+	}
+	return merged, nil
+}
+
+func isNumber(k byte) bool { return k == 'i' || k == 'l' || k == 'd' }
+
+// fits is Struct.put's validation of the values toConnectData puts: a
+// merged array element schema can disagree with an element's value.
+func fits(n *jsonNode, s *connectSchema) bool {
+	if n.kind == 'n' {
+		return true
+	}
+	switch s.typ {
+	case "struct":
+		if n.kind != '{' {
+			return false
+		}
+		for _, f := range s.fields {
+			if v := n.member(f.name); v != nil && !fits(v, f.schema) {
+				return false
+			}
+		}
+		return true
+	case "array":
+		if n.kind != '[' {
+			return false
+		}
+		for _, it := range n.items {
+			if !fits(it, s.items) {
+				return false
+			}
+		}
+		return true
+	}
+	want := map[string]byte{"string": 's', "boolean": 'b', "int32": 'i', "int64": 'l', "double": 'd'}[s.typ]
+	return n.kind == want
+}
+
+func (n *jsonNode) member(key string) *jsonNode {
+	for _, m := range n.members {
+		if m.key == key {
+			return m.value
+		}
+	}
+	return nil
+}
+
+// json appends the Struct as JsonConverter writes it: every schema field in
+// schema order, null where the document has none.
+func (n *jsonNode) json(dst []byte) []byte { return n.jsonAs(dst, n.schema) }
+
+func (n *jsonNode) jsonAs(dst []byte, s *connectSchema) []byte {
+	if n == nil || n.kind == 'n' {
+		return append(dst, "null"...)
+	}
+	switch s.typ {
+	case "struct":
+		dst = append(dst, '{')
+		for i, f := range s.fields {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(jsonString(dst, []byte(f.name)), ':')
+			dst = n.member(f.name).jsonAs(dst, f.schema)
+		}
+		return append(dst, '}')
+	case "array":
+		dst = append(dst, '[')
+		for i, it := range n.items {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = it.jsonAs(dst, s.items)
+		}
+		return append(dst, ']')
+	case "string":
+		return jsonString(dst, []byte(n.text))
+	case "double":
+		if math.IsInf(n.num, 0) {
+			return append(javaDouble(append(dst, '"'), n.num, 64), '"')
+		}
+		return javaDouble(dst, n.num, 64)
+	}
+	return append(dst, n.text...)
+}
+
+// javaString appends the Struct's toString, as StringConverter writes an
+// expanded payload: Struct{name=value,...} without null fields, lists as
+// [a, b].
+func (n *jsonNode) javaString(dst []byte) []byte { return n.javaStringAs(dst, n.schema) }
+
+func (n *jsonNode) javaStringAs(dst []byte, s *connectSchema) []byte {
+	if n == nil || n.kind == 'n' {
+		return append(dst, "null"...)
+	}
+	switch s.typ {
+	case "struct":
+		dst = append(dst, "Struct{"...)
+		first := true
+		for _, f := range s.fields {
+			v := n.member(f.name)
+			if v == nil || v.kind == 'n' {
+				continue
+			}
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = v.javaStringAs(append(append(dst, f.name...), '='), f.schema)
+		}
+		return append(dst, '}')
+	case "array":
+		dst = append(dst, '[')
+		for i, it := range n.items {
+			if i > 0 {
+				dst = append(dst, ", "...)
+			}
+			dst = it.javaStringAs(dst, s.items)
+		}
+		return append(dst, ']')
+	case "string":
+		return append(dst, n.text...)
+	case "double":
+		return javaDouble(dst, n.num, 64)
+	}
+	return append(dst, n.text...)
+}
+
+// json appends the schema as JsonConverter.asJsonSchema writes it, with
+// field, when set, last.
+func (s *connectSchema) json(dst []byte, field string) []byte {
+	dst = append(append(append(dst, `{"type":"`...), s.typ...), '"')
+	switch s.typ {
+	case "struct":
+		dst = append(dst, `,"fields":[`...)
+		for i, f := range s.fields {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = f.schema.json(dst, f.name)
+		}
+		dst = append(dst, ']')
+	case "array":
+		dst = s.items.json(append(dst, `,"items":`...), "")
+	}
+	dst = append(dst, `,"optional":true`...)
+	if s.typ == "struct" && s.name != "" {
+		dst = jsonString(append(dst, `,"name":`...), []byte(s.name))
+	}
+	if field != "" {
+		dst = jsonString(append(dst, `,"field":`...), []byte(field))
+	}
+	return append(dst, '}')
+}
