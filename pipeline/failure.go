@@ -125,20 +125,26 @@ func Describe(err error) (peer, kind string) {
 // checkpoint is involved.
 func unreachable(err error) (addr, reason string, ok bool) {
 	var op *net.OpError
-	if !errors.As(err, &op) || op.Op != "dial" {
+	var dns *net.DNSError
+	var sys *os.SyscallError
+	switch {
+	case errors.As(err, &dns):
+		// pgx resolves before dialing; franz-go's dial does.
+		reason, addr = dns.Err, dns.Name
+	case errors.As(err, &op) && op.Op == "dial":
+		reason = op.Err.Error()
+		if errors.As(op.Err, &sys) {
+			reason = sys.Err.Error()
+		}
+		if op.Addr != nil {
+			addr = op.Addr.String()
+		}
+	default:
 		return "", "", false
 	}
-	reason = op.Err.Error()
-	var sys *os.SyscallError
-	if errors.As(op.Err, &sys) {
-		reason = sys.Err.Error()
-	}
 	var ce *replication.ConnectError
-	switch {
-	case errors.As(err, &ce):
+	if errors.As(err, &ce) {
 		addr = ce.Addr()
-	case op.Addr != nil:
-		addr = op.Addr.String()
 	}
 	return addr, reason, true
 }

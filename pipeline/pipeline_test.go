@@ -281,6 +281,7 @@ func TestUnreachable(t *testing.T) {
 	}{
 		{"postgres", pgErr, true, addr, "connection refused"},
 		{"kafka", onKafka(fmt.Errorf("initializing producer id: %w", dialErr)), true, addr, "connection refused"},
+		{"unknown host", onKafka(&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "kafka.invalid", IsNotFound: true}}), true, "kafka.invalid", "no such host"},
 		{"server error", &pgconn.PgError{Code: "28P01", Message: "password authentication failed"}, false, "", ""},
 		{"deadline", context.DeadlineExceeded, false, "", ""},
 	} {

@@ -208,9 +208,6 @@ func (c *Config) Validate() error {
 	if err := publish.ValidTopic(c.CheckpointTopic); err != nil {
 		bad("checkpoint-topic", "%v", err)
 	}
-	if strings.TrimSpace(c.TopicTemplate) == "" {
-		bad("topic-template", "is empty: every event needs a topic (default %s)", publish.DefaultTopicReplacement)
-	}
 	for _, n := range []struct {
 		name     string
 		v, limit int
