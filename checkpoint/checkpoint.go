@@ -30,6 +30,91 @@ type Checkpoint struct {
 	// published in parts, of which events 1..Ordinal are in Kafka.
 	PartialCommitLSN pglogrepl.LSN
 	Ordinal          uint64
+
+	// Identity names the Postgres history the LSNs above belong to. It is
+	// zero in records written before walstream recorded it.
+	Identity Identity
+	// Events counts the events published under this checkpoint key up to
+	// this checkpoint, when Counted; records written before walstream
+	// counted them carry no count. The difference between two records is
+	// the number of events published between them.
+	Events  uint64
+	Counted bool
+	// Gap, when set, is the last discontinuity an operator accepted at a
+	// start; it is carried in every later record so that it stays visible.
+	Gap Gap
+}
+
+// Identity is what IDENTIFY_SYSTEM says about the server a position was
+// read from. LSNs from different systems, or from different timelines past
+// their fork, name different WAL and cannot be compared.
+type Identity struct {
+	SystemID string // the cluster's system identifier; "" when unknown
+	Timeline int32  // 0 when unknown
+	Database string
+}
+
+// Known reports whether the identity was recorded.
+func (id Identity) Known() bool { return id.SystemID != "" }
+
+func (id Identity) String() string {
+	if !id.Known() {
+		return "unknown system"
+	}
+	return fmt.Sprintf("system %s timeline %d database %s", id.SystemID, id.Timeline, id.Database)
+}
+
+// GapKind says why a start left a discontinuity in the stream.
+type GapKind string
+
+const (
+	// GapNone: no discontinuity was accepted.
+	GapNone GapKind = ""
+	// GapSystemChanged: the server is another cluster; streaming went on
+	// from the slot's position, and nothing of the old system's positions
+	// was used to skip rows.
+	GapSystemChanged GapKind = "system_changed"
+	// GapPhantoms: events between From and To were published from WAL the
+	// server's history no longer holds; streaming went on from From.
+	GapPhantoms GapKind = "phantoms"
+	// GapSlotAhead: the slot had confirmed past the checkpoint; streaming
+	// went on from the slot, and events between To and From may be missing.
+	GapSlotAhead GapKind = "slot_ahead"
+)
+
+// Gap is a discontinuity an operator accepted: a range of positions of
+// the previous identity and, where known, how many events it held.
+type Gap struct {
+	Kind     GapKind
+	Previous Identity
+	// From and To bound the range on the previous identity's WAL: for
+	// phantoms, the fork and the old checkpoint.
+	From, To pglogrepl.LSN
+	// Events is the number of events in the range; -1 when unknown.
+	Events int64
+	At     time.Time
+}
+
+// At returns the checkpoint moved to the whole position lsn, keeping its
+// identity, count and gap.
+func (c Checkpoint) At(lsn pglogrepl.LSN) Checkpoint {
+	c.LSN, c.PartialCommitLSN, c.Ordinal = lsn, 0, 0
+	return c
+}
+
+// Part returns the checkpoint covering events 1..ordinal of the
+// transaction committed at commitLSN, keeping its LSN, identity, count and
+// gap.
+func (c Checkpoint) Part(commitLSN pglogrepl.LSN, ordinal uint64) Checkpoint {
+	c.PartialCommitLSN, c.Ordinal = commitLSN, ordinal
+	return c
+}
+
+// Published returns the checkpoint with n more events counted.
+func (c Checkpoint) Published(n int) Checkpoint {
+	c.Events += uint64(n)
+	c.Counted = true
+	return c
 }
 
 // Skip reports whether the event with the given ordinal (1-based) of the
@@ -76,21 +161,46 @@ func (c Checkpoint) String() string {
 
 // record is the JSON value of a checkpoint record. LSNs are in Postgres'
 // text form so that operators can read and compare them with pg_* views.
+// Fields added later are optional, so that older records still decode.
 type record struct {
-	Slot             string    `json:"slot"`
-	LSN              string    `json:"lsn"`
-	PartialCommitLSN string    `json:"partial_commit_lsn,omitempty"`
-	Ordinal          uint64    `json:"ordinal,omitempty"`
+	Slot             string     `json:"slot"`
+	LSN              string     `json:"lsn"`
+	PartialCommitLSN string     `json:"partial_commit_lsn,omitempty"`
+	Ordinal          uint64     `json:"ordinal,omitempty"`
+	Time             time.Time  `json:"time"`
+	SystemID         string     `json:"system_id,omitempty"`
+	Timeline         int32      `json:"timeline,omitempty"`
+	Database         string     `json:"database,omitempty"`
+	Events           *uint64    `json:"events,omitempty"`
+	Gap              *gapRecord `json:"gap,omitempty"`
+}
+
+type gapRecord struct {
+	Kind             GapKind   `json:"kind"`
+	PreviousSystemID string    `json:"previous_system_id,omitempty"`
+	PreviousTimeline int32     `json:"previous_timeline,omitempty"`
+	PreviousDatabase string    `json:"previous_database,omitempty"`
+	From             string    `json:"from_lsn"`
+	To               string    `json:"to_lsn"`
+	Events           int64     `json:"events"` // -1: unknown
 	Time             time.Time `json:"time"`
 }
 
 // Encode returns the checkpoint record's value.
 func (c Checkpoint) Encode(slot string, now time.Time) []byte {
-	r := record{Slot: slot, LSN: c.LSN.String(), Ordinal: c.Ordinal, Time: now.UTC()}
+	r := record{Slot: slot, LSN: c.LSN.String(), Ordinal: c.Ordinal, Time: now.UTC(),
+		SystemID: c.Identity.SystemID, Timeline: c.Identity.Timeline, Database: c.Identity.Database}
 	if c.PartialCommitLSN != 0 {
 		r.PartialCommitLSN = c.PartialCommitLSN.String()
 	}
-	b, _ := json.Marshal(r) // cannot fail: strings, integers and a time
+	if c.Counted {
+		r.Events = &c.Events
+	}
+	if g := c.Gap; g.Kind != GapNone {
+		r.Gap = &gapRecord{Kind: g.Kind, PreviousSystemID: g.Previous.SystemID, PreviousTimeline: g.Previous.Timeline,
+			PreviousDatabase: g.Previous.Database, From: g.From.String(), To: g.To.String(), Events: g.Events, Time: g.At.UTC()}
+	}
+	b, _ := json.Marshal(r) // cannot fail: strings, integers and times
 	return b
 }
 
@@ -111,6 +221,20 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 		}
 		c.Ordinal = r.Ordinal
 	}
+	c.Identity = Identity{SystemID: r.SystemID, Timeline: r.Timeline, Database: r.Database}
+	if r.Events != nil {
+		c.Events, c.Counted = *r.Events, true
+	}
+	if g := r.Gap; g != nil {
+		c.Gap = Gap{Kind: g.Kind, Previous: Identity{SystemID: g.PreviousSystemID, Timeline: g.PreviousTimeline, Database: g.PreviousDatabase},
+			Events: g.Events, At: g.Time}
+		if c.Gap.From, err = pglogrepl.ParseLSN(g.From); err != nil {
+			return Checkpoint{}, time.Time{}, fmt.Errorf("decoding checkpoint gap from_lsn %q: %w", g.From, err)
+		}
+		if c.Gap.To, err = pglogrepl.ParseLSN(g.To); err != nil {
+			return Checkpoint{}, time.Time{}, fmt.Errorf("decoding checkpoint gap to_lsn %q: %w", g.To, err)
+		}
+	}
 	return c, r.Time, nil
 }
 
@@ -130,10 +254,15 @@ type Tracker struct {
 	committed   Checkpoint
 	inKafka     bool
 	committedAt time.Time
-	// confirmed only moves forward and never passes committed.LSN, except
-	// that it starts at the slot's own confirmed_flush_lsn. sent is the
-	// last position Confirm returned.
+	// confirmed only moves forward and never passes committed.LSN nor
+	// serverEnd, except that it starts at the slot's own
+	// confirmed_flush_lsn. sent is the last position Confirm returned.
 	confirmed, sent pglogrepl.LSN
+	// serverEnd is the highest WAL end the server reported. A position
+	// past it names WAL the server does not have (a checkpoint from
+	// another history); confirming it would make the slot skip
+	// transactions the server writes later.
+	serverEnd pglogrepl.LSN
 
 	received     pglogrepl.LSN // commit LSN of the newest transaction handed on
 	pending      bool          // received transactions not yet in Kafka
@@ -208,13 +337,22 @@ func (t *Tracker) Committed(cp Checkpoint, events int, newest time.Time) error {
 	return nil
 }
 
+// ServerWALEnd records a WAL end the server reported: IDENTIFY_SYSTEM's
+// xlogpos, a keepalive's ServerWALEnd, an XLogData's WALEnd.
+func (t *Tracker) ServerWALEnd(lsn pglogrepl.LSN) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.serverEnd = max(t.serverEnd, lsn)
+}
+
 // Confirm returns the LSN to send to Postgres as the flush position and
-// records it as sent; changed says it differs from the last one returned.
+// records it as sent: what Kafka committed, but never past the WAL end
+// the server reported. changed says it differs from the last one returned.
 func (t *Tracker) Confirm() (lsn pglogrepl.LSN, changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.committed.LSN > t.confirmed {
-		t.confirmed = t.committed.LSN
+	if c := min(t.committed.LSN, t.serverEnd); c > t.confirmed {
+		t.confirmed = c
 	}
 	if t.confirmed != 0 {
 		t.lastConfirm = time.Now()

@@ -37,7 +37,16 @@ func TestSkip(t *testing.T) {
 
 func TestEncodeDecode(t *testing.T) {
 	now := time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC)
-	for _, cp := range []Checkpoint{{LSN: 0x16B3748}, {LSN: 0x100, PartialCommitLSN: 0x1_0000_0200, Ordinal: 42}} {
+	id := Identity{SystemID: "7441234567890123456", Timeline: 3, Database: "app"}
+	for _, cp := range []Checkpoint{
+		{LSN: 0x16B3748},
+		{LSN: 0x100, PartialCommitLSN: 0x1_0000_0200, Ordinal: 42},
+		{LSN: 0x100, Identity: id, Events: 0, Counted: true},
+		{LSN: 0x200, Identity: id, Events: 1234, Counted: true, Gap: Gap{Kind: GapPhantoms,
+			Previous: Identity{SystemID: id.SystemID, Timeline: 2, Database: "app"}, From: 0x180, To: 0x300, Events: 17, At: now}},
+		{LSN: 0x200, Identity: id, Events: 5, Counted: true, Gap: Gap{Kind: GapSystemChanged,
+			Previous: Identity{SystemID: "7000000000000000001", Timeline: 1, Database: "app"}, To: 0x9000, Events: -1, At: now}},
+	} {
 		got, at, err := Decode(cp.Encode("walstream", now))
 		if err != nil {
 			t.Fatal(err)
@@ -46,7 +55,16 @@ func TestEncodeDecode(t *testing.T) {
 			t.Fatalf("round trip of %v at %s = %v at %s", cp, now, got, at)
 		}
 	}
-	for _, bad := range []string{``, `{`, `{"lsn":"zz"}`, `{"lsn":"0/1","partial_commit_lsn":"x"}`} {
+	// A record written before identities and counts were recorded.
+	old, _, err := Decode([]byte(`{"slot":"walstream","lsn":"0/16B3748","time":"2026-11-01T00:00:00Z"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Identity.Known() || old.Counted || old.Gap.Kind != GapNone || old.LSN != 0x16B3748 {
+		t.Fatalf("old record decoded as %+v, want an unknown identity, no count and no gap at 0/16B3748", old)
+	}
+	for _, bad := range []string{``, `{`, `{"lsn":"zz"}`, `{"lsn":"0/1","partial_commit_lsn":"x"}`,
+		`{"lsn":"0/1","gap":{"kind":"phantoms","from_lsn":"x","to_lsn":"0/2"}}`} {
 		if _, _, err := Decode([]byte(bad)); err == nil {
 			t.Errorf("Decode(%q) succeeded", bad)
 		}
@@ -55,6 +73,7 @@ func TestEncodeDecode(t *testing.T) {
 
 func TestTrackerRefusesRegression(t *testing.T) {
 	tr := NewTracker(Checkpoint{LSN: 100}, true, 50)
+	tr.ServerWALEnd(200)
 	if got, changed := tr.Confirm(); got != 100 || !changed {
 		t.Fatalf("Confirm() = %s, %v; want the committed 0/64, changed", got, changed)
 	}
@@ -89,6 +108,7 @@ func TestTrackerPositions(t *testing.T) {
 		if !inKafka && (got != Checkpoint{} || !at.IsZero()) {
 			t.Fatalf("not in Kafka: InKafka() = %s, %s; want nothing", got, at)
 		}
+		tr.ServerWALEnd(400)
 		next := Checkpoint{LSN: 300}
 		if err := tr.Committed(next, 1, time.Now()); err != nil {
 			t.Fatal(err)
@@ -167,6 +187,14 @@ func TestModel(t *testing.T) {
 				t.Fatalf("seed %d: no progress after %d runs", seed, run)
 			}
 			tracker := NewTracker(kafkaCP, true, slotConfirmed)
+			var serverEnd pglogrepl.LSN // the WAL end the server reported
+			reported := func(lsn pglogrepl.LSN) {
+				// The server reports its WAL end with each message, and
+				// sometimes an older one than it has since written.
+				lsn -= pglogrepl.LSN(r.Intn(3))
+				serverEnd = max(serverEnd, lsn)
+				tracker.ServerWALEnd(lsn)
+			}
 			// Postgres resends from confirmed_flush; after an immediate
 			// restart, it may resend transactions it had already confirmed.
 			start := 0
@@ -183,6 +211,9 @@ func TestModel(t *testing.T) {
 				c, _ := tracker.Confirm()
 				if c > kafkaCP.LSN {
 					t.Fatalf("seed %d: confirm %s passes the checkpoint Kafka holds, %s", seed, c, kafkaCP)
+				}
+				if c > serverEnd && c > slotConfirmed {
+					t.Fatalf("seed %d: confirm %s passes the WAL end the server reported, %s", seed, c, serverEnd)
 				}
 				if c < everConfirmed {
 					t.Fatalf("seed %d: confirm %s moves back from %s", seed, c, everConfirmed)
@@ -212,6 +243,11 @@ func TestModel(t *testing.T) {
 			}
 		stream:
 			for _, it := range stream[start:] {
+				if it.tx != nil {
+					reported(it.tx.end)
+				} else {
+					reported(it.marker)
+				}
 				if it.tx == nil {
 					if it.marker > pos.LSN && pos.PartialCommitLSN == 0 {
 						pos = Checkpoint{LSN: it.marker}
@@ -242,6 +278,14 @@ func TestModel(t *testing.T) {
 			}
 			if !crashed && !commit() {
 				crashed = true
+			}
+			if !crashed {
+				last := stream[len(stream)-1]
+				if last.tx != nil {
+					reported(last.tx.end + 2) // the last keepalive
+				} else {
+					reported(last.marker + 2)
+				}
 			}
 			if crashed {
 				crashes++
@@ -277,6 +321,39 @@ func itemLSN(it item) pglogrepl.LSN {
 	return it.marker
 }
 
+func TestAtPartKeepIdentity(t *testing.T) {
+	id := Identity{SystemID: "1", Timeline: 2, Database: "d"}
+	cp := Checkpoint{LSN: 10, Identity: id}.Published(3).Part(20, 2).Published(2)
+	if cp.Identity != id || cp.Events != 5 || !cp.Counted || cp.PartialCommitLSN != 20 || cp.Ordinal != 2 || cp.LSN != 10 {
+		t.Fatalf("Part = %+v", cp)
+	}
+	cp = cp.At(30)
+	if cp.Identity != id || cp.Events != 5 || cp.PartialCommitLSN != 0 || cp.Ordinal != 0 || cp.LSN != 30 {
+		t.Fatalf("At = %+v", cp)
+	}
+}
+
+func TestTrackerNeverConfirmsPastServer(t *testing.T) {
+	// A checkpoint from another history (an old timeline, another system)
+	// can be ahead of everything the server has written.
+	tr := NewTracker(Checkpoint{LSN: 5000}, true, 300)
+	if got, _ := tr.Confirm(); got != pglogrepl.LSN(300) {
+		t.Fatalf("Confirm() before the server reported its WAL end = %s, want the slot's 0/12C", got)
+	}
+	tr.ServerWALEnd(1000)
+	if got, _ := tr.Confirm(); got != 1000 {
+		t.Fatalf("Confirm() = %s, want the server's WAL end 0/3E8", got)
+	}
+	tr.ServerWALEnd(900) // an older report never lowers the bound
+	if got, _ := tr.Confirm(); got != 1000 {
+		t.Fatalf("Confirm() after an older report = %s, want 0/3E8", got)
+	}
+	tr.ServerWALEnd(7000)
+	if got, _ := tr.Confirm(); got != 5000 {
+		t.Fatalf("Confirm() = %s, want the committed 0/1388", got)
+	}
+}
+
 func TestTrackerLag(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	tr := NewTracker(Checkpoint{LSN: 100}, true, 100)
@@ -304,6 +381,61 @@ func TestTrackerLag(t *testing.T) {
 	}
 	if tr.Confirm(); tr.Status(t0).LastConfirm.IsZero() {
 		t.Fatal("Confirm did not record the time")
+	}
+}
+
+func TestPast(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cp   Checkpoint
+		fork pglogrepl.LSN
+		want bool
+	}{
+		{"before the fork", Checkpoint{LSN: 90}, 100, false},
+		{"at the fork: every commit before it, all shared", Checkpoint{LSN: 100}, 100, false},
+		{"after the fork", Checkpoint{LSN: 101}, 100, true},
+		{"part of a transaction committed before the fork", Checkpoint{LSN: 80, PartialCommitLSN: 99, Ordinal: 3}, 100, false},
+		{"part of a transaction committed at the fork", Checkpoint{LSN: 80, PartialCommitLSN: 100, Ordinal: 3}, 100, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.cp.Past(tc.fork); got != tc.want {
+				t.Fatalf("%v.Past(%s) = %v, want %v", tc.cp, tc.fork, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEventsPast(t *testing.T) {
+	a := Identity{SystemID: "1", Timeline: 1, Database: "d"}
+	rec := func(lsn pglogrepl.LSN, events uint64) Checkpoint {
+		return Checkpoint{LSN: lsn, Identity: a, Events: events, Counted: true}
+	}
+	old := Checkpoint{LSN: 50} // written before records were counted
+	gap := Gap{Kind: GapSystemChanged, Events: -1}
+	for _, tc := range []struct {
+		name    string
+		history []Checkpoint
+		fork    pglogrepl.LSN
+		want    int64
+	}{
+		{"records on both sides", []Checkpoint{rec(10, 5), rec(90, 20), rec(150, 27), rec(200, 40)}, 100, 20},
+		{"a record exactly at the fork", []Checkpoint{rec(100, 20), rec(200, 40)}, 100, 20},
+		{"nothing past the fork", []Checkpoint{rec(90, 20)}, 100, 0},
+		{"a position marker past the fork, no events", []Checkpoint{rec(90, 20), rec(150, 20)}, 100, 0},
+		{"compacted: only the last record is left", []Checkpoint{rec(200, 40)}, 100, -1},
+		{"empty history", nil, 100, -1},
+		{"an uncounted record on the way", []Checkpoint{old, rec(200, 40)}, 100, -1},
+		{"the last record uncounted", []Checkpoint{old}, 100, -1},
+		{"a record of another system", []Checkpoint{{LSN: 10, Identity: Identity{SystemID: "2"}, Counted: true}, rec(200, 40)}, 100, -1},
+		{"a gap accepted in between", []Checkpoint{rec(10, 5), {LSN: 300, Identity: a, Events: 5, Counted: true, Gap: gap}}, 100, -1},
+		{"a partial record before the fork counts", []Checkpoint{rec(80, 3).Part(99, 2).Published(2), rec(200, 9)}, 100, 4},
+		{"a partial record at the fork does not", []Checkpoint{rec(80, 3), rec(80, 3).Part(100, 2).Published(2), rec(200, 9)}, 100, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := EventsPast(tc.history, tc.fork); got != tc.want {
+				t.Fatalf("EventsPast(%v, %s) = %d, want %d", tc.history, tc.fork, got, tc.want)
+			}
+		})
 	}
 }
 

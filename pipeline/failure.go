@@ -18,6 +18,7 @@ const (
 	kindEpochBumped   = "epoch_bumped"
 	kindBadInput      = "bad_input"
 	kindSlotAhead     = "slot_ahead"
+	kindSlotMissing   = "slot_missing"
 	kindSetup         = "setup"
 	kindFenced        = "fenced"
 	kindAuthorization = "authorization"
@@ -47,9 +48,15 @@ func classifyFailure(err error) failure {
 	var de *decode.Error
 	var ke *kafkaError
 	var eb *epochBumpedError
+	var dv *DivergedError
 	switch {
 	case errors.As(err, &eb):
 		return failure{peerKafka, kindEpochBumped, false}
+	case errors.As(err, &dv):
+		// The kind is the verdict: phantoms, system_changed, off_history.
+		return failure{peerPostgres, dv.Placement.Verdict.String(), true}
+	case errors.Is(err, ErrSlotMissing):
+		return failure{peerPostgres, kindSlotMissing, true}
 	case errors.As(err, &de):
 		return failure{peerPostgres, kindBadInput, true}
 	case errors.Is(err, ErrSlotAhead):

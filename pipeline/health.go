@@ -24,6 +24,7 @@ type metrics struct {
 	errors     *prometheus.CounterVec
 	standby    prometheus.Gauge
 	skipped    prometheus.Counter
+	phantoms   prometheus.Gauge // set when a start finds phantom events
 }
 
 func newMetrics(reg prometheus.Registerer, st *state) metrics {
@@ -39,8 +40,11 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 			Name: "walstream_standby", Help: "1 while another instance streams the slot and this one waits for it."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walstream_replayed_events_skipped_total", Help: "Replayed events dropped because the checkpoint in Kafka already covers them."}),
+		phantoms: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walstream_phantom_events",
+			Help: "Events published from WAL the server's history does not have, found at the last start (-1: some, number unknown)."}),
 	}
-	reg.MustRegister(m.reconnects, m.errors, m.standby, m.skipped,
+	reg.MustRegister(m.reconnects, m.errors, m.standby, m.skipped, m.phantoms,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walstream_replication_lag_seconds",
 			Help: "Now minus the Postgres commit time of the newest published transaction while transactions wait; 0 when idle and caught up."},

@@ -30,8 +30,15 @@ type Config struct {
 	// Create creates a missing publication or slot before the first
 	// session; later sessions never recreate them.
 	Create bool
-	// AllowSlotAhead accepts a slot that confirmed more than Kafka holds.
+	// AllowSlotAhead accepts a slot that confirmed more than Kafka holds,
+	// and creates a missing slot although Kafka holds a checkpoint.
 	AllowSlotAhead bool
+	// Accept lists the divergences between the checkpoint and the server
+	// an operator accepted for this start (see Place).
+	Accept Accept
+	// FailoverSlot creates the slot as a failover slot where the server
+	// supports them.
+	FailoverSlot bool
 
 	Kafka           publish.KafkaSettings
 	TransactionalID string

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
@@ -95,8 +96,9 @@ func TestSharedIDError(t *testing.T) {
 
 // fakeSource is a checkpointSource with func fields.
 type fakeSource struct {
-	fence func(ctx context.Context) error
-	read  func(ctx context.Context) (checkpoint.Checkpoint, time.Time, bool, error)
+	fence   func(ctx context.Context) error
+	read    func(ctx context.Context) (checkpoint.Checkpoint, time.Time, bool, error)
+	history []checkpoint.Checkpoint
 }
 
 var _ checkpointSource = (*fakeSource)(nil)
@@ -105,34 +107,68 @@ func (f *fakeSource) Fence(ctx context.Context) error { return f.fence(ctx) }
 func (f *fakeSource) ReadCheckpoint(ctx context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
 	return f.read(ctx)
 }
+func (f *fakeSource) CheckpointHistory(context.Context) ([]checkpoint.Checkpoint, error) {
+	return f.history, nil
+}
 
 func TestResume(t *testing.T) {
 	discard := slog.New(slog.DiscardHandler)
 	slot := replication.Slot{ConfirmedFlush: 0x500}
-	found := func(cp checkpoint.Checkpoint) *fakeSource {
+	// The server is on timeline 2, which forked from 1 at 0/700.
+	srv := replication.Server{SystemID: "7000000000000000001", Timeline: 2, XLogPos: 0x10000, Database: "d"}
+	history := []replication.HistoryEntry{{Timeline: 1, Switch: 0x700}}
+	own := checkpoint.Identity{SystemID: srv.SystemID, Timeline: 2, Database: "d"}
+	tl1 := checkpoint.Identity{SystemID: srv.SystemID, Timeline: 1, Database: "d"}
+	found := func(cp checkpoint.Checkpoint, history ...checkpoint.Checkpoint) *fakeSource {
 		return &fakeSource{fence: func(context.Context) error { return nil },
 			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
 				return cp, time.Now(), true, nil
-			}}
+			}, history: history}
 	}
+	at := func(lsn pglogrepl.LSN, id checkpoint.Identity) checkpoint.Checkpoint {
+		return checkpoint.Checkpoint{LSN: lsn, Identity: id}
+	}
+	past := checkpoint.Checkpoint{LSN: 0x900, Identity: tl1, Events: 10, Counted: true}
+	before := checkpoint.Checkpoint{LSN: 0x600, Identity: tl1, Events: 4, Counted: true}
 	for _, tc := range []struct {
-		name        string
-		src         *fakeSource
-		allowAhead  bool
-		want        checkpoint.Checkpoint
-		wantInKafka bool
-		wantErr     func(error) bool
+		name         string
+		src          *fakeSource
+		allowAhead   bool
+		accept       Accept
+		want         checkpoint.Checkpoint
+		wantInKafka  bool
+		wantErr      func(error) bool
+		wantPhantoms float64
 	}{
 		{name: "no checkpoint: start at the slot", src: &fakeSource{fence: func(context.Context) error { return nil },
 			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
 				return checkpoint.Checkpoint{}, time.Time{}, false, nil
-			}}, want: checkpoint.Checkpoint{LSN: 0x500}},
-		{name: "checkpoint at the slot", src: found(checkpoint.Checkpoint{LSN: 0x500}), want: checkpoint.Checkpoint{LSN: 0x500}, wantInKafka: true},
-		{name: "checkpoint ahead of the slot", src: found(checkpoint.Checkpoint{LSN: 0x900, PartialCommitLSN: 0xa00, Ordinal: 3}),
-			want: checkpoint.Checkpoint{LSN: 0x900, PartialCommitLSN: 0xa00, Ordinal: 3}, wantInKafka: true},
-		{name: "slot ahead refused", src: found(checkpoint.Checkpoint{LSN: 0x100}),
+			}}, want: at(0x500, own)},
+		{name: "checkpoint at the slot", src: found(at(0x500, own)), want: at(0x500, own), wantInKafka: true},
+		{name: "checkpoint ahead of the slot", src: found(checkpoint.Checkpoint{LSN: 0x900, PartialCommitLSN: 0xa00, Ordinal: 3, Identity: own}),
+			want: checkpoint.Checkpoint{LSN: 0x900, PartialCommitLSN: 0xa00, Ordinal: 3, Identity: own}, wantInKafka: true},
+		{name: "an old record takes the server's identity, recorded at once", src: found(checkpoint.Checkpoint{LSN: 0x500}), want: at(0x500, own)},
+		{name: "safe failover: before the fork", src: found(at(0x600, tl1)), want: at(0x600, own)},
+		{name: "slot ahead refused", src: found(at(0x100, own)),
 			wantErr: func(err error) bool { return errors.Is(err, ErrSlotAhead) && !strings.Contains(err.Error(), "--") }},
-		{name: "slot ahead allowed", src: found(checkpoint.Checkpoint{LSN: 0x100}), allowAhead: true, want: checkpoint.Checkpoint{LSN: 0x500}},
+		{name: "slot ahead allowed", src: found(at(0x100, own)), allowAhead: true,
+			want: checkpoint.Checkpoint{LSN: 0x500, Identity: own, Gap: checkpoint.Gap{Kind: checkpoint.GapSlotAhead, Previous: own, From: 0x100, To: 0x500, Events: -1}}},
+		{name: "phantoms refused, counted from the history", src: found(past, before, past), wantPhantoms: 6,
+			wantErr: func(err error) bool {
+				var de *DivergedError
+				return errors.As(err, &de) && de.Events == 6 && de.Placement == Placement{Verdict: Phantoms, Fork: 0x700} &&
+					classifyFailure(err).permanent && classifyFailure(err).kind == "phantoms"
+			}},
+		{name: "phantoms, the history compacted", src: found(past, past), wantPhantoms: -1,
+			wantErr: func(err error) bool { var de *DivergedError; return errors.As(err, &de) && de.Events == -1 }},
+		{name: "phantoms accepted: from the fork", src: found(past, before, past), accept: Accept{Phantoms: true}, wantPhantoms: 6,
+			want: checkpoint.Checkpoint{LSN: 0x700, Identity: own, Events: 10, Counted: true,
+				Gap: checkpoint.Gap{Kind: checkpoint.GapPhantoms, Previous: tl1, From: 0x700, To: 0x900, Events: 6}}},
+		{name: "another system refused", src: found(at(0x900, checkpoint.Identity{SystemID: "1", Timeline: 1})),
+			wantErr: func(err error) bool {
+				var de *DivergedError
+				return errors.As(err, &de) && classifyFailure(err).kind == "system_changed" && classifyFailure(err).permanent
+			}},
 		{name: "fencing fails on Kafka", src: &fakeSource{fence: func(context.Context) error { return kerr.CoordinatorNotAvailable }},
 			wantErr: func(err error) bool { var ke *kafkaError; return errors.As(err, &ke) }},
 		{name: "read fails on Kafka", src: &fakeSource{fence: func(context.Context) error { return nil },
@@ -142,8 +178,16 @@ func TestResume(t *testing.T) {
 			wantErr: func(err error) bool { return classifyFailure(err).peer == peerKafka }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "s", CheckpointTopic: "cp", AllowSlotAhead: tc.allowAhead}
-			cp, inKafka, err := resume(context.Background(), tc.src, slot, cfg, discard)
+			cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "s", CheckpointTopic: "cp", AllowSlotAhead: tc.allowAhead, Accept: tc.accept}
+			phantoms := prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"})
+			cp, inKafka, err := resume(context.Background(), tc.src, slot, srv, history, cfg, discard, phantoms)
+			var m dto.Metric
+			if err := phantoms.Write(&m); err != nil {
+				t.Fatal(err)
+			}
+			if got := m.GetGauge().GetValue(); got != tc.wantPhantoms {
+				t.Errorf("phantom events gauge = %v, want %v", got, tc.wantPhantoms)
+			}
 			if tc.wantErr != nil {
 				if err == nil || !tc.wantErr(err) {
 					t.Fatalf("resume error = %v, not the one wanted", err)
@@ -153,8 +197,9 @@ func TestResume(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			cp.Gap.At = time.Time{}
 			if cp != tc.want || inKafka != tc.wantInKafka {
-				t.Fatalf("resume = %s, %v; want %s, %v", cp, inKafka, tc.want, tc.wantInKafka)
+				t.Fatalf("resume = %+v, %v; want %+v, %v", cp, inKafka, tc.want, tc.wantInKafka)
 			}
 		})
 	}

@@ -87,6 +87,12 @@ func TestRunStreamsAndStops(t *testing.T) {
 	if len(in.Problems) != 0 {
 		t.Fatalf("problems while streaming: %q", in.Problems)
 	}
+	// The checkpoint names the server it was read from and counts the event.
+	if id := in.Checkpoint.Identity; id.SystemID != in.Server.SystemID || id.Timeline != in.Server.Timeline || id.Database != "postgres" ||
+		in.Placement.Verdict != Continuous || !in.Checkpoint.Counted || in.Checkpoint.Events != 1 {
+		t.Fatalf("checkpoint %+v on server %+v: placement %s; want the server's identity, continuous, 1 event counted",
+			in.Checkpoint, in.Server, in.Placement.Verdict)
+	}
 	// The producer counts a transaction's events just after it tells the
 	// tracker, so the count may lag the checkpoint by a moment.
 	waitFor(t, "the event counted", func() bool { return published(t, reg, "outbox.event.Order") >= 1 })

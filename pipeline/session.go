@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
@@ -27,6 +29,7 @@ type session struct {
 	started bool
 	// warnedPlain: the first connection's TLS was reported.
 	warnedPlain bool
+	warnedHosts bool
 }
 
 func (s *session) run(ctx context.Context) (streamed bool, err error) {
@@ -45,11 +48,27 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		}
 		s.warnedPlain = true
 	}
-	if err := replication.Prepare(ctx, conn, names, cfg.Create && !s.started); err != nil {
-		return false, err
+	if w := replication.MultiHostWarning(&cfg.Postgres.Config); w != "" && !s.warnedHosts {
+		s.log.Warn(w)
+		s.warnedHosts = true
 	}
 	rconn, err := replication.Dial(ctx, &cfg.Postgres.Config)
 	if err != nil {
+		return false, err
+	}
+	// Which server this is, asked before START_REPLICATION: after it the
+	// connection only streams.
+	srv, history, err := identify(ctx, rconn)
+	if err != nil {
+		rconn.Close(context.WithoutCancel(ctx))
+		return false, err
+	}
+	create, err := s.creatable(ctx, conn, srv)
+	if err == nil {
+		err = replication.Prepare(ctx, conn, names, create)
+	}
+	if err != nil {
+		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
 	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{Names: names, StatusInterval: cfg.StatusInterval}, s.log, s.metrics.repl)
@@ -57,6 +76,10 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
+	// Logged once the slot is ours, not at every try of a standby instance.
+	s.log.Info("connected", "host", replication.RemoteHost(conn.PgConn()), "replication_host", replication.RemoteHost(rconn),
+		"system_id", srv.SystemID, "timeline", srv.Timeline, "wal_end", srv.XLogPos.String(), "database", srv.Database)
+	s.warnFailover(ctx, conn)
 	// The slot is ours now: its confirmed_flush_lsn only moves when we confirm.
 	slot, ok, err := replication.LookupSlot(ctx, conn, names.Slot)
 	if err == nil && !ok {
@@ -91,14 +114,16 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	}
 	defer prod.Close()
 
-	cp, inKafka, err := resume(ctx, prod, slot, cfg, s.log)
+	cp, inKafka, err := resume(ctx, prod, slot, srv, history, cfg, s.log, s.metrics.phantoms)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
 	// The tracker is told the resume position once; the producer and the
-	// decoder's replay filter ask it.
+	// decoder's replay filter ask it. Nothing past the server's WAL end is
+	// ever confirmed.
 	tracker := checkpoint.NewTracker(cp, inKafka, slot.ConfirmedFlush)
+	tracker.ServerWALEnd(srv.XLogPos)
 	prod.Start(tracker)
 	q := publish.NewQueue(int64(cfg.QueueBytes))
 	in := &feed{
@@ -177,20 +202,90 @@ func (s *session) whoFenced(ctx context.Context, conn *pgx.Conn, ownPID uint32, 
 // ErrSlotAhead means the slot has confirmed more than Kafka holds.
 var ErrSlotAhead = errors.New("slot is ahead of the checkpoint in Kafka")
 
+// ErrSlotMissing means the slot does not exist although Kafka holds a
+// checkpoint: it was dropped, or the server was promoted from a standby
+// that had no copy of it. Rows committed meanwhile cannot be streamed.
+var ErrSlotMissing = errors.New("slot is missing but Kafka holds a checkpoint")
+
 // checkpointSource fences older instances and reads the checkpoint they
-// and this one wrote.
+// and this one wrote, and its history.
 type checkpointSource interface {
 	Fence(ctx context.Context) error
 	ReadCheckpoint(ctx context.Context) (cp checkpoint.Checkpoint, at time.Time, found bool, err error)
+	CheckpointHistory(ctx context.Context) ([]checkpoint.Checkpoint, error)
 }
 
 var _ checkpointSource = (*publish.Producer)(nil)
 
+// identify asks the server who it is and, past timeline 1, its timeline
+// history, which tells where earlier timelines forked.
+func identify(ctx context.Context, rconn *pgconn.PgConn) (replication.Server, []replication.HistoryEntry, error) {
+	srv, err := replication.Identify(ctx, rconn)
+	if err != nil {
+		return srv, nil, err
+	}
+	history, err := replication.History(ctx, rconn, srv.Timeline)
+	return srv, history, err
+}
+
+// creatable says what Prepare may create. A missing slot is created only
+// when Kafka holds no checkpoint for it, or when an operator accepted the
+// gap (a slot ahead, or another system): otherwise the checkpoint says
+// walstream streamed from a slot that is gone, and a new slot would start
+// past rows nobody published.
+func (s *session) creatable(ctx context.Context, conn *pgx.Conn, srv replication.Server) (replication.Create, error) {
+	cfg := s.cfg
+	create := replication.Create{Publication: cfg.Create && !s.started, FailoverSlot: cfg.FailoverSlot}
+	_, exists, err := replication.LookupSlot(ctx, conn, cfg.Names.Slot)
+	if err != nil || exists {
+		return create, err
+	}
+	cp, at, found, err := publish.ReadCheckpoint(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
+	if err != nil {
+		return create, onKafka(err)
+	}
+	foreign := found && cp.Identity.Known() && cp.Identity.SystemID != srv.SystemID
+	switch {
+	case !found:
+		create.Slot = cfg.Create && !s.started
+	case foreign && cfg.Accept.SystemChange, found && cfg.AllowSlotAhead:
+		s.log.Warn("creating the missing slot although Kafka holds a checkpoint, as accepted: rows committed since the checkpoint are not published",
+			"checkpoint", cp.String(), "checkpoint_identity", cp.Identity.String(), "written_at", at)
+		create.Slot = cfg.Create
+	case foreign:
+		return create, &DivergedError{Placement: Placement{Verdict: SystemChanged}, Checkpoint: cp, Server: srv, Events: -1,
+			Slot: cfg.Names.Slot, CheckpointKey: cfg.CheckpointKey}
+	case found:
+		return create, fmt.Errorf("%w: slot %q does not exist on %s, but checkpoint %q in topic %s is at %s (written %s on %s): "+
+			"the slot was dropped, or this server was promoted from a standby that had no copy of it (not a failover slot). "+
+			"Postgres cannot create a slot in the past, so rows committed after the checkpoint and before a new slot exists cannot be streamed; "+
+			"walstream does not recreate it. Reconcile those rows, then start once accepting a slot ahead of the checkpoint, which creates it "+
+			"(see README, Postgres failover)",
+			ErrSlotMissing, cfg.Names.Slot, srv.SystemID, cfg.CheckpointKey, cfg.CheckpointTopic, cp, at.Format(time.RFC3339), cp.Identity)
+	}
+	return create, nil
+}
+
+// warnFailover logs, once per session, what stands between the slot and a
+// safe failover.
+func (s *session) warnFailover(ctx context.Context, conn *pgx.Conn) {
+	st, err := replication.CheckFailover(ctx, conn, s.cfg.Names)
+	if err != nil {
+		s.log.Warn("checking the failover setup", "err", err)
+		return
+	}
+	for _, w := range st.Warnings {
+		s.log.Warn("failover setup: " + w)
+	}
+}
+
 // resume fences older instances, then reads the checkpoint, which is final
-// only once no older instance can commit. It refuses a slot that has
-// confirmed more than Kafka holds, unless cfg.AllowSlotAhead: the events
-// between are missing.
-func resume(ctx context.Context, src checkpointSource, slot replication.Slot, cfg *Config, log *slog.Logger) (cp checkpoint.Checkpoint, inKafka bool, err error) {
+// only once no older instance can commit. It places the checkpoint in the
+// server's history and refuses what would skip or misplace rows: another
+// system, a checkpoint past the server's fork or WAL end, a slot that has
+// confirmed more than Kafka holds; unless the operator accepted it.
+func resume(ctx context.Context, src checkpointSource, slot replication.Slot, srv replication.Server, history []replication.HistoryEntry,
+	cfg *Config, log *slog.Logger, phantoms prometheus.Gauge) (cp checkpoint.Checkpoint, inKafka bool, err error) {
 	if err := src.Fence(ctx); err != nil {
 		return cp, false, onKafka(err)
 	}
@@ -198,19 +293,55 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, cf
 	if err != nil {
 		return cp, false, onKafka(err)
 	}
-	switch {
-	case !found:
+	own := checkpoint.Identity{SystemID: srv.SystemID, Timeline: srv.Timeline, Database: srv.Database}
+	if !found {
 		log.Info("no checkpoint in Kafka, starting where the slot is", "checkpoint_key", cfg.CheckpointKey, "lsn", slot.ConfirmedFlush.String())
-		return checkpoint.Checkpoint{LSN: slot.ConfirmedFlush}, false, nil
-	case !cp.SlotAhead(slot.ConfirmedFlush):
-		log.Info("resuming from checkpoint", "checkpoint", cp.String(), "written_at", at)
-		return cp, true, nil
+		return checkpoint.Checkpoint{LSN: slot.ConfirmedFlush, Identity: own}, false, nil
+	}
+	pl := Place(cp, srv, history)
+	events := int64(-1)
+	if pl.Verdict == Phantoms {
+		h, err := src.CheckpointHistory(ctx)
+		if err != nil {
+			return cp, false, onKafka(err)
+		}
+		events = checkpoint.EventsPast(h, pl.Fork)
+		phantoms.Set(float64(events))
+		log.Error("phantom events: published from WAL the server does not have", "from_lsn", pl.Fork.String(), "to_lsn", reach(cp).String(),
+			"events", events, "checkpoint", cp.String(), "checkpoint_identity", cp.Identity.String(), "server_timeline", srv.Timeline)
+	}
+	next, fresh, err := resolve(cp, pl, srv, slot.ConfirmedFlush, events, cfg.Accept, time.Now(), cfg.Names.Slot, cfg.CheckpointKey)
+	if err != nil {
+		return cp, false, err
+	}
+	switch pl.Verdict {
+	case Unidentified:
+		log.Info("the checkpoint has no recorded identity (written before walstream recorded it); taking the server's",
+			"checkpoint", cp.String(), "system_id", srv.SystemID, "timeline", srv.Timeline)
+	case SafeFailover:
+		log.Info("failover: the checkpoint is on the new primary's history", "checkpoint", cp.String(),
+			"checkpoint_timeline", cp.Identity.Timeline, "fork_lsn", pl.Fork.String(), "timeline", srv.Timeline)
+	case Phantoms:
+		log.Warn("accepting phantom events: going on from where the histories part, publishing every transaction after it",
+			"skip_lsn", pl.Fork.String(), "phantom_to_lsn", reach(cp).String(), "events", events)
+	case SystemChanged:
+		log.Warn("accepting another system: going on from the slot, using none of the old system's positions",
+			"old_system_id", cp.Identity.SystemID, "system_id", srv.SystemID, "old_checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())
+	}
+	switch {
+	case !next.SlotAhead(slot.ConfirmedFlush):
+		log.Info("resuming from checkpoint", "checkpoint", next.String(), "written_at", at)
+		return next, !fresh, nil
 	case cfg.AllowSlotAhead:
 		log.Warn("slot is ahead of the checkpoint; continuing because a slot ahead is allowed: events in between may be missing",
-			"checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())
-		return checkpoint.Checkpoint{LSN: slot.ConfirmedFlush}, false, nil
+			"checkpoint", next.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())
+		gap := checkpoint.Gap{Kind: checkpoint.GapSlotAhead, Previous: next.Identity, From: next.LSN, To: slot.ConfirmedFlush, Events: -1, At: time.Now()}
+		if next.Gap == cp.Gap { // a gap this start accepted already (phantoms, another system) stays on record
+			next.Gap = gap
+		}
+		return next.At(slot.ConfirmedFlush), false, nil
 	}
 	return cp, true, fmt.Errorf("%w: slot %q confirmed_flush_lsn %s, checkpoint %q in topic %s at %s: events in between may be missing "+
 		"(was the slot dropped and recreated?); see README, Recovery, then restart allowing the slot to be ahead to accept the gap",
-		ErrSlotAhead, cfg.Names.Slot, slot.ConfirmedFlush, cfg.CheckpointKey, cfg.CheckpointTopic, cp)
+		ErrSlotAhead, cfg.Names.Slot, slot.ConfirmedFlush, cfg.CheckpointKey, cfg.CheckpointTopic, next)
 }

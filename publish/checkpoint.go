@@ -40,13 +40,32 @@ func ReadCheckpoint(ctx context.Context, kafka KafkaSettings, topic, key string)
 const readDeadline = time.Minute
 
 func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
+	var last []byte
+	err = scanKey(ctx, connOpts, topic, key, func(v []byte) error {
+		last = append(last[:0], v...)
+		return nil
+	})
+	if err != nil || last == nil {
+		return cp, at, false, err
+	}
+	cp, at, err = checkpoint.Decode(last)
+	if err != nil {
+		return cp, at, false, fmt.Errorf("checkpoint key %s in topic %s: %w", key, topic, err)
+	}
+	return cp, at, true, nil
+}
+
+// scanKey calls each with the value of every committed record under key
+// in topic, oldest first, read_committed, with a client of its own. A topic
+// that does not exist holds no records.
+func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each func(value []byte) error) error {
 	ctx, cancel := context.WithTimeout(ctx, readDeadline)
 	defer cancel()
 	// Fetch v12, the last that names topics rather than topic ids: the
 	// reader sends its own fetches.
 	cl, err := kgo.NewClient(append(connOpts[:len(connOpts):len(connOpts)], kgo.MaxVersions(kversion.V2_8_0()))...)
 	if err != nil {
-		return cp, at, false, fmt.Errorf("creating Kafka client: %w", err)
+		return fmt.Errorf("creating Kafka client: %w", err)
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
@@ -55,10 +74,10 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) 
 		err = starts.Error()
 	}
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return cp, at, false, nil
+		return nil
 	}
 	if err != nil {
-		return cp, at, false, fmt.Errorf("listing start offsets of checkpoint topic %s: %w", topic, err)
+		return fmt.Errorf("listing start offsets of checkpoint topic %s: %w", topic, err)
 	}
 	// The last stable offset: everything before it is committed or aborted.
 	ends, err := adm.ListCommittedOffsets(ctx, topic)
@@ -66,7 +85,7 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) 
 		err = ends.Error()
 	}
 	if err != nil {
-		return cp, at, false, fmt.Errorf("listing committed offsets of checkpoint topic %s: %w", topic, err)
+		return fmt.Errorf("listing committed offsets of checkpoint topic %s: %w", topic, err)
 	}
 	next := make(map[int32]int64)
 	until := make(map[int32]int64)
@@ -78,7 +97,6 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) 
 	// Raw fetches, decoded by franz-go, tell exactly how far the read got,
 	// however the broker represents aborted batches before the stable
 	// offset; a consumer only says what it returns.
-	var last []byte
 	for stalls := 0; len(until) > 0; {
 		req := kmsg.NewPtrFetchRequest()
 		req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 100, 1, 64<<20
@@ -93,7 +111,7 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) 
 		req.Topics = append(req.Topics, rt)
 		resp, err := req.RequestWith(ctx, cl)
 		if err != nil {
-			return cp, at, false, fmt.Errorf("reading checkpoint topic %s: %w", topic, err)
+			return fmt.Errorf("reading checkpoint topic %s: %w", topic, err)
 		}
 		progress := false
 		for _, t := range resp.Topics {
@@ -103,11 +121,13 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) 
 					Offset: next[rp.Partition], IsolationLevel: kgo.ReadCommitted(), Topic: topic, Partition: rp.Partition,
 				}, rp, kgo.DefaultDecompressor(), nil)
 				if fp.Err != nil {
-					return cp, at, false, fmt.Errorf("reading checkpoint topic %s partition %d: %w", topic, rp.Partition, fp.Err)
+					return fmt.Errorf("reading checkpoint topic %s partition %d: %w", topic, rp.Partition, fp.Err)
 				}
 				for _, r := range fp.Records {
 					if string(r.Key) == key {
-						last = append(last[:0], r.Value...)
+						if err := each(r.Value); err != nil {
+							return err
+						}
 					}
 				}
 				if n > next[rp.Partition] {
@@ -121,15 +141,8 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) 
 		if progress {
 			stalls = 0
 		} else if stalls++; stalls > 100 { // each fetch waits up to 100ms for data
-			return cp, at, false, fmt.Errorf("reading checkpoint topic %s: no progress at offsets %v, stable offsets %v", topic, next, until)
+			return fmt.Errorf("reading checkpoint topic %s: no progress at offsets %v, stable offsets %v", topic, next, until)
 		}
 	}
-	if last == nil {
-		return cp, at, false, nil
-	}
-	cp, at, err = checkpoint.Decode(last)
-	if err != nil {
-		return cp, at, false, fmt.Errorf("checkpoint key %s in topic %s: %w", key, topic, err)
-	}
-	return cp, at, true, nil
+	return nil
 }

@@ -298,12 +298,15 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 		p.records += n
 		p.bytes += tx.Bytes
 		p.batch = append(p.batch, tx)
+		// The checkpoint counts the events it covers, so that the events
+		// published past a point (a timeline's fork) can be told later.
+		p.pos = p.pos.Published(n)
 		if !tx.Final {
-			p.pos = checkpoint.Checkpoint{LSN: p.pos.LSN, PartialCommitLSN: tx.CommitLSN, Ordinal: tx.Events[n-1].Ordinal}
+			p.pos = p.pos.Part(tx.CommitLSN, tx.Events[n-1].Ordinal)
 		}
 	}
 	if tx.Final && tx.EndLSN > p.pos.LSN {
-		p.pos = checkpoint.Checkpoint{LSN: tx.EndLSN}
+		p.pos = p.pos.At(tx.EndLSN)
 	}
 	if p.records >= p.cfg.MaxBatchEvents || p.bytes >= p.cfg.MaxBatchBytes {
 		return p.flush(ctx)

@@ -136,6 +136,19 @@ func Check(ctx context.Context, conn *pgx.Conn, n Names, tables []TableColumns) 
 	} else {
 		report(OK, "slot %s is a pgoutput slot, wal_status %s", n.Slot, st.WALStatus)
 	}
+	fo, err := CheckFailover(ctx, conn, n)
+	if err != nil {
+		return nil, err
+	}
+	if fo.Exists && fo.Failover {
+		report(OK, "slot %s is a failover slot", n.Slot)
+	}
+	if fo.Supported && len(fo.StandbySlots) > 0 && len(fo.Warnings) == 0 {
+		report(OK, "synchronized_standby_slots names %s", strings.Join(fo.StandbySlots, ", "))
+	}
+	for _, w := range fo.Warnings {
+		report(Warn, "%s", w)
+	}
 	return out, nil
 }
 
@@ -178,7 +191,7 @@ type Step struct{ Name, Why, SQL string }
 // slot Prepare would create, and, when role is not empty, a role with the
 // least walstream needs. The publication comes before the slot: pgoutput
 // cannot decode changes older than the publication it is asked for.
-func (n Names) SetupSteps(role string) []Step {
+func (n Names) SetupSteps(role string, failover bool) []Step {
 	steps := []Step{
 		{fmt.Sprintf("publication %q", n.Publication), "The publication: inserts into the outbox are decoded and sent to walstream; updates too, so that table.op.invalid.behavior sees them.",
 			fmt.Sprintf(`DO $$ BEGIN
@@ -186,8 +199,7 @@ func (n Names) SetupSteps(role string) []Step {
         %s;
     END IF;
 END $$`, quoteLiteral(n.Publication), n.PublicationSQL())},
-		{fmt.Sprintf("slot %q", n.Slot), "The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication.",
-			fmt.Sprintf("%s\nWHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s)", n.slotSQL(), quoteLiteral(n.Slot))},
+		n.slotStep(failover),
 	}
 	if role == "" {
 		return steps
@@ -205,3 +217,23 @@ END $$`, quoteLiteral(role), r)},
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// slotStep creates the slot, as a failover slot on servers that have them
+// when failover is set.
+func (n Names) slotStep(failover bool) Step {
+	if !failover {
+		return Step{fmt.Sprintf("slot %q", n.Slot), "The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication.",
+			fmt.Sprintf("%s\nWHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s)", n.CreateSlotSQL(false), quoteLiteral(n.Slot))}
+	}
+	return Step{fmt.Sprintf("slot %q", n.Slot), "The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication; " +
+		"on Postgres 17 and later as a failover slot, which standbys that sync slots keep a copy of (see the failover settings below).",
+		fmt.Sprintf(`DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s) THEN
+        IF current_setting('server_version_num')::int >= %d THEN
+            PERFORM %s;
+        ELSE
+            PERFORM %s;
+        END IF;
+    END IF;
+END $$`, quoteLiteral(n.Slot), failoverSlotsVersion, strings.TrimPrefix(n.CreateSlotSQL(true), "SELECT "), strings.TrimPrefix(n.CreateSlotSQL(false), "SELECT "))}
+}

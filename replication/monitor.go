@@ -17,6 +17,7 @@ var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
 type SlotMetrics struct {
 	confirmedLag, retained, safeWAL, active prometheus.Gauge
 	walStatus                               *prometheus.GaugeVec
+	failover, failoverWarnings              prometheus.Gauge
 }
 
 // NewSlotMetrics registers the slot metrics on reg.
@@ -33,8 +34,27 @@ func NewSlotMetrics(reg prometheus.Registerer) *SlotMetrics {
 		walStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "walstream_slot_wal_status", Help: "The slot's wal_status: 1 for the current state, 0 for the others."}, []string{"status"}),
 	}
-	reg.MustRegister(m.confirmedLag, m.retained, m.safeWAL, m.active, m.walStatus)
+	m.failover = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "walstream_slot_failover", Help: "1 when the slot is a failover slot, 0 when not, -1 when the server has none (before Postgres 17)."})
+	m.failoverWarnings = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "walstream_slot_failover_warnings", Help: "Problems in the failover setup: not a failover slot, synchronized_standby_slots empty or naming a missing or inactive slot."})
+	reg.MustRegister(m.confirmedLag, m.retained, m.safeWAL, m.active, m.walStatus, m.failover, m.failoverWarnings)
 	return m
+}
+
+func (m *SlotMetrics) setFailover(st FailoverState) {
+	if m == nil {
+		return
+	}
+	v := -1.0
+	switch {
+	case st.Supported && st.Failover:
+		v = 1
+	case st.Supported:
+		v = 0
+	}
+	m.failover.Set(v)
+	m.failoverWarnings.Set(float64(len(st.Warnings)))
 }
 
 // SlotState is one poll of the slot and the server's WAL position.
@@ -131,6 +151,14 @@ func (m *Monitor) Run(ctx context.Context) error {
 		if err := st.fatal(m.Names); err != nil {
 			return err
 		}
+		fo, err := CheckFailover(ctx, m.Conn, m.Names)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		m.Metrics.setFailover(fo)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -144,7 +172,7 @@ func (st SlotState) fatal(n Names) error {
 	slot := fmt.Sprintf("slot %q", n.Slot)
 	switch {
 	case !st.Exists:
-		return &SetupError{Object: slot, Reason: "was dropped while streaming: events may be missing", Fix: "never recreate it silently; see README, Recovery"}
+		return &SetupError{Object: slot, Reason: "was dropped while streaming: events may be missing", Fix: "never recreate it silently; see README, Postgres failover"}
 	case st.WALStatus == "lost":
 		return &SetupError{Object: slot, Reason: "was invalidated while streaming (wal_status = lost): events may be missing",
 			Fix: "see README, Recovery; raise max_slot_wal_keep_size so that it does not happen again"}

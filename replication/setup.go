@@ -120,10 +120,6 @@ func (n Names) addTablesSQL(tables []Table) string {
 	return fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{n.Publication}.Sanitize(), tableList(tables))
 }
 
-func (n Names) slotSQL() string {
-	return fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", n.Slot)
-}
-
 // missingTables returns the tables whose names are not in present.
 func (n Names) missingTables(present []string) []Table {
 	var out []Table
@@ -135,11 +131,21 @@ func (n Names) missingTables(present []string) []Table {
 	return out
 }
 
+// Create says what Prepare may create when it is missing.
+type Create struct {
+	Publication bool
+	Slot        bool
+	// FailoverSlot creates the slot as a failover slot where the server
+	// supports them (Postgres 17 and later), so that it follows a
+	// promotion of a standby that syncs slots.
+	FailoverSlot bool
+}
+
 // Prepare checks that the server can stream the outbox and creates the
-// publication and the slot when they are missing and create is set. The
+// publication and the slot when they are missing and create allows it. The
 // publication is created first: a slot must not start decoding before the
 // publication exists, or pgoutput fails on changes older than it.
-func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
+func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create Create) error {
 	srv, err := lookupServer(ctx, conn)
 	if err != nil {
 		return err
@@ -162,7 +168,7 @@ func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
 				Fix: "create the outbox table (columns id, aggregatetype, aggregateid, type, payload; walstream init prints it) or name the right table"}
 		}
 	}
-	if err := preparePublication(ctx, conn, n, create); err != nil {
+	if err := preparePublication(ctx, conn, n, create.Publication); err != nil {
 		return err
 	}
 	return prepareSlot(ctx, conn, n, create)
@@ -233,22 +239,29 @@ func deref(s *string) string {
 	return *s
 }
 
-func prepareSlot(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
+func prepareSlot(ctx context.Context, conn *pgx.Conn, n Names, create Create) error {
 	s, ok, err := LookupSlot(ctx, conn, n.Slot)
 	if err != nil {
 		return err
 	}
-	obj := fmt.Sprintf("slot %q", n.Slot)
-	if !ok {
-		if !create {
-			return &SetupError{Object: obj, Reason: "does not exist and creating it is off", Fix: "create it with: " + n.slotSQL()}
-		}
-		if _, err := conn.Exec(ctx, n.slotSQL()); err != nil {
-			return fmt.Errorf("creating %s: %w", obj, err)
-		}
-		return nil
+	if ok {
+		return CheckSlot(n.Slot, s, conn.Config().Database)
 	}
-	return CheckSlot(n.Slot, s, conn.Config().Database)
+	version, err := ServerVersion(ctx, conn)
+	if err != nil {
+		return err
+	}
+	failover := create.FailoverSlot && SupportsFailoverSlots(version)
+	obj := fmt.Sprintf("slot %q", n.Slot)
+	if !create.Slot {
+		return &SetupError{Object: obj, Reason: "does not exist and creating it is off",
+			Fix: "if walstream never streamed from it, create it with: " + n.CreateSlotSQL(failover) +
+				"; if it did, rows may be lost: see README, Postgres failover"}
+	}
+	if _, err := conn.Exec(ctx, n.CreateSlotSQL(failover)); err != nil {
+		return fmt.Errorf("creating %s: %w", obj, err)
+	}
+	return nil
 }
 
 // CheckSlot reports a slot walstream cannot stream from.

@@ -48,7 +48,7 @@ func TestPrepare(t *testing.T) {
 	admin := connect(t, pg.URL("postgres", "postgres"))
 
 	t.Run("table missing", func(t *testing.T) {
-		err := Prepare(ctx, admin, names, true)
+		err := Prepare(ctx, admin, names, createAll)
 		wantSetupError(t, err, `table "public"."outbox"`, "does not exist")
 	})
 	if _, err := admin.Exec(ctx, outboxDDL); err != nil {
@@ -58,11 +58,11 @@ func TestPrepare(t *testing.T) {
 		if _, err := admin.Exec(ctx, "CREATE ROLE app LOGIN"); err != nil {
 			t.Fatal(err)
 		}
-		err := Prepare(ctx, connect(t, pg.URL("app", "postgres")), names, true)
+		err := Prepare(ctx, connect(t, pg.URL("app", "postgres")), names, createAll)
 		wantSetupError(t, err, `role "app"`, "REPLICATION", `ALTER ROLE "app" WITH REPLICATION`)
 	})
 	t.Run("publication missing and create=false", func(t *testing.T) {
-		err := Prepare(ctx, admin, names, false)
+		err := Prepare(ctx, admin, names, Create{})
 		wantSetupError(t, err, `publication "walstream_outbox"`, "does not exist",
 			`CREATE PUBLICATION "walstream_outbox" FOR TABLE "public"."outbox" WITH (publish = 'insert, update')`)
 	})
@@ -72,18 +72,18 @@ func TestPrepare(t *testing.T) {
 		}
 		n := names
 		n.Publication = "other_pub"
-		err := Prepare(ctx, admin, n, true)
+		err := Prepare(ctx, admin, n, createAll)
 		wantSetupError(t, err, `publication "other_pub"`, `does not include table "public"."outbox"`, "ALTER PUBLICATION")
 	})
 	t.Run("slot missing and create=false", func(t *testing.T) {
 		if _, err := admin.Exec(ctx, names.PublicationSQL()); err != nil {
 			t.Fatal(err)
 		}
-		err := Prepare(ctx, admin, names, false)
+		err := Prepare(ctx, admin, names, Create{})
 		wantSetupError(t, err, `slot "walstream"`, "does not exist", "pg_create_logical_replication_slot('walstream', 'pgoutput')")
 	})
 	t.Run("creates the slot", func(t *testing.T) {
-		if err := Prepare(ctx, admin, names, true); err != nil {
+		if err := Prepare(ctx, admin, names, createAll); err != nil {
 			t.Fatal(err)
 		}
 		s, ok, err := LookupSlot(ctx, admin, "walstream")
@@ -94,7 +94,7 @@ func TestPrepare(t *testing.T) {
 			t.Fatalf("slot = %+v, want pgoutput with a confirmed_flush_lsn", s)
 		}
 		// Idempotent: a second run finds everything in place.
-		if err := Prepare(ctx, admin, names, false); err != nil {
+		if err := Prepare(ctx, admin, names, Create{}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -104,11 +104,11 @@ func TestPrepare(t *testing.T) {
 		}
 		n := names
 		n.Tables = []Table{{"public", "outbox"}, {"billing", "outbox"}}
-		err := Prepare(ctx, admin, n, true)
+		err := Prepare(ctx, admin, n, createAll)
 		wantSetupError(t, err, `publication "walstream_outbox"`, `does not include table "billing"."outbox"`,
 			`ALTER PUBLICATION "walstream_outbox" ADD TABLE "billing"."outbox"`)
 		n.Tables = append(n.Tables, Table{"billing", "missing"})
-		wantSetupError(t, Prepare(ctx, admin, n, true), `table "billing"."missing"`, "does not exist")
+		wantSetupError(t, Prepare(ctx, admin, n, createAll), `table "billing"."missing"`, "does not exist")
 	})
 	t.Run("slot of another plugin", func(t *testing.T) {
 		if _, err := admin.Exec(ctx, "SELECT pg_create_logical_replication_slot('decoder', 'test_decoding')"); err != nil {
@@ -116,7 +116,7 @@ func TestPrepare(t *testing.T) {
 		}
 		n := names
 		n.Slot = "decoder"
-		err := Prepare(ctx, admin, n, true)
+		err := Prepare(ctx, admin, n, createAll)
 		wantSetupError(t, err, `slot "decoder"`, `output plugin "test_decoding"`, "pgoutput")
 	})
 	t.Run("slot lost", func(t *testing.T) {
@@ -137,7 +137,7 @@ func TestPrepare(t *testing.T) {
 		}
 		n := names
 		n.Slot = "doomed"
-		err := Prepare(ctx, admin, n, true)
+		err := Prepare(ctx, admin, n, createAll)
 		wantSetupError(t, err, `slot "doomed"`, "wal_status = lost", "events may be missing")
 		// A lost slot has no restart_lsn: it retains nothing, and the
 		// current LSN minus NULL must not read as retained WAL.
@@ -193,7 +193,7 @@ func TestConnectErrorIsTheLastAttempt(t *testing.T) {
 
 func TestPrepareWALLevel(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.Settings("wal_level = replica"))
-	err := Prepare(context.Background(), connect(t, pg.URL("postgres", "postgres")), names, true)
+	err := Prepare(context.Background(), connect(t, pg.URL("postgres", "postgres")), names, createAll)
 	wantSetupError(t, err, "wal_level", `"replica"`, "logical", "restart Postgres")
 }
 
@@ -219,3 +219,7 @@ func TestValidateNames(t *testing.T) {
 		}
 	}
 }
+
+// createAll lets Prepare create what is missing, the slot as a failover
+// slot where the server has them.
+var createAll = Create{Publication: true, Slot: true, FailoverSlot: true}

@@ -18,9 +18,11 @@ import (
 )
 
 // Confirmer says which position may be confirmed to Postgres, and whether
-// it changed since it last said.
+// it changed since it last said. It hears every WAL end the server
+// reports, which bounds what may be confirmed.
 type Confirmer interface {
 	Confirm() (lsn pglogrepl.LSN, changed bool)
+	ServerWALEnd(lsn pglogrepl.LSN)
 }
 
 // Consumer takes what the slot sends: the WAL data of each XLogData
@@ -104,7 +106,7 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig, log *slog
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42704" { // undefined_object
 			return nil, &SetupError{Object: fmt.Sprintf("slot %q", n.Slot), Reason: "does not exist (dropped?): events may be missing",
-				Fix: "never recreate it silently; see README, Recovery"}
+				Fix: "never recreate it silently; see README, Postgres failover"}
 		}
 		return nil, fmt.Errorf("starting replication on slot %s: %w", n.Slot, err)
 	}
@@ -211,6 +213,7 @@ func (s *Stream) handle(ctx context.Context, data []byte, c Consumer, pos Confir
 		if err != nil {
 			return Ready{}, fmt.Errorf("slot %s: parsing keepalive: %w", s.cfg.Names.Slot, err)
 		}
+		pos.ServerWALEnd(ka.ServerWALEnd)
 		if ka.ReplyRequested {
 			if err := s.sendStatus(ctx, pos); err != nil {
 				return Ready{}, err
@@ -222,6 +225,7 @@ func (s *Stream) handle(ctx context.Context, data []byte, c Consumer, pos Confir
 		if err != nil {
 			return Ready{}, fmt.Errorf("slot %s: parsing XLogData: %w", s.cfg.Names.Slot, err)
 		}
+		pos.ServerWALEnd(x.ServerWALEnd)
 		s.metrics.received(x.WALStart)
 		s.sentAt = x.ServerTime
 		ready, err := c.WAL(x.WALStart, x.WALData)

@@ -194,7 +194,7 @@ func checkWebConfig(path string) error {
 var (
 	initSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table",
 		"event-id-column", "event-key-column", "payload-column", "route-by-column", "timestamp-column",
-		"additional-placement", "additional-error-on-missing"}
+		"additional-placement", "additional-error-on-missing", "failover-slot"}
 	statusSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "checkpoint-topic", "checkpoint-key",
 		"kafka-brokers", "kafka-tls", "kafka-tls-ca-file", "kafka-tls-cert-file", "kafka-tls-key-file", "kafka-tls-server-name",
 		"kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password-file"}

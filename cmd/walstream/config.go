@@ -67,6 +67,9 @@ type Config struct {
 	Table                 string
 	Create                bool
 	AllowSlotAhead        bool
+	AcceptPhantoms        bool
+	AcceptSystemChange    bool
+	FailoverSlot          bool
 	CheckpointTopic       string
 	CheckpointKey         string // defaults to the slot name
 	TransactionalID       string // defaults to "walstream-" + slot
@@ -145,7 +148,10 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	str(&c.Publication, "publication", DefaultPublication, "publication of the outbox table")
 	str(&c.Table, "table", DefaultTable, "outbox tables, schema-qualified and comma-separated; they share the slot and the publication")
 	boolean(&c.Create, "create", true, "create the publication and slot when missing")
-	boolean(&c.AllowSlotAhead, "allow-slot-ahead", false, "start even though the slot is ahead of the checkpoint in Kafka (events may be missing; see README)")
+	boolean(&c.AllowSlotAhead, "allow-slot-ahead", false, "start even though the slot is ahead of the checkpoint in Kafka, creating a missing slot (events may be missing; see README)")
+	boolean(&c.AcceptPhantoms, "accept-phantoms", false, "go on after phantom events (published from WAL the server's history lacks), from where the histories part (see README, Postgres failover)")
+	boolean(&c.AcceptSystemChange, "accept-system-change", false, "go on from the slot when the server is another cluster than the checkpoint's (see README, Postgres failover)")
+	boolean(&c.FailoverSlot, "failover-slot", true, "create the slot as a failover slot where the server supports it (Postgres 17 and later)")
 	str(&c.CheckpointTopic, "checkpoint-topic", DefaultCheckpointTopic, "compacted topic holding checkpoints")
 	str(&c.CheckpointKey, "checkpoint-key", "", "key of this stream's checkpoints (default: the slot name)")
 	str(&c.TransactionalID, "transactional-id", "", "Kafka transactional.id (default: walstream-<slot>)")

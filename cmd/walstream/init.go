@@ -35,7 +35,7 @@ func initSteps(c *Config, role string) []replication.Step {
     created_at    timestamptz NOT NULL DEFAULT now()
 )`, t, col(o.Columns.ID), col(o.Columns.AggregateType), col(o.Columns.AggregateID), col(o.Columns.Payload))})
 	}
-	return append(steps, c.names().SetupSteps(role)...)
+	return append(steps, c.names().SetupSteps(role, c.FailoverSlot)...)
 }
 
 // runInit prints, applies or checks the setup.
@@ -58,6 +58,13 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if !apply && !check {
 		for _, s := range initSteps(cfg, role) {
 			fmt.Fprintf(stdout, "-- %s\n%s;\n\n", s.Why, s.SQL)
+		}
+		if cfg.FailoverSlot {
+			db := "app"
+			if pg, err := cfg.pgConfig(); err == nil && pg.Database != "" {
+				db = pg.Database
+			}
+			fmt.Fprintln(stdout, cfg.names().FailoverSetup(db))
 		}
 		return nil
 	}

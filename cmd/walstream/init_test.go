@@ -34,7 +34,10 @@ func TestInit(t *testing.T) {
 		t.Fatalf("init: %v\n%s", err, out)
 	}
 	for _, want := range []string{"-- The outbox table", "CREATE TABLE IF NOT EXISTS \"public\".\"outbox\"", "CREATE PUBLICATION \"walstream_outbox\"",
-		"pg_create_logical_replication_slot('walstream', 'pgoutput')", "CREATE ROLE \"walstream\" LOGIN REPLICATION", "GRANT SELECT ON \"public\".\"outbox\" TO \"walstream\""} {
+		"pg_create_logical_replication_slot('walstream', 'pgoutput')", "CREATE ROLE \"walstream\" LOGIN REPLICATION", "GRANT SELECT ON \"public\".\"outbox\" TO \"walstream\"",
+		// A failover slot on Postgres 17 and the settings it needs.
+		"pg_create_logical_replication_slot('walstream', 'pgoutput', false, false, true)", "synchronized_standby_slots", "sync_replication_slots = on",
+		"hot_standby_feedback = on", "primary_slot_name", "dbname=postgres", "ALTER_REPLICATION_SLOT walstream (FAILOVER true)", "target_session_attrs=primary"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("init output lacks %q:\n%s", want, out)
 		}
@@ -157,5 +160,33 @@ func TestInitApplyChecksWALLevel(t *testing.T) {
 	}
 	if tables != 0 || pubs != 0 {
 		t.Fatalf("init --apply created %d outbox tables and %d publications before failing on wal_level", tables, pubs)
+	}
+}
+
+// TestInitFailoverSlot: on Postgres 17 init --apply creates a failover
+// slot, and --check says so and warns that no standby slot is named.
+func TestInitFailoverSlot(t *testing.T) {
+	pg := testenv.StartPostgres(t, testenv.Version(17))
+	admin := pg.URL("postgres", "postgres")
+	if out, err := walstreamCmd(t, "init", "--pg-url", admin, "--apply"); err != nil {
+		t.Fatalf("init --apply: %v\n%s", err, out)
+	}
+	out, err := walstreamCmd(t, "init", "--pg-url", admin, "--check")
+	if err != nil {
+		t.Fatalf("init --check: %v\n%s", err, out)
+	}
+	for _, want := range []string{"ok    slot walstream is a failover slot", "WARN  synchronized_standby_slots is empty"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("init --check lacks %q:\n%s", want, out)
+		}
+	}
+	// Without failover slots, a plain one; --check warns how to convert it.
+	pg.Exec("postgres", "SELECT pg_drop_replication_slot('walstream')")
+	if out, err := walstreamCmd(t, "init", "--pg-url", admin, "--apply", "--failover-slot=false"); err != nil {
+		t.Fatalf("init --apply --failover-slot=false: %v\n%s", err, out)
+	}
+	out, _ = walstreamCmd(t, "init", "--pg-url", admin, "--check")
+	if !strings.Contains(out, `WARN  slot "walstream" is not a failover slot`) || !strings.Contains(out, "ALTER_REPLICATION_SLOT walstream (FAILOVER true)") {
+		t.Errorf("init --check of a plain slot on Postgres 17:\n%s", out)
 	}
 }

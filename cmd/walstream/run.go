@@ -63,9 +63,14 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 // flagHints adds the flag that changes the outcome to errors that have one.
 func flagHints(err error) error {
 	var shared *pipeline.SharedIDError
+	var diverged *pipeline.DivergedError
 	switch {
-	case errors.Is(err, pipeline.ErrSlotAhead):
+	case errors.Is(err, pipeline.ErrSlotAhead), errors.Is(err, pipeline.ErrSlotMissing):
 		return fmt.Errorf("%w (--allow-slot-ahead)", err)
+	case errors.As(err, &diverged) && diverged.Placement.Verdict == pipeline.Phantoms:
+		return fmt.Errorf("%w (--accept-phantoms)", err)
+	case errors.As(err, &diverged) && diverged.Placement.Verdict == pipeline.SystemChanged:
+		return fmt.Errorf("%w (--accept-system-change)", err)
 	case errors.As(err, &shared):
 		return fmt.Errorf("%w (check --transactional-id)", err)
 	}
@@ -86,6 +91,7 @@ func (c *Config) pipeline() (pipeline.Config, error) {
 	enc, _ := c.encoding()                // validated
 	return pipeline.Config{
 		Postgres: pg, Names: c.names(), Create: c.Create, AllowSlotAhead: c.AllowSlotAhead,
+		Accept: pipeline.Accept{Phantoms: c.AcceptPhantoms, SystemChange: c.AcceptSystemChange}, FailoverSlot: c.FailoverSlot,
 		Kafka: kafka, TransactionalID: c.TransactionalID, CheckpointTopic: c.CheckpointTopic, CheckpointKey: c.CheckpointKey,
 		Outboxes: outboxes, Messages: messages, MessagePrefix: c.MessagePrefix,
 		DeadLetterTopic: c.deadLetterTopic(), Encoding: enc, Compression: c.compression(), MaxRecordBytes: c.MaxRecordBytes,

@@ -7,9 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/pipeline"
 )
 
@@ -40,12 +42,56 @@ type statusReport struct {
 		LSN        string     `json:"lsn,omitempty"`
 		WrittenAt  *time.Time `json:"written_at,omitempty"`
 		AgeSeconds *float64   `json:"age_seconds,omitempty"`
+		// SystemID, Timeline and Database are what the checkpoint's LSNs
+		// belong to; empty in checkpoints written before they were recorded.
+		SystemID string `json:"system_id,omitempty"`
+		Timeline int32  `json:"timeline,omitempty"`
+		Database string `json:"database,omitempty"`
+		Events   *int64 `json:"events,omitempty"`
+		// Placement is where the checkpoint lies in the server's history:
+		// continuous, unidentified, safe_failover, phantoms, off_history,
+		// system_changed.
+		Placement string    `json:"placement,omitempty"`
+		Phantoms  *phantoms `json:"phantoms,omitempty"`
+		// Gap is the last discontinuity an operator accepted.
+		Gap *gapReport `json:"gap,omitempty"`
 	} `json:"checkpoint"`
+	Server struct {
+		Host     string `json:"host"`
+		SystemID string `json:"system_id"`
+		Timeline int32  `json:"timeline"`
+		WALEnd   string `json:"wal_end"`
+		Database string `json:"database"`
+	} `json:"server"`
+	Failover struct {
+		Supported    bool     `json:"supported"`
+		FailoverSlot bool     `json:"failover_slot"`
+		Synced       bool     `json:"synced"`
+		StandbySlots []string `json:"synchronized_standby_slots"`
+	} `json:"failover"`
 	Streaming bool     `json:"streaming"`
 	Problems  []string `json:"problems"`
+	Warnings  []string `json:"warnings"`
 	// Error is why part of the report could not be read, e.g. Kafka
 	// unreachable; the rest is still reported.
 	Error string `json:"error,omitempty"`
+}
+
+// phantoms are events published from WAL the server's history lacks.
+type phantoms struct {
+	FromLSN string `json:"from_lsn"`
+	ToLSN   string `json:"to_lsn"`
+	Events  int64  `json:"events"` // -1: unknown
+}
+
+type gapReport struct {
+	Kind             string    `json:"kind"`
+	PreviousSystemID string    `json:"previous_system_id,omitempty"`
+	PreviousTimeline int32     `json:"previous_timeline,omitempty"`
+	FromLSN          string    `json:"from_lsn"`
+	ToLSN            string    `json:"to_lsn"`
+	Events           int64     `json:"events"` // -1: unknown
+	At               time.Time `json:"at"`
 }
 
 // runStatus prints the slot's state and the checkpoint in Kafka, and
@@ -93,9 +139,16 @@ func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
 	}
 	st := in.Slot
 	var r statusReport
-	r.Problems = in.Problems
+	r.Problems, r.Warnings = in.Problems, in.Warnings
 	if in.KafkaErr != nil {
 		r.Error = in.KafkaErr.Error()
+	}
+	sv := &r.Server
+	sv.Host, sv.SystemID, sv.Timeline, sv.WALEnd, sv.Database = in.Host, in.Server.SystemID, in.Server.Timeline, in.Server.XLogPos.String(), in.Server.Database
+	fo := &r.Failover
+	fo.Supported, fo.FailoverSlot, fo.Synced, fo.StandbySlots = in.Failover.Supported, in.Failover.Failover, in.Failover.Synced, in.Failover.StandbySlots
+	if fo.StandbySlots == nil {
+		fo.StandbySlots = []string{}
 	}
 	s := &r.Slot
 	s.Name, s.Exists, s.Plugin, s.WALStatus = cfg.Slot, st.Exists, st.Plugin, st.WALStatus
@@ -121,8 +174,32 @@ func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
 		c.Position, c.LSN, c.WrittenAt = in.Checkpoint.String(), in.Checkpoint.LSN.String(), &at
 		age := time.Since(at).Seconds()
 		c.AgeSeconds = &age
+		cp := in.Checkpoint
+		c.SystemID, c.Timeline, c.Database = cp.Identity.SystemID, cp.Identity.Timeline, cp.Identity.Database
+		if cp.Counted {
+			n := int64(cp.Events)
+			c.Events = &n
+		}
+		if in.Server.SystemID != "" { // else the server could not be identified (a warning says why)
+			c.Placement = in.Placement.Verdict.String()
+		}
+		if in.Placement.Verdict == pipeline.Phantoms {
+			c.Phantoms = &phantoms{FromLSN: in.Placement.Fork.String(), ToLSN: max(cp.LSN, cp.PartialCommitLSN).String(), Events: in.PhantomEvents}
+		}
+		if g := cp.Gap; g.Kind != checkpoint.GapNone {
+			c.Gap = &gapReport{Kind: string(g.Kind), PreviousSystemID: g.Previous.SystemID, PreviousTimeline: g.Previous.Timeline,
+				FromLSN: g.From.String(), ToLSN: g.To.String(), Events: g.Events, At: g.At}
+		}
 	}
 	return &r, nil
+}
+
+// count is an event count for people: "unknown" for -1.
+func count(n int64) string {
+	if n < 0 {
+		return "unknown"
+	}
+	return fmt.Sprint(n)
 }
 
 func printStatus(w io.Writer, r *statusReport) {
@@ -152,13 +229,43 @@ func printStatus(w io.Writer, r *statusReport) {
 	} else {
 		fmt.Fprintf(tw, "  exists\tno\n")
 	}
+	sv, fo := r.Server, r.Failover
+	fmt.Fprintf(tw, "server\t%s\n", sv.Host)
+	if sv.SystemID != "" {
+		fmt.Fprintf(tw, "  system\t%s timeline %d database %s\n  WAL end\t%s\n", sv.SystemID, sv.Timeline, sv.Database, sv.WALEnd)
+	}
+	switch {
+	case !fo.Supported:
+		fmt.Fprintf(tw, "  failover slots\tnot supported (before Postgres 17): the slot does not survive a promotion\n")
+	case s.Exists:
+		fmt.Fprintf(tw, "  failover slot\t%v (synced copy: %v), synchronized_standby_slots %q\n", fo.FailoverSlot, fo.Synced, strings.Join(fo.StandbySlots, ","))
+	}
 	fmt.Fprintf(tw, "checkpoint\t%s key %s\n", c.Topic, c.Key)
 	if r.Error != "" {
 		fmt.Fprintf(tw, "  position\tunknown\n")
 	} else if c.Found {
 		fmt.Fprintf(tw, "  position\t%s\n  written\t%s (%.1f s ago)\n", c.Position, c.WrittenAt.Format(time.RFC3339), *c.AgeSeconds)
+		if c.SystemID != "" {
+			fmt.Fprintf(tw, "  on\tsystem %s timeline %d database %s\n", c.SystemID, c.Timeline, c.Database)
+		}
+		if c.Events != nil {
+			fmt.Fprintf(tw, "  events published\t%d\n", *c.Events)
+		}
+		if c.Placement != "" {
+			fmt.Fprintf(tw, "  placement\t%s\n", c.Placement)
+		}
+		if p := c.Phantoms; p != nil {
+			fmt.Fprintf(tw, "  phantom events\t%s between %s and %s\n", count(p.Events), p.FromLSN, p.ToLSN)
+		}
+		if g := c.Gap; g != nil {
+			fmt.Fprintf(tw, "  accepted gap\t%s at %s: %s to %s of system %s timeline %d, %s events\n",
+				g.Kind, g.At.Format(time.RFC3339), g.FromLSN, g.ToLSN, g.PreviousSystemID, g.PreviousTimeline, count(g.Events))
+		}
 	} else {
 		fmt.Fprintf(tw, "  position\tnone yet\n")
+	}
+	for _, w := range r.Warnings {
+		fmt.Fprintf(tw, "WARN\t%s\n", w)
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)

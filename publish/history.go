@@ -1,0 +1,36 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/walstream/walstream/checkpoint"
+)
+
+// CheckpointHistory returns the committed checkpoint records of the
+// producer's key that the topic still holds, oldest first. The topic is
+// compacted, so the broker may have kept only the newest.
+func (p *Producer) CheckpointHistory(ctx context.Context) ([]checkpoint.Checkpoint, error) {
+	h, err := checkpointHistory(ctx, p.opts, p.cfg.CheckpointTopic, p.cfg.CheckpointKey)
+	return h, p.markPermanent(err)
+}
+
+// CheckpointHistory is Producer.CheckpointHistory for an operator's tool:
+// it changes nothing.
+func CheckpointHistory(ctx context.Context, kafka KafkaSettings, topic, key string) ([]checkpoint.Checkpoint, error) {
+	return checkpointHistory(ctx, kafka.opts(), topic, key)
+}
+
+func checkpointHistory(ctx context.Context, connOpts []kgo.Opt, topic, key string) ([]checkpoint.Checkpoint, error) {
+	var h []checkpoint.Checkpoint
+	err := scanKey(ctx, connOpts, topic, key, func(v []byte) error {
+		cp, _, err := checkpoint.Decode(v)
+		if err != nil {
+			return fmt.Errorf("checkpoint key %s in topic %s, record %d: %w", key, topic, len(h), err)
+		}
+		h = append(h, cp)
+		return nil
+	})
+	return h, err
+}
