@@ -26,7 +26,8 @@ type session struct {
 	state   *state
 	// started is set once a session has streamed: from then on a missing
 	// slot or publication was dropped under us and is never recreated.
-	started     bool
+	started bool
+	// warnedPlain: the first connection's TLS was reported.
 	warnedPlain bool
 	warnedHosts bool
 }
@@ -38,8 +39,13 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if plainTCP(conn) && !replication.Loopback(cfg.Postgres.Host) && !s.warnedPlain {
-		s.log.Warn("the Postgres connection is not encrypted; use sslmode=verify-full in production", "host", cfg.Postgres.Host)
+	if !s.warnedPlain {
+		// Said once, from the connection: sslmode=prefer falls back to
+		// plain TCP when the server has no TLS.
+		s.log.Info("connected to Postgres", "host", cfg.Postgres.Host, "port", cfg.Postgres.Port, "pg_tls", !plainTCP(conn))
+		if plainTCP(conn) && !replication.Loopback(cfg.Postgres.Host) {
+			s.log.Warn("the Postgres connection is not encrypted; use sslmode=verify-full in production", "host", cfg.Postgres.Host)
+		}
 		s.warnedPlain = true
 	}
 	if w := replication.MultiHostWarning(&cfg.Postgres.Config); w != "" && !s.warnedHosts {
@@ -155,7 +161,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	s.metrics.standby.Set(0)
 	s.state.tracker.Store(tracker)
 	defer s.state.tracker.Store(nil)
-	s.log.Info("streaming", "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())
+	s.log.Info("streaming", "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String(), "pg_tls", !plainTCP(conn))
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return onKafka(prod.Run(gctx, q)) })

@@ -564,6 +564,8 @@ func Permanent(err error) bool {
 // quietLogger passes on franz-go's warnings and errors only (at info it
 // logs every transaction), and each message at most once per logEvery:
 // while a broker is down, franz-go warns at every connection attempt.
+// The warnings of retries franz-go makes by itself go out at info: an
+// operator acts on the session's own message when they do not succeed.
 type quietLogger struct {
 	kgo.Logger
 	mu   sync.Mutex
@@ -594,7 +596,30 @@ func (l *quietLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		l.held[msg] = 0
 	}
 	l.mu.Unlock()
+	if level == kgo.LogLevelWarn && retrying(msg) {
+		level = kgo.LogLevelInfo
+	}
 	l.Logger.Log(level, msg, keyvals...)
+}
+
+// retries are the starts of franz-go's warnings about a request it retries
+// by itself, or a broker it cannot reach yet; a session that fails because
+// of them says so at warn.
+var retries = []string{
+	"produce partition load error",
+	"unable to load producer ID",
+	"unable to AddPartitionsToTxn due to retryable",
+	"random error while producing",
+	"unable to open connection to broker",
+}
+
+func retrying(msg string) bool {
+	for _, r := range retries {
+		if strings.HasPrefix(msg, r) && !strings.Contains(msg, "TLS") {
+			return true
+		}
+	}
+	return false
 }
 
 // Metrics are the producer's Prometheus metrics.

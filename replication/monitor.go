@@ -60,9 +60,12 @@ func (m *SlotMetrics) setFailover(st FailoverState) {
 // SlotState is one poll of the slot and the server's WAL position.
 type SlotState struct {
 	Slot
-	Exists      bool
-	CurrentLSN  pglogrepl.LSN
+	Exists     bool
+	CurrentLSN pglogrepl.LSN
+	// RestartLSN is the oldest WAL the slot keeps; it is NULL (HasRestart
+	// false) on a slot that was invalidated and keeps none.
 	RestartLSN  pglogrepl.LSN
+	HasRestart  bool
 	SafeWALSize *int64
 	// Missing are the outbox tables not in the publication.
 	Missing       []Table
@@ -73,8 +76,14 @@ type SlotState struct {
 // ConfirmedLag is how far the slot's confirmed position trails the server.
 func (s SlotState) ConfirmedLag() int64 { return int64(s.CurrentLSN) - int64(s.ConfirmedFlush) }
 
-// Retained is how much WAL the slot keeps.
-func (s SlotState) Retained() int64 { return int64(s.CurrentLSN) - int64(s.RestartLSN) }
+// Retained is how much WAL the slot keeps; ok is false when the slot has
+// no restart_lsn (a lost slot keeps none).
+func (s SlotState) Retained() (n int64, ok bool) {
+	if !s.HasRestart {
+		return 0, false
+	}
+	return int64(s.CurrentLSN) - int64(s.RestartLSN), true
+}
 
 // PollSlot reads the slot, the server's WAL position and the publication.
 func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
@@ -97,6 +106,7 @@ func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 	}
 	st.Plugin, st.Type, st.Database, st.WALStatus = deref(plugin), deref(slotType), deref(database), deref(walStatus)
 	st.Missing = n.missingTables(included)
+	st.HasRestart = restart != nil
 	for _, p := range []struct {
 		dst *pglogrepl.LSN
 		src *string
@@ -222,7 +232,10 @@ func (m *SlotMetrics) set(st SlotState) {
 		return
 	}
 	m.confirmedLag.Set(float64(st.ConfirmedLag()))
-	m.retained.Set(float64(st.Retained()))
+	// A slot without restart_lsn keeps no WAL; current minus NULL would
+	// read as the whole WAL ever written.
+	retained, _ := st.Retained()
+	m.retained.Set(float64(retained))
 	safe := float64(-1)
 	if st.SafeWALSize != nil {
 		safe = float64(*st.SafeWALSize)

@@ -38,6 +38,14 @@ const (
 	DefaultReadyConfirmAge = time.Minute
 )
 
+// Upper bounds of sizes: far above any useful value, and low enough that
+// the producer's doubled buffer and int32 batch limit cannot overflow.
+const (
+	maxBatchEvents = 1 << 24
+	maxBytes       = 1 << 30
+	maxQueueBytes  = 1 << 40
+)
+
 // Policies for rows that cannot become records (--on-error).
 const (
 	OnErrorFail       = "fail"
@@ -175,68 +183,17 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	dur(&c.ReadyConfirmAge, "ready-confirm-age", DefaultReadyConfirmAge, "/readyz fails when no position was confirmed to Postgres for this long")
 	str(&c.HTTPConfigFile, "http-config-file", "", "Prometheus exporter-toolkit web config (TLS, basic auth) for the HTTP listener")
 	str(&c.PprofAddr, "pprof-addr", "", "serve /debug/pprof on this loopback address; empty: off")
-	str(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "listen address for /metrics and /healthz; empty disables, port 0 picks one")
+	str(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "listen address for /metrics, /healthz and /readyz; empty disables, port 0 picks one; one that binds every interface is logged as a warning")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Var(&c.TopicCreation, "topic-creation", "create missing outbox and dead-letter topics with Kafka Connect topic.creation.* settings, name=value separated by ; or new lines, e.g. default.partitions=6;default.replication.factor=3 (see README); empty: rely on the broker's auto.create.topics.enable ($"+envName("topic-creation")+")")
 }
 
-// parseConfig reads flags, then fills every flag not given from its
-// environment variable.
-func parseConfig(args []string, stderr io.Writer) (*Config, error) {
-	return parseCommand("run", "Streams an outbox table from a Postgres logical replication slot into Kafka, exactly once.", args, stderr, nil, true)
-}
-
-// parseCommand parses the settings of a subcommand; extra defines flags of
-// its own. Commands that do not talk to Kafka pass needKafka false.
-func parseCommand(name, about string, args []string, stderr io.Writer, extra func(*flag.FlagSet), needKafka bool) (*Config, error) {
-	var c Config
-	fs := flag.NewFlagSet("walstream "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c.flags(fs)
-	if extra != nil {
-		extra(fs)
-	}
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: walstream %s [flags]\n\n%s\nEvery flag can also be set by the environment variable named after it.\n\n", name, about)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	set := make(map[string]bool)
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := os.LookupEnv(envName(f.Name)); ok && !set[f.Name] {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("$%s=%q: %w", envName(f.Name), v, err))
-			}
-			set[f.Name] = true
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	if c.ConfigFile != "" {
-		if err := c.applyFile(fs, set); err != nil {
-			return nil, err
-		}
-	}
-	if c.CheckpointKey == "" {
-		c.CheckpointKey = c.Slot
-	}
-	if c.TransactionalID == "" {
-		c.TransactionalID = "walstream-" + c.Slot
-	}
-	err := c.Validate()
-	if needKafka && len(c.brokers()) == 0 {
-		err = errors.Join(fmt.Errorf("--kafka-brokers ($%s): is required", envName("kafka-brokers")), err)
-	}
-	return &c, err
+// parseConfig reads the settings of `walstream run`: flags, then the
+// environment, then the config file. Help goes to stdout.
+func parseConfig(args []string, stdout io.Writer) (*Config, error) {
+	return parseCommand(command{name: "run", about: "Streams an outbox table from a Postgres logical replication slot into Kafka, exactly once.",
+		needs: func() (pg, kafka bool) { return true, true }}, args, stdout)
 }
 
 // Validate reports every invalid setting, naming it.
@@ -245,11 +202,11 @@ func (c *Config) Validate() error {
 	bad := func(name, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("--%s ($%s): %s", name, envName(name), fmt.Sprintf(format, a...)))
 	}
-	if c.PGURL == "" {
-		bad("pg-url", "is required")
-	} else if _, err := pgconn.ParseConfig(c.PGURL); err != nil {
-		// pgconn's parse errors redact the password.
-		bad("pg-url", "%v", err)
+	if c.PGURL != "" {
+		if _, err := pgconn.ParseConfig(c.PGURL); err != nil {
+			// pgconn's parse errors redact the password.
+			bad("pg-url", "%v", err)
+		}
 	}
 	if _, err := c.tables(); err != nil {
 		bad("table", "%v", err)
@@ -258,14 +215,27 @@ func (c *Config) Validate() error {
 	} else if _, _, err := c.outboxes(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.CheckpointTopic == "" {
-		bad("checkpoint-topic", "is required")
+	if err := publish.ValidTopic(c.CheckpointTopic); err != nil {
+		bad("checkpoint-topic", "%v", err)
 	}
-	if c.MaxBatchEvents < 1 {
-		bad("max-batch-events", "must be at least 1, got %d", c.MaxBatchEvents)
+	for _, n := range []struct {
+		name     string
+		v, limit int
+	}{{"max-batch-events", c.MaxBatchEvents, maxBatchEvents}, {"max-batch-bytes", c.MaxBatchBytes, maxBytes},
+		{"max-record-bytes", c.MaxRecordBytes, maxBytes}, {"queue-bytes", c.QueueBytes, maxQueueBytes}} {
+		if n.v < 1 || n.v > n.limit {
+			bad(n.name, "must be from 1 to %d, got %d", n.limit, n.v)
+		}
 	}
-	if c.MaxBatchBytes < 1 {
-		bad("max-batch-bytes", "must be at least 1, got %d", c.MaxBatchBytes)
+	for _, b := range c.brokers() {
+		if err := checkBroker(b); err != nil {
+			bad("kafka-brokers", "%v", err)
+		}
+	}
+	if c.HTTPConfigFile != "" {
+		if err := checkWebConfig(c.HTTPConfigFile); err != nil {
+			bad("http-config-file", "%v", err)
+		}
 	}
 	if c.Converter != "string" && c.Converter != "json" {
 		bad("converter", "%q is not string or json", c.Converter)
@@ -292,12 +262,6 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.acceptRecreated(); err != nil {
 		bad("accept-recreated-table", "%v", err)
-	}
-	if c.MaxRecordBytes < 1 {
-		bad("max-record-bytes", "must be at least 1, got %d", c.MaxRecordBytes)
-	}
-	if c.QueueBytes < 1 {
-		bad("queue-bytes", "must be at least 1, got %d", c.QueueBytes)
 	}
 	if c.Linger < 0 {
 		bad("linger", "must not be negative, got %s", c.Linger)
@@ -453,7 +417,7 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
 			return
 		}
 		if err := fs.Set(flagName, s.value); err != nil {
-			errs = append(errs, fmt.Errorf("config file %s, line %d: %s=%q: %w", c.ConfigFile, s.line, s.key, s.value, err))
+			errs = append(errs, fmt.Errorf("config file %s, line %d: %s=%q: %s", c.ConfigFile, s.line, s.key, s.value, expected(fs.Lookup(flagName), err)))
 		}
 		set[flagName] = true
 	}
