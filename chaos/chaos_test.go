@@ -265,7 +265,7 @@ func TestChaos(t *testing.T) {
 		recs = append(recs, rs...)
 	}
 	ld.mu.Lock()
-	v := judge(recs, ledger, ld.rolledBack)
+	v := judge(recs, ledger, ld.rolledBack, fl.gapIDs())
 	ld.mu.Unlock()
 	if n := v.failures(); n > 0 {
 		fail("kcat read %d records: %d duplicates, %d lost, %d not in the ledger (%d known rolled back), %d order violations, %d aggregates in several partitions, %d disagreeing with the ledger:\n  %s",
@@ -379,10 +379,10 @@ func (r *report) summary(path string) string {
 		crashes += n
 	}
 	return fmt.Sprintf("chaos %s %s: %d rows committed, %d rolled back; %d faults (%s); %d crash points reached; "+
-		"replays skipped %d (logged) / %d (metrics); duplicates %d, lost %d, not in ledger %d, order violations %d, "+
+		"replays skipped %d (logged) / %d (metrics); duplicates %d, lost %d (and %d of %d in named recreation gaps), not in ledger %d, order violations %d, "+
 		"atomicity violations %d in %d snapshots, checkpoint violations %d in %d samples; caught up in %.1fs; report %s",
 		verdict, r.Duration, r.Load.RowsCommitted, r.Load.RowsRolledBack, total, strings.Join(kinds, " "), crashes,
-		r.ReplaysSkippedLogged, r.ReplaysSkippedScraped, r.Verdict.Duplicates, r.Verdict.Lost, r.Verdict.NotInLedger,
+		r.ReplaysSkippedLogged, r.ReplaysSkippedScraped, r.Verdict.Duplicates, r.Verdict.Lost, r.Verdict.LostInGap, r.Faults.GapRows, r.Verdict.NotInLedger,
 		r.Verdict.OrderViolations, r.Atomicity.Violations, r.Atomicity.Snapshots, r.Checkpoints.Violations, r.Checkpoints.Samples,
 		r.CatchUpSeconds, path)
 }

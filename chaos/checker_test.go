@@ -63,7 +63,7 @@ func TestJudge(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			recs, ledger := fixture()
 			recs = tt.mutate(recs, ledger)
-			v := judge(recs, ledger, map[string]bool{"rolled-back": true})
+			v := judge(recs, ledger, map[string]bool{"rolled-back": true}, nil)
 			got := tt.want(v)
 			if tt.name == "correct" {
 				if got != 0 {
@@ -98,5 +98,23 @@ func TestAtomicity(t *testing.T) {
 	a.snapshot(rows("torn", 4, 2, 4))
 	if a.Violations != 1 {
 		t.Fatalf("a torn transaction counts once: %d violations, want 1", a.Violations)
+	}
+}
+
+// A row lost in a named recreation gap is excused; another lost row, or a
+// gap row delivered twice, is not.
+func TestJudgeGap(t *testing.T) {
+	recs, ledger := fixture()
+	gap := map[string]bool{"a3": true}
+	if v := judge(recs[:3], ledger, nil, gap); v.failures() != 0 || v.LostInGap != 1 {
+		t.Fatalf("gap row missing: %d failures, %d lost in gap; want 0 and 1: %v", v.failures(), v.LostInGap, v.Examples)
+	}
+	if v := judge(recs[1:3], ledger, nil, gap); v.Lost != 1 {
+		t.Fatalf("a row outside the gap missing: lost = %d, want 1", v.Lost)
+	}
+	dup := recs[3]
+	dup.Offset = 8
+	if v := judge(append(recs, dup), ledger, nil, gap); v.Duplicates != 1 {
+		t.Fatalf("gap row delivered twice: duplicates = %d, want 1", v.Duplicates)
 	}
 }

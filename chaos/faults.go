@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	mrand "math/rand/v2"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +34,7 @@ const (
 	faultLatencyKafka    = "latency-kafka"
 	faultTerminateSender = "walsender-terminated"
 	faultZombie          = "zombie"
+	faultRecreate        = "outbox-recreated"
 )
 
 // crashPoints are walstream's named crash points (cmd/walstream/faults_on.go).
@@ -57,7 +60,7 @@ func deck(long bool, skip map[string]bool) []fault {
 		{kind: faultBrokerKill}, {kind: faultBrokerTerm},
 		{kind: faultBlackholePG}, {kind: faultBlackholeKafka},
 		{kind: faultResetPG}, {kind: faultResetKafka}, {kind: faultLatencyKafka},
-		{kind: faultTerminateSender}, {kind: faultZombie},
+		{kind: faultTerminateSender}, {kind: faultZombie}, {kind: faultRecreate},
 	}
 	for _, p := range crashPoints {
 		d = append(d, fault{kind: faultKill, crashAt: p})
@@ -89,6 +92,10 @@ type faults struct {
 	mu  sync.Mutex
 	now string // the fault being injected, for the watchdog
 	rep faultReport
+	// gap are the event ids committed to a recreated outbox table before it
+	// was in the publication: Postgres never sends them, and walstream must
+	// stop naming the gap rather than go on silently.
+	gap map[string]bool
 }
 
 // faultReport is what the faults did, for the report.
@@ -98,12 +105,14 @@ type faultReport struct {
 	CrashesMissed  int            `json:"crash_points_not_reached"`
 	ZombieOutcomes map[string]int `json:"zombie_outcomes"`
 	ProxyReplaced  int            `json:"proxies_replaced"`
+	GapRows        int            `json:"rows_in_recreation_gaps"`
+	GapStops       []string       `json:"recreation_stops,omitempty"`
 	Errors         []string       `json:"errors,omitempty"`
 	Notes          []string       `json:"notes,omitempty"`
 }
 
 func newFaults(r *rig, seed uint64, long bool, skip map[string]bool) *faults {
-	return &faults{rig: r, rng: mrand.New(mrand.NewPCG(seed, 0xfa17)), long: long, skip: skip, rep: faultReport{
+	return &faults{rig: r, rng: mrand.New(mrand.NewPCG(seed, 0xfa17)), long: long, skip: skip, gap: make(map[string]bool), rep: faultReport{
 		Counts: make(map[string]int), CrashesArmed: make(map[string]int), ZombieOutcomes: make(map[string]int)}}
 }
 
@@ -120,8 +129,15 @@ func (f *faults) report() faultReport {
 	defer f.mu.Unlock()
 	r := f.rep
 	r.Counts, r.CrashesArmed, r.ZombieOutcomes = maps.Clone(r.Counts), maps.Clone(r.CrashesArmed), maps.Clone(r.ZombieOutcomes)
-	r.Errors, r.Notes = slices.Clone(r.Errors), slices.Clone(r.Notes)
+	r.Errors, r.Notes, r.GapStops = slices.Clone(r.Errors), slices.Clone(r.Notes), slices.Clone(r.GapStops)
 	return r
+}
+
+// gapIDs returns the event ids lost in recreation gaps so far.
+func (f *faults) gapIDs() map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.gap)
 }
 
 // injecting returns the fault being injected, if any.
@@ -223,6 +239,8 @@ func (f *faults) inject(ctx context.Context, ft fault) string {
 		return fmt.Sprintf("%d terminated", n)
 	case faultZombie:
 		return f.zombie(ctx)
+	case faultRecreate:
+		return f.recreate(ctx)
 	}
 	panic("unknown fault " + ft.kind)
 }
@@ -417,4 +435,120 @@ func (f *faults) zombie(ctx context.Context) string {
 		bid = b.id
 	}
 	return fmt.Sprintf("#%d stopped, slot free after %s, #%d took over; #%d: %s", a.id, released.Round(100*time.Millisecond), bid, a.id, outcome)
+}
+
+// gapStop is what a stop must say to name a recreation gap: the stream's
+// or the startup's TableRecreatedError, or the slot monitor's.
+var gapStop = regexp.MustCompile(`table public\.outbox was dropped and recreated: OID \d+, now \d+|table "public"\."outbox" (was dropped and recreated while streaming|is no longer in publication)`)
+
+// recreate drops the outbox table under load and creates it again, the
+// way that loses rows: the writers commit rows to the new table before it
+// is added to the publication, in a later transaction. The gap is the
+// ledger rows committed between the DROP (which waits for every writer of
+// the old table) and a lock that holds the writers off while the table is
+// added: the ledger, not the table, because writers delete some of their
+// rows again. walstream must stop naming the gap; the harness then plays
+// the operator, accepting the new table, and later rows must flow exactly
+// once.
+func (f *faults) recreate(ctx context.Context) string {
+	p := f.current()
+	if p == nil {
+		return "no walstream running"
+	}
+	f.rig.sup.detach(p)
+	conn, err := pgx.Connect(ctx, f.rig.pgURL)
+	if err != nil {
+		f.failf("connecting to recreate the outbox: %v", err)
+		f.restart("")
+		return "no connection"
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	ddl, err := os.ReadFile("../testdata/outbox.sql")
+	if err != nil {
+		f.failf("reading the outbox DDL: %v", err)
+	}
+	var oldOID, newOID uint32
+	var gap []string
+	err = func() error {
+		if err := conn.QueryRow(ctx, "SELECT 'public.outbox'::regclass::oid").Scan(&oldOID); err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, "DROP TABLE public.outbox"); err != nil {
+			return err
+		}
+		rows, err := conn.Query(ctx, "SELECT id::text FROM ledger")
+		if err != nil {
+			return err
+		}
+		before, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, string(ddl)); err != nil {
+			return err
+		}
+		if err := conn.QueryRow(ctx, "SELECT 'public.outbox'::regclass::oid").Scan(&newOID); err != nil {
+			return err
+		}
+		sleep(ctx, 200*time.Millisecond+time.Duration(f.rng.Int64N(int64(600*time.Millisecond))))
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it does nothing
+		if _, err := tx.Exec(ctx, "LOCK TABLE public.outbox IN ACCESS EXCLUSIVE MODE"); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, "SELECT id::text FROM ledger")
+		if err != nil {
+			return err
+		}
+		after, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		old := make(map[string]bool, len(before))
+		for _, id := range before {
+			old[id] = true
+		}
+		for _, id := range after {
+			if !old[id] {
+				gap = append(gap, id)
+			}
+		}
+		if _, err := tx.Exec(ctx, "ALTER PUBLICATION walstream_outbox ADD TABLE public.outbox"); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}()
+	if err != nil {
+		f.failf("recreating the outbox table: %v", err)
+	}
+	f.mu.Lock()
+	for _, id := range gap {
+		f.gap[id] = true
+	}
+	f.rep.GapRows += len(gap)
+	f.mu.Unlock()
+
+	// Rows keep coming into the new table, so the stream shows it at once;
+	// the slot monitor would find it too.
+	stop := "still running"
+	select {
+	case <-p.Done():
+		stop = strings.TrimSpace(p.LastLines(1))
+		if !gapStop.MatchString(stop) {
+			f.failf("walstream #%d stopped without naming the recreated table (OID %d, now %d): %s", p.id, oldOID, newOID, p.LastLines(10))
+		}
+	case <-time.After(60 * time.Second):
+		stopProc(p, syscall.SIGKILL, 10*time.Second)
+		f.failf("walstream #%d went on streaming for 60s after the outbox table was recreated (OID %d, now %d) with %d rows lost", p.id, oldOID, newOID, len(gap))
+	case <-ctx.Done():
+	}
+	f.mu.Lock()
+	f.rep.GapStops = append(f.rep.GapStops, stop)
+	f.mu.Unlock()
+	f.rig.sup.setArg("--accept-recreated-table", fmt.Sprintf("public.outbox=%d", newOID))
+	f.restart("")
+	return fmt.Sprintf("OID %d, now %d, %d rows in the gap; #%d stopped", oldOID, newOID, len(gap), p.id)
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,6 +316,17 @@ func (s *supervisor) current() *wsProc {
 		return nil
 	}
 	return s.cur
+}
+
+// setArg sets flag name to value for every walstream started from now on.
+func (s *supervisor) setArg(name, value string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.Index(s.args, name); i >= 0 && i+1 < len(s.args) {
+		s.args[i+1] = value
+		return
+	}
+	s.args = append(s.args, name, value)
 }
 
 // detach makes p no longer the current process: its exit is the caller's

@@ -30,6 +30,9 @@ type Checkpoint struct {
 	// published in parts, of which events 1..Ordinal are in Kafka.
 	PartialCommitLSN pglogrepl.LSN
 	Ordinal          uint64
+	// Notes is what the record says besides the position; nil when it says
+	// nothing more. It does not take part in ordering checkpoints.
+	Notes *Notes
 
 	// Identity names the Postgres history the LSNs above belong to. It is
 	// zero in records written before walstream recorded it.
@@ -115,6 +118,30 @@ func (c Checkpoint) Published(n int) Checkpoint {
 	c.Events += uint64(n)
 	c.Counted = true
 	return c
+
+}
+
+// Notes is what a checkpoint records for the next session and for
+// operators, besides the position.
+type Notes struct {
+	// Tables are the outbox tables' pg_class OIDs, by schema.table, that
+	// the published stream came from: a table found with another OID was
+	// recreated since, and rows may be missing.
+	Tables map[string]uint32 `json:"tables,omitempty"`
+	// Skipped is the last event an operator sent to the dead-letter topic
+	// by naming it, kept in every later checkpoint too.
+	Skipped *Skip `json:"skipped,omitempty"`
+}
+
+// Skip is an event skipped by name: sent to the dead-letter topic with
+// its reason instead of stopping walstream.
+type Skip struct {
+	Event   string    `json:"event"` // commit LSN:ordinal, as errors print it
+	LSN     string    `json:"lsn"`
+	Table   string    `json:"table"`
+	EventID string    `json:"event_id,omitempty"`
+	Reason  string    `json:"reason"`
+	Time    time.Time `json:"time"`
 }
 
 // Skip reports whether the event with the given ordinal (1-based) of the
@@ -173,6 +200,9 @@ type record struct {
 	Database         string     `json:"database,omitempty"`
 	Events           *uint64    `json:"events,omitempty"`
 	Gap              *gapRecord `json:"gap,omitempty"`
+	// Notes' fields, at the top level; absent from older records.
+	Tables  map[string]uint32 `json:"tables,omitempty"`
+	Skipped *Skip             `json:"skipped,omitempty"`
 }
 
 type gapRecord struct {
@@ -184,6 +214,9 @@ type gapRecord struct {
 	To               string    `json:"to_lsn"`
 	Events           int64     `json:"events"` // -1: unknown
 	Time             time.Time `json:"time"`
+	// Notes' fields, at the top level; absent from older records.
+	Tables  map[string]uint32 `json:"tables,omitempty"`
+	Skipped *Skip             `json:"skipped,omitempty"`
 }
 
 // Encode returns the checkpoint record's value.
@@ -192,6 +225,9 @@ func (c Checkpoint) Encode(slot string, now time.Time) []byte {
 		SystemID: c.Identity.SystemID, Timeline: c.Identity.Timeline, Database: c.Identity.Database}
 	if c.PartialCommitLSN != 0 {
 		r.PartialCommitLSN = c.PartialCommitLSN.String()
+	}
+	if c.Notes != nil {
+		r.Tables, r.Skipped = c.Notes.Tables, c.Notes.Skipped
 	}
 	if c.Counted {
 		r.Events = &c.Events
@@ -220,6 +256,9 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 			return Checkpoint{}, time.Time{}, fmt.Errorf("decoding checkpoint partial_commit_lsn %q: %w", r.PartialCommitLSN, err)
 		}
 		c.Ordinal = r.Ordinal
+	}
+	if len(r.Tables) > 0 || r.Skipped != nil {
+		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped}
 	}
 	c.Identity = Identity{SystemID: r.SystemID, Timeline: r.Timeline, Database: r.Database}
 	if r.Events != nil {

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,6 +66,33 @@ func TestEncodeDecode(t *testing.T) {
 	}
 	for _, bad := range []string{``, `{`, `{"lsn":"zz"}`, `{"lsn":"0/1","partial_commit_lsn":"x"}`,
 		`{"lsn":"0/1","gap":{"kind":"phantoms","from_lsn":"x","to_lsn":"0/2"}}`} {
+		if _, _, err := Decode([]byte(bad)); err == nil {
+			t.Errorf("Decode(%q) succeeded", bad)
+		}
+	}
+}
+
+// Notes round-trip, and a record written before they existed still
+// decodes, without them.
+func TestEncodeDecodeNotes(t *testing.T) {
+	now := time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC)
+	skip := &Skip{Event: "0/16B3700:2", LSN: "0/16B3650", Table: "public.outbox", EventID: "e-1", Reason: "aggregate id is NULL", Time: now}
+	cp := Checkpoint{LSN: 0x16B3748, Notes: &Notes{Tables: map[string]uint32{"public.outbox": 16454}, Skipped: skip}}
+	b := cp.Encode("walstream", now)
+	for _, want := range []string{`"tables":{"public.outbox":16454}`, `"skipped":{"event":"0/16B3700:2"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("record %s lacks %s", b, want)
+		}
+	}
+	got, _, err := Decode(b)
+	if err != nil || got.LSN != cp.LSN || got.Notes == nil || got.Notes.Tables["public.outbox"] != 16454 || *got.Notes.Skipped != *skip {
+		t.Fatalf("round trip of %s = %+v, %v", b, got, err)
+	}
+	old, _, err := Decode([]byte(`{"slot":"walstream","lsn":"0/16B3748","time":"2026-11-23T01:02:03Z"}`))
+	if err != nil || old != (Checkpoint{LSN: 0x16B3748}) {
+		t.Fatalf("old record = %+v, %v", old, err)
+	}
+	for _, bad := range []string{`{"lsn":"0/1","tables":{"public.outbox":"x"}}`} {
 		if _, _, err := Decode([]byte(bad)); err == nil {
 			t.Errorf("Decode(%q) succeeded", bad)
 		}

@@ -16,6 +16,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -31,9 +32,22 @@ type Config struct {
 	// as a part.
 	MaxPartEvents int
 	MaxPartBytes  int
-	// DeadLetter hands bad rows on as events with Bad set instead of
-	// failing on them.
-	DeadLetter bool
+	// JSONText requires text payloads and text fields placed in the
+	// envelope to be valid UTF-8, which JSON needs: a SQL_ASCII database
+	// stores any bytes, and the JSON converter must not write malformed
+	// JSON. A row that breaks it is bad.
+	JSONText bool
+	// OIDs are the outbox tables' pg_class OIDs by schema.table, as the
+	// catalog had them when the session started. A Relation message that
+	// names an outbox table with another OID is a recreated table: rows
+	// committed between its CREATE TABLE and its ALTER PUBLICATION ... ADD
+	// TABLE were never sent, so decoding stops there. A table missing from
+	// OIDs takes the first OID the stream shows.
+	OIDs map[string]uint32
+	// Recreated names tables whose OID may change without a gap: an
+	// operator accepted the recreation, or the publication covers the
+	// table's schema, so a new table is in it from its CREATE TABLE on.
+	Recreated map[string]bool
 	// MessagePrefix, when set, makes transactional logical decoding
 	// messages with this prefix (pg_logical_emit_message) outbox events,
 	// routed as Messages says (default: the first outbox).
@@ -66,14 +80,54 @@ type Identity struct {
 
 // String names the event for logs and errors.
 func (id Identity) String() string {
-	s := "at LSN " + id.LSN.String()
+	var parts []string
+	if id.LSN != 0 {
+		parts = append(parts, "at LSN "+id.LSN.String())
+	}
 	if id.Table != "" {
-		s += ", table " + id.Table
+		parts = append(parts, "table "+id.Table)
 	}
 	if len(id.ID) > 0 {
-		s += ", event id " + string(id.ID)
+		parts = append(parts, "event id "+string(id.ID))
 	}
-	return s
+	if id.CommitLSN != 0 {
+		parts = append(parts, "event "+id.Ref().String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Ref places the event on the stream.
+func (id Identity) Ref() Ref { return Ref{CommitLSN: id.CommitLSN, Ordinal: id.Ordinal} }
+
+// Ref names one event on the stream, in the form errors print it: the
+// commit LSN of its transaction and its ordinal there, or, for a logical
+// message emitted outside any transaction, the message's LSN and ordinal 0.
+type Ref struct {
+	CommitLSN pglogrepl.LSN
+	Ordinal   uint64
+}
+
+// String is the text form ParseRef reads: 0/16B3748:3.
+func (r Ref) String() string { return r.CommitLSN.String() + ":" + strconv.FormatUint(r.Ordinal, 10) }
+
+// IsZero reports whether r names no event.
+func (r Ref) IsZero() bool { return r.CommitLSN == 0 }
+
+// ParseRef reads an event reference as Ref.String writes it.
+func ParseRef(s string) (Ref, error) {
+	lsn, ord, ok := strings.Cut(strings.TrimSpace(s), ":")
+	if !ok {
+		return Ref{}, fmt.Errorf("event %q is not <commit LSN>:<ordinal>, like 0/16B3748:3", s)
+	}
+	var r Ref
+	var err error
+	if r.CommitLSN, err = pglogrepl.ParseLSN(lsn); err != nil || r.CommitLSN == 0 {
+		return Ref{}, fmt.Errorf("event %q: commit LSN %q is not a non-zero LSN", s, lsn)
+	}
+	if r.Ordinal, err = strconv.ParseUint(ord, 10, 64); err != nil {
+		return Ref{}, fmt.Errorf("event %q: ordinal %q is not a number", s, ord)
+	}
+	return r, nil
 }
 
 // Event is one outbox row. Its byte slices alias a buffer owned by the
@@ -113,8 +167,9 @@ type Event struct {
 	// additional column placed in the partition; otherwise the key picks it.
 	Partition   int32
 	Partitioned bool
-	// Bad, set only in dead-letter mode, says why the row cannot become a
-	// record; the columns above are then whatever the row had.
+	// Bad says why the row cannot become a record; the columns above are
+	// then whatever the row had. Bad events stay in commit order with the
+	// others, so that whoever stops at one stops at the first.
 	Bad *Error
 }
 
@@ -145,6 +200,11 @@ type Tx struct {
 	// Ignored are the UPDATEs of outbox rows in this transaction (or part)
 	// that table.op.invalid.behavior says to skip and report.
 	Ignored []IgnoredUpdate
+	// Stop, when set, is input the stream cannot go on past (a message that
+	// cannot be decoded, a recreated table). It travels after everything
+	// decoded before it, so that the first problem in commit order is the
+	// one reported; nothing follows it.
+	Stop error
 }
 
 // IgnoredUpdate is an UPDATE of an outbox row that was skipped: an outbox
@@ -165,6 +225,11 @@ type Error struct {
 	Column string   // when the problem is one column
 	Reason string
 	Err    error
+	// Unmapped says the table, not the row, is wrong for the mapping: a
+	// required column is missing. Dead-letter mode does not take such rows,
+	// or it would take every row of the table; only naming the one event
+	// (a skip) does.
+	Unmapped bool
 }
 
 // at is the identity of a message known only by its position.
@@ -194,6 +259,12 @@ type relation struct {
 	id, aggType, aggID, typ, payload, trace, timestamp int
 	payloadBytea                                       bool
 	extra                                              []extraColumn
+	// err, when set, is why the table does not fit the mapping; each of its
+	// rows is then a bad event carrying it.
+	err *Error
+	// recreated, when set, says this is not the table walstream streamed
+	// before: its first row stops the stream.
+	recreated *TableRecreatedError
 }
 
 // extraColumn is an additional field the table has.
@@ -207,6 +278,7 @@ type extraColumn struct {
 type Decoder struct {
 	cfg       Config
 	relations map[uint32]*relation
+	oids      map[string]uint32 // outbox table → the OID its rows have come with
 	// catalogs are outbox tables' catalogs given by SetCatalog, by table
 	// name, over their Outbox.Catalog.
 	catalogs map[string]map[string]Catalog
@@ -226,7 +298,7 @@ func New(cfg Config) *Decoder {
 	if cfg.Skip == nil {
 		cfg.Skip = func(pglogrepl.LSN, uint64) bool { return false }
 	}
-	return &Decoder{cfg: cfg, relations: make(map[uint32]*relation)}
+	return &Decoder{cfg: cfg, relations: make(map[uint32]*relation), oids: make(map[string]uint32)}
 }
 
 // Skipped counts the replayed events dropped so far.
@@ -344,12 +416,78 @@ func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
 	if rel.outbox == nil {
 		return nil
 	}
-	return rel.mapColumns(walStart, &m, d.catalog(rel.outbox))
+	// Postgres sends a Relation message with WAL position 0/0, just before
+	// the table's first row in the session: the row names the position.
+	rel.recreated = d.sameTable(rel.name, m.RelationID)
+	// A table that does not fit the mapping is not an error yet: its rows
+	// become bad events that name themselves, in commit order.
+	if err := rel.mapColumns(walStart, &m, d.catalog(rel.outbox)); err != nil {
+		rel.err = err
+	}
+	return nil
+}
+
+// sameTable stops at an outbox table that comes with another OID than it
+// had: it was dropped and created again, and the rows committed before it
+// was added to the publication again are not in the stream.
+func (d *Decoder) sameTable(name string, oid uint32) *TableRecreatedError {
+	want, known := d.cfg.OIDs[name]
+	seen, seenBefore := d.oids[name]
+	switch {
+	case d.cfg.Recreated[name], known && oid == want, !known && (!seenBefore || oid == seen):
+	default:
+		old := want
+		if seenBefore {
+			old = seen
+		}
+		return &TableRecreatedError{Table: name, OldOID: old, NewOID: oid}
+	}
+	d.oids[name] = oid
+	return nil
+}
+
+// recreatedAt stops at the first row of a recreated table, lsn.
+func recreatedAt(rel *relation, lsn pglogrepl.LSN) error {
+	if rel.recreated == nil {
+		return nil
+	}
+	e := *rel.recreated
+	e.LSN = lsn
+	return &Error{Event: Identity{LSN: lsn, Table: rel.name}, Reason: "not the table streamed before", Err: &e}
+}
+
+// TableRecreatedError is an outbox table that is not the one walstream
+// streamed before: it was dropped and created again. Postgres sends a
+// table's rows only once it is in the publication, so rows committed
+// between the CREATE TABLE and the ALTER PUBLICATION ... ADD TABLE, when
+// those were separate transactions, are missing from the stream.
+type TableRecreatedError struct {
+	Table          string
+	OldOID, NewOID uint32
+	// LSN is where the new table first showed in the stream (its first
+	// row), or zero when it was found in the catalog.
+	LSN pglogrepl.LSN
+	// Since names where the old table was last known to be in use, when
+	// found at startup (the checkpoint).
+	Since string
+}
+
+func (e *TableRecreatedError) Error() string {
+	where := "in the stream at LSN " + e.LSN.String()
+	if e.LSN == 0 {
+		where = "in the catalog at startup, after checkpoint " + e.Since
+	}
+	return fmt.Sprintf("table %s was dropped and recreated: OID %d, now %d, found %s; "+
+		"rows committed to the new table before it was added to the publication were never sent by Postgres. "+
+		"To recover: find those rows (SELECT them from %s by id or time) and insert them again, or accept the loss; "+
+		"then accept the new table (OID %d) and restart. To avoid this, create the table and add it to the publication "+
+		"in one transaction, or use a publication FOR TABLES IN SCHEMA (see README)",
+		e.Table, e.OldOID, e.NewOID, where, e.Table, e.NewOID)
 }
 
 // mapColumns finds the outbox's columns in the table, and refuses a table
 // that lacks one or has an additional column of a type it cannot encode.
-func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMessage, catalog map[string]Catalog) error {
+func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMessage, catalog map[string]Catalog) *Error {
 	find := func(name string) int {
 		for i, c := range m.Columns {
 			if name != "" && c.Name == name {
@@ -358,8 +496,8 @@ func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMes
 		}
 		return -1
 	}
-	missing := func(column, reason string) error {
-		return &Error{Event: Identity{LSN: walStart, Table: rel.name}, Column: column, Reason: reason}
+	missing := func(column, reason string) *Error {
+		return &Error{Event: Identity{LSN: walStart, Table: rel.name}, Column: column, Reason: reason, Unmapped: true}
 	}
 	cols := rel.outbox.Columns
 	for _, c := range []struct {
@@ -432,7 +570,13 @@ func (d *Decoder) update(walStart pglogrepl.LSN, data []byte) error {
 	if rel == nil {
 		return &Error{Event: at(walStart), Reason: fmt.Sprintf("UPDATE of relation %d before its Relation message", relID)}
 	}
-	if rel.outbox == nil || d.skipTx {
+	if rel.outbox == nil {
+		return nil
+	}
+	if err := recreatedAt(rel, walStart); err != nil {
+		return err
+	}
+	if d.skipTx {
 		return nil
 	}
 	row := Identity{CommitLSN: d.tx.CommitLSN, LSN: walStart, Table: rel.name, ID: updatedID(rel, data[5:])}
@@ -495,12 +639,10 @@ func (d *Decoder) replayed() bool {
 	return false
 }
 
-// hand adds a mapped event to the open transaction, or fails on a bad one
-// unless bad events are handed on for the dead-letter topic.
+// hand adds a mapped event to the open transaction, a bad one too: the
+// publisher decides whether to dead-letter it or stop there, in commit
+// order.
 func (d *Decoder) hand(ev Event) (*Tx, error) {
-	if ev.Bad != nil && !d.cfg.DeadLetter {
-		return nil, ev.Bad
-	}
 	return d.add(ev), nil
 }
 
@@ -519,6 +661,9 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	}
 	if rel.outbox == nil {
 		return nil, nil
+	}
+	if err := recreatedAt(rel, walStart); err != nil {
+		return nil, err
 	}
 	if d.replayed() {
 		return nil, nil
@@ -540,7 +685,24 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if len(vals) != rel.columns {
 		return nil, &Error{Event: Identity{LSN: walStart, Table: rel.name}, Reason: fmt.Sprintf("INSERT has %d columns, the Relation message %d", len(vals), rel.columns)}
 	}
+	if rel.err != nil {
+		return d.hand(d.unmapped(rel, walStart, vals))
+	}
 	return d.hand(d.event(rel, walStart, vals))
+}
+
+// unmapped is a row of a table that does not fit the mapping, as a bad
+// event naming the row and what the table lacks.
+func (d *Decoder) unmapped(rel *relation, walStart pglogrepl.LSN, vals []value) Event {
+	var id []byte
+	if rel.id >= 0 && rel.id < len(vals) && vals[rel.id].kind == 't' {
+		id = vals[rel.id].data
+	}
+	ev := Event{Identity: d.identity(walStart, rel.name, id), Source: rel.outbox}
+	bad := *rel.err
+	bad.Event = ev.Identity
+	ev.Bad = &bad
+	return ev
 }
 
 // event maps an outbox row to an event. A row that cannot become a record
@@ -585,6 +747,8 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 			return bad(o.Columns.Payload, "decoding bytea", err)
 		}
 		ev.Payload = raw
+	} else if d.cfg.JSONText && !utf8.Valid(ev.Payload) {
+		return bad(o.Columns.Payload, "payload is not valid UTF-8: the JSON converter cannot write it as JSON (is the database SQL_ASCII?)", nil)
 	}
 	if ts := col(rel.timestamp); ts != nil {
 		t, err := ParseTimestamp(ts)
@@ -606,7 +770,11 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 			ev.Partition, ev.Partitioned = int32(p), true
 			continue
 		}
-		ev.Fields = append(ev.Fields, Field{Name: x.Alias, Placement: x.Placement, Column: &rel.cols[x.index], Value: get(x.index)})
+		v := get(x.index)
+		if d.cfg.JSONText && x.Placement == PlaceEnvelope && !utf8.Valid(v) {
+			return bad(x.Column, "envelope field is not valid UTF-8: the JSON converter cannot write it as JSON", nil)
+		}
+		ev.Fields = append(ev.Fields, Field{Name: x.Alias, Placement: x.Placement, Column: &rel.cols[x.index], Value: v})
 	}
 	return ev
 }
@@ -701,4 +869,21 @@ func unhexBytea(b []byte) ([]byte, error) {
 		return nil, err
 	}
 	return b[2 : 2+n], nil
+}
+
+// CheckTable reports whether a table with these columns fits o's mapping:
+// the check each Relation message gets, for a table read from the catalog
+// before any of its rows arrives, so that an idle outbox with a broken
+// mapping is found at once.
+// Only the columns' names and types are read.
+func CheckTable(o *Outbox, cols []Column) error {
+	m := pglogrepl.RelationMessage{Namespace: o.Schema, RelationName: o.Table}
+	for _, c := range cols {
+		m.Columns = append(m.Columns, &pglogrepl.RelationMessageColumn{Name: c.Name, DataType: c.Type})
+	}
+	rel := &relation{name: o.Name(), outbox: o, columns: len(cols)}
+	if err := rel.mapColumns(0, &m, nil); err != nil {
+		return err
+	}
+	return nil
 }

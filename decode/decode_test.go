@@ -169,16 +169,30 @@ func TestDecodeBytea(t *testing.T) {
 	checkEvents(t, txs[0], wantEvent{"b-1", "Blob", "k-1", "", "\x00\xff\x10"})
 }
 
-func TestDecodeNullAggregateType(t *testing.T) {
-	d := New(outboxConfig("public", nil))
-	var err error
-	var at pglogrepl.LSN
-	for _, f := range readFrames(t, "null-aggregatetype") {
-		if _, err = d.Decode(f.lsn, f.data); err != nil {
-			at = f.lsn
-			break
+// firstProblem decodes frames and returns the first bad event's error or
+// decode error, in stream order, with the LSN of the frame it came at.
+func firstProblem(t *testing.T, d *Decoder, frames []frame) (pglogrepl.LSN, error) {
+	t.Helper()
+	for _, f := range frames {
+		tx, err := d.Decode(f.lsn, f.data)
+		if err != nil {
+			return f.lsn, err
+		}
+		if tx == nil {
+			continue
+		}
+		for _, ev := range tx.Events {
+			if ev.Bad != nil {
+				return ev.LSN, ev.Bad
+			}
 		}
 	}
+	return 0, nil
+}
+
+func TestDecodeNullAggregateType(t *testing.T) {
+	d := New(outboxConfig("public", nil))
+	at, err := firstProblem(t, d, readFrames(t, "null-aggregatetype"))
 	var de *Error
 	if !errors.As(err, &de) {
 		t.Fatalf("err = %v, want a *decode.Error", err)
@@ -194,14 +208,20 @@ func TestDecodeNullAggregateType(t *testing.T) {
 func TestDecodeMissingColumn(t *testing.T) {
 	cfg := outboxConfig("public", func(o *Outbox) { o.Columns.AggregateID = "aggregate_id" })
 	d := New(cfg)
-	var err error
-	for _, f := range readFrames(t, "basic") {
-		if _, err = d.Decode(f.lsn, f.data); err != nil {
-			break
-		}
-	}
+	at, err := firstProblem(t, d, readFrames(t, "basic"))
 	if err == nil || !strings.Contains(err.Error(), "column aggregate_id: outbox column is missing") || !strings.Contains(err.Error(), "table public.outbox") {
 		t.Fatalf("err = %v, want the missing column named", err)
+	}
+	// The Relation message comes at 0/0; the row names the real position
+	// and event.
+	for _, want := range []string{"at LSN " + at.String(), "event id 11111111-1111-1111-1111-111111111111", "event 0/29CA470:1"} {
+		if at == 0 || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want %q", err, want)
+		}
+	}
+	var de *Error
+	if !errors.As(err, &de) || !de.Unmapped {
+		t.Errorf("err = %#v, want a *decode.Error that blames the table", err)
 	}
 }
 
@@ -351,7 +371,8 @@ func FuzzDecode(f *testing.F) {
 }
 
 // Logical-message outbox events are published like rows, in commit order
-// with the rows of their transaction; a non-transactional one is refused.
+// with the rows of their transaction; a non-transactional one is a bad
+// event of its own, placed at its LSN with ordinal 0.
 func TestDecodeLogicalMessages(t *testing.T) {
 	cfg := outboxConfig("public", nil)
 	cfg.MessagePrefix = "walstream"
@@ -367,8 +388,11 @@ func TestDecodeLogicalMessages(t *testing.T) {
 			txs = append(txs, tx)
 		}
 	}
-	if len(txs) != 1 {
-		t.Fatalf("got %d transactions before the error, want 1", len(txs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(txs) != 2 {
+		t.Fatalf("got %d transactions, want 2", len(txs))
 	}
 	checkEvents(t, txs[0],
 		wantEvent{"99999999-9999-9999-9999-999999999999", "Order", "o-9", "OrderPlaced", `{"seq": 9}`},
@@ -382,8 +406,24 @@ func TestDecodeLogicalMessages(t *testing.T) {
 			t.Errorf("event %d has ordinal %d: rows and messages share the order", i, ev.Ordinal)
 		}
 	}
-	if err == nil || !strings.Contains(err.Error(), `prefix "walstream" is not transactional`) {
-		t.Fatalf("non-transactional message: err = %v", err)
+	nontx := txs[1]
+	if len(nontx.Events) != 1 || !nontx.Final || nontx.EndLSN != nontx.CommitLSN+1 {
+		t.Fatalf("non-transactional message: %+v", nontx)
+	}
+	ev := nontx.Events[0]
+	if ev.Bad == nil || !strings.Contains(ev.Bad.Error(), `prefix "walstream" is not transactional`) || ev.Ordinal != 0 || ev.CommitLSN != ev.LSN {
+		t.Fatalf("non-transactional message: %+v, bad %v", ev.Identity, ev.Bad)
+	}
+	if got, want := ev.Ref().String(), ev.LSN.String()+":0"; got != want {
+		t.Fatalf("Ref = %s, want %s", got, want)
+	}
+	// Once a checkpoint covers it, a restart drops it as a replay.
+	d = New(cfg)
+	d.cfg.Skip = func(lsn pglogrepl.LSN, _ uint64) bool { return lsn < nontx.EndLSN }
+	for _, f := range readFrames(t, "logical-message") {
+		if tx, err := d.Decode(f.lsn, f.data); err != nil || tx != nil {
+			t.Fatalf("replay: tx %v, err %v", tx, err)
+		}
 	}
 	// Without a prefix, logical messages are not outbox events.
 	if txs := decodeAll(t, New(outboxConfig("public", nil)), readFrames(t, "logical-message")); len(txs[0].Events) != 1 {
@@ -503,12 +543,7 @@ func TestDecodeMappingRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := New(outboxConfig("public", tc.mod))
-			var err error
-			for _, f := range readFrames(t, "additional-fields") {
-				if _, err = d.Decode(f.lsn, f.data); err != nil {
-					break
-				}
-			}
+			_, err := firstProblem(t, d, readFrames(t, "additional-fields"))
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -534,6 +569,117 @@ func TestParseTimestamp(t *testing.T) {
 	for _, bad := range []string{"infinity", "11/23/2026 06:00:00", "2026-11-23 06:00:00 BC"} {
 		if _, err := ParseTimestamp([]byte(bad)); err == nil {
 			t.Errorf("ParseTimestamp(%q) accepted", bad)
+		}
+	}
+}
+
+// withRelID returns a copy of a Relation or INSERT frame naming relation
+// id instead: the same table, recreated.
+func withRelID(f frame, id uint32) frame {
+	data := slices.Clone(f.data)
+	data[1], data[2], data[3], data[4] = byte(id>>24), byte(id>>16), byte(id>>8), byte(id)
+	return frame{f.lsn, data}
+}
+
+// A table that comes back with another OID stops the stream at its first
+// row, naming the table, both OIDs and the row's LSN; an accepted one does
+// not.
+func TestDecodeTableRecreated(t *testing.T) {
+	basic := readFrames(t, "basic") // B R I I C, B I C
+	recreated := []frame{basic[0], basic[1], basic[2], basic[3], basic[4], basic[5], withRelID(basic[1], 99999), withRelID(basic[6], 99999), basic[7]}
+	for _, tc := range []struct {
+		name string
+		cfg  func(*Config)
+		want string // empty: no stop
+	}{
+		{"seen in the session", nil, "OID 16454, now 99999"},
+		{"catalog knows the new one", func(c *Config) { c.OIDs = map[string]uint32{"public.outbox": 99999} }, "OID 99999, now 16454"},
+		{"accepted", func(c *Config) {
+			c.OIDs, c.Recreated = map[string]uint32{"public.outbox": 99999}, map[string]bool{"public.outbox": true}
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := outboxConfig("public", nil)
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			d := New(cfg)
+			var err error
+			var at pglogrepl.LSN
+			events := 0
+			for _, f := range recreated {
+				var tx *Tx
+				if tx, err = d.Decode(f.lsn, f.data); err != nil {
+					at = f.lsn
+					break
+				}
+				if tx != nil {
+					events += len(tx.Events)
+				}
+			}
+			if tc.want == "" {
+				if err != nil || events != 3 {
+					t.Fatalf("err = %v after %d events, want 3 events", err, events)
+				}
+				return
+			}
+			var re *TableRecreatedError
+			if !errors.As(err, &re) || re.LSN != at || re.Table != "public.outbox" {
+				t.Fatalf("err = %v, want a TableRecreatedError at %s", err, at)
+			}
+			for _, want := range []string{tc.want, "at LSN " + at.String(), "table public.outbox", "in one transaction"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("err = %v, want %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// Under the JSON converter a text payload that is not UTF-8 is a bad
+// event, never malformed JSON; the string converter passes the bytes on.
+func TestDecodeInvalidUTF8Payload(t *testing.T) {
+	frames := readFrames(t, "basic")
+	insert := slices.Clone(frames[2].data)
+	i := bytes.Index(insert, []byte(`{"seq": 1`))
+	insert[i+1] = 0xff // the payload's first quote
+	frames[2].data = insert
+	for _, jsonText := range []bool{false, true} {
+		cfg := outboxConfig("public", nil)
+		cfg.JSONText = jsonText
+		at, err := firstProblem(t, New(cfg), frames)
+		switch {
+		case !jsonText && err != nil:
+			t.Errorf("string converter: %v", err)
+		case jsonText && (err == nil || at != frames[2].lsn || !strings.Contains(err.Error(), "column payload: payload is not valid UTF-8") ||
+			!strings.Contains(err.Error(), "event id 11111111-1111-1111-1111-111111111111")):
+			t.Errorf("JSON converter: err = %v at %s, want the payload named at %s", err, at, frames[2].lsn)
+		}
+	}
+}
+
+func TestCheckTable(t *testing.T) {
+	cols := []Column{{Name: "id", Type: 2950}, {Name: "aggregatetype", Type: 25}, {Name: "aggregateid", Type: 25}, {Name: "type", Type: 25}, {Name: "payload", Type: 3802}}
+	o := &Outbox{Schema: "public", Table: "outbox", Columns: DefaultColumns()}
+	if err := CheckTable(o, cols); err != nil {
+		t.Fatalf("CheckTable = %v", err)
+	}
+	o.Columns.Timestamp = "created_at"
+	err := CheckTable(o, cols)
+	var de *Error
+	if !errors.As(err, &de) || de.Column != "created_at" || de.Event.Table != "public.outbox" || strings.Contains(err.Error(), "LSN") {
+		t.Fatalf("CheckTable = %v, want the missing timestamp column named, no LSN", err)
+	}
+}
+
+func TestParseRef(t *testing.T) {
+	r, err := ParseRef("0/16B3748:3")
+	if err != nil || r != (Ref{0x16B3748, 3}) || r.String() != "0/16B3748:3" {
+		t.Fatalf("ParseRef = %v, %v", r, err)
+	}
+	for _, bad := range []string{"", "0/16B3748", "0/0:1", "x:1", "0/1:-1"} {
+		if _, err := ParseRef(bad); err == nil {
+			t.Errorf("ParseRef(%q) accepted", bad)
 		}
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -46,13 +48,40 @@ func (d *Decoder) message(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if d.cfg.MessagePrefix == "" || prefix != d.cfg.MessagePrefix {
 		return nil, nil
 	}
+	if !transactional && d.tx == nil {
+		return d.outsideTx(lsn, prefix, content), nil
+	}
 	if !transactional || d.tx == nil {
-		return nil, &Error{Event: at(lsn), Reason: fmt.Sprintf("logical message with prefix %q is not transactional: it cannot be published exactly once; emit it with pg_logical_emit_message(true, ...)", prefix)}
+		return nil, &Error{Event: at(lsn), Reason: fmt.Sprintf("logical message with prefix %q: transactional flag %v inside transaction %v", prefix, transactional, d.tx != nil)}
 	}
 	if d.replayed() {
 		return nil, nil
 	}
 	return d.hand(d.envelopeEvent(lsn, prefix, content))
+}
+
+// outsideTx hands on a message emitted with pg_logical_emit_message(false,
+// ...): Postgres sends it at once, outside any transaction, and a rollback
+// of the transaction that emitted it does not take it back. It is a bad
+// event (fail mode stops at it, naming it) in a Tx of its own, placed at
+// the message's LSN with ordinal 0; its EndLSN is just past the message, so
+// that once it is dead-lettered a restart does not receive it again.
+func (d *Decoder) outsideTx(lsn pglogrepl.LSN, prefix string, content []byte) *Tx {
+	if d.cfg.Skip(lsn, math.MaxUint64) {
+		d.skipped++
+		return nil
+	}
+	d.tx = &Tx{CommitLSN: lsn}
+	d.ordinal = 0
+	ev := d.envelopeEvent(lsn, prefix, content)
+	d.tx = nil
+	ev.Payload = append([]byte(nil), content...) // the data is the connection's buffer
+	reason := fmt.Sprintf("logical message with prefix %q is not transactional: it cannot be published exactly once; emit it with pg_logical_emit_message(true, ...)", prefix)
+	if ev.Bad != nil {
+		reason += "; also " + ev.Bad.Reason
+	}
+	ev.Bad = &Error{Event: ev.Identity, Reason: reason}
+	return &Tx{CommitLSN: lsn, EndLSN: lsn + 1, Final: true, Events: []Event{ev}, Bytes: ev.Size()}
 }
 
 // envelopeEvent maps a message's JSON envelope to an event. The payload is
@@ -66,6 +95,10 @@ func (d *Decoder) envelopeEvent(lsn pglogrepl.LSN, prefix string, content []byte
 			ev.Payload = append([]byte(nil), content...) // the original bytes, for the dead letter
 		}
 		return ev
+	}
+	if !utf8.Valid(content) {
+		// encoding/json would replace the bytes silently.
+		return bad("", "the content is not valid UTF-8, so not JSON", nil)
 	}
 	var env envelope
 	if err := json.Unmarshal(content, &env); err != nil {

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"net"
+	"os"
 
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
@@ -116,3 +118,43 @@ func tlsRefused(err error) bool {
 	return errors.As(err, &unknownAuthority) || errors.As(err, &hostname) ||
 		errors.As(err, &invalid) || errors.As(err, &verification)
 }
+
+// Describe names the peer an error that stopped Run came from and its
+// kind, as walstream_errors_total counts it, for the log record that
+// reports it.
+func Describe(err error) (peer, kind string) {
+	f := classifyFailure(err)
+	return f.peer, f.kind
+}
+
+// unreachable returns the address dialed and the reason when err is a
+// failure to connect at all: nothing answered, so neither a session nor a
+// checkpoint is involved.
+func unreachable(err error) (addr, reason string, ok bool) {
+	var op *net.OpError
+	var dns *net.DNSError
+	var sys *os.SyscallError
+	switch {
+	case errors.As(err, &dns):
+		// pgx resolves before dialing; franz-go's dial does.
+		reason, addr = dns.Err, dns.Name
+	case errors.As(err, &op) && op.Op == "dial":
+		reason = op.Err.Error()
+		if errors.As(op.Err, &sys) {
+			reason = sys.Err.Error()
+		}
+		if op.Addr != nil {
+			addr = op.Addr.String()
+		}
+	default:
+		return "", "", false
+	}
+	var ce *replication.ConnectError
+	if errors.As(err, &ce) {
+		addr = ce.Addr()
+	}
+	return addr, reason, true
+}
+
+// peerNames are the peers as a sentence names them.
+var peerNames = map[string]string{peerPostgres: "Postgres", peerKafka: "Kafka"}

@@ -57,6 +57,10 @@ type feed struct {
 	lastMarkerAt time.Time
 	counted      uint64 // dec.Skipped() already counted
 	replaying    bool   // skipping replays the checkpoint covers
+	// stopped is set once input that cannot be decoded was handed on as a
+	// stop: the producer fails there, after everything before it, and
+	// nothing after it is decoded or marked.
+	stopped bool
 }
 
 var _ replication.Consumer = (*feed)(nil)
@@ -70,12 +74,17 @@ var (
 
 // WAL decodes one message; a finished transaction or part is ready.
 func (f *feed) WAL(walStart pglogrepl.LSN, data []byte) (replication.Ready, error) {
+	if f.stopped {
+		return replication.Ready{}, nil
+	}
 	if err := f.refreshCatalog(data); err != nil {
 		return replication.Ready{}, err
 	}
 	tx, err := f.dec.Decode(walStart, data)
 	if err != nil {
-		return replication.Ready{}, err
+		// In order: a bad row queued before this is the first problem.
+		f.stopped, f.ready = true, &decode.Tx{Stop: err}
+		return replication.Ready{OK: true}, nil
 	}
 	if f.hook != nil && f.dec.InTx() {
 		f.hook("mid-transaction")
@@ -123,7 +132,7 @@ func (f *feed) refreshCatalog(data []byte) error {
 // that commits before walEnd has been sent, so the producer may checkpoint
 // that position and a quiet outbox does not pin WAL written by others.
 func (f *feed) Keepalive(walEnd pglogrepl.LSN) replication.Ready {
-	if f.dec.InTx() || walEnd <= f.lastMarker || time.Since(f.lastMarkerAt) < markerInterval {
+	if f.stopped || f.dec.InTx() || walEnd <= f.lastMarker || time.Since(f.lastMarkerAt) < markerInterval {
 		return replication.Ready{}
 	}
 	f.lastMarker, f.lastMarkerAt = walEnd, time.Now()

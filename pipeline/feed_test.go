@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -108,6 +109,34 @@ func TestFeed(t *testing.T) {
 	}
 	if received != 0 {
 		t.Fatalf("Received %d times for a transaction without events", received)
+	}
+}
+
+// Input that cannot be decoded is handed on as a stop, behind whatever was
+// decoded before it, so that the producer reports the first problem in
+// commit order; after it nothing is decoded and no position is marked.
+func TestFeedStop(t *testing.T) {
+	var queued []*decode.Tx
+	q := &fakeQueue{tryPut: func(tx *decode.Tx) bool { queued = append(queued, tx); return true }}
+	f := &feed{
+		dec: decode.New(decode.Config{MaxPartEvents: 10, MaxPartBytes: 1 << 20}), out: q,
+		received: receiverFunc(func(pglogrepl.LSN, time.Time) {}),
+		log:      slog.New(slog.DiscardHandler), skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}),
+	}
+	r, err := f.WAL(0x300, commitMsg(0x400, 0x450)) // COMMIT outside a transaction
+	if err != nil || !r.OK || !f.TryHandOn() {
+		t.Fatalf("bad input: %+v, %v; want a stop ready", r, err)
+	}
+	var de *decode.Error
+	if len(queued) != 1 || !errors.As(queued[0].Stop, &de) || de.Event.LSN != 0x300 {
+		t.Fatalf("queued %+v, want a stop naming 0/300", queued)
+	}
+	f.lastMarkerAt = time.Time{}
+	if r := f.Keepalive(0x900); r.OK {
+		t.Fatal("a position marker after a stop")
+	}
+	if r, err := f.WAL(0x500, beginMsg(0x600, 8)); err != nil || r.OK || f.dec.InTx() {
+		t.Fatalf("after a stop: %+v, %v, decoding %v; want nothing decoded", r, err, f.dec.InTx())
 	}
 }
 

@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -71,6 +73,89 @@ type state struct {
 	started time.Time
 	tracker atomic.Pointer[checkpoint.Tracker]
 	last    atomic.Pointer[checkpoint.Status] // of the last session, so that lag does not drop to 0 between sessions
+	// standbyAt is when (Unix nanoseconds) an attempt to take the slot last
+	// reached Postgres and found it held by another walsender.
+	standbyAt atomic.Int64
+	// kafka is the last Kafka probe's result.
+	kafka atomic.Pointer[probeResult]
+	// lastErr is the error that ended the last attempt, on one line.
+	lastErr atomic.Pointer[string]
+}
+
+// probeResult is one Kafka probe: when it ended, and its error.
+type probeResult struct {
+	at  time.Time
+	err error
+	ok  time.Time // the last successful probe, zero before the first
+}
+
+func (st *state) setLastErr(err error) {
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	st.lastErr.Store(&msg)
+}
+
+// kafkaProblem says why Kafka is not known to answer at now: the last probe
+// failed, or none succeeded within readyWindow. Empty when it answers.
+func (st *state) kafkaProblem(now time.Time) string {
+	r := st.kafka.Load()
+	switch {
+	case r == nil:
+		return "no answer from Kafka yet"
+	case r.err != nil:
+		return fmt.Sprintf("Kafka does not answer: %s", strings.ReplaceAll(r.err.Error(), "\n", " "))
+	case now.Sub(r.ok) > readyWindow:
+		return fmt.Sprintf("Kafka last answered %s ago", now.Sub(r.ok).Round(time.Second))
+	}
+	return ""
+}
+
+// Kafka probing: a metadata request every kafkaProbeInterval, each given
+// kafkaProbeTimeout, so that a lost broker shows in readiness within
+// seconds. readyWindow is how recent a standby's evidence must be.
+const (
+	kafkaProbeInterval = 2 * time.Second
+	kafkaProbeTimeout  = 2 * time.Second
+	readyWindow        = 10 * time.Second
+)
+
+// probeKafka probes Kafka until ctx ends or stop is called, which waits for
+// the probing goroutine to end.
+func (p *Pipeline) probeKafka(ctx context.Context) (stop func()) {
+	pr, err := publish.NewProber(p.cfg.Kafka, p.log)
+	if err != nil {
+		p.state.kafka.Store(&probeResult{at: time.Now(), err: err})
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer pr.Close()
+		t := time.NewTicker(kafkaProbeInterval)
+		defer t.Stop()
+		for {
+			pctx, pcancel := context.WithTimeout(ctx, kafkaProbeTimeout)
+			err := pr.Probe(pctx)
+			pcancel()
+			if ctx.Err() != nil {
+				return
+			}
+			r := &probeResult{at: time.Now(), err: err}
+			if prev := p.state.kafka.Load(); prev != nil {
+				r.ok = prev.ok
+			}
+			if err == nil {
+				r.ok = r.at
+			}
+			p.state.kafka.Store(r)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // since returns a gauge of the seconds since the time pick takes from the
@@ -122,17 +207,47 @@ func (p *Pipeline) Healthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, "ok\n")
 }
 
-// Readyz succeeds while this instance streams and confirmed a position
-// within ReadyConfirmAge.
-func (p *Pipeline) Readyz(w http.ResponseWriter, _ *http.Request) {
-	s, ok := p.state.streaming(time.Now())
-	if !ok {
-		http.Error(w, "not streaming", http.StatusServiceUnavailable)
+// Readyz succeeds while this instance streams, confirmed a position within
+// ReadyConfirmAge and Kafka answers its probes. With ?standby=1 it also
+// succeeds on a standby that could take over: within readyWindow, its last
+// attempt at the slot reached Postgres and found the slot held by another
+// walsender, and Kafka answered. Otherwise it answers 503 and why, on one
+// line.
+func (p *Pipeline) Readyz(w http.ResponseWriter, r *http.Request) {
+	standby := r.URL.Query().Get("standby")
+	code, body := p.readiness(time.Now(), standby == "1" || standby == "true")
+	if code != http.StatusOK {
+		http.Error(w, body, code)
 		return
 	}
-	if age := time.Since(s.LastConfirm); age > p.cfg.ReadyConfirmAge {
-		http.Error(w, fmt.Sprintf("last confirm %s ago", age.Round(time.Second)), http.StatusServiceUnavailable)
-		return
+	_, _ = io.WriteString(w, body+"\n")
+}
+
+func (p *Pipeline) readiness(now time.Time, standbyOK bool) (code int, body string) {
+	kafka := p.state.kafkaProblem(now)
+	if s, ok := p.state.streaming(now); ok {
+		switch age := now.Sub(s.LastConfirm); {
+		case age > p.cfg.ReadyConfirmAge:
+			return http.StatusServiceUnavailable, fmt.Sprintf("streaming, but the last confirm was %s ago", age.Round(time.Second))
+		case kafka != "":
+			return http.StatusServiceUnavailable, "streaming, but " + kafka
+		case standbyOK:
+			return http.StatusOK, "streaming"
+		}
+		return http.StatusOK, "ready"
 	}
-	_, _ = io.WriteString(w, "ready\n")
+	why := "not streaming"
+	if e := p.state.lastErr.Load(); e != nil {
+		why += ": " + *e
+	}
+	if !standbyOK {
+		return http.StatusServiceUnavailable, why
+	}
+	if at := p.state.standbyAt.Load(); at == 0 || now.Sub(time.Unix(0, at)) > readyWindow {
+		return http.StatusServiceUnavailable, why + " (and no standby: no attempt in the last " + readyWindow.String() + " found the slot held by another instance)"
+	}
+	if kafka != "" {
+		return http.StatusServiceUnavailable, "standby, but " + kafka
+	}
+	return http.StatusOK, "standby"
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/walstream/walstream/checkpoint"
@@ -30,11 +31,19 @@ type Inspection struct {
 	PhantomEvents int64
 	// Failover is whether the slot follows a promotion.
 	Failover replication.FailoverState
-	// Problems are what makes the stream unable to go on without loss;
-	// empty when healthy. Warnings are what makes a failover unsafe.
+	// Problems are what makes the stream unable to go on without loss, or
+	// what could not be read; empty when healthy. Warnings are what makes
+	// a failover unsafe.
 	Problems []string
 	Warnings []string
+	// KafkaErr is why the checkpoint could not be read; the slot's state
+	// is still known then.
+	KafkaErr error
 }
+
+// inspectKafkaTimeout bounds reading the checkpoint: a reachable cluster
+// answers in far less, and the slot's state is worth printing without it.
+const inspectKafkaTimeout = 10 * time.Second
 
 // Inspect reads the slot and the checkpoint, changing nothing, so that it
 // may run while walstream streams.
@@ -59,9 +68,12 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 	if err != nil {
 		in.Warnings = append(in.Warnings, fmt.Sprintf("identifying the server (IDENTIFY_SYSTEM needs a role with REPLICATION): %v", err))
 	}
-	in.Checkpoint, in.WrittenAt, in.Found, err = publish.ReadCheckpoint(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
+	kctx, cancel := context.WithTimeout(ctx, inspectKafkaTimeout)
+	defer cancel()
+	in.Checkpoint, in.WrittenAt, in.Found, err = publish.ReadCheckpoint(kctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
 	if err != nil {
-		return nil, err
+		in.KafkaErr = fmt.Errorf("reading the checkpoint %q from topic %s at %s: %w", cfg.CheckpointKey, cfg.CheckpointTopic, strings.Join(cfg.Kafka.Brokers, ","), err)
+		in.Problems = append(in.Problems, in.KafkaErr.Error())
 	}
 	if in.Found && identified {
 		in.Placement = Place(in.Checkpoint, in.Server, history)

@@ -52,6 +52,15 @@ type Config struct {
 	// DeadLetterTopic, when set, takes events that cannot be published;
 	// when empty such an event stops the stream.
 	DeadLetterTopic string
+	// SkipEvent, when set, names one event that cannot be published: it
+	// goes to SkipTopic with its reason, the skip is logged and recorded in
+	// the checkpoint, and nothing else is skipped.
+	SkipEvent decode.Ref
+	SkipTopic string
+	// AcceptRecreated are outbox tables an operator accepts as recreated,
+	// by schema.table, with the new table's OID: the rows lost between its
+	// CREATE TABLE and its ALTER PUBLICATION were dealt with.
+	AcceptRecreated map[string]uint32
 	// Encoding is the key and value converters.
 	Encoding       publish.Encoding
 	Compression    publish.Compression
@@ -115,6 +124,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 500*time.Millisecond, 30*time.Second, 0
 	s := &session{cfg: &p.cfg, log: log, metrics: m, state: p.state}
+	stopProbe := p.probeKafka(ctx)
+	defer stopProbe()
 	var standbyLogged time.Time
 	bumps := fencings{window: bumpWindow, max: maxBumps}
 	for {
@@ -129,6 +140,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		f := classifyFailure(err)
 		m.errors.WithLabelValues(f.kind).Inc()
+		p.state.setLastErr(err)
 		if f.permanent {
 			return err
 		}
@@ -144,6 +156,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			// A standby polls the slot at a steady pace so that it takes
 			// over within a second or two, and says so once a minute.
 			m.standby.Set(1)
+			p.state.standbyAt.Store(time.Now().UnixNano())
 			wait = standbyPoll
 			if time.Since(standbyLogged) >= time.Minute {
 				log.Info("standby: another instance streams the slot; waiting for it", "err", err)
@@ -151,9 +164,20 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			}
 		} else {
 			m.standby.Set(0)
+			p.state.standbyAt.Store(0)
 			m.reconnects.WithLabelValues(f.peer).Inc()
 			wait = b.NextBackOff()
-			log.Warn("session ended, restarting from the checkpoint", "peer", f.peer, "err", err, "backoff", wait.Round(time.Millisecond))
+			backoff := wait.Round(time.Millisecond)
+			// Only a session that streamed has something to restart from;
+			// before that, say what stopped it, plainly when nothing answered.
+			if streamed {
+				log.Warn("session ended, restarting from the checkpoint", "peer", f.peer, "err", err, "backoff", backoff)
+			} else if addr, reason, ok := unreachable(err); ok {
+				log.Warn(fmt.Sprintf("cannot reach %s at %s: %s; retrying in %s", peerNames[f.peer], addr, reason, backoff),
+					"peer", f.peer, "addr", addr, "err", err, "backoff", backoff)
+			} else {
+				log.Warn(fmt.Sprintf("could not start streaming; retrying in %s", backoff), "peer", f.peer, "err", err, "backoff", backoff)
+			}
 		}
 		select {
 		case <-ctx.Done():

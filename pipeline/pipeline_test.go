@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -229,7 +231,125 @@ func TestHealthAndReadiness(t *testing.T) {
 	if got, want := get(healthz), 200; got != want {
 		t.Fatalf("healthz after a confirm = %d, want %d", got, want)
 	}
+	if got, want := get(readyz), 503; got != want {
+		t.Fatalf("readyz after a confirm, Kafka never probed = %d, want %d", got, want)
+	}
+	p.state.kafka.Store(&probeResult{at: time.Now(), ok: time.Now()})
 	if got, want := get(readyz), 200; got != want {
 		t.Fatalf("readyz after a confirm = %d, want %d", got, want)
 	}
+}
+
+// Readiness by state: streaming, standby (only with ?standby=1), Kafka
+// lost, evidence too old.
+func TestReadiness(t *testing.T) {
+	now := time.Now()
+	kafkaOK := &probeResult{at: now.Add(-time.Second), ok: now.Add(-time.Second)}
+	kafkaDown := &probeResult{at: now.Add(-time.Second), ok: now.Add(-5 * time.Second), err: errors.New("dial tcp 127.0.0.1:9092: connect: connection refused")}
+	kafkaStale := &probeResult{at: now.Add(-20 * time.Second), ok: now.Add(-20 * time.Second)}
+	confirmed := func() *checkpoint.Tracker {
+		tr := checkpoint.NewTracker(checkpoint.Checkpoint{LSN: 0x10}, true, pglogrepl.LSN(0x10))
+		tr.Confirm()
+		return tr
+	}
+	for _, tc := range []struct {
+		name      string
+		tracker   *checkpoint.Tracker
+		standbyAt time.Time
+		kafka     *probeResult
+		lastErr   error
+		standby   bool
+		code      int
+		body      string
+	}{
+		{"streaming", confirmed(), time.Time{}, kafkaOK, nil, false, 200, "ready"},
+		{"streaming, standby probe", confirmed(), time.Time{}, kafkaOK, nil, true, 200, "streaming"},
+		{"streaming, Kafka lost", confirmed(), time.Time{}, kafkaDown, nil, false, 503, "streaming, but Kafka does not answer: dial tcp"},
+		{"streaming, Kafka lost, standby probe", confirmed(), time.Time{}, kafkaDown, nil, true, 503, "Kafka does not answer"},
+		{"streaming, Kafka silent", confirmed(), time.Time{}, kafkaStale, nil, false, 503, "Kafka last answered 20s ago"},
+		{"streaming, never probed", confirmed(), time.Time{}, nil, nil, false, 503, "no answer from Kafka yet"},
+		{"standby", nil, now.Add(-time.Second), kafkaOK, errors.New("slot is active for PID 42"), true, 200, "standby"},
+		{"standby, plain readyz", nil, now.Add(-time.Second), kafkaOK, errors.New("slot is active for PID 42"), false, 503, "not streaming: slot is active for PID 42"},
+		{"standby, Kafka lost", nil, now.Add(-time.Second), kafkaDown, nil, true, 503, "standby, but Kafka does not answer"},
+		{"standby, slot attempt too old", nil, now.Add(-11 * time.Second), kafkaOK, nil, true, 503, "no standby"},
+		{"neither", nil, time.Time{}, kafkaOK, errors.New("connecting to h:5432:\nrefused"), true, 503, "not streaming: connecting to h:5432: refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New(Config{StatusInterval: time.Second, CommitTimeout: time.Second, ReadyConfirmAge: time.Minute},
+				slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+			if tc.tracker != nil {
+				p.state.tracker.Store(tc.tracker)
+			}
+			if !tc.standbyAt.IsZero() {
+				p.state.standbyAt.Store(tc.standbyAt.UnixNano())
+			}
+			if tc.kafka != nil {
+				p.state.kafka.Store(tc.kafka)
+			}
+			if tc.lastErr != nil {
+				p.state.setLastErr(tc.lastErr)
+			}
+			target := "/readyz"
+			if tc.standby {
+				target += "?standby=1"
+			}
+			w := httptest.NewRecorder()
+			p.Readyz(w, httptest.NewRequest("GET", target, nil))
+			body := w.Body.String()
+			if got, want := w.Code, tc.code; got != want {
+				t.Fatalf("%s = %d %q, want %d", target, got, body, want)
+			}
+			if !strings.Contains(body, tc.body) || strings.Count(body, "\n") != 1 {
+				t.Fatalf("%s body %q, want one line with %q", target, body, tc.body)
+			}
+		})
+	}
+}
+
+// A peer nobody answers for is named with its address and the reason, for
+// "cannot reach Postgres at 127.0.0.1:1: connection refused"; other
+// errors are not.
+func TestUnreachable(t *testing.T) {
+	port := closedPort(t)
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("postgres://u@127.0.0.1:%d/db", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pgErr := replication.Connect(context.Background(), cfg)
+	_, dialErr := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for _, tc := range []struct {
+		name      string
+		err       error
+		ok        bool
+		addr, why string
+	}{
+		{"postgres", pgErr, true, addr, "connection refused"},
+		{"kafka", onKafka(fmt.Errorf("initializing producer id: %w", dialErr)), true, addr, "connection refused"},
+		{"unknown host", onKafka(&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "kafka.invalid", IsNotFound: true}}), true, "kafka.invalid", "no such host"},
+		{"server error", &pgconn.PgError{Code: "28P01", Message: "password authentication failed"}, false, "", ""},
+		{"deadline", context.DeadlineExceeded, false, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, why, ok := unreachable(tc.err)
+			if ok != tc.ok || a != tc.addr || why != tc.why {
+				t.Fatalf("unreachable(%v) = %q, %q, %v; want %q, %q, %v", tc.err, a, why, ok, tc.addr, tc.why, tc.ok)
+			}
+		})
+	}
+	if strings.Contains(pgErr.Error(), "server refused TLS") {
+		t.Errorf("the sslmode=prefer fallback's TLS refusal hides the real error: %v", pgErr)
+	}
+}
+
+// closedPort is a loopback port nothing listens on.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return port
 }

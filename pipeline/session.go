@@ -26,7 +26,8 @@ type session struct {
 	state   *state
 	// started is set once a session has streamed: from then on a missing
 	// slot or publication was dropped under us and is never recreated.
-	started     bool
+	started bool
+	// warnedPlain: the first connection's TLS was reported.
 	warnedPlain bool
 	warnedHosts bool
 }
@@ -38,13 +39,22 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if plainTCP(conn) && !replication.Loopback(cfg.Postgres.Host) && !s.warnedPlain {
-		s.log.Warn("the Postgres connection is not encrypted; use sslmode=verify-full in production", "host", cfg.Postgres.Host)
+	if !s.warnedPlain {
+		// Said once, from the connection: sslmode=prefer falls back to
+		// plain TCP when the server has no TLS.
+		s.log.Info("connected to Postgres", "host", cfg.Postgres.Host, "port", cfg.Postgres.Port, "pg_tls", !plainTCP(conn))
+		if plainTCP(conn) && !replication.Loopback(cfg.Postgres.Host) {
+			s.log.Warn("the Postgres connection is not encrypted; use sslmode=verify-full in production", "host", cfg.Postgres.Host)
+		}
 		s.warnedPlain = true
 	}
 	if w := replication.MultiHostWarning(&cfg.Postgres.Config); w != "" && !s.warnedHosts {
 		s.log.Warn(w)
 		s.warnedHosts = true
+	}
+	tables, err := checkTables(ctx, conn, cfg)
+	if err != nil {
+		return false, err
 	}
 	rconn, err := replication.Dial(ctx, &cfg.Postgres.Config)
 	if err != nil {
@@ -101,6 +111,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
 		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.DeadLetterTopic, Encoding: cfg.Encoding,
 		Compression: cfg.Compression, TopicCreation: cfg.TopicCreation,
+		SkipEvent: cfg.SkipEvent, SkipTopic: cfg.SkipTopic, Tables: tables.oids,
 	}, s.log, s.metrics.pub, cfg.Hook)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
@@ -109,6 +120,11 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	defer prod.Close()
 
 	cp, inKafka, err := resume(ctx, prod, slot, srv, history, cfg, s.log, s.metrics.phantoms)
+	// OIDs name tables of one cluster only: those a checkpoint of another
+	// system recorded say nothing here.
+	if err == nil && (!cp.Identity.Known() || cp.Identity.SystemID == srv.SystemID) {
+		err = tables.sinceCheckpoint(cp, cfg.AcceptRecreated, s.log)
+	}
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
@@ -123,7 +139,8 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	in := &feed{
 		dec: decode.New(decode.Config{
 			Outboxes: cfg.Outboxes, MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
-			DeadLetter: cfg.DeadLetterTopic != "", MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: tracker.Replayed,
+			JSONText: cfg.Encoding.Value != publish.FormatString, OIDs: tables.oids, Recreated: tables.mayChange,
+			MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: tracker.Replayed,
 		}),
 		out: q, received: tracker, log: s.log, skipped: s.metrics.skipped, hook: cfg.Hook,
 		catalog: func(o *decode.Outbox) (map[string]decode.Catalog, error) {
@@ -144,12 +161,13 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	s.metrics.standby.Set(0)
 	s.state.tracker.Store(tracker)
 	defer s.state.tracker.Store(nil)
-	s.log.Info("streaming", "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())
+	s.log.Info("streaming", "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String(), "pg_tls", !plainTCP(conn))
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return onKafka(prod.Run(gctx, q)) })
 	g.Go(func() error { return stream.Run(gctx, in, tracker) })
-	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot}
+	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot, OIDs: tables.watched(),
+		CheckTable: func(info replication.TableInfo) error { return checkMapping(cfg.Outboxes, info, "while streaming") }}
 	g.Go(func() error { return mon.Run(gctx) })
 	if cfg.ProgressInterval > 0 {
 		g.Go(func() error { return progress(gctx, cfg.ProgressInterval, tracker, s.log) })

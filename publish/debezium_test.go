@@ -316,9 +316,16 @@ func TestDebeziumTimestampField(t *testing.T) {
 	}
 	cfg.Outboxes[0].Additional = placement(t, "created_at:header")
 	d := decode.New(decode.Config{Outboxes: cfg.Outboxes, MaxPartEvents: 10, MaxPartBytes: 1 << 20})
+	// The table does not fit the mapping: its rows are bad events.
 	var refused error
 	for _, f := range readTestFrames(t, "additional-fields") {
-		if _, refused = d.Decode(f.lsn, f.data); refused != nil {
+		tx, err := d.Decode(f.lsn, f.data)
+		if err != nil {
+			refused = err
+			break
+		}
+		if tx != nil && len(tx.Events) > 0 && tx.Events[0].Bad != nil {
+			refused = tx.Events[0].Bad
 			break
 		}
 	}

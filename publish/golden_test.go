@@ -53,8 +53,14 @@ func framesEvents(t *testing.T, name string, cfg decode.Config) []decode.Event {
 		if err != nil {
 			break // the cases end in a refused message; the events before it count
 		}
-		if tx != nil {
-			evs = append(evs, tx.Events...)
+		if tx == nil {
+			continue
+		}
+		for _, ev := range tx.Events {
+			if ev.Bad != nil {
+				return evs // or in a bad event
+			}
+			evs = append(evs, ev)
 		}
 	}
 	return evs

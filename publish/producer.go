@@ -50,7 +50,16 @@ type Config struct {
 	MaxRecordBytes int
 	// DeadLetterTopic, when set, receives events that cannot be published,
 	// in the same Kafka transaction; when empty, such an event is an error.
+	// Rows of a table that does not fit the mapping are an error either way.
 	DeadLetterTopic string
+	// SkipEvent, when set, names the one event that goes to SkipTopic with
+	// its reason if it cannot be published, whatever DeadLetterTopic says;
+	// the skip is logged and recorded in the checkpoints from then on.
+	SkipEvent decode.Ref
+	SkipTopic string
+	// Tables are the outbox tables' OIDs, recorded in every checkpoint so
+	// that the next session can tell a recreated table.
+	Tables map[string]uint32
 	// Encoding says how keys and values are written.
 	Encoding Encoding
 	// Compression compresses record batches; zero is snappy.
@@ -159,6 +168,8 @@ type Producer struct {
 	byTopic map[string]int        // events per topic in the open transaction
 	started time.Time             // when the open Kafka transaction got its first event
 	pos     checkpoint.Checkpoint // position once the open batch commits
+	notes   checkpoint.Notes      // what every checkpoint records besides pos
+	skip    *checkpoint.Skip      // the skip in the open batch, until it commits
 
 	errMu      sync.Mutex
 	produceErr error
@@ -219,6 +230,11 @@ func (p *Producer) Fence(ctx context.Context) error {
 // once, so that a slot recreated later is caught as being ahead of it.
 func (p *Producer) Start(pos positions) {
 	p.pos, p.tracker = pos.Resume(), pos
+	p.notes = checkpoint.Notes{Tables: p.cfg.Tables}
+	if n := p.pos.Notes; n != nil {
+		p.notes.Skipped = n.Skipped
+	}
+	p.pos.Notes = nil
 }
 
 // Run publishes transactions from q until ctx ends or publishing fails. A
@@ -272,6 +288,9 @@ func (p *Producer) flushAt() (time.Time, bool) {
 }
 
 func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
+	if tx.Stop != nil {
+		return p.stuck(ctx, tx.Stop)
+	}
 	if n := len(tx.Events); n > 0 {
 		if p.records > 0 && (p.records+n > p.cfg.MaxBatchEvents || p.bytes+tx.Bytes > p.cfg.MaxBatchBytes) {
 			if err := p.flush(ctx); err != nil {
@@ -285,7 +304,7 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 			p.started = time.Now()
 		}
 		for i := range tx.Events {
-			rec, err := p.record(&tx.Events[i])
+			rec, err := p.record(ctx, &tx.Events[i])
 			if err != nil {
 				return err
 			}
@@ -322,9 +341,10 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 
 // record returns the event's record, or its dead letter when the event
 // cannot be published: a bad row, a topic name Kafka rejects, a record over
-// MaxRecordBytes. Without a dead-letter topic that is an error naming the
-// event.
-func (p *Producer) record(ev *decode.Event) (*kgo.Record, error) {
+// MaxRecordBytes. Without a dead-letter topic, or for a row of a table that
+// does not fit the mapping, that is an error naming the event, unless
+// SkipEvent names it.
+func (p *Producer) record(ctx context.Context, ev *decode.Event) (*kgo.Record, error) {
 	bad := ev.Bad
 	if bad == nil {
 		rec, err := p.router.Record(ev)
@@ -339,16 +359,56 @@ func (p *Producer) record(ev *decode.Event) (*kgo.Record, error) {
 		case recordSize(rec) > p.cfg.MaxRecordBytes:
 			bad = &decode.Error{Event: ev.Identity, Reason: fmt.Sprintf("the record is %d bytes, over the %d bytes allowed", recordSize(rec), p.cfg.MaxRecordBytes)}
 		default:
+			if p.named(ev) {
+				p.log.Warn("the event named to skip is not bad input: publishing it", "event", ev.Ref().String(), "lsn", ev.LSN.String(), "table", ev.Table, "event_id", string(ev.ID))
+			}
 			return rec, nil
 		}
 	}
-	if p.cfg.DeadLetterTopic == "" {
-		return nil, bad
+	topic := p.cfg.DeadLetterTopic
+	switch {
+	case p.named(ev) && p.cfg.SkipTopic != "":
+		topic = p.cfg.SkipTopic
+		p.skipped(ev, bad)
+	case topic == "" || bad.Unmapped:
+		return nil, p.stuck(ctx, bad)
 	}
 	p.log.Warn("dead-lettering event", "lsn", ev.LSN.String(), "event_id", string(ev.ID), "table", ev.Table,
-		"column", bad.Column, "reason", bad.Reason, "topic", p.cfg.DeadLetterTopic)
+		"column", bad.Column, "reason", bad.Reason, "topic", topic)
 	p.dead++
-	return deadLetter(p.cfg.DeadLetterTopic, ev, bad, p.cfg.MaxRecordBytes), nil
+	return deadLetter(topic, ev, bad, p.cfg.MaxRecordBytes), nil
+}
+
+// named reports whether ev is the one event SkipEvent names.
+func (p *Producer) named(ev *decode.Event) bool {
+	return !p.cfg.SkipEvent.IsZero() && ev.Ref() == p.cfg.SkipEvent
+}
+
+// skipped logs the skip of ev and keeps it for the checkpoint of the open
+// batch.
+func (p *Producer) skipped(ev *decode.Event, bad *decode.Error) {
+	p.skip = &checkpoint.Skip{Event: ev.Ref().String(), LSN: ev.LSN.String(), Table: ev.Table, EventID: string(ev.ID),
+		Reason: bad.Error(), Time: time.Now().UTC()}
+	p.log.Warn("skipping the event named to skip: it goes to the dead-letter topic and is recorded in the checkpoint",
+		"event", p.skip.Event, "lsn", p.skip.LSN, "table", p.skip.Table, "event_id", p.skip.EventID, "reason", p.skip.Reason, "topic", p.cfg.SkipTopic)
+}
+
+// stuck is the error to stop with at err, the first thing in commit order
+// that cannot be published as far as decoding and routing know. A record
+// sent before it may still be refused by the broker, and then that record
+// is where the stream is stuck: so flush first and report a refusal.
+func (p *Producer) stuck(ctx context.Context, err error) error {
+	if p.inTxn {
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
+		defer cancel()
+		if ferr := p.client.Flush(cctx); ferr != nil {
+			return p.markPermanent(fmt.Errorf("flushing the records before %w: %w", err, ferr))
+		}
+		if perr := p.takeProduceErr(); perr != nil {
+			return p.markPermanent(perr)
+		}
+	}
+	return err
 }
 
 func (p *Producer) begin() error {
@@ -372,10 +432,16 @@ func (p *Producer) flush(ctx context.Context) error {
 	if err := p.begin(); err != nil {
 		return err
 	}
+	notes := p.notes
+	if p.skip != nil {
+		notes.Skipped = p.skip
+	}
+	cp := p.pos
+	cp.Notes = &notes
 	p.produce(ctx, &kgo.Record{
 		Topic: p.cfg.CheckpointTopic,
 		Key:   []byte(p.cfg.CheckpointKey),
-		Value: p.pos.Encode(p.cfg.Slot, start),
+		Value: cp.Encode(p.cfg.Slot, start),
 	}, nil)
 	p.hook("after-produce")
 
@@ -401,6 +467,9 @@ func (p *Producer) flush(ctx context.Context) error {
 		return err
 	}
 	p.metrics.committed(p.byTopic, p.dead, p.bytes, time.Since(start), p.pos.LSN)
+	if p.skip != nil {
+		p.notes.Skipped = p.skip
+	}
 	p.reset()
 	return nil
 }
@@ -408,6 +477,7 @@ func (p *Producer) flush(ctx context.Context) error {
 // reset empties the batch bookkeeping once its transaction has ended.
 func (p *Producer) reset() {
 	p.records, p.bytes, p.dead = 0, 0, 0
+	p.skip = nil
 	clear(p.batch)
 	p.batch = p.batch[:0]
 	clear(p.byTopic)
@@ -500,6 +570,8 @@ func Permanent(err error) bool {
 // quietLogger passes on franz-go's warnings and errors only (at info it
 // logs every transaction), and each message at most once per logEvery:
 // while a broker is down, franz-go warns at every connection attempt.
+// The warnings of retries franz-go makes by itself go out at info: an
+// operator acts on the session's own message when they do not succeed.
 type quietLogger struct {
 	kgo.Logger
 	mu   sync.Mutex
@@ -530,7 +602,30 @@ func (l *quietLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		l.held[msg] = 0
 	}
 	l.mu.Unlock()
+	if level == kgo.LogLevelWarn && retrying(msg) {
+		level = kgo.LogLevelInfo
+	}
 	l.Logger.Log(level, msg, keyvals...)
+}
+
+// retries are the starts of franz-go's warnings about a request it retries
+// by itself, or a broker it cannot reach yet; a session that fails because
+// of them says so at warn.
+var retries = []string{
+	"produce partition load error",
+	"unable to load producer ID",
+	"unable to AddPartitionsToTxn due to retryable",
+	"random error while producing",
+	"unable to open connection to broker",
+}
+
+func retrying(msg string) bool {
+	for _, r := range retries {
+		if strings.HasPrefix(msg, r) && !strings.Contains(msg, "TLS") {
+			return true
+		}
+	}
+	return false
 }
 
 // Metrics are the producer's Prometheus metrics.

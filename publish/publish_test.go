@@ -265,3 +265,29 @@ func TestQuietLogger(t *testing.T) {
 		t.Fatalf("%d lines passed, want 2", inner.n)
 	}
 }
+
+type levelLogger struct{ levels map[string]kgo.LogLevel }
+
+func (l *levelLogger) Level() kgo.LogLevel { return kgo.LogLevelDebug }
+func (l *levelLogger) Log(level kgo.LogLevel, msg string, _ ...any) {
+	l.levels[msg] = level
+}
+
+// franz-go's own retries go out at info; what an operator acts on stays
+// at warn.
+func TestQuietLoggerDemotesRetries(t *testing.T) {
+	inner := &levelLogger{levels: make(map[string]kgo.LogLevel)}
+	l := newQuietLogger(inner)
+	for msg, want := range map[string]kgo.LogLevel{
+		"produce partition load error, bumping error count on first stored batch": kgo.LogLevelInfo,
+		"unable to open connection to broker":                                     kgo.LogLevelInfo,
+		"random error while producing, requeueing unattempted request":            kgo.LogLevelInfo,
+		"unable to open connection to broker due to an immediate EOF, which often means the client is using TLS when the broker is not expecting it (is TLS misconfigured?)": kgo.LogLevelWarn,
+		"read from broker errored, killing connection after 0 successful responses (is SASL missing?)":                                                                       kgo.LogLevelWarn,
+	} {
+		l.Log(kgo.LogLevelWarn, msg)
+		if got := inner.levels[msg]; got != want {
+			t.Errorf("%q logged at %v, want %v", msg, got, want)
+		}
+	}
+}

@@ -33,6 +33,25 @@ func lookupServer(ctx context.Context, conn *pgx.Conn) (server, error) {
 	return s, nil
 }
 
+// CheckWALLevel fails with a SetupError when the server's wal_level is not
+// logical: nothing walstream creates can be used until it is, and a slot
+// cannot even be created.
+func CheckWALLevel(ctx context.Context, conn *pgx.Conn) error {
+	srv, err := lookupServer(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if !srv.logical() {
+		return walLevelError(srv.walLevel)
+	}
+	return nil
+}
+
+func walLevelError(level string) error {
+	return &SetupError{Object: "wal_level", Reason: fmt.Sprintf("is %q, logical decoding needs 'logical'", level),
+		Fix: "set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) and restart Postgres"}
+}
+
 // Status is the state of one requirement in a Check.
 type Status int
 
@@ -164,7 +183,9 @@ func checkTable(ctx context.Context, conn *pgx.Conn, t TableColumns, user string
 }
 
 // Step is one idempotent statement of the setup, with why it is there.
-type Step struct{ Why, SQL string }
+// Name says what it makes, e.g. `publication "walstream_outbox"`, so that
+// a report of the statements run names each one.
+type Step struct{ Name, Why, SQL string }
 
 // SetupSteps is the idempotent SQL that creates the publication and the
 // slot Prepare would create, and, when role is not empty, a role with the
@@ -172,7 +193,7 @@ type Step struct{ Why, SQL string }
 // cannot decode changes older than the publication it is asked for.
 func (n Names) SetupSteps(role string, failover bool) []Step {
 	steps := []Step{
-		{"The publication: inserts into the outbox are decoded and sent to walstream; updates too, so that table.op.invalid.behavior sees them.",
+		{fmt.Sprintf("publication %q", n.Publication), "The publication: inserts into the outbox are decoded and sent to walstream; updates too, so that table.op.invalid.behavior sees them.",
 			fmt.Sprintf(`DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %s) THEN
         %s;
@@ -185,13 +206,13 @@ END $$`, quoteLiteral(n.Publication), n.PublicationSQL())},
 	}
 	r := pgx.Identifier{role}.Sanitize()
 	return append(steps,
-		Step{"A role for walstream with the least it needs: to log in and replicate (set its password with ALTER ROLE ... PASSWORD, or use a client certificate).",
+		Step{fmt.Sprintf("role %q", role), "A role for walstream with the least it needs: to log in and replicate (set its password with ALTER ROLE ... PASSWORD, or use a client certificate).",
 			fmt.Sprintf(`DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s) THEN
         CREATE ROLE %s LOGIN REPLICATION;
     END IF;
 END $$`, quoteLiteral(role), r)},
-		Step{"It reads the outbox tables and nothing else; run walstream as this role and let it create nothing.",
+		Step{fmt.Sprintf("grant SELECT on %s to %q", tableList(n.Tables), role), "It reads the outbox tables and nothing else; run walstream as this role and let it create nothing.",
 			fmt.Sprintf("GRANT SELECT ON %s TO %s", tableList(n.Tables), r)})
 }
 
@@ -201,10 +222,10 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // when failover is set.
 func (n Names) slotStep(failover bool) Step {
 	if !failover {
-		return Step{"The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication.",
+		return Step{fmt.Sprintf("slot %q", n.Slot), "The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication.",
 			fmt.Sprintf("%s\nWHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s)", n.CreateSlotSQL(false), quoteLiteral(n.Slot))}
 	}
-	return Step{"The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication; " +
+	return Step{fmt.Sprintf("slot %q", n.Slot), "The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication; " +
 		"on Postgres 17 and later as a failover slot, which standbys that sync slots keep a copy of (see the failover settings below).",
 		fmt.Sprintf(`DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s) THEN

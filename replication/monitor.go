@@ -62,9 +62,12 @@ func (m *SlotMetrics) setFailover(st FailoverState) {
 // SlotState is one poll of the slot and the server's WAL position.
 type SlotState struct {
 	Slot
-	Exists      bool
-	CurrentLSN  pglogrepl.LSN
+	Exists     bool
+	CurrentLSN pglogrepl.LSN
+	// RestartLSN is the oldest WAL the slot keeps; it is NULL (HasRestart
+	// false) on a slot that was invalidated and keeps none.
 	RestartLSN  pglogrepl.LSN
+	HasRestart  bool
 	SafeWALSize *int64
 	// Missing are the outbox tables not in the publication.
 	Missing       []Table
@@ -82,8 +85,14 @@ func (s SlotState) ConfirmedLag() int64 { return max(int64(s.CurrentLSN)-int64(s
 // written when polled: every outbox event before it is in Kafka.
 func (s SlotState) CaughtUp() bool { return s.Exists && s.ConfirmedLag() == 0 }
 
-// Retained is how much WAL the slot keeps.
-func (s SlotState) Retained() int64 { return int64(s.CurrentLSN) - int64(s.RestartLSN) }
+// Retained is how much WAL the slot keeps; ok is false when the slot has
+// no restart_lsn (a lost slot keeps none).
+func (s SlotState) Retained() (n int64, ok bool) {
+	if !s.HasRestart {
+		return 0, false
+	}
+	return int64(s.CurrentLSN) - int64(s.RestartLSN), true
+}
 
 // PollSlot reads the slot, the server's WAL position and the publication.
 func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
@@ -106,6 +115,7 @@ func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 	}
 	st.Plugin, st.Type, st.Database, st.WALStatus = deref(plugin), deref(slotType), deref(database), deref(walStatus)
 	st.Missing = n.missingTables(included)
+	st.HasRestart = restart != nil
 	for _, p := range []struct {
 		dst *pglogrepl.LSN
 		src *string
@@ -132,6 +142,16 @@ type Monitor struct {
 	Names    Names
 	Interval time.Duration
 	Metrics  *SlotMetrics
+	// OIDs are the outbox tables' OIDs, by schema.table, when streaming
+	// started; a table found with another is recreated, and streaming
+	// stops even if no row of the new table has come yet. Tables not in
+	// OIDs are not watched.
+	OIDs map[string]uint32
+	// CheckTable, if not nil, is told each outbox table as the catalog has
+	// it at each poll, and stops streaming with the error it returns: a
+	// column the mapping needs, renamed or dropped while the outbox is
+	// idle, is found before a row is.
+	CheckTable func(TableInfo) error
 }
 
 // Run polls until ctx ends or the slot cannot be streamed any more.
@@ -151,19 +171,49 @@ func (m *Monitor) Run(ctx context.Context) error {
 			return err
 		}
 		fo, err := CheckFailover(ctx, m.Conn, m.Names)
+		if err == nil {
+			m.Metrics.setFailover(fo)
+			err = m.sameTables(ctx)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return err
 		}
-		m.Metrics.setFailover(fo)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
 		}
 	}
+}
+
+// sameTables stops at an outbox table whose OID changed: it was dropped
+// and created again between two polls, and the rows committed before it
+// was added to the publication again are not in the stream.
+func (m *Monitor) sameTables(ctx context.Context) error {
+	if len(m.OIDs) == 0 && m.CheckTable == nil {
+		return nil
+	}
+	infos, err := DescribeTables(ctx, m.Conn, m.Names)
+	if err != nil {
+		return err
+	}
+	for _, info := range infos {
+		want, watched := m.OIDs[info.Table.String()]
+		if watched && info.OID != want {
+			return &SetupError{Object: "table " + info.Table.SQL(),
+				Reason: fmt.Sprintf("was dropped and recreated while streaming (OID %d, now %d): rows committed to it before it was added to publication %q again were never sent", want, info.OID, m.Names.Publication),
+				Fix:    "see README, Recovery: a recreated outbox table; next time " + m.Names.RecreateAdvice(info.Table)}
+		}
+		if m.CheckTable != nil {
+			if err := m.CheckTable(info); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // fatal reports a state streaming cannot go on from.
@@ -180,7 +230,8 @@ func (st SlotState) fatal(n Names) error {
 			Fix: "recreate it with: " + n.PublicationSQL() + "; events committed meanwhile are not published"}
 	case len(st.Missing) > 0:
 		return &SetupError{Object: "table " + tableList(st.Missing), Reason: fmt.Sprintf("is no longer in publication %q (dropped or removed) while streaming", n.Publication),
-			Fix: n.addTablesSQL(st.Missing)}
+			Fix: n.addTablesSQL(st.Missing) + "; if it was dropped, rows committed to the new table before that are never sent: see README, Recovery, and next time " +
+				n.RecreateAdvice(st.Missing[0])}
 	}
 	return nil
 }
@@ -191,7 +242,10 @@ func (m *SlotMetrics) set(st SlotState) {
 	}
 	m.confirmedLag.Set(float64(st.ConfirmedLag()))
 	m.caughtUp.Set(boolGauge(st.CaughtUp()))
-	m.retained.Set(float64(st.Retained()))
+	// A slot without restart_lsn keeps no WAL; current minus NULL would
+	// read as the whole WAL ever written.
+	retained, _ := st.Retained()
+	m.retained.Set(float64(retained))
 	safe := float64(-1)
 	if st.SafeWALSize != nil {
 		safe = float64(*st.SafeWALSize)

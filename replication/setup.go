@@ -10,10 +10,12 @@ import (
 	"net"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrSetup marks a server that is not fit to stream from: wrong settings,
@@ -149,8 +151,7 @@ func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create Create) error 
 		return err
 	}
 	if !srv.logical() {
-		return &SetupError{Object: "wal_level", Reason: fmt.Sprintf("is %q, logical decoding needs 'logical'", srv.walLevel),
-			Fix: "set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) and restart Postgres"}
+		return walLevelError(srv.walLevel)
 	}
 	if !srv.mayStream() {
 		return &SetupError{Object: fmt.Sprintf("role %q", srv.user), Reason: "lacks the REPLICATION attribute",
@@ -164,7 +165,8 @@ func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create Create) error 
 	for _, t := range n.Tables {
 		if !slices.Contains(existing, t.SQL()) {
 			return &SetupError{Object: "table " + t.SQL(), Reason: "does not exist",
-				Fix: "create the outbox table (columns id, aggregatetype, aggregateid, type, payload; walstream init prints it) or name the right table"}
+				Fix: "create the outbox table (columns id, aggregatetype, aggregateid, type, payload; walstream init prints it) or name the right table; " +
+					"if it was dropped, " + n.RecreateAdvice(t)}
 		}
 	}
 	if err := preparePublication(ctx, conn, n, create.Publication); err != nil {
@@ -192,7 +194,8 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, n Names, create boo
 			return fmt.Errorf("creating %s: %w", obj, err)
 		}
 	case len(missing) > 0:
-		return &SetupError{Object: obj, Reason: "does not include table " + tableList(missing), Fix: n.addTablesSQL(missing)}
+		return &SetupError{Object: obj, Reason: "does not include table " + tableList(missing),
+			Fix: n.addTablesSQL(missing) + "; rows committed to it before that are never sent: " + n.RecreateAdvice(missing[0])}
 	case !inserts:
 		return &SetupError{Object: obj, Reason: "does not publish inserts",
 			Fix: fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert, update')", pgx.Identifier{n.Publication}.Sanitize())}
@@ -285,9 +288,52 @@ func CheckSlot(name string, s Slot, database string) error {
 func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
 	if err != nil {
-		return nil, fmt.Errorf("connecting to %s:%d database %s: %w", cfg.Host, cfg.Port, cfg.Database, err)
+		return nil, connectError("connecting to", &cfg.Config, err)
 	}
 	return conn, nil
+}
+
+// ConnectError is a failed connection attempt to Postgres. Its message is
+// the last attempt's reason: with sslmode=prefer pgx first tries TLS, and a
+// server without TLS refuses that before the real failure (a wrong
+// password, a refused connection) comes from the plain attempt.
+type ConnectError struct {
+	Host     string
+	Port     uint16
+	Database string
+	what     string
+	last     error // the last attempt's error that is not the TLS fallback
+	err      error // pgx's error, with every attempt
+}
+
+func (e *ConnectError) Error() string {
+	return fmt.Sprintf("%s %s database %s: %v", e.what, e.Addr(), e.Database, e.last)
+}
+
+// Unwrap gives both the last real reason and pgx's whole error, so that
+// errors.As finds the *pgconn.PgError and *pgconn.ConnectError it holds.
+func (e *ConnectError) Unwrap() []error { return []error{e.last, e.err} }
+
+// Addr is host:port, or the socket directory and port.
+func (e *ConnectError) Addr() string { return net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port))) }
+
+func connectError(what string, cfg *pgconn.Config, err error) error {
+	last := err
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		last = ce.Unwrap()
+		if j, ok := last.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 0 {
+			attempts := j.Unwrap()
+			last = attempts[len(attempts)-1]
+			for i := len(attempts) - 1; i >= 0; i-- {
+				if !strings.Contains(attempts[i].Error(), "server refused TLS connection") {
+					last = attempts[i]
+					break
+				}
+			}
+		}
+	}
+	return &ConnectError{Host: cfg.Host, Port: cfg.Port, Database: cfg.Database, what: what, last: last, err: err}
 }
 
 // Loopback reports whether host names this machine, where an unencrypted

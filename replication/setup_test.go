@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/internal/testenv"
 )
 
@@ -138,12 +139,56 @@ func TestPrepare(t *testing.T) {
 		n.Slot = "doomed"
 		err := Prepare(ctx, admin, n, createAll)
 		wantSetupError(t, err, `slot "doomed"`, "wal_status = lost", "events may be missing")
+		// A lost slot has no restart_lsn: it retains nothing, and the
+		// current LSN minus NULL must not read as retained WAL.
+		st, err := PollSlot(ctx, admin, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, ok := st.Retained(); ok || n != 0 || st.WALStatus != "lost" {
+			t.Fatalf("lost slot: Retained() = %d, %v, wal_status %q; want 0, false, lost", n, ok, st.WALStatus)
+		}
+		reg := prometheus.NewRegistry()
+		m := NewSlotMetrics(reg)
+		m.set(st)
+		got := -1.0
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "walstream_slot_retained_wal_bytes" {
+				got = mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		if got != 0 {
+			t.Fatalf("walstream_slot_retained_wal_bytes of a lost slot = %v, want 0", got)
+		}
 		for _, q := range []string{"ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()"} {
 			if _, err := admin.Exec(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)
 			}
 		}
 	})
+}
+
+// The sslmode=prefer fallback's TLS refusal does not hide the real error
+// of the plain attempt.
+func TestConnectErrorIsTheLastAttempt(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	cfg, err := pgx.ParseConfig(strings.Replace(pg.URL("postgres", "postgres"), "sslmode=disable", "sslmode=prefer", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database = "nosuchdb"
+	_, err = Connect(context.Background(), cfg)
+	var ce *ConnectError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), `database "nosuchdb" does not exist`) || strings.Contains(err.Error(), "TLS") {
+		t.Fatalf("Connect = %v, want the missing database without the TLS fallback", err)
+	}
+	if Permanent(err) == false {
+		t.Errorf("a missing database is not permanent: %v", err)
+	}
 }
 
 func TestPrepareWALLevel(t *testing.T) {

@@ -98,7 +98,7 @@ func Dial(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
 	cfg.DialFunc = dialLowat(cfg.DialFunc)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("opening replication connection to %s:%d database %s: %w", cfg.Host, cfg.Port, cfg.Database, err)
+		return nil, connectError("opening replication connection to", cfg, err)
 	}
 	return conn, nil
 }

@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
 # make demo: a local Postgres, the local broker (kfake) and walstream, some
 # sample orders in a few transactions (one rolled back), and what a
-# read_committed consumer (kcat) then sees. Stops everything it started.
+# read_committed consumer (kcat) then sees. Stops everything it started,
+# unless DEMO_KEEP is set.
+#
+# Variables (README, Quickstart):
+#   PGBIN           Postgres server binaries (default /usr/lib/postgresql/15/bin)
+#   DEMO_PG_PORT    Postgres port on 127.0.0.1 (default 55432)
+#   DEMO_BROKER     the local broker's address (default 127.0.0.1:59092)
+#   DEMO_HTTP_ADDR  walstream's /metrics, /healthz and /readyz (default 127.0.0.1:59187)
+#   DEMO_INBOX=1    also run examples/inbox, a consumer applying the records exactly once
+#   DEMO_KEEP=1     keep everything running afterwards, to explore; Ctrl-C stops it
+# Logs: .demo/walstream.log, .demo/broker.log, .demo/inbox.log, and Postgres's
+# in .demo/pg/log (when run as root, possibly a /tmp/walstream-demo-pg.* folder:
+# the script says which).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 PGPORT=${DEMO_PG_PORT:-55432}
 BROKER=${DEMO_BROKER:-127.0.0.1:59092}
+HTTP_ADDR=${DEMO_HTTP_ADDR:-127.0.0.1:59187}
 demo=$root/.demo
 say() { printf '\n== %s\n' "$*"; }
 
@@ -39,22 +52,25 @@ cleanup() {
   [ "$pgdir" = "$demo/pg" ] || rm -rf "$pgdir"
 }
 trap cleanup EXIT
+# An interrupt exits through the EXIT trap, which stops everything.
+trap 'exit 130' INT TERM
 
-say "starting Postgres 15 on 127.0.0.1:$PGPORT (wal_level=logical)"
+say "starting Postgres 15 on 127.0.0.1:$PGPORT (wal_level=logical; log: $pgdir/log)"
 "${as_pg[@]}" "$PGBIN/initdb" -D "$pgdir/data" -U postgres --auth=trust -E UTF8 >/dev/null
 "${as_pg[@]}" "$PGBIN/pg_ctl" -D "$pgdir/data" -l "$pgdir/log" -w start \
   -o "-c listen_addresses=127.0.0.1 -p $PGPORT -k $pgdir -c wal_level=logical" >/dev/null
 url="postgres://postgres@127.0.0.1:$PGPORT/postgres?sslmode=disable"
 psql -q -X -v ON_ERROR_STOP=1 "$url" -f testdata/outbox.sql
 
-say "starting the local broker (kfake, a development stand-in for Kafka) on $BROKER"
+say "starting the local broker (kfake, a development stand-in for Kafka) on $BROKER (log: .demo/broker.log)"
 "$demo/bin/devbroker" -addr "$BROKER" -data-dir "$demo/kafka" >"$demo/broker.log" 2>&1 &
 pids+=($!)
 
-say "starting walstream (log: .demo/walstream.log)"
-WALSTREAM_PG_URL=$url WALSTREAM_KAFKA_BROKERS=$BROKER WALSTREAM_HTTP_ADDR= WALSTREAM_STATUS_INTERVAL=1s \
+say "starting walstream (log: .demo/walstream.log; metrics and health on $HTTP_ADDR)"
+WALSTREAM_PG_URL=$url WALSTREAM_KAFKA_BROKERS=$BROKER WALSTREAM_HTTP_ADDR=$HTTP_ADDR WALSTREAM_STATUS_INTERVAL=1s \
   "$demo/bin/walstream" run >"$demo/walstream.log" 2>&1 &
 pids+=($!)
+walstream_pid=$!
 for _ in $(seq 300); do grep -q 'msg=streaming' "$demo/walstream.log" && break; sleep 0.1; done
 grep -q 'msg=streaming' "$demo/walstream.log" || { cat "$demo/walstream.log"; exit 1; }
 
@@ -99,4 +115,20 @@ if [ -n "${DEMO_INBOX:-}" ]; then
   psql -X "$inbox_url" -c "SELECT topic, aggregate_id, version, event_id, convert_from(payload, 'UTF8') AS payload
     FROM aggregate_events ORDER BY topic, aggregate_id, version"
   psql -X "$inbox_url" -c "SELECT consumer, topic, partition, next_offset FROM inbox_offsets ORDER BY topic, partition"
+fi
+
+if [ -n "${DEMO_KEEP:-}" ]; then
+  say "the stack keeps running (DEMO_KEEP=1); explore it from another terminal:"
+  cat <<EOT
+  metrics     curl -s http://$HTTP_ADDR/metrics | grep ^walstream_
+  readiness   curl -s http://$HTTP_ADDR/readyz; curl -s 'http://$HTTP_ADDR/readyz?standby=1'
+  status      $demo/bin/walstream status --pg-url '$url' --kafka-brokers $BROKER
+  more rows   psql '$url' -f testdata/demo-orders.sql
+  records     kcat -b $BROKER -C -t outbox.event.Order -o beginning -e -X isolation.level=read_committed
+  logs        $demo/walstream.log, $demo/broker.log, $pgdir/log
+  stop        Ctrl-C here, or: kill $$
+EOT
+  while kill -0 "$walstream_pid" 2>/dev/null; do sleep 1; done
+  echo "walstream exited; see $demo/walstream.log" >&2
+  exit 1
 fi

@@ -40,6 +40,14 @@ const (
 	DefaultReadyConfirmAge = time.Minute
 )
 
+// Upper bounds of sizes: far above any useful value, and low enough that
+// the producer's doubled buffer and int32 batch limit cannot overflow.
+const (
+	maxBatchEvents = 1 << 24
+	maxBytes       = 1 << 30
+	maxQueueBytes  = 1 << 40
+)
+
 // Policies for rows that cannot become records (--on-error).
 const (
 	OnErrorFail       = "fail"
@@ -86,6 +94,8 @@ type Config struct {
 	Compression           string
 	MessagePrefix         string
 	DeadLetterTopic       string
+	SkipEvent             string
+	AcceptRecreated       string
 	MaxRecordBytes        int
 	PGPasswordFile        string
 	KafkaTLS              bool
@@ -171,74 +181,25 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	str(&c.Compression, "compression", "snappy", "record batch compression: snappy, lz4, zstd, gzip or none")
 	str(&c.MessagePrefix, "message-prefix", "walstream", "prefix of transactional pg_logical_emit_message() outbox events; empty: ignore logical messages")
 	str(&c.OnError, "on-error", OnErrorFail, "a row that cannot become a record: fail (stop, confirm nothing past it) or dead-letter (write it to --dlq-topic and go on)")
-	str(&c.DeadLetterTopic, "dlq-topic", DefaultDeadLetterTopic, "dead-letter topic, with --on-error=dead-letter")
+	str(&c.DeadLetterTopic, "dlq-topic", DefaultDeadLetterTopic, "dead-letter topic, with --on-error=dead-letter or --skip-event")
+	str(&c.SkipEvent, "skip-event", "", "one event that cannot be published, as a stop message names it (<commit LSN>:<ordinal>): it goes to --dlq-topic with its reason and the skip is recorded in the checkpoint; nothing else is skipped (see README)")
+	str(&c.AcceptRecreated, "accept-recreated-table", "", "outbox tables accepted as dropped and recreated, as schema.table=<new OID>, comma-separated, once the rows the recreation lost are dealt with (see README)")
 	num(&c.MaxRecordBytes, "max-record-bytes", DefaultMaxRecordBytes, "largest record to send; keep it within the topics' max.message.bytes")
 	dur(&c.SlotPollInterval, "slot-poll-interval", DefaultSlotPoll, "how often the slot's state is read for metrics and checked")
 	dur(&c.ReadyConfirmAge, "ready-confirm-age", DefaultReadyConfirmAge, "/readyz fails when no position was confirmed to Postgres for this long")
 	str(&c.HTTPConfigFile, "http-config-file", "", "Prometheus exporter-toolkit web config (TLS, basic auth) for the HTTP listener")
 	str(&c.PprofAddr, "pprof-addr", "", "serve /debug/pprof on this loopback address; empty: off")
-	str(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "listen address for /metrics and /healthz; empty disables, port 0 picks one")
+	str(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "listen address for /metrics, /healthz and /readyz; empty disables, port 0 picks one; one that binds every interface is logged as a warning")
 	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text", "text or json")
 	fs.Var(&c.TopicCreation, "topic-creation", "create missing outbox and dead-letter topics with Kafka Connect topic.creation.* settings, name=value separated by ; or new lines, e.g. default.partitions=6;default.replication.factor=3 (see README); empty: rely on the broker's auto.create.topics.enable ($"+envName("topic-creation")+")")
 }
 
-// parseConfig reads flags, then fills every flag not given from its
-// environment variable.
-func parseConfig(args []string, stderr io.Writer) (*Config, error) {
-	return parseCommand("run", "Streams an outbox table from a Postgres logical replication slot into Kafka, exactly once.", args, stderr, nil, true)
-}
-
-// parseCommand parses the settings of a subcommand; extra defines flags of
-// its own. Commands that do not talk to Kafka pass needKafka false.
-func parseCommand(name, about string, args []string, stderr io.Writer, extra func(*flag.FlagSet), needKafka bool) (*Config, error) {
-	var c Config
-	fs := flag.NewFlagSet("walstream "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c.flags(fs)
-	if extra != nil {
-		extra(fs)
-	}
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: walstream %s [flags]\n\n%s\nEvery flag can also be set by the environment variable named after it.\n\n", name, about)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	set := make(map[string]bool)
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := os.LookupEnv(envName(f.Name)); ok && !set[f.Name] {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("$%s=%q: %w", envName(f.Name), v, err))
-			}
-			set[f.Name] = true
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	if c.ConfigFile != "" {
-		if err := c.applyFile(fs, set); err != nil {
-			return nil, err
-		}
-	}
-	if c.CheckpointKey == "" {
-		c.CheckpointKey = c.Slot
-	}
-	if c.TransactionalID == "" {
-		c.TransactionalID = "walstream-" + c.Slot
-	}
-	err := c.Validate()
-	if needKafka && len(c.brokers()) == 0 {
-		err = errors.Join(fmt.Errorf("--kafka-brokers ($%s): is required", envName("kafka-brokers")), err)
-	}
-	return &c, err
+// parseConfig reads the settings of `walstream run`: flags, then the
+// environment, then the config file. Help goes to stdout.
+func parseConfig(args []string, stdout io.Writer) (*Config, error) {
+	return parseCommand(command{name: "run", about: "Streams an outbox table from a Postgres logical replication slot into Kafka, exactly once.",
+		needs: func() (pg, kafka bool) { return true, true }}, args, stdout)
 }
 
 // Validate reports every invalid setting, naming it.
@@ -247,11 +208,11 @@ func (c *Config) Validate() error {
 	bad := func(name, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("--%s ($%s): %s", name, envName(name), fmt.Sprintf(format, a...)))
 	}
-	if c.PGURL == "" {
-		bad("pg-url", "is required")
-	} else if _, err := pgconn.ParseConfig(c.PGURL); err != nil {
-		// pgconn's parse errors redact the password.
-		bad("pg-url", "%v", err)
+	if c.PGURL != "" {
+		if _, err := pgconn.ParseConfig(c.PGURL); err != nil {
+			// pgconn's parse errors redact the password.
+			bad("pg-url", "%v", err)
+		}
 	}
 	if _, err := c.tables(); err != nil {
 		bad("table", "%v", err)
@@ -260,14 +221,27 @@ func (c *Config) Validate() error {
 	} else if _, _, err := c.outboxes(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.CheckpointTopic == "" {
-		bad("checkpoint-topic", "is required")
+	if err := publish.ValidTopic(c.CheckpointTopic); err != nil {
+		bad("checkpoint-topic", "%v", err)
 	}
-	if c.MaxBatchEvents < 1 {
-		bad("max-batch-events", "must be at least 1, got %d", c.MaxBatchEvents)
+	for _, n := range []struct {
+		name     string
+		v, limit int
+	}{{"max-batch-events", c.MaxBatchEvents, maxBatchEvents}, {"max-batch-bytes", c.MaxBatchBytes, maxBytes},
+		{"max-record-bytes", c.MaxRecordBytes, maxBytes}, {"queue-bytes", c.QueueBytes, maxQueueBytes}} {
+		if n.v < 1 || n.v > n.limit {
+			bad(n.name, "must be from 1 to %d, got %d", n.limit, n.v)
+		}
 	}
-	if c.MaxBatchBytes < 1 {
-		bad("max-batch-bytes", "must be at least 1, got %d", c.MaxBatchBytes)
+	for _, b := range c.brokers() {
+		if err := checkBroker(b); err != nil {
+			bad("kafka-brokers", "%v", err)
+		}
+	}
+	if c.HTTPConfigFile != "" {
+		if err := checkWebConfig(c.HTTPConfigFile); err != nil {
+			bad("http-config-file", "%v", err)
+		}
 	}
 	if c.Converter != "string" && c.Converter != "json" {
 		bad("converter", "%q is not string or json", c.Converter)
@@ -282,16 +256,18 @@ func (c *Config) Validate() error {
 	if c.OnError != OnErrorFail && c.OnError != OnErrorDeadLetter {
 		bad("on-error", "%q is not %s or %s", c.OnError, OnErrorFail, OnErrorDeadLetter)
 	}
-	if c.OnError == OnErrorDeadLetter {
+	if c.OnError == OnErrorDeadLetter || c.SkipEvent != "" {
 		if err := publish.ValidTopic(c.DeadLetterTopic); err != nil {
 			bad("dlq-topic", "%v", err)
 		}
 	}
-	if c.MaxRecordBytes < 1 {
-		bad("max-record-bytes", "must be at least 1, got %d", c.MaxRecordBytes)
+	if c.SkipEvent != "" {
+		if _, err := decode.ParseRef(c.SkipEvent); err != nil {
+			bad("skip-event", "%v", err)
+		}
 	}
-	if c.QueueBytes < 1 {
-		bad("queue-bytes", "must be at least 1, got %d", c.QueueBytes)
+	if _, err := c.acceptRecreated(); err != nil {
+		bad("accept-recreated-table", "%v", err)
 	}
 	if c.Linger < 0 {
 		bad("linger", "must not be negative, got %s", c.Linger)
@@ -395,6 +371,33 @@ func (c *Config) envelopes() bool {
 	return false
 }
 
+// skipEvent is the event --skip-event names; zero when none.
+func (c *Config) skipEvent() decode.Ref {
+	r, _ := decode.ParseRef(c.SkipEvent) // validated
+	return r
+}
+
+// acceptRecreated reads --accept-recreated-table: schema.table=oid entries.
+func (c *Config) acceptRecreated() (map[string]uint32, error) {
+	out := make(map[string]uint32)
+	for _, entry := range strings.Split(c.AcceptRecreated, ",") {
+		if entry = strings.TrimSpace(entry); entry == "" {
+			continue
+		}
+		name, oidText, ok := strings.Cut(entry, "=")
+		t, err := replication.ParseTable(name)
+		if err != nil || !ok {
+			return nil, fmt.Errorf("%q is not schema.table=<OID>", entry)
+		}
+		oid, err := strconv.ParseUint(oidText, 10, 32)
+		if err != nil || oid == 0 {
+			return nil, fmt.Errorf("%q: OID %q is not a table OID", entry, oidText)
+		}
+		out[t.String()] = uint32(oid)
+	}
+	return out, nil
+}
+
 // deadLetterTopic is the DLQ topic, or empty when bad rows are fatal.
 func (c *Config) deadLetterTopic() string {
 	if c.OnError == OnErrorDeadLetter {
@@ -426,7 +429,7 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
 			return
 		}
 		if err := fs.Set(flagName, s.value); err != nil {
-			errs = append(errs, fmt.Errorf("config file %s, line %d: %s=%q: %w", c.ConfigFile, s.line, s.key, s.value, err))
+			errs = append(errs, fmt.Errorf("config file %s, line %d: %s=%q: %s", c.ConfigFile, s.line, s.key, s.value, expected(fs.Lookup(flagName), err)))
 		}
 		set[flagName] = true
 	}

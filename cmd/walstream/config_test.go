@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,6 +44,25 @@ func TestConfigFromEnvironment(t *testing.T) {
 	}
 }
 
+// --skip-event and --accept-recreated-table reach the pipeline's settings.
+func TestConfigSkipAndAccept(t *testing.T) {
+	c, err := parseConfig([]string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092",
+		"--skip-event", "0/16B3748:2", "--accept-recreated-table", "public.outbox=16454, billing.outbox=17000"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := c.pipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.SkipEvent != (decode.Ref{CommitLSN: 0x16B3748, Ordinal: 2}) || pc.SkipTopic != DefaultDeadLetterTopic || pc.DeadLetterTopic != "" {
+		t.Errorf("skip %v to %q, dead-letter topic %q: want the one event to walstream.dlq, fail mode otherwise", pc.SkipEvent, pc.SkipTopic, pc.DeadLetterTopic)
+	}
+	if a := pc.AcceptRecreated; len(a) != 2 || a["public.outbox"] != 16454 || a["billing.outbox"] != 17000 {
+		t.Errorf("accepted %v", a)
+	}
+}
+
 func TestConfigErrorsNameTheSetting(t *testing.T) {
 	base := []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
 	for _, tc := range []struct {
@@ -52,7 +73,18 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 	}{
 		{"missing required", nil, nil, []string{"--pg-url ($WALSTREAM_PG_URL): is required", "--kafka-brokers ($WALSTREAM_KAFKA_BROKERS): is required"}},
 		{"bad env value", base, map[string]string{"WALSTREAM_MAX_BATCH_EVENTS": "lots"}, []string{"WALSTREAM_MAX_BATCH_EVENTS", "lots"}},
-		{"zero batch", append(base, "--max-batch-events", "0"), nil, []string{"--max-batch-events", "at least 1"}},
+		{"zero batch", append(base, "--max-batch-events", "0"), nil, []string{"--max-batch-events", "must be from 1 to"}},
+		{"batch bytes overflow", append(base, "--max-batch-bytes", "4611686018427387904"), nil, []string{"--max-batch-bytes", "must be from 1 to 1073741824, got 4611686018427387904"}},
+		{"queue bytes", append(base, "--queue-bytes", "-1"), nil, []string{"--queue-bytes", "must be from 1 to"}},
+		{"record bytes", append(base, "--max-record-bytes", "2147483647"), nil, []string{"--max-record-bytes", "must be from 1 to"}},
+		{"checkpoint topic", append(base, "--checkpoint-topic", "bad topic"), nil, []string{"--checkpoint-topic", `"bad topic"`}},
+		{"checkpoint topic empty", append(base, "--checkpoint-topic", ""), nil, []string{"--checkpoint-topic"}},
+		{"empty template", append(base, "--topic-template", ""), nil, []string{"--topic-template", "is empty"}},
+		{"blank template", append(base, "--topic-template", "  "), nil, []string{"--topic-template", "is empty"}},
+		{"broker port 0", []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092,k:0"}, nil, []string{"--kafka-brokers", `broker "k:0": port "0" is not from 1 to 65535`}},
+		{"broker port high", []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:65536"}, nil, []string{"--kafka-brokers", `port "65536"`}},
+		{"broker port name", []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:kafka"}, nil, []string{"--kafka-brokers", `port "kafka"`}},
+		{"bad env duration", base, map[string]string{"WALSTREAM_LINGER": "5"}, []string{"WALSTREAM_LINGER", "a duration like 5ms"}},
 		{"table not qualified", append(base, "--table", "outbox"), nil, []string{"--table", "schema-qualified"}},
 		{"bad slot", append(base, "--slot", "My-Slot"), nil, []string{`slot name "My-Slot"`}},
 		{"template", append(base, "--topic-template", "events.${kind}"), nil, []string{"--topic-template", `no group named "kind"`}},
@@ -62,6 +94,10 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{"table twice", append(base, "--table", "public.outbox,public.outbox"), nil, []string{"listed twice"}},
 		{"interval", append(base, "--status-interval", "0s"), nil, []string{"--status-interval", "must be positive"}},
 		{"log level", append(base, "--log-level", "loud"), nil, []string{"--log-level", "loud"}},
+		{"skip event", append(base, "--skip-event", "0/16B3748"), nil, []string{"--skip-event", "<commit LSN>:<ordinal>"}},
+		{"skip event without a DLQ topic", append(base, "--skip-event", "0/16B3748:2", "--dlq-topic", "bad topic"), nil, []string{"--dlq-topic"}},
+		{"accept recreated", append(base, "--accept-recreated-table", "public.outbox"), nil, []string{"--accept-recreated-table", "schema.table=<OID>"}},
+		{"accept recreated OID", append(base, "--accept-recreated-table", "public.outbox=x"), nil, []string{"--accept-recreated-table", `OID "x"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
@@ -93,8 +129,8 @@ func TestConfigNeverPrintsThePassword(t *testing.T) {
 func TestRunHelpListsEnvironment(t *testing.T) {
 	var stderr bytes.Buffer
 	_, err := parseConfig([]string{"--help"}, &stderr)
-	if err == nil {
-		t.Fatal("--help returned no error")
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help returned %v, want flag.ErrHelp", err)
 	}
 	for _, want := range []string{"$WALSTREAM_PG_URL", "$WALSTREAM_KAFKA_BROKERS", "$WALSTREAM_SLOT", "$WALSTREAM_PUBLICATION",
 		"$WALSTREAM_TABLE", "$WALSTREAM_TOPIC_TEMPLATE", "$WALSTREAM_CHECKPOINT_TOPIC", "$WALSTREAM_TRANSACTIONAL_ID",

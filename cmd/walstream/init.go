@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,7 +25,7 @@ func initSteps(c *Config, role string) []replication.Step {
 	for _, o := range outboxes {
 		t := pgx.Identifier{o.Schema, o.Table}.Sanitize()
 		col := func(name string) string { return pgx.Identifier{name}.Sanitize() }
-		steps = append(steps, replication.Step{Why: "The outbox table " + o.Name() + ", in Debezium's layout: applications insert a row here in the transaction that changes their data.",
+		steps = append(steps, replication.Step{Name: "table " + t, Why: "The outbox table " + o.Name() + ", in Debezium's layout: applications insert a row here in the transaction that changes their data.",
 			SQL: fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
     %-13s uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
     %-13s text        NOT NULL,
@@ -43,12 +42,16 @@ func initSteps(c *Config, role string) []replication.Step {
 func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var apply, check bool
 	var role string
-	cfg, err := parseCommand("init", "Prints the SQL that prepares Postgres for walstream: the outbox table, the publication, the slot and a least-privilege role.\n--apply runs it (idempotent); --check validates an existing setup and reports what is wrong, line by line.",
-		args, stderr, func(fs *flag.FlagSet) {
+	cfg, err := parseCommand(command{name: "init",
+		about: "Prints the SQL that prepares Postgres for walstream: the outbox table, the publication, the slot and a least-privilege role.\n--apply runs it (idempotent); --check validates an existing setup and reports what is wrong, line by line.",
+		extra: func(fs *flag.FlagSet) {
 			fs.BoolVar(&apply, "apply", false, "run the SQL (as a role that may create them)")
 			fs.BoolVar(&check, "check", false, "check the setup instead, as the role walstream runs as")
 			fs.StringVar(&role, "role", "walstream", "least-privilege role to create; empty: none")
-		}, false)
+		},
+		uses:  initSettings,
+		needs: func() (pg, kafka bool) { return apply || check, false },
+	}, args, stdout)
 	if err != nil {
 		return err
 	}
@@ -79,18 +82,18 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if check {
 		return runCheck(ctx, conn, cfg, stdout)
 	}
+	// Nothing walstream creates is of use without logical decoding, and
+	// the slot cannot be created: fail before creating anything.
+	if err := replication.CheckWALLevel(ctx, conn); err != nil {
+		return err
+	}
 	for _, s := range initSteps(cfg, role) {
 		if _, err := conn.Exec(ctx, s.SQL); err != nil {
-			return fmt.Errorf("applying %q: %w", firstLine(s.SQL), err)
+			return fmt.Errorf("creating %s: %w", s.Name, err)
 		}
-		fmt.Fprintf(stdout, "ok    %s\n", firstLine(s.SQL))
+		fmt.Fprintf(stdout, "ok    %s\n", s.Name)
 	}
 	return nil
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
 }
 
 // runCheck prints replication.Check's findings as ok, WARN or FAIL, and

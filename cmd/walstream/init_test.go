@@ -53,8 +53,19 @@ func TestInit(t *testing.T) {
 			t.Fatalf("psql run %d of the printed SQL: %v\n%s", i+1, err, b)
 		}
 	}
-	if out, err := walstreamCmd(t, "init", "--pg-url", admin, "--apply"); err != nil || strings.Count(out, "ok ") != 5 {
+	out, err = walstreamCmd(t, "init", "--pg-url", admin, "--apply")
+	if err != nil || strings.Count(out, "ok ") != 5 {
 		t.Fatalf("init --apply on a prepared database: %v\n%s", err, out)
+	}
+	// Each statement is named for what it makes, not by its first line.
+	for _, want := range []string{`ok    table "public"."outbox"`, `ok    publication "walstream_outbox"`, `ok    slot "walstream"`,
+		`ok    role "walstream"`, `ok    grant SELECT on "public"."outbox" to "walstream"`} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("init --apply output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "DO $$") {
+		t.Errorf("init --apply names a statement by its first line:\n%s", out)
 	}
 
 	out, err = walstreamCmd(t, "init", "--pg-url", admin, "--check")
@@ -131,6 +142,24 @@ func TestInitSeveralTables(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatalf("init --check: %v\n%s", err, out)
+	}
+}
+
+// TestInitApplyChecksWALLevel: on a server without wal_level=logical,
+// init --apply says so and creates nothing.
+func TestInitApplyChecksWALLevel(t *testing.T) {
+	pg := testenv.StartPostgres(t, testenv.Settings("wal_level = replica"))
+	out, err := walstreamCmd(t, "init", "--pg-url", pg.URL("postgres", "postgres"), "--apply")
+	if err == nil || !strings.Contains(out, "wal_level") || !strings.Contains(out, "logical") {
+		t.Fatalf("init --apply with wal_level=replica: %v\n%s", err, out)
+	}
+	var tables, pubs int
+	if err := pg.Connect("postgres").QueryRow(context.Background(),
+		"SELECT (SELECT count(*) FROM pg_tables WHERE tablename = 'outbox'), (SELECT count(*) FROM pg_publication)").Scan(&tables, &pubs); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 || pubs != 0 {
+		t.Fatalf("init --apply created %d outbox tables and %d publications before failing on wal_level", tables, pubs)
 	}
 }
 

@@ -39,7 +39,9 @@ Commands:
   run       stream the outbox into Kafka (walstream run --help lists the settings)
   status    print the slot's state and the checkpoint in Kafka (--json for JSON)
   init      print, apply (--apply) or check (--check) the Postgres setup
-  version   print the version
+  version   print the version (also --version)
+
+walstream <command> --help lists the flags of a command.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -49,7 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch args[0] {
 	case "run":
-		cfg, err := parseConfig(args[1:], stderr)
+		cfg, err := parseConfig(args[1:], stdout)
 		if err != nil {
 			return err
 		}
@@ -58,13 +60,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runInit(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
-	case "version":
+	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "walstream", version)
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	return fmt.Errorf("unknown command %q; walstream --help lists the commands", args[0])
 }

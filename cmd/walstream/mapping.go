@@ -86,7 +86,10 @@ func (m Mapping) flags(fs *flag.FlagSet, env func(string) string) {
 func (m Mapping) outbox(t replication.Table) (*decode.Outbox, error) {
 	o, err := decode.NewOutbox(t.Schema, t.Name, m)
 	if err == nil {
-		if _, rerr := publish.NewRoute(o.TopicRegex, o.TopicReplacement); rerr != nil {
+		if strings.TrimSpace(o.TopicReplacement) == "" {
+			// Checked here, not at the first row: no event could have a topic.
+			err = &decode.SettingError{Key: "route.topic.replacement", Value: o.TopicReplacement, Err: errors.New("is empty: every event needs a topic")}
+		} else if _, rerr := publish.NewRoute(o.TopicRegex, o.TopicReplacement); rerr != nil {
 			err = &decode.SettingError{Key: "route.topic.replacement", Value: o.TopicReplacement, Err: rerr}
 		}
 	}

@@ -9,25 +9,44 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"regexp"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
 )
 
-// runStream streams until ctx ends or a permanent error.
-func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
+// runStream streams until ctx ends or a permanent error, which it also
+// logs as an ERROR record, so that a log pipeline reading the structured
+// log sees why walstream stopped.
+func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 	log := cfg.logger(stderr).With("slot", cfg.Slot)
+	var ran bool // the error, if any, is the pipeline's
+	defer func() {
+		if err == nil {
+			return
+		}
+		attrs := []any{"err", err}
+		if ran {
+			peer, kind := pipeline.Describe(err)
+			attrs = append(attrs, "peer", peer, "kind", kind)
+		}
+		log.Error("stopping on a permanent error", attrs...)
+	}()
 	pcfg, err := cfg.pipeline()
 	if err != nil {
 		return err
 	}
 	pg, kafka := pcfg.Postgres, pcfg.Kafka
+	// Whether Postgres speaks TLS is known once connected: the streaming
+	// line says so (pg_tls); sslmode is what was asked for.
 	log.Info("starting", "version", version, "host", pg.Host, "port", pg.Port, "database", pg.Database,
-		"user", pg.User, "pg_tls", pg.TLSConfig != nil, "brokers", cfg.Brokers,
+		"user", pg.User, "pg_sslmode", sslMode(cfg.PGURL), "brokers", cfg.Brokers,
 		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "transactional_id", cfg.TransactionalID)
 
 	reg := prometheus.NewRegistry()
@@ -38,6 +57,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 		return err
 	}
 	defer stopHTTP()
+	ran = true
 	return flagHints(p.Run(ctx))
 }
 
@@ -45,6 +65,8 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) error {
 func flagHints(err error) error {
 	var shared *pipeline.SharedIDError
 	var diverged *pipeline.DivergedError
+	var recreated *decode.TableRecreatedError
+	var bad *decode.Error
 	switch {
 	case errors.Is(err, pipeline.ErrSlotAhead), errors.Is(err, pipeline.ErrSlotMissing):
 		return fmt.Errorf("%w (--allow-slot-ahead)", err)
@@ -54,6 +76,10 @@ func flagHints(err error) error {
 		return fmt.Errorf("%w (--accept-system-change)", err)
 	case errors.As(err, &shared):
 		return fmt.Errorf("%w (check --transactional-id)", err)
+	case errors.As(err, &recreated):
+		return fmt.Errorf("%w (--accept-recreated-table %s=%d)", err, recreated.Table, recreated.NewOID)
+	case errors.As(err, &bad) && bad.Event.CommitLSN != 0:
+		return fmt.Errorf("%w (to send this one event to --dlq-topic and go on: --skip-event %s; see README, Bad input)", err, bad.Event.Ref())
 	}
 	return err
 }
@@ -69,6 +95,7 @@ func (c *Config) pipeline() (pipeline.Config, error) {
 		return pipeline.Config{}, err
 	}
 	outboxes, messages, _ := c.outboxes() // validated
+	accept, _ := c.acceptRecreated()      // validated
 	enc, _ := c.encoding()                // validated
 	return pipeline.Config{
 		Postgres: pg, Names: c.names(), Create: c.Create, AllowSlotAhead: c.AllowSlotAhead,
@@ -76,6 +103,7 @@ func (c *Config) pipeline() (pipeline.Config, error) {
 		Kafka: kafka, TransactionalID: c.TransactionalID, CheckpointTopic: c.CheckpointTopic, CheckpointKey: c.CheckpointKey,
 		Outboxes: outboxes, Messages: messages, MessagePrefix: c.MessagePrefix,
 		DeadLetterTopic: c.deadLetterTopic(), Encoding: enc, Compression: c.compression(), MaxRecordBytes: c.MaxRecordBytes,
+		SkipEvent: c.skipEvent(), SkipTopic: c.DeadLetterTopic, AcceptRecreated: accept,
 		TopicCreation:  c.TopicCreation.tc,
 		MaxBatchEvents: c.MaxBatchEvents, MaxBatchBytes: c.MaxBatchBytes, QueueBytes: c.QueueBytes,
 		Linger: c.Linger, IdleInterval: c.IdleInterval, CommitTimeout: c.CommitTimeout,
@@ -93,6 +121,10 @@ func serveHTTP(addr string, reg *prometheus.Registry, p *pipeline.Pipeline, cfg 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--http-addr %s: %w", addr, err)
+	}
+	if everyInterface(addr) {
+		log.Warn("the HTTP listener binds every interface: /metrics and the health endpoints are reachable from the network; "+
+			"bind a loopback or pod address, or protect it with --http-config-file", "addr", addr)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -146,3 +178,28 @@ var _ slog.Handler = warnOnly{}
 func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
 }
+
+// everyInterface reports whether a listen address binds every interface:
+// no host, 0.0.0.0 or ::.
+func everyInterface(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && ip.IsUnspecified()
+}
+
+// sslMode is the sslmode the Postgres URL or DSN asks for, libpq's
+// default prefer when it names none.
+func sslMode(url string) string {
+	if m := sslModeParam.FindStringSubmatch(url); m != nil {
+		return m[1]
+	}
+	if mode := os.Getenv("PGSSLMODE"); mode != "" {
+		return mode
+	}
+	return "prefer"
+}
+
+var sslModeParam = regexp.MustCompile(`sslmode=([a-z-]+)`)

@@ -31,7 +31,7 @@ type statusReport struct {
 		CurrentLSN       string   `json:"current_wal_lsn"`
 		LagBytes         int64    `json:"lag_bytes"`
 		CaughtUp         bool     `json:"caught_up"`
-		RetainedWALBytes int64    `json:"retained_wal_bytes"`
+		RetainedWALBytes *int64   `json:"retained_wal_bytes"` // null without restart_lsn
 		SafeWALSizeBytes *int64   `json:"safe_wal_size_bytes"`
 		FlushLagSeconds  *float64 `json:"flush_lag_seconds"`
 	} `json:"slot"`
@@ -73,6 +73,9 @@ type statusReport struct {
 	Streaming bool     `json:"streaming"`
 	Problems  []string `json:"problems"`
 	Warnings  []string `json:"warnings"`
+	// Error is why part of the report could not be read, e.g. Kafka
+	// unreachable; the rest is still reported.
+	Error string `json:"error,omitempty"`
 }
 
 // phantoms are events published from WAL the server's history lacks.
@@ -96,8 +99,12 @@ type gapReport struct {
 // fails when the slot is lost or ahead of the checkpoint.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var asJSON bool
-	cfg, err := parseCommand("status", "Prints the slot's state and the checkpoint in Kafka; exits non-zero when the slot is lost, missing or ahead of the checkpoint.",
-		args, stderr, func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print JSON") }, true)
+	cfg, err := parseCommand(command{name: "status",
+		about: "Prints the slot's state and the checkpoint in Kafka; exits non-zero when the slot is lost, missing or ahead of the checkpoint, or Kafka cannot be read.",
+		extra: func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print JSON") },
+		uses:  statusSettings,
+		needs: func() (pg, kafka bool) { return true, true },
+	}, args, stdout)
 	if err != nil {
 		return err
 	}
@@ -134,6 +141,9 @@ func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
 	st := in.Slot
 	var r statusReport
 	r.Problems, r.Warnings = in.Problems, in.Warnings
+	if in.KafkaErr != nil {
+		r.Error = in.KafkaErr.Error()
+	}
 	sv := &r.Server
 	sv.Host, sv.SystemID, sv.Timeline, sv.WALEnd, sv.Database = in.Host, in.Server.SystemID, in.Server.Timeline, in.Server.XLogPos.String(), in.Server.Database
 	fo := &r.Failover
@@ -147,7 +157,10 @@ func collectStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
 	s.SafeWALSizeBytes = st.SafeWALSize
 	if st.Exists {
 		s.ConfirmedFlush = st.ConfirmedFlush.String()
-		s.LagBytes, s.RetainedWALBytes, s.CaughtUp = st.ConfirmedLag(), st.Retained(), st.CaughtUp()
+		s.LagBytes, s.CaughtUp = st.ConfirmedLag(), st.CaughtUp()
+		if n, ok := st.Retained(); ok {
+			s.RetainedWALBytes = &n
+		}
 	}
 	if st.FlushLag != nil {
 		sec := st.FlushLag.Seconds()
@@ -204,7 +217,11 @@ func printStatus(w io.Writer, r *statusReport) {
 		fmt.Fprintf(tw, "  confirmed_flush_lsn\t%s (server at %s)\n", s.ConfirmedFlush, s.CurrentLSN)
 		fmt.Fprintf(tw, "  lag\t%s\n", bytesText(s.LagBytes))
 		fmt.Fprintf(tw, "  caught up\t%s\n", caughtUpText(s.CaughtUp, s.LagBytes, s.FlushLagSeconds))
-		fmt.Fprintf(tw, "  retained WAL\t%s\n", bytesText(s.RetainedWALBytes))
+		if s.RetainedWALBytes != nil {
+			fmt.Fprintf(tw, "  retained WAL\t%s\n", bytesText(*s.RetainedWALBytes))
+		} else {
+			fmt.Fprintf(tw, "  retained WAL\tnone (restart_lsn is NULL)\n")
+		}
 		if s.SafeWALSizeBytes != nil {
 			fmt.Fprintf(tw, "  safe_wal_size\t%s\n", bytesText(*s.SafeWALSizeBytes))
 		}
@@ -226,7 +243,9 @@ func printStatus(w io.Writer, r *statusReport) {
 		fmt.Fprintf(tw, "  failover slot\t%v (synced copy: %v), synchronized_standby_slots %q\n", fo.FailoverSlot, fo.Synced, strings.Join(fo.StandbySlots, ","))
 	}
 	fmt.Fprintf(tw, "checkpoint\t%s key %s\n", c.Topic, c.Key)
-	if c.Found {
+	if r.Error != "" {
+		fmt.Fprintf(tw, "  position\tunknown\n")
+	} else if c.Found {
 		fmt.Fprintf(tw, "  position\t%s\n  written\t%s (%.1f s ago)\n", c.Position, c.WrittenAt.Format(time.RFC3339), *c.AgeSeconds)
 		if c.SystemID != "" {
 			fmt.Fprintf(tw, "  on\tsystem %s timeline %d database %s\n", c.SystemID, c.Timeline, c.Database)

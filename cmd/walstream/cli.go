@@ -1,0 +1,201 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/exporter-toolkit/web"
+)
+
+// command is a subcommand's settings: the flags it adds, the shared
+// settings it uses (listed by its --help) and the connections it needs.
+type command struct {
+	name, about string
+	// extra defines the command's own flags.
+	extra func(*flag.FlagSet)
+	// uses lists the shared settings the command reads; nil: all of them.
+	// The others are still accepted, so that one config file or
+	// environment serves every command.
+	uses []string
+	// needs says, once the flags are parsed, which connections the command
+	// opens, so that their settings are required.
+	needs func() (pg, kafka bool)
+}
+
+// parseCommand reads a command's flags, then fills every flag not given
+// from its environment variable, then from the config file. --help prints
+// to stdout and returns flag.ErrHelp; a bad flag is one error line.
+func parseCommand(cmd command, args []string, stdout io.Writer) (*Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("walstream "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	c.flags(fs)
+	own := flag.NewFlagSet("", flag.ContinueOnError)
+	if cmd.extra != nil {
+		cmd.extra(own)
+		own.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout, fs, cmd, own)
+			return nil, flag.ErrHelp
+		}
+		return nil, fmt.Errorf("%s; walstream %s --help lists the flags", flagError(fs, err), cmd.name)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q; walstream %s --help lists the flags", fs.Arg(0), cmd.name)
+	}
+	set := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := os.LookupEnv(envName(f.Name)); ok && !set[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("$%s=%q: %s", envName(f.Name), v, expected(f, err)))
+			}
+			set[f.Name] = true
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if c.ConfigFile != "" {
+		if err := c.applyFile(fs, set); err != nil {
+			return nil, err
+		}
+	}
+	if c.CheckpointKey == "" {
+		c.CheckpointKey = c.Slot
+	}
+	if c.TransactionalID == "" {
+		c.TransactionalID = "walstream-" + c.Slot
+	}
+	errs = []error{c.Validate()}
+	needPG, needKafka := cmd.needs()
+	if needPG && c.PGURL == "" {
+		errs = append([]error{fmt.Errorf("--pg-url ($%s): is required", envName("pg-url"))}, errs...)
+	}
+	if needKafka && len(c.brokers()) == 0 {
+		errs = append([]error{fmt.Errorf("--kafka-brokers ($%s): is required", envName("kafka-brokers"))}, errs...)
+	}
+	return &c, errors.Join(errs...)
+}
+
+// printUsage lists the command's own flags and the shared settings it uses.
+func printUsage(w io.Writer, fs *flag.FlagSet, cmd command, own *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: walstream %s [flags]\n\n%s\nEvery flag can also be set by the environment variable named after it.\n\n", cmd.name, cmd.about)
+	list := flag.NewFlagSet("", flag.ContinueOnError)
+	list.SetOutput(w)
+	fs.VisitAll(func(f *flag.Flag) {
+		if cmd.uses != nil && !slices.Contains(cmd.uses, f.Name) && own.Lookup(f.Name) == nil {
+			return
+		}
+		list.Var(f.Value, f.Name, f.Usage)
+		list.Lookup(f.Name).DefValue = f.DefValue
+	})
+	list.PrintDefaults()
+}
+
+// flagMessage reads the flag package's parse errors.
+var flagMessage = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-(\S+): (.*)$`)
+
+// flagError turns the flag package's error into one line that names the
+// flag as the help does and says what it expects.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return fmt.Sprintf("unknown flag --%s", strings.TrimPrefix(name, "-"))
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return fmt.Sprintf("--%s needs a value", strings.TrimPrefix(name, "-"))
+	}
+	if m := flagMessage.FindStringSubmatch(msg); m != nil {
+		if f := fs.Lookup(m[2]); f != nil {
+			return fmt.Sprintf("--%s %q: %s", m[2], m[1], expected(f, errors.New(m[3])))
+		}
+	}
+	return msg
+}
+
+// expected says what a flag takes, for an error setting it: the flag
+// package only says "parse error".
+func expected(f *flag.Flag, err error) string {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return err.Error()
+	}
+	var want string
+	switch g.Get().(type) {
+	case time.Duration:
+		want = "want a duration like 5ms, 10s or 1m"
+	case bool:
+		want = "want true or false"
+	case int:
+		want = "want a whole number like 1000"
+	default:
+		return err.Error()
+	}
+	if strings.Contains(err.Error(), "out of range") {
+		want += " (out of range)"
+	}
+	return want
+}
+
+// checkBroker reports a broker address that cannot be dialed. A missing
+// port is Kafka's 9092.
+func checkBroker(b string) error {
+	host, port, err := net.SplitHostPort(b)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) && ae.Err == "missing port in address" {
+			return nil
+		}
+		return fmt.Errorf("broker %q: want host:port", b)
+	}
+	if host == "" {
+		return fmt.Errorf("broker %q: no host", b)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("broker %q: port %q is not from 1 to 65535", b, port)
+	}
+	return nil
+}
+
+// quoted is what a YAML parser quotes from the document it failed on.
+var quoted = regexp.MustCompile("`[^`]*`|\"[^\"]*\"|'[^']*'")
+
+// checkWebConfig parses the exporter-toolkit web config as serving it
+// would. Its errors never quote the file: it holds password hashes, and
+// a wrong file may hold anything.
+func checkWebConfig(path string) error {
+	err := web.Validate(path)
+	if err == nil {
+		return nil
+	}
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return fmt.Errorf("%s is not a valid web config (tls_server_config, basic_auth_users; see README, The metrics endpoint): %s",
+		path, quoted.ReplaceAllString(strings.ReplaceAll(err.Error(), "\n", " "), "(…)"))
+}
+
+// Settings each command reads; run reads them all.
+var (
+	initSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table",
+		"event-id-column", "event-key-column", "payload-column", "route-by-column", "timestamp-column",
+		"additional-placement", "additional-error-on-missing", "failover-slot"}
+	statusSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "checkpoint-topic", "checkpoint-key",
+		"kafka-brokers", "kafka-tls", "kafka-tls-ca-file", "kafka-tls-cert-file", "kafka-tls-key-file", "kafka-tls-server-name",
+		"kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password-file"}
+)

@@ -1,0 +1,112 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/replication"
+)
+
+// outboxTables is what a session knows of the outbox tables at its start.
+type outboxTables struct {
+	// oids are the tables' OIDs in the catalog, by schema.table.
+	oids map[string]uint32
+	// mayChange are the tables whose OID may change in the stream without
+	// a gap: a publication covering their schema, or an operator's
+	// acceptance of this very recreation.
+	mayChange map[string]bool
+	// schemaPublished are the tables a publication covers whatever their
+	// OID.
+	schemaPublished map[string]bool
+}
+
+// checkTables reads the outbox tables from the catalog and checks each
+// mapping against its table, so that a broken mapping stops walstream at
+// startup instead of at the first row, which an idle outbox may not have
+// for a long time.
+func checkTables(ctx context.Context, conn *pgx.Conn, cfg *Config) (outboxTables, error) {
+	infos, err := replication.DescribeTables(ctx, conn, cfg.Names)
+	if err != nil {
+		return outboxTables{}, err
+	}
+	t := outboxTables{oids: make(map[string]uint32), mayChange: make(map[string]bool), schemaPublished: make(map[string]bool)}
+	for _, info := range infos {
+		name := info.Table.String()
+		t.oids[name] = info.OID
+		if info.SchemaPublished {
+			t.mayChange[name], t.schemaPublished[name] = true, true
+		}
+		if err := checkMapping(cfg.Outboxes, info, "at startup"); err != nil {
+			return outboxTables{}, err
+		}
+	}
+	return t, nil
+}
+
+// checkMapping checks an outbox table from the catalog against its
+// mapping; when names when it was read.
+func checkMapping(outboxes []*decode.Outbox, info replication.TableInfo, when string) error {
+	name := info.Table.String()
+	i := slices.IndexFunc(outboxes, func(o *decode.Outbox) bool { return o.Name() == name })
+	if i < 0 {
+		return nil
+	}
+	cols := make([]decode.Column, len(info.Columns))
+	for j, c := range info.Columns {
+		cols[j] = decode.Column{Name: c.Name, Type: c.Type}
+	}
+	if err := decode.CheckTable(outboxes[i], cols); err != nil {
+		return fmt.Errorf("checking table %s (OID %d) against its mapping %s: %w", name, info.OID, when, err)
+	}
+	return nil
+}
+
+// sinceCheckpoint compares the tables with those the checkpoint recorded:
+// a table with another OID was recreated since, and rows committed to it
+// before it was in the publication are missing, unless accept names the
+// new OID (the operator dealt with them) or the publication covers the
+// table's schema.
+func (t outboxTables) sinceCheckpoint(cp checkpoint.Checkpoint, accept map[string]uint32, log *slog.Logger) error {
+	for _, name := range slices.Sorted(maps.Keys(t.oids)) {
+		now := t.oids[name]
+		if want, ok := accept[name]; ok {
+			if want != now {
+				return fmt.Errorf("%w: accepting table %s as recreated with OID %d, but its OID is %d", replication.ErrSetup, name, want, now)
+			}
+			t.mayChange[name] = true
+		}
+		var recorded uint32
+		if cp.Notes != nil {
+			recorded = cp.Notes.Tables[name]
+		}
+		switch {
+		case recorded == 0 || recorded == now:
+		case t.schemaPublished[name]:
+			log.Info("outbox table recreated since the checkpoint; its schema is published, so no row is missing", "table", name, "old_oid", recorded, "oid", now)
+		case t.mayChange[name]:
+			log.Warn("outbox table recreated since the checkpoint: accepted", "table", name, "old_oid", recorded, "oid", now, "checkpoint", cp.String())
+		default:
+			return &decode.Error{Event: decode.Identity{Table: name}, Reason: "not the table streamed before",
+				Err: &decode.TableRecreatedError{Table: name, OldOID: recorded, NewOID: now, Since: cp.String()}}
+		}
+	}
+	return nil
+}
+
+// watched are the OIDs the slot monitor watches: every table whose
+// recreation would lose rows.
+func (t outboxTables) watched() map[string]uint32 {
+	out := make(map[string]uint32, len(t.oids))
+	for name, oid := range t.oids {
+		if !t.schemaPublished[name] {
+			out[name] = oid
+		}
+	}
+	return out
+}
