@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -500,7 +497,7 @@ func TestFailoverPhantoms(t *testing.T) {
 	waitKafka(t, broker, want, go_, 30*time.Second)
 	time.Sleep(time.Second)
 	exactly(t, kafkaIDs(t, broker), want)
-	if v := metricOf(t, go_, "walstream_phantom_events"); v != nPhantoms {
+	if v := metric(t, (&proc{go_}).httpAddr(t), "walstream_phantom_events"); v != nPhantoms {
 		t.Errorf("walstream_phantom_events = %v, want %d", v, nPhantoms)
 	}
 	if err := go_.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
@@ -622,45 +619,7 @@ func TestMissingSlotWithCheckpoint(t *testing.T) {
 	if strings.Contains(out, "create it with") {
 		t.Errorf("the error still advises creating the slot as if nothing were lost:\n%s", out)
 	}
-	var n int
-	if err := pg.Connect("postgres").QueryRow(context.Background(),
-		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'walstream'").Scan(&n); err != nil || n != 0 {
-		t.Fatalf("slots named walstream: %d (%v), want none: it must not be recreated silently", n, err)
-	}
-
-	go_ := testenv.StartWalstream(t, binary, runArgs(url, broker, "--allow-slot-ahead"))
-	testenv.WaitStreaming(t, go_, 60*time.Second)
-	more := insertRows(t, pg, 10, "b")
-	waitKafka(t, broker, union(first, more), go_, 30*time.Second)
-	time.Sleep(time.Second)
-	exactly(t, kafkaIDs(t, broker), union(first, more))
-}
-
-// metricOf scrapes one sample of a walstream started with
-// --http-addr 127.0.0.1:0, finding the address in its log.
-func metricOf(t *testing.T, p *testenv.Process, name string) float64 {
-	t.Helper()
-	if err := p.WaitLog(context.Background(), `msg="http listening"`, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	addr := between(p.Log(), `msg="http listening" slot=walstream addr=`, " ")
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("metric %s not found", name)
-	return 0
+	slotRecreatedOnRequest(t, pg, url, broker, first)
 }
 
 // TestRestoredServerBehindCheckpoint: the server is replaced by a copy of
@@ -771,16 +730,23 @@ func TestFailoverWithoutSlotCopy(t *testing.T) {
 	insertRows(t, standby, 5, "meanwhile") // before any slot exists on the new primary: not published
 	out := waitExit(t, p, 60*time.Second)
 	wantIn(t, "the log", out, `slot "walstream" does not exist`, "checkpoint", "not a failover slot", "--allow-slot-ahead", "Postgres failover")
-	var n int
-	if err := standby.Connect("postgres").QueryRow(context.Background(),
-		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'walstream'").Scan(&n); err != nil || n != 0 {
-		t.Fatalf("slots named walstream on the new primary: %d (%v), want none", n, err)
-	}
+	slotRecreatedOnRequest(t, standby, url, broker, before)
+}
 
-	goOn := testenv.StartWalstream(t, binary, runArgs(url, broker, "--allow-slot-ahead"))
-	testenv.WaitStreaming(t, goOn, 60*time.Second)
-	after := insertRows(t, standby, 10, "after")
-	waitKafka(t, broker, union(before, after), goOn, 30*time.Second)
+// slotRecreatedOnRequest checks that walstream left the slot missing on pg,
+// then that with --allow-slot-ahead it creates it and goes on: the rows
+// published before and those written after arrive exactly once.
+func slotRecreatedOnRequest(t *testing.T, pg *testenv.Postgres, url, broker string, published []string) {
+	t.Helper()
+	var n int
+	if err := pg.Connect("postgres").QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'walstream'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("slots named walstream: %d (%v), want none: it must not be recreated silently", n, err)
+	}
+	p := testenv.StartWalstream(t, binary, runArgs(url, broker, "--allow-slot-ahead"))
+	testenv.WaitStreaming(t, p, 60*time.Second)
+	after := insertRows(t, pg, 10, "after")
+	waitKafka(t, broker, union(published, after), p, 30*time.Second)
 	time.Sleep(time.Second)
-	exactly(t, kafkaIDs(t, broker), union(before, after))
+	exactly(t, kafkaIDs(t, broker), union(published, after))
 }
