@@ -438,8 +438,9 @@ func (f *faults) zombie(ctx context.Context) string {
 }
 
 // gapStop is what a stop must say to name a recreation gap: the stream's
-// or the startup's TableRecreatedError, or the slot monitor's.
-var gapStop = regexp.MustCompile(`table public\.outbox was dropped and recreated: OID \d+, now \d+|table "public"\."outbox" (was dropped and recreated while streaming|is no longer in publication)`)
+// or the startup's TableRecreatedError, or the slot monitor's SetupError
+// ("object: reason").
+var gapStop = regexp.MustCompile(`table public\.outbox was dropped and recreated: OID \d+, now \d+|table "public"\."outbox":? (was dropped and recreated while streaming|is no longer in publication)`)
 
 // recreate drops the outbox table under load and creates it again, the
 // way that loses rows: the writers commit rows to the new table before it
