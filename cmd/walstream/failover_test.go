@@ -292,6 +292,16 @@ func exactly(t *testing.T, got map[string]int, want map[string]bool) {
 	}
 }
 
+// waitReplayed waits until standby has replayed primary's current WAL.
+func waitReplayed(t *testing.T, standby, primary *testenv.Postgres) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := standby.WaitReplayed(ctx, serverLSN(t, primary)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitSynced waits until the standby holds a synced, persistent copy of
 // the slot, which is what survives a promotion.
 func waitSynced(t *testing.T, standby *testenv.Postgres, slot string, within time.Duration) {
@@ -444,11 +454,7 @@ func TestFailoverPhantoms(t *testing.T) {
 	before := insertRows(t, primary, 30, "before")
 	waitKafka(t, broker, union(before), p, 30*time.Second)
 	waitSynced(t, standby, "walstream", 30*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := standby.WaitReplayed(ctx, serverLSN(t, primary)); err != nil {
-		t.Fatal(err)
-	}
+	waitReplayed(t, standby, primary)
 	// The standby stops receiving: what follows is published but lost in
 	// the failover.
 	if err := standby.Stop(); err != nil {
@@ -716,11 +722,7 @@ func TestFailoverWithoutSlotCopy(t *testing.T) {
 	testenv.WaitStreaming(t, p, 60*time.Second)
 	before := insertRows(t, primary, 10, "before")
 	waitKafka(t, broker, union(before), p, 30*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := standby.WaitReplayed(ctx, serverLSN(t, primary)); err != nil {
-		t.Fatal(err)
-	}
+	waitReplayed(t, standby, primary)
 	if err := primary.StopImmediate(); err != nil {
 		t.Fatal(err)
 	}
