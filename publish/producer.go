@@ -166,7 +166,7 @@ type Producer struct {
 	dead    int                   // dead letters in the open transaction
 	batch   []*decode.Tx          // what the open transaction holds; refusals point into it
 	byTopic map[string]int        // events per topic in the open transaction
-	started time.Time             // when the open Kafka transaction got its first event
+	started time.Time             // when the first transaction of the open Kafka transaction was queued
 	pos     checkpoint.Checkpoint // position once the open batch commits
 	notes   checkpoint.Notes      // what every checkpoint records besides pos
 	skip    *checkpoint.Skip      // the skip in the open batch, until it commits
@@ -240,39 +240,86 @@ func (p *Producer) Start(pos positions) {
 // Run publishes transactions from q until ctx ends or publishing fails. A
 // Kafka transaction still open when it returns is aborted: its events are
 // replayed from the slot by the next run.
+//
+// With no batch open, Run waits on the queue and starts one with the first
+// transaction. While the batch lingers it does not take transactions as
+// they come, which would wake it once per Postgres transaction: it sleeps
+// until the batch is due, or until the queue holds a batch's worth, and
+// then takes everything queued at once. What comes while a Kafka
+// transaction commits joins the next one the same way.
 func (p *Producer) Run(ctx context.Context, q *Queue) error {
 	defer p.abort(ctx)
+	q.wakeAt(p.cfg.MaxBatchEvents)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	// armed is what the timer is set for: most transactions join an open
-	// batch whose due time does not change, and resetting the timer for
-	// each of them would cost a runtime timer update per row.
+	// armed is what the timer is set for, so that it is reset once per
+	// batch, not per wake-up.
 	var armed time.Time
 	for {
+		err := p.takeQueued(ctx, q)
 		var due <-chan time.Time
-		if at, ok := p.flushAt(); ok {
+		at, ok := p.flushAt()
+		switch {
+		case err != nil:
+		case ok && !time.Now().Before(at):
+			err = p.flush(ctx)
+		case ok:
 			if !at.Equal(armed) {
 				timer.Reset(time.Until(at))
 				armed = at
 			}
 			due = timer.C
 		}
-		var err error
+		if err != nil {
+			p.failed = true
+			return err
+		}
+		if due == nil && ok {
+			continue
+		}
+		if p.records > 0 {
+			q.setLingering(at)
+		} else {
+			q.setLingering(time.Time{})
+		}
+		var next <-chan queued
+		if p.records == 0 {
+			next = q.ch
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case tx := <-q.ch:
-			err = p.add(ctx, tx)
-			q.done(tx)
+		case it := <-next:
+			err = p.take(ctx, q, it)
+		case <-q.full:
+			// takeQueued takes them at the top of the loop.
 		case <-due:
 			armed = time.Time{}
-			err = p.flush(ctx)
 		}
 		if err != nil {
 			p.failed = true
 			return err
 		}
 	}
+}
+
+// takeQueued adds the transactions queued now, and no more: a queue the
+// replication loop keeps filling must not keep a due batch from its
+// commit.
+func (p *Producer) takeQueued(ctx context.Context, q *Queue) error {
+	for range len(q.ch) {
+		if err := p.take(ctx, q, <-q.ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// take adds one queued transaction to the open batch.
+func (p *Producer) take(ctx context.Context, q *Queue, it queued) error {
+	err := p.add(ctx, it.tx, it.at)
+	q.done(it.tx)
+	return err
 }
 
 // flushAt is when the open batch is due: Linger after its first event, or,
@@ -287,7 +334,9 @@ func (p *Producer) flushAt() (time.Time, bool) {
 	return time.Time{}, false
 }
 
-func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
+// add adds tx, queued at queuedAt, to the open batch, and commits the batch
+// when tx fills it.
+func (p *Producer) add(ctx context.Context, tx *decode.Tx, queuedAt time.Time) error {
 	if tx.Stop != nil {
 		return p.stuck(ctx, tx.Stop)
 	}
@@ -301,7 +350,9 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 			return err
 		}
 		if p.records == 0 {
-			p.started = time.Now()
+			// The linger counts from when the first transaction was
+			// queued: one that waited for a commit to end has waited.
+			p.started = queuedAt
 		}
 		for i := range tx.Events {
 			rec, err := p.record(ctx, &tx.Events[i])

@@ -3,12 +3,15 @@ package publish
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
@@ -289,5 +292,59 @@ func TestQuietLoggerDemotesRetries(t *testing.T) {
 		if got := inner.levels[msg]; got != want {
 			t.Errorf("%q logged at %v, want %v", msg, got, want)
 		}
+	}
+}
+
+// Transactions queued while a batch lingers join it: the producer takes
+// them when the batch is due, in one Kafka transaction, rather than being
+// woken by each.
+func TestLingeringBatchTakesWhatWasQueued(t *testing.T) {
+	broker := testenv.StartBroker(t).Addr
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := newProducerWith(t, broker, "tx-linger", func(c *Config) { c.Linger = 300 * time.Millisecond })
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var commits []checkpoint.Checkpoint
+	var mu sync.Mutex
+	last := make(chan struct{})
+	pos := &fakePositions{at: time.Now(), committed: func(cp checkpoint.Checkpoint) {
+		mu.Lock()
+		defer mu.Unlock()
+		commits = append(commits, cp)
+		if cp.LSN == 0x5000 {
+			close(last)
+		}
+	}}
+	p.Start(pos)
+	q := NewQueue(1 << 20)
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, q) }()
+	start := time.Now()
+	for i := range 4 {
+		lsn := pglogrepl.LSN(0x2000 + i*0x1000)
+		tx := &decode.Tx{CommitLSN: lsn - 0x10, EndLSN: lsn, Final: true, Events: []decode.Event{event(1, fmt.Sprint("e", i))}, Bytes: 10}
+		if err := q.Put(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-last:
+	case err := <-errc:
+		t.Fatalf("Run ended: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the last transaction was not committed")
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Fatalf("committed after %s, before the 300ms linger", waited)
+	}
+	cancel()
+	<-errc
+	mu.Lock()
+	defer mu.Unlock()
+	if len(commits) != 1 || commits[0].Events != 4 {
+		t.Fatalf("commits = %v, want one Kafka transaction of all 4 events", commits)
 	}
 }

@@ -2,6 +2,8 @@ package publish
 
 import (
 	"context"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/walstream/walstream/decode"
@@ -11,15 +13,41 @@ import (
 // Queue hands transactions from the replication loop to the producer. It is
 // bounded by bytes, so a slow broker stops WAL from being read instead of
 // filling memory; the slot retains the WAL meanwhile.
+//
+// A producer whose Kafka transaction lingers does not take transactions one
+// by one as they come: each take would wake it, a goroutine switch per row
+// at low rates. It sleeps until the linger is over and then takes what has
+// come. Only a queue that holds a batch's worth wakes it early, through
+// full, so that batches still fill up to their limits and the replication
+// loop never waits on a sleeping producer.
 type Queue struct {
-	ch       chan *decode.Tx
+	ch       chan queued
 	sem      *semaphore.Weighted
 	maxBytes int64
+
+	// held and events are what the queue holds: the weight and the events
+	// of the transactions put and not yet done.
+	held, events atomic.Int64
+	// batchEvents is the producer's batch limit in events; zero until the
+	// producer says, which wakes it for every transaction.
+	batchEvents atomic.Int64
+	full        chan struct{}
+	// lingering is when the producer's open batch is due, in Unix
+	// nanoseconds; zero while it has none.
+	lingering atomic.Int64
+}
+
+// queued is a transaction on the queue and when it was put there, which is
+// when its linger starts.
+type queued struct {
+	tx *decode.Tx
+	at time.Time
 }
 
 // NewQueue returns a queue holding at most maxBytes of event bytes.
 func NewQueue(maxBytes int64) *Queue {
-	return &Queue{ch: make(chan *decode.Tx, 1<<14), sem: semaphore.NewWeighted(maxBytes), maxBytes: maxBytes}
+	return &Queue{ch: make(chan queued, 1<<14), sem: semaphore.NewWeighted(maxBytes), maxBytes: maxBytes,
+		full: make(chan struct{}, 1)}
 }
 
 // Put enqueues tx, waiting for room. It either enqueues tx or returns
@@ -37,10 +65,13 @@ func (q *Queue) Put(ctx context.Context, tx *decode.Tx) error {
 		return err
 	}
 	q.sem.Release(step - w)
+	q.count(tx, w)
 	select {
-	case q.ch <- tx:
+	case q.ch <- queued{tx, time.Now()}:
+		q.wake(tx)
 		return nil
 	case <-ctx.Done():
+		q.uncount(tx, w)
 		q.sem.Release(w)
 		return ctx.Err()
 	}
@@ -54,17 +85,73 @@ func (q *Queue) TryPut(tx *decode.Tx) bool {
 	if !q.sem.TryAcquire(w) {
 		return false
 	}
+	q.count(tx, w)
 	select {
-	case q.ch <- tx:
+	case q.ch <- queued{tx, time.Now()}:
+		q.wake(tx)
 		return true
 	default:
+		q.uncount(tx, w)
 		q.sem.Release(w)
 		return false
 	}
 }
 
+// Lingering is until when the producer's open batch waits for more
+// transactions: one queued before then is committed no later for having
+// been queued later. Zero when no batch lingers.
+func (q *Queue) Lingering() time.Time {
+	if n := q.lingering.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+func (q *Queue) setLingering(until time.Time) {
+	var n int64
+	if !until.IsZero() {
+		n = until.UnixNano()
+	}
+	q.lingering.Store(n)
+}
+
+// wakeAt sets the number of queued events that wakes a lingering producer.
+func (q *Queue) wakeAt(events int) { q.batchEvents.Store(int64(events)) }
+
+func (q *Queue) count(tx *decode.Tx, w int64) {
+	q.held.Add(w)
+	q.events.Add(int64(len(tx.Events)))
+}
+
+func (q *Queue) uncount(tx *decode.Tx, w int64) {
+	q.held.Add(-w)
+	q.events.Add(-int64(len(tx.Events)))
+}
+
+// wake tells a lingering producer to take what is queued, once the queue
+// holds a batch's worth of events or half its size. Half, because Put
+// waits for a quarter of the queue to be free: the producer is woken well
+// before the replication loop would wait on it.
+func (q *Queue) wake(tx *decode.Tx) {
+	if len(tx.Events) == 0 {
+		return
+	}
+	be := q.batchEvents.Load()
+	if q.held.Load() < q.maxBytes/2 && (be > 0 && q.events.Load() < be) {
+		return
+	}
+	select {
+	case q.full <- struct{}{}:
+	default:
+	}
+}
+
 // done releases tx's room once its records are handed to the client.
-func (q *Queue) done(tx *decode.Tx) { q.sem.Release(q.weight(tx)) }
+func (q *Queue) done(tx *decode.Tx) {
+	w := q.weight(tx)
+	q.uncount(tx, w)
+	q.sem.Release(w)
+}
 
 // weight is what tx holds in memory: its event bytes and, per event, the
 // Event itself, which for outbox rows of a few hundred bytes is as much

@@ -75,3 +75,51 @@ func TestQueuePutWaitsForAQuarter(t *testing.T) {
 		t.Fatal("Put kept the room beyond its transaction")
 	}
 }
+
+// A lingering producer is woken once the queue holds a batch's worth of
+// events or half its size, not for every transaction put.
+func TestQueueWakesForABatch(t *testing.T) {
+	woken := func(q *Queue) bool {
+		select {
+		case <-q.full:
+			return true
+		default:
+			return false
+		}
+	}
+	one := &decode.Tx{Events: make([]decode.Event, 1), Bytes: 100}
+	q := NewQueue(1 << 20)
+	if !q.TryPut(one) || !woken(q) {
+		t.Fatal("before the producer names its batch limit, a put must wake it")
+	}
+	<-q.ch
+	q.done(one)
+	q.wakeAt(3)
+	for i := range 2 {
+		if !q.TryPut(one) {
+			t.Fatal("TryPut refused with room left")
+		}
+		if woken(q) {
+			t.Fatalf("woken with %d events queued, under the batch limit of 3", i+1)
+		}
+	}
+	<-q.ch
+	q.done(one) // one event left queued
+	if !q.TryPut(one) || woken(q) {
+		t.Fatal("woken with 2 events queued after one was taken")
+	}
+	if !q.TryPut(one) || !woken(q) {
+		t.Fatal("not woken with a batch's 3 events queued")
+	}
+	if !q.TryPut(decode.Marker(0x10)) || woken(q) {
+		t.Fatal("a position marker woke the producer")
+	}
+
+	// Half the queue's size wakes it whatever the event count.
+	big := &decode.Tx{Events: make([]decode.Event, 1), Bytes: 1 << 19}
+	q = NewQueue(1 << 20)
+	q.wakeAt(1000)
+	if !q.TryPut(big) || !woken(q) {
+		t.Fatal("not woken with half the queue held")
+	}
+}
