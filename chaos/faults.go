@@ -76,7 +76,7 @@ func deck(long bool, skip map[string]bool) []fault {
 type rig struct {
 	pg     *testenv.Postgres
 	pgURL  string // direct
-	broker *broker
+	broker *testenv.Devbroker
 	px     *proxies
 	sup    *supervisor
 	logf   func(format string, args ...any)
@@ -204,7 +204,7 @@ func (f *faults) inject(ctx context.Context, ft fault) string {
 		return "-m " + mode
 	case faultBrokerKill, faultBrokerTerm:
 		sig := map[string]syscall.Signal{faultBrokerKill: syscall.SIGKILL, faultBrokerTerm: syscall.SIGTERM}[ft.kind]
-		if err := r.broker.restart(sig); err != nil {
+		if err := r.broker.Restart(sig); err != nil {
 			f.failf("restarting the broker: %v", err)
 		}
 		return sig.String()
