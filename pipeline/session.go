@@ -93,15 +93,6 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
-	// Column defaults and NOT NULL, which pgoutput does not send, from the
-	// catalog as Debezium reads them; the decoder applies them.
-	catalogs := make(map[string]map[string]decode.Catalog, len(cfg.Outboxes))
-	for _, o := range cfg.Outboxes {
-		if catalogs[o.Name()], err = readCatalog(ctx, conn, o); err != nil {
-			rconn.Close(context.WithoutCancel(ctx))
-			return false, err
-		}
-	}
 	// The decoder tags events with these mappings and the producer routes by
 	// them, so both get the same ones.
 	prod, err := publish.New(publish.Config{
@@ -151,10 +142,12 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 				return nil, err
 			}
 			defer c.Close(context.WithoutCancel(ctx))
-			return readCatalog(ctx, c, o)
+			return readCatalog(ctx, c, names, o)
 		},
 	}
-	for name, c := range catalogs {
+	// Column defaults and NOT NULL, which pgoutput does not send, from the
+	// catalog as Debezium reads them; the decoder applies them.
+	for name, c := range tables.catalogs {
 		in.dec.SetCatalog(name, c)
 	}
 	s.started = true
@@ -188,23 +181,24 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	return true, err
 }
 
+// readCatalog reads an outbox table's NOT NULL and column defaults anew.
+func readCatalog(ctx context.Context, conn *pgx.Conn, names replication.Names, o *decode.Outbox) (map[string]decode.Catalog, error) {
+	t := replication.Table{Schema: o.Schema, Name: o.Table}
+	names.Tables = []replication.Table{t}
+	infos, err := replication.DescribeTables(ctx, conn, names)
+	if err != nil {
+		return nil, err
+	}
+	if !infos[0].Exists() {
+		return nil, names.TableMissing(t)
+	}
+	return catalogOf(infos[0]), nil
+}
+
 // whoFenced tells a real takeover from a bumped epoch. An instance fences
 // only after it holds the slot, so if no other walsender holds it, the
 // epoch was bumped by the broker (a restart, or a transaction timeout) and
 // a new session may go on; otherwise this instance must stop.
-// readCatalog reads an outbox table's NOT NULL and column defaults.
-func readCatalog(ctx context.Context, conn *pgx.Conn, o *decode.Outbox) (map[string]decode.Catalog, error) {
-	cols, err := replication.Columns(ctx, conn, replication.Table{Schema: o.Schema, Name: o.Table})
-	if err != nil {
-		return nil, err
-	}
-	c := make(map[string]decode.Catalog, len(cols))
-	for name, col := range cols {
-		c[name] = decode.Catalog{NotNull: col.NotNull, Default: col.Default}
-	}
-	return c, nil
-}
-
 func (s *session) whoFenced(ctx context.Context, conn *pgx.Conn, ownPID uint32, err error) error {
 	slot, ok, lerr := replication.LookupSlot(context.WithoutCancel(ctx), conn, s.cfg.Names.Slot)
 	if lerr == nil && ok && slot.ActivePID != nil && uint32(*slot.ActivePID) != ownPID {

@@ -24,6 +24,9 @@ type outboxTables struct {
 	// schemaPublished are the tables a publication covers whatever their
 	// OID.
 	schemaPublished map[string]bool
+	// catalogs are the tables' NOT NULL and defaults, by schema.table, as
+	// the decoder takes them.
+	catalogs map[string]map[string]decode.Catalog
 }
 
 // checkTables reads the outbox tables from the catalog and checks each
@@ -35,10 +38,14 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *Config) (outboxTables
 	if err != nil {
 		return outboxTables{}, err
 	}
-	t := outboxTables{oids: make(map[string]uint32), mayChange: make(map[string]bool), schemaPublished: make(map[string]bool)}
+	t := outboxTables{oids: make(map[string]uint32), mayChange: make(map[string]bool),
+		schemaPublished: make(map[string]bool), catalogs: make(map[string]map[string]decode.Catalog)}
 	for _, info := range infos {
 		name := info.Table.String()
-		t.oids[name] = info.OID
+		if !info.Exists() {
+			return outboxTables{}, cfg.Names.TableMissing(info.Table)
+		}
+		t.oids[name], t.catalogs[name] = info.OID, catalogOf(info)
 		if info.SchemaPublished {
 			t.mayChange[name], t.schemaPublished[name] = true, true
 		}
@@ -47,6 +54,15 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *Config) (outboxTables
 		}
 	}
 	return t, nil
+}
+
+// catalogOf is what the decoder takes of a table's columns.
+func catalogOf(info replication.TableInfo) map[string]decode.Catalog {
+	c := make(map[string]decode.Catalog, len(info.Columns))
+	for _, col := range info.Columns {
+		c[col.Name] = decode.Catalog{NotNull: col.NotNull, Default: col.Default}
+	}
+	return c
 }
 
 // checkMapping checks an outbox table from the catalog against its
