@@ -63,6 +63,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	// Which server this is, asked before START_REPLICATION: after it the
 	// connection only streams.
 	srv, history, err := identify(ctx, rconn)
+	if err == nil {
+		err = s.unsettled(ctx, tables, srv)
+	}
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
@@ -111,9 +114,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	defer prod.Close()
 
 	cp, inKafka, err := resume(ctx, prod, slot, srv, history, cfg, s.log, s.metrics.phantoms)
-	// OIDs name tables of one cluster only: those a checkpoint of another
-	// system recorded say nothing here.
-	if err == nil && (!cp.Identity.Known() || cp.Identity.SystemID == srv.SystemID) {
+	if err == nil && ownSystem(cp, srv) {
 		err = tables.sinceCheckpoint(cp, cfg.AcceptRecreated, s.log)
 	}
 	if err != nil {
@@ -193,6 +194,32 @@ func readCatalog(ctx context.Context, conn *pgx.Conn, names replication.Names, o
 		return nil, names.TableMissing(t)
 	}
 	return catalogOf(infos[0]), nil
+}
+
+// unsettled stops before setup at an outbox table that does not exist or
+// is not in the publication, naming the gap when the last checkpoint
+// recorded the table: it was dropped (and perhaps created again) since,
+// and rows committed to its successor before it is in the publication are
+// never sent. Setup alone would only say what is missing.
+func (s *session) unsettled(ctx context.Context, tables outboxTables, srv replication.Server) error {
+	if tables.settled() {
+		return nil
+	}
+	cp, _, found, err := publish.ReadCheckpoint(ctx, s.cfg.Kafka, s.cfg.CheckpointTopic, s.cfg.CheckpointKey)
+	if err != nil {
+		return onKafka(fmt.Errorf("reading the checkpoint to tell an outbox table dropped since from a new one: %w", err))
+	}
+	if !found || !ownSystem(cp, srv) {
+		cp = checkpoint.Checkpoint{}
+	}
+	return tables.sinceCheckpoint(cp, s.cfg.AcceptRecreated, s.log)
+}
+
+// ownSystem reports whether cp was written streaming srv's cluster: OIDs
+// name tables of one cluster only, so those a checkpoint of another system
+// recorded say nothing here.
+func ownSystem(cp checkpoint.Checkpoint, srv replication.Server) bool {
+	return !cp.Identity.Known() || cp.Identity.SystemID == srv.SystemID
 }
 
 // whoFenced tells a real takeover from a bumped epoch. An instance fences

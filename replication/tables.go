@@ -107,6 +107,18 @@ func (n Names) TableMissing(t Table) error {
 	return &SetupError{Object: "table " + t.SQL(), Reason: "does not exist", Fix: "create it, and add it to the publication in the same transaction"}
 }
 
+// TableDropped is the stop for an outbox table that does not exist,
+// although walstream streamed it as OID oid up to checkpoint since: it was
+// dropped after that. Rows committed to the old table before the drop are
+// still in the slot; rows committed to a table created again under its
+// name before it is in the publication never will be.
+func (n Names) TableDropped(t Table, oid uint32, since string) error {
+	return &SetupError{Object: "table " + t.SQL(),
+		Reason: fmt.Sprintf("was dropped after checkpoint %s (OID %d) and does not exist now: rows committed to a table created again under its name before it is added to publication %q are never sent by Postgres",
+			since, oid, n.Publication),
+		Fix: "see README, Recovery: a recreated outbox table; " + n.RecreateAdvice(t) + "; walstream then stops at the new table's OID until it is accepted"}
+}
+
 // RecreateAdvice is how to create an outbox table again without losing
 // rows: Postgres sends a table's rows only once it is in the publication,
 // so rows committed between a separate CREATE TABLE and ALTER PUBLICATION
