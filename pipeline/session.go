@@ -135,7 +135,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 			MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: tracker.Replayed,
 		}),
 		out: q, received: tracker, log: s.log, skipped: s.metrics.skipped, hook: cfg.Hook,
-		catalog: func(o *decode.Outbox) (map[string]decode.Catalog, error) {
+		catalog: func(o *decode.Outbox, oid uint32) (map[string]decode.Catalog, error) {
 			// The stream's goroutine asks; the session's connection is the
 			// slot monitor's, so this reads on a connection of its own.
 			c, err := replication.Connect(ctx, cfg.Postgres)
@@ -143,7 +143,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 				return nil, err
 			}
 			defer c.Close(context.WithoutCancel(ctx))
-			return readCatalog(ctx, c, names, o)
+			return readCatalog(ctx, c, names, o, oid)
 		},
 	}
 	// Column defaults and NOT NULL, which pgoutput does not send, from the
@@ -182,16 +182,21 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	return true, err
 }
 
-// readCatalog reads an outbox table's NOT NULL and column defaults anew.
-func readCatalog(ctx context.Context, conn *pgx.Conn, names replication.Names, o *decode.Outbox) (map[string]decode.Catalog, error) {
+// errRelationGone: the catalog has no table by that name with the OID of
+// the relation being decoded.
+var errRelationGone = errors.New("the relation is no longer in the catalog")
+
+// readCatalog reads an outbox table's NOT NULL and column defaults anew,
+// for the relation oid.
+func readCatalog(ctx context.Context, conn *pgx.Conn, names replication.Names, o *decode.Outbox, oid uint32) (map[string]decode.Catalog, error) {
 	t := replication.Table{Schema: o.Schema, Name: o.Table}
 	names.Tables = []replication.Table{t}
 	infos, err := replication.DescribeTables(ctx, conn, names)
 	if err != nil {
 		return nil, err
 	}
-	if !infos[0].Exists() {
-		return nil, names.TableMissing(t)
+	if infos[0].OID != oid {
+		return nil, fmt.Errorf("%w: table %s has OID %d, the relation %d", errRelationGone, t.SQL(), infos[0].OID, oid)
 	}
 	return catalogOf(infos[0]), nil
 }
