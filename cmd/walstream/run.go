@@ -108,7 +108,7 @@ func (c *Config) pipeline() (pipeline.Config, error) {
 		MaxBatchEvents: c.MaxBatchEvents, MaxBatchBytes: c.MaxBatchBytes, QueueBytes: c.QueueBytes,
 		Linger: c.Linger, IdleInterval: c.IdleInterval, CommitTimeout: c.CommitTimeout,
 		StatusInterval: c.StatusInterval, ConfirmInterval: c.ConfirmInterval, ProgressInterval: c.ProgressInterval, SlotPollInterval: c.SlotPollInterval, ReadyConfirmAge: c.ReadyConfirmAge,
-		Hook: crashHook(),
+		Hook: pipeline.CrashHook(os.Getenv("WALSTREAM_CRASH_AT")),
 	}, nil
 }
 
