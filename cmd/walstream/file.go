@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"regexp"
@@ -184,4 +185,72 @@ func duplicateKeys(n *yaml.Node, out []duplicate) []duplicate {
 		out = duplicateKeys(c, out)
 	}
 	return out
+}
+
+// applyFile sets every flag the command line and the environment left
+// unset from the config file: flags win over the environment, the
+// environment over the file.
+func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
+	f, err := loadConfigFile(c.ConfigFile)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	apply := func(s fileSetting, flagName string) {
+		if set[flagName] {
+			return
+		}
+		if fs.Lookup(flagName) == nil {
+			errs = append(errs, fmt.Errorf("config file %s, line %d: unknown setting %q (settings are flag names, like kafka-brokers)", c.ConfigFile, s.line, s.key))
+			return
+		}
+		if err := fs.Set(flagName, s.value); err != nil {
+			errs = append(errs, fmt.Errorf("config file %s, line %d: %s=%q: %s", c.ConfigFile, s.line, s.key, s.value, expected(fs.Lookup(flagName), err)))
+		}
+		set[flagName] = true
+	}
+	for _, s := range f.settings {
+		if s.key == "config" {
+			errs = append(errs, fmt.Errorf("config file %s, line %d: a config file cannot name another", c.ConfigFile, s.line))
+			continue
+		}
+		if f, ok := connectKeys[s.key]; ok {
+			apply(s, f)
+			continue
+		}
+		apply(s, s.key)
+	}
+	for _, s := range f.outbox {
+		// type, or transforms.<name>.type in a copied connector config.
+		if s.key == "type" || strings.HasPrefix(s.key, "transforms.") && strings.HasSuffix(s.key, ".type") && strings.Count(s.key, ".") == 2 {
+			if s.value != decode.RouterType {
+				errs = append(errs, fmt.Errorf("config file %s, line %d: %s is %q; walstream is %s", c.ConfigFile, s.line, s.key, s.value, decode.RouterType))
+			}
+			continue
+		}
+		key, err := decode.CanonicalRouterKey(s.key)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("config file %s, line %d: %w (see README, Debezium compatibility)", c.ConfigFile, s.line, err))
+			continue
+		}
+		apply(s, routerFlagNames[key])
+	}
+	if len(f.tables) > 0 {
+		if set["table"] {
+			errs = append(errs, fmt.Errorf("config file %s: its tables section and --table ($%s, or table:) both name the outbox tables; keep one", c.ConfigFile, envName("table")))
+		}
+		c.Table, c.TableSettings = strings.Join(f.tables, ","), f.perTable
+	}
+	return errors.Join(errs...)
+}
+
+// connectKeys are Kafka Connect and Debezium connector settings a config
+// file may hold at its top level as a connector config has them, with the
+// flag each sets.
+var connectKeys = map[string]string{
+	"key.converter":                  "key-converter",
+	"value.converter":                "value-converter",
+	"key.converter.schemas.enable":   "key-converter-schemas-enable",
+	"value.converter.schemas.enable": "value-converter-schemas-enable",
+	"topic.prefix":                   "topic-prefix",
 }

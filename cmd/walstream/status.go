@@ -35,15 +35,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	pcfg, err := cfg.pipeline()
+	in, err := pipeline.Inspect(ctx, cfg.Config)
 	if err != nil {
 		return err
 	}
-	in, err := pipeline.Inspect(ctx, pcfg)
-	if err != nil {
-		return err
-	}
-	r := in.Report(pcfg, time.Now())
+	r := in.Report(cfg.Config, time.Now())
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
