@@ -109,3 +109,19 @@ func TestJavaOnlyRegex(t *testing.T) {
 		}
 	}
 }
+
+// The columns a mapping reads are required of its table, optional
+// additional ones not.
+func TestRequiredColumns(t *testing.T) {
+	o, err := NewOutbox("public", "outbox", map[string]string{"table.field.event.timestamp": "created_at", "table.fields.additional.placement": "type:header"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(o.RequiredColumns(), ","); got != "id,aggregatetype,aggregateid,payload,created_at,type" {
+		t.Errorf("required %s", got)
+	}
+	o.AdditionalOptional = true
+	if got := strings.Join(o.RequiredColumns(), ","); got != "id,aggregatetype,aggregateid,payload,created_at" {
+		t.Errorf("required with optional additional columns %s", got)
+	}
+}
