@@ -80,11 +80,11 @@ func (c *Config) Validate() error {
 	if c.Linger < 0 {
 		bad("Linger", fmt.Errorf("must not be negative, got %s", c.Linger))
 	}
-	if c.ProgressInterval < 0 {
-		bad("ProgressInterval", fmt.Errorf("must not be negative, got %s", c.ProgressInterval))
-	}
 	if c.ConfirmInterval < 0 || c.ConfirmInterval > c.StatusInterval {
 		bad("ConfirmInterval", fmt.Errorf("must be between 0 and the status interval (%s), got %s", c.StatusInterval, c.ConfirmInterval))
+	}
+	if c.ProgressInterval < 0 {
+		bad("ProgressInterval", fmt.Errorf("must not be negative, got %s", c.ProgressInterval))
 	}
 	for _, d := range []struct {
 		field string

@@ -235,37 +235,41 @@ func (c *Config) build() error {
 	if _, err := c.logger(io.Discard); err != nil {
 		bad("log-level", fmt.Errorf("%q is not one of debug, info, warn, error", c.LogLevel))
 	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		bad("log-format", fmt.Errorf("%q is not text or json", c.LogFormat))
-	}
 	if c.PprofAddr != "" {
 		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || !replication.Loopback(host) {
 			bad("pprof-addr", fmt.Errorf("%q: pprof shows memory and must listen on loopback, like 127.0.0.1:6060", c.PprofAddr))
 		}
 	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log-format", fmt.Errorf("%q is not text or json", c.LogFormat))
+	}
 	c.Hook = pipeline.CrashHook(os.Getenv("WALSTREAM_CRASH_AT"))
 	for _, err := range unjoin(c.Validate()) {
 		var se *pipeline.SettingError
 		if errors.As(err, &se) && !(se.Field == "Names" && tablesErr) {
-			errs = append(errs, c.named(se))
+			errs = append(errs, c.named(se)...)
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // named words an error of pipeline.Config.Validate with the flag of the
-// field it names.
-func (c *Config) named(se *pipeline.SettingError) error {
-	name, hint := "slot/publication/table", ""
+// field it names, one line for each error it joins.
+func (c *Config) named(se *pipeline.SettingError) []error {
+	if se.Field == "Kafka.SASLMechanism" {
+		return []error{fmt.Errorf("--kafka-sasl-mechanism: %w (the password comes from --kafka-sasl-password-file or $%s)", se.Err, envKafkaSASLPassword)}
+	}
+	name := "slot/publication/table"
 	for _, s := range c.settings() {
 		if strings.Contains(" "+s.field+" ", " "+se.Field+" ") {
 			name = s.name
 		}
 	}
-	if se.Field == "Kafka.SASLMechanism" {
-		hint = " (the password comes from --kafka-sasl-password-file or $" + envKafkaSASLPassword + ")"
+	var out []error
+	for _, err := range unjoin(se.Err) {
+		out = append(out, fmt.Errorf("--%s ($%s): %w", name, envName(name), err))
 	}
-	return fmt.Errorf("--%s ($%s): %w%s", name, envName(name), se.Err, hint)
+	return out
 }
 
 // format is one converter: --converter's unless its own is set, as a
