@@ -161,6 +161,8 @@ type parsed struct {
 	parse func(string) error
 }
 
+var _ flag.Value = (*parsed)(nil)
+
 func (p *parsed) String() string {
 	if p == nil {
 		return ""

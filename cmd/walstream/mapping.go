@@ -38,6 +38,8 @@ type routerFlag struct {
 	isBoolFlag bool
 }
 
+var _ flag.Value = (*routerFlag)(nil)
+
 func (f *routerFlag) String() string {
 	if v, ok := f.m[f.key]; ok {
 		return v

@@ -39,8 +39,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 		}
 		log.Error("stopping on a permanent error", attrs...)
 	}()
-	pcfg := cfg.Config
-	pg, kafka := pcfg.Postgres, pcfg.Kafka
+	pg, kafka := cfg.Postgres, cfg.Kafka
 	// Whether Postgres speaks TLS is known once connected: the streaming
 	// line says so (pg_tls); sslmode is what was asked for.
 	log.Info("starting", "version", version, "host", pg.Host, "port", pg.Port, "database", pg.Database,
@@ -49,7 +48,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p := pipeline.New(pcfg, log, reg)
+	p := pipeline.New(cfg.Config, log, reg)
 	stopHTTP, err := serveHTTP(cfg.HTTPAddr, reg, p, cfg, log)
 	if err != nil {
 		return err
