@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -71,22 +72,23 @@ func TestAbortedByCrashStaysAborted(t *testing.T) {
 
 const testTopic = "crash"
 
-// testBroker is devbroker run as a child process with a data directory.
+// testBroker is devbroker with a data directory, and a context for the test.
 type testBroker struct {
-	t         *testing.T
-	ctx       context.Context
-	bin, addr string
-	dir       string
-	p         *testenv.Process
+	*testenv.Devbroker
+	t   *testing.T
+	ctx context.Context
 }
 
 func startBroker(t *testing.T) *testBroker {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	b := &testBroker{t: t, ctx: ctx, bin: testenv.Binary(t, testenv.Build{Pkg: "cmd/devbroker"}),
-		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t))), dir: t.TempDir()}
-	b.start()
-	admin, err := kgo.NewClient(kgo.SeedBrokers(b.addr))
+	b := &testBroker{t: t, ctx: ctx, Devbroker: &testenv.Devbroker{Bin: testenv.Binary(t, testenv.Build{Pkg: "cmd/devbroker"}),
+		Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t))), DataDir: t.TempDir(), Partitions: 1, Output: io.Discard}}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Stop(syscall.SIGKILL) })
+	admin, err := kgo.NewClient(kgo.SeedBrokers(b.Addr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,30 +101,14 @@ func startBroker(t *testing.T) *testBroker {
 	return b
 }
 
-func (b *testBroker) start() {
-	b.p = testenv.StartProcessT(b.t, testenv.ProcessConfig{Path: b.bin, Args: []string{"-addr", b.addr, "-data-dir", b.dir, "-partitions", "1"}})
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		c, err := net.DialTimeout("tcp", b.addr, time.Second)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if b.p.Exited() || time.Now().After(deadline) {
-			b.t.Fatalf("devbroker not listening on %s: %s", b.addr, b.p.LastLines(10))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func (b *testBroker) restart(sig syscall.Signal) {
-	if err := b.p.Stop(sig, 30*time.Second); err != nil && sig != syscall.SIGKILL {
-		b.t.Fatalf("stopping devbroker with %v: %v", sig, err)
+	if err := b.Restart(sig); err != nil {
+		b.t.Fatalf("restarting devbroker after %v: %v", sig, err)
 	}
-	b.start()
 }
 
 func (b *testBroker) producer() *kgo.Client {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addr), kgo.TransactionalID("crash-test"),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.TransactionalID("crash-test"),
 		kgo.DefaultProduceTopic(testTopic), kgo.RequestRetries(100), kgo.RetryTimeout(60*time.Second))
 	if err != nil {
 		b.t.Fatal(err)
@@ -150,7 +136,7 @@ func txn(ctx context.Context, cl *kgo.Client, value string, beforeCommit func())
 // topic once nothing new arrived for 2s.
 func (b *testBroker) readCommitted() []string {
 	b.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addr), kgo.ConsumeTopics(testTopic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.ConsumeTopics(testTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {
