@@ -219,6 +219,23 @@ END $$`, quoteLiteral(role), r)},
 			fmt.Sprintf("GRANT SELECT ON %s TO %s", tableList(n.Tables), r)})
 }
 
+// OutboxTableStep creates an outbox table in Debezium's layout, with the
+// columns its mapping reads: the event id, the route-by value, the key and
+// the payload. Applications insert a row into it in the transaction that
+// changes their data.
+func OutboxTableStep(t Table, id, routeBy, key, payload string) Step {
+	col := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+	return Step{Name: "table " + t.SQL(), Why: "The outbox table " + t.String() + ", in Debezium's layout: applications insert a row here in the transaction that changes their data.",
+		SQL: fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+    %-13s uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
+    %-13s text        NOT NULL,
+    %-13s text        NOT NULL,
+    type          text        NOT NULL,
+    %-13s jsonb       NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now()
+)`, t.SQL(), col(id), col(routeBy), col(key), col(payload))}
+}
+
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // slotStep creates the slot, as a failover slot on servers that have them
