@@ -128,11 +128,11 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	br := &broker{bin: brokerBin, dataDir: filepath.Join(dir, "kafka"), addr: brokerAddr, advertise: px.kafk.Listen, logw: brokerLog}
-	if err := br.start(); err != nil {
+	br := &testenv.Devbroker{Bin: brokerBin, DataDir: filepath.Join(dir, "kafka"), Addr: brokerAddr, Advertise: px.kafk.Listen, Output: brokerLog}
+	if err := br.Start(); err != nil {
 		testenv.Unavailable(t, "the broker cannot start: %v", err)
 	}
-	t.Cleanup(func() { br.stop(syscall.SIGTERM); brokerLog.Close() })
+	t.Cleanup(func() { br.Stop(syscall.SIGTERM); brokerLog.Close() })
 
 	cons, err := newConsumer(brokerAddr, px.kafk.Listen)
 	if err != nil {

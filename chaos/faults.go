@@ -76,7 +76,7 @@ func deck(long bool, skip map[string]bool) []fault {
 type rig struct {
 	pg     *testenv.Postgres
 	pgURL  string // direct
-	broker *broker
+	broker *testenv.Devbroker
 	px     *proxies
 	sup    *supervisor
 	logf   func(format string, args ...any)
@@ -204,7 +204,7 @@ func (f *faults) inject(ctx context.Context, ft fault) string {
 		return "-m " + mode
 	case faultBrokerKill, faultBrokerTerm:
 		sig := map[string]syscall.Signal{faultBrokerKill: syscall.SIGKILL, faultBrokerTerm: syscall.SIGTERM}[ft.kind]
-		if err := r.broker.restart(sig); err != nil {
+		if err := r.broker.Restart(sig); err != nil {
 			f.failf("restarting the broker: %v", err)
 		}
 		return sig.String()
@@ -438,9 +438,12 @@ func (f *faults) zombie(ctx context.Context) string {
 }
 
 // gapStop is what a stop must say to name a recreation gap: the stream's
-// or the startup's TableRecreatedError, or the slot monitor's SetupError
-// ("object: reason").
-var gapStop = regexp.MustCompile(`table public\.outbox was dropped and recreated: OID \d+, now \d+|table "public"\."outbox":? (was dropped and recreated while streaming|is no longer in publication)`)
+// or the startup's TableRecreatedError, the slot monitor's SetupError
+// ("object: reason"), or the startup's SetupError for a table the
+// checkpoint recorded that is missing (a start between DROP and CREATE).
+var gapStop = regexp.MustCompile(`table public\.outbox was dropped and recreated: OID \d+, now \d+|` +
+	`table "public"\."outbox":? (was dropped and recreated while streaming|is no longer in publication|` +
+	`was dropped after checkpoint [0-9A-F]+/[0-9A-F]+( \(\+\d+ events of the transaction committed at [0-9A-F]+/[0-9A-F]+\))? \(OID \d+\))`)
 
 // recreate drops the outbox table under load and creates it again, the
 // way that loses rows: the writers commit rows to the new table before it

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -101,57 +100,6 @@ func addToxic(p *toxiproxy.Proxy, name, typ, stream, attrs string) error {
 func removeToxics(p *toxiproxy.Proxy) error {
 	p.Toxics.ResetToxics(context.Background())
 	return nil
-}
-
-// broker is devbroker run as a child process with a data directory, so
-// that it can be killed and restarted on the same port with its state.
-type broker struct {
-	bin, dataDir, addr, advertise string
-	logw                          io.Writer
-
-	mu sync.Mutex
-	p  *testenv.Process
-}
-
-func (b *broker) start() error {
-	p, err := testenv.StartProcess(testenv.ProcessConfig{Name: "devbroker", Path: b.bin, Output: b.logw,
-		Args: []string{"-addr", b.addr, "-data-dir", b.dataDir, "-advertise", b.advertise, "-partitions", "3"}})
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	b.p = p
-	b.mu.Unlock()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if c, err := net.DialTimeout("tcp", b.addr, time.Second); err == nil {
-			c.Close()
-			return nil
-		}
-		if p.Exited() {
-			return fmt.Errorf("devbroker on %s exited at start: %s", b.addr, p.ExitDesc())
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("devbroker on %s not listening after 30s", b.addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// stop ends the broker with sig and waits for it to exit.
-func (b *broker) stop(sig syscall.Signal) {
-	b.mu.Lock()
-	p := b.p
-	b.mu.Unlock()
-	if p != nil {
-		_ = p.Stop(sig, 30*time.Second)
-	}
-}
-
-// restart stops the broker with sig and starts it again from its data dir.
-func (b *broker) restart(sig syscall.Signal) error {
-	b.stop(sig)
-	return b.start()
 }
 
 // wsProc is one walstream process.

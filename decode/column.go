@@ -174,28 +174,29 @@ func javaTrim(s string) string {
 func blank(b []byte) bool { return javaTrim(string(b)) == "" }
 
 // OutboxRelation reports the outbox table a Relation message describes,
-// without decoding it: a caller that keeps the catalog current reads the
-// table's catalog and gives it to SetCatalog before the message is
-// decoded, as Debezium rereads a table's schema when its relation changes.
-func (d *Decoder) OutboxRelation(data []byte) (o *Outbox, ok bool) {
+// and the relation's OID, without decoding it: a caller that keeps the
+// catalog current reads the table's catalog and gives it to SetCatalog
+// before the message is decoded, as Debezium rereads a table's schema when
+// its relation changes.
+func (d *Decoder) OutboxRelation(data []byte) (o *Outbox, oid uint32, ok bool) {
 	if len(data) == 0 || pglogrepl.MessageType(data[0]) != pglogrepl.MessageTypeRelation {
-		return nil, false
+		return nil, 0, false
 	}
 	var m pglogrepl.RelationMessage
 	defer func() {
 		if recover() != nil { // truncated: Decode reports it
-			o, ok = nil, false
+			o, oid, ok = nil, 0, false
 		}
 	}()
 	if m.Decode(data[1:]) != nil {
-		return nil, false
+		return nil, 0, false
 	}
 	for _, o := range d.cfg.Outboxes {
 		if m.Namespace == o.Schema && m.RelationName == o.Table {
-			return o, true
+			return o, m.RelationID, true
 		}
 	}
-	return nil, false
+	return nil, 0, false
 }
 
 // SetCatalog replaces what the decoder knows of an outbox table's catalog

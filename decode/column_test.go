@@ -108,7 +108,7 @@ func TestSetCatalog(t *testing.T) {
 	frames := readFrames(t, "debezium-types")
 	var seen []string
 	for _, f := range frames {
-		if o, ok := d.OutboxRelation(f.data); ok {
+		if o, _, ok := d.OutboxRelation(f.data); ok {
 			seen = append(seen, o.Name())
 			d.SetCatalog(o.Name(), map[string]Catalog{"attempts": {Default: "42"}})
 		}
@@ -120,7 +120,7 @@ func TestSetCatalog(t *testing.T) {
 	if f := txs[0].Events[0].Fields[0]; string(f.Value) != "42" {
 		t.Fatalf("attempts = %q, want the default from SetCatalog", f.Value)
 	}
-	if _, ok := d.OutboxRelation([]byte{'R', 0, 0}); ok {
+	if _, _, ok := d.OutboxRelation([]byte{'R', 0, 0}); ok {
 		t.Fatal("a truncated Relation message named an outbox table")
 	}
 }

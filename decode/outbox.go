@@ -256,3 +256,19 @@ func ParseTimestamp(b []byte) (time.Time, error) {
 	}
 	return time.Time{}, fmt.Errorf("%q is not an ISO timestamp: %w", s, err)
 }
+
+// RequiredColumns are the columns the mapping reads that its table must
+// have: the event id, route-by, key and payload columns, the timestamp
+// column when set, and the additional ones unless they are optional.
+func (o *Outbox) RequiredColumns() []string {
+	cols := []string{o.Columns.ID, o.Columns.AggregateType, o.Columns.AggregateID, o.Columns.Payload}
+	if o.Columns.Timestamp != "" {
+		cols = append(cols, o.Columns.Timestamp)
+	}
+	for _, a := range o.Additional {
+		if !o.AdditionalOptional {
+			cols = append(cols, a.Column)
+		}
+	}
+	return cols
+}

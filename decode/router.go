@@ -3,7 +3,9 @@ package decode
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -39,6 +41,10 @@ var routerKeys = []RouterKey{
 	{Key: "route.tombstone.on.empty.payload", Default: "false", Bool: true, Doc: "a NULL or blank payload becomes a tombstone (no value); otherwise it is published as a null value"},
 	{Key: "tracing.span.context.field", Doc: "column of a W3C trace context (Debezium's properties text or a traceparent), sent as the traceparent header; empty: no traceparent header, as in Debezium without OpenTelemetry"},
 }
+
+// RouterType is the router's class, the one value of a connector
+// config's transforms.<name>.type that walstream takes.
+const RouterType = "io.debezium.transforms.outbox.EventRouter"
 
 // Debezium's routing defaults.
 const (
@@ -102,12 +108,25 @@ func CanonicalRouterKey(key string) (string, error) {
 	return "", fmt.Errorf("outbox key %q is not a Debezium outbox router setting walstream knows", key)
 }
 
-// NewOutbox builds the mapping of one table from router settings, keyed by
-// their canonical names (CanonicalRouterKey); a setting not given has
-// Debezium's default. Values are read as Kafka's ConfigDef reads them:
-// booleans and enumerations trimmed and in any case. The errors name the
-// settings.
-func NewOutbox(schema, table string, settings map[string]string) (*Outbox, error) {
+// NewOutbox builds the mapping of one table from layers of router
+// settings, each overriding the ones before it (a config's shared settings,
+// then the table's own); a setting none gives has Debezium's default. Keys
+// are taken as a connector config writes them (CanonicalRouterKey); values
+// are read as Kafka's ConfigDef reads them: booleans and enumerations
+// trimmed and in any case. The errors name the settings.
+func NewOutbox(schema, table string, layers ...map[string]string) (*Outbox, error) {
+	settings := make(map[string]string)
+	var errs []error
+	for _, layer := range layers {
+		for _, k := range slices.Sorted(maps.Keys(layer)) {
+			key, err := CanonicalRouterKey(k)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			settings[key] = layer[k]
+		}
+	}
 	get := func(key string) string {
 		if v, ok := settings[key]; ok {
 			return v
@@ -119,7 +138,6 @@ func NewOutbox(schema, table string, settings map[string]string) (*Outbox, error
 		}
 		return ""
 	}
-	var errs []error
 	bad := func(key string, err error) { errs = append(errs, &SettingError{Key: key, Value: get(key), Err: err}) }
 	boolean := func(key string) bool {
 		switch strings.ToLower(strings.TrimSpace(get(key))) {
@@ -174,8 +192,13 @@ func NewOutbox(schema, table string, settings map[string]string) (*Outbox, error
 	o.TopicRegex, o.TopicReplacement = get("route.topic.regex"), get("route.topic.replacement")
 	if err := JavaOnlyRegex(o.TopicRegex); err != nil {
 		bad("route.topic.regex", err)
-	} else if _, err := regexp.Compile(o.TopicRegex); err != nil {
+	} else if re, err := regexp.Compile(o.TopicRegex); err != nil {
 		bad("route.topic.regex", err)
+	} else if strings.TrimSpace(o.TopicReplacement) == "" {
+		// Refused here, not at the first row: no event could have a topic.
+		bad("route.topic.replacement", errors.New("is empty: every event needs a topic"))
+	} else if _, err := TopicTemplate(o.TopicReplacement, re); err != nil {
+		bad("route.topic.replacement", err)
 	}
 	return o, errors.Join(errs...)
 }
@@ -237,4 +260,55 @@ func JavaOnlyRegex(re string) error {
 		}
 	}
 	return nil
+}
+
+// TopicTemplate turns route.topic.replacement, a java.util.regex
+// replacement, into Go's Regexp.Expand syntax, checking that every group it
+// names exists in re, the compiled route.topic.regex.
+func TopicTemplate(s string, re *regexp.Regexp) ([]byte, error) {
+	var out []byte
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			if i+1 == len(s) {
+				return nil, errors.New("ends in a backslash")
+			}
+			i++
+			if s[i] == '$' {
+				out = append(out, '$', '$')
+			} else {
+				out = append(out, s[i])
+			}
+		case c == '$' && i+1 < len(s) && s[i+1] == '{':
+			end := strings.IndexByte(s[i:], '}')
+			if end < 0 {
+				return nil, errors.New("${ without a closing brace")
+			}
+			name := s[i+2 : i+end]
+			if re.SubexpIndex(name) < 0 {
+				return nil, fmt.Errorf("no group named %q in route.topic.regex %q", name, re.String())
+			}
+			out = append(out, s[i:i+end+1]...)
+			i += end
+		case c == '$':
+			// Java takes the first digit, then more while the number is a group.
+			j := i + 1
+			if j == len(s) || s[j] < '0' || s[j] > '9' {
+				return nil, fmt.Errorf("$ at offset %d is not followed by a group number or {name}", i)
+			}
+			n := int(s[j] - '0')
+			for j+1 < len(s) && s[j+1] >= '0' && s[j+1] <= '9' && n*10+int(s[j+1]-'0') <= re.NumSubexp() {
+				j++
+				n = n*10 + int(s[j]-'0')
+			}
+			if n > re.NumSubexp() {
+				return nil, fmt.Errorf("no group %d in route.topic.regex %q", n, re.String())
+			}
+			out = fmt.Appendf(out, "${%d}", n)
+			i = j
+		default:
+			out = append(out, c)
+		}
+	}
+	return out, nil
 }

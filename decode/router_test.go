@@ -52,12 +52,34 @@ func TestNewOutboxSettings(t *testing.T) {
 		{map[string]string{"table.field.event.key": ""}, "table.field.event.key", "must name a column"},
 		{map[string]string{"table.field.additional.missing": "ignore", "table.fields.additional.error.on.missing": "true"},
 			"table.fields.additional.error.on.missing", "both set"},
+		{map[string]string{"route.topic.replacement": " "}, "route.topic.replacement", "is empty"},
+		{map[string]string{"route.topic.replacement": "events.${kind}"}, "route.topic.replacement", `no group named "kind"`},
+		{map[string]string{"route.topic.replacement": "events.$2"}, "route.topic.replacement", "no group 2"},
 	} {
 		_, err := NewOutbox("public", "outbox", tc.settings)
 		var se *SettingError
 		if !errors.As(err, &se) || se.Key != tc.key || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewOutbox(%v) = %v, want a SettingError for %s saying %q", tc.settings, err, tc.key, tc.want)
 		}
+	}
+}
+
+// A table's own settings override the shared ones, whichever name a
+// connector config gives them; an unknown key is refused.
+func TestNewOutboxLayers(t *testing.T) {
+	shared := map[string]string{"route.by.field": "kind", "table.field.event.id": "event_id"}
+	o, err := NewOutbox("billing", "outbox", shared, map[string]string{"transforms.outbox.route.by.field": "type", "table.field.payload": "body"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Columns.AggregateType != "type" || o.Columns.ID != "event_id" || o.Columns.Payload != "body" || o.Name() != "billing.outbox" {
+		t.Errorf("outbox %+v: want the table's settings over the shared ones", o)
+	}
+	if shared["route.by.field"] != "kind" {
+		t.Error("the shared settings were changed")
+	}
+	if _, err := NewOutbox("billing", "outbox", shared, map[string]string{"route.by.feld": "x"}); err == nil || !strings.Contains(err.Error(), `"route.by.feld"`) {
+		t.Errorf("unknown key: %v", err)
 	}
 }
 
@@ -85,5 +107,21 @@ func TestJavaOnlyRegex(t *testing.T) {
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
 			t.Errorf("JavaOnlyRegex(%q) = %v, want it to name %q", re, err, want)
 		}
+	}
+}
+
+// The columns a mapping reads are required of its table, optional
+// additional ones not.
+func TestRequiredColumns(t *testing.T) {
+	o, err := NewOutbox("public", "outbox", map[string]string{"table.field.event.timestamp": "created_at", "table.fields.additional.placement": "type:header"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(o.RequiredColumns(), ","); got != "id,aggregatetype,aggregateid,payload,created_at,type" {
+		t.Errorf("required %s", got)
+	}
+	o.AdditionalOptional = true
+	if got := strings.Join(o.RequiredColumns(), ","); got != "id,aggregatetype,aggregateid,payload,created_at" {
+		t.Errorf("required with optional additional columns %s", got)
 	}
 }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -49,8 +50,9 @@ type feed struct {
 	// catalog, if not nil, reads an outbox table's catalog anew when its
 	// Relation message comes again in the session (after ALTER TABLE), as
 	// Debezium rereads a table's schema; the first one of each table is
-	// covered by the catalog read at the session's start.
-	catalog   func(*decode.Outbox) (map[string]decode.Catalog, error)
+	// covered by the catalog read at the session's start. It returns
+	// errRelationGone when the catalog no longer has the relation (oid).
+	catalog   func(o *decode.Outbox, oid uint32) (map[string]decode.Catalog, error)
 	relations map[string]bool // outbox tables whose Relation message came
 
 	ready        *decode.Tx // decoded, not yet on the queue
@@ -110,7 +112,7 @@ func (f *feed) refreshCatalog(data []byte) error {
 	if f.catalog == nil {
 		return nil
 	}
-	o, ok := f.dec.OutboxRelation(data)
+	o, oid, ok := f.dec.OutboxRelation(data)
 	if !ok {
 		return nil
 	}
@@ -121,7 +123,17 @@ func (f *feed) refreshCatalog(data []byte) error {
 		f.relations[o.Name()] = true
 		return nil
 	}
-	c, err := f.catalog(o)
+	c, err := f.catalog(o, oid)
+	if errors.Is(err, errRelationGone) {
+		// The table was dropped, perhaps created again, after these rows
+		// were written: decoding lags the catalog. Its rows still in the
+		// WAL are decoded with the catalog read before; a recreated
+		// table's own Relation message, with its new OID, stops the stream
+		// naming the gap, and the slot monitor reports a table that stays
+		// dropped.
+		f.log.Warn("outbox table dropped after the rows being decoded; they keep the catalog read before", "table", o.Name(), "oid", oid)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("reading the catalog of %s after its Relation message: %w", o.Name(), err)
 	}

@@ -1,10 +1,13 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,8 +168,8 @@ func TestFeedRefreshesCatalog(t *testing.T) {
 	var reads []string
 	f := &feed{
 		dec: decode.New(decode.Config{Outboxes: []*decode.Outbox{o}, MaxPartEvents: 10, MaxPartBytes: 1 << 20}),
-		catalog: func(o *decode.Outbox) (map[string]decode.Catalog, error) {
-			reads = append(reads, o.Name())
+		catalog: func(o *decode.Outbox, oid uint32) (map[string]decode.Catalog, error) {
+			reads = append(reads, fmt.Sprintf("%s/%d", o.Name(), oid))
 			return map[string]decode.Catalog{"payload": {Default: "'{}'::text"}}, nil
 		},
 	}
@@ -177,7 +180,43 @@ func TestFeedRefreshesCatalog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(reads) != 1 || reads[0] != "public.outbox" {
-		t.Fatalf("catalog reads %q, want one for public.outbox's second Relation message", reads)
+	if len(reads) != 1 || reads[0] != "public.outbox/1" {
+		t.Fatalf("catalog reads %q, want one for public.outbox's second Relation message, relation 1", reads)
+	}
+}
+
+// A Relation message decoded after its table was dropped (decoding lags the
+// catalog) keeps the catalog read before, with a warning, instead of
+// stopping the stream at rows that are still to be sent; any other failure
+// to read the catalog stops it.
+func TestFeedRelationGoneFromCatalog(t *testing.T) {
+	cols := []string{"id", "aggregatetype", "aggregateid", "type", "payload"}
+	for _, tc := range []struct {
+		name    string
+		err     error
+		wantErr bool
+	}{
+		{"dropped", fmt.Errorf("%w: table public.outbox has OID 0, the relation 1", errRelationGone), false},
+		{"unreachable", errors.New("connection refused"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			o := &decode.Outbox{Schema: "public", Table: "outbox", Columns: decode.DefaultColumns()}
+			f := &feed{
+				dec:     decode.New(decode.Config{Outboxes: []*decode.Outbox{o}, MaxPartEvents: 10, MaxPartBytes: 1 << 20}),
+				log:     slog.New(slog.NewTextHandler(&logs, nil)),
+				catalog: func(*decode.Outbox, uint32) (map[string]decode.Catalog, error) { return nil, tc.err },
+			}
+			_, err := f.WAL(0x10, relationMsg(1, "public", "outbox", cols...))
+			if err == nil {
+				_, err = f.WAL(0x20, relationMsg(1, "public", "outbox", cols...))
+			}
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("WAL: %v, want an error: %v", err, tc.wantErr)
+			}
+			if !tc.wantErr && !strings.Contains(logs.String(), "outbox table dropped after the rows being decoded") {
+				t.Fatalf("no warning logged: %s", logs.String())
+			}
+		})
 	}
 }

@@ -63,6 +63,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	// Which server this is, asked before START_REPLICATION: after it the
 	// connection only streams.
 	srv, history, err := identify(ctx, rconn)
+	if err == nil {
+		err = s.unsettled(ctx, tables, srv)
+	}
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
@@ -93,15 +96,6 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
-	// Column defaults and NOT NULL, which pgoutput does not send, from the
-	// catalog as Debezium reads them; the decoder applies them.
-	catalogs := make(map[string]map[string]decode.Catalog, len(cfg.Outboxes))
-	for _, o := range cfg.Outboxes {
-		if catalogs[o.Name()], err = readCatalog(ctx, conn, o); err != nil {
-			rconn.Close(context.WithoutCancel(ctx))
-			return false, err
-		}
-	}
 	// The decoder tags events with these mappings and the producer routes by
 	// them, so both get the same ones.
 	prod, err := publish.New(publish.Config{
@@ -120,9 +114,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	defer prod.Close()
 
 	cp, inKafka, err := resume(ctx, prod, slot, srv, history, cfg, s.log, s.metrics.phantoms)
-	// OIDs name tables of one cluster only: those a checkpoint of another
-	// system recorded say nothing here.
-	if err == nil && (!cp.Identity.Known() || cp.Identity.SystemID == srv.SystemID) {
+	if err == nil && ownSystem(cp, srv) {
 		err = tables.sinceCheckpoint(cp, cfg.AcceptRecreated, s.log)
 	}
 	if err != nil {
@@ -143,7 +135,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 			MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: tracker.Replayed,
 		}),
 		out: q, received: tracker, log: s.log, skipped: s.metrics.skipped, hook: cfg.Hook,
-		catalog: func(o *decode.Outbox) (map[string]decode.Catalog, error) {
+		catalog: func(o *decode.Outbox, oid uint32) (map[string]decode.Catalog, error) {
 			// The stream's goroutine asks; the session's connection is the
 			// slot monitor's, so this reads on a connection of its own.
 			c, err := replication.Connect(ctx, cfg.Postgres)
@@ -151,10 +143,12 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 				return nil, err
 			}
 			defer c.Close(context.WithoutCancel(ctx))
-			return readCatalog(ctx, c, o)
+			return readCatalog(ctx, c, names, o, oid)
 		},
 	}
-	for name, c := range catalogs {
+	// Column defaults and NOT NULL, which pgoutput does not send, from the
+	// catalog as Debezium reads them; the decoder applies them.
+	for name, c := range tables.catalogs {
 		in.dec.SetCatalog(name, c)
 	}
 	s.started = true
@@ -188,23 +182,55 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	return true, err
 }
 
+// errRelationGone: the catalog has no table by that name with the OID of
+// the relation being decoded.
+var errRelationGone = errors.New("the relation is no longer in the catalog")
+
+// readCatalog reads an outbox table's NOT NULL and column defaults anew,
+// for the relation oid.
+func readCatalog(ctx context.Context, conn *pgx.Conn, names replication.Names, o *decode.Outbox, oid uint32) (map[string]decode.Catalog, error) {
+	t := replication.Table{Schema: o.Schema, Name: o.Table}
+	names.Tables = []replication.Table{t}
+	infos, err := replication.DescribeTables(ctx, conn, names)
+	if err != nil {
+		return nil, err
+	}
+	if infos[0].OID != oid {
+		return nil, fmt.Errorf("%w: table %s has OID %d, the relation %d", errRelationGone, t.SQL(), infos[0].OID, oid)
+	}
+	return catalogOf(infos[0]), nil
+}
+
+// unsettled stops before setup at an outbox table that does not exist or
+// is not in the publication, naming the gap when the last checkpoint
+// recorded the table: it was dropped (and perhaps created again) since,
+// and rows committed to its successor before it is in the publication are
+// never sent. Setup alone would only say what is missing.
+func (s *session) unsettled(ctx context.Context, tables outboxTables, srv replication.Server) error {
+	if tables.settled() {
+		return nil
+	}
+	cp, _, found, err := publish.ReadCheckpoint(ctx, s.cfg.Kafka, s.cfg.CheckpointTopic, s.cfg.CheckpointKey)
+	if err != nil {
+		return onKafka(fmt.Errorf("reading the checkpoint to tell an outbox table dropped since from a new one: %w", err))
+	}
+	if !found || !ownSystem(cp, srv) {
+		cp = checkpoint.Checkpoint{}
+	}
+	return tables.sinceCheckpoint(cp, s.cfg.AcceptRecreated, s.log)
+}
+
+// ownSystem reports whether cp was written streaming srv's cluster: OIDs
+// name tables of one cluster only, so those a checkpoint of another system
+// recorded say nothing here.
+func ownSystem(cp checkpoint.Checkpoint, srv replication.Server) bool {
+	return !cp.Identity.Known() || cp.Identity.SystemID == srv.SystemID
+}
+
 // whoFenced tells a real takeover from a bumped epoch. An instance fences
 // only after it holds the slot, so if no other walsender holds it, the
 // epoch was bumped by the broker (a restart, or a transaction timeout) and
 // a new session may go on; otherwise this instance must stop.
-// readCatalog reads an outbox table's NOT NULL and column defaults.
-func readCatalog(ctx context.Context, conn *pgx.Conn, o *decode.Outbox) (map[string]decode.Catalog, error) {
-	cols, err := replication.Columns(ctx, conn, replication.Table{Schema: o.Schema, Name: o.Table})
-	if err != nil {
-		return nil, err
-	}
-	c := make(map[string]decode.Catalog, len(cols))
-	for name, col := range cols {
-		c[name] = decode.Catalog{NotNull: col.NotNull, Default: col.Default}
-	}
-	return c, nil
-}
-
 func (s *session) whoFenced(ctx context.Context, conn *pgx.Conn, ownPID uint32, err error) error {
 	slot, ok, lerr := replication.LookupSlot(context.WithoutCancel(ctx), conn, s.cfg.Names.Slot)
 	if lerr == nil && ok && slot.ActivePID != nil && uint32(*slot.ActivePID) != ownPID {

@@ -15,8 +15,13 @@ import (
 
 // outboxTables is what a session knows of the outbox tables at its start.
 type outboxTables struct {
-	// oids are the tables' OIDs in the catalog, by schema.table.
+	names replication.Names
+	// oids are the existing tables' OIDs in the catalog, by schema.table.
 	oids map[string]uint32
+	// missing are the tables that do not exist.
+	missing []replication.Table
+	// unpublished: a table exists that the publication does not cover.
+	unpublished bool
 	// mayChange are the tables whose OID may change in the stream without
 	// a gap: a publication covering their schema, or an operator's
 	// acceptance of this very recreation.
@@ -24,21 +29,31 @@ type outboxTables struct {
 	// schemaPublished are the tables a publication covers whatever their
 	// OID.
 	schemaPublished map[string]bool
+	// catalogs are the tables' NOT NULL and defaults, by schema.table, as
+	// the decoder takes them.
+	catalogs map[string]map[string]decode.Catalog
 }
 
 // checkTables reads the outbox tables from the catalog and checks each
 // mapping against its table, so that a broken mapping stops walstream at
 // startup instead of at the first row, which an idle outbox may not have
-// for a long time.
+// for a long time. A missing table is not an error yet: whether it was
+// dropped since the checkpoint decides what the stop says.
 func checkTables(ctx context.Context, conn *pgx.Conn, cfg *Config) (outboxTables, error) {
 	infos, err := replication.DescribeTables(ctx, conn, cfg.Names)
 	if err != nil {
 		return outboxTables{}, err
 	}
-	t := outboxTables{oids: make(map[string]uint32), mayChange: make(map[string]bool), schemaPublished: make(map[string]bool)}
+	t := outboxTables{names: cfg.Names, oids: make(map[string]uint32), mayChange: make(map[string]bool),
+		schemaPublished: make(map[string]bool), catalogs: make(map[string]map[string]decode.Catalog)}
 	for _, info := range infos {
 		name := info.Table.String()
-		t.oids[name] = info.OID
+		if !info.Exists() {
+			t.missing = append(t.missing, info.Table)
+			continue
+		}
+		t.oids[name], t.catalogs[name] = info.OID, catalogOf(info)
+		t.unpublished = t.unpublished || !info.Published
 		if info.SchemaPublished {
 			t.mayChange[name], t.schemaPublished[name] = true, true
 		}
@@ -47,6 +62,21 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *Config) (outboxTables
 		}
 	}
 	return t, nil
+}
+
+// settled reports whether every table exists and is in the publication.
+// Setup stops at one that is not, and only the checkpoint tells whether
+// walstream streamed it before: a table dropped since, whose rows may be
+// lost.
+func (t outboxTables) settled() bool { return len(t.missing) == 0 && !t.unpublished }
+
+// catalogOf is what the decoder takes of a table's columns.
+func catalogOf(info replication.TableInfo) map[string]decode.Catalog {
+	c := make(map[string]decode.Catalog, len(info.Columns))
+	for _, col := range info.Columns {
+		c[col.Name] = decode.Catalog{NotNull: col.NotNull, Default: col.Default}
+	}
+	return c
 }
 
 // checkMapping checks an outbox table from the catalog against its
@@ -71,8 +101,18 @@ func checkMapping(outboxes []*decode.Outbox, info replication.TableInfo, when st
 // a table with another OID was recreated since, and rows committed to it
 // before it was in the publication are missing, unless accept names the
 // new OID (the operator dealt with them) or the publication covers the
-// table's schema.
+// table's schema. A recorded table that does not exist was dropped since;
+// one never recorded does not exist yet.
 func (t outboxTables) sinceCheckpoint(cp checkpoint.Checkpoint, accept map[string]uint32, log *slog.Logger) error {
+	var recorded map[string]uint32
+	if cp.Notes != nil {
+		recorded = cp.Notes.Tables
+	}
+	for _, tb := range t.missing {
+		if old := recorded[tb.String()]; old != 0 {
+			return t.names.TableDropped(tb, old, cp.String())
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(t.oids)) {
 		now := t.oids[name]
 		if want, ok := accept[name]; ok {
@@ -81,20 +121,19 @@ func (t outboxTables) sinceCheckpoint(cp checkpoint.Checkpoint, accept map[strin
 			}
 			t.mayChange[name] = true
 		}
-		var recorded uint32
-		if cp.Notes != nil {
-			recorded = cp.Notes.Tables[name]
-		}
-		switch {
-		case recorded == 0 || recorded == now:
+		switch old := recorded[name]; {
+		case old == 0 || old == now:
 		case t.schemaPublished[name]:
-			log.Info("outbox table recreated since the checkpoint; its schema is published, so no row is missing", "table", name, "old_oid", recorded, "oid", now)
+			log.Info("outbox table recreated since the checkpoint; its schema is published, so no row is missing", "table", name, "old_oid", old, "oid", now)
 		case t.mayChange[name]:
-			log.Warn("outbox table recreated since the checkpoint: accepted", "table", name, "old_oid", recorded, "oid", now, "checkpoint", cp.String())
+			log.Warn("outbox table recreated since the checkpoint: accepted", "table", name, "old_oid", old, "oid", now, "checkpoint", cp.String())
 		default:
 			return &decode.Error{Event: decode.Identity{Table: name}, Reason: "not the table streamed before",
-				Err: &decode.TableRecreatedError{Table: name, OldOID: recorded, NewOID: now, Since: cp.String()}}
+				Err: &decode.TableRecreatedError{Table: name, OldOID: old, NewOID: now, Since: cp.String()}}
 		}
+	}
+	if len(t.missing) > 0 {
+		return t.names.TableMissing(t.missing[0])
 	}
 	return nil
 }

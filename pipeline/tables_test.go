@@ -60,3 +60,75 @@ func TestTablesSinceCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// A table that does not exist is named as dropped when the checkpoint
+// recorded it: what (the table, its recorded OID), where (the checkpoint),
+// what is lost and where to read how to recover. Without a record (a
+// first start, an old checkpoint) it is only missing.
+func TestTablesDroppedSinceCheckpoint(t *testing.T) {
+	names := replication.Names{Slot: "walstream", Publication: "walstream_outbox",
+		Tables: []replication.Table{{Schema: "public", Name: "outbox"}, {Schema: "billing", Name: "outbox"}}}
+	recorded := checkpoint.Checkpoint{LSN: 0x16B3748, Notes: &checkpoint.Notes{Tables: map[string]uint32{"public.outbox": 100, "billing.outbox": 300}}}
+	missing := `table "public"."outbox": does not exist; create it, and add it to the publication in the same transaction`
+	for _, tc := range []struct {
+		name string
+		cp   checkpoint.Checkpoint
+		// billing is billing.outbox's OID now, 0 for missing too.
+		billing uint32
+		accept  map[string]uint32
+		want    []string
+		not     string
+	}{
+		{"dropped", recorded, 300, nil, []string{`table "public"."outbox": was dropped after checkpoint 0/16B3748 (OID 100) and does not exist now`,
+			`before it is added to publication "walstream_outbox" are never sent`, "see README, Recovery: a recreated outbox table",
+			`BEGIN; CREATE TABLE "public"."outbox" (...); ALTER PUBLICATION "walstream_outbox" ADD TABLE "public"."outbox"; COMMIT`}, "does not exist;"},
+		{"dropped, accepted as recreated", recorded, 300, map[string]uint32{"public.outbox": 200}, []string{"was dropped after checkpoint 0/16B3748 (OID 100)"}, ""},
+		{"dropped, and another recreated", recorded, 400, nil, []string{"was dropped after checkpoint 0/16B3748 (OID 100)"}, ""},
+		{"first start", checkpoint.Checkpoint{}, 300, nil, []string{missing}, "dropped"},
+		{"checkpoint without OIDs", checkpoint.Checkpoint{LSN: 0x1000}, 300, nil, []string{missing}, "dropped"},
+		{"recorded another table only", checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Tables: map[string]uint32{"billing.outbox": 300}}}, 300, nil, []string{missing}, "dropped"},
+		{"missing and another recreated", checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Tables: map[string]uint32{"billing.outbox": 300}}}, 400, nil,
+			[]string{"table billing.outbox was dropped and recreated: OID 300, now 400"}, "does not exist"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tables := outboxTables{names: names, oids: map[string]uint32{"billing.outbox": tc.billing}, missing: []replication.Table{names.Tables[0]},
+				mayChange: map[string]bool{}, schemaPublished: map[string]bool{}}
+			if tables.settled() {
+				t.Fatal("settled with a missing table")
+			}
+			err := tables.sinceCheckpoint(tc.cp, tc.accept, slog.New(slog.DiscardHandler))
+			if err == nil {
+				t.Fatal("a missing table accepted")
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("err = %v\nwant %q", err, want)
+				}
+			}
+			if tc.not != "" && strings.Contains(err.Error(), tc.not) {
+				t.Errorf("err = %v, want no %q", err, tc.not)
+			}
+			if f := classifyFailure(err); !f.permanent {
+				t.Errorf("err %v is not permanent", err)
+			}
+		})
+	}
+}
+
+// Only a table that is missing or out of the publication makes a session
+// look at the checkpoint before setup.
+func TestTablesSettled(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		t    outboxTables
+		want bool
+	}{
+		{"all there", outboxTables{}, true},
+		{"missing", outboxTables{missing: []replication.Table{{Schema: "public", Name: "outbox"}}}, false},
+		{"not in the publication", outboxTables{unpublished: true}, false},
+	} {
+		if got := tc.t.settled(); got != tc.want {
+			t.Errorf("%s: settled = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -10,8 +10,8 @@ import (
 )
 
 // withCatalog gives o the catalog captured with its frames
-// (decode/testdata/<name>/catalog.txt, written by replication.Columns), as
-// walstream reads it at startup.
+// (decode/testdata/<name>/catalog.txt, written from
+// replication.DescribeTables), as walstream reads it at startup.
 func withCatalog(t *testing.T, name string, o *decode.Outbox) *decode.Outbox {
 	t.Helper()
 	f, err := os.Open("../decode/testdata/" + name + "/catalog.txt")

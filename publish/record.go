@@ -1,11 +1,9 @@
 package publish
 
 import (
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/decode"
@@ -38,61 +36,11 @@ func NewRoute(regex, replacement string) (*Route, error) {
 	if err != nil {
 		return nil, fmt.Errorf("route.topic.regex %q: %w", regex, err)
 	}
-	template, err := javaReplacement(replacement, first)
+	template, err := decode.TopicTemplate(replacement, first)
 	if err != nil {
 		return nil, fmt.Errorf("route.topic.replacement %q: %w", replacement, err)
 	}
 	return &Route{whole: regexp.MustCompile(`^(?:` + regex + `)$`), first: first, template: template, topics: make(map[string]string)}, nil
-}
-
-// javaReplacement turns a java.util.regex replacement into Go's Expand
-// syntax, checking that every group it names exists in re.
-func javaReplacement(s string, re *regexp.Regexp) ([]byte, error) {
-	var out []byte
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\':
-			if i+1 == len(s) {
-				return nil, errors.New("ends in a backslash")
-			}
-			i++
-			if s[i] == '$' {
-				out = append(out, '$', '$')
-			} else {
-				out = append(out, s[i])
-			}
-		case c == '$' && i+1 < len(s) && s[i+1] == '{':
-			end := strings.IndexByte(s[i:], '}')
-			if end < 0 {
-				return nil, errors.New("${ without a closing brace")
-			}
-			name := s[i+2 : i+end]
-			if re.SubexpIndex(name) < 0 {
-				return nil, fmt.Errorf("no group named %q in route.topic.regex %q", name, re.String())
-			}
-			out = append(out, s[i:i+end+1]...)
-			i += end
-		case c == '$':
-			// Java takes the first digit, then more while the number is a group.
-			j := i + 1
-			if j == len(s) || s[j] < '0' || s[j] > '9' {
-				return nil, fmt.Errorf("$ at offset %d is not followed by a group number or {name}", i)
-			}
-			n := int(s[j] - '0')
-			for j+1 < len(s) && s[j+1] >= '0' && s[j+1] <= '9' && n*10+int(s[j+1]-'0') <= re.NumSubexp() {
-				j++
-				n = n*10 + int(s[j]-'0')
-			}
-			if n > re.NumSubexp() {
-				return nil, fmt.Errorf("no group %d in route.topic.regex %q", n, re.String())
-			}
-			out = fmt.Appendf(out, "${%d}", n)
-			i = j
-		default:
-			out = append(out, c)
-		}
-	}
-	return out, nil
 }
 
 // Topic returns the topic for a route-by value.

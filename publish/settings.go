@@ -2,7 +2,10 @@ package publish
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -28,6 +31,28 @@ type KafkaSettings struct {
 	SASLMechanism string
 	SASLUser      string
 	SASLPassword  string // never logged
+}
+
+// CheckBrokers reports a broker address that cannot be dialed. A missing
+// port is Kafka's 9092.
+func (c KafkaSettings) CheckBrokers() error {
+	var errs []error
+	for _, b := range c.Brokers {
+		host, port, err := net.SplitHostPort(b)
+		var ae *net.AddrError
+		switch {
+		case errors.As(err, &ae) && ae.Err == "missing port in address":
+		case err != nil:
+			errs = append(errs, fmt.Errorf("broker %q: want host:port", b))
+		case host == "":
+			errs = append(errs, fmt.Errorf("broker %q: no host", b))
+		default:
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				errs = append(errs, fmt.Errorf("broker %q: port %q is not from 1 to 65535", b, port))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // CheckSASL reports an unknown SASL mechanism or missing credentials.

@@ -326,6 +326,32 @@ func ParseTopicCreation(props map[string]string) (*TopicCreation, error) {
 	return tc, nil
 }
 
+// ParseTopicCreationText reads topic.creation.* properties written as
+// name=value, one a line or separated by semicolons (values such as regex
+// lists and cleanup.policy hold commas); # starts a comment line. Empty
+// text is nil: rely on the broker's auto-creation.
+func ParseTopicCreationText(s string) (*TopicCreation, error) {
+	props := make(map[string]string)
+	for _, line := range strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == ';' }) {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not name=value", line)
+		}
+		k = strings.TrimSpace(k)
+		if _, dup := props[k]; dup {
+			return nil, fmt.Errorf("%s is set twice", k)
+		}
+		props[k] = strings.TrimSpace(v)
+	}
+	if len(props) == 0 {
+		return nil, nil
+	}
+	return ParseTopicCreation(props)
+}
+
 func lookupProp(props map[string]string, k string) (string, bool) {
 	if v, ok := props[topicCreationPrefix+k]; ok {
 		return v, true

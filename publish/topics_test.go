@@ -332,3 +332,25 @@ func producerOn(t *testing.T, conn KafkaSettings, tc *TopicCreation, dlq string,
 	}
 	return p
 }
+
+// Properties text: one a line or ;-separated, comments, values with commas.
+func TestParseTopicCreationText(t *testing.T) {
+	tc, err := ParseTopicCreationText("# default group\ntopic.creation.default.partitions = 6\ndefault.cleanup.policy=compact,delete;groups=dlq\ndlq.include=walstream\\.dlq\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := tc.For("x"); g.Partitions != 6 || g.Configs["cleanup.policy"] != "compact,delete" {
+		t.Errorf("default group %+v", g)
+	}
+	if g := tc.For("walstream.dlq"); g.Name != "dlq" || g.Partitions != 6 {
+		t.Errorf("dlq group %+v", g)
+	}
+	if tc, err := ParseTopicCreationText(" ;\n# nothing\n"); tc != nil || err != nil {
+		t.Errorf("empty text: %+v, %v; want nil (broker auto-creation)", tc, err)
+	}
+	for text, want := range map[string]string{"default.partitions": "not name=value", "default.partitions=1;default.partitions=2": "set twice"} {
+		if _, err := ParseTopicCreationText(text); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", text, err, want)
+		}
+	}
+}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,8 +149,9 @@ CREATE PUBLICATION walstream_outbox FOR TABLE outbox, audit WITH (publish = 'ins
 	}
 }
 
-// captureCatalog writes what Columns reads of each published table: one
-// line per column, table, column, NOT NULL and default, tab-separated.
+// captureCatalog writes what DescribeTables reads of each published
+// table's columns: one line per column, table, column, NOT NULL and
+// default, tab-separated.
 func captureCatalog(t *testing.T, conn *pgx.Conn) string {
 	rows, err := conn.Query(context.Background(), "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = 'walstream_outbox' ORDER BY 1, 2")
 	if err != nil {
@@ -161,19 +162,15 @@ func captureCatalog(t *testing.T, conn *pgx.Conn) string {
 	if _, err := pgx.ForEachRow(rows, []any{&tb.Schema, &tb.Name}, func() error { tables = append(tables, tb); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	out := "# the catalog of the published tables, read by replication.Columns: table, column, NOT NULL, default\n"
-	for _, tb := range tables {
-		cols, err := Columns(context.Background(), conn, tb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		names := make([]string, 0, len(cols))
-		for n := range cols {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			out += fmt.Sprintf("%s\t%s\t%v\t%s\n", tb, n, cols[n].NotNull, cols[n].Default)
+	infos, err := DescribeTables(context.Background(), conn, Names{Publication: "walstream_outbox", Tables: tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := "# the catalog of the published tables, read by replication.DescribeTables: table, column, NOT NULL, default\n"
+	for _, info := range infos {
+		cols := slices.SortedFunc(slices.Values(info.Columns), func(a, b Column) int { return strings.Compare(a.Name, b.Name) })
+		for _, c := range cols {
+			out += fmt.Sprintf("%s\t%s\t%v\t%s\n", info.Table, c.Name, c.NotNull, c.Default)
 		}
 	}
 	return out

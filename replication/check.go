@@ -108,8 +108,16 @@ func Check(ctx context.Context, conn *pgx.Conn, n Names, tables []TableColumns) 
 	default:
 		report(Fail, "role %s lacks REPLICATION: ALTER ROLE %s WITH REPLICATION", srv.user, pgx.Identifier{srv.user}.Sanitize())
 	}
+	described := Names{Publication: n.Publication}
 	for _, t := range tables {
-		if err := checkTable(ctx, conn, t, srv.user, report); err != nil {
+		described.Tables = append(described.Tables, t.Table)
+	}
+	infos, err := DescribeTables(ctx, conn, described)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range tables {
+		if err := checkTable(ctx, conn, infos[i], t.Columns, srv.user, report); err != nil {
 			return nil, err
 		}
 	}
@@ -154,25 +162,20 @@ func Check(ctx context.Context, conn *pgx.Conn, n Names, tables []TableColumns) 
 
 // checkTable reports whether an outbox table exists with the columns its
 // mapping names, and whether user may read it.
-func checkTable(ctx context.Context, conn *pgx.Conn, t TableColumns, user string, report func(Status, string, ...any)) error {
-	var exists, canSelect bool
-	var columns []string
-	err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
-			to_regclass($1) IS NOT NULL AND has_table_privilege(to_regclass($1), 'SELECT'),
-			coalesce((SELECT array_agg(attname::text) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped), '{}')`,
-		t.Table.SQL()).Scan(&exists, &canSelect, &columns)
-	if err != nil {
-		return fmt.Errorf("checking table %s: %w", t.Table, err)
-	}
-	if !exists {
+func checkTable(ctx context.Context, conn *pgx.Conn, t TableInfo, columns []string, user string, report func(Status, string, ...any)) error {
+	if !t.Exists() {
 		report(Fail, "table %s does not exist", t.Table)
 		return nil
 	}
 	report(OK, "table %s exists", t.Table)
-	for _, c := range t.Columns {
-		if !slices.Contains(columns, c) {
+	for _, c := range columns {
+		if !slices.ContainsFunc(t.Columns, func(col Column) bool { return col.Name == c }) {
 			report(Fail, "table %s has no column %s", t.Table, c)
 		}
+	}
+	var canSelect bool
+	if err := conn.QueryRow(ctx, `SELECT coalesce(has_table_privilege($1::oid, 'SELECT'), false)`, t.OID).Scan(&canSelect); err != nil {
+		return fmt.Errorf("checking table %s: %w", t.Table, err)
 	}
 	if canSelect {
 		report(OK, "role %s may SELECT from %s", user, t.Table)
@@ -214,6 +217,23 @@ END $$`, quoteLiteral(n.Publication), n.PublicationSQL())},
 END $$`, quoteLiteral(role), r)},
 		Step{fmt.Sprintf("grant SELECT on %s to %q", tableList(n.Tables), role), "It reads the outbox tables and nothing else; run walstream as this role and let it create nothing.",
 			fmt.Sprintf("GRANT SELECT ON %s TO %s", tableList(n.Tables), r)})
+}
+
+// OutboxTableStep creates an outbox table in Debezium's layout, with the
+// columns its mapping reads: the event id, the route-by value, the key and
+// the payload. Applications insert a row into it in the transaction that
+// changes their data.
+func OutboxTableStep(t Table, id, routeBy, key, payload string) Step {
+	col := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+	return Step{Name: "table " + t.SQL(), Why: "The outbox table " + t.String() + ", in Debezium's layout: applications insert a row here in the transaction that changes their data.",
+		SQL: fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+    %-13s uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
+    %-13s text        NOT NULL,
+    %-13s text        NOT NULL,
+    type          text        NOT NULL,
+    %-13s jsonb       NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now()
+)`, t.SQL(), col(id), col(routeBy), col(key), col(payload))}
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -58,6 +58,26 @@ func TestCheckAgreesWithPrepare(t *testing.T) {
 			t.Errorf("after Prepare: ok lines %q lack %q", got[OK], want)
 		}
 	}
+
+	// A role that may not read the table, and a table that does not exist.
+	if _, err := admin.Exec(ctx, "CREATE ROLE reader LOGIN REPLICATION"); err != nil {
+		t.Fatal(err)
+	}
+	reader := connect(t, pg.URL("reader", "postgres"))
+	tables = append(tables, TableColumns{Table: Table{"billing", "outbox"}, Columns: []string{"id"}})
+	found, err := Check(ctx, reader, names, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = byStatus(found)
+	for _, want := range []string{`role reader may not SELECT from public.outbox: GRANT SELECT ON "public"."outbox" TO "reader"`, "table billing.outbox does not exist"} {
+		if !strings.Contains(strings.Join(got[Fail], "\n"), want) {
+			t.Errorf("as reader: failures %q lack %q", got[Fail], want)
+		}
+	}
+	if len(got[Fail]) != 2 {
+		t.Errorf("as reader: %d failures %q, want 2", len(got[Fail]), got[Fail])
+	}
 }
 
 // SetupSteps create the publication before the slot, with the statements

@@ -198,17 +198,20 @@ func (m *Monitor) sameTables(ctx context.Context) error {
 	}
 	infos, err := DescribeTables(ctx, m.Conn, m.Names)
 	if err != nil {
-		// A table dropped between the slot poll and this one: the slot
-		// state, polled again, names it with the fix for a stream that was
-		// running, as it would have a moment later.
-		if st, perr := PollSlot(ctx, m.Conn, m.Names); perr == nil {
-			if ferr := st.fatal(m.Names); ferr != nil {
-				return ferr
-			}
-		}
 		return err
 	}
 	for _, info := range infos {
+		if !info.Exists() {
+			// Dropped between the slot poll and this one: the slot state,
+			// polled again, names it with the fix for a stream that was
+			// running, as it would have a moment later.
+			if st, perr := PollSlot(ctx, m.Conn, m.Names); perr == nil {
+				if ferr := st.fatal(m.Names); ferr != nil {
+					return ferr
+				}
+			}
+			return m.Names.TableMissing(info.Table)
+		}
 		want, watched := m.OIDs[info.Table.String()]
 		if watched && info.OID != want {
 			return &SetupError{Object: "table " + info.Table.SQL(),

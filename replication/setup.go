@@ -85,6 +85,22 @@ func ParseTable(s string) (Table, error) {
 	return Table{schema, name}, nil
 }
 
+// ParseTables reads a comma-separated list of schema-qualified tables.
+func ParseTables(s string) ([]Table, error) {
+	var out []Table
+	for _, name := range strings.Split(s, ",") {
+		if strings.TrimSpace(name) == "" {
+			continue
+		}
+		t, err := ParseTable(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
 func (t Table) String() string { return t.Schema + "." + t.Name }
 
 // SQL is the table's quoted name.

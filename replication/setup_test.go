@@ -223,3 +223,22 @@ func TestValidateNames(t *testing.T) {
 // createAll lets Prepare create what is missing, the slot as a failover
 // slot where the server has them.
 var createAll = Create{Publication: true, Slot: true, FailoverSlot: true}
+
+func TestParseTables(t *testing.T) {
+	got, err := ParseTables(" public.outbox, billing.outbox ,")
+	if err != nil || len(got) != 2 || got[0] != (Table{"public", "outbox"}) || got[1] != (Table{"billing", "outbox"}) {
+		t.Fatalf("ParseTables = %v, %v", got, err)
+	}
+	if _, err := ParseTables("public.outbox,outbox"); err == nil || !strings.Contains(err.Error(), "schema-qualified") {
+		t.Fatalf("an unqualified table: %v", err)
+	}
+	step := OutboxTableStep(Table{"billing", "Outbox"}, "event_id", "kind", "key", "body")
+	for _, want := range []string{`CREATE TABLE IF NOT EXISTS "billing"."Outbox"`, `"event_id"    uuid`, `"kind"`, `"body"        jsonb`} {
+		if !strings.Contains(step.SQL, want) {
+			t.Errorf("outbox table SQL lacks %q:\n%s", want, step.SQL)
+		}
+	}
+	if step.Name != `table "billing"."Outbox"` {
+		t.Errorf("step name %q", step.Name)
+	}
+}

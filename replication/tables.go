@@ -7,19 +7,28 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Column is a table column as the catalog has it.
+// Column is a table column as the catalog has it, with what pgoutput's
+// Relation message does not carry and Debezium reads from the catalog.
 type Column struct {
 	Name string
 	Type uint32 // type OID
+	// NotNull is the column's NOT NULL constraint.
+	NotNull bool
+	// Default is the column's default as pg_get_expr writes it, empty for
+	// none; a generated column's expression is not a default.
+	Default string
 }
 
 // TableInfo is an outbox table as the catalog has it now.
 type TableInfo struct {
 	Table
-	// OID is the table's pg_class OID: a table dropped and created again
-	// under the same name gets another.
+	// OID is the table's pg_class OID, zero when no table has its name: a
+	// table dropped and created again under the same name gets another.
 	OID     uint32
 	Columns []Column
+	// Published says the publication covers the table: by name, by schema
+	// or as every table.
+	Published bool
 	// SchemaPublished says the publication covers the table's whole schema
 	// (FOR TABLES IN SCHEMA, Postgres 15+) or every table: a table created
 	// again is in the publication from its CREATE TABLE on, so recreating
@@ -27,8 +36,15 @@ type TableInfo struct {
 	SchemaPublished bool
 }
 
-// DescribeTables reads the outbox tables' OIDs and columns, and whether
-// publication covers them whatever their OID.
+// Exists reports whether a table has the name.
+func (i TableInfo) Exists() bool { return i.OID != 0 }
+
+// DescribeTables reads the outbox tables from the catalog, in the order
+// of n.Tables: their OIDs, their columns with NOT NULL and defaults, and
+// whether the publication covers them, by name or whatever their OID. A
+// table that does not exist is described with OID zero, not as an error,
+// so that callers can tell a table dropped since they last saw it from
+// one never created.
 func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, error) {
 	// pg_publication_namespace exists from Postgres 15 on; a query naming it
 	// does not even parse before.
@@ -40,28 +56,67 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 	if schemas {
 		bySchema = "EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace)"
 	}
-	out := make([]TableInfo, 0, len(n.Tables))
-	for _, t := range n.Tables {
-		info := TableInfo{Table: t}
-		var names []string
-		var types []uint32
-		err := conn.QueryRow(ctx, `SELECT c.oid,
-				ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
-				ARRAY(SELECT a.atttypid FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
-				EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $2 AND (p.puballtables OR `+bySchema+`))
-			FROM pg_class c WHERE c.oid = to_regclass($1)`, t.SQL(), n.Publication).Scan(&info.OID, &names, &types, &info.SchemaPublished)
-		if err != nil {
-			if err == pgx.ErrNoRows {
-				return nil, &SetupError{Object: "table " + t.SQL(), Reason: "does not exist", Fix: "create it, and add it to the publication in the same transaction"}
-			}
-			return nil, fmt.Errorf("describing table %s: %w", t, err)
+	// One row per column, or one row of NULLs for a table that does not
+	// exist.
+	rows, err := conn.Query(ctx, `SELECT t.ord, c.oid, a.attname::text, a.atttypid, a.attnotnull,
+			CASE WHEN a.attgenerated = '' THEN coalesce(pg_get_expr(d.adbin, d.adrelid), '') ELSE '' END,
+			EXISTS (SELECT 1 FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid WHERE p.pubname = $2 AND pr.prrelid = c.oid),
+			EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $2 AND (p.puballtables OR `+bySchema+`))
+		FROM unnest($1::text[]) WITH ORDINALITY AS t(name, ord)
+		LEFT JOIN pg_class c ON c.oid = to_regclass(t.name)
+		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		ORDER BY t.ord, a.attnum`, sqlNames(n.Tables), n.Publication)
+	if err != nil {
+		return nil, fmt.Errorf("describing the outbox tables: %w", err)
+	}
+	out := make([]TableInfo, len(n.Tables))
+	for i, t := range n.Tables {
+		out[i].Table = t
+	}
+	var (
+		ord                     int64
+		oid, typ                *uint32
+		name, def               *string
+		notNull                 *bool
+		listed, schemaPublished bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&ord, &oid, &name, &typ, &notNull, &def, &listed, &schemaPublished}, func() error {
+		if ord < 1 || int(ord) > len(out) {
+			return fmt.Errorf("table number %d of %d", ord, len(out))
 		}
-		for i := range names {
-			info.Columns = append(info.Columns, Column{Name: names[i], Type: types[i]})
+		info := &out[ord-1]
+		if oid == nil {
+			return nil
 		}
-		out = append(out, info)
+		info.OID, info.SchemaPublished, info.Published = *oid, schemaPublished, listed || schemaPublished
+		if name != nil {
+			info.Columns = append(info.Columns, Column{Name: *name, Type: *typ, NotNull: *notNull, Default: *def})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("describing the outbox tables: %w", err)
 	}
 	return out, nil
+}
+
+// TableMissing is the stop for an outbox table that does not exist and
+// that walstream has no record of streaming.
+func (n Names) TableMissing(t Table) error {
+	return &SetupError{Object: "table " + t.SQL(), Reason: "does not exist", Fix: "create it, and add it to the publication in the same transaction"}
+}
+
+// TableDropped is the stop for an outbox table that does not exist,
+// although walstream streamed it as OID oid up to checkpoint since: it was
+// dropped after that. Rows committed to the old table before the drop are
+// still in the slot; rows committed to a table created again under its
+// name before it is in the publication never will be.
+func (n Names) TableDropped(t Table, oid uint32, since string) error {
+	return &SetupError{Object: "table " + t.SQL(),
+		Reason: fmt.Sprintf("was dropped after checkpoint %s (OID %d) and does not exist now: rows committed to a table created again under its name before it is added to publication %q are never sent by Postgres",
+			since, oid, n.Publication),
+		Fix: "see README, Recovery: a recreated outbox table; " + n.RecreateAdvice(t) + "; walstream then stops at the new table's OID until it is accepted"}
 }
 
 // RecreateAdvice is how to create an outbox table again without losing

@@ -11,10 +11,17 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // advertised is a listener that reports another address: kfake tells
@@ -64,9 +71,33 @@ func run() error {
 		}),
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(*partitions),
+		// Answer as Kafka 3.9, without transaction version 2 (KIP-890
+		// part 2). With it, a broker killed while a transaction is open
+		// aborts the transaction on restart yet acknowledges the
+		// producer's retried EndTxn as a commit, because it takes the
+		// epoch it bumped in recovery for a completed EndTxn
+		// (TestCommitAcknowledgedAfterCrashIsVisible). Without it, that
+		// EndTxn is fenced and the producer starts over from its
+		// checkpoint. (Kafka itself keeps an open transaction across a
+		// restart, so the retried EndTxn commits it.)
+		kfake.MaxVersions(kversion.V3_9_0()),
 	}
 	if *dataDir != "" {
 		opts = append(opts, kfake.DataDir(*dataDir))
+		running := filepath.Join(*dataDir, "devbroker.running")
+		if _, err := os.Stat(running); err == nil {
+			if err := abortCrashed(*dataDir); err != nil {
+				return fmt.Errorf("recovering %s after an unclean stop: %w", *dataDir, err)
+			}
+		}
+		if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(running, nil, 0o644); err != nil {
+			return err
+		}
+		// Removed only after a clean stop, so that the next start knows.
+		defer os.Remove(running)
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
@@ -77,5 +108,67 @@ func run() error {
 	defer stop()
 	<-ctx.Done()
 	c.Close()
+	return nil
+}
+
+// abortCrashed makes the aborts of a crash durable. kfake aborts every
+// transaction open when it was killed, but only in memory: the aborted
+// records stay on disk without an abort marker. Its next recovery from the
+// segments then takes them for part of the producer's next committed
+// transaction, and a read_committed consumer sees rows that were aborted and
+// published again (TestAbortedByCrashStaysAborted). So, before any client
+// can connect, the data directory is opened on a private port and an abort
+// marker is written for every transactional producer on every partition (a
+// marker where the producer had nothing open changes nothing), then closed
+// cleanly.
+func abortCrashed(dataDir string) error {
+	c, err := kfake.NewCluster(kfake.DataDir(dataDir), kfake.Ports(0), kfake.MaxVersions(kversion.V3_9_0()))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.MaxVersions(kversion.V3_9_0()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		return fmt.Errorf("listing topics: %w", err)
+	}
+	txns, err := adm.ListTransactions(ctx, nil, nil)
+	if err != nil {
+		return fmt.Errorf("listing transactions: %w", err)
+	}
+	for _, txn := range txns.Sorted() {
+		req := kmsg.NewPtrWriteTxnMarkersRequest()
+		m := kmsg.NewWriteTxnMarkersRequestMarker()
+		m.ProducerID, m.Committed = txn.ProducerID, false
+		for _, td := range topics.Sorted() {
+			mt := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
+			mt.Topic = td.Topic
+			for _, pd := range td.Partitions.Sorted() {
+				mt.Partitions = append(mt.Partitions, pd.Partition)
+			}
+			m.Topics = append(m.Topics, mt)
+		}
+		req.Markers = append(req.Markers, m)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return fmt.Errorf("writing abort markers for producer %d: %w", txn.ProducerID, err)
+		}
+		for _, rm := range resp.Markers {
+			for _, rt := range rm.Topics {
+				for _, rp := range rt.Partitions {
+					if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+						return fmt.Errorf("writing an abort marker for producer %d to %s/%d: %w", txn.ProducerID, rt.Topic, rp.Partition, err)
+					}
+				}
+			}
+		}
+	}
 	return nil
 }

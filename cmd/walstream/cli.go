@@ -5,11 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -80,12 +78,12 @@ func parseCommand(cmd command, args []string, stdout io.Writer) (*Config, error)
 	if c.TransactionalID == "" {
 		c.TransactionalID = "walstream-" + c.Slot
 	}
-	errs = []error{c.Validate()}
+	errs = []error{c.build()}
 	needPG, needKafka := cmd.needs()
 	if needPG && c.PGURL == "" {
 		errs = append([]error{fmt.Errorf("--pg-url ($%s): is required", envName("pg-url"))}, errs...)
 	}
-	if needKafka && len(c.brokers()) == 0 {
+	if needKafka && len(c.Kafka.Brokers) == 0 {
 		errs = append([]error{fmt.Errorf("--kafka-brokers ($%s): is required", envName("kafka-brokers"))}, errs...)
 	}
 	return &c, errors.Join(errs...)
@@ -149,26 +147,6 @@ func expected(f *flag.Flag, err error) string {
 		want += " (out of range)"
 	}
 	return want
-}
-
-// checkBroker reports a broker address that cannot be dialed. A missing
-// port is Kafka's 9092.
-func checkBroker(b string) error {
-	host, port, err := net.SplitHostPort(b)
-	if err != nil {
-		var ae *net.AddrError
-		if errors.As(err, &ae) && ae.Err == "missing port in address" {
-			return nil
-		}
-		return fmt.Errorf("broker %q: want host:port", b)
-	}
-	if host == "" {
-		return fmt.Errorf("broker %q: no host", b)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("broker %q: port %q is not from 1 to 65535", b, port)
-	}
-	return nil
 }
 
 // quoted is what a YAML parser quotes from the document it failed on.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,109 +14,109 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/pipeline"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/replication"
 )
 
-// Defaults, named so README and --help agree with the code.
-const (
-	DefaultSlot            = "walstream"
-	DefaultPublication     = "walstream_outbox"
-	DefaultTable           = "public.outbox"
-	DefaultCheckpointTopic = "walstream.checkpoints"
-	DefaultHTTPAddr        = "127.0.0.1:9187"
-	DefaultMaxBatchEvents  = 10000
-	DefaultMaxBatchBytes   = 16 << 20
-	DefaultQueueBytes      = 16 << 20
-	DefaultLinger          = 5 * time.Millisecond
-	DefaultStatusInterval  = 10 * time.Second
-	DefaultConfirmInterval = 250 * time.Millisecond
-	DefaultProgress        = 30 * time.Second
-	DefaultIdleInterval    = 10 * time.Second
-	DefaultCommitTimeout   = 30 * time.Second
-	DefaultDeadLetterTopic = "walstream.dlq"
-	DefaultMaxRecordBytes  = 1_000_000
-	DefaultSlotPoll        = 5 * time.Second
-	DefaultReadyConfirmAge = time.Minute
-)
-
-// Upper bounds of sizes: far above any useful value, and low enough that
-// the producer's doubled buffer and int32 batch limit cannot overflow.
-const (
-	maxBatchEvents = 1 << 24
-	maxBytes       = 1 << 30
-	maxQueueBytes  = 1 << 40
-)
+const defaultHTTPAddr = "127.0.0.1:9187"
 
 // Policies for rows that cannot become records (--on-error).
 const (
-	OnErrorFail       = "fail"
-	OnErrorDeadLetter = "dead-letter"
+	onErrorFail       = "fail"
+	onErrorDeadLetter = "dead-letter"
 )
 
-// Config is everything `walstream run` is told.
+// Config is a command's settings: pipeline.Config, whose fields flags set
+// where they take them as they are, and the text of the others, which
+// build parses into it.
 type Config struct {
-	// Mapping is the outbox router settings every table shares.
-	Mapping
-	// TableSettings are a config file's router settings per table, by
-	// schema-qualified name.
-	TableSettings         map[string]map[string]string
-	ConfigFile            string
-	PGURL                 string
-	Brokers               string
-	Slot                  string
-	Publication           string
-	Table                 string
-	Create                bool
-	AllowSlotAhead        bool
-	AcceptPhantoms        bool
-	AcceptSystemChange    bool
-	FailoverSlot          bool
-	CheckpointTopic       string
-	CheckpointKey         string // defaults to the slot name
-	TransactionalID       string // defaults to "walstream-" + slot
-	MaxBatchEvents        int
-	MaxBatchBytes         int
-	QueueBytes            int
-	Linger                time.Duration
-	StatusInterval        time.Duration
-	ConfirmInterval       time.Duration
-	ProgressInterval      time.Duration
-	IdleInterval          time.Duration
-	CommitTimeout         time.Duration
-	OnError               string
-	Converter             string
-	KeyConverter          string
-	ValueConverter        string
-	KeySchemas            string // "" is the converter's default
-	ValueSchemas          string
-	SchemaTopicPrefix     string
-	Compression           string
-	MessagePrefix         string
-	DeadLetterTopic       string
-	SkipEvent             string
-	AcceptRecreated       string
-	MaxRecordBytes        int
-	PGPasswordFile        string
-	KafkaTLS              bool
-	KafkaTLSCAFile        string
-	KafkaTLSCertFile      string
-	KafkaTLSKeyFile       string
-	KafkaTLSServerName    string
-	KafkaSASLMechanism    string
-	KafkaSASLUser         string
-	KafkaSASLPasswordFile string
-	HTTPConfigFile        string
-	PprofAddr             string
-	SlotPollInterval      time.Duration
-	ReadyConfirmAge       time.Duration
-	HTTPAddr              string
-	LogLevel              string
-	LogFormat             string
-	// TopicCreation creates missing outbox and dead-letter topics.
-	TopicCreation topicCreation
+	pipeline.Config
+	// Router is the outbox router settings every table shares, by Debezium
+	// key; TableSettings are a config file's own settings of each table,
+	// by schema-qualified name.
+	Router                                                                     map[string]string
+	TableSettings                                                              map[string]map[string]string
+	ConfigFile, PGURL, PGPasswordFile, Brokers, Slot, Publication, Table       string
+	KafkaTLS                                                                   bool
+	KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile, KafkaTLSServerName      string
+	KafkaSASLMechanism, KafkaSASLUser, KafkaSASLPasswordFile                   string
+	Converter, KeyConverter, ValueConverter, KeySchemas, ValueSchemas, OnError string
+	CompressionText, SkipEventText, AcceptRecreatedText                        string
+	HTTPAddr, HTTPConfigFile, PprofAddr, LogLevel, LogFormat                   string
+}
+
+// setting is one flag; its environment variable (envName) and its config
+// file key are its name. field names the pipeline.Config fields it sets as
+// Validate names them (space-separated), so that errors name the flag.
+type setting struct {
+	name  string
+	p     any // *string, *bool, *int, *time.Duration or a flag.Value
+	def   any
+	field string
+	usage string
+}
+
+// settings are every flag but the outbox router's (routerFlags).
+func (c *Config) settings() []setting {
+	return []setting{
+		{"config", &c.ConfigFile, nil, "", "YAML config file: settings by flag name, Debezium outbox router settings under outbox:, per-table ones under tables: (see README)"},
+		{"pg-url", &c.PGURL, nil, "", "Postgres connection URL or DSN of the primary (required)"},
+		{"pg-password-file", &c.PGPasswordFile, nil, "", "file holding the Postgres password (else the URL, passfile or ~/.pgpass)"},
+		{"kafka-brokers", &c.Brokers, nil, "Kafka.Brokers", "comma-separated Kafka bootstrap brokers (required)"},
+		{"kafka-tls", &c.KafkaTLS, nil, "", "connect to Kafka with TLS, verifying brokers against the system roots or --kafka-tls-ca-file"},
+		{"kafka-tls-ca-file", &c.KafkaTLSCAFile, nil, "", "PEM CA bundle to verify the brokers with (implies --kafka-tls)"},
+		{"kafka-tls-cert-file", &c.KafkaTLSCertFile, nil, "", "PEM client certificate for mutual TLS"},
+		{"kafka-tls-key-file", &c.KafkaTLSKeyFile, nil, "", "PEM client key for mutual TLS"},
+		{"kafka-tls-server-name", &c.KafkaTLSServerName, nil, "", "name to verify the brokers' certificates against (default: the host dialed)"},
+		{"kafka-sasl-mechanism", &c.KafkaSASLMechanism, nil, "Kafka.SASLMechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; the password comes from --kafka-sasl-password-file or $" + envKafkaSASLPassword},
+		{"kafka-sasl-user", &c.KafkaSASLUser, nil, "", "SASL user"},
+		{"kafka-sasl-password-file", &c.KafkaSASLPasswordFile, nil, "", "file holding the SASL password"},
+		{"slot", &c.Slot, pipeline.DefaultSlot, "", "logical replication slot (pgoutput)"},
+		{"publication", &c.Publication, pipeline.DefaultPublication, "", "publication of the outbox table"},
+		{"table", &c.Table, pipeline.DefaultTable, "", "outbox tables, schema-qualified and comma-separated; they share the slot and the publication"},
+		{"create", &c.Create, true, "", "create the publication and slot when missing"},
+		{"allow-slot-ahead", &c.AllowSlotAhead, nil, "", "start even though the slot is ahead of the checkpoint in Kafka, creating a missing slot (events may be missing; see README)"},
+		{"accept-phantoms", &c.Accept.Phantoms, nil, "", "go on after phantom events (published from WAL the server's history lacks), from where the histories part (see README, Postgres failover)"},
+		{"accept-system-change", &c.Accept.SystemChange, nil, "", "go on from the slot when the server is another cluster than the checkpoint's (see README, Postgres failover)"},
+		{"failover-slot", &c.FailoverSlot, true, "", "create the slot as a failover slot where the server supports it (Postgres 17 and later)"},
+		{"checkpoint-topic", &c.CheckpointTopic, pipeline.DefaultCheckpointTopic, "CheckpointTopic", "compacted topic holding checkpoints"},
+		{"checkpoint-key", &c.CheckpointKey, nil, "", "key of this stream's checkpoints (default: the slot name)"},
+		{"transactional-id", &c.TransactionalID, nil, "", "Kafka transactional.id (default: walstream-<slot>)"},
+		{"max-batch-events", &c.MaxBatchEvents, pipeline.DefaultMaxBatchEvents, "MaxBatchEvents", "events per Kafka transaction; larger Postgres transactions are split"},
+		{"max-batch-bytes", &c.MaxBatchBytes, pipeline.DefaultMaxBatchBytes, "MaxBatchBytes", "bytes per Kafka transaction; larger Postgres transactions are split"},
+		{"queue-bytes", &c.QueueBytes, pipeline.DefaultQueueBytes, "QueueBytes", "memory of decoded events waiting for Kafka before WAL reading pauses"},
+		{"linger", &c.Linger, pipeline.DefaultLinger, "Linger", "how long a Kafka transaction waits for more Postgres transactions"},
+		{"status-interval", &c.StatusInterval, pipeline.DefaultStatusInterval, "StatusInterval", "interval of standby status updates to Postgres (keepalive); commits are confirmed sooner, see --confirm-interval"},
+		{"confirm-interval", &c.ConfirmInterval, pipeline.DefaultConfirmInterval, "ConfirmInterval", "least interval between status updates confirming Kafka commits to Postgres; 0 confirms only every --status-interval"},
+		{"progress-interval", &c.ProgressInterval, pipeline.DefaultProgressInterval, "ProgressInterval", "interval of the progress log line while streaming; 0 disables it"},
+		{"idle-interval", &c.IdleInterval, pipeline.DefaultIdleInterval, "IdleInterval", "minimum interval of checkpoint-only transactions while the outbox is idle"},
+		{"commit-timeout", &c.CommitTimeout, pipeline.DefaultCommitTimeout, "CommitTimeout", "limit on flushing and committing one Kafka transaction"},
+		{"converter", &c.Converter, "string", "", "key and value bytes as Debezium emits them behind Kafka Connect's StringConverter (string) or JsonConverter with schemas.enable=false (json)"},
+		{"key-converter", &c.KeyConverter, nil, "", "the key's converter, as Connect's key.converter: string, json or a converter class; empty: --converter"},
+		{"value-converter", &c.ValueConverter, nil, "", "the value's converter, as Connect's value.converter: string, json or a converter class; empty: --converter"},
+		{"key-converter-schemas-enable", &c.KeySchemas, nil, "", "key.converter.schemas.enable: true or false; empty: JsonConverter's default, true, for --key-converter, false for --converter"},
+		{"value-converter-schemas-enable", &c.ValueSchemas, nil, "", "value.converter.schemas.enable: true or false; empty: JsonConverter's default, true, for --value-converter, false for --converter"},
+		{"topic-prefix", &c.Encoding.SchemaPrefix, nil, "Encoding.SchemaPrefix", "the Debezium connector's topic.prefix, which value schemas of envelopes name under a JSON converter with schemas"},
+		{"compression", &c.CompressionText, "snappy", "", "record batch compression: snappy, lz4, zstd, gzip or none"},
+		{"message-prefix", &c.MessagePrefix, "walstream", "", "prefix of transactional pg_logical_emit_message() outbox events; empty: ignore logical messages"},
+		{"on-error", &c.OnError, onErrorFail, "", "a row that cannot become a record: fail (stop, confirm nothing past it) or dead-letter (write it to --dlq-topic and go on)"},
+		{"dlq-topic", &c.SkipTopic, pipeline.DefaultDeadLetterTopic, "SkipTopic DeadLetterTopic", "dead-letter topic, with --on-error=dead-letter or --skip-event"},
+		{"skip-event", &c.SkipEventText, nil, "", "one event that cannot be published, as a stop message names it (<commit LSN>:<ordinal>): it goes to --dlq-topic with its reason and the skip is recorded in the checkpoint; nothing else is skipped (see README)"},
+		{"accept-recreated-table", &c.AcceptRecreatedText, nil, "", "outbox tables accepted as dropped and recreated, as schema.table=<new OID>, comma-separated, once the rows the recreation lost are dealt with (see README)"},
+		{"max-record-bytes", &c.MaxRecordBytes, pipeline.DefaultMaxRecordBytes, "MaxRecordBytes", "largest record to send; keep it within the topics' max.message.bytes"},
+		{"slot-poll-interval", &c.SlotPollInterval, pipeline.DefaultSlotPollInterval, "SlotPollInterval", "how often the slot's state is read for metrics and checked"},
+		{"ready-confirm-age", &c.ReadyConfirmAge, pipeline.DefaultReadyConfirmAge, "ReadyConfirmAge", "/readyz fails when no position was confirmed to Postgres for this long"},
+		{"http-config-file", &c.HTTPConfigFile, nil, "", "Prometheus exporter-toolkit web config (TLS, basic auth) for the HTTP listener"},
+		{"pprof-addr", &c.PprofAddr, nil, "", "serve /debug/pprof on this loopback address; empty: off"},
+		{"http-addr", &c.HTTPAddr, defaultHTTPAddr, "", "listen address for /metrics, /healthz and /readyz; empty disables, port 0 picks one; one that binds every interface is logged as a warning"},
+		{"log-level", &c.LogLevel, "info", "", "debug, info, warn or error"},
+		{"log-format", &c.LogFormat, "text", "", "text or json"},
+		{"topic-creation", &parsed{parse: func(s string) (err error) { c.TopicCreation, err = publish.ParseTopicCreationText(s); return err }}, nil, "",
+			"create missing outbox and dead-letter topics with Kafka Connect topic.creation.* settings, name=value separated by ; or new lines, e.g. default.partitions=6;default.replication.factor=3 (see README); empty: rely on the broker's auto.create.topics.enable"},
+	}
 }
 
 // envPrefix maps flag --max-batch-events to WALSTREAM_MAX_BATCH_EVENTS.
@@ -124,75 +126,53 @@ func envName(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
+// envKafkaSASLPassword is the SASL password's environment variable. It has
+// no flag: a secret on the command line shows in ps and shell history.
+const envKafkaSASLPassword = envPrefix + "KAFKA_SASL_PASSWORD"
+
 // flags defines every setting on fs. Each flag's usage names its
 // environment variable, so `walstream run --help` documents both.
 func (c *Config) flags(fs *flag.FlagSet) {
-	str := func(p *string, name, def, usage string) { fs.StringVar(p, name, def, usage+" ($"+envName(name)+")") }
-	num := func(p *int, name string, def int, usage string) {
-		fs.IntVar(p, name, def, usage+" ($"+envName(name)+")")
+	for _, s := range c.settings() {
+		usage := s.usage + " ($" + envName(s.name) + ")"
+		switch p := s.p.(type) {
+		case *string:
+			def, _ := s.def.(string)
+			fs.StringVar(p, s.name, def, usage)
+		case *bool:
+			def, _ := s.def.(bool)
+			fs.BoolVar(p, s.name, def, usage)
+		case *int:
+			fs.IntVar(p, s.name, s.def.(int), usage)
+		case *time.Duration:
+			fs.DurationVar(p, s.name, s.def.(time.Duration), usage)
+		case flag.Value:
+			fs.Var(p, s.name, usage)
+		}
 	}
-	dur := func(p *time.Duration, name string, def time.Duration, usage string) {
-		fs.DurationVar(p, name, def, usage+" ($"+envName(name)+")")
-	}
-	boolean := func(p *bool, name string, def bool, usage string) {
-		fs.BoolVar(p, name, def, usage+" ($"+envName(name)+")")
-	}
+	c.Router = make(map[string]string)
+	routerFlags(fs, c.Router)
+}
 
-	str(&c.ConfigFile, "config", "", "YAML config file: settings by flag name, Debezium outbox router settings under outbox:, per-table ones under tables: (see README)")
-	str(&c.PGURL, "pg-url", "", "Postgres connection URL or DSN of the primary (required)")
-	str(&c.PGPasswordFile, "pg-password-file", "", "file holding the Postgres password (else the URL, passfile or ~/.pgpass)")
-	str(&c.Brokers, "kafka-brokers", "", "comma-separated Kafka bootstrap brokers (required)")
-	boolean(&c.KafkaTLS, "kafka-tls", false, "connect to Kafka with TLS, verifying brokers against the system roots or --kafka-tls-ca-file")
-	str(&c.KafkaTLSCAFile, "kafka-tls-ca-file", "", "PEM CA bundle to verify the brokers with (implies --kafka-tls)")
-	str(&c.KafkaTLSCertFile, "kafka-tls-cert-file", "", "PEM client certificate for mutual TLS")
-	str(&c.KafkaTLSKeyFile, "kafka-tls-key-file", "", "PEM client key for mutual TLS")
-	str(&c.KafkaTLSServerName, "kafka-tls-server-name", "", "name to verify the brokers' certificates against (default: the host dialed)")
-	str(&c.KafkaSASLMechanism, "kafka-sasl-mechanism", "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; the password comes from --kafka-sasl-password-file or $"+envKafkaSASLPassword)
-	str(&c.KafkaSASLUser, "kafka-sasl-user", "", "SASL user")
-	str(&c.KafkaSASLPasswordFile, "kafka-sasl-password-file", "", "file holding the SASL password")
-	str(&c.Slot, "slot", DefaultSlot, "logical replication slot (pgoutput)")
-	str(&c.Publication, "publication", DefaultPublication, "publication of the outbox table")
-	str(&c.Table, "table", DefaultTable, "outbox tables, schema-qualified and comma-separated; they share the slot and the publication")
-	boolean(&c.Create, "create", true, "create the publication and slot when missing")
-	boolean(&c.AllowSlotAhead, "allow-slot-ahead", false, "start even though the slot is ahead of the checkpoint in Kafka, creating a missing slot (events may be missing; see README)")
-	boolean(&c.AcceptPhantoms, "accept-phantoms", false, "go on after phantom events (published from WAL the server's history lacks), from where the histories part (see README, Postgres failover)")
-	boolean(&c.AcceptSystemChange, "accept-system-change", false, "go on from the slot when the server is another cluster than the checkpoint's (see README, Postgres failover)")
-	boolean(&c.FailoverSlot, "failover-slot", true, "create the slot as a failover slot where the server supports it (Postgres 17 and later)")
-	str(&c.CheckpointTopic, "checkpoint-topic", DefaultCheckpointTopic, "compacted topic holding checkpoints")
-	str(&c.CheckpointKey, "checkpoint-key", "", "key of this stream's checkpoints (default: the slot name)")
-	str(&c.TransactionalID, "transactional-id", "", "Kafka transactional.id (default: walstream-<slot>)")
-	num(&c.MaxBatchEvents, "max-batch-events", DefaultMaxBatchEvents, "events per Kafka transaction; larger Postgres transactions are split")
-	num(&c.MaxBatchBytes, "max-batch-bytes", DefaultMaxBatchBytes, "bytes per Kafka transaction; larger Postgres transactions are split")
-	num(&c.QueueBytes, "queue-bytes", DefaultQueueBytes, "memory of decoded events waiting for Kafka before WAL reading pauses")
-	dur(&c.Linger, "linger", DefaultLinger, "how long a Kafka transaction waits for more Postgres transactions")
-	dur(&c.StatusInterval, "status-interval", DefaultStatusInterval, "interval of standby status updates to Postgres (keepalive); commits are confirmed sooner, see --confirm-interval")
-	dur(&c.ConfirmInterval, "confirm-interval", DefaultConfirmInterval, "least interval between status updates confirming Kafka commits to Postgres; 0 confirms only every --status-interval")
-	dur(&c.ProgressInterval, "progress-interval", DefaultProgress, "interval of the progress log line while streaming; 0 disables it")
-	dur(&c.IdleInterval, "idle-interval", DefaultIdleInterval, "minimum interval of checkpoint-only transactions while the outbox is idle")
-	dur(&c.CommitTimeout, "commit-timeout", DefaultCommitTimeout, "limit on flushing and committing one Kafka transaction")
-	str(&c.Converter, "converter", "string", "key and value bytes as Debezium emits them behind Kafka Connect's StringConverter (string) or JsonConverter with schemas.enable=false (json)")
-	str(&c.KeyConverter, "key-converter", "", "the key's converter, as Connect's key.converter: string, json or a converter class; empty: --converter")
-	str(&c.ValueConverter, "value-converter", "", "the value's converter, as Connect's value.converter: string, json or a converter class; empty: --converter")
-	str(&c.KeySchemas, "key-converter-schemas-enable", "", "key.converter.schemas.enable: true or false; empty: JsonConverter's default, true, for --key-converter, false for --converter")
-	str(&c.ValueSchemas, "value-converter-schemas-enable", "", "value.converter.schemas.enable: true or false; empty: JsonConverter's default, true, for --value-converter, false for --converter")
-	str(&c.SchemaTopicPrefix, "topic-prefix", "", "the Debezium connector's topic.prefix, which value schemas of envelopes name under a JSON converter with schemas")
-	c.Mapping = Mapping{}
-	c.Mapping.flags(fs, envName)
-	str(&c.Compression, "compression", "snappy", "record batch compression: snappy, lz4, zstd, gzip or none")
-	str(&c.MessagePrefix, "message-prefix", "walstream", "prefix of transactional pg_logical_emit_message() outbox events; empty: ignore logical messages")
-	str(&c.OnError, "on-error", OnErrorFail, "a row that cannot become a record: fail (stop, confirm nothing past it) or dead-letter (write it to --dlq-topic and go on)")
-	str(&c.DeadLetterTopic, "dlq-topic", DefaultDeadLetterTopic, "dead-letter topic, with --on-error=dead-letter or --skip-event")
-	str(&c.SkipEvent, "skip-event", "", "one event that cannot be published, as a stop message names it (<commit LSN>:<ordinal>): it goes to --dlq-topic with its reason and the skip is recorded in the checkpoint; nothing else is skipped (see README)")
-	str(&c.AcceptRecreated, "accept-recreated-table", "", "outbox tables accepted as dropped and recreated, as schema.table=<new OID>, comma-separated, once the rows the recreation lost are dealt with (see README)")
-	num(&c.MaxRecordBytes, "max-record-bytes", DefaultMaxRecordBytes, "largest record to send; keep it within the topics' max.message.bytes")
-	dur(&c.SlotPollInterval, "slot-poll-interval", DefaultSlotPoll, "how often the slot's state is read for metrics and checked")
-	dur(&c.ReadyConfirmAge, "ready-confirm-age", DefaultReadyConfirmAge, "/readyz fails when no position was confirmed to Postgres for this long")
-	str(&c.HTTPConfigFile, "http-config-file", "", "Prometheus exporter-toolkit web config (TLS, basic auth) for the HTTP listener")
-	str(&c.PprofAddr, "pprof-addr", "", "serve /debug/pprof on this loopback address; empty: off")
-	str(&c.HTTPAddr, "http-addr", DefaultHTTPAddr, "listen address for /metrics, /healthz and /readyz; empty disables, port 0 picks one; one that binds every interface is logged as a warning")
-	str(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
-	str(&c.LogFormat, "log-format", "text", "text or json")
-	fs.Var(&c.TopicCreation, "topic-creation", "create missing outbox and dead-letter topics with Kafka Connect topic.creation.* settings, name=value separated by ; or new lines, e.g. default.partitions=6;default.replication.factor=3 (see README); empty: rely on the broker's auto.create.topics.enable ($"+envName("topic-creation")+")")
+// parsed is a flag parsed when set, so that a bad value is refused alike
+// from the command line, the environment and the config file.
+type parsed struct {
+	text  string
+	parse func(string) error
+}
+
+var _ flag.Value = (*parsed)(nil)
+
+func (p *parsed) String() string {
+	if p == nil {
+		return ""
+	}
+	return p.text
+}
+
+func (p *parsed) Set(s string) error {
+	p.text = s
+	return p.parse(s)
 }
 
 // parseConfig reads the settings of `walstream run`: flags, then the
@@ -202,185 +182,125 @@ func parseConfig(args []string, stdout io.Writer) (*Config, error) {
 		needs: func() (pg, kafka bool) { return true, true }}, args, stdout)
 }
 
-// Validate reports every invalid setting, naming it.
-func (c *Config) Validate() error {
+// build parses the settings held as text into pipeline.Config and reports
+// those that do not parse; pipeline.Config.Validate checks the rest.
+func (c *Config) build() error {
 	var errs []error
-	bad := func(name, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("--%s ($%s): %s", name, envName(name), fmt.Sprintf(format, a...)))
-	}
-	if c.PGURL != "" {
-		if _, err := pgconn.ParseConfig(c.PGURL); err != nil {
-			// pgconn's parse errors redact the password.
-			bad("pg-url", "%v", err)
+	bad := func(name string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--%s ($%s): %w", name, envName(name), err))
 		}
 	}
-	if _, err := c.tables(); err != nil {
-		bad("table", "%v", err)
-	} else if err := c.names().Validate(); err != nil {
-		bad("slot/publication/table", "%v", err)
-	} else if _, _, err := c.outboxes(); err != nil {
-		errs = append(errs, err)
+	var err error
+	if c.Postgres, err = pgx.ParseConfig(c.PGURL); err != nil && c.PGURL != "" {
+		bad("pg-url", err) // pgconn's parse errors redact the password
+	} else if err == nil && c.PGPasswordFile != "" {
+		c.Postgres.Password, err = readSecret(c.PGPasswordFile)
+		bad("pg-password-file", err)
 	}
-	if err := publish.ValidTopic(c.CheckpointTopic); err != nil {
-		bad("checkpoint-topic", "%v", err)
+	c.Names = replication.Names{Slot: c.Slot, Publication: c.Publication}
+	tablesErr := false
+	if c.Names.Tables, err = replication.ParseTables(c.Table); err != nil {
+		bad("table", err)
+		tablesErr = true
+	} else {
+		errs = append(errs, c.outboxes()...)
 	}
-	for _, n := range []struct {
-		name     string
-		v, limit int
-	}{{"max-batch-events", c.MaxBatchEvents, maxBatchEvents}, {"max-batch-bytes", c.MaxBatchBytes, maxBytes},
-		{"max-record-bytes", c.MaxRecordBytes, maxBytes}, {"queue-bytes", c.QueueBytes, maxQueueBytes}} {
-		if n.v < 1 || n.v > n.limit {
-			bad(n.name, "must be from 1 to %d, got %d", n.limit, n.v)
-		}
-	}
-	for _, b := range c.brokers() {
-		if err := checkBroker(b); err != nil {
-			bad("kafka-brokers", "%v", err)
-		}
-	}
-	if c.HTTPConfigFile != "" {
-		if err := checkWebConfig(c.HTTPConfigFile); err != nil {
-			bad("http-config-file", "%v", err)
-		}
-	}
+	c.Kafka, err = c.kafka()
+	errs = append(errs, err)
 	if c.Converter != "string" && c.Converter != "json" {
-		bad("converter", "%q is not string or json", c.Converter)
-	} else if enc, err := c.encoding(); err != nil {
+		bad("converter", fmt.Errorf("%q is not string or json", c.Converter))
+	} else {
+		c.Encoding.Key, err = c.format("key-converter", c.KeyConverter, "key-converter-schemas-enable", c.KeySchemas)
 		errs = append(errs, err)
-	} else if enc.Value == publish.FormatJSONSchema && enc.SchemaPrefix == "" && c.envelopes() {
-		bad("topic-prefix", "is required when envelope fields are written with schemas: the value schema is named <topic.prefix>.<schema>.<table>.<route-by value>.Value")
+		c.Encoding.Value, err = c.format("value-converter", c.ValueConverter, "value-converter-schemas-enable", c.ValueSchemas)
+		errs = append(errs, err)
 	}
-	if _, err := publish.ParseCompression(c.Compression); err != nil {
-		bad("compression", "%v", err)
+	c.Compression, err = publish.ParseCompression(c.CompressionText)
+	bad("compression", err)
+	switch c.OnError {
+	case onErrorDeadLetter:
+		c.DeadLetterTopic = c.SkipTopic
+	case onErrorFail:
+	default:
+		bad("on-error", fmt.Errorf("%q is not %s or %s", c.OnError, onErrorFail, onErrorDeadLetter))
 	}
-	if c.OnError != OnErrorFail && c.OnError != OnErrorDeadLetter {
-		bad("on-error", "%q is not %s or %s", c.OnError, OnErrorFail, OnErrorDeadLetter)
+	if c.SkipEventText != "" {
+		c.SkipEvent, err = decode.ParseRef(c.SkipEventText)
+		bad("skip-event", err)
 	}
-	if c.OnError == OnErrorDeadLetter || c.SkipEvent != "" {
-		if err := publish.ValidTopic(c.DeadLetterTopic); err != nil {
-			bad("dlq-topic", "%v", err)
-		}
+	c.AcceptRecreated, err = acceptRecreated(c.AcceptRecreatedText)
+	bad("accept-recreated-table", err)
+	if c.HTTPConfigFile != "" {
+		bad("http-config-file", checkWebConfig(c.HTTPConfigFile))
 	}
-	if c.SkipEvent != "" {
-		if _, err := decode.ParseRef(c.SkipEvent); err != nil {
-			bad("skip-event", "%v", err)
-		}
-	}
-	if _, err := c.acceptRecreated(); err != nil {
-		bad("accept-recreated-table", "%v", err)
-	}
-	if c.Linger < 0 {
-		bad("linger", "must not be negative, got %s", c.Linger)
-	}
-	if c.ConfirmInterval < 0 || c.ConfirmInterval > c.StatusInterval {
-		bad("confirm-interval", "must be between 0 and --status-interval (%s), got %s", c.StatusInterval, c.ConfirmInterval)
-	}
-	if c.ProgressInterval < 0 {
-		bad("progress-interval", "must not be negative, got %s", c.ProgressInterval)
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"status-interval", c.StatusInterval}, {"idle-interval", c.IdleInterval}, {"commit-timeout", c.CommitTimeout},
-		{"slot-poll-interval", c.SlotPollInterval}, {"ready-confirm-age", c.ReadyConfirmAge}} {
-		if d.v <= 0 {
-			bad(d.name, "must be positive, got %s", d.v)
-		}
-	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		bad("log-level", "%q is not one of debug, info, warn, error", c.LogLevel)
+	if _, err := c.logger(io.Discard); err != nil {
+		bad("log-level", fmt.Errorf("%q is not one of debug, info, warn, error", c.LogLevel))
 	}
 	if c.PprofAddr != "" {
 		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || !replication.Loopback(host) {
-			bad("pprof-addr", "%q: pprof shows memory and must listen on loopback, like 127.0.0.1:6060", c.PprofAddr)
-		}
-	}
-	if _, err := c.kafkaConn(); err != nil {
-		errs = append(errs, err)
-	}
-	if c.PGPasswordFile != "" {
-		if _, err := os.Stat(c.PGPasswordFile); err != nil {
-			bad("pg-password-file", "%v", err)
+			bad("pprof-addr", fmt.Errorf("%q: pprof shows memory and must listen on loopback, like 127.0.0.1:6060", c.PprofAddr))
 		}
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
-		bad("log-format", "%q is not text or json", c.LogFormat)
+		bad("log-format", fmt.Errorf("%q is not text or json", c.LogFormat))
+	}
+	c.Hook = pipeline.CrashHook(os.Getenv("WALSTREAM_CRASH_AT"))
+	for _, err := range unjoin(c.Validate()) {
+		var se *pipeline.SettingError
+		if errors.As(err, &se) && !(se.Field == "Names" && tablesErr) {
+			errs = append(errs, c.named(se)...)
+		}
 	}
 	return errors.Join(errs...)
 }
 
-func (c *Config) brokers() []string {
-	var bs []string
-	for _, b := range strings.Split(c.Brokers, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			bs = append(bs, b)
+// named words an error of pipeline.Config.Validate with the flag of the
+// field it names, one line for each error it joins.
+func (c *Config) named(se *pipeline.SettingError) []error {
+	if se.Field == "Kafka.SASLMechanism" {
+		return []error{fmt.Errorf("--kafka-sasl-mechanism: %w (the password comes from --kafka-sasl-password-file or $%s)", se.Err, envKafkaSASLPassword)}
+	}
+	name := "slot/publication/table"
+	for _, s := range c.settings() {
+		if strings.Contains(" "+s.field+" ", " "+se.Field+" ") {
+			name = s.name
 		}
 	}
-	return bs
-}
-
-func (c *Config) compression() publish.Compression {
-	comp, _ := publish.ParseCompression(c.Compression) // validated
-	return comp
-}
-
-// encoding is the key and value converters: --converter for both, each
-// overridden by --key-converter and --value-converter as a Connect config
-// sets key.converter and value.converter.
-func (c *Config) encoding() (publish.Encoding, error) {
-	var errs []error
-	format := func(name, converter, schemasFlag, schemas string) publish.Format {
-		if converter == "" {
-			converter = c.Converter
-			if schemas == "" {
-				schemas = "false" // --converter json means schemas.enable=false
-			}
-		}
-		on := true // JsonConverterConfig: schemas.enable defaults to true
-		if schemas != "" {
-			var err error
-			if on, err = strconv.ParseBool(strings.TrimSpace(schemas)); err != nil {
-				errs = append(errs, fmt.Errorf("--%s ($%s): %q is not true or false", schemasFlag, envName(schemasFlag), schemas))
-			}
-		}
-		f, err := publish.ParseFormat(converter, on)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--%s ($%s): %w", name, envName(name), err))
-		}
-		return f
+	var out []error
+	for _, err := range unjoin(se.Err) {
+		out = append(out, fmt.Errorf("--%s ($%s): %w", name, envName(name), err))
 	}
-	enc := publish.Encoding{
-		Key:          format("key-converter", c.KeyConverter, "key-converter-schemas-enable", c.KeySchemas),
-		Value:        format("value-converter", c.ValueConverter, "value-converter-schemas-enable", c.ValueSchemas),
-		SchemaPrefix: c.SchemaTopicPrefix,
-	}
-	return enc, errors.Join(errs...)
+	return out
 }
 
-// envelopes reports whether any table places fields in the envelope.
-func (c *Config) envelopes() bool {
-	tables, messages, _ := c.outboxes()
-	for _, o := range append(tables, messages) {
-		for _, a := range o.Additional {
-			if a.Placement == decode.PlaceEnvelope {
-				return true
-			}
+// format is one converter: --converter's unless its own is set, as a
+// Connect config sets key.converter and value.converter.
+func (c *Config) format(name, converter, schemasName, schemas string) (publish.Format, error) {
+	if converter == "" {
+		converter = c.Converter
+		if schemas == "" {
+			schemas = "false" // --converter json means schemas.enable=false
 		}
 	}
-	return false
-}
-
-// skipEvent is the event --skip-event names; zero when none.
-func (c *Config) skipEvent() decode.Ref {
-	r, _ := decode.ParseRef(c.SkipEvent) // validated
-	return r
+	on := true // JsonConverterConfig: schemas.enable defaults to true
+	if schemas != "" {
+		var err error
+		if on, err = strconv.ParseBool(strings.TrimSpace(schemas)); err != nil {
+			return 0, fmt.Errorf("--%s ($%s): %q is not true or false", schemasName, envName(schemasName), schemas)
+		}
+	}
+	f, err := publish.ParseFormat(converter, on)
+	if err != nil {
+		return 0, fmt.Errorf("--%s ($%s): %w", name, envName(name), err)
+	}
+	return f, nil
 }
 
 // acceptRecreated reads --accept-recreated-table: schema.table=oid entries.
-func (c *Config) acceptRecreated() (map[string]uint32, error) {
+func acceptRecreated(s string) (map[string]uint32, error) {
 	out := make(map[string]uint32)
-	for _, entry := range strings.Split(c.AcceptRecreated, ",") {
+	for _, entry := range strings.Split(s, ",") {
 		if entry = strings.TrimSpace(entry); entry == "" {
 			continue
 		}
@@ -398,93 +318,60 @@ func (c *Config) acceptRecreated() (map[string]uint32, error) {
 	return out, nil
 }
 
-// deadLetterTopic is the DLQ topic, or empty when bad rows are fatal.
-func (c *Config) deadLetterTopic() string {
-	if c.OnError == OnErrorDeadLetter {
-		return c.DeadLetterTopic
-	}
-	return ""
+// readSecret reads a secret file, dropping one trailing newline.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), err
 }
 
-func (c *Config) names() replication.Names {
-	tables, _ := c.tables() // validated
-	return replication.Names{Slot: c.Slot, Publication: c.Publication, Tables: tables}
-}
-
-// applyFile sets every flag the command line and the environment left
-// unset from the config file: flags win over the environment, the
-// environment over the file.
-func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
-	f, err := loadConfigFile(c.ConfigFile)
-	if err != nil {
-		return err
+// kafka builds the Kafka connection settings, reading the TLS files and
+// the SASL password.
+func (c *Config) kafka() (publish.KafkaSettings, error) {
+	conn := publish.KafkaSettings{SASLMechanism: c.KafkaSASLMechanism, SASLUser: c.KafkaSASLUser, SASLPassword: os.Getenv(envKafkaSASLPassword)}
+	for _, b := range strings.Split(c.Brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			conn.Brokers = append(conn.Brokers, b)
+		}
 	}
-	var errs []error
-	apply := func(s fileSetting, flagName string) {
-		if set[flagName] {
-			return
-		}
-		if fs.Lookup(flagName) == nil {
-			errs = append(errs, fmt.Errorf("config file %s, line %d: unknown setting %q (settings are flag names, like kafka-brokers)", c.ConfigFile, s.line, s.key))
-			return
-		}
-		if err := fs.Set(flagName, s.value); err != nil {
-			errs = append(errs, fmt.Errorf("config file %s, line %d: %s=%q: %s", c.ConfigFile, s.line, s.key, s.value, expected(fs.Lookup(flagName), err)))
-		}
-		set[flagName] = true
-	}
-	for _, s := range f.settings {
-		if s.key == "config" {
-			errs = append(errs, fmt.Errorf("config file %s, line %d: a config file cannot name another", c.ConfigFile, s.line))
-			continue
-		}
-		if f, ok := connectKeys[s.key]; ok {
-			apply(s, f)
-			continue
-		}
-		apply(s, s.key)
-	}
-	for _, s := range f.outbox {
-		// type, or transforms.<name>.type in a copied connector config.
-		if s.key == "type" || strings.HasPrefix(s.key, "transforms.") && strings.HasSuffix(s.key, ".type") && strings.Count(s.key, ".") == 2 {
-			if s.value != routerType {
-				errs = append(errs, fmt.Errorf("config file %s, line %d: %s is %q; walstream is %s", c.ConfigFile, s.line, s.key, s.value, routerType))
+	if c.KafkaTLS || c.KafkaTLSCAFile != "" || c.KafkaTLSCertFile != "" {
+		conn.TLS = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.KafkaTLSServerName}
+		if c.KafkaTLSCAFile != "" {
+			pem, err := os.ReadFile(c.KafkaTLSCAFile)
+			if err != nil {
+				return conn, fmt.Errorf("--kafka-tls-ca-file: %w", err)
 			}
-			continue
+			conn.TLS.RootCAs = x509.NewCertPool()
+			if !conn.TLS.RootCAs.AppendCertsFromPEM(pem) {
+				return conn, fmt.Errorf("--kafka-tls-ca-file %s: no PEM certificate in it", c.KafkaTLSCAFile)
+			}
 		}
-		key, err := decode.CanonicalRouterKey(s.key)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("config file %s, line %d: %w (see README, Debezium compatibility)", c.ConfigFile, s.line, err))
-			continue
+		if (c.KafkaTLSCertFile == "") != (c.KafkaTLSKeyFile == "") {
+			return conn, errors.New("--kafka-tls-cert-file and --kafka-tls-key-file go together")
 		}
-		apply(s, routerFlags[key])
+		if c.KafkaTLSCertFile != "" {
+			cert, err := tls.LoadX509KeyPair(c.KafkaTLSCertFile, c.KafkaTLSKeyFile)
+			if err != nil {
+				return conn, fmt.Errorf("--kafka-tls-cert-file/--kafka-tls-key-file: %w", err)
+			}
+			conn.TLS.Certificates = []tls.Certificate{cert}
+		}
 	}
-	if len(f.tables) > 0 {
-		if set["table"] {
-			errs = append(errs, fmt.Errorf("config file %s: its tables section and --table ($%s, or table:) both name the outbox tables; keep one", c.ConfigFile, envName("table")))
+	if c.KafkaSASLPasswordFile != "" {
+		var err error
+		if conn.SASLPassword, err = readSecret(c.KafkaSASLPasswordFile); err != nil {
+			return conn, fmt.Errorf("--kafka-sasl-password-file: %w", err)
 		}
-		c.Table, c.TableSettings = strings.Join(f.tables, ","), f.perTable
 	}
-	return errors.Join(errs...)
+	return conn, nil
 }
 
-// connectKeys are Kafka Connect and Debezium connector settings a config
-// file may hold at its top level as a connector config has them, with the
-// flag each sets.
-var connectKeys = map[string]string{
-	"key.converter":                  "key-converter",
-	"value.converter":                "value-converter",
-	"key.converter.schemas.enable":   "key-converter-schemas-enable",
-	"value.converter.schemas.enable": "value-converter-schemas-enable",
-	"topic.prefix":                   "topic-prefix",
-}
-
-func (c *Config) logger(w io.Writer) *slog.Logger {
+// logger logs to w at --log-level in --log-format; err is a bad level.
+func (c *Config) logger(w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(c.LogLevel)) // validated
+	err := lvl.UnmarshalText([]byte(c.LogLevel))
 	opts := &slog.HandlerOptions{Level: lvl}
 	if c.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(slog.NewJSONHandler(w, opts)), err
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(slog.NewTextHandler(w, opts)), err
 }

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/pipeline"
 	"github.com/walstream/walstream/publish"
-	"github.com/walstream/walstream/replication"
 )
 
 func TestConfigFromEnvironment(t *testing.T) {
@@ -27,7 +27,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 	if c.Slot != "flagwins" {
 		t.Errorf("Slot = %q: a flag must win over the environment", c.Slot)
 	}
-	if got := c.brokers(); len(got) != 2 || got[1] != "k2:9092" {
+	if got := c.Kafka.Brokers; len(got) != 2 || got[1] != "k2:9092" {
 		t.Errorf("brokers = %q", got)
 	}
 	if c.Linger != 20*time.Millisecond {
@@ -36,8 +36,8 @@ func TestConfigFromEnvironment(t *testing.T) {
 	if c.TransactionalID != "walstream-flagwins" || c.CheckpointKey != "flagwins" {
 		t.Errorf("defaults derived from the slot: transactional id %q, checkpoint key %q", c.TransactionalID, c.CheckpointKey)
 	}
-	if o, err := c.Mapping.outbox(replication.Table{Schema: "public", Name: "outbox"}); err != nil || o.TopicReplacement != "outbox.event.${routedByValue}" {
-		t.Errorf("default topic template: %+v, %v", o, err)
+	if o := c.Outboxes[0]; o.Name() != "public.outbox" || o.TopicReplacement != "outbox.event.${routedByValue}" {
+		t.Errorf("default topic template: %+v", o)
 	}
 	if c.Table != "public.outbox" || c.Publication != "walstream_outbox" || !c.Create {
 		t.Errorf("defaults: %+v", c)
@@ -51,11 +51,8 @@ func TestConfigSkipAndAccept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := c.pipeline()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pc.SkipEvent != (decode.Ref{CommitLSN: 0x16B3748, Ordinal: 2}) || pc.SkipTopic != DefaultDeadLetterTopic || pc.DeadLetterTopic != "" {
+	pc := c.Config
+	if pc.SkipEvent != (decode.Ref{CommitLSN: 0x16B3748, Ordinal: 2}) || pc.SkipTopic != pipeline.DefaultDeadLetterTopic || pc.DeadLetterTopic != "" {
 		t.Errorf("skip %v to %q, dead-letter topic %q: want the one event to walstream.dlq, fail mode otherwise", pc.SkipEvent, pc.SkipTopic, pc.DeadLetterTopic)
 	}
 	if a := pc.AcceptRecreated; len(a) != 2 || a["public.outbox"] != 16454 || a["billing.outbox"] != 17000 {
@@ -185,10 +182,7 @@ tables:
 	if c.Linger != 7*time.Millisecond {
 		t.Errorf("Linger = %s: the environment must win over the file", c.Linger)
 	}
-	tables, messages, err := c.outboxes()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tables, messages := c.Outboxes, c.Messages
 	if len(tables) != 2 || tables[0].Name() != "orders.outbox" || tables[1].Name() != "billing.outbox" {
 		t.Fatalf("tables %v", tables)
 	}
@@ -204,7 +198,7 @@ tables:
 	if messages.Schema != "" || messages.TopicReplacement != "${routedByValue}.events" {
 		t.Errorf("logical messages use the shared settings: %+v", messages)
 	}
-	if n := c.names(); len(n.Tables) != 2 || n.Tables[1].String() != "billing.outbox" {
+	if n := c.Names; len(n.Tables) != 2 || n.Tables[1].String() != "billing.outbox" {
 		t.Errorf("names %+v", n)
 	}
 }
@@ -292,9 +286,8 @@ func TestConfigConverters(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			enc, err := c.encoding()
-			if err != nil || enc.Key != tc.key || enc.Value != tc.value {
-				t.Fatalf("encoding = %+v, %v; want key %v, value %v", enc, err, tc.key, tc.value)
+			if enc := c.Encoding; enc.Key != tc.key || enc.Value != tc.value {
+				t.Fatalf("encoding = %+v; want key %v, value %v", enc, tc.key, tc.value)
 			}
 		})
 	}
@@ -310,9 +303,9 @@ func TestConfigRouterSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables, _, err := c.outboxes()
-	if err != nil || !tables[0].AdditionalOptional || !tables[0].ExpandJSONEmptyArrays || !tables[0].ExpandJSONNulls || tables[0].Columns.Tracing != "traceparent" {
-		t.Fatalf("outboxes = %+v, %v", tables[0], err)
+	tables := c.Outboxes
+	if !tables[0].AdditionalOptional || !tables[0].ExpandJSONEmptyArrays || !tables[0].ExpandJSONNulls || tables[0].Columns.Tracing != "traceparent" {
+		t.Fatalf("outboxes = %+v", tables[0])
 	}
 	_, err = parseConfig(append(base, "--additional-missing", "skip"), &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--additional-missing") || !strings.Contains(err.Error(), "table.field.additional.missing") {

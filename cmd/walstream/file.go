@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"regexp"
@@ -10,29 +11,6 @@ import (
 	"github.com/walstream/walstream/decode"
 	"go.yaml.in/yaml/v3"
 )
-
-// configFile is a YAML config file:
-//
-//	pg-url: ${PG_URL}              # any flag, by its name
-//	kafka-brokers: kafka:9092
-//	outbox:                        # Debezium outbox router settings, for every table
-//	  route.by.field: aggregatetype
-//	tables:                        # the outbox tables, each with its own settings
-//	  orders.outbox: {}
-//	  billing.outbox:
-//	    table.field.event.key: invoice_id
-type configFile struct {
-	settings []fileSetting // flags, by name
-	outbox   []fileSetting // Debezium keys
-	// tables are the outbox tables in file order, with their settings.
-	tables   []string
-	perTable map[string]map[string]string
-}
-
-type fileSetting struct {
-	key, value string
-	line       int
-}
 
 // envRef is ${NAME} or ${NAME:-default} in a config file value.
 var envRef = regexp.MustCompile(`\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}`)
@@ -63,125 +41,143 @@ func expandEnv(s string) (string, error) {
 	return out, nil
 }
 
-// noExpand are the settings whose ${...} are not environment variables:
-// route.topic.replacement refers to regex groups, ${routedByValue} above all.
-var noExpand = map[string]bool{"topic-template": true, "route.topic.replacement": true}
-
-func loadConfigFile(path string) (*configFile, error) {
-	b, err := os.ReadFile(path)
+// applyFile sets every flag the command line and the environment left
+// unset from the YAML config file: flags win over the environment, the
+// environment over the file.
+//
+//	pg-url: ${PG_URL}              # any flag, by its name
+//	kafka-brokers: kafka:9092
+//	outbox:                        # Debezium outbox router settings, for every table
+//	  route.by.field: aggregatetype
+//	tables:                        # the outbox tables, each with its own settings
+//	  orders.outbox: {}
+//	  billing.outbox:
+//	    table.field.event.key: invoice_id
+func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
+	b, err := os.ReadFile(c.ConfigFile)
 	if err != nil {
-		return nil, fmt.Errorf("reading config file: %w", err)
+		return fmt.Errorf("reading config file: %w", err)
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
+		return fmt.Errorf("config file %s: %w", c.ConfigFile, err)
 	}
-	f := &configFile{perTable: make(map[string]map[string]string)}
 	if len(doc.Content) == 0 { // an empty file
-		return f, nil
-	}
-	at := func(n *yaml.Node, format string, a ...any) error {
-		return fmt.Errorf("config file %s, line %d: %s", path, n.Line, fmt.Sprintf(format, a...))
+		return nil
 	}
 	var errs []error
-	// yaml.v3 refuses a duplicate key only when decoding into a map or a
-	// struct, not into a Node: without this the first value would win.
-	for _, d := range duplicateKeys(doc.Content[0], nil) {
-		errs = append(errs, at(d.again, "%s is set twice, first at line %d", d.again.Value, d.first.Line))
+	at := func(n *yaml.Node, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("config file %s, line %d: %s", c.ConfigFile, n.Line, fmt.Sprintf(format, a...)))
 	}
-	// scalar reads one setting, expanding ${VAR}; ok is false after an error.
-	scalar := func(k, v *yaml.Node, expand func(key string) bool) (fileSetting, bool) {
-		if v.Kind != yaml.ScalarNode {
-			errs = append(errs, at(v, "%s: want a single value", k.Value))
-			return fileSetting{}, false
-		}
-		value := v.Value
-		if expand(k.Value) {
-			var err error
-			if value, err = expandEnv(value); err != nil {
-				errs = append(errs, at(v, "%s: %v", k.Value, err))
-				return fileSetting{}, false
-			}
-		}
-		return fileSetting{k.Value, value, k.Line}, true
-	}
-	// scalars reads a mapping of settings.
-	scalars := func(n *yaml.Node, what string, expand func(key string) bool) []fileSetting {
+	// each calls f with every key of mapping n and its value. yaml.v3
+	// refuses a duplicate key only when decoding into a map or a struct,
+	// not into a Node: without this check the first value would win.
+	each := func(n *yaml.Node, notMapping string, f func(k, v *yaml.Node)) {
 		if n.Kind != yaml.MappingNode {
-			errs = append(errs, at(n, "%s must be a mapping of settings", what))
-			return nil
+			at(n, "%s", notMapping)
+			return
 		}
-		var out []fileSetting
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if s, ok := scalar(n.Content[i], n.Content[i+1], expand); ok {
-				out = append(out, s)
-			}
-		}
-		return out
-	}
-	expandFlag := func(key string) bool { return !noExpand[key] }
-	expandDebezium := func(key string) bool {
-		k, err := decode.CanonicalRouterKey(key)
-		return err != nil || !noExpand[k]
-	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		return nil, at(root, "want a mapping of settings")
-	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
-		switch k.Value {
-		case "outbox":
-			f.outbox = scalars(v, "outbox", expandDebezium)
-		case "tables":
-			if v.Kind != yaml.MappingNode {
-				errs = append(errs, at(v, "tables must map each outbox table to its outbox settings"))
-				continue
-			}
-			for j := 0; j+1 < len(v.Content); j += 2 {
-				name, settings := v.Content[j], v.Content[j+1]
-				f.tables = append(f.tables, name.Value)
-				m := make(map[string]string)
-				if settings.Kind == yaml.ScalarNode && (settings.Value == "" || settings.Tag == "!!null") {
-					f.perTable[name.Value] = m // a table with the shared settings
-					continue
-				}
-				for _, s := range scalars(settings, "tables."+name.Value, expandDebezium) {
-					m[s.key] = s.value
-				}
-				f.perTable[name.Value] = m
-			}
-		default:
-			if s, ok := scalar(k, v, expandFlag); ok {
-				f.settings = append(f.settings, s)
-			}
-		}
-	}
-	return f, errors.Join(errs...)
-}
-
-// duplicate is a mapping key given again in the same mapping.
-type duplicate struct{ first, again *yaml.Node }
-
-// duplicateKeys returns every key repeated within a mapping of n, nested
-// mappings included, in file order.
-func duplicateKeys(n *yaml.Node, out []duplicate) []duplicate {
-	if n.Kind == yaml.MappingNode {
 		seen := make(map[string]*yaml.Node)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i]
-			if k.Kind != yaml.ScalarNode || k.Tag == "!!merge" {
+			if first, ok := seen[k.Value]; ok {
+				at(k, "%s is set twice, first at line %d", k.Value, first.Line)
 				continue
 			}
-			if first, ok := seen[k.Value]; ok {
-				out = append(out, duplicate{first, k})
-			} else {
-				seen[k.Value] = k
-			}
+			seen[k.Value] = k
+			f(k, n.Content[i+1])
 		}
 	}
-	for _, c := range n.Content {
-		out = duplicateKeys(c, out)
+	// scalar reads one value, expanding ${VAR} but in the settings whose
+	// ${...} refer to regex groups, ${routedByValue} above all.
+	scalar := func(k, v *yaml.Node, router bool) (string, bool) {
+		if v.Kind != yaml.ScalarNode {
+			at(v, "%s: want a single value", k.Value)
+			return "", false
+		}
+		key := k.Value
+		if router {
+			key, _ = decode.CanonicalRouterKey(key)
+		}
+		if key == "topic-template" || key == "route.topic.replacement" {
+			return v.Value, true
+		}
+		value, err := expandEnv(v.Value)
+		if err != nil {
+			at(v, "%s: %v", k.Value, err)
+		}
+		return value, err == nil
 	}
-	return out
+	apply := func(k, v *yaml.Node, flagName string, router bool) {
+		value, ok := scalar(k, v, router)
+		switch f := fs.Lookup(flagName); {
+		case !ok || set[flagName]:
+		case f == nil:
+			at(k, "unknown setting %q (settings are flag names, like kafka-brokers)", k.Value)
+		default:
+			if err := fs.Set(flagName, value); err != nil {
+				at(k, "%s=%q: %s", k.Value, value, expected(f, err))
+			}
+			set[flagName] = true
+		}
+	}
+	var tables []string
+	each(doc.Content[0], "want a mapping of settings", func(k, v *yaml.Node) {
+		switch k.Value {
+		case "config":
+			at(k, "a config file cannot name another")
+		case "outbox":
+			each(v, "outbox must be a mapping of settings", func(k, v *yaml.Node) {
+				// type, or transforms.<name>.type in a copied connector config.
+				if k.Value == "type" || strings.HasPrefix(k.Value, "transforms.") && strings.HasSuffix(k.Value, ".type") && strings.Count(k.Value, ".") == 2 {
+					if value, ok := scalar(k, v, false); ok && value != decode.RouterType {
+						at(k, "%s is %q; walstream is %s", k.Value, value, decode.RouterType)
+					}
+				} else if key, err := decode.CanonicalRouterKey(k.Value); err != nil {
+					at(k, "%v (see README, Debezium compatibility)", err)
+				} else {
+					apply(k, v, routerFlagNames[key], true)
+				}
+			})
+		case "tables":
+			c.TableSettings = make(map[string]map[string]string)
+			each(v, "tables must map each outbox table to its outbox settings", func(name, settings *yaml.Node) {
+				tables = append(tables, name.Value)
+				own := make(map[string]string)
+				c.TableSettings[name.Value] = own
+				if settings.Kind == yaml.ScalarNode && (settings.Value == "" || settings.Tag == "!!null") {
+					return // a table with the shared settings
+				}
+				each(settings, "tables."+name.Value+" must be a mapping of settings", func(k, v *yaml.Node) {
+					if value, ok := scalar(k, v, true); ok {
+						own[k.Value] = value
+					}
+				})
+			})
+		default:
+			if f, ok := connectKeys[k.Value]; ok {
+				apply(k, v, f, false)
+			} else {
+				apply(k, v, k.Value, false)
+			}
+		}
+	})
+	if len(tables) > 0 {
+		if set["table"] {
+			errs = append(errs, fmt.Errorf("config file %s: its tables section and --table ($%s, or table:) both name the outbox tables; keep one", c.ConfigFile, envName("table")))
+		}
+		c.Table = strings.Join(tables, ",")
+	}
+	return errors.Join(errs...)
+}
+
+// connectKeys are Kafka Connect and Debezium connector settings a config
+// file may hold at its top level as a connector config has them, with the
+// flag each sets.
+var connectKeys = map[string]string{
+	"key.converter":                  "key-converter",
+	"value.converter":                "value-converter",
+	"key.converter.schemas.enable":   "key-converter-schemas-enable",
+	"value.converter.schemas.enable": "value-converter-schemas-enable",
+	"topic.prefix":                   "topic-prefix",
 }

@@ -25,7 +25,8 @@ import (
 // logs as an ERROR record, so that a log pipeline reading the structured
 // log sees why walstream stopped.
 func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
-	log := cfg.logger(stderr).With("slot", cfg.Slot)
+	log, _ := cfg.logger(stderr) // validated
+	log = log.With("slot", cfg.Slot)
 	var ran bool // the error, if any, is the pipeline's
 	defer func() {
 		if err == nil {
@@ -38,11 +39,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 		}
 		log.Error("stopping on a permanent error", attrs...)
 	}()
-	pcfg, err := cfg.pipeline()
-	if err != nil {
-		return err
-	}
-	pg, kafka := pcfg.Postgres, pcfg.Kafka
+	pg, kafka := cfg.Postgres, cfg.Kafka
 	// Whether Postgres speaks TLS is known once connected: the streaming
 	// line says so (pg_tls); sslmode is what was asked for.
 	log.Info("starting", "version", version, "host", pg.Host, "port", pg.Port, "database", pg.Database,
@@ -51,7 +48,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p := pipeline.New(pcfg, log, reg)
+	p := pipeline.New(cfg.Config, log, reg)
 	stopHTTP, err := serveHTTP(cfg.HTTPAddr, reg, p, cfg, log)
 	if err != nil {
 		return err
@@ -82,34 +79,6 @@ func flagHints(err error) error {
 		return fmt.Errorf("%w (to send this one event to --dlq-topic and go on: --skip-event %s; see README, Bad input)", err, bad.Event.Ref())
 	}
 	return err
-}
-
-// pipeline maps the settings onto the pipeline's configuration.
-func (c *Config) pipeline() (pipeline.Config, error) {
-	pg, err := c.pgConfig()
-	if err != nil {
-		return pipeline.Config{}, err
-	}
-	kafka, err := c.kafkaConn()
-	if err != nil {
-		return pipeline.Config{}, err
-	}
-	outboxes, messages, _ := c.outboxes() // validated
-	accept, _ := c.acceptRecreated()      // validated
-	enc, _ := c.encoding()                // validated
-	return pipeline.Config{
-		Postgres: pg, Names: c.names(), Create: c.Create, AllowSlotAhead: c.AllowSlotAhead,
-		Accept: pipeline.Accept{Phantoms: c.AcceptPhantoms, SystemChange: c.AcceptSystemChange}, FailoverSlot: c.FailoverSlot,
-		Kafka: kafka, TransactionalID: c.TransactionalID, CheckpointTopic: c.CheckpointTopic, CheckpointKey: c.CheckpointKey,
-		Outboxes: outboxes, Messages: messages, MessagePrefix: c.MessagePrefix,
-		DeadLetterTopic: c.deadLetterTopic(), Encoding: enc, Compression: c.compression(), MaxRecordBytes: c.MaxRecordBytes,
-		SkipEvent: c.skipEvent(), SkipTopic: c.DeadLetterTopic, AcceptRecreated: accept,
-		TopicCreation:  c.TopicCreation.tc,
-		MaxBatchEvents: c.MaxBatchEvents, MaxBatchBytes: c.MaxBatchBytes, QueueBytes: c.QueueBytes,
-		Linger: c.Linger, IdleInterval: c.IdleInterval, CommitTimeout: c.CommitTimeout,
-		StatusInterval: c.StatusInterval, ConfirmInterval: c.ConfirmInterval, ProgressInterval: c.ProgressInterval, SlotPollInterval: c.SlotPollInterval, ReadyConfirmAge: c.ReadyConfirmAge,
-		Hook: crashHook(),
-	}, nil
 }
 
 // serveHTTP serves /metrics, and the pipeline's /healthz and /readyz, on

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walstream/walstream/checkpoint"
 )
 
 // tableOID is the outbox table's pg_class OID now.
@@ -58,6 +60,73 @@ func TestTableRecreated(t *testing.T) {
 	p = e.start(nil).streaming(t)
 	e.insertTx("Order", 1, 1, &seq, false)
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+}
+
+// TestTableDroppedWhileStopped: the outbox table dropped while walstream
+// is stopped, and walstream started before the table is back, as a
+// supervisor would restart it. The checkpoint recorded the table's OID, so
+// the stop names the gap: the table, its OID and the checkpoint; then,
+// with the table created again but not yet in the publication, the
+// recreated table. Nothing is confirmed meanwhile. A first start without
+// a checkpoint only says the table is missing.
+func TestTableDroppedWhileStopped(t *testing.T) {
+	e := newEnv(t)
+	e.pg.Exec("postgres", "DROP TABLE outbox")
+	msg := exitMessage(t, e.start(nil))
+	wantAll(t, msg, `table "public"."outbox": does not exist; create it, and add it to the publication in the same transaction`)
+	if strings.Contains(msg, "dropped") {
+		t.Errorf("a first start names a drop: %s", msg)
+	}
+	e.pg.Exec("postgres", outboxDDL)
+
+	p := e.start(nil).streaming(t)
+	seq := 0
+	e.insertTx("Order", 4, 2, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	cps := e.kcat("walstream.checkpoints")
+	cp, _, err := checkpoint.Decode([]byte(cps[len(cps)-1].Value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldOID := e.tableOID()
+	if cp.Notes == nil || int64(cp.Notes.Tables["public.outbox"]) != oldOID {
+		t.Fatalf("last checkpoint %s does not record public.outbox as OID %d", cps[len(cps)-1].Value, oldOID)
+	}
+	confirmed := e.confirmedLSN("walstream")
+
+	e.pg.Exec("postgres", "DROP TABLE outbox")
+	msg = exitMessage(t, e.start(nil))
+	t.Logf("stop: %s", msg)
+	wantAll(t, msg, `table "public"."outbox": was dropped after checkpoint `+cp.String()+fmt.Sprintf(" (OID %d)", oldOID),
+		`before it is added to publication "walstream_outbox" are never sent`, "see README, Recovery", "in one transaction")
+	if got := e.confirmedLSN("walstream"); got != confirmed {
+		t.Fatalf("confirmed_flush_lsn moved from %s to %s", confirmed, got)
+	}
+
+	// Created again, the way that loses rows: not yet in the publication.
+	e.pg.Exec("postgres", outboxDDL)
+	newOID := e.tableOID()
+	lost := 100
+	e.insertTx("Lost", 3, 1, &lost, false)
+	msg = exitMessage(t, e.start(nil))
+	t.Logf("stop: %s", msg)
+	wantAll(t, msg, "table public.outbox was dropped and recreated", fmt.Sprintf("OID %d, now %d", oldOID, newOID),
+		"in the catalog at startup, after checkpoint "+cp.String(), fmt.Sprintf("--accept-recreated-table public.outbox=%d", newOID))
+	if got := e.confirmedLSN("walstream"); got != confirmed {
+		t.Fatalf("confirmed_flush_lsn moved from %s to %s", confirmed, got)
+	}
+
+	// The operator's way on: add the table, accept it.
+	e.pg.Exec("postgres", "ALTER PUBLICATION walstream_outbox ADD TABLE outbox")
+	p = e.start([]string{"--accept-recreated-table", fmt.Sprintf("public.outbox=%d", newOID)}).streaming(t)
+	e.insertTx("Order", 2, 2, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	if got := len(e.readAll("Order")); got != 6 {
+		t.Fatalf("%d records, want the 4 before the drop and the 2 after the table was added", got)
+	}
 }
 
 // TestTableRecreatedIdle: dropped, created and added again in one

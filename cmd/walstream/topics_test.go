@@ -12,7 +12,7 @@ func TestTopicCreationSetting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.TopicCreation.creation() != nil {
+	if c.TopicCreation != nil {
 		t.Fatal("topic creation is on by default; broker auto-creation is the default")
 	}
 
@@ -30,7 +30,7 @@ topic-creation: |
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := c.TopicCreation.creation()
+	tc := c.TopicCreation
 	if tc == nil {
 		t.Fatal("config file topic-creation ignored")
 	}
@@ -45,7 +45,7 @@ topic-creation: |
 	if c, err = parseConfig(base, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	if g := c.TopicCreation.creation().For("x"); g.Partitions != 2 || g.Configs["cleanup.policy"] != "compact,delete" {
+	if g := c.TopicCreation.For("x"); g.Partitions != 2 || g.Configs["cleanup.policy"] != "compact,delete" {
 		t.Errorf("from the environment: %+v", g)
 	}
 

@@ -1,0 +1,147 @@
+package pipeline
+
+import (
+	"time"
+
+	"github.com/walstream/walstream/checkpoint"
+)
+
+// Report is an Inspection as `walstream status --json` prints it: the
+// figures an operator reads (lag, retained WAL, checkpoint age, phantom
+// events) computed, positions as text. Its JSON is a stable interface.
+type Report struct {
+	Slot struct {
+		Name             string   `json:"name"`
+		Exists           bool     `json:"exists"`
+		Plugin           string   `json:"plugin,omitempty"`
+		WALStatus        string   `json:"wal_status,omitempty"`
+		Active           bool     `json:"active"`
+		ActivePID        *int32   `json:"active_pid"`
+		ConfirmedFlush   string   `json:"confirmed_flush_lsn,omitempty"`
+		CurrentLSN       string   `json:"current_wal_lsn"`
+		LagBytes         int64    `json:"lag_bytes"`
+		CaughtUp         bool     `json:"caught_up"`
+		RetainedWALBytes *int64   `json:"retained_wal_bytes"` // null without restart_lsn
+		SafeWALSizeBytes *int64   `json:"safe_wal_size_bytes"`
+		FlushLagSeconds  *float64 `json:"flush_lag_seconds"`
+	} `json:"slot"`
+	Checkpoint struct {
+		Topic      string     `json:"topic"`
+		Key        string     `json:"key"`
+		Found      bool       `json:"found"`
+		Position   string     `json:"position,omitempty"`
+		LSN        string     `json:"lsn,omitempty"`
+		WrittenAt  *time.Time `json:"written_at,omitempty"`
+		AgeSeconds *float64   `json:"age_seconds,omitempty"`
+		// SystemID, Timeline and Database are what the checkpoint's LSNs
+		// belong to; empty in checkpoints written before they were recorded.
+		SystemID string `json:"system_id,omitempty"`
+		Timeline int32  `json:"timeline,omitempty"`
+		Database string `json:"database,omitempty"`
+		Events   *int64 `json:"events,omitempty"`
+		// Placement is where the checkpoint lies in the server's history:
+		// continuous, unidentified, safe_failover, phantoms, off_history,
+		// system_changed.
+		Placement string          `json:"placement,omitempty"`
+		Phantoms  *PhantomsReport `json:"phantoms,omitempty"`
+		// Gap is the last discontinuity an operator accepted.
+		Gap *GapReport `json:"gap,omitempty"`
+	} `json:"checkpoint"`
+	Server struct {
+		Host     string `json:"host"`
+		SystemID string `json:"system_id"`
+		Timeline int32  `json:"timeline"`
+		WALEnd   string `json:"wal_end"`
+		Database string `json:"database"`
+	} `json:"server"`
+	Failover struct {
+		Supported    bool     `json:"supported"`
+		FailoverSlot bool     `json:"failover_slot"`
+		Synced       bool     `json:"synced"`
+		StandbySlots []string `json:"synchronized_standby_slots"`
+	} `json:"failover"`
+	Streaming bool     `json:"streaming"`
+	Problems  []string `json:"problems"`
+	Warnings  []string `json:"warnings"`
+	// Error is why part of the report could not be read, e.g. Kafka
+	// unreachable; the rest is still reported.
+	Error string `json:"error,omitempty"`
+}
+
+// PhantomsReport are events published from WAL the server's history lacks.
+type PhantomsReport struct {
+	FromLSN string `json:"from_lsn"`
+	ToLSN   string `json:"to_lsn"`
+	Events  int64  `json:"events"` // -1: unknown
+}
+
+// GapReport is the last discontinuity an operator accepted.
+type GapReport struct {
+	Kind             string    `json:"kind"`
+	PreviousSystemID string    `json:"previous_system_id,omitempty"`
+	PreviousTimeline int32     `json:"previous_timeline,omitempty"`
+	FromLSN          string    `json:"from_lsn"`
+	ToLSN            string    `json:"to_lsn"`
+	Events           int64     `json:"events"` // -1: unknown
+	At               time.Time `json:"at"`
+}
+
+// Report computes what an operator reads from the inspection of cfg's
+// stream, the checkpoint's age as of now.
+func (in *Inspection) Report(cfg Config, now time.Time) *Report {
+	st := in.Slot
+	var r Report
+	r.Problems, r.Warnings = in.Problems, in.Warnings
+	if in.KafkaErr != nil {
+		r.Error = in.KafkaErr.Error()
+	}
+	sv := &r.Server
+	sv.Host, sv.SystemID, sv.Timeline, sv.WALEnd, sv.Database = in.Host, in.Server.SystemID, in.Server.Timeline, in.Server.XLogPos.String(), in.Server.Database
+	fo := &r.Failover
+	fo.Supported, fo.FailoverSlot, fo.Synced, fo.StandbySlots = in.Failover.Supported, in.Failover.Failover, in.Failover.Synced, in.Failover.StandbySlots
+	if fo.StandbySlots == nil {
+		fo.StandbySlots = []string{}
+	}
+	s := &r.Slot
+	s.Name, s.Exists, s.Plugin, s.WALStatus = cfg.Names.Slot, st.Exists, st.Plugin, st.WALStatus
+	s.Active, s.ActivePID, s.CurrentLSN = st.Active, st.ActivePID, st.CurrentLSN.String()
+	s.SafeWALSizeBytes = st.SafeWALSize
+	if st.Exists {
+		s.ConfirmedFlush = st.ConfirmedFlush.String()
+		s.LagBytes, s.CaughtUp = st.ConfirmedLag(), st.CaughtUp()
+		if n, ok := st.Retained(); ok {
+			s.RetainedWALBytes = &n
+		}
+	}
+	if st.FlushLag != nil {
+		sec := st.FlushLag.Seconds()
+		s.FlushLagSeconds = &sec
+	}
+	r.Streaming = st.Active
+
+	c := &r.Checkpoint
+	c.Topic, c.Key = cfg.CheckpointTopic, cfg.CheckpointKey
+	if c.Found = in.Found; in.Found {
+		at := in.WrittenAt
+		c.Position, c.LSN, c.WrittenAt = in.Checkpoint.String(), in.Checkpoint.LSN.String(), &at
+		age := now.Sub(at).Seconds()
+		c.AgeSeconds = &age
+		cp := in.Checkpoint
+		c.SystemID, c.Timeline, c.Database = cp.Identity.SystemID, cp.Identity.Timeline, cp.Identity.Database
+		if cp.Counted {
+			n := int64(cp.Events)
+			c.Events = &n
+		}
+		if in.Server.SystemID != "" { // else the server could not be identified (a warning says why)
+			c.Placement = in.Placement.Verdict.String()
+		}
+		if in.Placement.Verdict == Phantoms {
+			c.Phantoms = &PhantomsReport{FromLSN: in.Placement.Fork.String(), ToLSN: max(cp.LSN, cp.PartialCommitLSN).String(), Events: in.PhantomEvents}
+		}
+		if g := cp.Gap; g.Kind != checkpoint.GapNone {
+			c.Gap = &GapReport{Kind: string(g.Kind), PreviousSystemID: g.Previous.SystemID, PreviousTimeline: g.Previous.Timeline,
+				FromLSN: g.From.String(), ToLSN: g.To.String(), Events: g.Events, At: g.At}
+		}
+	}
+	return &r
+}

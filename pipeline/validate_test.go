@@ -1,0 +1,63 @@
+package pipeline
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/replication"
+)
+
+// validConfig is a Config at the defaults that Validate accepts.
+func validConfig(t *testing.T) Config {
+	t.Helper()
+	o, err := decode.NewOutbox("public", "outbox", map[string]string{"table.fields.additional.placement": "type:envelope"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{Names: replication.Names{Slot: DefaultSlot, Publication: DefaultPublication, Tables: []replication.Table{{Schema: "public", Name: "outbox"}}},
+		Kafka: publish.KafkaSettings{Brokers: []string{"k:9092"}}, CheckpointTopic: DefaultCheckpointTopic, Outboxes: []*decode.Outbox{o},
+		MaxBatchEvents: DefaultMaxBatchEvents, MaxBatchBytes: DefaultMaxBatchBytes, QueueBytes: DefaultQueueBytes, MaxRecordBytes: DefaultMaxRecordBytes,
+		Linger: DefaultLinger, StatusInterval: DefaultStatusInterval, ConfirmInterval: DefaultConfirmInterval, ProgressInterval: DefaultProgressInterval,
+		IdleInterval: DefaultIdleInterval, CommitTimeout: DefaultCommitTimeout, SlotPollInterval: DefaultSlotPollInterval, ReadyConfirmAge: DefaultReadyConfirmAge}
+}
+
+// Each refused field is named as Config names it, never by a flag.
+func TestValidate(t *testing.T) {
+	c := validConfig(t)
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults refused: %v", err)
+	}
+	for _, tc := range []struct {
+		field, want string
+		change      func(*Config)
+	}{
+		{"Names", `slot name "My-Slot"`, func(c *Config) { c.Names.Slot = "My-Slot" }},
+		{"CheckpointTopic", `"bad topic"`, func(c *Config) { c.CheckpointTopic = "bad topic" }},
+		{"DeadLetterTopic", "", func(c *Config) { c.DeadLetterTopic = "a/b" }},
+		{"SkipTopic", "", func(c *Config) { c.SkipEvent, c.SkipTopic = decode.Ref{CommitLSN: 1, Ordinal: 1}, "" }},
+		{"MaxBatchEvents", "must be from 1 to 16777216, got 0", func(c *Config) { c.MaxBatchEvents = 0 }},
+		{"MaxBatchBytes", "must be from 1 to 1073741824, got 4611686018427387904", func(c *Config) { c.MaxBatchBytes = 1 << 62 }},
+		{"QueueBytes", "must be from 1", func(c *Config) { c.QueueBytes = -1 }},
+		{"Linger", "must not be negative", func(c *Config) { c.Linger = -1 }},
+		{"ConfirmInterval", "between 0 and the status interval (10s)", func(c *Config) { c.ConfirmInterval = c.StatusInterval + 1 }},
+		{"CommitTimeout", "must be positive", func(c *Config) { c.CommitTimeout = 0 }},
+		{"Kafka.Brokers", `port "0"`, func(c *Config) { c.Kafka.Brokers = []string{"k:0"} }},
+		{"Kafka.SASLMechanism", "needs a user and a password", func(c *Config) { c.Kafka.SASLMechanism = "PLAIN" }},
+		{"Encoding.SchemaPrefix", "is required", func(c *Config) { c.Encoding.Value = publish.FormatJSONSchema }},
+	} {
+		c := validConfig(t)
+		tc.change(&c)
+		err := c.Validate()
+		var se *SettingError
+		if !errors.As(err, &se) || se.Field != tc.field || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "--") {
+			t.Errorf("%s: %v, want a SettingError for it saying %q", tc.field, err, tc.want)
+		}
+	}
+	c.Encoding = publish.Encoding{Value: publish.FormatJSONSchema, SchemaPrefix: "app"}
+	if err := c.Validate(); err != nil {
+		t.Errorf("an envelope with a schema prefix: %v", err)
+	}
+}

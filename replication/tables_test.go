@@ -1,0 +1,93 @@
+package replication
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/walstream/walstream/internal/testenv"
+)
+
+// DescribeTables reads, in one go, what setup checks (the OID, the
+// columns and their types, publication membership) and what the decoder
+// applies (NOT NULL, defaults), and describes a missing table with OID
+// zero instead of failing, so that its caller can tell dropped from new.
+func TestDescribeTables(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	ctx := context.Background()
+	admin := connect(t, pg.URL("postgres", "postgres"))
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text, type text DEFAULT 'created',
+		payload jsonb, n int GENERATED ALWAYS AS (1) STORED)`)
+	exec("ALTER TABLE public.outbox DROP COLUMN type")
+	exec("ALTER TABLE public.outbox ADD COLUMN type text DEFAULT 'created'")
+	exec(names.PublicationSQL())
+	n := Names{Slot: "walstream", Publication: "walstream_outbox", Tables: []Table{{"billing", "outbox"}, {"public", "outbox"}}}
+	describe := func() []TableInfo {
+		t.Helper()
+		infos, err := DescribeTables(ctx, admin, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(infos) != len(n.Tables) {
+			t.Fatalf("%d tables described, want %d", len(infos), len(n.Tables))
+		}
+		for i, info := range infos {
+			if info.Table != n.Tables[i] {
+				t.Fatalf("table %d is %s, want %s", i, info.Table, n.Tables[i])
+			}
+		}
+		return infos
+	}
+
+	infos := describe()
+	if b := infos[0]; b.Exists() || b.OID != 0 || len(b.Columns) != 0 || b.Published || b.SchemaPublished {
+		t.Errorf("missing table described as %+v", b)
+	}
+	var oid uint32
+	if err := admin.QueryRow(ctx, "SELECT 'public.outbox'::regclass::oid").Scan(&oid); err != nil {
+		t.Fatal(err)
+	}
+	p := infos[1]
+	if !p.Exists() || p.OID != oid || !p.Published || p.SchemaPublished {
+		t.Errorf("public.outbox described as OID %d, published %v, by schema %v; want OID %d, published by name", p.OID, p.Published, p.SchemaPublished, oid)
+	}
+	want := []Column{
+		{Name: "id", Type: 2950, NotNull: true},
+		{Name: "aggregatetype", Type: 25, NotNull: true},
+		{Name: "aggregateid", Type: 25},
+		{Name: "payload", Type: 3802},
+		{Name: "n", Type: 23}, // generated: its expression is no default
+		{Name: "type", Type: 25, Default: "'created'::text"},
+	}
+	if !slices.Equal(p.Columns, want) {
+		t.Errorf("columns\n%+v\nwant, in column order without the dropped one,\n%+v", p.Columns, want)
+	}
+
+	// Outside the publication, then published by schema.
+	exec("CREATE SCHEMA billing")
+	exec("CREATE TABLE billing.outbox (id uuid PRIMARY KEY)")
+	if b := describe()[0]; !b.Exists() || b.Published || b.SchemaPublished || len(b.Columns) != 1 {
+		t.Errorf("billing.outbox, not in the publication, described as %+v", b)
+	}
+	exec("CREATE PUBLICATION billing_outbox FOR TABLES IN SCHEMA billing")
+	n.Publication = "billing_outbox"
+	infos = describe()
+	if b := infos[0]; !b.Published || !b.SchemaPublished {
+		t.Errorf("billing.outbox, in a schema publication, described as published %v, by schema %v", b.Published, b.SchemaPublished)
+	}
+	if p := infos[1]; p.Published || p.SchemaPublished {
+		t.Errorf("public.outbox, not in publication billing_outbox, described as published %v, by schema %v", p.Published, p.SchemaPublished)
+	}
+
+	// Dropped: described as missing, not an error.
+	exec("DROP TABLE public.outbox")
+	if p := describe()[1]; p.Exists() || len(p.Columns) != 0 {
+		t.Errorf("dropped table described as %+v", p)
+	}
+}
