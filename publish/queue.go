@@ -18,10 +18,10 @@ import (
 // by one as they come: each take would wake it, a goroutine switch per row
 // at low rates. It sleeps until the linger is over and then takes what has
 // come. Only a queue that holds a batch's worth wakes it early, through
-// full, so that batches still fill up to their limits and the replication
-// loop never waits on a sleeping producer.
+// full, so that a backlog still streams and the replication loop never
+// waits on a sleeping producer.
 type Queue struct {
-	ch       chan queued
+	ch       chan *decode.Tx
 	sem      *semaphore.Weighted
 	maxBytes int64
 
@@ -37,16 +37,9 @@ type Queue struct {
 	lingering atomic.Int64
 }
 
-// queued is a transaction on the queue and when it was put there, which is
-// when its linger starts.
-type queued struct {
-	tx *decode.Tx
-	at time.Time
-}
-
 // NewQueue returns a queue holding at most maxBytes of event bytes.
 func NewQueue(maxBytes int64) *Queue {
-	return &Queue{ch: make(chan queued, 1<<14), sem: semaphore.NewWeighted(maxBytes), maxBytes: maxBytes,
+	return &Queue{ch: make(chan *decode.Tx, 1<<14), sem: semaphore.NewWeighted(maxBytes), maxBytes: maxBytes,
 		full: make(chan struct{}, 1)}
 }
 
@@ -67,7 +60,7 @@ func (q *Queue) Put(ctx context.Context, tx *decode.Tx) error {
 	q.sem.Release(step - w)
 	q.count(tx, w)
 	select {
-	case q.ch <- queued{tx, time.Now()}:
+	case q.ch <- tx:
 		q.wake(tx)
 		return nil
 	case <-ctx.Done():
@@ -87,7 +80,7 @@ func (q *Queue) TryPut(tx *decode.Tx) bool {
 	}
 	q.count(tx, w)
 	select {
-	case q.ch <- queued{tx, time.Now()}:
+	case q.ch <- tx:
 		q.wake(tx)
 		return true
 	default:
@@ -129,15 +122,17 @@ func (q *Queue) uncount(tx *decode.Tx, w int64) {
 }
 
 // wake tells a lingering producer to take what is queued, once the queue
-// holds a batch's worth of events or half its size. Half, because Put
-// waits for a quarter of the queue to be free: the producer is woken well
-// before the replication loop would wait on it.
+// holds the number of events wakeAt set or an eighth of its size. Well
+// under a batch, so that a backlog streams into the producer while it
+// reads on instead of arriving in batch-sized gulps, and well under the
+// quarter that Put waits for, so that the replication loop never waits on
+// a sleeping producer; at low rates neither is reached.
 func (q *Queue) wake(tx *decode.Tx) {
 	if len(tx.Events) == 0 {
 		return
 	}
 	be := q.batchEvents.Load()
-	if q.held.Load() < q.maxBytes/2 && (be > 0 && q.events.Load() < be) {
+	if q.held.Load() < q.maxBytes/8 && (be > 0 && q.events.Load() < be) {
 		return
 	}
 	select {

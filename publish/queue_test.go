@@ -76,8 +76,8 @@ func TestQueuePutWaitsForAQuarter(t *testing.T) {
 	}
 }
 
-// A lingering producer is woken once the queue holds a batch's worth of
-// events or half its size, not for every transaction put.
+// A lingering producer is woken once the queue holds the events wakeAt
+// names or an eighth of its size, not for every transaction put.
 func TestQueueWakesForABatch(t *testing.T) {
 	woken := func(q *Queue) bool {
 		select {
@@ -100,7 +100,7 @@ func TestQueueWakesForABatch(t *testing.T) {
 			t.Fatal("TryPut refused with room left")
 		}
 		if woken(q) {
-			t.Fatalf("woken with %d events queued, under the batch limit of 3", i+1)
+			t.Fatalf("woken with %d events queued, under the 3 that wake it", i+1)
 		}
 	}
 	<-q.ch
@@ -109,17 +109,17 @@ func TestQueueWakesForABatch(t *testing.T) {
 		t.Fatal("woken with 2 events queued after one was taken")
 	}
 	if !q.TryPut(one) || !woken(q) {
-		t.Fatal("not woken with a batch's 3 events queued")
+		t.Fatal("not woken with 3 events queued")
 	}
 	if !q.TryPut(decode.Marker(0x10)) || woken(q) {
 		t.Fatal("a position marker woke the producer")
 	}
 
-	// Half the queue's size wakes it whatever the event count.
-	big := &decode.Tx{Events: make([]decode.Event, 1), Bytes: 1 << 19}
+	// An eighth of the queue's size wakes it whatever the event count.
+	big := &decode.Tx{Events: make([]decode.Event, 1), Bytes: 1 << 17}
 	q = NewQueue(1 << 20)
 	q.wakeAt(1000)
 	if !q.TryPut(big) || !woken(q) {
-		t.Fatal("not woken with half the queue held")
+		t.Fatal("not woken with an eighth of the queue held")
 	}
 }
