@@ -17,7 +17,7 @@ import (
 // A producer whose Kafka transaction lingers does not take transactions one
 // by one as they come: each take would wake it, a goroutine switch per row
 // at low rates. It sleeps until the linger is over and then takes what has
-// come. Only a queue that holds a batch's worth wakes it early, through
+// come. Only a queue that holds a part of a batch wakes it early, through
 // full, so that a backlog still streams and the replication loop never
 // waits on a sleeping producer.
 type Queue struct {
@@ -28,8 +28,8 @@ type Queue struct {
 	// held and events are what the queue holds: the weight and the events
 	// of the transactions put and not yet done.
 	held, events atomic.Int64
-	// batchEvents is the producer's batch limit in events; zero until the
-	// producer says, which wakes it for every transaction.
+	// batchEvents is how many queued events wake a lingering producer;
+	// zero until the producer says, which wakes it for every transaction.
 	batchEvents atomic.Int64
 	full        chan struct{}
 	// lingering is when the producer's open batch is due, in Unix
