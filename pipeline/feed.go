@@ -21,7 +21,6 @@ import (
 type queue interface {
 	TryPut(tx *decode.Tx) bool
 	Put(ctx context.Context, tx *decode.Tx) error
-	Lingering() time.Time
 }
 
 // receiver hears of each transaction (or part) with events handed on, for
@@ -170,9 +169,6 @@ func (f *feed) HandOn(ctx context.Context) error {
 	f.ready = nil
 	return nil
 }
-
-// Lingering is until when the producer's open batch waits for more.
-func (f *feed) Lingering() time.Time { return f.out.Lingering() }
 
 // countSkipped counts replayed events the decoder dropped and logs once,
 // when the replay reaches events Kafka does not have yet.

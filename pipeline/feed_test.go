@@ -26,7 +26,6 @@ var _ queue = (*fakeQueue)(nil)
 
 func (q *fakeQueue) TryPut(tx *decode.Tx) bool                    { return q.tryPut(tx) }
 func (q *fakeQueue) Put(ctx context.Context, tx *decode.Tx) error { return q.put(ctx, tx) }
-func (q *fakeQueue) Lingering() time.Time                         { return time.Time{} }
 
 // receiverFunc is a receiver as a func.
 type receiverFunc func(commitLSN pglogrepl.LSN, commitTime time.Time)

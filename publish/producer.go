@@ -278,11 +278,6 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 		if due == nil && ok {
 			continue
 		}
-		if p.records > 0 {
-			q.setLingering(at)
-		} else {
-			q.setLingering(time.Time{})
-		}
 		// A batch that already holds many events is a busy stream: taking
 		// each transaction as it comes keeps the producer working beside
 		// the replication loop instead of in turns with it.

@@ -3,7 +3,6 @@ package publish
 import (
 	"context"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/walstream/walstream/decode"
@@ -32,9 +31,6 @@ type Queue struct {
 	// zero until the producer says, which wakes it for every transaction.
 	batchEvents atomic.Int64
 	full        chan struct{}
-	// lingering is when the producer's open batch is due, in Unix
-	// nanoseconds; zero while it has none.
-	lingering atomic.Int64
 }
 
 // NewQueue returns a queue holding at most maxBytes of event bytes.
@@ -88,24 +84,6 @@ func (q *Queue) TryPut(tx *decode.Tx) bool {
 		q.sem.Release(w)
 		return false
 	}
-}
-
-// Lingering is until when the producer's open batch waits for more
-// transactions: one queued before then is committed no later for having
-// been queued later. Zero when no batch lingers.
-func (q *Queue) Lingering() time.Time {
-	if n := q.lingering.Load(); n != 0 {
-		return time.Unix(0, n)
-	}
-	return time.Time{}
-}
-
-func (q *Queue) setLingering(until time.Time) {
-	var n int64
-	if !until.IsZero() {
-		n = until.UnixNano()
-	}
-	q.lingering.Store(n)
 }
 
 // wakeAt sets the number of queued events that wakes a lingering producer.

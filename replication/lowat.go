@@ -45,10 +45,6 @@ type lowatConn struct {
 	net.Conn
 	raw    syscall.RawConn
 	raised bool // owned by the reading goroutine
-	// until, when set, is how long the next read waits for lowatBytes
-	// instead of lowatWait, and that read lowers the mark whatever it
-	// gets: a hold (see hold). Owned by the reading goroutine.
-	until time.Time
 
 	mu       sync.Mutex // orders deadline changes against the short ones Read sets
 	deadline time.Time  // the read deadline the connection's user set
@@ -107,24 +103,9 @@ func (c *lowatConn) raise() {
 	}
 }
 
-// hold makes the next read that finds the socket empty wait until until,
-// unless lowatBytes come sooner, and then read what is there; a read that
-// finds data takes it at once, as always. The replication loop holds while
-// the producer's Kafka transaction lingers: a message read before then
-// waits in the batch anyway, and reading each one as it comes woke the
-// process three times per row at low rates, the walsender sending BEGIN,
-// INSERT and COMMIT as separate writes. A backlog's raised mark is left
-// as it is.
-func (c *lowatConn) hold(until time.Time) {
-	if c == nil || c.raised || c.setLowat(lowatBytes) != nil {
-		return
-	}
-	c.raised, c.until = true, until
-}
-
 // lower sets the low-water mark back to 1 byte.
 func (c *lowatConn) lower() error {
-	c.raised, c.until = false, time.Time{}
+	c.raised = false
 	return c.setLowat(1)
 }
 
@@ -145,12 +126,8 @@ func (c *lowatConn) Read(b []byte) (int, error) {
 	if !c.raised {
 		return c.Conn.Read(b)
 	}
-	held := !c.until.IsZero()
-	short := c.until
-	if !held {
-		short = time.Now().Add(lowatWait)
-	}
 	c.mu.Lock()
+	short := time.Now().Add(lowatWait)
 	user := c.deadline
 	err := c.Conn.SetReadDeadline(earliest(short, user))
 	c.mu.Unlock()
@@ -159,16 +136,6 @@ func (c *lowatConn) Read(b []byte) (int, error) {
 	}
 	n, err := c.Conn.Read(b)
 	if n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
-		if held {
-			c.mu.Lock()
-			if derr := c.Conn.SetReadDeadline(c.deadline); derr != nil && err == nil {
-				err = derr
-			}
-			if lerr := c.lower(); lerr != nil && err == nil {
-				err = lerr
-			}
-			c.mu.Unlock()
-		}
 		return n, err
 	}
 	c.mu.Lock()

@@ -3,7 +3,6 @@ package replication
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"testing"
@@ -74,81 +73,5 @@ func TestLowatKeepsTheUsersDeadline(t *testing.T) {
 	}
 	if !c.raised {
 		t.Fatal("the user's deadline lowered the mark; only the end of a backlog should")
-	}
-}
-
-// A held read that finds the socket empty waits until the hold ends for
-// the small messages a live stream sends, takes all of them in one read, and leaves the mark lowered
-// for the reads after it.
-func TestLowatHoldReadsAtItsEnd(t *testing.T) {
-	c, srv := lowatPair(t)
-	until := time.Now().Add(200 * time.Millisecond)
-	c.hold(until)
-	if !c.raised {
-		t.Fatal("hold did not raise the mark")
-	}
-	// Written once the read waits; a read finds what is there already
-	// without waiting, whatever the mark.
-	go func() {
-		for _, m := range []string{"BEGIN", "INSERT", "COMMIT"} {
-			time.Sleep(20 * time.Millisecond)
-			_, _ = srv.Write([]byte(m))
-		}
-	}()
-	buf := make([]byte, 64)
-	n, err := c.Read(buf)
-	if err != nil || string(buf[:n]) != "BEGININSERTCOMMIT" {
-		t.Fatalf("Read = %q, %v; want the three messages at once", buf[:n], err)
-	}
-	if time.Now().Before(until) {
-		t.Fatal("the held read returned before the hold ended")
-	}
-	if c.raised {
-		t.Fatal("the mark is still raised after the held read")
-	}
-	// The next read is a plain one: a lone message is read at once.
-	go func() { _, _ = srv.Write([]byte("BEGIN")) }()
-	start := time.Now()
-	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "BEGIN" {
-		t.Fatalf("Read = %q, %v; want BEGIN", buf[:n], err)
-	}
-	if d := time.Since(start); d > lowatWait {
-		t.Fatalf("a read after the hold waited %s", d)
-	}
-}
-
-// A held read ends early when a chunk of lowatBytes comes: a burst is read
-// at once.
-func TestLowatHoldEndsOnAChunk(t *testing.T) {
-	c, srv := lowatPair(t)
-	c.hold(time.Now().Add(time.Minute))
-	go func() { _, _ = srv.Write(make([]byte, lowatBytes)) }()
-	buf := make([]byte, 2*lowatBytes)
-	start := time.Now()
-	n, err := io.ReadAtLeast(c, buf, lowatBytes)
-	if err != nil || n < lowatBytes {
-		t.Fatalf("Read = %d bytes, %v", n, err)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("a chunk of %d bytes waited %s for the hold", lowatBytes, d)
-	}
-	if c.raised {
-		t.Fatal("the mark is still raised after the held read")
-	}
-}
-
-// A user's deadline before the hold's end still ends the read.
-func TestLowatHoldKeepsTheUsersDeadline(t *testing.T) {
-	c, _ := lowatPair(t)
-	c.hold(time.Now().Add(time.Minute))
-	if err := c.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if _, err := c.Read(make([]byte, 64)); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("Read = %v, want %v", err, os.ErrDeadlineExceeded)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("the read waited %s, past the user's deadline", d)
 	}
 }

@@ -42,9 +42,6 @@ type Consumer interface {
 	TryHandOn() bool
 	// HandOn hands on what is ready, or returns ctx's error having kept it.
 	HandOn(ctx context.Context) error
-	// Lingering is until when what is handed on next waits anyway, for
-	// the batch it joins to be due; zero when it would not wait.
-	Lingering() time.Time
 }
 
 // Ready says whether a consumer has something to hand on. CommitTime, the
@@ -188,7 +185,6 @@ func (s *Stream) Run(ctx context.Context, c Consumer, pos Confirmer) error {
 			s.lowat.raise()
 		}
 		if c.TryHandOn() {
-			s.hold(c)
 			continue
 		}
 		for {
@@ -196,7 +192,6 @@ func (s *Stream) Run(ctx context.Context, c Consumer, pos Confirmer) error {
 			err := c.HandOn(pctx)
 			cancel()
 			if err == nil {
-				s.hold(c)
 				break
 			}
 			if ctx.Err() != nil {
@@ -207,22 +202,6 @@ func (s *Stream) Run(ctx context.Context, c Consumer, pos Confirmer) error {
 				return err
 			}
 		}
-	}
-}
-
-// holdMargin is how long before a lingering batch is due the held read
-// ends, so that what came meanwhile is decoded and queued before the
-// producer takes the batch.
-const holdMargin = time.Millisecond
-
-// hold holds the next socket read while c's batch lingers (see
-// lowatConn.hold), when that is worth a timer.
-func (s *Stream) hold(c Consumer) {
-	if s.lowat == nil || s.lowat.raised {
-		return
-	}
-	if until := c.Lingering().Add(-holdMargin); time.Until(until) > holdMargin {
-		s.lowat.hold(until)
 	}
 }
 
