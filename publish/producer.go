@@ -240,91 +240,39 @@ func (p *Producer) Start(pos positions) {
 // Run publishes transactions from q until ctx ends or publishing fails. A
 // Kafka transaction still open when it returns is aborted: its events are
 // replayed from the slot by the next run.
-//
-// With no batch open, Run waits on the queue and starts one with the first
-// transaction. While the batch lingers it does not take transactions as
-// they come, which would wake it once per Postgres transaction: it sleeps
-// until the batch is due, or until the queue holds a part of a batch, and
-// then takes everything queued at once. What comes while a Kafka
-// transaction commits is taken when it ends, and lingers with it.
 func (p *Producer) Run(ctx context.Context, q *Queue) error {
 	defer p.abort(ctx)
-	wakeEvents := max(1, p.cfg.MaxBatchEvents/wakeFraction)
-	q.wakeAt(wakeEvents)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	// armed is what the timer is set for, so that it is reset once per
-	// batch, not per wake-up.
+	// armed is what the timer is set for: most transactions join an open
+	// batch whose due time does not change, and resetting the timer for
+	// each of them would cost a runtime timer update per row.
 	var armed time.Time
 	for {
-		err := p.takeQueued(ctx, q)
 		var due <-chan time.Time
-		at, ok := p.flushAt()
-		switch {
-		case err != nil:
-		case ok && !time.Now().Before(at):
-			err = p.flush(ctx)
-		case ok:
+		if at, ok := p.flushAt(); ok {
 			if !at.Equal(armed) {
 				timer.Reset(time.Until(at))
 				armed = at
 			}
 			due = timer.C
 		}
-		if err != nil {
-			p.failed = true
-			return err
-		}
-		if due == nil && ok {
-			continue
-		}
-		// A batch that already holds many events is a busy stream: taking
-		// each transaction as it comes keeps the producer working beside
-		// the replication loop instead of in turns with it.
-		var next <-chan *decode.Tx
-		if p.records == 0 || p.records >= wakeEvents {
-			next = q.ch
-		}
+		var err error
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case tx := <-next:
-			err = p.take(ctx, q, tx)
-		case <-q.full:
-			// takeQueued takes them at the top of the loop.
+		case tx := <-q.ch:
+			err = p.add(ctx, tx)
+			q.done(tx)
 		case <-due:
 			armed = time.Time{}
+			err = p.flush(ctx)
 		}
 		if err != nil {
 			p.failed = true
 			return err
 		}
 	}
-}
-
-// wakeFraction is the fraction of MaxBatchEvents queued that wakes a
-// lingering producer: taking a backlog in gulps of a whole batch left the
-// replication loop and the producer working in turns, and measured about a
-// tenth slower than taking each transaction as it came.
-const wakeFraction = 16
-
-// takeQueued adds the transactions queued now, and no more: a queue the
-// replication loop keeps filling must not keep a due batch from its
-// commit.
-func (p *Producer) takeQueued(ctx context.Context, q *Queue) error {
-	for range len(q.ch) {
-		if err := p.take(ctx, q, <-q.ch); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// take adds one queued transaction to the open batch.
-func (p *Producer) take(ctx context.Context, q *Queue, tx *decode.Tx) error {
-	err := p.add(ctx, tx)
-	q.done(tx)
-	return err
 }
 
 // flushAt is when the open batch is due: Linger after its first event, or,
@@ -339,7 +287,6 @@ func (p *Producer) flushAt() (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// add adds tx to the open batch, and commits the batch when tx fills it.
 func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 	if tx.Stop != nil {
 		return p.stuck(ctx, tx.Stop)
