@@ -122,12 +122,12 @@ func run() error {
 // marker where the producer had nothing open changes nothing), then closed
 // cleanly.
 func abortCrashed(dataDir string) error {
-	c, err := kfake.NewCluster(kfake.DataDir(dataDir), kfake.Ports(0), kfake.MaxVersions(kversion.V3_9_0()))
+	c, err := kfake.NewCluster(kfake.DataDir(dataDir), kfake.Ports(0))
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.MaxVersions(kversion.V3_9_0()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		return err
 	}

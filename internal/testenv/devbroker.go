@@ -69,13 +69,3 @@ func (b *Devbroker) Restart(sig syscall.Signal) error {
 	b.Stop(sig)
 	return b.Start()
 }
-
-// LastLines is the end of the broker's output, for failure messages.
-func (b *Devbroker) LastLines(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.p == nil {
-		return ""
-	}
-	return b.p.LastLines(n)
-}
