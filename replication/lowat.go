@@ -36,6 +36,10 @@ const (
 	// server's clock, so walstream's clock skew does not matter. Far above
 	// the lag of a stream that keeps up.
 	backlogAge = time.Second
+	// readBufBytes is how much one read from the socket takes. pgconn reads
+	// in 8 KiB chunks, so a 64 KiB wake-up still cost eight reads, each
+	// with a system call and, while the mark is raised, a read deadline.
+	readBufBytes = 256 << 10
 )
 
 // lowatConn is the replication connection's socket, under TLS if any.
@@ -45,6 +49,13 @@ type lowatConn struct {
 	net.Conn
 	raw    syscall.RawConn
 	raised bool // owned by the reading goroutine
+
+	// Owned by the reading goroutine: what the last socket read returned
+	// and Read has not yet passed on, in buf; and the error that came with
+	// it, returned once buf is empty.
+	buf     []byte
+	pending error
+	store   []byte // buf's backing array, readBufBytes long once used
 
 	mu       sync.Mutex // orders deadline changes against the short ones Read sets
 	deadline time.Time  // the read deadline the connection's user set
@@ -117,12 +128,39 @@ func (c *lowatConn) setLowat(n int) error {
 	return serr
 }
 
-// Read waits at most lowatWait for the low-water mark while it is raised;
-// past that it lowers the mark and waits for anything, up to the user's
-// deadline.
 var _ net.Conn = (*lowatConn)(nil)
 
+// Read passes on what the last socket read buffered, and reads the socket
+// again, as much as it holds up to readBufBytes, only once that is used up.
 func (c *lowatConn) Read(b []byte) (int, error) {
+	if len(c.buf) == 0 {
+		if c.pending != nil {
+			err := c.pending
+			c.pending = nil
+			return 0, err
+		}
+		if len(b) >= readBufBytes {
+			return c.read(b)
+		}
+		if c.store == nil {
+			c.store = make([]byte, readBufBytes)
+		}
+		n, err := c.read(c.store)
+		c.buf = c.store[:n]
+		if n == 0 {
+			return 0, err
+		}
+		c.pending = err
+	}
+	n := copy(b, c.buf)
+	c.buf = c.buf[n:]
+	return n, nil
+}
+
+// read reads the socket. While the mark is raised it waits at most
+// lowatWait for it; past that it lowers the mark and waits for anything, up
+// to the user's deadline.
+func (c *lowatConn) read(b []byte) (int, error) {
 	if !c.raised {
 		return c.Conn.Read(b)
 	}

@@ -1,8 +1,10 @@
 package replication
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"testing"
@@ -73,5 +75,39 @@ func TestLowatKeepsTheUsersDeadline(t *testing.T) {
 	}
 	if !c.raised {
 		t.Fatal("the user's deadline lowered the mark; only the end of a backlog should")
+	}
+}
+
+// One socket read serves many of pgconn's 8 KiB reads, and an error that
+// ends the stream comes only after every byte before it.
+func TestLowatPassesOnWhatItBuffered(t *testing.T) {
+	c, srv := lowatPair(t)
+	want := make([]byte, 100<<10)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	if _, err := srv.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 8<<10)
+	var got []byte
+	for {
+		n, err := c.Read(chunk)
+		got = append(got, chunk[:n]...)
+		if len(got) == n && len(c.buf) == 0 {
+			t.Errorf("the first read returned %d bytes and buffered none; %d were sent", n, len(want))
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Read after %d bytes: %v", len(got), err)
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes, not the %d sent", len(got), len(want))
 	}
 }
