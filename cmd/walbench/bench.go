@@ -16,16 +16,17 @@ import (
 // bench is one walbench invocation: the servers it started and what every
 // scenario needs from them.
 type bench struct {
-	cfg       *Config
-	log       io.Writer
-	exe       string // walbench itself, started again as the broker under the name kfake-broker
-	recvExe   string // walbench as pgoutput-recv
-	walstream string // the binary under test
-	workDir   string
-	pg        *postgres
-	db        *db
-	pad       int  // payload padding for -payload-bytes
-	perf      bool // perf can sample here
+	cfg         *Config
+	log         io.Writer
+	exe         string // walbench itself, started again as the broker under the name kfake-broker
+	recvExe     string // walbench as pgoutput-recv
+	kafkaTxnExe string // walbench as kafka-txn
+	walstream   string // the binary under test
+	workDir     string
+	pg          *postgres
+	db          *db
+	pad         int  // payload padding for -payload-bytes
+	perf        bool // perf can sample here
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -54,7 +55,8 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 		return fmt.Errorf("finding walbench's own binary: %w", err)
 	}
 	b.exe, b.recvExe = filepath.Join(b.workDir, "kfake-broker"), filepath.Join(b.workDir, "pgoutput-recv")
-	for _, link := range []string{b.exe, b.recvExe} {
+	b.kafkaTxnExe = filepath.Join(b.workDir, "kafka-txn")
+	for _, link := range []string{b.exe, b.recvExe, b.kafkaTxnExe} {
 		_ = os.Remove(link)
 		if err := os.Symlink(self, link); err != nil {
 			return fmt.Errorf("linking %s to walbench: %w", link, err)

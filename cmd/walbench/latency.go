@@ -49,15 +49,24 @@ type Latency struct {
 	// Confirm*: from a checkpoint becoming visible in Kafka to the slot's
 	// confirmed_flush_lsn covering it (see confirmWatch); Unconfirmed were
 	// not covered when the phase ended.
-	ConfirmSamples           int               `json:"confirm_samples"`
-	ConfirmP50Ms             float64           `json:"confirm_p50_ms"`
-	ConfirmP99Ms             float64           `json:"confirm_p99_ms"`
-	ConfirmMaxMs             float64           `json:"confirm_max_ms"`
-	ConfirmUnconfirmed       int               `json:"confirm_unconfirmed"`
-	WalstreamCPUMicrosPerRow float64           `json:"walstream_cpu_us_per_row"`
-	WalstreamPeakRSSBytes    int64             `json:"walstream_peak_rss_bytes"`
-	Machine                  Quiet             `json:"machine"`
-	Profiles                 map[string]string `json:"profiles,omitempty"`
+	ConfirmSamples           int     `json:"confirm_samples"`
+	ConfirmP50Ms             float64 `json:"confirm_p50_ms"`
+	ConfirmP99Ms             float64 `json:"confirm_p99_ms"`
+	ConfirmMaxMs             float64 `json:"confirm_max_ms"`
+	ConfirmUnconfirmed       int     `json:"confirm_unconfirmed"`
+	WalstreamCPUMicrosPerRow float64 `json:"walstream_cpu_us_per_row"`
+	// KafkaTxns are walstream's Kafka transactions in the measured window
+	// (its checkpoints), and WalstreamCPUMicrosPerTxn its CPU time over
+	// them. KafkaClientCPUMicrosPerRow is the floor under walstream's CPU
+	// per row: franz-go alone committing as many transactions a second,
+	// of as many records, against the same broker (kafka-txn), over the
+	// same rows.
+	KafkaTxns                  int               `json:"kafka_txns"`
+	WalstreamCPUMicrosPerTxn   float64           `json:"walstream_cpu_us_per_txn"`
+	KafkaClientCPUMicrosPerRow float64           `json:"kafka_client_cpu_us_per_row"`
+	WalstreamPeakRSSBytes      int64             `json:"walstream_peak_rss_bytes"`
+	Machine                    Quiet             `json:"machine"`
+	Profiles                   map[string]string `json:"profiles,omitempty"`
 }
 
 // latencyInsert inserts $4 outbox rows numbered from $2 in one statement;
@@ -232,8 +241,18 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	l.Behind = w.behind.Load()
 	l.Seconds = measureTo.Sub(measureFrom).Seconds()
 	l.AchievedRate = float64(w.measured.Load()) / l.Seconds
-	if n := w.measured.Load(); n > 0 {
-		l.WalstreamCPUMicrosPerRow = (ws.CPU - cpu0).Seconds() * 1e6 / float64(n)
+	l.KafkaTxns = len(confirms) + unconfirmed
+	if n := w.measured.Load(); n > 0 && l.KafkaTxns > 0 {
+		cpu := (ws.CPU - cpu0).Seconds() * 1e6
+		l.WalstreamCPUMicrosPerRow = cpu / float64(n)
+		l.WalstreamCPUMicrosPerTxn = cpu / float64(l.KafkaTxns)
+		// The writers have stopped: the client alone gets the machine
+		// walstream had, minus the load.
+		perTxn, err := b.kafkaFloor(ctx, broker, float64(l.KafkaTxns)/l.Seconds, max(1, int(n)/l.KafkaTxns))
+		if err != nil {
+			return l, err
+		}
+		l.KafkaClientCPUMicrosPerRow = perTxn.Seconds() * 1e6 * float64(l.KafkaTxns) / float64(n)
 	}
 	lat := c.samples(measureFrom.UnixMicro())
 	l.Samples = len(lat)

@@ -42,8 +42,8 @@ func main() {
 	}
 }
 
-// run dispatches: "broker" is the kfake broker and "recv" the Go
-// receive-only client, which walbench starts as child processes of itself;
+// run dispatches: "broker" is the kfake broker, "recv" the Go receive-only
+// client and "kafka-txn" the Kafka client alone, which walbench starts as child processes of itself;
 // anything else is the benchmark.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
@@ -52,6 +52,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runBroker(ctx, args[1:], stdout, stderr)
 		case recvCommand:
 			return runRecv(ctx, args[1:], stdout, stderr)
+		case kafkaTxnCommand:
+			return runKafkaTxn(ctx, args[1:], stdout, stderr)
 		}
 	}
 	cfg, err := parseConfig(args, stderr)

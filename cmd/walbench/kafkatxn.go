@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// kafkaTxnCommand is the hidden subcommand that commits Kafka transactions
+// with franz-go alone, as walstream's producer does (its records, one
+// checkpoint record, Flush, EndTransaction), at a given rate and size, and
+// prints its own CPU time per transaction. It is the floor under
+// walstream's CPU at a low rate: what the Kafka client costs for the same
+// transactions on the same machine and broker, with no Postgres and no
+// decoding.
+const kafkaTxnCommand = "kafka-txn"
+
+// Topics of kafka-txn, apart from walstream's.
+const (
+	floorTopic           = "walbench.floor"
+	floorCheckpointTopic = "walbench.floor.checkpoints"
+)
+
+func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("walbench "+kafkaTxnCommand, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	broker := fs.String("broker", "", "broker address")
+	rate := fs.Float64("rate", 100, "transactions a second")
+	records := fs.Int("records", 1, "records per transaction, besides the checkpoint record")
+	size := fs.Int("value-bytes", 430, "bytes of each record's value")
+	dur := fs.Duration("for", 10*time.Second, "measured time")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *rate <= 0 || *records < 1 {
+		return fmt.Errorf("-rate %v and -records %d must be positive", *rate, *records)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(*broker), kgo.TransactionalID("walbench-kafka-txn"))
+	if err != nil {
+		return fmt.Errorf("creating the transactional client: %w", err)
+	}
+	defer cl.Close()
+	value := bytes.Repeat([]byte{'x'}, *size)
+	seq := 0
+	commit := func() error {
+		if err := cl.BeginTransaction(); err != nil {
+			return err
+		}
+		for range *records {
+			seq++
+			cl.Produce(ctx, &kgo.Record{Topic: floorTopic, Key: strconv.AppendInt(nil, int64(seq), 10), Value: value}, nil)
+		}
+		cl.Produce(ctx, &kgo.Record{Topic: floorCheckpointTopic, Key: []byte("floor"), Value: value[:min(len(value), 200)]}, nil)
+		if err := cl.Flush(ctx); err != nil {
+			return err
+		}
+		return cl.EndTransaction(ctx, kgo.TryCommit)
+	}
+	// Warm up: the producer id, the coordinator and the partitions' leaders.
+	for range 20 {
+		if err := commit(); err != nil {
+			return fmt.Errorf("committing a warm-up transaction: %w", err)
+		}
+	}
+	cpu0 := processCPU()
+	tick := time.NewTicker(time.Duration(float64(time.Second) / *rate))
+	defer tick.Stop()
+	n := 0
+	for end := time.Now().Add(*dur); time.Now().Before(end); n++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		if err := commit(); err != nil {
+			return fmt.Errorf("committing transaction %d: %w", n, err)
+		}
+	}
+	_, err = fmt.Fprintf(stdout, "transactions %d cpu_ns %d\n", n, (processCPU() - cpu0).Nanoseconds())
+	return err
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// kafkaFloor runs kafka-txn against broker at rate transactions a second of
+// records each, and returns its CPU time per transaction.
+func (b *bench) kafkaFloor(ctx context.Context, broker string, rate float64, records int) (time.Duration, error) {
+	// Every load of a run shares the broker; the topics of the first stay.
+	if err := createTopics(ctx, broker, b.cfg.Partitions, floorTopic, floorCheckpointTopic); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return 0, err
+	}
+	cmd := exec.CommandContext(ctx, b.kafkaTxnExe, kafkaTxnCommand, "-broker", broker,
+		"-rate", strconv.FormatFloat(rate, 'f', 1, 64), "-records", strconv.Itoa(records),
+		"-value-bytes", strconv.Itoa(b.cfg.PayloadBytes), "-for", "10s")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("running %s: %w: %s", kafkaTxnCommand, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	var n, ns int64
+	if _, err := fmt.Sscanf(string(out), "transactions %d cpu_ns %d", &n, &ns); err != nil || n == 0 {
+		return 0, fmt.Errorf("%s printed %q", kafkaTxnCommand, out)
+	}
+	return time.Duration(ns / n), nil
+}
