@@ -31,7 +31,13 @@ type Latency struct {
 	P50Ms        float64 `json:"p50_ms"`
 	P99Ms        float64 `json:"p99_ms"`
 	P999Ms       float64 `json:"p999_ms"`
-	MaxMs        float64 `json:"max_ms"`
+	// ToProducerP99Ms is the p99 from the insert to walstream handing the
+	// record to the Kafka client (Postgres's commit, the walsender,
+	// decoding, the queue); FromProducerP99Ms from there to visible (the
+	// linger, the Kafka transaction, the consumer's fetch).
+	ToProducerP99Ms   float64 `json:"to_producer_p99_ms"`
+	FromProducerP99Ms float64 `json:"from_producer_p99_ms"`
+	MaxMs             float64 `json:"max_ms"`
 	// Missing rows were inserted but not seen within 30s of the writers
 	// stopping.
 	Missing int64 `json:"missing"`
@@ -254,7 +260,8 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 		}
 		l.KafkaClientCPUMicrosPerRow = perTxn.Seconds() * 1e6 * float64(l.KafkaTxns) / float64(n)
 	}
-	lat := c.samples(measureFrom.UnixMicro())
+	lat, toProducer, fromProducer := c.samples(measureFrom.UnixMicro())
+	l.ToProducerP99Ms, l.FromProducerP99Ms = percentile(toProducer, 0.99)/1e3, percentile(fromProducer, 0.99)/1e3
 	l.Samples = len(lat)
 	l.P50Ms, l.P99Ms, l.P999Ms = percentile(lat, 0.50)/1e3, percentile(lat, 0.99)/1e3, percentile(lat, 0.999)/1e3
 	if len(lat) > 0 {
@@ -388,9 +395,15 @@ type latencyConsumer struct {
 	mu     sync.Mutex
 	ts     []int64 // row timestamps, µs since the epoch
 	lat    []int64 // seen minus timestamp, µs
-	failed error
-	n      atomic.Int64
-	once   sync.Once
+	// produced is the record's timestamp minus the row's, µs: walstream
+	// leaves the record timestamp to franz-go, which sets it when
+	// walstream hands it the record. It splits lat into the time up to
+	// walstream's producer (Postgres's commit, the walsender, decoding)
+	// and the time after it (the Kafka transaction and the consumer).
+	produced []int64
+	failed   error
+	n        atomic.Int64
+	once     sync.Once
 }
 
 func startLatencyConsumer(broker, topic string) (*latencyConsumer, error) {
@@ -431,6 +444,7 @@ func (c *latencyConsumer) run(ctx context.Context) {
 			}
 			c.ts = append(c.ts, ts)
 			c.lat = append(c.lat, now-ts)
+			c.produced = append(c.produced, r.Timestamp.UnixMicro()-ts)
 		})
 		c.mu.Unlock()
 		c.n.Add(int64(fs.NumRecords()))
@@ -463,18 +477,19 @@ func (c *latencyConsumer) err() error {
 	return c.failed
 }
 
-// samples returns the latencies, in µs, of rows timestamped at or after
-// from.
-func (c *latencyConsumer) samples(from int64) []int64 {
+// samples returns, in µs, for the rows timestamped at or after from: the
+// latencies, the time to walstream's producer and the time from there.
+func (c *latencyConsumer) samples(from int64) (lat, toProducer, fromProducer []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []int64
 	for i, ts := range c.ts {
 		if ts >= from {
-			out = append(out, c.lat[i])
+			lat = append(lat, c.lat[i])
+			toProducer = append(toProducer, c.produced[i])
+			fromProducer = append(fromProducer, c.lat[i]-c.produced[i])
 		}
 	}
-	return out
+	return lat, toProducer, fromProducer
 }
 
 func (c *latencyConsumer) close() {

@@ -148,6 +148,8 @@ func (r *Report) summarize() []Figure {
 			figure(scenario, "achieved load", "rows/s", ms(func(l Latency) float64 { return l.AchievedRate }), nil),
 			figure(scenario, "insert → visible p50", "ms", ms(func(l Latency) float64 { return l.P50Ms }), nil),
 			figure(scenario, "insert → visible p99", "ms", ms(func(l Latency) float64 { return l.P99Ms }), p99),
+			figure(scenario, "insert → walstream's producer p99", "ms", ms(func(l Latency) float64 { return l.ToProducerP99Ms }), nil),
+			figure(scenario, "walstream's producer → visible p99", "ms", ms(func(l Latency) float64 { return l.FromProducerP99Ms }), nil),
 			figure(scenario, "insert → visible p99.9", "ms", ms(func(l Latency) float64 { return l.P999Ms }), nil),
 			figure(scenario, "insert → visible max", "ms", ms(func(l Latency) float64 { return l.MaxMs }), nil),
 			figure(scenario, "insert → commit ack p99 (bounds the timestamp's offset)", "µs", ms(func(l Latency) float64 { return l.InsertToAckP99Us }), nil),
