@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -45,24 +47,37 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *rate <= 0 || *records < 1 {
 		return fmt.Errorf("-rate %v and -records %d must be positive", *rate, *records)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(*broker), kgo.TransactionalID("walbench-kafka-txn"))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(*broker), kgo.TransactionalID("walbench-kafka-txn"), kgo.AllowAutoTopicCreation())
 	if err != nil {
 		return fmt.Errorf("creating the transactional client: %w", err)
 	}
 	defer cl.Close()
 	value := bytes.Repeat([]byte{'x'}, *size)
 	seq := 0
+	var mu sync.Mutex
+	var produceErr error
+	done := func(_ *kgo.Record, err error) {
+		mu.Lock()
+		produceErr = cmp.Or(produceErr, err)
+		mu.Unlock()
+	}
 	commit := func() error {
 		if err := cl.BeginTransaction(); err != nil {
 			return err
 		}
 		for range *records {
 			seq++
-			cl.Produce(ctx, &kgo.Record{Topic: floorTopic, Key: strconv.AppendInt(nil, int64(seq), 10), Value: value}, nil)
+			cl.Produce(ctx, &kgo.Record{Topic: floorTopic, Key: strconv.AppendInt(nil, int64(seq), 10), Value: value}, done)
 		}
-		cl.Produce(ctx, &kgo.Record{Topic: floorCheckpointTopic, Key: []byte("floor"), Value: value[:min(len(value), 200)]}, nil)
+		cl.Produce(ctx, &kgo.Record{Topic: floorCheckpointTopic, Key: []byte("floor"), Value: value[:min(len(value), 200)]}, done)
 		if err := cl.Flush(ctx); err != nil {
 			return err
+		}
+		mu.Lock()
+		err := produceErr
+		mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("producing: %w", err)
 		}
 		return cl.EndTransaction(ctx, kgo.TryCommit)
 	}
