@@ -252,8 +252,7 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 		cpu := (ws.CPU - cpu0).Seconds() * 1e6
 		l.WalstreamCPUMicrosPerRow = cpu / float64(n)
 		l.WalstreamCPUMicrosPerTxn = cpu / float64(l.KafkaTxns)
-		// The writers have stopped: the client alone gets the machine
-		// walstream had, minus the load.
+		// The writers have stopped, so the client runs without their load.
 		perTxn, err := b.kafkaFloor(ctx, broker, float64(l.KafkaTxns)/l.Seconds, max(1, int(n)/l.KafkaTxns))
 		if err != nil {
 			return l, err

@@ -43,8 +43,8 @@ func main() {
 }
 
 // run dispatches: "broker" is the kfake broker, "recv" the Go receive-only
-// client and "kafka-txn" the Kafka client alone, which walbench starts as child processes of itself;
-// anything else is the benchmark.
+// client and "kafka-txn" the Kafka client alone, which walbench starts as
+// child processes of itself; anything else is the benchmark.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
