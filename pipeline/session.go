@@ -217,7 +217,10 @@ func (s *session) unsettled(ctx context.Context, tables outboxTables, srv replic
 	if !found || !ownSystem(cp, srv) {
 		cp = checkpoint.Checkpoint{}
 	}
-	return tables.sinceCheckpoint(cp, s.cfg.AcceptRecreated, s.log)
+	// Only a stop matters here. An accepted recreation is logged by the
+	// check after resume, against the checkpoint read after fencing; here
+	// setup would still refuse a table outside the publication.
+	return tables.sinceCheckpoint(cp, s.cfg.AcceptRecreated, slog.New(slog.DiscardHandler))
 }
 
 // ownSystem reports whether cp was written streaming srv's cluster: OIDs

@@ -119,9 +119,13 @@ func TestTableDroppedWhileStopped(t *testing.T) {
 		t.Fatalf("confirmed_flush_lsn moved from %s to %s", confirmed, got)
 	}
 
-	// The operator's way on: add the table, accept it.
+	// The operator's way on: add the table, accept it. The acceptance is
+	// logged once.
 	e.pg.Exec("postgres", "ALTER PUBLICATION walstream_outbox ADD TABLE outbox")
 	p = e.start([]string{"--accept-recreated-table", fmt.Sprintf("public.outbox=%d", newOID)}).streaming(t)
+	if n := strings.Count(p.Log(), "recreated since the checkpoint: accepted"); n != 1 {
+		t.Errorf("the acceptance was logged %d times, want once", n)
+	}
 	e.insertTx("Order", 2, 2, &seq, false)
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
 	if got := len(e.readAll("Order")); got != 6 {
