@@ -154,3 +154,20 @@ func TestStatusKafkaDown(t *testing.T) {
 	}
 	t.Logf("status with Kafka down took %s; error field: %s", time.Since(start).Round(100*time.Millisecond), r.Error)
 }
+
+// TestGOGC: walstream runs the collector at defaultGOGC unless GOGC is in
+// the environment, and its first log line says which.
+func TestGOGC(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ env, want string }{
+		{"GOGC=", fmt.Sprintf("gogc=%d", defaultGOGC)},
+		{"GOGC=50", "gogc=50"},
+	} {
+		p := e.start([]string{"--create=false"}, tc.env)
+		exitMessage(t, p)
+		first, _, _ := strings.Cut(p.Log(), "\n")
+		if !strings.Contains(first, "msg=starting") || !strings.Contains(first, tc.want) {
+			t.Errorf("with %s the first log line is %q, want the starting line with %s", tc.env, first, tc.want)
+		}
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"net/http/pprof"
 	"os"
 	"regexp"
+	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +22,13 @@ import (
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
 )
+
+// defaultGOGC is the garbage collector's target when GOGC is not in the
+// environment. walstream's memory is bounded by its queue and batch limits,
+// not by the collector, and against Go's default of 100, 200 cut the CPU
+// per row of a backlog drain by 19-22 % in two pairs of runs, for 20 MB
+// more peak RSS (BENCHMARKS.md).
+const defaultGOGC = 200
 
 // runStream streams until ctx ends or a permanent error, which it also
 // logs as an ERROR record, so that a log pipeline reading the structured
@@ -39,12 +48,18 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 		}
 		log.Error("stopping on a permanent error", attrs...)
 	}()
+	gogc := os.Getenv("GOGC")
+	if gogc == "" {
+		debug.SetGCPercent(defaultGOGC)
+		gogc = strconv.Itoa(defaultGOGC)
+	}
 	pg, kafka := cfg.Postgres, cfg.Kafka
 	// Whether Postgres speaks TLS is known once connected: the streaming
 	// line says so (pg_tls); sslmode is what was asked for.
 	log.Info("starting", "version", version, "host", pg.Host, "port", pg.Port, "database", pg.Database,
 		"user", pg.User, "pg_sslmode", sslMode(cfg.PGURL), "brokers", cfg.Brokers,
-		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "transactional_id", cfg.TransactionalID)
+		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "transactional_id", cfg.TransactionalID,
+		"gogc", gogc)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
