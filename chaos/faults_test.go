@@ -22,6 +22,9 @@ func TestGapStop(t *testing.T) {
 		{"in the stream", "walstream: " + (&decode.TableRecreatedError{Table: "public.outbox", OldOID: 16392, NewOID: 16402, LSN: 0x150D4E8}).Error(), true},
 		{"at startup, recreated", "walstream: table public.outbox: not the table streamed before: " +
 			(&decode.TableRecreatedError{Table: "public.outbox", OldOID: 16392, NewOID: 16402, Since: "0/150D4E8"}).Error(), true},
+		{"at startup, recreated again after an accepted recreation", "walstream: table public.outbox: not the table streamed before, nor the one accepted (OID 16402): " +
+			(&decode.TableRecreatedError{Table: "public.outbox", OldOID: 16402, NewOID: 16412, Since: "0/150D4E8"}).Error(), true},
+		{"a stale acceptance", "walstream: postgres setup: accepting table public.outbox as recreated with OID 16402, but its OID is 16412", false},
 		{"at startup, dropped", "walstream: " + names.TableDropped(outbox, 16392, "0/150D4E8").Error(), true},
 		{"at startup, dropped, partial checkpoint", "walstream: " + names.TableDropped(outbox, 16392, partial.String()).Error(), true},
 		{"slot monitor, recreated", `walstream: table "public"."outbox": was dropped and recreated while streaming (OID 16392, now 16402): rows committed to it before it was added to publication "walstream_outbox" again were never sent`, true},

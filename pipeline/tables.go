@@ -116,6 +116,12 @@ func (t outboxTables) sinceCheckpoint(cp checkpoint.Checkpoint, accept map[strin
 	for _, name := range slices.Sorted(maps.Keys(t.oids)) {
 		now := t.oids[name]
 		if want, ok := accept[name]; ok {
+			if old := recorded[name]; want != now && old != 0 && old != now && !t.schemaPublished[name] {
+				// Recreated again since the checkpoint, after the one
+				// accepted: the gap is what the operator must see.
+				return &decode.Error{Event: decode.Identity{Table: name}, Reason: fmt.Sprintf("not the table streamed before, nor the one accepted (OID %d)", want),
+					Err: &decode.TableRecreatedError{Table: name, OldOID: old, NewOID: now, Since: cp.String()}}
+			}
 			if want != now {
 				return fmt.Errorf("%w: accepting table %s as recreated with OID %d, but its OID is %d", replication.ErrSetup, name, want, now)
 			}

@@ -29,7 +29,12 @@ func TestTablesSinceCheckpoint(t *testing.T) {
 		{"no OIDs recorded", checkpoint.Checkpoint{LSN: 0x1000}, 200, false, nil, "", false},
 		{"recreated", recorded, 200, false, nil, "OID 100, now 200, found in the catalog at startup, after checkpoint 0/1000", false},
 		{"recreated and accepted", recorded, 200, false, map[string]uint32{"public.outbox": 200}, "", true},
-		{"accepted with the wrong OID", recorded, 200, false, map[string]uint32{"public.outbox": 300}, "accepting table public.outbox as recreated with OID 300, but its OID is 200", false},
+		{"accepted with the wrong OID", checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Tables: map[string]uint32{"public.outbox": 200}}}, 200, false,
+			map[string]uint32{"public.outbox": 300}, "accepting table public.outbox as recreated with OID 300, but its OID is 200", false},
+		// An earlier recreation accepted, and the table recreated again since
+		// the checkpoint: the new gap, not the stale acceptance, is the news.
+		{"recreated again, another OID accepted", recorded, 200, false, map[string]uint32{"public.outbox": 300},
+			"nor the one accepted (OID 300): table public.outbox was dropped and recreated: OID 100, now 200, found in the catalog at startup, after checkpoint 0/1000", false},
 		{"recreated under a schema publication", recorded, 200, true, nil, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,7 +53,7 @@ func TestTablesSinceCheckpoint(t *testing.T) {
 				t.Errorf("may change = %v, want %v", got, tc.wantMayChange)
 			}
 			var re *decode.TableRecreatedError
-			if tc.name == "recreated" && (!errors.As(err, &re) || classifyFailure(err).kind != kindBadInput || !classifyFailure(err).permanent) {
+			if (tc.name == "recreated" || tc.name == "recreated again, another OID accepted") && (!errors.As(err, &re) || classifyFailure(err).kind != kindBadInput || !classifyFailure(err).permanent) {
 				t.Errorf("err %v is not a permanent TableRecreatedError", err)
 			}
 			if tc.name == "accepted with the wrong OID" && !errors.Is(err, replication.ErrSetup) {
