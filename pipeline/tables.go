@@ -114,27 +114,28 @@ func (t outboxTables) sinceCheckpoint(cp checkpoint.Checkpoint, accept map[strin
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.oids)) {
-		now := t.oids[name]
+		now, old := t.oids[name], recorded[name]
+		reason := "not the table streamed before"
 		if want, ok := accept[name]; ok {
-			if old := recorded[name]; want != now && old != 0 && old != now && !t.schemaPublished[name] {
+			switch {
+			case want == now:
+				t.mayChange[name] = true
+			case old == 0 || old == now || t.schemaPublished[name]:
+				return fmt.Errorf("%w: accepting table %s as recreated with OID %d, but its OID is %d", replication.ErrSetup, name, want, now)
+			default:
 				// Recreated again since the checkpoint, after the one
 				// accepted: the gap is what the operator must see.
-				return &decode.Error{Event: decode.Identity{Table: name}, Reason: fmt.Sprintf("not the table streamed before, nor the one accepted (OID %d)", want),
-					Err: &decode.TableRecreatedError{Table: name, OldOID: old, NewOID: now, Since: cp.String()}}
+				reason += fmt.Sprintf(", nor the one accepted (OID %d)", want)
 			}
-			if want != now {
-				return fmt.Errorf("%w: accepting table %s as recreated with OID %d, but its OID is %d", replication.ErrSetup, name, want, now)
-			}
-			t.mayChange[name] = true
 		}
-		switch old := recorded[name]; {
+		switch {
 		case old == 0 || old == now:
 		case t.schemaPublished[name]:
 			log.Info("outbox table recreated since the checkpoint; its schema is published, so no row is missing", "table", name, "old_oid", old, "oid", now)
 		case t.mayChange[name]:
 			log.Warn("outbox table recreated since the checkpoint: accepted", "table", name, "old_oid", old, "oid", now, "checkpoint", cp.String())
 		default:
-			return &decode.Error{Event: decode.Identity{Table: name}, Reason: "not the table streamed before",
+			return &decode.Error{Event: decode.Identity{Table: name}, Reason: reason,
 				Err: &decode.TableRecreatedError{Table: name, OldOID: old, NewOID: now, Since: cp.String()}}
 		}
 	}
