@@ -8,10 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -87,7 +87,11 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("committing a warm-up transaction: %w", err)
 		}
 	}
-	cpu0 := processCPU()
+	// The same utime + stime from /proc as every other client's figure.
+	before, err := readProc(os.Getpid())
+	if err != nil {
+		return err
+	}
 	tick := time.NewTicker(time.Duration(float64(time.Second) / *rate))
 	defer tick.Stop()
 	n := 0
@@ -101,16 +105,12 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("committing transaction %d: %w", n, err)
 		}
 	}
-	_, err = fmt.Fprintf(stdout, "transactions %d cpu_ns %d\n", n, (processCPU() - cpu0).Nanoseconds())
-	return err
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+	after, err := readProc(os.Getpid())
+	if err != nil {
+		return err
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	_, err = fmt.Fprintf(stdout, "transactions %d cpu_ns %d\n", n, (after.CPU - before.CPU).Nanoseconds())
+	return err
 }
 
 // kafkaFloor runs kafka-txn against broker at rate transactions a second of
