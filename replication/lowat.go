@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -50,12 +51,9 @@ type lowatConn struct {
 	raw    syscall.RawConn
 	raised bool // owned by the reading goroutine
 
-	// Owned by the reading goroutine: what the last socket read returned
-	// and Read has not yet passed on, in buf; and the error that came with
-	// it, returned once buf is empty.
-	buf     []byte
-	pending error
-	store   []byte // buf's backing array, readBufBytes long once used
+	// rd buffers the socket's reads, readBufBytes at a time; created by
+	// the first Read and owned by the reading goroutine.
+	rd *bufio.Reader
 
 	mu       sync.Mutex // orders deadline changes against the short ones Read sets
 	deadline time.Time  // the read deadline the connection's user set
@@ -133,29 +131,16 @@ var _ net.Conn = (*lowatConn)(nil)
 // Read passes on what the last socket read buffered, and reads the socket
 // again, as much as it holds up to readBufBytes, only once that is used up.
 func (c *lowatConn) Read(b []byte) (int, error) {
-	if len(c.buf) == 0 {
-		if c.pending != nil {
-			err := c.pending
-			c.pending = nil
-			return 0, err
-		}
-		if len(b) >= readBufBytes {
-			return c.read(b)
-		}
-		if c.store == nil {
-			c.store = make([]byte, readBufBytes)
-		}
-		n, err := c.read(c.store)
-		c.buf = c.store[:n]
-		if n == 0 {
-			return 0, err
-		}
-		c.pending = err
+	if c.rd == nil {
+		c.rd = bufio.NewReaderSize(socket{c}, readBufBytes)
 	}
-	n := copy(b, c.buf)
-	c.buf = c.buf[n:]
-	return n, nil
+	return c.rd.Read(b)
 }
+
+// socket is the lowatConn's own reads, under its buffer.
+type socket struct{ c *lowatConn }
+
+func (s socket) Read(b []byte) (int, error) { return s.c.read(b) }
 
 // read reads the socket. While the mark is raised it waits at most
 // lowatWait for it; past that it lowers the mark and waits for anything, up

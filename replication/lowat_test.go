@@ -97,7 +97,7 @@ func TestLowatPassesOnWhatItBuffered(t *testing.T) {
 	for {
 		n, err := c.Read(chunk)
 		got = append(got, chunk[:n]...)
-		if len(got) == n && len(c.buf) == 0 {
+		if len(got) == n && c.rd.Buffered() == 0 {
 			t.Errorf("the first read returned %d bytes and buffered none; %d were sent", n, len(want))
 		}
 		if err == io.EOF {
