@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -156,7 +157,7 @@ func LaunchPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) 
 		os.RemoveAll(pg.Dir)
 		return nil, err
 	}
-	if err := pg.start(ctx); err != nil {
+	if err := pg.firstStart(ctx); err != nil {
 		os.RemoveAll(pg.Dir)
 		return nil, err
 	}
@@ -204,6 +205,26 @@ func (pg *Postgres) DataDir() string { return filepath.Join(pg.Dir, "data") }
 
 // LogFile is the server log.
 func (pg *Postgres) LogFile() string { return filepath.Join(pg.Dir, "log") }
+
+// firstStart starts a new cluster. Should its port have been taken since it
+// was picked, it moves to another one: nothing knows the port yet.
+func (pg *Postgres) firstStart(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		err := pg.start(ctx)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+			return err
+		}
+		port, perr := PickPort()
+		if perr != nil {
+			return errors.Join(err, perr)
+		}
+		// A later setting wins in postgresql.conf.
+		if perr := appendFile(filepath.Join(pg.DataDir(), "postgresql.conf"), []string{fmt.Sprintf("port = %d", port)}); perr != nil {
+			return errors.Join(err, perr)
+		}
+		pg.Port = port
+	}
+}
 
 func (pg *Postgres) start(ctx context.Context) error {
 	if err := pg.ctl(ctx, "start", "-w", "-t", "60", "-l", pg.LogFile()); err != nil {
@@ -372,11 +393,47 @@ func FreePort(t testing.TB) int {
 
 // PickPort is FreePort for harnesses that run outside a test (walbench)
 // or report errors their own way (the chaos suite).
+//
+// The port is drawn below the kernel's ephemeral range: a port from
+// listening on port 0 comes from that range, and any outgoing connection on
+// the machine (another test package's, run in parallel) can take it as its
+// local port between the pick and the server's bind, which is what made a
+// standby fail to start with "Address already in use" in CI.
 func PickPort() (int, error) {
+	const lowest = 10000
+	if top := ephemeralLow(); top > lowest+1000 {
+		for range 100 {
+			port := lowest + rand.IntN(top-lowest)
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				continue
+			}
+			ln.Close()
+			return port, nil
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("finding a free port: %w", err)
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range, or 0
+// when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return lo
 }

@@ -3,6 +3,8 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -108,5 +110,52 @@ func TestStandby(t *testing.T) {
 				t.Fatalf("after promotion %+v, before %+v: want timeline 2, the same system, WAL moved on", after, before)
 			}
 		})
+	}
+}
+
+// TestFirstStartMovesPort: a new cluster whose port was taken between the
+// pick and the bind starts on another one instead of failing the test (CI
+// once lost a standby that way).
+func TestFirstStartMovesPort(t *testing.T) {
+	pg := StartPostgres(t)
+	if err := pg.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	taken := pg.Port
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(taken)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := pg.firstStart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if pg.Port == taken {
+		t.Fatalf("port still %d, which another listener holds", taken)
+	}
+	var port int
+	if err := pg.Connect("postgres").QueryRow(context.Background(), "SELECT current_setting('port')::int").Scan(&port); err != nil {
+		t.Fatal(err)
+	}
+	if port != pg.Port {
+		t.Fatalf("server on port %d, cluster says %d", port, pg.Port)
+	}
+}
+
+// TestPickPortOutsideEphemeral: picked ports lie below the kernel's
+// ephemeral range, where no outgoing connection can take them.
+func TestPickPortOutsideEphemeral(t *testing.T) {
+	lo := ephemeralLow()
+	if lo == 0 {
+		t.Skip("no /proc/sys/net/ipv4/ip_local_port_range")
+	}
+	for range 20 {
+		port, err := PickPort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port >= lo {
+			t.Fatalf("picked port %d, inside the ephemeral range from %d", port, lo)
+		}
 	}
 }

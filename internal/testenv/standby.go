@@ -101,7 +101,7 @@ func LaunchStandby(ctx context.Context, primary *Postgres, cfg StandbyConfig) (*
 		os.RemoveAll(sb.Dir)
 		return nil, err
 	}
-	if err := sb.start(ctx); err != nil {
+	if err := sb.firstStart(ctx); err != nil {
 		os.RemoveAll(sb.Dir)
 		return nil, fmt.Errorf("starting the standby: %w", err)
 	}
