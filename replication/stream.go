@@ -328,7 +328,13 @@ func (s *Stream) serverError(err *pgconn.PgError) error {
 
 // Close sends a last status update, so that Postgres learns everything
 // Kafka committed before the stream stopped, and closes the connection.
+// A connection that already failed gets no update: pgconn closed it on the
+// error and writes its Terminate from a goroutine of its own, which a
+// status update written beside it would race.
 func (s *Stream) Close(ctx context.Context, pos Confirmer) error {
+	if s.conn.IsClosed() {
+		return nil
+	}
 	err := s.sendStatus(ctx, pos)
 	if cerr := s.conn.Close(ctx); err == nil {
 		err = cerr

@@ -1,10 +1,15 @@
 package replication
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // deadlines records the read deadlines set on it.
@@ -71,5 +76,71 @@ func TestConfirmSoonCoalesces(t *testing.T) {
 	s.ConfirmSoon()
 	if len(off.set) != 1 {
 		t.Fatalf("with no ConfirmInterval, ConfirmSoon set deadlines %v", off.set[1:])
+	}
+}
+
+// keepalivesOnly consumes a stream that carries no outbox rows.
+type keepalivesOnly struct{}
+
+func (keepalivesOnly) WAL(pglogrepl.LSN, []byte) (Ready, error) { return Ready{}, nil }
+func (keepalivesOnly) Keepalive(pglogrepl.LSN) Ready            { return Ready{} }
+func (keepalivesOnly) TryHandOn() bool                          { return true }
+func (keepalivesOnly) HandOn(context.Context) error             { return nil }
+
+// confirmAt always confirms one position.
+type confirmAt pglogrepl.LSN
+
+func (c confirmAt) Confirm() (pglogrepl.LSN, bool) { return pglogrepl.LSN(c), false }
+func (confirmAt) ServerWALEnd(pglogrepl.LSN)       {}
+
+// TestCloseAfterTheServerDropped: when the walsender is terminated, Run
+// fails and pgconn closes the connection, sending its Terminate from a
+// goroutine of its own. Close then closes without a status update, which
+// would fail on the closed socket or, under -race, be the data race CI once
+// caught in a failover test.
+func TestCloseAfterTheServerDropped(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	admin := connect(t, pg.URL("postgres", "postgres"))
+	var start pglogrepl.LSN
+	for _, sql := range []string{outboxDDL, names.PublicationSQL()} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := admin.QueryRow(ctx, "SELECT lsn FROM pg_create_logical_replication_slot($1, 'pgoutput')", names.Slot).Scan(&start); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgconn.ParseConfig(pg.URL("postgres", "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(ctx, conn, StreamConfig{Names: names, StatusInterval: time.Hour}, slog.New(slog.DiscardHandler), NewMetrics(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx, keepalivesOnly{}, confirmAt(start)) }()
+
+	var terminated bool
+	for !terminated {
+		if err := admin.QueryRow(ctx, "SELECT coalesce(bool_or(pg_terminate_backend(active_pid)), false) FROM pg_replication_slots WHERE slot_name = $1 AND active", names.Slot).Scan(&terminated); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := <-ran; err == nil || ctx.Err() != nil {
+		t.Fatalf("Run after the walsender was terminated = %v (test context: %v), want its error", err, ctx.Err())
+	}
+	if !conn.IsClosed() {
+		t.Fatal("the connection is not closed after Run failed on it")
+	}
+	if err := s.Close(ctx, confirmAt(start)); err != nil {
+		t.Fatalf("Close after the server dropped the stream: %v", err)
 	}
 }
