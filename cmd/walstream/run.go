@@ -64,7 +64,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p := pipeline.New(cfg.Config, log, reg)
-	stopHTTP, err := serveHTTP(cfg.HTTPAddr, reg, p, cfg, log)
+	stopHTTP, err := serveHTTP(reg, p, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -97,25 +97,13 @@ func flagHints(err error) error {
 }
 
 // serveHTTP serves /metrics, and the pipeline's /healthz and /readyz, on
-// addr; an empty addr serves nothing.
-func serveHTTP(addr string, reg *prometheus.Registry, p *pipeline.Pipeline, cfg *Config, log *slog.Logger) (stop func(), err error) {
-	if addr == "" {
-		return func() {}, nil
-	}
-	ln, err := net.Listen("tcp", addr)
+// cfg.HTTPAddr, and pprof on cfg.PprofAddr; an empty address serves
+// nothing there. Either is served without the other.
+func serveHTTP(reg *prometheus.Registry, p *pipeline.Pipeline, cfg *Config, log *slog.Logger) (stop func(), err error) {
+	stopMetrics, err := serveMetrics(cfg.HTTPAddr, reg, p, cfg.HTTPConfigFile, log)
 	if err != nil {
-		return nil, fmt.Errorf("--http-addr %s: %w", addr, err)
+		return nil, err
 	}
-	if everyInterface(addr) {
-		log.Warn("the HTTP listener binds every interface: /metrics and the health endpoints are reachable from the network; "+
-			"bind a loopback or pod address, or protect it with --http-config-file", "addr", addr)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", p.Healthz)
-	mux.HandleFunc("/readyz", p.Readyz)
-	stopMetrics := serve(ln, mux, cfg.HTTPConfigFile, log)
-	log.Info("http listening", "addr", ln.Addr().String(), "tls_and_auth_config", cfg.HTTPConfigFile)
 	if cfg.PprofAddr == "" {
 		return stopMetrics, nil
 	}
@@ -133,6 +121,27 @@ func serveHTTP(addr string, reg *prometheus.Registry, p *pipeline.Pipeline, cfg 
 	stopPprof := serve(pln, pmux, "", log)
 	log.Info("pprof listening", "addr", pln.Addr().String())
 	return func() { stopPprof(); stopMetrics() }, nil
+}
+
+func serveMetrics(addr string, reg *prometheus.Registry, p *pipeline.Pipeline, webConfig string, log *slog.Logger) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--http-addr %s: %w", addr, err)
+	}
+	if everyInterface(addr) {
+		log.Warn("the HTTP listener binds every interface: /metrics and the health endpoints are reachable from the network; "+
+			"bind a loopback or pod address, or protect it with --http-config-file", "addr", addr)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", p.Healthz)
+	mux.HandleFunc("/readyz", p.Readyz)
+	stop = serve(ln, mux, webConfig, log)
+	log.Info("http listening", "addr", ln.Addr().String(), "tls_and_auth_config", webConfig)
+	return stop, nil
 }
 
 // serve serves h on ln, with TLS and basic auth from an exporter-toolkit

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,12 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/pipeline"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -215,5 +218,25 @@ func TestMetricsTLSAndAuth(t *testing.T) {
 	_, err = parseConfig([]string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--pprof-addr", "0.0.0.0:6060"}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "must listen on loopback") {
 		t.Errorf("pprof on 0.0.0.0: %v, want refused", err)
+	}
+}
+
+// TestPprofWithoutMetrics: --pprof-addr serves with the metrics listener
+// off; it once served only beside /metrics and was silently ignored.
+func TestPprofWithoutMetrics(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfg, err := parseConfig([]string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--http-addr", "", "--pprof-addr", addr}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	reg := prometheus.NewRegistry()
+	stop, err := serveHTTP(reg, pipeline.New(cfg.Config, log, reg), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if c := httpStatus(addr, "/debug/pprof/"); c != http.StatusOK {
+		t.Errorf("pprof on %s with --http-addr empty: %d, want 200", addr, c)
 	}
 }
