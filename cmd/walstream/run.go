@@ -123,6 +123,8 @@ func serveHTTP(reg *prometheus.Registry, p *pipeline.Pipeline, cfg *Config, log 
 	return func() { stopPprof(); stopMetrics() }, nil
 }
 
+// serveMetrics serves /metrics, /healthz and /readyz on addr, with TLS and
+// basic auth when webConfig says so.
 func serveMetrics(addr string, reg *prometheus.Registry, p *pipeline.Pipeline, webConfig string, log *slog.Logger) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
