@@ -17,12 +17,12 @@ type deadlines struct{ set []time.Time }
 
 func (d *deadlines) SetReadDeadline(t time.Time) error { d.set = append(d.set, t); return nil }
 
-// nothingToConfirm is a Confirmer with no position yet, so that a status
-// update sends nothing and needs no connection.
-type nothingToConfirm struct{}
+// confirmAt always confirms one position; confirmAt(0) has none yet, so
+// that a status update sends nothing and needs no connection.
+type confirmAt pglogrepl.LSN
 
-func (nothingToConfirm) Confirm() (pglogrepl.LSN, bool) { return 0, false }
-func (nothingToConfirm) ServerWALEnd(pglogrepl.LSN)     {}
+func (c confirmAt) Confirm() (pglogrepl.LSN, bool) { return pglogrepl.LSN(c), false }
+func (confirmAt) ServerWALEnd(pglogrepl.LSN)       {}
 
 // ConfirmSoon moves the read deadline Run blocks on to ConfirmInterval
 // after the last status update, and only once per update however many
@@ -38,7 +38,7 @@ func TestConfirmSoonCoalesces(t *testing.T) {
 		t.Fatalf("ConfirmSoon before Run set deadlines %v", rd.set)
 	}
 	ctx := t.Context()
-	if _, err := s.statusDue(ctx, nothingToConfirm{}); err != nil {
+	if _, err := s.statusDue(ctx, confirmAt(0)); err != nil {
 		t.Fatal(err)
 	}
 	sent := s.lastStatus
@@ -54,7 +54,7 @@ func TestConfirmSoonCoalesces(t *testing.T) {
 	if got, want := rd.set[1], sent.Add(confirm); !got.Equal(want) {
 		t.Fatalf("ConfirmSoon deadline = %v, want the last status update + ConfirmInterval %v", got, want)
 	}
-	if _, err := s.statusDue(ctx, nothingToConfirm{}); err != nil {
+	if _, err := s.statusDue(ctx, confirmAt(0)); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := rd.set[2], s.lastStatus.Add(status); !got.Equal(want) {
@@ -70,7 +70,7 @@ func TestConfirmSoonCoalesces(t *testing.T) {
 
 	off := &deadlines{}
 	s = &Stream{cfg: StreamConfig{StatusInterval: status}, rd: off}
-	if _, err := s.statusDue(ctx, nothingToConfirm{}); err != nil {
+	if _, err := s.statusDue(ctx, confirmAt(0)); err != nil {
 		t.Fatal(err)
 	}
 	s.ConfirmSoon()
@@ -86,12 +86,6 @@ func (keepalivesOnly) WAL(pglogrepl.LSN, []byte) (Ready, error) { return Ready{}
 func (keepalivesOnly) Keepalive(pglogrepl.LSN) Ready            { return Ready{} }
 func (keepalivesOnly) TryHandOn() bool                          { return true }
 func (keepalivesOnly) HandOn(context.Context) error             { return nil }
-
-// confirmAt always confirms one position.
-type confirmAt pglogrepl.LSN
-
-func (c confirmAt) Confirm() (pglogrepl.LSN, bool) { return pglogrepl.LSN(c), false }
-func (confirmAt) ServerWALEnd(pglogrepl.LSN)       {}
 
 // TestCloseAfterTheServerDropped: when the walsender is terminated, Run
 // fails and pgconn closes the connection, sending its Terminate from a

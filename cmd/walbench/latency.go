@@ -75,6 +75,9 @@ type Latency struct {
 	Profiles                   map[string]string `json:"profiles,omitempty"`
 }
 
+// kafkaTxnRate is walstream's Kafka transactions a second in the phase.
+func (l Latency) kafkaTxnRate() float64 { return float64(l.KafkaTxns) / l.Seconds }
+
 // latencyInsert inserts $4 outbox rows numbered from $2 in one statement;
 // each row's payload carries the time of its insert in microseconds since
 // the epoch, which the statement returns.
@@ -253,7 +256,7 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 		l.WalstreamCPUMicrosPerRow = cpu / float64(n)
 		l.WalstreamCPUMicrosPerTxn = cpu / float64(l.KafkaTxns)
 		// The writers have stopped, so the client runs without their load.
-		perTxn, err := b.kafkaFloor(ctx, broker, float64(l.KafkaTxns)/l.Seconds, max(1, int(n)/l.KafkaTxns))
+		perTxn, err := b.kafkaFloor(ctx, broker, l.kafkaTxnRate(), max(1, int(n)/l.KafkaTxns))
 		if err != nil {
 			return l, err
 		}

@@ -157,7 +157,7 @@ func (r *Report) summarize() []Figure {
 			figure(scenario, "Kafka commit → slot confirmed p99", "ms", ms(func(l Latency) float64 { return l.ConfirmP99Ms }), &target{bound: 1000}),
 			figure(scenario, "Kafka commit → slot confirmed max", "ms", ms(func(l Latency) float64 { return l.ConfirmMaxMs }), nil),
 			figure(scenario, "walstream CPU per row", "µs", ms(func(l Latency) float64 { return l.WalstreamCPUMicrosPerRow }), cpu),
-			figure(scenario, "walstream Kafka transactions a second", "1/s", ms(func(l Latency) float64 { return float64(l.KafkaTxns) / l.Seconds }), nil),
+			figure(scenario, "walstream Kafka transactions a second", "1/s", ms(Latency.kafkaTxnRate), nil),
 			figure(scenario, "walstream CPU per Kafka transaction", "µs", ms(func(l Latency) float64 { return l.WalstreamCPUMicrosPerTxn }), nil),
 			figure(scenario, "Kafka client alone, same transactions: CPU per row", "µs", ms(func(l Latency) float64 { return l.KafkaClientCPUMicrosPerRow }), nil),
 			figure(scenario, "walstream peak RSS", "MB", ms(func(l Latency) float64 { return float64(l.WalstreamPeakRSSBytes) / 1e6 }), nil),
@@ -215,7 +215,7 @@ func (r *Report) markdown() string {
 			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %d | %.2f | %.2f | %.2f | %.2f | %d | %d | %.0f | %.0f (%d) | %.2f | %.0f | %.2f | %s |\n",
 				runName(l.Run), l.Load.Rate, l.Load.RowsPerTx, l.AchievedRate, l.Samples, l.P50Ms, l.P99Ms, l.P999Ms, l.MaxMs, l.Missing, l.Behind,
 				l.InsertToAckP99Us, l.ConfirmP99Ms, l.ConfirmSamples, l.WalstreamCPUMicrosPerRow,
-				float64(l.KafkaTxns)/l.Seconds, l.KafkaClientCPUMicrosPerRow, quiet(l.Machine))
+				l.kafkaTxnRate(), l.KafkaClientCPUMicrosPerRow, quiet(l.Machine))
 		}
 	}
 	return b.String()
