@@ -127,6 +127,9 @@ func serveHTTP(reg *prometheus.Registry, p *pipeline.Pipeline, cfg *Config, log 
 // basic auth when webConfig says so.
 func serveMetrics(addr string, reg *prometheus.Registry, p *pipeline.Pipeline, webConfig string, log *slog.Logger) (stop func(), err error) {
 	if addr == "" {
+		if webConfig != "" {
+			log.Warn("--http-config-file is not used: --http-addr is empty, so nothing listens for HTTP", "http_config_file", webConfig)
+		}
 		return func() {}, nil
 	}
 	ln, err := net.Listen("tcp", addr)

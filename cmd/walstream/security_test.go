@@ -240,3 +240,31 @@ func TestPprofWithoutMetrics(t *testing.T) {
 		t.Errorf("pprof on %s with --http-addr empty: %d, want 200", addr, c)
 	}
 }
+
+// A web config with no HTTP listener protects nothing: walstream says so
+// instead of leaving an operator to believe the endpoints are guarded.
+func TestWebConfigWithoutListener(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("unused"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webConfig := filepath.Join(t.TempDir(), "web.yml")
+	if err := os.WriteFile(webConfig, fmt.Appendf(nil, "basic_auth_users:\n  prometheus: %s\n", hash), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseConfig([]string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--http-addr", "", "--http-config-file", webConfig}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	reg := prometheus.NewRegistry()
+	stop, err := serveHTTP(reg, pipeline.New(cfg.Config, log, reg), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "--http-config-file is not used") {
+		t.Errorf("no warning that the web config is unused; logs:\n%s", logs.String())
+	}
+}
