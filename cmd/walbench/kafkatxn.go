@@ -24,7 +24,8 @@ import (
 // prints its own CPU time per transaction. It is the floor under
 // walstream's CPU at a low rate: what the Kafka client costs for the same
 // transactions on the same machine and broker, with no Postgres and no
-// decoding.
+// decoding. With -client minimal it commits them with minimalClient, the
+// floor under any Kafka client's.
 const kafkaTxnCommand = "kafka-txn"
 
 // Topics of kafka-txn, apart from walstream's.
@@ -41,45 +42,41 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	records := fs.Int("records", 1, "records per transaction, besides the checkpoint record")
 	size := fs.Int("value-bytes", 430, "bytes of each record's value")
 	dur := fs.Duration("for", 10*time.Second, "measured time")
+	client := fs.String("client", "franz-go", "franz-go, as walstream; or minimal, the least a transaction costs (see minimalClient)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *rate <= 0 || *records < 1 {
 		return fmt.Errorf("-rate %v and -records %d must be positive", *rate, *records)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(*broker), kgo.TransactionalID("walbench-kafka-txn"), kgo.AllowAutoTopicCreation())
-	if err != nil {
-		return fmt.Errorf("creating the transactional client: %w", err)
-	}
-	defer cl.Close()
 	value := bytes.Repeat([]byte{'x'}, *size)
-	seq := 0
-	var mu sync.Mutex
-	var produceErr error
-	done := func(_ *kgo.Record, err error) {
-		mu.Lock()
-		produceErr = cmp.Or(produceErr, err)
-		mu.Unlock()
-	}
-	commit := func() error {
-		if err := cl.BeginTransaction(); err != nil {
-			return err
-		}
-		for range *records {
-			seq++
-			cl.Produce(ctx, &kgo.Record{Topic: floorTopic, Key: strconv.AppendInt(nil, int64(seq), 10), Value: value}, done)
-		}
-		cl.Produce(ctx, &kgo.Record{Topic: floorCheckpointTopic, Key: []byte("floor"), Value: value[:min(len(value), 200)]}, done)
-		if err := cl.Flush(ctx); err != nil {
-			return err
-		}
-		mu.Lock()
-		err := produceErr
-		mu.Unlock()
+	var commit func() error
+	switch *client {
+	case "franz-go":
+		cl, err := kgo.NewClient(kgo.SeedBrokers(*broker), kgo.TransactionalID("walbench-kafka-txn"), kgo.AllowAutoTopicCreation())
 		if err != nil {
-			return fmt.Errorf("producing: %w", err)
+			return fmt.Errorf("creating the transactional client: %w", err)
 		}
-		return cl.EndTransaction(ctx, kgo.TryCommit)
+		defer cl.Close()
+		commit = franzGoCommit(ctx, cl, *records, value)
+	case "minimal":
+		mc, err := dialMinimal(ctx, *broker, "walbench-kafka-txn-minimal", floorTopic, floorCheckpointTopic)
+		if err != nil {
+			return fmt.Errorf("starting the minimal client: %w", err)
+		}
+		defer mc.Close()
+		seq := 0
+		recs := make([]minimalRecord, *records+1)
+		commit = func() error {
+			for i := range *records {
+				seq++
+				recs[i] = minimalRecord{floorTopic, strconv.AppendInt(nil, int64(seq), 10), value}
+			}
+			recs[*records] = minimalRecord{floorCheckpointTopic, []byte("floor"), value[:min(len(value), 200)]}
+			return mc.commit(ctx, recs)
+		}
+	default:
+		return fmt.Errorf("-client %q is neither franz-go nor minimal", *client)
 	}
 	// Warm up: the producer id, the coordinator and the partitions' leaders.
 	for range 20 {
@@ -113,25 +110,59 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return err
 }
 
-// kafkaFloor runs kafka-txn against broker at rate transactions a second of
-// records each, and returns its CPU time per transaction.
-func (b *bench) kafkaFloor(ctx context.Context, broker string, rate float64, records int) (time.Duration, error) {
+// kafkaFloor runs kafka-txn with client (franz-go or minimal) against
+// broker at rate transactions a second of records each, and returns its CPU
+// time per transaction.
+func (b *bench) kafkaFloor(ctx context.Context, client, broker string, rate float64, records int) (time.Duration, error) {
 	// Every load of a run shares the broker; the topics of the first stay.
 	if err := createTopics(ctx, broker, b.cfg.Partitions, floorTopic, floorCheckpointTopic); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return 0, err
 	}
-	cmd := exec.CommandContext(ctx, b.kafkaTxnExe, kafkaTxnCommand, "-broker", broker,
+	cmd := exec.CommandContext(ctx, b.kafkaTxnExe, kafkaTxnCommand, "-client", client, "-broker", broker,
 		"-rate", strconv.FormatFloat(rate, 'f', 1, 64), "-records", strconv.Itoa(records),
 		"-value-bytes", strconv.Itoa(b.cfg.PayloadBytes), "-for", "10s")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return 0, fmt.Errorf("running %s: %w: %s", kafkaTxnCommand, err, bytes.TrimSpace(stderr.Bytes()))
+		return 0, fmt.Errorf("running %s -client %s: %w: %s", kafkaTxnCommand, client, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	var n, ns int64
 	if _, err := fmt.Sscanf(string(out), "transactions %d cpu_ns %d", &n, &ns); err != nil || n == 0 {
 		return 0, fmt.Errorf("%s printed %q", kafkaTxnCommand, out)
 	}
 	return time.Duration(ns / n), nil
+}
+
+// franzGoCommit returns a function that commits one transaction of records
+// records and a checkpoint record with cl, as walstream's producer does.
+func franzGoCommit(ctx context.Context, cl *kgo.Client, records int, value []byte) func() error {
+	seq := 0
+	var mu sync.Mutex
+	var produceErr error
+	done := func(_ *kgo.Record, err error) {
+		mu.Lock()
+		produceErr = cmp.Or(produceErr, err)
+		mu.Unlock()
+	}
+	return func() error {
+		if err := cl.BeginTransaction(); err != nil {
+			return err
+		}
+		for range records {
+			seq++
+			cl.Produce(ctx, &kgo.Record{Topic: floorTopic, Key: strconv.AppendInt(nil, int64(seq), 10), Value: value}, done)
+		}
+		cl.Produce(ctx, &kgo.Record{Topic: floorCheckpointTopic, Key: []byte("floor"), Value: value[:min(len(value), 200)]}, done)
+		if err := cl.Flush(ctx); err != nil {
+			return err
+		}
+		mu.Lock()
+		err := produceErr
+		mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("producing: %w", err)
+		}
+		return cl.EndTransaction(ctx, kgo.TryCommit)
+	}
 }

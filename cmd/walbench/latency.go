@@ -66,13 +66,15 @@ type Latency struct {
 	// them. KafkaClientCPUMicrosPerRow is the floor under walstream's CPU
 	// per row: franz-go alone committing as many transactions a second,
 	// of as many records, against the same broker (kafka-txn), over the
-	// same rows.
-	KafkaTxns                  int               `json:"kafka_txns"`
-	WalstreamCPUMicrosPerTxn   float64           `json:"walstream_cpu_us_per_txn"`
-	KafkaClientCPUMicrosPerRow float64           `json:"kafka_client_cpu_us_per_row"`
-	WalstreamPeakRSSBytes      int64             `json:"walstream_peak_rss_bytes"`
-	Machine                    Quiet             `json:"machine"`
-	Profiles                   map[string]string `json:"profiles,omitempty"`
+	// same rows. MinimalClientCPUMicrosPerRow is the same for the minimal
+	// client (minimalClient), the floor under any Kafka client's.
+	KafkaTxns                    int               `json:"kafka_txns"`
+	WalstreamCPUMicrosPerTxn     float64           `json:"walstream_cpu_us_per_txn"`
+	KafkaClientCPUMicrosPerRow   float64           `json:"kafka_client_cpu_us_per_row"`
+	MinimalClientCPUMicrosPerRow float64           `json:"minimal_client_cpu_us_per_row"`
+	WalstreamPeakRSSBytes        int64             `json:"walstream_peak_rss_bytes"`
+	Machine                      Quiet             `json:"machine"`
+	Profiles                     map[string]string `json:"profiles,omitempty"`
 }
 
 // kafkaTxnRate is walstream's Kafka transactions a second in the phase.
@@ -256,11 +258,16 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 		l.WalstreamCPUMicrosPerRow = cpu / float64(n)
 		l.WalstreamCPUMicrosPerTxn = cpu / float64(l.KafkaTxns)
 		// The writers have stopped, so the client runs without their load.
-		perTxn, err := b.kafkaFloor(ctx, broker, l.kafkaTxnRate(), max(1, int(n)/l.KafkaTxns))
-		if err != nil {
-			return l, err
+		for _, f := range []struct {
+			client string
+			perRow *float64
+		}{{"franz-go", &l.KafkaClientCPUMicrosPerRow}, {"minimal", &l.MinimalClientCPUMicrosPerRow}} {
+			perTxn, err := b.kafkaFloor(ctx, f.client, broker, l.kafkaTxnRate(), max(1, int(n)/l.KafkaTxns))
+			if err != nil {
+				return l, err
+			}
+			*f.perRow = perTxn.Seconds() * 1e6 * float64(l.KafkaTxns) / float64(n)
 		}
-		l.KafkaClientCPUMicrosPerRow = perTxn.Seconds() * 1e6 * float64(l.KafkaTxns) / float64(n)
 	}
 	lat, toProducer, fromProducer := c.samples(measureFrom.UnixMicro())
 	l.ToProducerP99Ms, l.FromProducerP99Ms = percentile(toProducer, 0.99)/1e3, percentile(fromProducer, 0.99)/1e3

@@ -1,0 +1,409 @@
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// minimalClient commits Kafka transactions of the same shape as kafka-txn's
+// franz-go client, with none of a client's machinery: one blocking socket
+// read and written by the calling goroutine on its own locked thread, no
+// client goroutines, no batching, no compression, and no retries but of
+// the answers that only say "not yet". Nobody should publish with it. It
+// measures the least CPU a Go process on this machine spends on one
+// transaction's round trips: the floor under any Kafka client, franz-go or
+// one written for walstream, at walstream's transaction rate.
+//
+// It speaks to a single broker, and uses transaction version 2 (KIP-890:
+// no AddPartitionsToTxn, each EndTxn bumps the epoch) when the broker has
+// it, as franz-go does.
+type minimalClient struct {
+	fd   int
+	rd   *bufio.Reader
+	f    *kmsg.RequestFormatter
+	corr int32
+	out  []byte
+
+	txnID string
+	tv2   bool
+	pid   int64
+	epoch int16
+	seq   map[minimalPartition]int32
+	// partitions of each topic the transactions write.
+	partitions map[string]int32
+}
+
+type minimalPartition struct {
+	topic     string
+	partition int32
+}
+
+// dialMinimal connects to broker on the calling goroutine's thread, which
+// it locks: the client must be used from that goroutine only.
+func dialMinimal(ctx context.Context, broker, txnID string, topics ...string) (*minimalClient, error) {
+	addr, err := net.ResolveTCPAddr("tcp4", broker)
+	if err != nil {
+		return nil, fmt.Errorf("resolving %s: %w", broker, err)
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening a socket: %w", err)
+	}
+	sa := &syscall.SockaddrInet4{Port: addr.Port}
+	copy(sa.Addr[:], addr.IP.To4())
+	if err := syscall.Connect(fd, sa); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("connecting to %s: %w", broker, err)
+	}
+	if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("setting TCP_NODELAY: %w", err)
+	}
+	runtime.LockOSThread()
+	c := &minimalClient{fd: fd, f: kmsg.NewRequestFormatter(kmsg.FormatterClientID("walbench-minimal")),
+		txnID: txnID, seq: make(map[minimalPartition]int32), partitions: make(map[string]int32)}
+	c.rd = bufio.NewReaderSize(c, 64<<10)
+	if err := c.init(ctx, topics); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close closes the socket and unlocks the thread.
+func (c *minimalClient) Close() {
+	syscall.Close(c.fd)
+	runtime.UnlockOSThread()
+}
+
+// Read is the socket's blocking read, under c.rd.
+func (c *minimalClient) Read(b []byte) (int, error) {
+	for {
+		n, err := syscall.Read(c.fd, b)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+func (c *minimalClient) write(b []byte) error {
+	for len(b) > 0 {
+		n, err := syscall.Write(c.fd, b)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// request sends req and reads its response into resp.
+func (c *minimalClient) request(req kmsg.Request) (kmsg.Response, error) {
+	c.corr++
+	c.out = c.f.AppendRequest(c.out[:0], req, c.corr)
+	if err := c.write(c.out); err != nil {
+		return nil, fmt.Errorf("sending %s: %w", kmsg.NameForKey(req.Key()), err)
+	}
+	var size [4]byte
+	if _, err := io.ReadFull(c.rd, size[:]); err != nil {
+		return nil, fmt.Errorf("reading the %s response: %w", kmsg.NameForKey(req.Key()), err)
+	}
+	body := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if _, err := io.ReadFull(c.rd, body); err != nil {
+		return nil, fmt.Errorf("reading the %s response: %w", kmsg.NameForKey(req.Key()), err)
+	}
+	r := kbin.Reader{Src: body}
+	if corr := r.Int32(); corr != c.corr {
+		return nil, fmt.Errorf("%s response has correlation id %d, sent %d", kmsg.NameForKey(req.Key()), corr, c.corr)
+	}
+	resp := req.ResponseKind()
+	// Flexible responses have a tagged-field header, except ApiVersions'.
+	if resp.IsFlexible() && req.Key() != int16(kmsg.ApiVersions) {
+		for range r.Uvarint() {
+			r.Uvarint()
+			r.Span(int(r.Uvarint()))
+		}
+	}
+	if !r.Ok() {
+		return nil, fmt.Errorf("%s response header is cut short, %d bytes", kmsg.NameForKey(req.Key()), len(body))
+	}
+	if err := resp.ReadFrom(r.Src); err != nil {
+		return nil, fmt.Errorf("decoding the %s response: %w", kmsg.NameForKey(req.Key()), err)
+	}
+	return resp, nil
+}
+
+// init learns the broker's versions and the topics' partitions, and
+// initializes the producer id.
+func (c *minimalClient) init(ctx context.Context, topics []string) error {
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.Version = 3
+	av.ClientSoftwareName, av.ClientSoftwareVersion = "walbench", "0"
+	resp, err := c.request(av)
+	if err != nil {
+		return err
+	}
+	avr := resp.(*kmsg.ApiVersionsResponse)
+	if err := kerr.ErrorForCode(avr.ErrorCode); err != nil {
+		return fmt.Errorf("ApiVersions: %w", err)
+	}
+	maxes := make(map[int16]int16)
+	for _, k := range avr.ApiKeys {
+		maxes[k.ApiKey] = k.MaxVersion
+	}
+	for _, f := range avr.FinalizedFeatures {
+		if f.Name == "transaction.version" && f.MaxVersionLevel >= 2 {
+			c.tv2 = maxes[int16(kmsg.Produce)] >= 12 && maxes[int16(kmsg.EndTxn)] >= 5
+		}
+	}
+
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 9
+	md.AllowAutoTopicCreation = true
+	for _, t := range topics {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(t)
+		md.Topics = append(md.Topics, mt)
+	}
+	// A topic created by this request may report no leader at first.
+	for try := 0; ; try++ {
+		resp, err := c.request(md)
+		if err != nil {
+			return err
+		}
+		mr := resp.(*kmsg.MetadataResponse)
+		if len(mr.Brokers) != 1 {
+			return fmt.Errorf("the minimal client speaks to one broker, the cluster has %d", len(mr.Brokers))
+		}
+		var lerr error
+		for _, t := range mr.Topics {
+			lerr = errors.Join(lerr, kerr.ErrorForCode(t.ErrorCode))
+			c.partitions[*t.Topic] = int32(len(t.Partitions))
+		}
+		if lerr == nil {
+			break
+		}
+		if try == 50 || !kerr.IsRetriable(lerr) {
+			return fmt.Errorf("metadata of %v: %w", topics, lerr)
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.Version = 3
+	ip.TransactionalID = &c.txnID
+	ip.TransactionTimeoutMillis = 60_000
+	if resp, err = c.request(ip); err != nil {
+		return err
+	}
+	ipr := resp.(*kmsg.InitProducerIDResponse)
+	if err := kerr.ErrorForCode(ipr.ErrorCode); err != nil {
+		return fmt.Errorf("InitProducerID: %w", err)
+	}
+	c.pid, c.epoch = ipr.ProducerID, ipr.ProducerEpoch
+	return nil
+}
+
+// minimalRecord is a record of a minimal transaction.
+type minimalRecord struct {
+	topic      string
+	key, value []byte
+}
+
+// commit commits records in one Kafka transaction. Records of topic go to
+// its partitions in turn.
+func (c *minimalClient) commit(ctx context.Context, records []minimalRecord) error {
+	batches := make(map[minimalPartition][]minimalRecord)
+	next := make(map[string]int32)
+	for _, r := range records {
+		p := minimalPartition{r.topic, next[r.topic] % max(1, c.partitions[r.topic])}
+		next[r.topic]++
+		batches[p] = append(batches[p], r)
+	}
+	if !c.tv2 {
+		if err := c.addPartitions(ctx, batches); err != nil {
+			return err
+		}
+	}
+	pr := kmsg.NewPtrProduceRequest()
+	pr.Version = 9
+	if c.tv2 {
+		pr.Version = 12
+	}
+	pr.TransactionID = &c.txnID
+	pr.Acks = -1
+	pr.TimeoutMillis = 30_000
+	for p, recs := range batches {
+		i := indexTopic(&pr.Topics, p.topic)
+		pp := kmsg.NewProduceRequestTopicPartition()
+		pp.Partition = p.partition
+		pp.Records = recordBatch(c.pid, c.epoch, c.seq[p], recs)
+		pr.Topics[i].Partitions = append(pr.Topics[i].Partitions, pp)
+	}
+	resp, err := c.request(pr)
+	if err != nil {
+		return err
+	}
+	for _, t := range resp.(*kmsg.ProduceResponse).Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return fmt.Errorf("producing to %s[%d]: %w", t.Topic, p.Partition, err)
+			}
+		}
+	}
+	for p, recs := range batches {
+		c.seq[p] += int32(len(recs))
+	}
+
+	et := kmsg.NewPtrEndTxnRequest()
+	et.Version = 3
+	if c.tv2 {
+		et.Version = 5
+	}
+	et.TransactionalID, et.ProducerID, et.ProducerEpoch, et.Commit = c.txnID, c.pid, c.epoch, true
+	if resp, err = c.request(et); err != nil {
+		return err
+	}
+	etr := resp.(*kmsg.EndTxnResponse)
+	if err := kerr.ErrorForCode(etr.ErrorCode); err != nil {
+		return fmt.Errorf("EndTxn: %w", err)
+	}
+	if c.tv2 {
+		// The epoch bumped, and sequences start again with it.
+		c.pid, c.epoch = etr.ProducerID, etr.ProducerEpoch
+		clear(c.seq)
+	}
+	return nil
+}
+
+// addPartitions adds the batches' partitions to the transaction. The
+// coordinator answers CONCURRENT_TRANSACTIONS while it still writes the
+// markers of the previous one; that is retried.
+func (c *minimalClient) addPartitions(ctx context.Context, batches map[minimalPartition][]minimalRecord) error {
+	ap := kmsg.NewPtrAddPartitionsToTxnRequest()
+	ap.Version = 3
+	ap.TransactionalID, ap.ProducerID, ap.ProducerEpoch = c.txnID, c.pid, c.epoch
+	for p := range batches {
+		i := len(ap.Topics)
+		for j, t := range ap.Topics {
+			if t.Topic == p.topic {
+				i = j
+			}
+		}
+		if i == len(ap.Topics) {
+			t := kmsg.NewAddPartitionsToTxnRequestTopic()
+			t.Topic = p.topic
+			ap.Topics = append(ap.Topics, t)
+		}
+		ap.Topics[i].Partitions = append(ap.Topics[i].Partitions, p.partition)
+	}
+	for try := 0; ; try++ {
+		resp, err := c.request(ap)
+		if err != nil {
+			return err
+		}
+		var aerr error
+		for _, t := range resp.(*kmsg.AddPartitionsToTxnResponse).Topics {
+			for _, p := range t.Partitions {
+				aerr = cmp.Or(aerr, kerr.ErrorForCode(p.ErrorCode))
+			}
+		}
+		if !errors.Is(aerr, kerr.ConcurrentTransactions) || try == 100 {
+			if aerr != nil {
+				return fmt.Errorf("AddPartitionsToTxn: %w", aerr)
+			}
+			return nil
+		}
+		if err := sleep(ctx, time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// indexTopic returns the index of topic in *topics, appending it if new.
+func indexTopic(topics *[]kmsg.ProduceRequestTopic, topic string) int {
+	for i, t := range *topics {
+		if t.Topic == topic {
+			return i
+		}
+	}
+	t := kmsg.NewProduceRequestTopic()
+	t.Topic = topic
+	*topics = append(*topics, t)
+	return len(*topics) - 1
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// recordBatch encodes records as one uncompressed, transactional v2 record
+// batch of producer pid at epoch, its first sequence seq.
+func recordBatch(pid int64, epoch int16, seq int32, records []minimalRecord) []byte {
+	const transactional = 0x10
+	now := time.Now().UnixMilli()
+	b := make([]byte, 0, 61+len(records)*(len(records[0].value)+32))
+	b = binary.BigEndian.AppendUint64(b, 0)          // first offset
+	b = binary.BigEndian.AppendUint32(b, 0)          // length, below
+	b = binary.BigEndian.AppendUint32(b, 0xffffffff) // partition leader epoch
+	b = append(b, 2)                                 // magic
+	b = binary.BigEndian.AppendUint32(b, 0)          // CRC, below
+	b = binary.BigEndian.AppendUint16(b, transactional)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(records)-1)) // last offset delta
+	b = binary.BigEndian.AppendUint64(b, uint64(now))
+	b = binary.BigEndian.AppendUint64(b, uint64(now))
+	b = binary.BigEndian.AppendUint64(b, uint64(pid))
+	b = binary.BigEndian.AppendUint16(b, uint16(epoch))
+	b = binary.BigEndian.AppendUint32(b, uint32(seq))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(records)))
+	var rec []byte
+	for i, r := range records {
+		rec = append(rec[:0], 0)                 // attributes
+		rec = binary.AppendVarint(rec, 0)        // timestamp delta
+		rec = binary.AppendVarint(rec, int64(i)) // offset delta
+		rec = binary.AppendVarint(rec, int64(len(r.key)))
+		rec = append(rec, r.key...)
+		rec = binary.AppendVarint(rec, int64(len(r.value)))
+		rec = append(rec, r.value...)
+		rec = binary.AppendVarint(rec, 0) // headers
+		b = binary.AppendVarint(b, int64(len(rec)))
+		b = append(b, rec...)
+	}
+	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-12))
+	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], castagnoli))
+	return b
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
