@@ -59,10 +59,11 @@ func dialMinimal(ctx context.Context, broker, txnID string, topics ...string) (*
 	if err != nil {
 		return nil, fmt.Errorf("resolving %s: %w", broker, err)
 	}
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening a socket: %w", err)
 	}
+	syscall.CloseOnExec(fd)
 	sa := &syscall.SockaddrInet4{Port: addr.Port}
 	copy(sa.Addr[:], addr.IP.To4())
 	if err := syscall.Connect(fd, sa); err != nil {
