@@ -65,16 +65,7 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("starting the minimal client: %w", err)
 		}
 		defer mc.Close()
-		seq := 0
-		recs := make([]minimalRecord, *records+1)
-		commit = func() error {
-			for i := range *records {
-				seq++
-				recs[i] = minimalRecord{floorTopic, strconv.AppendInt(nil, int64(seq), 10), value}
-			}
-			recs[*records] = minimalRecord{floorCheckpointTopic, []byte("floor"), value[:min(len(value), 200)]}
-			return mc.commit(ctx, recs)
-		}
+		commit = minimalCommit(ctx, mc, *records, value)
 	default:
 		return fmt.Errorf("-client %q is neither franz-go nor minimal", *client)
 	}
@@ -164,5 +155,19 @@ func franzGoCommit(ctx context.Context, cl *kgo.Client, records int, value []byt
 			return fmt.Errorf("producing: %w", err)
 		}
 		return cl.EndTransaction(ctx, kgo.TryCommit)
+	}
+}
+
+// minimalCommit is franzGoCommit with the minimal client.
+func minimalCommit(ctx context.Context, mc *minimalClient, records int, value []byte) func() error {
+	seq := 0
+	recs := make([]minimalRecord, records+1)
+	return func() error {
+		for i := range records {
+			seq++
+			recs[i] = minimalRecord{floorTopic, strconv.AppendInt(nil, int64(seq), 10), value}
+		}
+		recs[records] = minimalRecord{floorCheckpointTopic, []byte("floor"), value[:min(len(value), 200)]}
+		return mc.commit(ctx, recs)
 	}
 }

@@ -121,7 +121,7 @@ func (c *minimalClient) write(b []byte) error {
 	return nil
 }
 
-// request sends req and reads its response into resp.
+// request sends req and returns its response.
 func (c *minimalClient) request(req kmsg.Request) (kmsg.Response, error) {
 	c.corr++
 	c.out = c.f.AppendRequest(c.out[:0], req, c.corr)
