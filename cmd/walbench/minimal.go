@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"net"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -239,12 +241,15 @@ type minimalRecord struct {
 // commit commits records in one Kafka transaction. Records of topic go to
 // its partitions in turn.
 func (c *minimalClient) commit(ctx context.Context, records []minimalRecord) error {
-	batches := make(map[minimalPartition][]minimalRecord)
+	batches := make(map[string]map[int32][]minimalRecord) // by topic, then partition
 	next := make(map[string]int32)
 	for _, r := range records {
-		p := minimalPartition{r.topic, next[r.topic] % max(1, c.partitions[r.topic])}
+		if batches[r.topic] == nil {
+			batches[r.topic] = make(map[int32][]minimalRecord)
+		}
+		p := next[r.topic] % max(1, c.partitions[r.topic])
 		next[r.topic]++
-		batches[p] = append(batches[p], r)
+		batches[r.topic][p] = append(batches[r.topic][p], r)
 	}
 	if !c.tv2 {
 		if err := c.addPartitions(ctx, batches); err != nil {
@@ -259,12 +264,16 @@ func (c *minimalClient) commit(ctx context.Context, records []minimalRecord) err
 	pr.TransactionID = &c.txnID
 	pr.Acks = -1
 	pr.TimeoutMillis = 30_000
-	for p, recs := range batches {
-		i := indexTopic(&pr.Topics, p.topic)
-		pp := kmsg.NewProduceRequestTopicPartition()
-		pp.Partition = p.partition
-		pp.Records = recordBatch(c.pid, c.epoch, c.seq[p], recs)
-		pr.Topics[i].Partitions = append(pr.Topics[i].Partitions, pp)
+	for topic, parts := range batches {
+		pt := kmsg.NewProduceRequestTopic()
+		pt.Topic = topic
+		for p, recs := range parts {
+			pp := kmsg.NewProduceRequestTopicPartition()
+			pp.Partition = p
+			pp.Records = recordBatch(c.pid, c.epoch, c.seq[minimalPartition{topic, p}], recs)
+			pt.Partitions = append(pt.Partitions, pp)
+		}
+		pr.Topics = append(pr.Topics, pt)
 	}
 	resp, err := c.request(pr)
 	if err != nil {
@@ -277,8 +286,10 @@ func (c *minimalClient) commit(ctx context.Context, records []minimalRecord) err
 			}
 		}
 	}
-	for p, recs := range batches {
-		c.seq[p] += int32(len(recs))
+	for topic, parts := range batches {
+		for p, recs := range parts {
+			c.seq[minimalPartition{topic, p}] += int32(len(recs))
+		}
 	}
 
 	et := kmsg.NewPtrEndTxnRequest()
@@ -305,23 +316,15 @@ func (c *minimalClient) commit(ctx context.Context, records []minimalRecord) err
 // addPartitions adds the batches' partitions to the transaction. The
 // coordinator answers CONCURRENT_TRANSACTIONS while it still writes the
 // markers of the previous one; that is retried.
-func (c *minimalClient) addPartitions(ctx context.Context, batches map[minimalPartition][]minimalRecord) error {
+func (c *minimalClient) addPartitions(ctx context.Context, batches map[string]map[int32][]minimalRecord) error {
 	ap := kmsg.NewPtrAddPartitionsToTxnRequest()
 	ap.Version = 3
 	ap.TransactionalID, ap.ProducerID, ap.ProducerEpoch = c.txnID, c.pid, c.epoch
-	for p := range batches {
-		i := len(ap.Topics)
-		for j, t := range ap.Topics {
-			if t.Topic == p.topic {
-				i = j
-			}
-		}
-		if i == len(ap.Topics) {
-			t := kmsg.NewAddPartitionsToTxnRequestTopic()
-			t.Topic = p.topic
-			ap.Topics = append(ap.Topics, t)
-		}
-		ap.Topics[i].Partitions = append(ap.Topics[i].Partitions, p.partition)
+	for topic, parts := range batches {
+		t := kmsg.NewAddPartitionsToTxnRequestTopic()
+		t.Topic = topic
+		t.Partitions = slices.Collect(maps.Keys(parts))
+		ap.Topics = append(ap.Topics, t)
 	}
 	for try := 0; ; try++ {
 		resp, err := c.request(ap)
@@ -334,29 +337,16 @@ func (c *minimalClient) addPartitions(ctx context.Context, batches map[minimalPa
 				aerr = cmp.Or(aerr, kerr.ErrorForCode(p.ErrorCode))
 			}
 		}
-		if !errors.Is(aerr, kerr.ConcurrentTransactions) || try == 100 {
-			if aerr != nil {
-				return fmt.Errorf("AddPartitionsToTxn: %w", aerr)
-			}
+		if aerr == nil {
 			return nil
+		}
+		if !errors.Is(aerr, kerr.ConcurrentTransactions) || try == 100 {
+			return fmt.Errorf("AddPartitionsToTxn: %w", aerr)
 		}
 		if err := sleep(ctx, time.Millisecond); err != nil {
 			return err
 		}
 	}
-}
-
-// indexTopic returns the index of topic in *topics, appending it if new.
-func indexTopic(topics *[]kmsg.ProduceRequestTopic, topic string) int {
-	for i, t := range *topics {
-		if t.Topic == topic {
-			return i
-		}
-	}
-	t := kmsg.NewProduceRequestTopic()
-	t.Topic = topic
-	*topics = append(*topics, t)
-	return len(*topics) - 1
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
