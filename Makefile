@@ -5,7 +5,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build deps test demo bench bench-e2e fuzz lint chaos image
+.PHONY: build deps test demo bench bench-e2e pgo fuzz lint chaos image
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/walstream ./cmd/walstream
@@ -54,6 +54,14 @@ bench:
 BENCH_FLAGS ?=
 bench-e2e: deps
 	$(GO) run ./cmd/walbench -out $(CURDIR)/bench/results $(BENCH_FLAGS)
+
+# walstream's profile for profile-guided optimization, which go build
+# applies to every build of walstream: its CPU profile over a backlog drain,
+# a huge transaction and two live loads, taken by walbench (BENCHMARKS.md).
+pgo: deps
+	$(GO) run ./cmd/walbench -out $(CURDIR)/bench/pgo -pgo $(CURDIR)/cmd/walstream/default.pgo \
+		-scenarios backlog,huge,latency -runs 1 -rows 500000 -huge-runs 1 -huge-rows 500000 \
+		-latency-runs 1 -latency-loads 1000x1,10000x10 -latency-duration 20s -max-load 1 -quiet-timeout 1m
 
 fuzz:
 	$(GO) test ./decode -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)

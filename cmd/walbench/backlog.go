@@ -278,6 +278,8 @@ func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl
 			b.logf("stopping walstream: %v", err)
 		}
 	}()
+	pgo := b.pgo.start(ctx, fmt.Sprintf("%s-%d-%d", r.Scenario, r.Run, r.Rows))
+	defer func() { err = errors.Join(err, pgo.stop()) }()
 	deadline := time.Now().Add(b.cfg.DrainTimeout)
 	var walsender int
 	tick := time.NewTicker(pollEvery)
@@ -310,6 +312,10 @@ func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl
 	d.Seconds = time.Since(p.started()).Seconds()
 	s.sample(p.pid())
 	s.sample(broker.pid())
+	perr := pgo.stop()
+	if pgo = nil; perr != nil {
+		return d, 0, perr
+	}
 	stopped = true
 	if err := pr.stop(ctx); err != nil {
 		return d, 0, err

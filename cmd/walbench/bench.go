@@ -25,8 +25,9 @@ type bench struct {
 	workDir     string
 	pg          *postgres
 	db          *db
-	pad         int  // payload padding for -payload-bytes
-	perf        bool // perf can sample here
+	pad         int          // payload padding for -payload-bytes
+	perf        bool         // perf can sample here
+	pgo         *pgoProfiles // nil without -pgo
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -94,6 +95,13 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 	b.perf = cfg.Profile && perfUsable(ctx)
 	if cfg.Profile && !b.perf {
 		b.logf("perf cannot sample here (is linux-perf installed?); profiling the broker only")
+	}
+
+	if cfg.PGO != "" {
+		if b.pgo, err = newPGOProfiles(filepath.Join(cfg.OutDir, "pgo")); err != nil {
+			return err
+		}
+		cfg.WalstreamArgs = append(cfg.WalstreamArgs, "--pprof-addr="+b.pgo.addr)
 	}
 
 	rep := &Report{Started: time.Now().UTC(), Config: reportConfig(cfg)}
@@ -166,6 +174,12 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 	rep.Finished = time.Now().UTC()
 	if err := save(); err != nil {
 		return err
+	}
+	if b.pgo != nil {
+		if err := b.pgo.merge(ctx, cfg.PGO); err != nil {
+			return err
+		}
+		b.logf("wrote walstream's CPU profile of %d windows of %s to %s", len(b.pgo.files), pgoWindow, cfg.PGO)
 	}
 	_, err = io.WriteString(stdout, rep.markdown())
 	b.logf("wrote %s and %s", filepath.Join(cfg.OutDir, "walbench.json"), filepath.Join(cfg.OutDir, "walbench.md"))

@@ -56,6 +56,7 @@ type Config struct {
 	LatencyWriters int
 	Scenarios      map[string]bool
 	Profile        bool
+	PGO            string // empty: no profile for profile-guided optimization
 	PGURL          string // empty: start a throwaway cluster
 	PGBin          string
 	RecvLogical    string // pg_recvlogical binary
@@ -90,6 +91,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&cfg.LatencyWriters, "latency-writers", DefaultLatencyWriters, "Postgres connections inserting rows in the latency scenario")
 	scenarios := fs.String("scenarios", DefaultScenarios, "scenarios to run, comma-separated: backlog, huge, latency")
 	fs.BoolVar(&cfg.Profile, "profile", false, "add one profiled backlog run (perf for every process, a pprof CPU profile of the broker); its figures are not in the medians")
+	fs.StringVar(&cfg.PGO, "pgo", "", "write walstream's CPU profile over every measured phase, merged, to this file (cmd/walstream/default.pgo: see BENCHMARKS.md); walstream then runs with --pprof-addr, and the report names it")
 	fs.StringVar(&cfg.PGURL, "pg-url", "", "use this Postgres (superuser, wal_level=logical) instead of starting a throwaway cluster")
 	fs.StringVar(&cfg.PGBin, "pg-bin", DefaultPGBin, "directory of the Postgres 15 server binaries")
 	fs.StringVar(&cfg.RecvLogical, "pg-recvlogical", "", "pg_recvlogical binary (default: in -pg-bin, else on PATH)")

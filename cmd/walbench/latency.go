@@ -193,8 +193,10 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	// writers stop; a profile covers the same window.
 	s := newSampler()
 	atMeasure := make(chan error, 1)
+	var pgo *pgoPhase
 	timer := time.AfterFunc(b.cfg.LatencyWarmup, func() {
 		s.sample(p.pid())
+		pgo = b.pgo.start(ctx, fmt.Sprintf("latency-%d-%s", run, load))
 		atMeasure <- pr.start(ctx)
 	})
 	w := &writer{load: load, total: total, aggType: aggType, pad: b.pad, measureFrom: measureFrom}
@@ -207,11 +209,14 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 		err = perr
 	}
 	if err != nil {
-		return l, err
+		return l, errors.Join(err, pgo.stop())
 	}
 	cpu0 := s.get(p.pid()).CPU
 	s.sample(p.pid())
 	ws := s.get(p.pid())
+	if err := pgo.stop(); err != nil {
+		return l, err
+	}
 	l.WalstreamPeakRSSBytes = ws.HWM
 	if err := pr.stop(ctx); err != nil {
 		return l, err
