@@ -11,7 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"time"
+
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // pgoWindow is the length of each CPU profile walbench asks walstream for.
@@ -35,13 +38,11 @@ func newPGOProfiles(dir string) (*pgoProfiles, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testenv.PickPort()
 	if err != nil {
-		return nil, fmt.Errorf("finding a free port for walstream's pprof listener: %w", err)
+		return nil, fmt.Errorf("walstream's pprof listener: %w", err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return &pgoProfiles{addr: addr, dir: dir}, nil
+	return &pgoProfiles{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}, nil
 }
 
 // pgoPhase is one phase being profiled.
