@@ -235,11 +235,16 @@ func (b *bench) drainClient(ctx context.Context, r *BacklogRun, tool, slot strin
 	}
 }
 
-// recvLogicalCmd drains the pg_recvlogical slot to end into /dev/null;
-// pgoutput needs the protocol version and the publication.
+// recvLogicalCmd drains the pg_recvlogical slot to end, or with end 0
+// until stopped, into /dev/null; pgoutput needs the protocol version and
+// the publication.
 func (b *bench) recvLogicalCmd(end pglogrepl.LSN) []string {
-	return []string{b.cfg.RecvLogical, "-d", b.pg.url, "--slot", slotRecvLogical, "--start", "--endpos", end.String(), "--no-loop",
+	args := []string{b.cfg.RecvLogical, "-d", b.pg.url, "--slot", slotRecvLogical, "--start", "--no-loop",
 		"--plugin", "pgoutput", "-o", "proto_version=1", "-o", "publication_names=" + benchPublication, "-f", "/dev/null"}
+	if end != 0 {
+		args = append(args, "--endpos", end.String())
+	}
+	return args
 }
 
 // goRecvCmd drains the Go receiver's slot to end.

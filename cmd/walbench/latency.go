@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -68,10 +69,13 @@ type Latency struct {
 	// of as many records, against the same broker (kafka-txn), over the
 	// same rows. MinimalClientCPUMicrosPerRow is the same for the minimal
 	// client (minimalClient), the floor under any Kafka client's.
+	// RecvLogicalCPUMicrosPerRow is the Postgres side's: pg_recvlogical's
+	// CPU time per row receiving the same load (recvLogicalFloor).
 	KafkaTxns                    int               `json:"kafka_txns"`
 	WalstreamCPUMicrosPerTxn     float64           `json:"walstream_cpu_us_per_txn"`
 	KafkaClientCPUMicrosPerRow   float64           `json:"kafka_client_cpu_us_per_row"`
 	MinimalClientCPUMicrosPerRow float64           `json:"minimal_client_cpu_us_per_row"`
+	RecvLogicalCPUMicrosPerRow   float64           `json:"pg_recvlogical_cpu_us_per_row"`
 	WalstreamPeakRSSBytes        int64             `json:"walstream_peak_rss_bytes"`
 	Machine                      Quiet             `json:"machine"`
 	Profiles                     map[string]string `json:"profiles,omitempty"`
@@ -157,7 +161,87 @@ func (b *bench) latencyRun(ctx context.Context, run int, profile bool) ([]Latenc
 	if err := p.stop(); err != nil {
 		return nil, err
 	}
-	return out, b.db.dropSlots(ctx)
+	if err := b.db.dropSlots(ctx); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if out[i].RecvLogicalCPUMicrosPerRow, err = b.recvLogicalFloor(ctx, out[i].Load, filepath.Join(dir, "pg_recvlogical-"+out[i].Load.String()+".log")); err != nil {
+			return nil, fmt.Errorf("%s: pg_recvlogical at %s: %w", name, out[i].Load, err)
+		}
+	}
+	return out, nil
+}
+
+// recvLogicalFloor offers load again, with walstream stopped, while
+// pg_recvlogical receives it on a slot of its own and discards it, and
+// returns pg_recvlogical's CPU time per row over 10 s after the warm-up,
+// counted as walstream's is. It is the Postgres side of walstream's floor
+// at that load, as kafkaFloor is the Kafka side: a C client that only
+// receives the same messages.
+func (b *bench) recvLogicalFloor(ctx context.Context, load Load, logPath string) (float64, error) {
+	if _, err := b.db.createSlot(ctx, slotRecvLogical); err != nil {
+		return 0, err
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	args := b.recvLogicalCmd(0)
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("starting pg_recvlogical: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	const measured = 10 * time.Second
+	start := time.Now()
+	w := &writer{load: load, aggType: latencyAggType(load), pad: b.pad, measureFrom: start.Add(b.cfg.LatencyWarmup),
+		total: int64(float64(load.Rate)/float64(load.RowsPerTx)*(b.cfg.LatencyWarmup+measured).Seconds()) * int64(load.RowsPerTx)}
+	s := newSampler()
+	timer := time.AfterFunc(b.cfg.LatencyWarmup, func() { s.sample(cmd.Process.Pid) })
+	err = w.run(ctx, b.pg.url, b.cfg.LatencyWriters, start)
+	if timer.Stop() {
+		return 0, errors.Join(err, errors.New("the writers finished before the warm-up ended"))
+	}
+	if err != nil {
+		return 0, err
+	}
+	cpu0 := s.get(cmd.Process.Pid).CPU
+	s.sample(cmd.Process.Pid)
+	cpu := s.get(cmd.Process.Pid).CPU - cpu0
+	// Stopped by SIGINT, pg_recvlogical exits cleanly; an exit before it
+	// means it failed, and its log says why.
+	select {
+	case err := <-exited:
+		stopped = true
+		return 0, fmt.Errorf("pg_recvlogical exited during the load (log %s): %v", logPath, err)
+	default:
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		return 0, err
+	}
+	err = <-exited
+	stopped = true
+	if err != nil {
+		return 0, fmt.Errorf("stopping pg_recvlogical (log %s): %w", logPath, err)
+	}
+	if err := b.db.dropSlots(ctx); err != nil {
+		return 0, err
+	}
+	n := w.measured.Load()
+	if n == 0 {
+		return 0, errors.New("no rows inserted in the measured time")
+	}
+	return cpu.Seconds() * 1e6 / float64(n), nil
 }
 
 func latencyAggType(l Load) string { return fmt.Sprintf("Latency%dx%d", l.Rate, l.RowsPerTx) }

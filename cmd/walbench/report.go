@@ -161,6 +161,7 @@ func (r *Report) summarize() []Figure {
 			figure(scenario, "walstream CPU per Kafka transaction", "µs", ms(func(l Latency) float64 { return l.WalstreamCPUMicrosPerTxn }), nil),
 			figure(scenario, "Kafka client alone, same transactions: CPU per row", "µs", ms(func(l Latency) float64 { return l.KafkaClientCPUMicrosPerRow }), nil),
 			figure(scenario, "minimal Kafka client, same transactions: CPU per row", "µs", ms(func(l Latency) float64 { return l.MinimalClientCPUMicrosPerRow }), nil),
+			figure(scenario, "pg_recvlogical alone, same load: CPU per row", "µs", ms(func(l Latency) float64 { return l.RecvLogicalCPUMicrosPerRow }), nil),
 			figure(scenario, "walstream peak RSS", "MB", ms(func(l Latency) float64 { return float64(l.WalstreamPeakRSSBytes) / 1e6 }), nil),
 		)
 	}
@@ -210,13 +211,13 @@ func (r *Report) markdown() string {
 	}
 	if len(r.Latency) > 0 {
 		fmt.Fprintf(&b, "\n### Latency runs\n\n")
-		fmt.Fprintf(&b, "| run | offered rows/s | rows/tx | achieved | samples | p50 ms | p99 ms | p99.9 ms | max ms | missing | behind | insert→ack p99 µs | confirm p99 ms (of n) | walstream CPU µs/row | Kafka transactions/s | Kafka client alone CPU µs/row | minimal Kafka client CPU µs/row | load avg before |\n")
-		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		fmt.Fprintf(&b, "| run | offered rows/s | rows/tx | achieved | samples | p50 ms | p99 ms | p99.9 ms | max ms | missing | behind | insert→ack p99 µs | confirm p99 ms (of n) | walstream CPU µs/row | Kafka transactions/s | Kafka client alone CPU µs/row | minimal Kafka client CPU µs/row | pg_recvlogical CPU µs/row | load avg before |\n")
+		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, l := range append(append([]Latency{}, r.Latency...), r.ProfiledLatency...) {
-			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %d | %.2f | %.2f | %.2f | %.2f | %d | %d | %.0f | %.0f (%d) | %.2f | %.0f | %.2f | %.2f | %s |\n",
+			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %d | %.2f | %.2f | %.2f | %.2f | %d | %d | %.0f | %.0f (%d) | %.2f | %.0f | %.2f | %.2f | %.2f | %s |\n",
 				runName(l.Run), l.Load.Rate, l.Load.RowsPerTx, l.AchievedRate, l.Samples, l.P50Ms, l.P99Ms, l.P999Ms, l.MaxMs, l.Missing, l.Behind,
 				l.InsertToAckP99Us, l.ConfirmP99Ms, l.ConfirmSamples, l.WalstreamCPUMicrosPerRow,
-				l.kafkaTxnRate(), l.KafkaClientCPUMicrosPerRow, l.MinimalClientCPUMicrosPerRow, quiet(l.Machine))
+				l.kafkaTxnRate(), l.KafkaClientCPUMicrosPerRow, l.MinimalClientCPUMicrosPerRow, l.RecvLogicalCPUMicrosPerRow, quiet(l.Machine))
 		}
 	}
 	return b.String()
