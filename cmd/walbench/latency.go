@@ -218,7 +218,8 @@ func (b *bench) recvLogicalFloor(ctx context.Context, load Load, logPath string)
 	cpu0 := s.get(cmd.Process.Pid).CPU
 	s.sample(cmd.Process.Pid)
 	cpu := s.get(cmd.Process.Pid).CPU - cpu0
-	// Stopped by SIGINT, pg_recvlogical exits cleanly; an exit before it
+	// Stopped by SIGINT, pg_recvlogical exits 0, though its log then says
+	// "unexpected termination of replication stream"; an exit before it
 	// means it failed, and its log says why.
 	select {
 	case err := <-exited:
