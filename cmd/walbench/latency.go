@@ -202,10 +202,8 @@ func (b *bench) recvLogicalFloor(ctx context.Context, load Load, logPath string)
 			<-exited
 		}
 	}()
-	const measured = 10 * time.Second
 	start := time.Now()
-	w := &writer{load: load, aggType: latencyAggType(load), pad: b.pad, measureFrom: start.Add(b.cfg.LatencyWarmup),
-		total: int64(float64(load.Rate)/float64(load.RowsPerTx)*(b.cfg.LatencyWarmup+measured).Seconds()) * int64(load.RowsPerTx)}
+	w := b.newWriter(load, start, 10*time.Second)
 	s := newSampler()
 	timer := time.AfterFunc(b.cfg.LatencyWarmup, func() { s.sample(cmd.Process.Pid) })
 	err = w.run(ctx, b.pg.url, b.cfg.LatencyWriters, start)
@@ -272,8 +270,8 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	}()
 
 	start := time.Now()
-	measureFrom := start.Add(b.cfg.LatencyWarmup)
-	total := int64(float64(load.Rate)/float64(load.RowsPerTx)*(b.cfg.LatencyWarmup+b.cfg.LatencyFor).Seconds()) * int64(load.RowsPerTx)
+	w := b.newWriter(load, start, b.cfg.LatencyFor)
+	measureFrom := w.measureFrom
 	// walstream's CPU time is sampled when the warm-up ends and when the
 	// writers stop; a profile covers the same window.
 	s := newSampler()
@@ -284,7 +282,6 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 		pgo = b.pgo.start(ctx, fmt.Sprintf("latency-%d-%s", run, load))
 		atMeasure <- pr.start(ctx)
 	})
-	w := &writer{load: load, total: total, aggType: aggType, pad: b.pad, measureFrom: measureFrom}
 	err = w.run(ctx, b.pg.url, b.cfg.LatencyWriters, start)
 	measureTo := time.Now()
 	if timer.Stop() {
@@ -398,6 +395,13 @@ type writer struct {
 	behind   atomic.Int64
 	mu       sync.Mutex
 	acks     []int64 // µs from each row's timestamp to its commit's acknowledgement
+}
+
+// newWriter is a writer of load from start for the warm-up plus measured,
+// counting the rows after the warm-up as measured.
+func (b *bench) newWriter(load Load, start time.Time, measured time.Duration) *writer {
+	return &writer{load: load, aggType: latencyAggType(load), pad: b.pad, measureFrom: start.Add(b.cfg.LatencyWarmup),
+		total: int64(float64(load.Rate)/float64(load.RowsPerTx)*(b.cfg.LatencyWarmup+measured).Seconds()) * int64(load.RowsPerTx)}
 }
 
 func (w *writer) run(ctx context.Context, url string, conns int, start time.Time) error {
