@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -13,10 +14,11 @@ import (
 // Devbroker is cmd/devbroker run as a child process with a data directory,
 // so that it can be killed and restarted on the same port with its state.
 type Devbroker struct {
-	Bin, DataDir, Addr string
-	Advertise          string // the address clients are told, when not Addr
-	Partitions         int    // of auto-created topics; 3 when 0
-	Output             io.Writer
+	Bin, DataDir string
+	Listen       string // the address it listens on
+	Advertise    string // the address clients are told, when not Listen
+	Partitions   int    // of auto-created topics; 3 when 0
+	Output       io.Writer
 
 	mu sync.Mutex
 	p  *Process
@@ -28,7 +30,7 @@ func (b *Devbroker) Start() error {
 	if partitions == 0 {
 		partitions = 3
 	}
-	args := []string{"-addr", b.Addr, "-data-dir", b.DataDir, "-partitions", strconv.Itoa(partitions)}
+	args := []string{"-addr", b.Listen, "-data-dir", b.DataDir, "-partitions", strconv.Itoa(partitions)}
 	if b.Advertise != "" {
 		args = append(args, "-advertise", b.Advertise)
 	}
@@ -40,19 +42,29 @@ func (b *Devbroker) Start() error {
 	b.p = p
 	b.mu.Unlock()
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if c, err := net.DialTimeout("tcp", b.Addr, time.Second); err == nil {
+		if c, err := net.DialTimeout("tcp", b.Listen, time.Second); err == nil {
 			c.Close()
 			return nil
 		}
 		if p.Exited() {
-			return fmt.Errorf("devbroker on %s exited at start: %s", b.Addr, p.ExitDesc())
+			return fmt.Errorf("devbroker on %s exited at start: %s", b.Listen, p.ExitDesc())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("devbroker on %s not listening after 30s", b.Addr)
+			return fmt.Errorf("devbroker on %s not listening after 30s", b.Listen)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Addr is the address clients bootstrap from.
+func (b *Devbroker) Addr() string {
+	if b.Advertise != "" {
+		return b.Advertise
+	}
+	return b.Listen
+}
+
+func (b *Devbroker) String() string { return "devbroker (kfake)" }
 
 // Stop ends the broker with sig and waits for it to exit.
 func (b *Devbroker) Stop(sig syscall.Signal) {
@@ -62,6 +74,12 @@ func (b *Devbroker) Stop(sig syscall.Signal) {
 	if p != nil {
 		_ = p.Stop(sig, 30*time.Second)
 	}
+}
+
+// Close kills the broker and removes its data.
+func (b *Devbroker) Close() {
+	b.Stop(syscall.SIGKILL)
+	os.RemoveAll(b.DataDir)
 }
 
 // Restart stops the broker with sig and starts it again from its data dir.

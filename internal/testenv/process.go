@@ -55,6 +55,9 @@ func StartProcess(cfg ProcessConfig) (*Process, error) {
 	}
 	p := &Process{Name: cfg.Name, Cmd: exec.Command(cfg.Path, cfg.Args...), done: make(chan struct{}), out: cfg.Output, line: cfg.OnLine}
 	p.Cmd.Env = cfg.Env
+	// A child outlives no test binary, even one killed by its timeout:
+	// a JVM broker left behind would hold its memory and ports.
+	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p.Cmd.Stdout, p.Cmd.Stderr = p, p
 	var lines sync.WaitGroup
 	if cfg.OnLine != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -40,6 +41,9 @@ func (r Record) Header(key string) string {
 // kcat: a librdkafka client independent of the franz-go one walstream
 // uses.
 func Kcat(ctx context.Context, broker, topic string) ([]Record, error) {
+	if err := WaitStable(ctx, broker, topic); err != nil {
+		return nil, err
+	}
 	cmd := exec.CommandContext(ctx, "kcat", "-b", broker, "-C", "-t", topic, "-o", "beginning", "-e", "-q",
 		"-X", "isolation.level=read_committed",
 		"-f", "%p\t%o\t%k\t%h\t%T\t%s\n")
@@ -71,19 +75,75 @@ func Kcat(ctx context.Context, broker, topic string) ([]Record, error) {
 	return recs, nil
 }
 
+// stableWithin is how long WaitStable waits for a topic's open
+// transactions to end.
+const stableWithin = 30 * time.Second
+
+// WaitStable waits up to 30 s until no partition of topic has an open
+// transaction: its last stable offset has reached its high watermark. A
+// transaction's records become visible to read_committed readers only
+// once the coordinator has written its markers, which Kafka does after
+// EndTxn has returned; a reader that stopped at the stable offset it found
+// first could miss a transaction committed a moment before. A topic that
+// does not exist is left to the reader to report. opts are connection
+// options (TLS, SASL).
+func WaitStable(ctx context.Context, broker, topic string, opts ...kgo.Opt) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(broker, ",")...)}, opts...)...)
+	if err != nil {
+		return fmt.Errorf("creating the reader of %s: %w", topic, err)
+	}
+	defer cl.Close()
+	_, err = stableEnds(ctx, kadm.NewClient(cl), topic, stableWithin)
+	return err
+}
+
+// stableEnds waits up to d until every partition's last stable offset
+// equals its high watermark and returns those ends.
+func stableEnds(ctx context.Context, adm *kadm.Client, topic string, d time.Duration) (kadm.ListedOffsets, error) {
+	deadline := time.Now().Add(d)
+	for {
+		stable, err := adm.ListCommittedOffsets(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("listing the stable offsets of %s: %w", topic, err)
+		}
+		hw, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("listing the end offsets of %s: %w", topic, err)
+		}
+		var open []string
+		stable.Each(func(o kadm.ListedOffset) {
+			if h, ok := hw.Lookup(topic, o.Partition); o.Err == nil && ok && h.Err == nil && o.Offset < h.Offset {
+				open = append(open, fmt.Sprintf("partition %d: stable offset %d, high watermark %d", o.Partition, o.Offset, h.Offset))
+			}
+		})
+		if len(open) == 0 {
+			return stable, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s has a transaction open for more than %s: %s", topic, d, strings.Join(open, "; "))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // ReadCommitted reads a topic read_committed with franz-go, from the
-// beginning to the last stable offsets it finds first, and calls fn with
-// each record in partition order. opts are connection options (TLS, SASL).
+// beginning to its end once no transaction is open on it (WaitStable),
+// and calls fn with each record in partition order. opts are connection
+// options (TLS, SASL).
 func ReadCommitted(ctx context.Context, broker, topic string, fn func(*kgo.Record), opts ...kgo.Opt) error {
-	opts = append([]kgo.Opt{kgo.SeedBrokers(broker)}, opts...)
+	opts = append([]kgo.Opt{kgo.SeedBrokers(strings.Split(broker, ",")...)}, opts...)
 	adm, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("creating the reader of %s: %w", topic, err)
 	}
 	defer adm.Close()
-	ends, err := kadm.NewClient(adm).ListCommittedOffsets(ctx, topic)
+	ends, err := stableEnds(ctx, kadm.NewClient(adm), topic, stableWithin)
 	if err != nil {
-		return fmt.Errorf("listing the stable offsets of %s: %w", topic, err)
+		return err
 	}
 	until := make(map[int32]int64)
 	ends.Each(func(o kadm.ListedOffset) {

@@ -19,11 +19,11 @@ func TestReaders(t *testing.T) {
 	if _, err := exec.LookPath("kcat"); err != nil {
 		Unavailable(t, "kcat is not installed (apt-get install kcat)")
 	}
-	b := StartBroker(t)
+	b := StartBroker(t, TestBroker())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const topic = "readers"
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.TransactionalID("readers-test"), kgo.DefaultProduceTopic(topic))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.TransactionalID("readers-test"), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,11 +57,11 @@ func TestReaders(t *testing.T) {
 		slices.Sort(vs)
 		return vs
 	}
-	kc, err := Kcat(ctx, b.Addr, topic)
+	kc, err := Kcat(ctx, b.Addr(), topic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kg, err := ReadRecords(ctx, b.Addr, topic)
+	kg, err := ReadRecords(ctx, b.Addr(), topic)
 	if err != nil {
 		t.Fatal(err)
 	}

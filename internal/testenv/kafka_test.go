@@ -1,0 +1,121 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestKafka: a one-node cluster and a three-node one start, serve a
+// transactional producer, keep their data across SIGTERM and SIGKILL
+// restarts, and report how long they took to start and how much memory
+// they hold.
+func TestKafka(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  KafkaConfig
+	}{
+		{"one node", KafkaConfig{}},
+		{"three nodes", KafkaConfig{Nodes: 3}},
+		{"3.9", KafkaConfig{Classic: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			k := StartKafka(t, tc.cfg)
+			t.Logf("%s: started in %s, RSS %s", k, time.Since(start).Round(10*time.Millisecond), k.rss(t))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			commit(ctx, t, k, "one")
+			for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+				start = time.Now()
+				if err := k.Restart(sig); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("restart after %s: %s", sig, time.Since(start).Round(10*time.Millisecond))
+			}
+			commit(ctx, t, k, "two")
+			recs, err := ReadRecords(ctx, k.Addr(), "harness")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range recs {
+				got = append(got, r.Value)
+			}
+			if strings.Join(got, ",") != "one,two" {
+				t.Fatalf("records after restarts: %q, want one and two", got)
+			}
+		})
+	}
+}
+
+// commit writes value in a Kafka transaction of its own.
+func commit(ctx context.Context, t *testing.T, k *Kafka, value string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(k.Addr(), ",")...), kgo.TransactionalID("harness-test"), kgo.DefaultProduceTopic("harness"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, nil, "harness"); err != nil && !strings.Contains(err.Error(), "TOPIC_ALREADY_EXISTS") {
+		t.Fatal(err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(value)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rss is the resident memory of every node, from /proc.
+func (k *Kafka) rss(t *testing.T) string {
+	var parts []string
+	for _, n := range k.nodes {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", n.proc().Pid()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages, _ := strconv.ParseInt(strings.Fields(string(b))[1], 10, 64)
+		parts = append(parts, fmt.Sprintf("%d MiB", pages*int64(os.Getpagesize())>>20))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// TestComposeRunsATestedKafka: docker-compose.yml's Kafka image is a
+// release the tests run, so that what users start is what was tested.
+func TestComposeRunsATestedKafka(t *testing.T) {
+	versions, err := JavaVersions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*image:\s*apache/kafka:(\S+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("docker-compose.yml has no apache/kafka image")
+	}
+	if got := string(m[1]); got != versions["KAFKA_VERSION"] && got != versions["KAFKA_CLASSIC_VERSION"] {
+		t.Fatalf("docker-compose.yml runs apache/kafka:%s; the tests run %s and %s (scripts/java/versions.env)",
+			got, versions["KAFKA_VERSION"], versions["KAFKA_CLASSIC_VERSION"])
+	}
+}
