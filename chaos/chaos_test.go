@@ -128,7 +128,7 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	br := &testenv.Devbroker{Bin: brokerBin, DataDir: filepath.Join(dir, "kafka"), Addr: brokerAddr, Advertise: px.kafk.Listen, Output: brokerLog}
+	br := &testenv.Devbroker{Bin: brokerBin, DataDir: filepath.Join(dir, "kafka"), Listen: brokerAddr, Advertise: px.kafk.Listen, Output: brokerLog}
 	if err := br.Start(); err != nil {
 		testenv.Unavailable(t, "the broker cannot start: %v", err)
 	}

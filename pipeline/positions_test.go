@@ -20,9 +20,9 @@ import (
 // how fast it is.
 func TestConfirmsPromptly(t *testing.T) {
 	pg := testenv.StartPostgres(t)
-	broker := testenv.StartBroker(t)
+	broker := testenv.StartKfake(t)
 	pg.Exec("postgres", `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`)
-	cfg := testConfig(t, pg, broker.Addr)
+	cfg := testConfig(t, pg, broker.Addr())
 	cfg.StatusInterval, cfg.ConfirmInterval = 30*time.Second, 250*time.Millisecond
 	cfg.SlotPollInterval, cfg.ProgressInterval = 200*time.Millisecond, 200*time.Millisecond
 	reg := prometheus.NewRegistry()

@@ -42,9 +42,9 @@ func testConfig(t *testing.T, pg *testenv.Postgres, broker string) Config {
 // sees that, and a cancelled ctx is a clean stop.
 func TestRunStreamsAndStops(t *testing.T) {
 	pg := testenv.StartPostgres(t)
-	broker := testenv.StartBroker(t)
+	broker := testenv.StartKfake(t)
 	pg.Exec("postgres", `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`)
-	cfg := testConfig(t, pg, broker.Addr)
+	cfg := testConfig(t, pg, broker.Addr())
 
 	before, err := Inspect(context.Background(), cfg)
 	if err != nil {

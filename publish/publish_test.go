@@ -172,7 +172,7 @@ func runUntil(t *testing.T, p *Producer, want checkpoint.Checkpoint, txs ...*dec
 // The checkpoint read back is the last committed one: records of an
 // aborted transaction, which a crashed instance leaves behind, are not.
 func TestCheckpointRoundTrip(t *testing.T) {
-	broker := testenv.StartBroker(t).Addr
+	broker := testenv.StartKfake(t).Addr()
 	ctx := context.Background()
 	p := newProducer(t, broker, "tx-a")
 	if err := p.Fence(ctx); err != nil {
@@ -226,7 +226,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 
 // Two slots sharing the checkpoint topic keep separate checkpoints.
 func TestCheckpointKeysAreSeparate(t *testing.T) {
-	broker := testenv.StartBroker(t).Addr
+	broker := testenv.StartKfake(t).Addr()
 	ctx := context.Background()
 	a := newProducer(t, broker, "tx-a")
 	a.cfg.CheckpointKey = "slot-a"
@@ -299,7 +299,7 @@ func TestQuietLoggerDemotesRetries(t *testing.T) {
 // them when the batch is due, in one Kafka transaction, rather than being
 // woken by each.
 func TestLingeringBatchTakesWhatWasQueued(t *testing.T) {
-	broker := testenv.StartBroker(t).Addr
+	broker := testenv.StartKfake(t).Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p := newProducerWith(t, broker, "tx-linger", func(c *Config) { c.Linger = 300 * time.Millisecond })

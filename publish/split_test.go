@@ -38,7 +38,7 @@ func parts(commitLSN pglogrepl.LSN, n, limit int) []*decode.Tx {
 // at once. IdleInterval is an hour, so a checkpoint left to the idle timer
 // never comes.
 func TestSplitTransactionCheckpoint(t *testing.T) {
-	broker := testenv.StartBroker(t).Addr
+	broker := testenv.StartKfake(t).Addr()
 	const commit pglogrepl.LSN = 0x5000
 	whole := checkpoint.Checkpoint{LSN: commit + 0x100}
 	partial := func(ordinal uint64) checkpoint.Checkpoint {

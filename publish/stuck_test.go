@@ -32,7 +32,7 @@ func runToError(t *testing.T, p *Producer, txs ...*decode.Tx) error {
 // published, whether routing finds it (a topic Kafka rejects) or decoding
 // did (a NULL aggregate id, a recreated table after it).
 func TestProducerStopsAtFirstBadEvent(t *testing.T) {
-	broker := testenv.StartBroker(t).Addr
+	broker := testenv.StartKfake(t).Addr()
 	badTopic := event(2, "bad-topic")
 	badTopic.AggregateType = []byte("Bad Type!")
 	badRow := event(3, "null-key")
@@ -63,7 +63,7 @@ func TestProducerStopsAtFirstBadEvent(t *testing.T) {
 // would take every row of the table. Naming it sends that one event to the
 // dead-letter topic, and every later checkpoint records the skip.
 func TestProducerSkipsNamedEvent(t *testing.T) {
-	broker := testenv.StartBroker(t).Addr
+	broker := testenv.StartKfake(t).Addr()
 	unmapped := event(2, "unmapped")
 	unmapped.CommitLSN = 0x1000
 	unmapped.Bad = &decode.Error{Event: unmapped.Identity, Column: "payload", Reason: "outbox column is missing", Unmapped: true}

@@ -83,12 +83,12 @@ func startBroker(t *testing.T) *testBroker {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	b := &testBroker{t: t, ctx: ctx, Devbroker: &testenv.Devbroker{Bin: testenv.Binary(t, testenv.Build{Pkg: "cmd/devbroker"}),
-		Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t))), DataDir: t.TempDir(), Partitions: 1, Output: io.Discard}}
+		Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t))), DataDir: t.TempDir(), Partitions: 1, Output: io.Discard}}
 	if err := b.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Stop(syscall.SIGKILL) })
-	admin, err := kgo.NewClient(kgo.SeedBrokers(b.Addr))
+	admin, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func (b *testBroker) restart(sig syscall.Signal) {
 }
 
 func (b *testBroker) producer() *kgo.Client {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.TransactionalID("crash-test"),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.TransactionalID("crash-test"),
 		kgo.DefaultProduceTopic(testTopic), kgo.RequestRetries(100), kgo.RetryTimeout(60*time.Second))
 	if err != nil {
 		b.t.Fatal(err)
@@ -136,7 +136,7 @@ func txn(ctx context.Context, cl *kgo.Client, value string, beforeCommit func())
 // topic once nothing new arrived for 2s.
 func (b *testBroker) readCommitted() []string {
 	b.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.ConsumeTopics(testTopic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ConsumeTopics(testTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {

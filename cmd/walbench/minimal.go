@@ -192,7 +192,7 @@ func (c *minimalClient) init(ctx context.Context, topics []string) error {
 		md.Topics = append(md.Topics, mt)
 	}
 	// A topic created by this request may report no leader at first.
-	for try := 0; ; try++ {
+	err = untilSettled(ctx, func() error {
 		resp, err := c.request(md)
 		if err != nil {
 			return err
@@ -206,30 +206,68 @@ func (c *minimalClient) init(ctx context.Context, topics []string) error {
 			lerr = errors.Join(lerr, kerr.ErrorForCode(t.ErrorCode))
 			c.partitions[*t.Topic] = int32(len(t.Partitions))
 		}
-		if lerr == nil {
-			break
-		}
-		if try == 50 || !kerr.IsRetriable(lerr) {
+		if lerr != nil {
 			return fmt.Errorf("metadata of %v: %w", topics, lerr)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+
+	// On a new cluster the first FindCoordinator creates the transaction
+	// state topic, and the coordinator answers only once it has loaded its
+	// partition: the one broker is the coordinator, once it says so.
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.Version = 4
+	fc.CoordinatorType = 1 // transaction
+	fc.CoordinatorKeys = []string{c.txnID}
+	err = untilSettled(ctx, func() error {
+		resp, err := c.request(fc)
+		if err != nil {
+			return err
+		}
+		for _, co := range resp.(*kmsg.FindCoordinatorResponse).Coordinators {
+			if err := kerr.ErrorForCode(co.ErrorCode); err != nil {
+				return fmt.Errorf("FindCoordinator: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.Version = 3
+	ip.TransactionalID = &c.txnID
+	ip.TransactionTimeoutMillis = 60_000
+	return untilSettled(ctx, func() error {
+		resp, err := c.request(ip)
+		if err != nil {
+			return err
+		}
+		ipr := resp.(*kmsg.InitProducerIDResponse)
+		if err := kerr.ErrorForCode(ipr.ErrorCode); err != nil {
+			return fmt.Errorf("InitProducerID: %w", err)
+		}
+		c.pid, c.epoch = ipr.ProducerID, ipr.ProducerEpoch
+		return nil
+	})
+}
+
+// untilSettled calls fn until it returns nil or an error Kafka does not
+// call retriable ("not yet": a leader or coordinator still being chosen
+// or loaded), for up to 100 tries 20 ms apart.
+func untilSettled(ctx context.Context, fn func() error) error {
+	for try := 1; ; try++ {
+		err := fn()
+		if err == nil || try == 100 || !kerr.IsRetriable(err) {
+			return err
 		}
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
-
-	ip := kmsg.NewPtrInitProducerIDRequest()
-	ip.Version = 3
-	ip.TransactionalID = &c.txnID
-	ip.TransactionTimeoutMillis = 60_000
-	if resp, err = c.request(ip); err != nil {
-		return err
-	}
-	ipr := resp.(*kmsg.InitProducerIDResponse)
-	if err := kerr.ErrorForCode(ipr.ErrorCode); err != nil {
-		return fmt.Errorf("InitProducerID: %w", err)
-	}
-	c.pid, c.epoch = ipr.ProducerID, ipr.ProducerEpoch
-	return nil
 }
 
 // minimalRecord is a record of a minimal transaction.

@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kversion"
 	"github.com/walstream/walstream/internal/testenv"
 )
 
@@ -16,20 +14,17 @@ import (
 // real: committed, visible to read_committed consumers, in order, with
 // and without transaction version 2.
 func TestMinimalClientCommits(t *testing.T) {
-	for name, opts := range map[string][]kfake.Opt{
-		"transaction version 2": nil,
-		"Kafka 3.9":             {kfake.MaxVersions(kversion.V3_9_0())},
-	} {
-		t.Run(name, func(t *testing.T) {
-			b := testenv.StartBroker(t, opts...)
+	for _, kind := range []testenv.BrokerKind{testenv.BrokerKafka, testenv.BrokerKafka39} {
+		t.Run(string(kind), func(t *testing.T) {
+			b := testenv.StartBroker(t, kind)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			mc, err := dialMinimal(ctx, b.Addr, "minimal-test", "data", "positions")
+			mc, err := dialMinimal(ctx, b.Addr(), "minimal-test", "data", "positions")
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer mc.Close()
-			if want := name == "transaction version 2"; mc.tv2 != want {
+			if want := kind == testenv.BrokerKafka; mc.tv2 != want {
 				t.Fatalf("transaction version 2 in use: %v, want %v", mc.tv2, want)
 			}
 			const txns, perTxn = 10, 4
@@ -46,7 +41,7 @@ func TestMinimalClientCommits(t *testing.T) {
 			// Records go to the partitions in turn, so each partition's keys
 			// rise in steps of the partition count.
 			seen := make(map[int32][]int)
-			err = testenv.ReadCommitted(ctx, b.Addr, "data", func(r *kgo.Record) {
+			err = testenv.ReadCommitted(ctx, b.Addr(), "data", func(r *kgo.Record) {
 				var k int
 				fmt.Sscan(string(r.Key), &k)
 				seen[r.Partition] = append(seen[r.Partition], k)
@@ -67,7 +62,7 @@ func TestMinimalClientCommits(t *testing.T) {
 				t.Errorf("read_committed sees %d records of data, want %d: %v", n, txns*perTxn, seen)
 			}
 			var positions []string
-			if err := testenv.ReadCommitted(ctx, b.Addr, "positions", func(r *kgo.Record) { positions = append(positions, string(r.Value)) }); err != nil {
+			if err := testenv.ReadCommitted(ctx, b.Addr(), "positions", func(r *kgo.Record) { positions = append(positions, string(r.Value)) }); err != nil {
 				t.Fatal(err)
 			}
 			if len(positions) != txns {

@@ -45,7 +45,7 @@ const outboxDDL = `CREATE TABLE public.outbox (
 type env struct {
 	t      *testing.T
 	pg     *testenv.Postgres
-	kafka  *testenv.Broker
+	kafka  testenv.Broker
 	broker string
 	// reader, when set, makes tests read records with a franz-go consumer
 	// with these connection options instead of kcat.
@@ -76,11 +76,21 @@ func leakedSecret(out string) string {
 	return ""
 }
 
+// newEnv starts Postgres and the tests' broker (testenv.TestBroker: Apache
+// Kafka unless WALSTREAM_TEST_BROKER says otherwise).
 func newEnv(t *testing.T, opts ...testenv.Option) *env {
 	t.Helper()
+	return newEnvOn(t, testenv.TestBroker(), opts...)
+}
+
+// newEnvOn is newEnv on a broker of the given kind, started while
+// Postgres starts.
+func newEnvOn(t *testing.T, kind testenv.BrokerKind, opts ...testenv.Option) *env {
+	t.Helper()
+	broker := testenv.StartBrokerAsync(t, kind)
 	e := &env{t: t, pg: testenv.StartPostgres(t, opts...)}
-	e.kafka = testenv.StartBroker(t)
-	e.broker = e.kafka.Addr
+	e.kafka = broker()
+	e.broker = e.kafka.Addr()
 	e.pg.Exec("postgres", outboxDDL)
 	return e
 }
@@ -561,23 +571,19 @@ func TestSlotDroppedWhileStreaming(t *testing.T) {
 }
 
 // TestSurvivesRestartsAndCuts: Postgres restarts (fast and immediate), a
-// terminated walsender, a failed Kafka commit and a broker restart, each
-// while rows keep coming. walstream reconnects by itself and every row
-// arrives once.
+// terminated walsender and broker restarts (clean and killed), each while
+// rows keep coming. walstream reconnects by itself and every row arrives
+// once.
 func TestSurvivesRestartsAndCuts(t *testing.T) {
 	e := newEnv(t)
-	p := e.start([]string{"--max-batch-events", "200"}).streaming(t)
-	seq := 0
-	batch := func() {
-		for i := 0; i < 4; i++ {
-			e.insertTx("Order", 1+i*150, 17, &seq, false)
+	restartBroker := func(sig syscall.Signal) func() {
+		return func() {
+			if err := e.kafka.Restart(sig); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	var refused atomic.Bool
-	faults := []struct {
-		name   string
-		inject func()
-	}{
+	survives(t, e, []fault{
 		{"postgres fast restart", func() {
 			if err := e.pg.Restart("fast"); err != nil {
 				t.Fatal(err)
@@ -591,19 +597,52 @@ func TestSurvivesRestartsAndCuts(t *testing.T) {
 		{"walsender terminated", func() {
 			e.pg.Exec("postgres", "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walstream'")
 		}},
-		{"kafka commit refused", func() {
-			e.kafka.Cluster().ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-				r := req.(*kmsg.EndTxnRequest)
-				if !r.Commit {
-					return nil, nil, false
-				}
-				refused.Store(true)
-				resp := r.ResponseKind().(*kmsg.EndTxnResponse)
-				resp.ErrorCode = kerr.InvalidTxnState.Code
-				return resp, nil, true
-			})
-		}},
-		{"broker restart", e.kafka.Restart},
+		{"broker restart", restartBroker(syscall.SIGTERM)},
+		{"broker killed", restartBroker(syscall.SIGKILL)},
+	}, "postgres", "kafka")
+}
+
+// TestKafkaCommitRefused: the broker refuses a Kafka commit
+// (INVALID_TXN_STATE); walstream aborts, restarts its session from the
+// checkpoint and every row arrives once. It runs on kfake: only kfake can
+// answer one request of walstream's with an error.
+func TestKafkaCommitRefused(t *testing.T) {
+	e := newEnvOn(t, testenv.BrokerKfake)
+	var refused atomic.Bool
+	survives(t, e, []fault{{"kafka commit refused", func() {
+		e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			r := req.(*kmsg.EndTxnRequest)
+			if !r.Commit {
+				return nil, nil, false
+			}
+			refused.Store(true)
+			resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+			resp.ErrorCode = kerr.InvalidTxnState.Code
+			return resp, nil, true
+		})
+	}}}, "kafka")
+	if !refused.Load() {
+		t.Error("the injected EndTxn refusal never ran")
+	}
+}
+
+// fault is a named fault a test injects.
+type fault struct {
+	name   string
+	inject func()
+}
+
+// survives runs walstream under load through each fault in turn, waits
+// until the slot confirms everything after each, checks that every row
+// arrived once, and that a session ended and restarted for each peer named.
+func survives(t *testing.T, e *env, faults []fault, peers ...string) {
+	t.Helper()
+	p := e.start([]string{"--max-batch-events", "200"}).streaming(t)
+	seq := 0
+	batch := func() {
+		for i := 0; i < 4; i++ {
+			e.insertTx("Order", 1+i*150, 17, &seq, false)
+		}
 	}
 	for _, f := range faults {
 		batch()
@@ -614,12 +653,9 @@ func TestSurvivesRestartsAndCuts(t *testing.T) {
 	}
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
 	log := p.Log()
-	for _, peer := range []string{"postgres", "kafka"} {
+	for _, peer := range peers {
 		if !regexpFind(`msg="session ended, restarting from the checkpoint" slot=walstream peer=`+peer, log) {
 			t.Errorf("no session restart attributed to %s:\n%s", peer, grepLines(log, "session ended"))
 		}
-	}
-	if !refused.Load() {
-		t.Error("the injected EndTxn refusal never ran")
 	}
 }

@@ -342,7 +342,7 @@ func TestFailoverSafe(t *testing.T) {
 	primary.Exec("postgres", "ALTER SYSTEM SET synchronized_standby_slots = 'standby1'")
 	primary.Exec("postgres", "SELECT pg_reload_conf()")
 	primary.Exec("postgres", outboxDDL)
-	broker := testenv.StartBroker(t).Addr
+	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=primary",
 		primary.Port, standby.Port)
 	watchSlot(t, "walstream", primary, standby)
@@ -446,7 +446,7 @@ func TestFailoverPhantoms(t *testing.T) {
 	primary := testenv.StartPostgres(t, testenv.Version(failoverMajor))
 	standby := testenv.StartStandby(t, primary, testenv.StandbyConfig{Slot: "standby1", SyncSlots: true})
 	primary.Exec("postgres", outboxDDL)
-	broker := testenv.StartBroker(t).Addr
+	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
 	watchSlot(t, "walstream", primary, standby)
 
 	p := testenv.StartWalstream(t, binary, runArgs(primary.URL("postgres", "postgres"), broker))
@@ -525,7 +525,7 @@ func TestForeignCluster(t *testing.T) {
 	for _, pg := range []*testenv.Postgres{a, b} {
 		pg.Exec("postgres", outboxDDL)
 	}
-	broker := testenv.StartBroker(t).Addr
+	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
 	watchSlot(t, "walstream", a, b)
 	p := testenv.StartWalstream(t, binary, runArgs(a.URL("postgres", "postgres"), broker))
 	testenv.WaitStreaming(t, p, 60*time.Second)
@@ -605,7 +605,7 @@ func TestForeignCluster(t *testing.T) {
 func TestMissingSlotWithCheckpoint(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	pg.Exec("postgres", outboxDDL)
-	broker := testenv.StartBroker(t).Addr
+	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
 	watchSlot(t, "walstream", pg)
 	// Two hosts without target_session_attrs: walstream warns.
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable", pg.Port, pg.Port+1)
@@ -636,7 +636,7 @@ func TestMissingSlotWithCheckpoint(t *testing.T) {
 func TestRestoredServerBehindCheckpoint(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	pg.Exec("postgres", outboxDDL)
-	broker := testenv.StartBroker(t).Addr
+	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
 	watchSlot(t, "walstream", pg)
 	url := pg.URL("postgres", "postgres")
 	p := testenv.StartWalstream(t, binary, runArgs(url, broker))
@@ -714,7 +714,7 @@ func TestFailoverWithoutSlotCopy(t *testing.T) {
 	primary := testenv.StartPostgres(t, testenv.Version(failoverMajor))
 	standby := testenv.StartStandby(t, primary, testenv.StandbyConfig{Slot: "standby1"})
 	primary.Exec("postgres", outboxDDL)
-	broker := testenv.StartBroker(t).Addr
+	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=primary",
 		primary.Port, standby.Port)
 	watchSlot(t, "walstream", primary, standby)

@@ -84,8 +84,8 @@ func TestInit(t *testing.T) {
 	}
 
 	// walstream streams as that role, creating nothing.
-	e := &env{t: t, pg: pg, kafka: testenv.StartBroker(t)}
-	e.broker = e.kafka.Addr
+	e := &env{t: t, pg: pg, kafka: testenv.StartBroker(t, testenv.TestBroker())}
+	e.broker = e.kafka.Addr()
 	p := e.start([]string{"--pg-url", least, "--create=false"}).streaming(t)
 	seq := 0
 	e.insertTx("Order", 50, 5, &seq, false)

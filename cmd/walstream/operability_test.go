@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,7 +55,7 @@ func TestReadinessStates(t *testing.T) {
 		t.Errorf("plain /readyz of the standby = %d %q, want 503 not streaming", code, body)
 	}
 
-	e.kafka.Stop()
+	e.kafka.Stop(syscall.SIGTERM)
 	lost := time.Now()
 	want(a1, "/readyz", 503, "Kafka", 8*time.Second)
 	t.Logf("streaming instance not ready %s after the broker stopped", time.Since(lost).Round(100*time.Millisecond))
@@ -130,7 +131,7 @@ func TestStatusKafkaDown(t *testing.T) {
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
 	}
-	e.kafka.Stop()
+	e.kafka.Stop(syscall.SIGTERM)
 	var out, errOut bytes.Buffer
 	cmd := exec.Command(binary, "status", "--json", "--pg-url", e.pg.URL("postgres", "postgres"), "--kafka-brokers", e.broker)
 	cmd.Stdout, cmd.Stderr = &out, &errOut

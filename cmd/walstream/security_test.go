@@ -50,7 +50,7 @@ func newSecureEnv(t *testing.T) (*env, *testenv.CA) {
 	pg.Exec("postgres", "SELECT pg_create_logical_replication_slot('walstream', 'pgoutput')")
 	pg.PrependHBA("hostssl all walsec 127.0.0.1/32 scram-sha-256", "host all walsec 127.0.0.1/32 reject")
 
-	b := testenv.StartBroker(t, kfake.TLS(ca.ServerTLS(t, "127.0.0.1")), kfake.EnableSASL(),
+	b := testenv.StartKfake(t, kfake.TLS(ca.ServerTLS(t, "127.0.0.1")), kfake.EnableSASL(),
 		kfake.Superuser("SCRAM-SHA-256", "walstream", kafkaSecret))
 	// Debian's kcat (librdkafka 2.0.2) cannot authenticate to kfake ("SASL
 	// Handshake not supported by broker"), so here a franz-go consumer
@@ -60,7 +60,7 @@ func newSecureEnv(t *testing.T) (*env, *testenv.CA) {
 	if err != nil || !tc.RootCAs.AppendCertsFromPEM(pem) {
 		t.Fatalf("CA: %v", err)
 	}
-	e := &env{t: t, pg: pg, kafka: b, broker: b.Addr, reader: []kgo.Opt{kgo.DialTLSConfig(tc),
+	e := &env{t: t, pg: pg, kafka: b, broker: b.Addr(), reader: []kgo.Opt{kgo.DialTLSConfig(tc),
 		kgo.SASL(scram.Auth{User: "walstream", Pass: kafkaSecret}.AsSha256Mechanism())}}
 	return e, ca
 }
@@ -151,8 +151,8 @@ func TestSecureRefusals(t *testing.T) {
 			if strings.HasSuffix(tc.name, "wrong password") && strings.HasPrefix(tc.name, "kafka") {
 				// kfake closes the connection on bad credentials; Kafka
 				// answers SASL_AUTHENTICATION_FAILED, as this makes it do.
-				e.kafka.Cluster().ControlKey(int16(kmsg.SASLAuthenticate), func(req kmsg.Request) (kmsg.Response, error, bool) {
-					e.kafka.Cluster().KeepControl()
+				e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.SASLAuthenticate), func(req kmsg.Request) (kmsg.Response, error, bool) {
+					e.kafka.(*testenv.Kfake).Cluster().KeepControl()
 					resp := req.(*kmsg.SASLAuthenticateRequest).ResponseKind().(*kmsg.SASLAuthenticateResponse)
 					resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
 					msg := "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"

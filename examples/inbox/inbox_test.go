@@ -125,14 +125,16 @@ func writeOutbox(ctx context.Context, url string, committed *atomic.Int64) error
 // the inbox (database inbox), a broker, and walstream between them.
 type env struct {
 	pg     *testenv.Postgres
-	broker *testenv.Broker
+	broker testenv.Broker
 	outbox *pgx.Conn
 	inbox  *pgx.Conn
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{pg: testenv.StartPostgres(t), broker: testenv.StartBroker(t)}
+	broker := testenv.StartBrokerAsync(t, testenv.TestBroker())
+	e := &env{pg: testenv.StartPostgres(t)}
+	e.broker = broker()
 	ddl, err := os.ReadFile("../../testdata/outbox.sql")
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +149,7 @@ func (e *env) consumer(t *testing.T, args ...string) *proc {
 	t.Helper()
 	return start(t, "inbox", inboxBin, append([]string{
 		"--pg-url", e.pg.URL("postgres", "inbox"),
-		"--kafka-brokers", e.broker.Addr,
+		"--kafka-brokers", e.broker.Addr(),
 		"--topic-interval", "100ms",
 	}, args...)...)
 }
@@ -172,7 +174,7 @@ func TestExactlyOnceAcrossKills(t *testing.T) {
 	e := newEnv(t)
 	ws := start(t, "walstream", walstreamBin, "run",
 		"--pg-url", e.pg.URL("postgres", "postgres"),
-		"--kafka-brokers", e.broker.Addr,
+		"--kafka-brokers", e.broker.Addr(),
 		"--table", "public.outbox",
 		"--http-addr", "",
 		"--status-interval", "1s",
@@ -336,7 +338,7 @@ func TestRecordWithoutIDStops(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const topic = "outbox.event.Bad"
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.broker.Addr))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.broker.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
