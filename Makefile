@@ -50,7 +50,7 @@ chaos: deps
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./decode ./publish
 
-# The end-to-end benchmark (BENCHMARKS.md): its own Postgres 15 and broker,
+# The end-to-end benchmark (docs/benchmarks.md): its own Postgres 15 and broker,
 # pg_recvlogical as the ceiling, walstream built from this tree. Results go
 # to bench/results/ (walbench.json, walbench.md, logs, profiles).
 # BENCH_FLAGS=-profile adds a profiled run; -h lists the flags.
@@ -60,7 +60,7 @@ bench-e2e: deps
 
 # walstream's profile for profile-guided optimization, which go build
 # applies to every build of walstream: its CPU profile over a backlog drain,
-# a huge transaction and two live loads, taken by walbench (BENCHMARKS.md).
+# a huge transaction and two live loads, taken by walbench (docs/benchmarks.md).
 pgo: deps
 	$(GO) run ./cmd/walbench -out $(CURDIR)/bench/pgo -pgo $(CURDIR)/cmd/walstream/default.pgo \
 		-scenarios backlog,huge,latency -runs 1 -rows 500000 -huge-runs 1 -huge-rows 500000 \

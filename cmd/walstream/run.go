@@ -27,7 +27,7 @@ import (
 // environment. walstream's memory is bounded by its queue and batch limits,
 // not by the collector, and against Go's default of 100, 200 cut the CPU
 // per row of a backlog drain by 19-22 % in two pairs of runs, for 20 MB
-// more peak RSS (BENCHMARKS.md).
+// more peak RSS (docs/benchmarks.md).
 const defaultGOGC = 200
 
 // runStream streams until ctx ends or a permanent error, which it also
