@@ -5,7 +5,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build deps test demo bench bench-e2e pgo fuzz lint chaos image
+.PHONY: build deps test demo docs bench bench-e2e pgo fuzz lint chaos image
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/walstream ./cmd/walstream
@@ -34,6 +34,13 @@ test: deps
 
 demo: deps
 	bash scripts/demo.sh
+
+# The generated parts of docs/: the configuration reference from the
+# settings table in cmd/walstream/config.go, the metrics reference from the
+# collectors walstream registers. make test fails when they are stale
+# (TestReference).
+docs:
+	$(GO) test ./cmd/walstream -run '^TestReference$$' -count=1 -update
 
 # The long chaos run: walstream killed, Postgres and the broker restarted and
 # the network cut for CHAOS_DURATION under load, then every row checked.

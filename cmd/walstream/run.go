@@ -61,8 +61,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "transactional_id", cfg.TransactionalID,
 		"gogc", gogc)
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	p := pipeline.New(cfg.Config, log, reg)
 	stopHTTP, err := serveHTTP(reg, p, cfg, log)
 	if err != nil {
@@ -71,6 +70,15 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 	defer stopHTTP()
 	ran = true
 	return flagHints(p.Run(ctx))
+}
+
+// newRegistry is the registry /metrics serves, holding Go's and the
+// process's collectors; pipeline.New registers walstream's own on it.
+// docs/metrics.md is generated from the same registry (TestReference).
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // flagHints adds the flag that changes the outcome to errors that have one.
