@@ -62,7 +62,7 @@ type setting struct {
 // settings are every flag but the outbox router's (routerFlags).
 func (c *Config) settings() []setting {
 	return []setting{
-		{"config", &c.ConfigFile, nil, "", "YAML config file: settings by flag name, Debezium outbox router settings under outbox:, per-table ones under tables: (see README)"},
+		{"config", &c.ConfigFile, nil, "", "YAML config file: settings by flag name, Debezium outbox router settings under outbox:, per-table ones under tables: (see docs/configuration.md)"},
 		{"pg-url", &c.PGURL, nil, "", "Postgres connection URL or DSN of the primary (required); to follow a promotion, list every failover candidate with target_session_attrs=primary"},
 		{"pg-password-file", &c.PGPasswordFile, nil, "", "file holding the Postgres password (else the URL, passfile or ~/.pgpass)"},
 		{"kafka-brokers", &c.Brokers, nil, "Kafka.Brokers", "comma-separated Kafka bootstrap brokers (required)"},
@@ -78,9 +78,9 @@ func (c *Config) settings() []setting {
 		{"publication", &c.Publication, pipeline.DefaultPublication, "", "publication of the outbox table"},
 		{"table", &c.Table, pipeline.DefaultTable, "", "outbox tables, schema-qualified and comma-separated; they share the slot and the publication"},
 		{"create", &c.Create, true, "", "create the publication and slot when missing; with false, a missing one is an error that gives the SQL to create it"},
-		{"allow-slot-ahead", &c.AllowSlotAhead, nil, "", "start even though the slot is ahead of the checkpoint in Kafka, creating a missing slot (events may be missing; see README)"},
-		{"accept-phantoms", &c.Accept.Phantoms, nil, "", "go on after phantom events (published from WAL the server's history lacks), from where the histories part (see README, Postgres failover)"},
-		{"accept-system-change", &c.Accept.SystemChange, nil, "", "go on from the slot when the server is another cluster than the checkpoint's (see README, Postgres failover)"},
+		{"allow-slot-ahead", &c.AllowSlotAhead, nil, "", "start even though the slot is ahead of the checkpoint in Kafka, creating a missing slot (events may be missing; see docs/postgres.md, Recovery)"},
+		{"accept-phantoms", &c.Accept.Phantoms, nil, "", "go on after phantom events (published from WAL the server's history lacks), from where the histories part (see docs/postgres.md, Phantom events)"},
+		{"accept-system-change", &c.Accept.SystemChange, nil, "", "go on from the slot when the server is another cluster than the checkpoint's (see docs/postgres.md, Another cluster)"},
 		{"failover-slot", &c.FailoverSlot, true, "", "create the slot as a failover slot where the server supports it (Postgres 17 and later)"},
 		{"checkpoint-topic", &c.CheckpointTopic, pipeline.DefaultCheckpointTopic, "CheckpointTopic", "compacted topic holding checkpoints, created when missing"},
 		{"checkpoint-key", &c.CheckpointKey, nil, "", "key of this stream's checkpoints (default: the slot name)"},
@@ -104,8 +104,8 @@ func (c *Config) settings() []setting {
 		{"message-prefix", &c.MessagePrefix, "walstream", "", "prefix of transactional pg_logical_emit_message() outbox events; empty: ignore logical messages"},
 		{"on-error", &c.OnError, onErrorFail, "", "a row that cannot become a record: fail (stop, confirm nothing past it) or dead-letter (write it to --dlq-topic and go on)"},
 		{"dlq-topic", &c.SkipTopic, pipeline.DefaultDeadLetterTopic, "SkipTopic DeadLetterTopic", "dead-letter topic, with --on-error=dead-letter or --skip-event"},
-		{"skip-event", &c.SkipEventText, nil, "", "one event that cannot be published, as a stop message names it (<commit LSN>:<ordinal>): it goes to --dlq-topic with its reason and the skip is recorded in the checkpoint; nothing else is skipped (see README)"},
-		{"accept-recreated-table", &c.AcceptRecreatedText, nil, "", "outbox tables accepted as dropped and recreated, as schema.table=<new OID>, comma-separated, once the rows the recreation lost are dealt with (see README)"},
+		{"skip-event", &c.SkipEventText, nil, "", "one event that cannot be published, as a stop message names it (<commit LSN>:<ordinal>): it goes to --dlq-topic with its reason and the skip is recorded in the checkpoint; nothing else is skipped (see docs/outbox.md, Bad input)"},
+		{"accept-recreated-table", &c.AcceptRecreatedText, nil, "", "outbox tables accepted as dropped and recreated, as schema.table=<new OID>, comma-separated, once the rows the recreation lost are dealt with (see docs/postgres.md, A recreated outbox table)"},
 		{"max-record-bytes", &c.MaxRecordBytes, pipeline.DefaultMaxRecordBytes, "MaxRecordBytes", "largest record to send; keep it within the topics' max.message.bytes"},
 		{"slot-poll-interval", &c.SlotPollInterval, pipeline.DefaultSlotPollInterval, "SlotPollInterval", "how often the slot's state is read for metrics and checked"},
 		{"ready-confirm-age", &c.ReadyConfirmAge, pipeline.DefaultReadyConfirmAge, "ReadyConfirmAge", "/readyz fails when no position was confirmed to Postgres for this long"},
@@ -115,7 +115,7 @@ func (c *Config) settings() []setting {
 		{"log-level", &c.LogLevel, "info", "", "debug, info, warn or error"},
 		{"log-format", &c.LogFormat, "text", "", "text or json"},
 		{"topic-creation", &parsed{parse: func(s string) (err error) { c.TopicCreation, err = publish.ParseTopicCreationText(s); return err }}, nil, "",
-			"create missing outbox and dead-letter topics with Kafka Connect topic.creation.* settings, name=value separated by ; or new lines, e.g. default.partitions=6;default.replication.factor=3 (see README); empty: rely on the broker's auto.create.topics.enable"},
+			"create missing outbox and dead-letter topics with Kafka Connect topic.creation.* settings, name=value separated by ; or new lines, e.g. default.partitions=6;default.replication.factor=3 (see docs/kafka.md); empty: rely on the broker's auto.create.topics.enable"},
 	}
 }
 

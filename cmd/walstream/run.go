@@ -99,7 +99,7 @@ func flagHints(err error) error {
 	case errors.As(err, &recreated):
 		return fmt.Errorf("%w (--accept-recreated-table %s=%d)", err, recreated.Table, recreated.NewOID)
 	case errors.As(err, &bad) && bad.Event.CommitLSN != 0:
-		return fmt.Errorf("%w (to send this one event to --dlq-topic and go on: --skip-event %s; see README, Bad input)", err, bad.Event.Ref())
+		return fmt.Errorf("%w (to send this one event to --dlq-topic and go on: --skip-event %s; see docs/outbox.md, Bad input)", err, bad.Event.Ref())
 	}
 	return err
 }
