@@ -38,7 +38,7 @@ demo: deps
 # The generated parts of docs/: the configuration reference from the
 # settings table in cmd/walstream/config.go, the metrics reference from the
 # collectors walstream registers. make test fails when they are stale
-# (TestReference).
+# (TestReference); TestDocs checks every link, anchor and flag in docs/.
 docs:
 	$(GO) test ./cmd/walstream -run '^TestReference$$' -count=1 -update
 
