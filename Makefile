@@ -5,7 +5,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build deps test demo bench bench-e2e pgo fuzz lint chaos image
+.PHONY: build deps test demo docs bench bench-e2e pgo fuzz lint chaos image
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/walstream ./cmd/walstream
@@ -35,6 +35,13 @@ test: deps
 demo: deps
 	bash scripts/demo.sh
 
+# The generated parts of docs/: the configuration reference from the
+# settings table in cmd/walstream/config.go, the metrics reference from the
+# collectors walstream registers. make test fails when they are stale
+# (TestReference); TestDocs checks every link, anchor and flag in docs/.
+docs:
+	$(GO) test ./cmd/walstream -run '^TestReference$$' -count=1 -update
+
 # The long chaos run: walstream killed, Postgres and the broker restarted and
 # the network cut for CHAOS_DURATION under load, then every row checked.
 # `make test` runs a short variant of the same suite. CHAOS_FLAGS adds flags,
@@ -50,7 +57,7 @@ chaos: deps
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./decode ./publish
 
-# The end-to-end benchmark (BENCHMARKS.md): its own Postgres 15 and broker,
+# The end-to-end benchmark (docs/benchmarks.md): its own Postgres 15 and broker,
 # pg_recvlogical as the ceiling, walstream built from this tree. Results go
 # to bench/results/ (walbench.json, walbench.md, logs, profiles).
 # BENCH_FLAGS=-profile adds a profiled run; -h lists the flags.
@@ -60,7 +67,7 @@ bench-e2e: deps
 
 # walstream's profile for profile-guided optimization, which go build
 # applies to every build of walstream: its CPU profile over a backlog drain,
-# a huge transaction and two live loads, taken by walbench (BENCHMARKS.md).
+# a huge transaction and two live loads, taken by walbench (docs/benchmarks.md).
 pgo: deps
 	$(GO) run ./cmd/walbench -out $(CURDIR)/bench/pgo -pgo $(CURDIR)/cmd/walstream/default.pgo \
 		-scenarios backlog,huge,latency -runs 1 -rows 500000 -huge-runs 1 -huge-rows 500000 \

@@ -481,7 +481,7 @@ func (e *TableRecreatedError) Error() string {
 		"rows committed to the new table before it was added to the publication were never sent by Postgres. "+
 		"To recover: find those rows (SELECT them from %s by id or time) and insert them again, or accept the loss; "+
 		"then accept the new table (OID %d) and restart. To avoid this, create the table and add it to the publication "+
-		"in one transaction, or use a publication FOR TABLES IN SCHEMA (see README)",
+		"in one transaction, or use a publication FOR TABLES IN SCHEMA (see docs/outbox.md, Changes to the outbox table)",
 		e.Table, e.OldOID, e.NewOID, where, e.Table, e.NewOID)
 }
 

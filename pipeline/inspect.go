@@ -95,7 +95,7 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 	switch {
 	case !st.Exists && in.Found:
 		in.Problems = append(in.Problems, fmt.Sprintf("slot %q does not exist, but Kafka holds checkpoint %s: it was dropped, or the server was "+
-			"promoted from a standby without a copy of it; rows committed since the checkpoint cannot be streamed (see README, Postgres failover)",
+			"promoted from a standby without a copy of it; rows committed since the checkpoint cannot be streamed (see docs/postgres.md, The slot is missing)",
 			slot, in.Checkpoint))
 	case !st.Exists:
 		in.Problems = append(in.Problems, fmt.Sprintf("slot %q does not exist", slot))

@@ -136,12 +136,12 @@ func (e *DivergedError) Error() string {
 		return fmt.Sprintf("the server is another Postgres cluster: system identifier %s, but checkpoint %q (at %s) was written "+
 			"from system %s. This usually means the database was restored from a backup into a new cluster, a new cluster was created, "+
 			"or the URL now reaches a different host. walstream will not compare LSNs of two systems; "+
-			"to go on from slot %q's position on the new system, accept the system change (see README, Postgres failover)",
+			"to go on from slot %q's position on the new system, accept the system change (see docs/postgres.md, Another cluster)",
 			srv.SystemID, e.CheckpointKey, cp, cp.Identity.SystemID, e.Slot)
 	case OffHistory:
 		return fmt.Sprintf("checkpoint %q was written on timeline %d at %s, which is not in the history of the server's timeline %d "+
 			"(system %s): the server is an old primary that a standby was promoted over, or a branch that never saw that timeline. "+
-			"Point walstream at the current primary (a multi-host URL with target_session_attrs=primary); see README, Postgres failover",
+			"Point walstream at the current primary (a multi-host URL with target_session_attrs=primary); see docs/postgres.md, A checkpoint not in the server's history",
 			e.CheckpointKey, cp.Identity.Timeline, cp, srv.Timeline, srv.SystemID)
 	case Phantoms:
 		count := "an unknown number of"
@@ -158,14 +158,14 @@ func (e *DivergedError) Error() string {
 				"with another stream; the server's WAL may differ from what was published before %s too. Those events are in Kafka but "+
 				"their transactions are not in the database, and transactions the server commits below %s would be skipped. "+
 				"Reconcile the phantom events downstream, then accept them to go on from the slot's position %s, publishing every "+
-				"transaction after it (events between %s and where the copy ends may be published again; see README, Postgres failover)",
+				"transaction after it (events between %s and where the copy ends may be published again; see docs/postgres.md, Phantom events)",
 				count, e.Placement.Fork, reach(cp), srv.Timeline, e.Placement.Fork, e.CheckpointKey, cp, e.Placement.Fork, reach(cp), e.From, e.From)
 		}
 		return fmt.Sprintf("phantom events: %s events were published from WAL between %s and %s that the server does not have: "+
 			"timeline %d forked to the server's timeline %d at %s, but checkpoint %q is at %s. Those events are in Kafka but their "+
 			"transactions are not in the database (a standby that had not received them was promoted); transactions the server "+
 			"commits from %s on would be skipped. Reconcile the phantom events downstream, then accept them to go on from %s, "+
-			"publishing every transaction of the server's history after it (see README, Postgres failover)",
+			"publishing every transaction of the server's history after it (see docs/postgres.md, Phantom events)",
 			count, e.Placement.Fork, reach(cp), cp.Identity.Timeline, srv.Timeline, e.Placement.Fork, e.CheckpointKey, cp, e.Placement.Fork, e.Placement.Fork)
 	}
 	return fmt.Sprintf("checkpoint %q at %s does not match the server (%s): %s", e.CheckpointKey, cp, srv.SystemID, e.Placement.Verdict)

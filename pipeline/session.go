@@ -304,7 +304,7 @@ func (s *session) creatable(ctx context.Context, conn *pgx.Conn, srv replication
 			"the slot was dropped, or this server was promoted from a standby that had no copy of it (not a failover slot). "+
 			"Postgres cannot create a slot in the past, so rows committed after the checkpoint and before a new slot exists cannot be streamed; "+
 			"walstream does not recreate it. Reconcile those rows, then start once accepting a slot ahead of the checkpoint, which creates it "+
-			"(see README, Postgres failover)",
+			"(see docs/postgres.md, The slot is missing)",
 			ErrSlotMissing, cfg.Names.Slot, srv.SystemID, cfg.CheckpointKey, cfg.CheckpointTopic, cp, at.Format(time.RFC3339), cp.Identity)
 	}
 	return create, nil
@@ -386,7 +386,7 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, sr
 		return next.At(slot.ConfirmedFlush), false, nil
 	}
 	return cp, true, fmt.Errorf("%w: slot %q confirmed_flush_lsn %s, checkpoint %q in topic %s at %s: events in between may be missing "+
-		"(was the slot dropped and recreated?); see README, Recovery, then restart allowing the slot to be ahead to accept the gap",
+		"(was the slot dropped and recreated?); see docs/postgres.md, A slot ahead of the checkpoint, then restart allowing the slot to be ahead to accept the gap",
 		ErrSlotAhead, cfg.Names.Slot, slot.ConfirmedFlush, cfg.CheckpointKey, cfg.CheckpointTopic, next)
 }
 

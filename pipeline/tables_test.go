@@ -85,7 +85,7 @@ func TestTablesDroppedSinceCheckpoint(t *testing.T) {
 		not     string
 	}{
 		{"dropped", recorded, 300, nil, []string{`table "public"."outbox": was dropped after checkpoint 0/16B3748 (OID 100) and does not exist now`,
-			`before it is added to publication "walstream_outbox" are never sent`, "see README, Recovery: a recreated outbox table",
+			`before it is added to publication "walstream_outbox" are never sent`, "see docs/postgres.md, A recreated outbox table",
 			`BEGIN; CREATE TABLE "public"."outbox" (...); ALTER PUBLICATION "walstream_outbox" ADD TABLE "public"."outbox"; COMMIT`}, "does not exist;"},
 		{"dropped, accepted as recreated", recorded, 300, map[string]uint32{"public.outbox": 200}, []string{"was dropped after checkpoint 0/16B3748 (OID 100)"}, ""},
 		{"dropped, and another recreated", recorded, 400, nil, []string{"was dropped after checkpoint 0/16B3748 (OID 100)"}, ""},

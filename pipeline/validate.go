@@ -10,7 +10,7 @@ import (
 )
 
 // Defaults of Config's fields, named so that a command's help and the
-// README agree with the code.
+// docs agree with the code.
 const (
 	DefaultSlot             = "walstream"
 	DefaultPublication      = "walstream_outbox"

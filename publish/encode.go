@@ -313,7 +313,7 @@ func structString(dst []byte, col *decode.Column, ev *decode.Event, expanded *js
 		dst = expanded.javaString(append(dst, "payload="...))
 	case ev.Payload != nil && ev.PayloadBinary:
 		sep()
-		dst = append(append(dst, "payload="...), ev.Payload...) // see README: Java would print a buffer
+		dst = append(append(dst, "payload="...), ev.Payload...) // see docs/debezium.md, Known differences: Java would print a buffer
 	case ev.Payload != nil:
 		sep()
 		if dst, err = javaString(append(dst, "payload="...), col, ev.Payload); err != nil {

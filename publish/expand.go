@@ -276,7 +276,7 @@ func (x expander) arrayItems(key string, n *jsonNode) (*connectSchema, error) {
 	}
 	// Debezium merges the distinct element schemas in HashSet order; for
 	// elements of one shape that is the shape, otherwise walstream merges in
-	// element order (see README).
+	// element order (see docs/debezium.md, Known differences).
 	var merged *connectSchema
 	for _, it := range n.items {
 		if it.kind != '{' {

@@ -286,7 +286,7 @@ func TestProducerCreatesTopics(t *testing.T) {
 // Without TopicCreation and with broker auto-creation off, a record to a
 // missing topic fails the transaction with UNKNOWN_TOPIC_OR_PARTITION,
 // naming the topic and the event: nothing is committed or confirmed, and
-// every retry fails the same way until the topic exists (README).
+// every retry fails the same way until the topic exists (docs/kafka.md).
 func TestProducerWithoutAutoCreation(t *testing.T) {
 	conn, _ := cluster(t, 1)
 	p := producerOn(t, conn, nil, "", slog.New(slog.NewTextHandler(&logBuffer{}, nil)))

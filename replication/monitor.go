@@ -216,7 +216,7 @@ func (m *Monitor) sameTables(ctx context.Context) error {
 		if watched && info.OID != want {
 			return &SetupError{Object: "table " + info.Table.SQL(),
 				Reason: fmt.Sprintf("was dropped and recreated while streaming (OID %d, now %d): rows committed to it before it was added to publication %q again were never sent", want, info.OID, m.Names.Publication),
-				Fix:    "see README, Recovery: a recreated outbox table; next time " + m.Names.RecreateAdvice(info.Table)}
+				Fix:    "see docs/postgres.md, A recreated outbox table; next time " + m.Names.RecreateAdvice(info.Table)}
 		}
 		if m.CheckTable != nil {
 			if err := m.CheckTable(info); err != nil {
@@ -232,16 +232,16 @@ func (st SlotState) fatal(n Names) error {
 	slot := fmt.Sprintf("slot %q", n.Slot)
 	switch {
 	case !st.Exists:
-		return &SetupError{Object: slot, Reason: "was dropped while streaming: events may be missing", Fix: "never recreate it silently; see README, Postgres failover"}
+		return &SetupError{Object: slot, Reason: "was dropped while streaming: events may be missing", Fix: "never recreate it silently; see docs/postgres.md, A slot invalidated or dropped"}
 	case st.WALStatus == "lost":
 		return &SetupError{Object: slot, Reason: "was invalidated while streaming (wal_status = lost): events may be missing",
-			Fix: "see README, Recovery; raise max_slot_wal_keep_size so that it does not happen again"}
+			Fix: "see docs/postgres.md, A slot invalidated or dropped; raise max_slot_wal_keep_size so that it does not happen again"}
 	case !st.PublicationOK:
 		return &SetupError{Object: fmt.Sprintf("publication %q", n.Publication), Reason: "was dropped while streaming",
 			Fix: "recreate it with: " + n.PublicationSQL() + "; events committed meanwhile are not published"}
 	case len(st.Missing) > 0:
 		return &SetupError{Object: "table " + tableList(st.Missing), Reason: fmt.Sprintf("is no longer in publication %q (dropped or removed) while streaming", n.Publication),
-			Fix: n.addTablesSQL(st.Missing) + "; if it was dropped, rows committed to the new table before that are never sent: see README, Recovery, and next time " +
+			Fix: n.addTablesSQL(st.Missing) + "; if it was dropped, rows committed to the new table before that are never sent: see docs/postgres.md, A recreated outbox table, and next time " +
 				n.RecreateAdvice(st.Missing[0])}
 	}
 	return nil

@@ -274,7 +274,7 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, n Names, create Create) er
 	if !create.Slot {
 		return &SetupError{Object: obj, Reason: "does not exist and creating it is off",
 			Fix: "if walstream never streamed from it, create it with: " + n.CreateSlotSQL(failover) +
-				"; if it did, rows may be lost: see README, Postgres failover"}
+				"; if it did, rows may be lost: see docs/postgres.md, The slot is missing"}
 	}
 	if _, err := conn.Exec(ctx, n.CreateSlotSQL(failover)); err != nil {
 		return fmt.Errorf("creating %s: %w", obj, err)
@@ -295,7 +295,7 @@ func CheckSlot(name string, s Slot, database string) error {
 		return &SetupError{Object: obj, Reason: fmt.Sprintf("belongs to database %q, not %q", s.Database, database)}
 	case s.WALStatus == "lost":
 		return &SetupError{Object: obj, Reason: "is invalidated (wal_status = lost): the WAL it needed was removed, events may be missing",
-			Fix: "recreate the slot deliberately and reconcile the outbox, then restart allowing the slot to be ahead of the checkpoint (see README, Recovery)"}
+			Fix: "recreate the slot deliberately and reconcile the outbox, then restart allowing the slot to be ahead of the checkpoint (see docs/postgres.md, A slot invalidated or dropped)"}
 	}
 	return nil
 }

@@ -120,7 +120,7 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig, log *slog
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42704" { // undefined_object
 			return nil, &SetupError{Object: fmt.Sprintf("slot %q", n.Slot), Reason: "does not exist (dropped?): events may be missing",
-				Fix: "never recreate it silently; see README, Postgres failover"}
+				Fix: "never recreate it silently; see docs/postgres.md, The slot is missing"}
 		}
 		return nil, fmt.Errorf("starting replication on slot %s: %w", n.Slot, err)
 	}
@@ -321,7 +321,7 @@ func (s *Stream) sendStatus(ctx context.Context, pos Confirmer) error {
 func (s *Stream) serverError(err *pgconn.PgError) error {
 	if err.Code == "55000" && strings.Contains(err.Message, "invalidated") { // object_not_in_prerequisite_state
 		return &SetupError{Object: fmt.Sprintf("slot %q", s.cfg.Names.Slot), Reason: "was invalidated while streaming: " + err.Message,
-			Fix: "events may be missing; see README, Recovery"}
+			Fix: "events may be missing; see docs/postgres.md, A slot invalidated or dropped"}
 	}
 	return fmt.Errorf("slot %s: server error: %w", s.cfg.Names.Slot, err)
 }

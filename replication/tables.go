@@ -116,7 +116,7 @@ func (n Names) TableDropped(t Table, oid uint32, since string) error {
 	return &SetupError{Object: "table " + t.SQL(),
 		Reason: fmt.Sprintf("was dropped after checkpoint %s (OID %d) and does not exist now: rows committed to a table created again under its name before it is added to publication %q are never sent by Postgres",
 			since, oid, n.Publication),
-		Fix: "see README, Recovery: a recreated outbox table; " + n.RecreateAdvice(t) + "; walstream then stops at the new table's OID until it is accepted"}
+		Fix: "see docs/postgres.md, A recreated outbox table; " + n.RecreateAdvice(t) + "; walstream then stops at the new table's OID until it is accepted"}
 }
 
 // RecreateAdvice is how to create an outbox table again without losing

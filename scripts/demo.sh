@@ -4,7 +4,7 @@
 # read_committed consumer (kcat) then sees. Stops everything it started,
 # unless DEMO_KEEP is set.
 #
-# Variables (README, Quickstart):
+# Variables (docs/getting-started.md, Try it locally):
 #   PGBIN           Postgres server binaries (default /usr/lib/postgresql/15/bin)
 #   DEMO_PG_PORT    Postgres port on 127.0.0.1 (default 55432)
 #   DEMO_BROKER     the local broker's address (default 127.0.0.1:59092)

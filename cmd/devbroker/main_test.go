@@ -94,7 +94,7 @@ func startBroker(t *testing.T) *testBroker {
 	}
 	defer admin.Close()
 	// A topic created by request is persisted at once; an auto-created one
-	// is not (README, the local broker).
+	// is not (docs/getting-started.md, The local broker).
 	if _, err := kadm.NewClient(admin).CreateTopic(ctx, 1, 1, nil, testTopic); err != nil {
 		t.Fatalf("creating topic %s: %v", testTopic, err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Defaults, named so that --help and BENCHMARKS.md agree with the code.
+// Defaults, named so that --help and docs/benchmarks.md agree with the code.
 const (
 	DefaultRows            = 1_000_000
 	DefaultRowsPerTx       = 1
@@ -75,7 +75,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs := flag.NewFlagSet("walbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: walbench [flags]\n\nEnd-to-end benchmark of walstream against pg_recvlogical; see BENCHMARKS.md.\n\nFlags:\n")
+		fmt.Fprintf(stderr, "Usage: walbench [flags]\n\nEnd-to-end benchmark of walstream against pg_recvlogical; see docs/benchmarks.md.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.IntVar(&cfg.Rows, "rows", DefaultRows, "outbox rows preloaded for each backlog run")
@@ -91,7 +91,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&cfg.LatencyWriters, "latency-writers", DefaultLatencyWriters, "Postgres connections inserting rows in the latency scenario")
 	scenarios := fs.String("scenarios", DefaultScenarios, "scenarios to run, comma-separated: backlog, huge, latency")
 	fs.BoolVar(&cfg.Profile, "profile", false, "add one profiled backlog run (perf for every process, a pprof CPU profile of the broker); its figures are not in the medians")
-	fs.StringVar(&cfg.PGO, "pgo", "", "write walstream's CPU profile over every measured phase, merged, to this file (cmd/walstream/default.pgo: see BENCHMARKS.md); walstream then runs with --pprof-addr, and the report names it")
+	fs.StringVar(&cfg.PGO, "pgo", "", "write walstream's CPU profile over every measured phase, merged, to this file (cmd/walstream/default.pgo: see docs/benchmarks.md); walstream then runs with --pprof-addr, and the report names it")
 	fs.StringVar(&cfg.PGURL, "pg-url", "", "use this Postgres (superuser, wal_level=logical) instead of starting a throwaway cluster")
 	fs.StringVar(&cfg.PGBin, "pg-bin", DefaultPGBin, "directory of the Postgres 15 server binaries")
 	fs.StringVar(&cfg.RecvLogical, "pg-recvlogical", "", "pg_recvlogical binary (default: in -pg-bin, else on PATH)")

@@ -11,7 +11,7 @@
 //     a fixed offered load.
 //
 // It prints a markdown table and writes every figure as JSON. See
-// BENCHMARKS.md for the method and the results.
+// docs/benchmarks.md for the method and the results.
 package main
 
 import (

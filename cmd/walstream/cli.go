@@ -164,7 +164,7 @@ func checkWebConfig(path string) error {
 	if errors.As(err, &pe) {
 		return err
 	}
-	return fmt.Errorf("%s is not a valid web config (tls_server_config, basic_auth_users; see README, The metrics endpoint): %s",
+	return fmt.Errorf("%s is not a valid web config (tls_server_config, basic_auth_users; see docs/operations.md, The metrics endpoint): %s",
 		path, quoted.ReplaceAllString(strings.ReplaceAll(err.Error(), "\n", " "), "(…)"))
 }
 

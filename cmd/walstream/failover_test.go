@@ -621,7 +621,7 @@ func TestMissingSlotWithCheckpoint(t *testing.T) {
 	insertRows(t, pg, 5, "lost") // committed while no slot exists: never streamed
 
 	out := waitExit(t, testenv.StartWalstream(t, binary, runArgs(url, broker)), 60*time.Second)
-	wantIn(t, "the log", out, `slot "walstream"`, "does not exist", "checkpoint", "--allow-slot-ahead", "Postgres failover")
+	wantIn(t, "the log", out, `slot "walstream"`, "does not exist", "checkpoint", "--allow-slot-ahead", "The slot is missing")
 	if strings.Contains(out, "create it with") {
 		t.Errorf("the error still advises creating the slot as if nothing were lost:\n%s", out)
 	}
@@ -731,7 +731,7 @@ func TestFailoverWithoutSlotCopy(t *testing.T) {
 	}
 	insertRows(t, standby, 5, "meanwhile") // before any slot exists on the new primary: not published
 	out := waitExit(t, p, 60*time.Second)
-	wantIn(t, "the log", out, `slot "walstream" does not exist`, "checkpoint", "not a failover slot", "--allow-slot-ahead", "Postgres failover")
+	wantIn(t, "the log", out, `slot "walstream" does not exist`, "checkpoint", "not a failover slot", "--allow-slot-ahead", "The slot is missing")
 	slotRecreatedOnRequest(t, standby, url, broker, before)
 }
 

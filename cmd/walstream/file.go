@@ -134,7 +134,7 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
 						at(k, "%s is %q; walstream is %s", k.Value, value, decode.RouterType)
 					}
 				} else if key, err := decode.CanonicalRouterKey(k.Value); err != nil {
-					at(k, "%v (see README, Debezium compatibility)", err)
+					at(k, "%v (see docs/debezium.md, Refused settings)", err)
 				} else {
 					apply(k, v, routerFlagNames[key], true)
 				}

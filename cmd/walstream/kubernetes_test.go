@@ -11,7 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// TestKubernetesManifest pins the rollout design README argues: both a
+// TestKubernetesManifest pins the rollout design docs/getting-started.md argues: both a
 // streaming pod and a healthy standby are Ready, a new pod is Ready before
 // an old one stops, the image is pinned, and the least-privilege role does
 // not create the slot.

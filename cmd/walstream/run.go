@@ -27,7 +27,7 @@ import (
 // environment. walstream's memory is bounded by its queue and batch limits,
 // not by the collector, and against Go's default of 100, 200 cut the CPU
 // per row of a backlog drain by 19-22 % in two pairs of runs, for 20 MB
-// more peak RSS (BENCHMARKS.md).
+// more peak RSS (docs/benchmarks.md).
 const defaultGOGC = 200
 
 // runStream streams until ctx ends or a permanent error, which it also
@@ -61,8 +61,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "transactional_id", cfg.TransactionalID,
 		"gogc", gogc)
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	p := pipeline.New(cfg.Config, log, reg)
 	stopHTTP, err := serveHTTP(reg, p, cfg, log)
 	if err != nil {
@@ -71,6 +70,15 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 	defer stopHTTP()
 	ran = true
 	return flagHints(p.Run(ctx))
+}
+
+// newRegistry is the registry /metrics serves, holding Go's and the
+// process's collectors; pipeline.New registers walstream's own on it.
+// docs/metrics.md is generated from the same registry (TestReference).
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // flagHints adds the flag that changes the outcome to errors that have one.
@@ -91,7 +99,7 @@ func flagHints(err error) error {
 	case errors.As(err, &recreated):
 		return fmt.Errorf("%w (--accept-recreated-table %s=%d)", err, recreated.Table, recreated.NewOID)
 	case errors.As(err, &bad) && bad.Event.CommitLSN != 0:
-		return fmt.Errorf("%w (to send this one event to --dlq-topic and go on: --skip-event %s; see README, Bad input)", err, bad.Event.Ref())
+		return fmt.Errorf("%w (to send this one event to --dlq-topic and go on: --skip-event %s; see docs/outbox.md, Bad input)", err, bad.Event.Ref())
 	}
 	return err
 }

@@ -101,7 +101,7 @@ func TestTableDroppedWhileStopped(t *testing.T) {
 	msg = exitMessage(t, e.start(nil))
 	t.Logf("stop: %s", msg)
 	wantAll(t, msg, `table "public"."outbox": was dropped after checkpoint `+cp.String()+fmt.Sprintf(" (OID %d)", oldOID),
-		`before it is added to publication "walstream_outbox" are never sent`, "see README, Recovery", "in one transaction")
+		`before it is added to publication "walstream_outbox" are never sent`, "see docs/postgres.md, A recreated outbox table", "in one transaction")
 	if got := e.confirmedLSN("walstream"); got != confirmed {
 		t.Fatalf("confirmed_flush_lsn moved from %s to %s", confirmed, got)
 	}
