@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# make demo: a local Postgres, the local broker (kfake) and walstream, some
-# sample orders in a few transactions (one rolled back), and what a
-# read_committed consumer (kcat) then sees. Stops everything it started,
-# unless DEMO_KEEP is set.
+# make demo: a local Postgres, a broker and walstream, some sample orders in
+# a few transactions (one rolled back), and what a read_committed consumer
+# (kcat) then sees. The broker is the local one (devbroker: kfake, quick to
+# start), or Apache Kafka with DEMO_BROKER=kafka. Stops everything it
+# started, unless DEMO_KEEP is set.
 #
 # Variables (docs/getting-started.md, Try it locally):
 #   PGBIN           Postgres server binaries (default /usr/lib/postgresql/15/bin)
 #   DEMO_PG_PORT    Postgres port on 127.0.0.1 (default 55432)
-#   DEMO_BROKER     the local broker's address (default 127.0.0.1:59092)
+#   DEMO_BROKER     devbroker (default) or kafka: Apache Kafka, one node, as
+#                   scripts/deps.sh installs it (scripts/java/versions.env)
+#   DEMO_BROKER_ADDR the broker's address (default 127.0.0.1:59092; Kafka's
+#                   controller listens on the next port)
 #   DEMO_HTTP_ADDR  walstream's /metrics, /healthz and /readyz (default 127.0.0.1:59187)
 #   DEMO_INBOX=1    also run examples/inbox, a consumer applying the records exactly once
 #   DEMO_KEEP=1     keep everything running afterwards, to explore; Ctrl-C stops it
@@ -19,11 +23,16 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 PGPORT=${DEMO_PG_PORT:-55432}
-BROKER=${DEMO_BROKER:-127.0.0.1:59092}
+BROKER_KIND=${DEMO_BROKER:-devbroker}
+BROKER=${DEMO_BROKER_ADDR:-127.0.0.1:59092}
 HTTP_ADDR=${DEMO_HTTP_ADDR:-127.0.0.1:59187}
 demo=$root/.demo
 say() { printf '\n== %s\n' "$*"; }
 
+case "$BROKER_KIND" in
+  devbroker | kafka) ;;
+  *) echo "DEMO_BROKER=$BROKER_KIND: want devbroker or kafka" >&2; exit 2 ;;
+esac
 bash scripts/deps.sh
 if [ ! -x "$PGBIN/initdb" ] || ! command -v kcat >/dev/null || ! command -v psql >/dev/null; then
   echo "demo needs Postgres 15 server binaries in $PGBIN, psql and kcat: apt-get install -y postgresql kcat" >&2
@@ -62,9 +71,44 @@ say "starting Postgres 15 on 127.0.0.1:$PGPORT (wal_level=logical; log: $pgdir/l
 url="postgres://postgres@127.0.0.1:$PGPORT/postgres?sslmode=disable"
 psql -q -X -v ON_ERROR_STOP=1 "$url" -f testdata/outbox.sql
 
-say "starting the local broker (kfake, a development stand-in for Kafka) on $BROKER (log: .demo/broker.log)"
-"$demo/bin/devbroker" -addr "$BROKER" -data-dir "$demo/kafka" >"$demo/broker.log" 2>&1 &
-pids+=($!)
+if [ "$BROKER_KIND" = kafka ]; then
+  # One KRaft node, as in docker-compose.yml: broker and controller in one
+  # JVM, internal topics with one replica.
+  . scripts/java/versions.env
+  libs=${WALSTREAM_JAVA_DIR:-/opt/walstream-java}/kafka-$KAFKA_VERSION/libs
+  [ -d "$libs" ] || { echo "Apache Kafka $KAFKA_VERSION is not in $libs: run scripts/deps.sh" >&2; exit 1; }
+  host=${BROKER%:*} port=${BROKER##*:}
+  mkdir -p "$demo/kafka"
+  cat >"$demo/kafka/server.properties" <<EOT
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@$host:$((port + 1))
+listeners=PLAINTEXT://$BROKER,CONTROLLER://$host:$((port + 1))
+advertised.listeners=PLAINTEXT://$BROKER
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$demo/kafka/data
+num.partitions=3
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+EOT
+  printf 'rootLogger.level=WARN\nrootLogger.appenderRef.out.ref=OUT\nappender.out.type=Console\nappender.out.name=OUT\nappender.out.layout.type=PatternLayout\nappender.out.layout.pattern=[%%d] %%p %%m (%%c)%%n\nlogger.srv.name=kafka.server.KafkaRaftServer\nlogger.srv.level=INFO\n' >"$demo/kafka/log4j2.properties"
+  java=(java -Dlog4j2.configurationFile="file:$demo/kafka/log4j2.properties" -cp "$libs/*")
+  say "starting Apache Kafka $KAFKA_VERSION on $BROKER (log: .demo/broker.log)"
+  "${java[@]}" kafka.tools.StorageTool format -t "$("${java[@]}" kafka.tools.StorageTool random-uuid)" \
+    -c "$demo/kafka/server.properties" >"$demo/broker.log" 2>&1
+  "${java[@]}" -Xmx512m kafka.Kafka "$demo/kafka/server.properties" >>"$demo/broker.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 600); do grep -q 'Kafka Server started' "$demo/broker.log" && break; sleep 0.1; done
+  grep -q 'Kafka Server started' "$demo/broker.log" || { cat "$demo/broker.log"; exit 1; }
+else
+  say "starting the local broker (kfake, a development stand-in for Kafka) on $BROKER (log: .demo/broker.log)"
+  "$demo/bin/devbroker" -addr "$BROKER" -data-dir "$demo/kafka" >"$demo/broker.log" 2>&1 &
+  pids+=($!)
+fi
 
 say "starting walstream (log: .demo/walstream.log; metrics and health on $HTTP_ADDR)"
 WALSTREAM_PG_URL=$url WALSTREAM_KAFKA_BROKERS=$BROKER WALSTREAM_HTTP_ADDR=$HTTP_ADDR WALSTREAM_STATUS_INTERVAL=1s \
@@ -86,11 +130,22 @@ for _ in $(seq 300); do
 done
 [ "$ok" = t ] || { echo "walstream did not confirm $end in 30s"; cat "$demo/walstream.log"; exit 1; }
 
-say "what a read_committed consumer sees (kcat)"
-for topic in outbox.event.Customer outbox.event.Order; do
-  kcat -b "$BROKER" -C -t "$topic" -o beginning -e -q -X isolation.level=read_committed \
-    -f 'topic=%t partition=%p offset=%o key=%k header %h\n    value=%s\n'
+# Kafka writes a commit's markers after the commit returns: a record
+# becomes visible to read_committed consumers a moment after walstream has
+# confirmed it. Wait until every committed row is readable.
+read_topics() {
+  for topic in outbox.event.Customer outbox.event.Order; do
+    kcat -b "$BROKER" -C -t "$topic" -o beginning -e -q -X isolation.level=read_committed \
+      -f 'topic=%t partition=%p offset=%o key=%k header %h\n    value=%s\n'
+  done
+}
+rows=$(psql -X -tA "$url" -c "SELECT count(*) FROM outbox")
+for _ in $(seq 100); do
+  [ "$(read_topics | grep -c '^topic=')" -ge "$rows" ] && break
+  sleep 0.1
 done
+say "what a read_committed consumer sees (kcat)"
+read_topics
 say "slot walstream confirmed up to $end; order o-9999 was rolled back and is not above"
 
 # DEMO_INBOX=1 also runs the inbox example (examples/inbox): a consumer that

@@ -122,7 +122,7 @@ func (b *bench) backlogRun(ctx context.Context, scenario string, run int, rows, 
 
 	// The broker is idle until walstream starts; starting it now keeps its
 	// start-up out of the quiet window before the measured drains.
-	broker, err := startBroker(ctx, b.exe, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"), b.cfg.Partitions)
+	broker, err := b.startBroker(ctx, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"))
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // bench is one walbench invocation: the servers it started and what every
@@ -197,6 +199,7 @@ type Machine struct {
 	RecvLogical string `json:"pg_recvlogical"`
 	Walstream   string `json:"walstream"`
 	Commit      string `json:"commit,omitempty"`
+	Broker      string `json:"broker"`
 }
 
 func (b *bench) machine(ctx context.Context) (Machine, error) {
@@ -232,6 +235,14 @@ func (b *bench) machine(ctx context.Context) (Machine, error) {
 	m.RecvLogical = output(b.cfg.RecvLogical, "--version")
 	m.Walstream = output(b.walstream, "version")
 	m.Commit = output("git", "describe", "--always", "--dirty")
+	m.Broker = "kfake"
+	if b.cfg.Broker == BrokerKafka {
+		versions, err := testenv.JavaVersions()
+		if err != nil {
+			return m, err
+		}
+		m.Broker = fmt.Sprintf("Apache Kafka %s (one node, transaction version 2, JVM -Xmx1G %s)", versions["KAFKA_VERSION"], strings.Join(kafkaJVM, " "))
+	}
 	return m, nil
 }
 
@@ -259,6 +270,7 @@ func reportConfig(c *Config) map[string]any {
 		"latency_runs": c.LatencyRuns, "latency_writers": c.LatencyWriters,
 		"walstream_args": c.WalstreamArgs,
 		"partitions":     c.Partitions, "external_postgres": c.PGURL != "", "max_load": c.MaxLoad,
+		"broker": c.Broker,
 	}
 }
 

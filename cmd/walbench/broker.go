@@ -106,31 +106,58 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 }
 
-// brokerProc is a running broker child process.
+// Brokers walbench publishes to (-broker).
+const (
+	// BrokerKafka is Apache Kafka (scripts/deps.sh installs it), one node,
+	// as kafka-server-start.sh runs it.
+	BrokerKafka = "kafka"
+	// BrokerKfake is kfake, this program started again as its broker.
+	BrokerKfake = "kfake"
+)
+
+// kafkaJVM are the JVM flags kafka-server-start.sh and kafka-run-class.sh
+// give a broker (heap -Xmx1G -Xms1G), so that the broker is measured as
+// users run it.
+var kafkaJVM = []string{"-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+	"-XX:+ExplicitGCInvokesConcurrent", "-XX:MaxInlineLevel=15"}
+
+// brokerProc is a running broker: Apache Kafka (kafka) or walbench's kfake
+// child process (p, with its output line by line).
 type brokerProc struct {
 	addr  string
+	kafka *testenv.Kafka
 	p     *testenv.Process
-	lines chan string // the broker's output, line by line
+	lines chan string
 }
 
-// startBroker starts `walbench broker` on a free loopback port with its
-// data in dataDir, logging to logPath.
-func startBroker(ctx context.Context, exe, dataDir, profileDir, logPath string, partitions int) (*brokerProc, error) {
-	port, err := testenv.PickPort()
-	if err != nil {
-		return nil, err
-	}
+// startBroker starts the broker -broker names on free loopback ports with
+// its data in dataDir, logging to logPath.
+func (b *bench) startBroker(ctx context.Context, dataDir, profileDir, logPath string) (*brokerProc, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("creating broker log: %w", err)
 	}
+	if b.cfg.Broker == BrokerKafka {
+		k, err := testenv.LaunchKafka(ctx, testenv.KafkaConfig{Heap: "1G", JVM: kafkaJVM, Output: logf,
+			Props: map[string]string{"num.partitions": strconv.Itoa(b.cfg.Partitions)}})
+		if err != nil {
+			logf.Close()
+			return nil, err
+		}
+		return &brokerProc{addr: k.Addr(), kafka: k}, nil
+	}
+	port, err := testenv.PickPort()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	b := &brokerProc{addr: addr, lines: make(chan string, 16)}
-	b.p, err = testenv.StartProcess(testenv.ProcessConfig{Name: "broker", Path: exe, Output: logf,
-		Args: []string{brokerCommand, "-addr", addr, "-data-dir", dataDir, "-partitions", strconv.Itoa(partitions), "-profile-dir", profileDir},
+	bp := &brokerProc{addr: addr, lines: make(chan string, 16)}
+	bp.p, err = testenv.StartProcess(testenv.ProcessConfig{Name: "broker", Path: b.exe, Output: logf,
+		Args: []string{brokerCommand, "-addr", addr, "-data-dir", dataDir, "-partitions", strconv.Itoa(b.cfg.Partitions), "-profile-dir", profileDir},
 		OnLine: func(l string) {
 			select {
-			case b.lines <- l:
+			case bp.lines <- l:
 			default: // nobody waits for this line
 			}
 		}})
@@ -138,13 +165,17 @@ func startBroker(ctx context.Context, exe, dataDir, profileDir, logPath string, 
 		logf.Close()
 		return nil, err
 	}
-	go func() { <-b.p.Done(); logf.Close() }()
-	if _, err := b.waitLine(ctx, brokerListening, 30*time.Second); err != nil {
-		b.stop()
+	go func() { <-bp.p.Done(); logf.Close() }()
+	if _, err := bp.waitLine(ctx, brokerListening, 30*time.Second); err != nil {
+		bp.stop()
 		return nil, err
 	}
-	return b, nil
+	return bp, nil
 }
+
+// profiles reports whether the broker takes Go CPU profiles (kfake); the
+// JVM broker is profiled by perf, with every other process.
+func (b *brokerProc) profiles() bool { return b.kafka == nil }
 
 // waitLine waits for an output line starting with prefix and returns the
 // rest of it.
@@ -167,7 +198,12 @@ func (b *brokerProc) waitLine(ctx context.Context, prefix string, within time.Du
 	}
 }
 
-func (b *brokerProc) pid() int { return b.p.Pid() }
+func (b *brokerProc) pid() int {
+	if b.kafka != nil {
+		return b.kafka.Node(1).Pid()
+	}
+	return b.p.Pid()
+}
 
 // startProfile starts a CPU profile in the broker.
 func (b *brokerProc) startProfile(ctx context.Context) error {
@@ -189,6 +225,10 @@ func (b *brokerProc) stopProfile(ctx context.Context) (string, error) {
 // stop sends SIGTERM and waits; the broker is killed if it does not exit
 // within 30s. An exit status of its own is no error: it has done its work.
 func (b *brokerProc) stop() error {
+	if b.kafka != nil {
+		b.kafka.Close()
+		return nil
+	}
 	err := b.p.Stop(syscall.SIGTERM, 30*time.Second)
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {

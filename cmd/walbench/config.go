@@ -63,6 +63,7 @@ type Config struct {
 	WalstreamBin   string // empty: build ./cmd/walstream
 	WalstreamArgs  []string
 	Partitions     int
+	Broker         string // BrokerKafka or BrokerKfake
 	OutDir         string
 	WorkDir        string // empty: a temporary directory, removed at the end
 	MaxLoad        float64
@@ -98,6 +99,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&cfg.WalstreamBin, "walstream-bin", "", "walstream binary to measure (default: go build ./cmd/walstream)")
 	extra := fs.String("walstream-args", "", "extra arguments for `walstream run`, space-separated; walstream otherwise runs at its defaults, and the report names them")
 	fs.IntVar(&cfg.Partitions, "partitions", DefaultPartitions, "partitions of every topic")
+	fs.StringVar(&cfg.Broker, "broker", BrokerKafka, "broker to publish to: kafka (Apache Kafka, one node, as kafka-server-start.sh runs it; scripts/deps.sh installs it) or kfake (franz-go's fake broker, in a process of its own)")
 	fs.StringVar(&cfg.OutDir, "out", DefaultOutDir, "directory for walbench.json, walbench.md, logs and profiles")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the cluster, the broker's data and binaries (default: a temporary one, removed at the end)")
 	fs.Float64Var(&cfg.MaxLoad, "max-load", DefaultMaxLoad, "before each measured phase, wait until the 1-minute load average is below this")
@@ -144,6 +146,9 @@ func (c *Config) Validate() error {
 	positive("runs", c.Runs)
 	positive("latency-writers", c.LatencyWriters)
 	positive("partitions", c.Partitions)
+	if c.Broker != BrokerKafka && c.Broker != BrokerKfake {
+		errs = append(errs, fmt.Errorf("-broker %q is not kafka or kfake", c.Broker))
+	}
 	if c.HugeRows < 0 || c.HugeRuns < 0 || c.LatencyRuns < 0 {
 		errs = append(errs, errors.New("-huge-rows, -huge-runs and -latency-runs must not be negative"))
 	}

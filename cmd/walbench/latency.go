@@ -115,7 +115,7 @@ func (b *bench) latencyRun(ctx context.Context, run int, profile bool) ([]Latenc
 		return nil, err
 	}
 	kafkaDir := filepath.Join(b.workDir, name+"-kafka")
-	broker, err := startBroker(ctx, b.exe, kafkaDir, dir, filepath.Join(dir, "broker.log"), b.cfg.Partitions)
+	broker, err := b.startBroker(ctx, kafkaDir, dir, filepath.Join(dir, "broker.log"))
 	if err != nil {
 		return nil, err
 	}

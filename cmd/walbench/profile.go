@@ -154,7 +154,7 @@ func (p *profiler) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if p.broker != nil {
+	if p.broker != nil && p.broker.profiles() {
 		if err := p.broker.startProfile(ctx); err != nil {
 			return errors.Join(err, p.rec.stop())
 		}
@@ -169,7 +169,7 @@ func (p *profiler) stop(ctx context.Context) error {
 	}
 	err := p.rec.stop()
 	p.rec = nil
-	if p.broker != nil {
+	if p.broker != nil && p.broker.profiles() {
 		prof, perr := p.broker.stopProfile(ctx)
 		p.brokerProf = prof
 		err = errors.Join(err, perr)

@@ -496,6 +496,14 @@ func (n *KafkaNode) proc() *Process {
 	return n.p
 }
 
+// Pid is the process id of the node's JVM, 0 when it never started.
+func (n *KafkaNode) Pid() int {
+	if p := n.proc(); p != nil {
+		return p.Pid()
+	}
+	return 0
+}
+
 // Running reports whether the node's process runs (it may be paused).
 func (n *KafkaNode) Running() bool {
 	p := n.proc()
