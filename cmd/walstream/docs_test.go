@@ -36,7 +36,8 @@ import (
 //     that program's flags, read from its source: they take Go's
 //     single-dash flags;
 //   - every WALSTREAM_ variable named is a flag's environment variable,
-//     or one of envOnly;
+//     one of envOnly, or one the test harness or the scripts read (named
+//     in internal/testenv or scripts/);
 //   - README.md stays a landing page, at most readmeMaxLines long.
 //
 // It also checks the pointers into docs/ that code, scripts and deploy/
@@ -51,6 +52,21 @@ func TestDocs(t *testing.T) {
 	}
 	files = append(files, docs...)
 	flags, env := walstreamFlags(t)
+	for _, dir := range []string{"internal/testenv/*.go", "scripts/*.sh"} {
+		srcs, err := filepath.Glob(filepath.Join(root, dir))
+		if err != nil || len(srcs) == 0 {
+			t.Fatalf("no %s: %v", dir, err)
+		}
+		for _, src := range srcs {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range envVar.FindAllString(string(b), -1) {
+				env[v] = true
+			}
+		}
+	}
 	progFlags := map[string]map[string]bool{
 		"walbench":  sourceFlags(t, filepath.Join(root, "cmd/walbench")),
 		"devbroker": sourceFlags(t, filepath.Join(root, "cmd/devbroker")),
