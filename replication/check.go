@@ -130,9 +130,15 @@ func Check(ctx context.Context, conn *pgx.Conn, n Names, tables []TableColumns) 
 		report(Fail, "publication %s does not exist", n.Publication)
 	default:
 		for _, t := range n.Tables {
-			if slices.Contains(st.Missing, t) {
+			switch {
+			case slices.Contains(st.Missing, t):
 				report(Fail, "publication %s does not include %s: %s", n.Publication, t, n.addTablesSQL([]Table{t}))
-			} else {
+			case slices.Contains(st.PartitionsAsThemselves(), t):
+				report(Fail, "publication %s publishes the rows of partitioned table %s under its partitions' names (publish_via_partition_root is off): %s",
+					n.Publication, t, n.ViaRootSQL())
+			case slices.Contains(st.Partitioned, t):
+				report(OK, "publication %s includes partitioned table %s and publishes its partitions' rows as its own", n.Publication, t)
+			default:
 				report(OK, "publication %s includes %s", n.Publication, t)
 			}
 		}
@@ -195,13 +201,24 @@ type Step struct{ Name, Why, SQL string }
 // least walstream needs. The publication comes before the slot: pgoutput
 // cannot decode changes older than the publication it is asked for.
 func (n Names) SetupSteps(role string, failover bool) []Step {
+	// Whether an outbox table is partitioned is known only where the SQL
+	// runs: the block looks, as Prepare does.
+	var regclasses []string
+	for _, t := range n.Tables {
+		regclasses = append(regclasses, "to_regclass("+quoteLiteral(t.SQL())+")")
+	}
 	steps := []Step{
-		{fmt.Sprintf("publication %q", n.Publication), "The publication: inserts into the outbox are decoded and sent to walstream; updates too, so that table.op.invalid.behavior sees them.",
+		{fmt.Sprintf("publication %q", n.Publication), "The publication: inserts into the outbox are decoded and sent to walstream; updates too, so that table.op.invalid.behavior sees them; " +
+			"a partitioned outbox table's rows as the table's own (publish_via_partition_root), whichever partition holds them.",
 			fmt.Sprintf(`DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %s) THEN
-        %s;
+        IF EXISTS (SELECT 1 FROM pg_class WHERE oid IN (%s) AND relkind = 'p') THEN
+            %s;
+        ELSE
+            %s;
+        END IF;
     END IF;
-END $$`, quoteLiteral(n.Publication), n.PublicationSQL())},
+END $$`, quoteLiteral(n.Publication), strings.Join(regclasses, ", "), n.PublicationSQL(true), n.PublicationSQL(false))},
 		n.slotStep(failover),
 	}
 	if role == "" {

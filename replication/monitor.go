@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -72,7 +73,12 @@ type SlotState struct {
 	// Missing are the outbox tables not in the publication.
 	Missing       []Table
 	PublicationOK bool
-	FlushLag      *time.Duration // pg_stat_replication.flush_lag of the active walsender
+	// Partitioned are the outbox tables that are partitioned tables, and
+	// ViaRoot the publication's publish_via_partition_root: without it
+	// their rows arrive under their partitions' names.
+	Partitioned []Table
+	ViaRoot     bool
+	FlushLag    *time.Duration // pg_stat_replication.flush_lag of the active walsender
 }
 
 // ConfirmedLag is how far the slot's confirmed position trails the
@@ -94,6 +100,15 @@ func (s SlotState) Retained() (n int64, ok bool) {
 	return int64(s.CurrentLSN) - int64(s.RestartLSN), true
 }
 
+// PartitionsAsThemselves returns the partitioned outbox tables whose rows
+// the publication publishes under their partitions' names.
+func (s SlotState) PartitionsAsThemselves() []Table {
+	if !s.PublicationOK || s.ViaRoot {
+		return nil
+	}
+	return s.Partitioned
+}
+
 // PollSlot reads the slot, the server's WAL position and the publication.
 func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 	var st SlotState
@@ -101,20 +116,31 @@ func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 	var restart, confirmed, plugin, slotType, database, walStatus *string
 	var flushLagUS *int64
 	var included []string
+	var partitioned []int64
 	err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text,
 			s.slot_name IS NOT NULL, s.plugin, s.slot_type, s.database, s.wal_status, coalesce(s.active, false), s.active_pid,
 			s.restart_lsn::text, s.confirmed_flush_lsn::text, s.safe_wal_size,
 			(SELECT (extract(epoch FROM r.flush_lag) * 1e6)::bigint FROM pg_stat_replication r WHERE r.pid = s.active_pid),
 			EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $2),
-			ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $2)
+			coalesce((SELECT pubviaroot FROM pg_publication WHERE pubname = $2), false),
+			ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $2),
+			ARRAY(SELECT t.ord FROM unnest($3::text[]) WITH ORDINALITY AS t(name, ord)
+				JOIN pg_class c ON c.oid = to_regclass(t.name) WHERE c.relkind = 'p' ORDER BY t.ord)
 		FROM (SELECT 1) one LEFT JOIN pg_replication_slots s ON s.slot_name = $1`,
-		n.Slot, n.Publication).Scan(&current, &st.Exists, &plugin, &slotType, &database, &walStatus,
-		&st.Active, &st.ActivePID, &restart, &confirmed, &st.SafeWALSize, &flushLagUS, &st.PublicationOK, &included)
+		n.Slot, n.Publication, sqlNames(n.Tables)).Scan(&current, &st.Exists, &plugin, &slotType, &database, &walStatus,
+		&st.Active, &st.ActivePID, &restart, &confirmed, &st.SafeWALSize, &flushLagUS, &st.PublicationOK, &st.ViaRoot, &included, &partitioned)
 	if err != nil {
 		return st, fmt.Errorf("polling slot %q: %w", n.Slot, err)
 	}
 	st.Plugin, st.Type, st.Database, st.WALStatus = deref(plugin), deref(slotType), deref(database), deref(walStatus)
+	st.Partitioned = n.byOrdinal(partitioned)
 	st.Missing = n.missingTables(included)
+	if !st.ViaRoot {
+		// pg_publication_tables lists such a table's partitions, not the
+		// table: it is in the publication, published the wrong way, which
+		// PartitionsAsThemselves reports.
+		st.Missing = slices.DeleteFunc(st.Missing, func(t Table) bool { return slices.Contains(st.Partitioned, t) })
+	}
 	st.HasRestart = restart != nil
 	for _, p := range []struct {
 		dst *pglogrepl.LSN
@@ -238,7 +264,9 @@ func (st SlotState) fatal(n Names) error {
 			Fix: "see README, Recovery; raise max_slot_wal_keep_size so that it does not happen again"}
 	case !st.PublicationOK:
 		return &SetupError{Object: fmt.Sprintf("publication %q", n.Publication), Reason: "was dropped while streaming",
-			Fix: "recreate it with: " + n.PublicationSQL() + "; events committed meanwhile are not published"}
+			Fix: "recreate it with: " + n.PublicationSQL(len(st.Partitioned) > 0) + "; events committed meanwhile are not published"}
+	case len(st.PartitionsAsThemselves()) > 0:
+		return n.viaRootError(st.PartitionsAsThemselves())
 	case len(st.Missing) > 0:
 		return &SetupError{Object: "table " + tableList(st.Missing), Reason: fmt.Sprintf("is no longer in publication %q (dropped or removed) while streaming", n.Publication),
 			Fix: n.addTablesSQL(st.Missing) + "; if it was dropped, rows committed to the new table before that are never sent: see README, Recovery, and next time " +

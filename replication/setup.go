@@ -127,9 +127,35 @@ func tableList(tables []Table) string { return strings.Join(sqlNames(tables), ",
 
 // PublicationSQL creates the publication. It publishes updates too so that
 // an UPDATE of an outbox row is seen and table.op.invalid.behavior applies.
-func (n Names) PublicationSQL() string {
-	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert, update')",
-		pgx.Identifier{n.Publication}.Sanitize(), tableList(n.Tables))
+// When an outbox table is partitioned it publishes the partitions' rows as
+// the table's own (publish_via_partition_root, Postgres 13 and later):
+// otherwise each row arrives under its partition's name, which no mapping
+// names, and a partition attached later would be a table walstream never
+// heard of.
+func (n Names) PublicationSQL(partitioned bool) string {
+	viaRoot := ""
+	if partitioned {
+		viaRoot = ", publish_via_partition_root = true"
+	}
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert, update'%s)",
+		pgx.Identifier{n.Publication}.Sanitize(), tableList(n.Tables), viaRoot)
+}
+
+// ViaRootSQL makes the publication publish a partitioned table's rows as
+// the table's own.
+func (n Names) ViaRootSQL() string {
+	return fmt.Sprintf("ALTER PUBLICATION %s SET (publish_via_partition_root = true)", pgx.Identifier{n.Publication}.Sanitize())
+}
+
+// viaRootError is the stop for a publication that publishes partitioned
+// outbox tables' rows under their partitions' names. Postgres decodes WAL
+// with the publication as it was when the WAL was written, so rows
+// committed before the fix keep arriving under those names.
+func (n Names) viaRootError(partitioned []Table) error {
+	return &SetupError{Object: fmt.Sprintf("publication %q", n.Publication),
+		Reason: fmt.Sprintf("publishes the rows of partitioned outbox table %s under its partitions' names (publish_via_partition_root is off), which walstream does not read",
+			tableList(partitioned)),
+		Fix: n.ViaRootSQL()}
 }
 
 func (n Names) addTablesSQL(tables []Table) string {
@@ -192,23 +218,31 @@ func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create Create) error 
 }
 
 func preparePublication(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
-	var exists, inserts bool
+	var exists, inserts, viaRoot bool
 	var included []string
-	err := conn.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(pubinsert), false),
+	err := conn.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(pubinsert), false), coalesce(bool_or(pubviaroot), false),
 		ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1)
-		FROM pg_publication WHERE pubname = $1`, n.Publication).Scan(&exists, &inserts, &included)
+		FROM pg_publication WHERE pubname = $1`, n.Publication).Scan(&exists, &inserts, &viaRoot, &included)
 	if err != nil {
 		return fmt.Errorf("looking up publication %q: %w", n.Publication, err)
+	}
+	partitioned, err := partitionedTables(ctx, conn, n)
+	if err != nil {
+		return err
 	}
 	obj := fmt.Sprintf("publication %q", n.Publication)
 	missing := n.missingTables(included)
 	switch {
 	case !exists && !create:
-		return &SetupError{Object: obj, Reason: "does not exist and creating it is off", Fix: "create it with: " + n.PublicationSQL()}
+		return &SetupError{Object: obj, Reason: "does not exist and creating it is off", Fix: "create it with: " + n.PublicationSQL(len(partitioned) > 0)}
 	case !exists:
-		if _, err := conn.Exec(ctx, n.PublicationSQL()); err != nil {
+		if _, err := conn.Exec(ctx, n.PublicationSQL(len(partitioned) > 0)); err != nil {
 			return fmt.Errorf("creating %s: %w", obj, err)
 		}
+	case len(partitioned) > 0 && !viaRoot:
+		// Before the missing tables: pg_publication_tables then lists the
+		// partitions, not the table, which would read as a table missing.
+		return n.viaRootError(partitioned)
 	case len(missing) > 0:
 		return &SetupError{Object: obj, Reason: "does not include table " + tableList(missing),
 			Fix: n.addTablesSQL(missing) + "; rows committed to it before that are never sent: " + n.RecreateAdvice(missing[0])}
@@ -217,6 +251,29 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, n Names, create boo
 			Fix: fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert, update')", pgx.Identifier{n.Publication}.Sanitize())}
 	}
 	return nil
+}
+
+// partitionedTables returns the outbox tables that are partitioned tables.
+func partitionedTables(ctx context.Context, conn *pgx.Conn, n Names) ([]Table, error) {
+	var ords []int64
+	err := conn.QueryRow(ctx, `SELECT ARRAY(SELECT t.ord FROM unnest($1::text[]) WITH ORDINALITY AS t(name, ord)
+		JOIN pg_class c ON c.oid = to_regclass(t.name) WHERE c.relkind = 'p' ORDER BY t.ord)`, sqlNames(n.Tables)).Scan(&ords)
+	if err != nil {
+		return nil, fmt.Errorf("looking up which outbox tables are partitioned: %w", err)
+	}
+	return n.byOrdinal(ords), nil
+}
+
+// byOrdinal returns the tables at the given 1-based positions of n.Tables,
+// as SQL's WITH ORDINALITY numbers them.
+func (n Names) byOrdinal(ords []int64) []Table {
+	var out []Table
+	for _, o := range ords {
+		if o >= 1 && int(o) <= len(n.Tables) {
+			out = append(out, n.Tables[o-1])
+		}
+	}
+	return out
 }
 
 // Slot is the state of the replication slot as pg_replication_slots shows it.

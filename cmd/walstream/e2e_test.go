@@ -34,12 +34,28 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m))
 }
 
-const outboxDDL = `CREATE TABLE public.outbox (
+// outboxDDL is the tests' outbox table. With TEST_OUTBOX=partitioned it is
+// a partitioned table, split by its id's hash into three partitions, so
+// that the whole suite checks that a partitioned outbox behaves as a plain
+// one: `TEST_OUTBOX=partitioned go test ./cmd/walstream`.
+var outboxDDL = outboxTableDDL(os.Getenv("TEST_OUTBOX") == "partitioned")
+
+func outboxTableDDL(partitioned bool) string {
+	const columns = `CREATE TABLE public.outbox (
 	id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
 	aggregatetype text NOT NULL,
 	aggregateid text NOT NULL,
 	type text NOT NULL,
 	payload jsonb NOT NULL)`
+	if !partitioned {
+		return columns
+	}
+	ddl := columns + " PARTITION BY HASH (id)"
+	for i := range 3 {
+		ddl += fmt.Sprintf("; CREATE TABLE public.outbox_p%d PARTITION OF public.outbox FOR VALUES WITH (MODULUS 3, REMAINDER %d)", i, i)
+	}
+	return ddl
+}
 
 // env is one Postgres database and one broker for a test.
 type env struct {
@@ -78,10 +94,16 @@ func leakedSecret(out string) string {
 
 func newEnv(t *testing.T, opts ...testenv.Option) *env {
 	t.Helper()
+	return newEnvWith(t, outboxDDL, opts...)
+}
+
+// newEnvWith is newEnv with an outbox table of its own.
+func newEnvWith(t *testing.T, ddl string, opts ...testenv.Option) *env {
+	t.Helper()
 	e := &env{t: t, pg: testenv.StartPostgres(t, opts...)}
 	e.kafka = testenv.StartBroker(t)
 	e.broker = e.kafka.Addr
-	e.pg.Exec("postgres", outboxDDL)
+	e.pg.Exec("postgres", ddl)
 	return e
 }
 
