@@ -33,6 +33,7 @@ var (
 	flagBinary   = flag.String("chaos.walstream", "", "walstream binary built with -tags walstream_faults (default: build ../cmd/walstream)")
 	flagKeep     = flag.Bool("chaos.keep", false, "keep the logs of a passing run (a long run always keeps them)")
 	flagSkip     = flag.String("chaos.skip", "", "comma-separated fault kinds to leave out, e.g. broker-restart-sigkill")
+	flagOutbox   = flag.String("chaos.outbox", "partitioned", "the outbox table: partitioned (by time, testdata/outbox-partitioned.sql; partitions are attached and dropped as a fault) or plain (testdata/outbox.sql)")
 )
 
 // catchUpLimit is how long after the faults stop walstream may take to
@@ -56,6 +57,13 @@ func TestChaos(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	skip := make(map[string]bool)
+	partitioned := *flagOutbox == "partitioned"
+	if !partitioned && *flagOutbox != "plain" {
+		t.Fatalf("-chaos.outbox %q: want partitioned or plain", *flagOutbox)
+	}
+	if !partitioned {
+		skip[faultPartitions] = true
+	}
 	for _, k := range strings.FieldsFunc(*flagSkip, func(r rune) bool { return r == ',' }) {
 		if !slices.ContainsFunc(deck(true, nil), func(f fault) bool { return f.kind == k }) {
 			t.Fatalf("-chaos.skip: unknown fault kind %q", k)
@@ -96,7 +104,7 @@ func TestChaos(t *testing.T) {
 	logf := func(format string, args ...any) {
 		t.Logf("%7.1fs "+format, append([]any{time.Since(wall).Seconds()}, args...)...)
 	}
-	logf("seed %d, duration %s, %d writers at %.0f rows/s, logs in %s", seed, *flagDuration, *flagWriters, rate, dir)
+	logf("seed %d, duration %s, %d writers at %.0f rows/s, %s outbox, logs in %s", seed, *flagDuration, *flagWriters, rate, *flagOutbox, dir)
 
 	wsBin, brokerBin := buildBinaries(t, *flagBinary)
 
@@ -110,7 +118,7 @@ func TestChaos(t *testing.T) {
 	pgURL := pg.URL("postgres", "postgres")
 	ctx, cancel := context.WithTimeout(context.Background(), *flagDuration+10*time.Minute)
 	defer cancel()
-	if err := createSchema(ctx, pgURL); err != nil {
+	if err := createSchema(ctx, pgURL, outboxDDL(partitioned)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -187,7 +195,7 @@ func TestChaos(t *testing.T) {
 
 	// Faults, after a short warm-up; the load runs on until the end.
 	until := time.Now().Add(*flagDuration)
-	fl := newFaults(&rig{pg: pg, pgURL: pgURL, broker: br, px: px, sup: sup, logf: logf}, seed, long, skip)
+	fl := newFaults(&rig{pg: pg, pgURL: pgURL, broker: br, px: px, sup: sup, logf: logf, outboxDDL: outboxDDL(partitioned)}, seed, long, skip)
 	time.Sleep(3 * time.Second)
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); fl.run(ctx, until) }()
