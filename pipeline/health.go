@@ -80,6 +80,9 @@ type state struct {
 	kafka atomic.Pointer[probeResult]
 	// lastErr is the error that ended the last attempt, on one line.
 	lastErr atomic.Pointer[string]
+	// waiting, when set, says what walstream waits for before it can
+	// stream: a slot being created, a slot another process holds.
+	waiting atomic.Pointer[string]
 }
 
 // probeResult is one Kafka probe: when it ended, and its error.
@@ -237,7 +240,9 @@ func (p *Pipeline) readiness(now time.Time, standbyOK bool) (code int, body stri
 		return http.StatusOK, "ready"
 	}
 	why := "not streaming"
-	if e := p.state.lastErr.Load(); e != nil {
+	if w := p.state.waiting.Load(); w != nil {
+		why += ": " + *w
+	} else if e := p.state.lastErr.Load(); e != nil {
 		why += ": " + *e
 	}
 	if !standbyOK {

@@ -31,6 +31,10 @@ type Inspection struct {
 	PhantomEvents int64
 	// Failover is whether the slot follows a promotion.
 	Failover replication.FailoverState
+	// Holder is the process holding the slot, when one does; Creating,
+	// when the slot is still being created, what that waits for.
+	Holder   *replication.Backend
+	Creating *replication.SlotWait
 	// Problems are what makes the stream unable to go on without loss, or
 	// what could not be read; empty when healthy. Warnings are what makes
 	// a failover unsafe.
@@ -62,6 +66,20 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 		return nil, err
 	}
 	in.Warnings = append(in.Warnings, in.Failover.Warnings...)
+	if st.Active && st.ActivePID != nil {
+		h, err := replication.DescribeBackend(ctx, conn, *st.ActivePID)
+		if err != nil {
+			return nil, err
+		}
+		in.Holder = &h
+		if st.Creating() {
+			w, err := replication.SlotCreationWait(ctx, conn, cfg.Names.Slot, *st.ActivePID, cfg.BlockingQueries)
+			if err != nil {
+				return nil, err
+			}
+			in.Creating = &w
+		}
+	}
 	// IDENTIFY_SYSTEM needs a replication connection; a role without the
 	// REPLICATION attribute still gets the rest of the report.
 	history, identified, err := inspectServer(ctx, cfg, in)

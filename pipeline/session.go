@@ -24,6 +24,7 @@ type session struct {
 	log     *slog.Logger
 	metrics metrics
 	state   *state
+	waits   *waits
 	// started is set once a session has streamed: from then on a missing
 	// slot or publication was dropped under us and is never recreated.
 	started bool
@@ -72,7 +73,14 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	}
 	create, err := s.creatable(ctx, conn, srv)
 	if err == nil {
+		// A new slot waits for the transactions running when it began to
+		// end: a wait as long as the longest of them, said as it lasts.
+		create.Watch = func(w replication.SlotWait) {
+			s.waits.waiting("slot", w.String(), "slot", names.Slot, "blockers", len(w.Blockers))
+		}
+		create.WatchInterval, create.Queries = waitPoll, cfg.BlockingQueries
 		err = replication.Prepare(ctx, conn, names, create)
+		s.waits.done("slot", "slot created")
 	}
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
@@ -81,8 +89,11 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{Names: names, StatusInterval: cfg.StatusInterval, ConfirmInterval: cfg.ConfirmInterval}, s.log, s.metrics.repl)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
-		return false, err
+		// Held by another process: which one, so that a standby says whom
+		// it waits for.
+		return false, replication.DescribeHeld(ctx, conn, names.Slot, err)
 	}
+	s.waits.done("standby", "no longer a standby: the slot is free")
 	// Logged once the slot is ours, not at every try of a standby instance.
 	s.log.Info("connected", "host", replication.RemoteHost(conn.PgConn()), "replication_host", replication.RemoteHost(rconn),
 		"system_id", srv.SystemID, "timeline", srv.Timeline, "wal_end", srv.XLogPos.String(), "database", srv.Database)

@@ -85,11 +85,17 @@ type SlotState struct {
 // server's WAL, in bytes: the one definition of "behind" that walstream
 // status and the slot metrics share. It is clamped at zero, should a
 // confirm land between reading the slot and reading the server's position.
-func (s SlotState) ConfirmedLag() int64 { return max(int64(s.CurrentLSN)-int64(s.ConfirmedFlush), 0) }
+// A slot being created has no confirmed position and no lag.
+func (s SlotState) ConfirmedLag() int64 {
+	if !s.HasConfirmed {
+		return 0
+	}
+	return max(int64(s.CurrentLSN)-int64(s.ConfirmedFlush), 0)
+}
 
 // CaughtUp reports whether the slot has confirmed everything the server had
 // written when polled: every outbox event before it is in Kafka.
-func (s SlotState) CaughtUp() bool { return s.Exists && s.ConfirmedLag() == 0 }
+func (s SlotState) CaughtUp() bool { return s.Exists && s.HasConfirmed && s.ConfirmedLag() == 0 }
 
 // Retained is how much WAL the slot keeps; ok is false when the slot has
 // no restart_lsn (a lost slot keeps none).
@@ -141,7 +147,7 @@ func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 		// PartitionsAsThemselves reports.
 		st.Missing = slices.DeleteFunc(st.Missing, func(t Table) bool { return slices.Contains(st.Partitioned, t) })
 	}
-	st.HasRestart = restart != nil
+	st.HasRestart, st.HasConfirmed = restart != nil, confirmed != nil
 	for _, p := range []struct {
 		dst *pglogrepl.LSN
 		src *string

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -181,6 +182,14 @@ type Create struct {
 	// supports them (Postgres 17 and later), so that it follows a
 	// promotion of a standby that syncs slots.
 	FailoverSlot bool
+	// Watch, if not nil, is told what the creation of the slot waits for,
+	// from another goroutine, every WatchInterval while it waits: a new
+	// slot waits for every transaction running when it began to end, which
+	// on a busy primary lasts as long as the longest of them.
+	Watch         func(SlotWait)
+	WatchInterval time.Duration
+	// Queries adds the blocking sessions' query text to what Watch is told.
+	Queries bool
 }
 
 // Prepare checks that the server can stream the outbox and creates the
@@ -282,7 +291,14 @@ type Slot struct {
 	Active                            bool
 	ActivePID                         *int32
 	ConfirmedFlush                    pglogrepl.LSN
+	// HasConfirmed says confirmed_flush_lsn is not NULL: a logical slot
+	// has none while it is being created, until it is consistent.
+	HasConfirmed bool
 }
+
+// Creating reports whether the slot is a logical slot still being created:
+// held, with no confirmed_flush_lsn yet. It cannot be streamed before.
+func (s Slot) Creating() bool { return s.Type == "logical" && s.Active && !s.HasConfirmed }
 
 // LookupSlot reads the slot's row from pg_replication_slots; ok is false
 // when there is none.
@@ -299,7 +315,7 @@ func LookupSlot(ctx context.Context, conn *pgx.Conn, name string) (s Slot, ok bo
 		return s, false, fmt.Errorf("looking up slot %q: %w", name, err)
 	}
 	s.Plugin, s.Database, s.WALStatus = deref(plugin), deref(database), deref(walStatus)
-	if confirmed != nil {
+	if s.HasConfirmed = confirmed != nil; s.HasConfirmed {
 		if s.ConfirmedFlush, err = pglogrepl.ParseLSN(*confirmed); err != nil {
 			return s, false, fmt.Errorf("slot %q confirmed_flush_lsn %q: %w", name, *confirmed, err)
 		}
@@ -333,10 +349,68 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, n Names, create Create) er
 			Fix: "if walstream never streamed from it, create it with: " + n.CreateSlotSQL(failover) +
 				"; if it did, rows may be lost: see README, Postgres failover"}
 	}
-	if _, err := conn.Exec(ctx, n.CreateSlotSQL(failover)); err != nil {
+	if err := createSlot(ctx, conn, n.Slot, n.CreateSlotSQL(failover), create); err != nil {
 		return fmt.Errorf("creating %s: %w", obj, err)
 	}
 	return nil
+}
+
+// createSlot runs sql, which creates the slot, on conn, while another
+// connection watches what it waits for when create asks.
+func createSlot(ctx context.Context, conn *pgx.Conn, slot, sql string, create Create) error {
+	if create.Watch == nil || create.WatchInterval <= 0 {
+		_, err := conn.Exec(ctx, sql)
+		return err
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchCreation(wctx, conn.Config(), slot, int32(conn.PgConn().PID()), create)
+	}()
+	_, err := conn.Exec(ctx, sql)
+	stop()
+	<-done
+	return err
+}
+
+// watchCreation tells create.Watch what the creation of slot by backend
+// pid waits for, every create.WatchInterval until ctx ends. The first look
+// is after one interval, so a creation that does not wait says nothing.
+// It is best effort: a look that fails is skipped.
+func watchCreation(ctx context.Context, cfg *pgx.ConnConfig, slot string, pid int32, create Create) {
+	t := time.NewTicker(create.WatchInterval)
+	defer t.Stop()
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if conn == nil {
+			c, err := Connect(ctx, cfg)
+			if err != nil {
+				continue
+			}
+			conn = c
+		}
+		w, err := SlotCreationWait(ctx, conn, slot, pid, create.Queries)
+		if err != nil {
+			if conn.IsClosed() {
+				conn = nil
+			}
+			continue
+		}
+		if ctx.Err() == nil {
+			create.Watch(w)
+		}
+	}
 }
 
 // CheckSlot reports a slot walstream cannot stream from.
@@ -357,9 +431,22 @@ func CheckSlot(name string, s Slot, database string) error {
 	return nil
 }
 
+// ApplicationName is the application_name walstream's connections give
+// when the connection string sets none, so that pg_stat_activity, and an
+// operator looking for what holds a slot or a lock, can tell them.
+const ApplicationName = "walstream"
+
+func named(params map[string]string) {
+	if params["application_name"] == "" {
+		params["application_name"] = ApplicationName
+	}
+}
+
 // Connect opens a regular connection, for setup, checks and slot polling.
 func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	cfg = cfg.Copy()
+	named(cfg.RuntimeParams)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, connectError("connecting to", &cfg.Config, err)
 	}

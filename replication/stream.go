@@ -89,6 +89,7 @@ type Stream struct {
 // Dial opens a replication connection (replication=database).
 func Dial(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
 	cfg = cfg.Copy()
+	named(cfg.RuntimeParams)
 	cfg.RuntimeParams["replication"] = "database"
 	// The walsender renders column values in its session's settings; these
 	// make timestamps ISO and UTC whatever postgresql.conf says, so that

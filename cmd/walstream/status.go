@@ -71,7 +71,14 @@ func printStatus(w io.Writer, r *statusReport) {
 	line("slot", "%s", s.Name)
 	if s.Exists {
 		active := "no"
-		if s.ActivePID != nil {
+		switch {
+		case s.Creating != nil:
+			active = "no, " + s.Creating.Text
+		case s.Holder != nil && s.Holder.BackendType == "walsender":
+			active = "yes, walsender " + s.Holder.Text
+		case s.Holder != nil:
+			active = "no, held by " + s.Holder.Text
+		case s.ActivePID != nil:
 			active = fmt.Sprintf("yes, walsender pid %d", *s.ActivePID)
 		}
 		retained := "none (restart_lsn is NULL)"
@@ -81,9 +88,13 @@ func printStatus(w io.Writer, r *statusReport) {
 		line("  plugin", "%s", s.Plugin)
 		line("  wal_status", "%s", s.WALStatus)
 		line("  streaming", "%s", active)
-		line("  confirmed_flush_lsn", "%s (server at %s)", s.ConfirmedFlush, s.CurrentLSN)
-		line("  lag", "%s", bytesText(s.LagBytes))
-		line("  caught up", "%s", caughtUpText(s.CaughtUp, s.LagBytes, s.FlushLagSeconds))
+		if s.ConfirmedFlush == "" {
+			line("  confirmed_flush_lsn", "none yet: the slot is not consistent until it is created (server at %s)", s.CurrentLSN)
+		} else {
+			line("  confirmed_flush_lsn", "%s (server at %s)", s.ConfirmedFlush, s.CurrentLSN)
+			line("  lag", "%s", bytesText(s.LagBytes))
+			line("  caught up", "%s", caughtUpText(s.CaughtUp, s.LagBytes, s.FlushLagSeconds))
+		}
 		line("  retained WAL", "%s", retained)
 		if s.SafeWALSizeBytes != nil {
 			line("  safe_wal_size", "%s", bytesText(*s.SafeWALSizeBytes))
