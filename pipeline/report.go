@@ -29,6 +29,11 @@ type Report struct {
 		// Creating is set while the slot is being created: it has no
 		// confirmed position yet, and cannot be streamed.
 		Creating *CreatingReport `json:"creating,omitempty"`
+		// Decoding is the slot's pg_stat_replication_slots row (Postgres
+		// 14 and later), and BehindBecause why the slot is behind when
+		// the server's decoding explains it.
+		Decoding      *DecodingReport `json:"decoding,omitempty"`
+		BehindBecause string          `json:"behind_because,omitempty"`
 	} `json:"slot"`
 	Checkpoint struct {
 		Topic      string     `json:"topic"`
@@ -71,6 +76,21 @@ type Report struct {
 	// Error is why part of the report could not be read, e.g. Kafka
 	// unreachable; the rest is still reported.
 	Error string `json:"error,omitempty"`
+}
+
+// DecodingReport is what the server did decoding for the slot, since
+// StatsReset.
+type DecodingReport struct {
+	SpilledTransactions  int64      `json:"spill_txns"`
+	Spills               int64      `json:"spill_count"`
+	SpilledBytes         int64      `json:"spill_bytes"`
+	StreamedTransactions int64      `json:"stream_txns"`
+	Streams              int64      `json:"stream_count"`
+	StreamedBytes        int64      `json:"stream_bytes"`
+	DecodedTransactions  int64      `json:"total_txns"`
+	DecodedBytes         int64      `json:"total_bytes"`
+	StatsReset           *time.Time `json:"stats_reset,omitempty"`
+	WorkMem              string     `json:"logical_decoding_work_mem"`
 }
 
 // HolderReport is the process holding the slot.
@@ -168,6 +188,16 @@ func (in *Inspection) Report(cfg Config, now time.Time) *Report {
 			s.Holder.ConnectedAt = &at
 		}
 	}
+	if d := st.Decoding; d != nil {
+		s.Decoding = &DecodingReport{SpilledTransactions: d.SpillTxns, Spills: d.SpillCount, SpilledBytes: d.SpillBytes,
+			StreamedTransactions: d.StreamTxns, Streams: d.StreamCount, StreamedBytes: d.StreamBytes,
+			DecodedTransactions: d.TotalTxns, DecodedBytes: d.TotalBytes, WorkMem: d.WorkMem}
+		if !d.StatsReset.IsZero() {
+			at := d.StatsReset
+			s.Decoding.StatsReset = &at
+		}
+	}
+	s.BehindBecause = in.Behind
 	if w := in.Creating; w != nil {
 		c := &CreatingReport{PID: w.PID, WaitEvent: w.WaitEvent, WaitingFor: []BlockerReport{}, Text: w.String()}
 		if !w.Since.IsZero() {

@@ -2,8 +2,10 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -19,6 +21,7 @@ type SlotMetrics struct {
 	confirmedLag, caughtUp, retained, safeWAL, active prometheus.Gauge
 	walStatus                                         *prometheus.GaugeVec
 	failover, failoverWarnings                        prometheus.Gauge
+	decoding                                          *decodingCollector
 }
 
 // NewSlotMetrics registers the slot metrics on reg.
@@ -41,7 +44,8 @@ func NewSlotMetrics(reg prometheus.Registerer) *SlotMetrics {
 		Name: "walstream_slot_failover", Help: "1 when the slot is a failover slot, 0 when not, -1 when the server has none (before Postgres 17)."})
 	m.failoverWarnings = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "walstream_slot_failover_warnings", Help: "Problems in the failover setup: not a failover slot, synchronized_standby_slots empty or naming a missing or inactive slot."})
-	reg.MustRegister(m.confirmedLag, m.caughtUp, m.retained, m.safeWAL, m.active, m.walStatus, m.failover, m.failoverWarnings)
+	m.decoding = newDecodingCollector()
+	reg.MustRegister(m.confirmedLag, m.caughtUp, m.retained, m.safeWAL, m.active, m.walStatus, m.failover, m.failoverWarnings, m.decoding)
 	return m
 }
 
@@ -79,6 +83,50 @@ type SlotState struct {
 	Partitioned []Table
 	ViaRoot     bool
 	FlushLag    *time.Duration // pg_stat_replication.flush_lag of the active walsender
+	// Decoding is what Postgres did decoding for the slot, nil before
+	// Postgres 14, which has no pg_stat_replication_slots.
+	Decoding *DecodingStats
+}
+
+// DecodingStats is the slot's row of pg_stat_replication_slots (Postgres
+// 14 and later): counters since StatsReset, which a crash of the server
+// also resets. Transactions larger than logical_decoding_work_mem are
+// spilled to disk and read back at their commit, which holds up
+// everything committed after them; streamed in progress instead, they are
+// not.
+type DecodingStats struct {
+	SpillTxns, SpillCount, SpillBytes    int64
+	StreamTxns, StreamCount, StreamBytes int64
+	TotalTxns, TotalBytes                int64
+	StatsReset                           time.Time // zero: never reset
+	// WorkMem is logical_decoding_work_mem as the server shows it, like
+	// "64MB".
+	WorkMem string
+}
+
+// decodingStatsVersion is the first server_version_num with
+// pg_stat_replication_slots.
+const decodingStatsVersion = 140000
+
+// pollDecoding reads the slot's decoding statistics; nil when the server
+// has none for it.
+func pollDecoding(ctx context.Context, conn *pgx.Conn, slot string) (*DecodingStats, error) {
+	var d DecodingStats
+	var reset *time.Time
+	err := conn.QueryRow(ctx, `SELECT spill_txns, spill_count, spill_bytes, stream_txns, stream_count, stream_bytes,
+			total_txns, total_bytes, stats_reset, current_setting('logical_decoding_work_mem')
+		FROM pg_stat_replication_slots WHERE slot_name = $1`, slot).Scan(&d.SpillTxns, &d.SpillCount, &d.SpillBytes,
+		&d.StreamTxns, &d.StreamCount, &d.StreamBytes, &d.TotalTxns, &d.TotalBytes, &reset, &d.WorkMem)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading pg_stat_replication_slots of slot %q: %w", slot, err)
+	}
+	if reset != nil {
+		d.StatsReset = *reset
+	}
+	return &d, nil
 }
 
 // ConfirmedLag is how far the slot's confirmed position trails the
@@ -123,7 +171,8 @@ func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 	var flushLagUS *int64
 	var included []string
 	var partitioned []int64
-	err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text,
+	var version int
+	err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, current_setting('server_version_num')::int,
 			s.slot_name IS NOT NULL, s.plugin, s.slot_type, s.database, s.wal_status, coalesce(s.active, false), s.active_pid,
 			s.restart_lsn::text, s.confirmed_flush_lsn::text, s.safe_wal_size,
 			(SELECT (extract(epoch FROM r.flush_lag) * 1e6)::bigint FROM pg_stat_replication r WHERE r.pid = s.active_pid),
@@ -133,7 +182,7 @@ func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 			ARRAY(SELECT t.ord FROM unnest($3::text[]) WITH ORDINALITY AS t(name, ord)
 				JOIN pg_class c ON c.oid = to_regclass(t.name) WHERE c.relkind = 'p' ORDER BY t.ord)
 		FROM (SELECT 1) one LEFT JOIN pg_replication_slots s ON s.slot_name = $1`,
-		n.Slot, n.Publication, sqlNames(n.Tables)).Scan(&current, &st.Exists, &plugin, &slotType, &database, &walStatus,
+		n.Slot, n.Publication, sqlNames(n.Tables)).Scan(&current, &version, &st.Exists, &plugin, &slotType, &database, &walStatus,
 		&st.Active, &st.ActivePID, &restart, &confirmed, &st.SafeWALSize, &flushLagUS, &st.PublicationOK, &st.ViaRoot, &included, &partitioned)
 	if err != nil {
 		return st, fmt.Errorf("polling slot %q: %w", n.Slot, err)
@@ -161,6 +210,11 @@ func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 	if flushLagUS != nil {
 		d := time.Duration(*flushLagUS) * time.Microsecond
 		st.FlushLag = &d
+	}
+	if st.Exists && version >= decodingStatsVersion {
+		if st.Decoding, err = pollDecoding(ctx, conn, n.Slot); err != nil {
+			return st, err
+		}
 	}
 	return st, nil
 }
@@ -297,6 +351,9 @@ func (m *SlotMetrics) set(st SlotState) {
 	}
 	m.safeWAL.Set(safe)
 	m.active.Set(boolGauge(st.Active))
+	if st.Decoding != nil {
+		m.decoding.set(*st.Decoding)
+	}
 	for _, s := range walStatuses {
 		v := 0.0
 		if s == st.WALStatus {
@@ -311,4 +368,58 @@ func boolGauge(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// decodingCollector exports pg_stat_replication_slots' counters as
+// counters: Postgres counts, walstream passes the counts on as it polls
+// them, and a reset (pg_stat_reset_replication_slot, a crash) is a counter
+// reset rate() handles. Nothing is exported before the first poll, or on a
+// server without the view.
+type decodingCollector struct {
+	descs [8]*prometheus.Desc
+	mu    sync.Mutex
+	stats *DecodingStats
+}
+
+var _ prometheus.Collector = (*decodingCollector)(nil)
+
+func newDecodingCollector() *decodingCollector {
+	c := &decodingCollector{}
+	for i, m := range [8]struct{ name, help string }{
+		{"walstream_slot_spilled_transactions_total", "Transactions Postgres spilled to disk while decoding them for the slot, being larger than logical_decoding_work_mem (pg_stat_replication_slots.spill_txns); each is read back at its commit, which holds up what commits after it."},
+		{"walstream_slot_spills_total", "Times Postgres spilled decoded changes to disk for the slot (pg_stat_replication_slots.spill_count)."},
+		{"walstream_slot_spilled_bytes_total", "Decoded changes Postgres spilled to disk for the slot (pg_stat_replication_slots.spill_bytes)."},
+		{"walstream_slot_streamed_transactions_total", "Transactions Postgres streamed to walstream while in progress instead of spilling them (pg_stat_replication_slots.stream_txns; Postgres 14 and later)."},
+		{"walstream_slot_streams_total", "Times Postgres streamed changes of transactions in progress (pg_stat_replication_slots.stream_count)."},
+		{"walstream_slot_streamed_bytes_total", "Decoded changes of transactions in progress Postgres streamed (pg_stat_replication_slots.stream_bytes)."},
+		{"walstream_slot_decoded_transactions_total", "Transactions Postgres decoded for the slot, of every table (pg_stat_replication_slots.total_txns)."},
+		{"walstream_slot_decoded_bytes_total", "Changes Postgres decoded for the slot, of every table (pg_stat_replication_slots.total_bytes)."},
+	} {
+		c.descs[i] = prometheus.NewDesc(m.name, m.help, nil, nil)
+	}
+	return c
+}
+
+func (c *decodingCollector) set(d DecodingStats) {
+	c.mu.Lock()
+	c.stats = &d
+	c.mu.Unlock()
+}
+
+func (c *decodingCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c *decodingCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	d := c.stats
+	c.mu.Unlock()
+	if d == nil {
+		return
+	}
+	for i, v := range [8]int64{d.SpillTxns, d.SpillCount, d.SpillBytes, d.StreamTxns, d.StreamCount, d.StreamBytes, d.TotalTxns, d.TotalBytes} {
+		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(v))
+	}
 }

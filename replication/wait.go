@@ -148,8 +148,9 @@ type Backend struct {
 	PID int32
 	// Type is pg_stat_activity's backend_type: walsender for a client
 	// streaming the slot, client backend for a session creating it or
-	// reading it with SQL.
-	Type, Application, Client, State string
+	// reading it with SQL. WaitEvent is its wait event as "type/event",
+	// empty when it is not waiting.
+	Type, Application, Client, State, WaitEvent string
 	// Started is when the backend started (the session connected), zero
 	// when unknown.
 	Started time.Time
@@ -174,17 +175,18 @@ func (b Backend) String() string {
 // DescribeBackend reads what pg_stat_activity shows of backend pid.
 func DescribeBackend(ctx context.Context, conn *pgx.Conn, pid int32) (Backend, error) {
 	b := Backend{PID: pid}
-	var typ, app, client, state *string
+	var typ, app, client, state, wait *string
 	var started *time.Time
-	err := conn.QueryRow(ctx, `SELECT backend_type, application_name, host(client_addr) || ':' || client_port, state, backend_start
-		FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&typ, &app, &client, &state, &started)
+	err := conn.QueryRow(ctx, `SELECT backend_type, application_name, host(client_addr) || ':' || client_port, state, backend_start,
+			wait_event_type || '/' || wait_event
+		FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&typ, &app, &client, &state, &started, &wait)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return b, nil
 	}
 	if err != nil {
 		return b, fmt.Errorf("describing backend pid %d: %w", pid, err)
 	}
-	b.Type, b.Application, b.Client, b.State = deref(typ), deref(app), deref(client), deref(state)
+	b.Type, b.Application, b.Client, b.State, b.WaitEvent = deref(typ), deref(app), deref(client), deref(state), deref(wait)
 	if started != nil {
 		b.Started = *started
 	}

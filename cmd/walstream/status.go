@@ -94,6 +94,9 @@ func printStatus(w io.Writer, r *statusReport) {
 			line("  confirmed_flush_lsn", "%s (server at %s)", s.ConfirmedFlush, s.CurrentLSN)
 			line("  lag", "%s", bytesText(s.LagBytes))
 			line("  caught up", "%s", caughtUpText(s.CaughtUp, s.LagBytes, s.FlushLagSeconds))
+			if s.BehindBecause != "" {
+				line("  behind because", "%s", s.BehindBecause)
+			}
 		}
 		line("  retained WAL", "%s", retained)
 		if s.SafeWALSizeBytes != nil {
@@ -101,6 +104,11 @@ func printStatus(w io.Writer, r *statusReport) {
 		}
 		if s.FlushLagSeconds != nil {
 			line("  lag in seconds", "%.3f s (pg_stat_replication.flush_lag)", *s.FlushLagSeconds)
+		}
+		if d := s.Decoding; d != nil {
+			line("  decoding", "spilled %s of %d transactions to disk, streamed %s of %d in progress, decoded %s of %d (logical_decoding_work_mem %s%s)",
+				bytesText(d.SpilledBytes), d.SpilledTransactions, bytesText(d.StreamedBytes), d.StreamedTransactions,
+				bytesText(d.DecodedBytes), d.DecodedTransactions, d.WorkMem, resetText(d.StatsReset))
 		}
 	} else {
 		line("  exists", "no")
@@ -161,6 +169,14 @@ func caughtUpText(caughtUp bool, lag int64, lagSeconds *float64) string {
 		return fmt.Sprintf("no, %s behind", bytesText(lag))
 	}
 	return fmt.Sprintf("no, %s and %.3f s behind", bytesText(lag), *lagSeconds)
+}
+
+// resetText says since when pg_stat_replication_slots counts.
+func resetText(at *time.Time) string {
+	if at == nil {
+		return ""
+	}
+	return "; since " + at.UTC().Format(time.RFC3339)
 }
 
 func bytesText(n int64) string {
