@@ -291,8 +291,11 @@ func TestChaos(t *testing.T) {
 	if smp.Samples < 100 || atom.Snapshots < 100 {
 		fail("only %d checkpoint samples (%d skipped) and %d atomicity snapshots", smp.Samples, smp.Skipped, atom.Snapshots)
 	}
-	if smp.SpillTxns == 0 {
-		fail("Postgres spilled no transaction to disk; logical_decoding_work_mem is not exceeded")
+	// walstream has transactions over logical_decoding_work_mem streamed
+	// in progress; Postgres still spills what it decodes before the
+	// position a restarted session confirmed.
+	if smp.StreamTxns == 0 {
+		fail("Postgres streamed no transaction in progress; logical_decoding_work_mem is not exceeded, or streaming is off")
 	}
 	if st.TxSavepoint == 0 || st.TxWithDeletes == 0 || st.TxRolledBack == 0 || st.TxSplit == 0 {
 		fail("the load lacks a kind of transaction: %+v", st)
@@ -388,11 +391,11 @@ func (r *report) summary(path string) string {
 	}
 	return fmt.Sprintf("chaos %s %s: %d rows committed, %d rolled back; %d faults (%s); %d crash points reached; "+
 		"replays skipped %d (logged) / %d (metrics); duplicates %d, lost %d (and %d of %d in named recreation gaps), not in ledger %d, order violations %d, "+
-		"atomicity violations %d in %d snapshots, checkpoint violations %d in %d samples; caught up in %.1fs; report %s",
+		"atomicity violations %d in %d snapshots, checkpoint violations %d in %d samples; Postgres streamed %d transactions in progress and spilled %d; caught up in %.1fs; report %s",
 		verdict, r.Duration, r.Load.RowsCommitted, r.Load.RowsRolledBack, total, strings.Join(kinds, " "), crashes,
 		r.ReplaysSkippedLogged, r.ReplaysSkippedScraped, r.Verdict.Duplicates, r.Verdict.Lost, r.Verdict.LostInGap, r.Faults.GapRows, r.Verdict.NotInLedger,
 		r.Verdict.OrderViolations, r.Atomicity.Violations, r.Atomicity.Snapshots, r.Checkpoints.Violations, r.Checkpoints.Samples,
-		r.CatchUpSeconds, path)
+		r.Checkpoints.StreamTxns, r.Checkpoints.SpillTxns, r.CatchUpSeconds, path)
 }
 
 // sameRecords compares two reads of the outbox topics by position and id.

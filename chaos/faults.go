@@ -39,7 +39,7 @@ const (
 )
 
 // crashPoints are walstream's named crash points (cmd/walstream/faults_on.go).
-var crashPoints = []string{"after-produce", "before-commit", "after-commit", "mid-transaction"}
+var crashPoints = []string{"after-produce", "before-commit", "after-commit", "mid-transaction", "mid-stream"}
 
 // walSenderTimeout is Postgres' wal_sender_timeout in the suite; a
 // blackhole lasts longer.
@@ -348,7 +348,7 @@ func (f *faults) kill(ctx context.Context, point string) string {
 		return fmt.Sprintf("#%d", p.id)
 	}
 	n := 1 + f.rng.IntN(20)
-	if point == "mid-transaction" {
+	if point == "mid-transaction" || point == "mid-stream" {
 		n = 1 + f.rng.IntN(2000)
 	}
 	crashAt := fmt.Sprintf("%s:%d", point, n)

@@ -1,10 +1,11 @@
 // Package decode turns pgoutput (protocol version 1) messages into outbox
 // events grouped by Postgres transaction. It does no I/O.
 //
-// Transactions arrive whole and in commit order because streaming of
-// in-progress transactions is off. A transaction with more events than a
-// Kafka transaction should hold is handed on in parts, so memory stays
-// bounded whatever the transaction's size.
+// Transactions are decoded whole and in commit order: those Postgres
+// streams while in progress (protocol version 2) are kept by Streams until
+// they commit and then decoded like the others (stream.go). A transaction
+// with more events than a Kafka transaction should hold is handed on in
+// parts, so memory stays bounded whatever the transaction's size.
 package decode
 
 import (
@@ -335,8 +336,11 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 		return nil, nil
 	case pglogrepl.MessageTypeMessage:
 		return d.message(walStart, data)
+	case pglogrepl.MessageTypeStreamStart, pglogrepl.MessageTypeStreamStop, pglogrepl.MessageTypeStreamCommit, pglogrepl.MessageTypeStreamAbort:
+		// Streams takes these before the decoder sees them.
+		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("pgoutput message %q of streaming of in-progress transactions, which was not asked for", data[0])}
 	default:
-		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("unexpected pgoutput message type %q (is streaming of in-progress transactions enabled?)", data[0])}
+		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("unexpected pgoutput message type %q", data[0])}
 	}
 }
 
@@ -355,10 +359,15 @@ func (d *Decoder) begin(walStart pglogrepl.LSN, data []byte) error {
 	if err := m.Decode(data[1:]); err != nil {
 		return &Error{Event: at(walStart), Reason: "decoding BEGIN", Err: err}
 	}
-	d.tx = &Tx{Xid: m.Xid, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime}
-	d.skipTx = d.cfg.Skip(m.FinalLSN, math.MaxUint64)
-	d.ordinal = 0
+	d.open(m.Xid, m.FinalLSN, m.CommitTime)
 	return nil
+}
+
+// open opens the transaction that commits at commitLSN.
+func (d *Decoder) open(xid uint32, commitLSN pglogrepl.LSN, commitTime time.Time) {
+	d.tx = &Tx{Xid: xid, CommitLSN: commitLSN, CommitTime: commitTime}
+	d.skipTx = d.cfg.Skip(commitLSN, math.MaxUint64)
+	d.ordinal = 0
 }
 
 func (d *Decoder) commit(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
@@ -375,15 +384,21 @@ func (d *Decoder) commit(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if m.TransactionEndLSN <= m.CommitLSN {
 		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("COMMIT ends at %s, not after its start %s", m.TransactionEndLSN, m.CommitLSN)}
 	}
+	return d.close(m.TransactionEndLSN), nil
+}
+
+// close ends the open transaction at endLSN and returns its last part,
+// nil when it is a replay Skip drops whole.
+func (d *Decoder) close(endLSN pglogrepl.LSN) *Tx {
 	tx := d.tx
 	d.tx = nil
 	if d.skipTx {
 		d.skipped += d.ordinal
-		return nil, nil
+		return nil
 	}
-	tx.EndLSN = m.TransactionEndLSN
+	tx.EndLSN = endLSN
 	tx.Final = true
-	return tx, nil
+	return tx
 }
 
 // relation decodes a Relation message with pglogrepl, which indexes its

@@ -70,6 +70,17 @@ type Config struct {
 	// topics; nil relies on the broker's auto-creation.
 	TopicCreation *publish.TopicCreation
 
+	// StreamInProgress has Postgres (14 and later) stream transactions
+	// larger than logical_decoding_work_mem while they are in progress,
+	// instead of spilling them to disk and sending them at their commit,
+	// which holds up every outbox event committed after them, whatever
+	// table they write. A streamed outbox transaction is kept in a file in
+	// SpoolDir until it commits, and published only then.
+	StreamInProgress bool
+	// SpoolDir is where streamed transactions are kept; empty is the
+	// system's temporary directory ($TMPDIR, else /tmp).
+	SpoolDir string
+
 	// MaxBatchEvents and MaxBatchBytes bound a Kafka transaction, and the
 	// parts a large Postgres transaction is split into.
 	MaxBatchEvents, MaxBatchBytes int
@@ -100,8 +111,8 @@ type Config struct {
 	ReadyConfirmAge time.Duration
 
 	// Hook, if not nil, is called at named points (after-produce,
-	// before-commit, after-commit, mid-transaction) so that crash tests
-	// can kill the process there.
+	// before-commit, after-commit, mid-transaction, mid-stream) so that
+	// crash tests can kill the process there.
 	Hook func(point string)
 }
 

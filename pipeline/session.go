@@ -86,7 +86,17 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
-	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{Names: names, StatusInterval: cfg.StatusInterval, ConfirmInterval: cfg.ConfirmInterval}, s.log, s.metrics.repl)
+	inProgress := false
+	if cfg.StreamInProgress {
+		version, err := replication.ServerVersion(ctx, conn)
+		if err != nil {
+			rconn.Close(context.WithoutCancel(ctx))
+			return false, err
+		}
+		inProgress = replication.SupportsStreaming(version)
+	}
+	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{Names: names, StatusInterval: cfg.StatusInterval,
+		ConfirmInterval: cfg.ConfirmInterval, InProgress: inProgress}, s.log, s.metrics.repl)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		// Held by another process: which one, so that a standby says whom
@@ -157,6 +167,14 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 			return readCatalog(ctx, c, names, o, oid)
 		},
 	}
+	if inProgress {
+		spooled := s.metrics.spooled
+		in.streams = decode.NewStreams(func(xid uint32) (decode.Spool, error) {
+			return newFileSpool(cfg.SpoolDir, xid, spooled)
+		})
+	}
+	// The stream's goroutine has stopped when this runs.
+	defer in.close()
 	// Column defaults and NOT NULL, which pgoutput does not send, from the
 	// catalog as Debezium reads them; the decoder applies them.
 	for name, c := range tables.catalogs {
@@ -166,7 +184,8 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	s.metrics.standby.Set(0)
 	s.state.tracker.Store(tracker)
 	defer s.state.tracker.Store(nil)
-	s.log.Info("streaming", "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String(), "pg_tls", !plainTCP(conn))
+	s.log.Info("streaming", "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String(), "pg_tls", !plainTCP(conn),
+		"stream_in_progress", inProgress)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return onKafka(prod.Run(gctx, q)) })

@@ -85,6 +85,8 @@ func (c *Config) settings() []setting {
 		{"checkpoint-topic", &c.CheckpointTopic, pipeline.DefaultCheckpointTopic, "CheckpointTopic", "compacted topic holding checkpoints"},
 		{"checkpoint-key", &c.CheckpointKey, nil, "", "key of this stream's checkpoints (default: the slot name)"},
 		{"transactional-id", &c.TransactionalID, nil, "", "Kafka transactional.id (default: walstream-<slot>)"},
+		{"stream-in-progress", &c.StreamInProgress, true, "", "on Postgres 14 and later, have transactions larger than logical_decoding_work_mem streamed while in progress instead of spilled to disk and sent at their commit, so that a large transaction on another table no longer holds up the outbox; a streamed outbox transaction is kept in a temporary file until it commits, then published (see --spool-dir)"},
+		{"spool-dir", &c.SpoolDir, nil, "", "directory of the temporary files holding streamed transactions until they commit (default: $TMPDIR, else /tmp); the files are unlinked at once, so a crash leaves none"},
 		{"max-batch-events", &c.MaxBatchEvents, pipeline.DefaultMaxBatchEvents, "MaxBatchEvents", "events per Kafka transaction; larger Postgres transactions are split"},
 		{"max-batch-bytes", &c.MaxBatchBytes, pipeline.DefaultMaxBatchBytes, "MaxBatchBytes", "bytes per Kafka transaction; larger Postgres transactions are split"},
 		{"queue-bytes", &c.QueueBytes, pipeline.DefaultQueueBytes, "QueueBytes", "memory of decoded events waiting for Kafka before WAL reading pauses"},
@@ -241,6 +243,13 @@ func (c *Config) build() error {
 	if c.PprofAddr != "" {
 		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || !replication.Loopback(host) {
 			bad("pprof-addr", fmt.Errorf("%q: pprof shows memory and must listen on loopback, like 127.0.0.1:6060", c.PprofAddr))
+		}
+	}
+	if c.SpoolDir != "" {
+		if fi, err := os.Stat(c.SpoolDir); err != nil {
+			bad("spool-dir", err)
+		} else if !fi.IsDir() {
+			bad("spool-dir", fmt.Errorf("%s is not a directory", c.SpoolDir))
 		}
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
