@@ -13,23 +13,37 @@ import (
 type server struct {
 	walLevel, user          string
 	superuser, canReplicate bool
+	// rdsReplication: the role is a member of Amazon RDS's
+	// rds_replication, which lets it replicate there.
+	rdsReplication bool
+	// provider is the managed service the server is, nil for none known,
+	// and providerValue its setting's value.
+	provider      *provider
+	providerValue string
 }
 
 // logical reports whether the server writes the WAL logical decoding needs.
 func (s server) logical() bool { return s.walLevel == "logical" }
 
 // mayStream reports whether the role may open a replication connection.
-func (s server) mayStream() bool { return s.canReplicate || s.superuser }
+func (s server) mayStream() bool { return s.canReplicate || s.superuser || s.rdsReplication }
 
-// lookupServer reads wal_level and the connected role's attributes: the
-// facts both Prepare and Check start from.
+// lookupServer reads wal_level, the connected role's attributes and the
+// settings that tell a managed service: the facts both Prepare and Check
+// start from.
 func lookupServer(ctx context.Context, conn *pgx.Conn) (server, error) {
 	var s server
-	err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'), current_user, r.rolsuper, r.rolreplication
-		FROM pg_roles r WHERE r.rolname = current_user`).Scan(&s.walLevel, &s.user, &s.superuser, &s.canReplicate)
+	values := make([]*string, len(providers))
+	dst := []any{&s.walLevel, &s.user, &s.superuser, &s.canReplicate, &s.rdsReplication}
+	for i := range values {
+		dst = append(dst, &values[i])
+	}
+	err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'), current_user, r.rolsuper, r.rolreplication, `+rdsReplicationSQL+`, `+providerSettingsSQL()+`
+		FROM pg_roles r WHERE r.rolname = current_user`).Scan(dst...)
 	if err != nil {
 		return s, fmt.Errorf("checking server settings: %w", err)
 	}
+	s.recognise(values)
 	return s, nil
 }
 
@@ -42,14 +56,17 @@ func CheckWALLevel(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	if !srv.logical() {
-		return walLevelError(srv.walLevel)
+		return walLevelError(srv)
 	}
 	return nil
 }
 
-func walLevelError(level string) error {
-	return &SetupError{Object: "wal_level", Reason: fmt.Sprintf("is %q, logical decoding needs 'logical'", level),
-		Fix: "set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) and restart Postgres"}
+func walLevelError(srv server) error {
+	reason := fmt.Sprintf("is %q, logical decoding needs 'logical'", srv.walLevel)
+	if p := srv.provider; p != nil {
+		reason += fmt.Sprintf(" (the server is %s, %s is %s)", p.Name, p.Setting, srv.providerValue)
+	}
+	return &SetupError{Object: "wal_level", Reason: reason, Fix: srv.walLevelFix()}
 }
 
 // Status is the state of one requirement in a Check.
@@ -95,18 +112,23 @@ func Check(ctx context.Context, conn *pgx.Conn, n Names, tables []TableColumns) 
 	if err != nil {
 		return nil, err
 	}
+	if st, text := srv.providerFinding(); text != "" {
+		report(st, "%s", text)
+	}
 	if srv.logical() {
 		report(OK, "wal_level is logical")
 	} else {
-		report(Fail, "wal_level is %s: set wal_level = logical and restart Postgres", srv.walLevel)
+		report(Fail, "wal_level is %s: %s", srv.walLevel, srv.walLevelFix())
 	}
 	switch {
 	case srv.superuser:
 		report(Warn, "role %s is a superuser: over-privileged; walstream needs only LOGIN REPLICATION and SELECT on the outbox tables (walstream init prints it)", srv.user)
 	case srv.canReplicate:
 		report(OK, "role %s has REPLICATION and is not a superuser", srv.user)
+	case srv.rdsReplication:
+		report(OK, "role %s is a member of rds_replication, which lets it replicate on Amazon RDS and Aurora", srv.user)
 	default:
-		report(Fail, "role %s lacks REPLICATION: ALTER ROLE %s WITH REPLICATION", srv.user, pgx.Identifier{srv.user}.Sanitize())
+		report(Fail, "role %s lacks REPLICATION: %s", srv.user, srv.grantFix())
 	}
 	described := Names{Publication: n.Publication}
 	for _, t := range tables {

@@ -202,11 +202,10 @@ func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create Create) error 
 		return err
 	}
 	if !srv.logical() {
-		return walLevelError(srv.walLevel)
+		return walLevelError(srv)
 	}
 	if !srv.mayStream() {
-		return &SetupError{Object: fmt.Sprintf("role %q", srv.user), Reason: "lacks the REPLICATION attribute",
-			Fix: fmt.Sprintf("ALTER ROLE %s WITH REPLICATION", pgx.Identifier{srv.user}.Sanitize())}
+		return &SetupError{Object: fmt.Sprintf("role %q", srv.user), Reason: "lacks the REPLICATION attribute", Fix: srv.grantFix()}
 	}
 	var existing []string
 	err = conn.QueryRow(ctx, `SELECT ARRAY(SELECT t FROM unnest($1::text[]) t WHERE to_regclass(t) IS NOT NULL)`, sqlNames(n.Tables)).Scan(&existing)
