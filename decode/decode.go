@@ -266,6 +266,11 @@ type relation struct {
 	// recreated, when set, says this is not the table walstream streamed
 	// before: its first row stops the stream.
 	recreated *TableRecreatedError
+	// msg is the Relation message of a table that is no outbox table, kept
+	// until the caller says whether it is a partition of one
+	// (PartitionOf); classified is set once it has.
+	msg        *pglogrepl.RelationMessage
+	classified bool
 }
 
 // extraColumn is an additional field the table has.
@@ -429,6 +434,7 @@ func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
 		}
 	}
 	if rel.outbox == nil {
+		rel.msg = &m
 		return nil
 	}
 	// Postgres sends a Relation message with WAL position 0/0, just before
@@ -440,6 +446,46 @@ func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
 		rel.err = err
 	}
 	return nil
+}
+
+// Unclassified returns the relation of an INSERT or UPDATE into a table
+// that is no outbox table and that PartitionOf was not told of since its
+// Relation message: a partition of an outbox table, whose rows a
+// publication without publish_via_partition_root sends under the
+// partition's name, or another table of a publication wider than the
+// outbox. name is schema.table.
+func (d *Decoder) Unclassified(data []byte) (relID uint32, name string, ok bool) {
+	if len(data) < 5 || (data[0] != byte(pglogrepl.MessageTypeInsert) && data[0] != byte(pglogrepl.MessageTypeUpdate)) {
+		return 0, "", false
+	}
+	relID = binary.BigEndian.Uint32(data[1:])
+	rel := d.relations[relID]
+	if rel == nil || rel.outbox != nil || rel.classified {
+		return 0, "", false
+	}
+	return relID, rel.name, true
+}
+
+// PartitionOf says whether relation relID, which Unclassified returned,
+// is a partition of outbox table o; nil: of none. A partition's rows are
+// o's rows, mapped by column name as o's own are, and become events of o
+// exactly as a publication with publish_via_partition_root would have
+// sent them, under o's name. Its OID is not o's, and no recreation of o is
+// read into it.
+func (d *Decoder) PartitionOf(relID uint32, o *Outbox) {
+	rel := d.relations[relID]
+	if rel == nil || rel.outbox != nil {
+		return
+	}
+	rel.classified = true
+	if o == nil || rel.msg == nil {
+		return
+	}
+	rel.outbox, rel.name = o, o.Name()
+	if err := rel.mapColumns(0, rel.msg, d.catalog(o)); err != nil {
+		rel.err = err
+	}
+	rel.msg = nil
 }
 
 // sameTable stops at an outbox table that comes with another OID than it

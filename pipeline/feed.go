@@ -55,6 +55,10 @@ type feed struct {
 	catalog   func(o *decode.Outbox, oid uint32) (map[string]decode.Catalog, error)
 	relations map[string]bool // outbox tables whose Relation message came
 
+	// partitionOf, if not nil, returns the outbox table relation oid is a
+	// partition of, nil for none or when the catalog no longer has it.
+	partitionOf func(oid uint32) (*decode.Outbox, error)
+
 	// streams, when streaming of in-progress transactions is on, keeps
 	// each streamed transaction's messages until it ends; replay is a
 	// committed one being decoded, part by part, as HandOn hands the parts
@@ -135,6 +139,9 @@ func (f *feed) decode(walStart pglogrepl.LSN, data []byte) (replication.Ready, e
 	if err := f.refreshCatalog(data); err != nil {
 		return replication.Ready{}, err
 	}
+	if err := f.classify(data); err != nil {
+		return replication.Ready{}, err
+	}
 	tx, err := f.dec.Decode(walStart, data)
 	if err != nil {
 		return f.stop(err), nil
@@ -207,6 +214,34 @@ func (f *feed) close() {
 			f.log.Warn("discarding the spools of streamed transactions", "err", err)
 		}
 	}
+}
+
+// classify tells the decoder, at the first row of a table that is no
+// outbox table, whether it is a partition of one. Postgres sends a
+// partition's rows under the partition's name when the publication lacks
+// publish_via_partition_root, and decodes WAL with the publication as it
+// was when the WAL was written: rows committed before the setting was
+// turned on still come that way, and would be lost to walstream if it
+// took them for another table's. The startup check and the slot monitor
+// stop walstream on such a publication; this keeps what it had decoded.
+func (f *feed) classify(data []byte) error {
+	if f.partitionOf == nil {
+		return nil
+	}
+	oid, name, ok := f.dec.Unclassified(data)
+	if !ok {
+		return nil
+	}
+	o, err := f.partitionOf(oid)
+	if err != nil {
+		return fmt.Errorf("looking up whether table %s (OID %d) is a partition of an outbox table: %w", name, oid, err)
+	}
+	if o != nil {
+		f.log.Warn("rows of a partitioned outbox table arrive under a partition's name (the publication did not publish via the partition root when they were written); publishing them as the table's",
+			"partition", name, "oid", oid, "table", o.Name())
+	}
+	f.dec.PartitionOf(oid, o)
+	return nil
 }
 
 // refreshCatalog gives the decoder an outbox table's catalog read anew when

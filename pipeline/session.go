@@ -167,6 +167,22 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 			return readCatalog(ctx, c, names, o, oid)
 		},
 	}
+	in.partitionOf = func(oid uint32) (*decode.Outbox, error) {
+		c, err := replication.Connect(ctx, cfg.Postgres)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close(context.WithoutCancel(ctx))
+		t, ok, err := replication.PartitionRoot(ctx, c, names, oid)
+		if err != nil || !ok {
+			return nil, err
+		}
+		i := slices.IndexFunc(cfg.Outboxes, func(o *decode.Outbox) bool { return o.Name() == t.String() })
+		if i < 0 {
+			return nil, nil
+		}
+		return cfg.Outboxes[i], nil
+	}
 	if inProgress {
 		spooled := s.metrics.spooled
 		in.streams = decode.NewStreams(func(xid uint32) (decode.Spool, error) {

@@ -137,3 +137,47 @@ func TestFeedStreamed(t *testing.T) {
 	}
 	f.close()
 }
+
+// Rows that arrive under a partition's name are asked about once per
+// Relation message, and published as the outbox table's when they are
+// its partition's; another table's rows stay ignored.
+func TestFeedPartitionRows(t *testing.T) {
+	o := &decode.Outbox{Schema: "public", Table: "outbox", Columns: decode.DefaultColumns()}
+	var queued []*decode.Tx
+	var asked []uint32
+	f := &feed{
+		dec:      decode.New(decode.Config{Outboxes: []*decode.Outbox{o}, MaxPartEvents: 10, MaxPartBytes: 1 << 20}),
+		out:      &fakeQueue{tryPut: func(tx *decode.Tx) bool { queued = append(queued, tx); return true }},
+		received: receiverFunc(func(pglogrepl.LSN, time.Time) {}), log: slog.New(slog.DiscardHandler),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}),
+		partitionOf: func(oid uint32) (*decode.Outbox, error) {
+			asked = append(asked, oid)
+			if oid == 30 {
+				return o, nil
+			}
+			return nil, nil
+		},
+	}
+	cols := []string{"id", "aggregatetype", "aggregateid", "type", "payload"}
+	for i, m := range [][]byte{
+		beginMsg(0x200, 5),
+		relationMsg(30, "public", "outbox_2010", cols...),
+		relationMsg(31, "public", "audit", cols...),
+		insertMsg(30, 1), insertMsg(31, 2), insertMsg(30, 3), insertMsg(31, 4),
+		commitMsg(0x200, 0x208),
+	} {
+		if _, err := f.WAL(pglogrepl.LSN(0x100+i), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !f.TryHandOn() || len(queued) != 1 {
+		t.Fatalf("queued %d transactions", len(queued))
+	}
+	evs := queued[0].Events
+	if len(evs) != 2 || evs[0].Table != "public.outbox" || evs[0].Source != o || string(evs[1].ID) != "00000000-0000-0000-0000-000000000003" {
+		t.Fatalf("events %+v, want the partition's two rows as public.outbox's", evs)
+	}
+	if len(asked) != 2 {
+		t.Fatalf("asked about relations %v, want each once", asked)
+	}
+}

@@ -151,7 +151,9 @@ func (n Names) ViaRootSQL() string {
 // viaRootError is the stop for a publication that publishes partitioned
 // outbox tables' rows under their partitions' names. Postgres decodes WAL
 // with the publication as it was when the WAL was written, so rows
-// committed before the fix keep arriving under those names.
+// committed before the fix keep arriving under those names; the decoder
+// is told which tables are partitions of an outbox table (PartitionRoot)
+// and publishes them as the table's.
 func (n Names) viaRootError(partitioned []Table) error {
 	return &SetupError{Object: fmt.Sprintf("publication %q", n.Publication),
 		Reason: fmt.Sprintf("publishes the rows of partitioned outbox table %s under its partitions' names (publish_via_partition_root is off), which walstream does not read",
