@@ -350,15 +350,16 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, n Names, create Create) er
 			Fix: "if walstream never streamed from it, create it with: " + n.CreateSlotSQL(failover) +
 				"; if it did, rows may be lost: see README, Postgres failover"}
 	}
-	if err := createSlot(ctx, conn, n.Slot, n.CreateSlotSQL(failover), create); err != nil {
+	if err := ExecWatched(ctx, conn, n.Slot, n.CreateSlotSQL(failover), create); err != nil {
 		return fmt.Errorf("creating %s: %w", obj, err)
 	}
 	return nil
 }
 
-// createSlot runs sql, which creates the slot, on conn, while another
-// connection watches what it waits for when create asks.
-func createSlot(ctx context.Context, conn *pgx.Conn, slot, sql string, create Create) error {
+// ExecWatched runs sql, which creates slot (a setup step does), on conn,
+// while another connection tells create.Watch what it waits for, every
+// create.WatchInterval; without a Watch it only runs sql.
+func ExecWatched(ctx context.Context, conn *pgx.Conn, slot, sql string, create Create) error {
 	if create.Watch == nil || create.WatchInterval <= 0 {
 		_, err := conn.Exec(ctx, sql)
 		return err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // TestSlotCreationWaitsNamed: a transaction is open when walstream first
@@ -74,5 +75,42 @@ func TestSlotCreationWaitsNamed(t *testing.T) {
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
 	if code, body := httpGet(addr, "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz once streaming: %d %q", code, body)
+	}
+}
+
+// TestInitApplyWaitsNamed: init --apply creates the slot behind an open
+// transaction, printing what it waits for until the transaction ends.
+func TestInitApplyWaitsNamed(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	ctx := context.Background()
+	long, err := pgx.Connect(ctx, pg.URL("postgres", "postgres")+"&application_name=nightly_report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Close(ctx)
+	if _, err := long.Exec(ctx, "BEGIN; SELECT txid_current()"); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := walstreamCmd(t, "init", "--apply", "--role", "", "--pg-url", pg.URL("postgres", "postgres"))
+		done <- result{out, err}
+	}()
+	time.Sleep(7 * time.Second)
+	if _, err := long.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || !strings.Contains(r.out, `wait  creating slot "walstream"`) || !strings.Contains(r.out, "application nightly_report") ||
+			!strings.Contains(r.out, `ok    slot "walstream"`) {
+			t.Fatalf("init --apply behind an open transaction: %v\n%s", r.err, r.out)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("init --apply did not end after the transaction did")
 	}
 }
