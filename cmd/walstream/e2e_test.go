@@ -38,7 +38,20 @@ func TestMain(m *testing.M) {
 // a partitioned table, split by its id's hash into three partitions, so
 // that the whole suite checks that a partitioned outbox behaves as a plain
 // one: `TEST_OUTBOX=partitioned go test ./cmd/walstream`.
-var outboxDDL = outboxTableDDL(os.Getenv("TEST_OUTBOX") == "partitioned")
+var outboxDDL = outboxTableDDL(partitionedOutbox)
+
+// partitionedOutbox is TEST_OUTBOX=partitioned.
+var partitionedOutbox = os.Getenv("TEST_OUTBOX") == "partitioned"
+
+// publicationOptions are the WITH options of a publication a test makes
+// by hand, publish given: a partitioned outbox's publishes its
+// partitions' rows as its own, as walstream's does.
+func publicationOptions(publish string) string {
+	if partitionedOutbox {
+		return fmt.Sprintf("WITH (publish = '%s', publish_via_partition_root = true)", publish)
+	}
+	return fmt.Sprintf("WITH (publish = '%s')", publish)
+}
 
 func outboxTableDDL(partitioned bool) string {
 	const columns = `CREATE TABLE public.outbox (
