@@ -185,7 +185,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		} else {
 			m.standby.Set(0)
 			p.state.standbyAt.Store(0)
-			p.waits.done("standby", "no longer a standby: the slot is free")
+			// Another failure ends the wait for the slot, not the slot's hold.
+			p.waits.done("standby", "no longer waiting for the slot as a standby")
 			m.reconnects.WithLabelValues(f.peer).Inc()
 			wait = b.NextBackOff()
 			backoff := wait.Round(time.Millisecond)
