@@ -73,8 +73,10 @@ pgo: deps
 		-scenarios backlog,huge,latency -runs 1 -rows 500000 -huge-runs 1 -huge-rows 500000 \
 		-latency-runs 1 -latency-loads 1000x1,10000x10 -latency-duration 20s -max-load 1 -quiet-timeout 1m
 
+# The decoder, and the streams of in-progress transactions in front of it.
 fuzz:
 	$(GO) test ./decode -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
+	$(GO) test ./decode -run '^$$' -fuzz FuzzStreams -fuzztime $(FUZZTIME)
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

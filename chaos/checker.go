@@ -478,9 +478,13 @@ type sampler struct {
 	Examples   []string `json:"examples,omitempty"`
 	SpillTxns  int64    `json:"slot_spill_txns"`
 	SpillBytes int64    `json:"slot_spill_bytes"`
-	lastSpill  [2]int64
-	done       map[tp]int64 // offsets the atomicity check has taken in
-	conn       *pgx.Conn
+	// StreamTxns and StreamBytes are the transactions Postgres streamed
+	// in progress, which walstream asks for (Postgres 14 and later).
+	StreamTxns  int64 `json:"slot_stream_txns"`
+	StreamBytes int64 `json:"slot_stream_bytes"`
+	lastSpill   [4]int64
+	done        map[tp]int64 // offsets the atomicity check has taken in
+	conn        *pgx.Conn
 }
 
 func (s *sampler) run(ctx context.Context, every time.Duration) {
@@ -576,18 +580,21 @@ func (s *sampler) sample(ctx context.Context) bool {
 	return true
 }
 
-// spill accumulates pg_stat_replication_slots' spill counters, which a
-// crash restart of Postgres resets.
+// spill accumulates pg_stat_replication_slots' spill and stream counters,
+// which a crash restart of Postgres resets.
 func (s *sampler) spill(ctx context.Context) {
-	var txns, bytes int64
-	if err := s.query(ctx, "SELECT spill_txns, spill_bytes FROM pg_stat_replication_slots WHERE slot_name = $1", &txns, &bytes); err != nil {
+	var now [4]int64
+	if err := s.query(ctx, "SELECT spill_txns, spill_bytes, stream_txns, stream_bytes FROM pg_stat_replication_slots WHERE slot_name = $1",
+		&now[0], &now[1], &now[2], &now[3]); err != nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.SpillTxns += growth(txns, s.lastSpill[0])
-	s.SpillBytes += growth(bytes, s.lastSpill[1])
-	s.lastSpill = [2]int64{txns, bytes}
+	s.SpillTxns += growth(now[0], s.lastSpill[0])
+	s.SpillBytes += growth(now[1], s.lastSpill[1])
+	s.StreamTxns += growth(now[2], s.lastSpill[2])
+	s.StreamBytes += growth(now[3], s.lastSpill[3])
+	s.lastSpill = now
 }
 
 // growth is how much a counter grew since last; a counter below last was

@@ -4,8 +4,10 @@
 // walstream reaching both through toxiproxies on 127.0.0.1, under a
 // concurrent load with ground truth, while walstream is killed (also at its
 // named crash points), Postgres and the broker are restarted, the network
-// is blackholed, reset and slowed, the walsender is terminated and a
-// stopped instance comes back as a zombie.
+// is blackholed, reset and slowed, the walsender is terminated, a
+// stopped instance comes back as a zombie, and partitions of the outbox,
+// partitioned by time (-chaos.outbox=plain for a plain table), are
+// attached, filled and dropped.
 //
 // The load (load.go) writes outbox rows in transactions of 1 to 500 rows,
 // some rolled back, some rolled back to a savepoint, some with rows deleted

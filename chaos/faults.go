@@ -35,10 +35,11 @@ const (
 	faultTerminateSender = "walsender-terminated"
 	faultZombie          = "zombie"
 	faultRecreate        = "outbox-recreated"
+	faultPartitions      = "partition-attached-dropped"
 )
 
 // crashPoints are walstream's named crash points (cmd/walstream/faults_on.go).
-var crashPoints = []string{"after-produce", "before-commit", "after-commit", "mid-transaction"}
+var crashPoints = []string{"after-produce", "before-commit", "after-commit", "mid-transaction", "mid-stream"}
 
 // walSenderTimeout is Postgres' wal_sender_timeout in the suite; a
 // blackhole lasts longer.
@@ -60,14 +61,14 @@ func deck(long bool, skip map[string]bool) []fault {
 		{kind: faultBrokerKill}, {kind: faultBrokerTerm},
 		{kind: faultBlackholePG}, {kind: faultBlackholeKafka},
 		{kind: faultResetPG}, {kind: faultResetKafka}, {kind: faultLatencyKafka},
-		{kind: faultTerminateSender}, {kind: faultZombie}, {kind: faultRecreate},
+		{kind: faultTerminateSender}, {kind: faultZombie}, {kind: faultRecreate}, {kind: faultPartitions},
 	}
 	for _, p := range crashPoints {
 		d = append(d, fault{kind: faultKill, crashAt: p})
 	}
 	if long {
 		d = append(d, fault{kind: faultKill}, fault{kind: faultKill}, fault{kind: faultKill},
-			fault{kind: faultPGImmediate}, fault{kind: faultTerminateSender})
+			fault{kind: faultPGImmediate}, fault{kind: faultTerminateSender}, fault{kind: faultPartitions})
 	}
 	return slices.DeleteFunc(d, func(f fault) bool { return skip[f.kind] })
 }
@@ -80,6 +81,8 @@ type rig struct {
 	px     *proxies
 	sup    *supervisor
 	logf   func(format string, args ...any)
+	// outboxDDL is the file that creates the outbox table.
+	outboxDDL string
 }
 
 // faults injects faults and counts them.
@@ -96,6 +99,8 @@ type faults struct {
 	// was in the publication: Postgres never sends them, and walstream must
 	// stop naming the gap rather than go on silently.
 	gap map[string]bool
+	// partitions counts the partitions attached so far, which names them.
+	partitions int
 }
 
 // faultReport is what the faults did, for the report.
@@ -241,6 +246,8 @@ func (f *faults) inject(ctx context.Context, ft fault) string {
 		return f.zombie(ctx)
 	case faultRecreate:
 		return f.recreate(ctx)
+	case faultPartitions:
+		return f.partition(ctx)
 	}
 	panic("unknown fault " + ft.kind)
 }
@@ -341,7 +348,7 @@ func (f *faults) kill(ctx context.Context, point string) string {
 		return fmt.Sprintf("#%d", p.id)
 	}
 	n := 1 + f.rng.IntN(20)
-	if point == "mid-transaction" {
+	if point == "mid-transaction" || point == "mid-stream" {
 		n = 1 + f.rng.IntN(2000)
 	}
 	crashAt := fmt.Sprintf("%s:%d", point, n)
@@ -467,7 +474,7 @@ func (f *faults) recreate(ctx context.Context) string {
 		return "no connection"
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	ddl, err := os.ReadFile("../testdata/outbox.sql")
+	ddl, err := os.ReadFile(f.rig.outboxDDL)
 	if err != nil {
 		f.failf("reading the outbox DDL: %v", err)
 	}
@@ -555,4 +562,70 @@ func (f *faults) recreate(ctx context.Context) string {
 	f.rig.sup.setArg("--accept-recreated-table", fmt.Sprintf("public.outbox=%d", newOID))
 	f.restart("")
 	return fmt.Sprintf("OID %d, now %d, %d rows in the gap; #%d stopped", oldOID, newOID, len(gap), p.id)
+}
+
+// partitionWindow is how far ahead of the server's clock an attached
+// partition's range of created_at starts, and how long it lasts: the
+// writers fill it, a transaction's created_at being its start.
+const (
+	partitionLead   = 2 * time.Second
+	partitionLength = 2 * time.Second
+)
+
+// partition attaches a partition of the outbox for the next seconds of
+// created_at, lets the writers fill it, then drops it with its rows, which
+// walstream may not have decoded yet: they are in the WAL, and Postgres
+// decodes them with the catalog of their time. Every other partition is
+// detached before it is dropped. None of it may stop walstream, lose a row
+// or publish one twice.
+func (f *faults) partition(ctx context.Context) string {
+	f.partitions++
+	name := fmt.Sprintf("outbox_part_%d", f.partitions)
+	conn, err := pgx.Connect(ctx, f.rig.pgURL)
+	if err != nil {
+		f.failf("connecting to attach a partition: %v", err)
+		return "no connection"
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var from, to string
+	var rows int64
+	detach := f.partitions%2 == 1
+	err = func() error {
+		// A range the default partition cannot hold rows of yet: it starts
+		// after every running transaction's created_at.
+		if err := conn.QueryRow(ctx, "SELECT (now() + $1::interval)::text, (now() + $2::interval)::text",
+			partitionLead.String(), (partitionLead+partitionLength).String()).Scan(&from, &to); err != nil {
+			return err
+		}
+		for _, sql := range []string{
+			fmt.Sprintf("CREATE TABLE public.%s (LIKE public.outbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS)", name),
+			fmt.Sprintf("ALTER TABLE public.outbox ATTACH PARTITION public.%s FOR VALUES FROM ('%s') TO ('%s')", name, from, to),
+		} {
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("%s: %w", sql, err)
+			}
+		}
+		sleep(ctx, partitionLead+partitionLength+500*time.Millisecond)
+		if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM public.%s", name)).Scan(&rows); err != nil {
+			return err
+		}
+		drop := []string{fmt.Sprintf("DROP TABLE public.%s", name)}
+		if detach {
+			drop = append([]string{fmt.Sprintf("ALTER TABLE public.outbox DETACH PARTITION public.%s", name)}, drop...)
+		}
+		for _, sql := range drop {
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("%s: %w", sql, err)
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		f.failf("partition %s: %v", name, err)
+	}
+	how := "dropped"
+	if detach {
+		how = "detached and dropped"
+	}
+	return fmt.Sprintf("%s attached, %d rows, %s", name, rows, how)
 }

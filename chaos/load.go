@@ -37,9 +37,18 @@ const ledgerDDL = `CREATE TABLE ledger (
 	agg text NOT NULL,
 	seq bigint NOT NULL)`
 
-// createSchema creates the outbox from testdata/outbox.sql and the ledger.
-func createSchema(ctx context.Context, url string) error {
-	ddl, err := os.ReadFile("../testdata/outbox.sql")
+// outboxDDL is the file that creates the outbox table: plain, or
+// partitioned by time (-chaos.outbox).
+func outboxDDL(partitioned bool) string {
+	if partitioned {
+		return "../testdata/outbox-partitioned.sql"
+	}
+	return "../testdata/outbox.sql"
+}
+
+// createSchema creates the outbox from ddlFile and the ledger.
+func createSchema(ctx context.Context, url, ddlFile string) error {
+	ddl, err := os.ReadFile(ddlFile)
 	if err != nil {
 		return fmt.Errorf("reading the outbox DDL: %w", err)
 	}

@@ -1,10 +1,11 @@
 // Package decode turns pgoutput (protocol version 1) messages into outbox
 // events grouped by Postgres transaction. It does no I/O.
 //
-// Transactions arrive whole and in commit order because streaming of
-// in-progress transactions is off. A transaction with more events than a
-// Kafka transaction should hold is handed on in parts, so memory stays
-// bounded whatever the transaction's size.
+// Transactions are decoded whole and in commit order: those Postgres
+// streams while in progress (protocol version 2) are kept by Streams until
+// they commit and then decoded like the others (stream.go). A transaction
+// with more events than a Kafka transaction should hold is handed on in
+// parts, so memory stays bounded whatever the transaction's size.
 package decode
 
 import (
@@ -265,6 +266,11 @@ type relation struct {
 	// recreated, when set, says this is not the table walstream streamed
 	// before: its first row stops the stream.
 	recreated *TableRecreatedError
+	// msg is the Relation message of a table that is no outbox table, kept
+	// until the caller says whether it is a partition of one
+	// (PartitionOf); classified is set once it has.
+	msg        *pglogrepl.RelationMessage
+	classified bool
 }
 
 // extraColumn is an additional field the table has.
@@ -335,8 +341,11 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 		return nil, nil
 	case pglogrepl.MessageTypeMessage:
 		return d.message(walStart, data)
+	case pglogrepl.MessageTypeStreamStart, pglogrepl.MessageTypeStreamStop, pglogrepl.MessageTypeStreamCommit, pglogrepl.MessageTypeStreamAbort:
+		// Streams takes these before the decoder sees them.
+		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("pgoutput message %q of streaming of in-progress transactions, which was not asked for", data[0])}
 	default:
-		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("unexpected pgoutput message type %q (is streaming of in-progress transactions enabled?)", data[0])}
+		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("unexpected pgoutput message type %q", data[0])}
 	}
 }
 
@@ -355,10 +364,15 @@ func (d *Decoder) begin(walStart pglogrepl.LSN, data []byte) error {
 	if err := m.Decode(data[1:]); err != nil {
 		return &Error{Event: at(walStart), Reason: "decoding BEGIN", Err: err}
 	}
-	d.tx = &Tx{Xid: m.Xid, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime}
-	d.skipTx = d.cfg.Skip(m.FinalLSN, math.MaxUint64)
-	d.ordinal = 0
+	d.open(m.Xid, m.FinalLSN, m.CommitTime)
 	return nil
+}
+
+// open opens the transaction that commits at commitLSN.
+func (d *Decoder) open(xid uint32, commitLSN pglogrepl.LSN, commitTime time.Time) {
+	d.tx = &Tx{Xid: xid, CommitLSN: commitLSN, CommitTime: commitTime}
+	d.skipTx = d.cfg.Skip(commitLSN, math.MaxUint64)
+	d.ordinal = 0
 }
 
 func (d *Decoder) commit(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
@@ -375,15 +389,21 @@ func (d *Decoder) commit(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if m.TransactionEndLSN <= m.CommitLSN {
 		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("COMMIT ends at %s, not after its start %s", m.TransactionEndLSN, m.CommitLSN)}
 	}
+	return d.close(m.TransactionEndLSN), nil
+}
+
+// close ends the open transaction at endLSN and returns its last part,
+// nil when it is a replay Skip drops whole.
+func (d *Decoder) close(endLSN pglogrepl.LSN) *Tx {
 	tx := d.tx
 	d.tx = nil
 	if d.skipTx {
 		d.skipped += d.ordinal
-		return nil, nil
+		return nil
 	}
-	tx.EndLSN = m.TransactionEndLSN
+	tx.EndLSN = endLSN
 	tx.Final = true
-	return tx, nil
+	return tx
 }
 
 // relation decodes a Relation message with pglogrepl, which indexes its
@@ -414,6 +434,7 @@ func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
 		}
 	}
 	if rel.outbox == nil {
+		rel.msg = &m
 		return nil
 	}
 	// Postgres sends a Relation message with WAL position 0/0, just before
@@ -425,6 +446,46 @@ func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
 		rel.err = err
 	}
 	return nil
+}
+
+// Unclassified returns the relation of an INSERT or UPDATE into a table
+// that is no outbox table and that PartitionOf was not told of since its
+// Relation message: a partition of an outbox table, whose rows a
+// publication without publish_via_partition_root sends under the
+// partition's name, or another table of a publication wider than the
+// outbox. name is schema.table.
+func (d *Decoder) Unclassified(data []byte) (relID uint32, name string, ok bool) {
+	if len(data) < 5 || (data[0] != byte(pglogrepl.MessageTypeInsert) && data[0] != byte(pglogrepl.MessageTypeUpdate)) {
+		return 0, "", false
+	}
+	relID = binary.BigEndian.Uint32(data[1:])
+	rel := d.relations[relID]
+	if rel == nil || rel.outbox != nil || rel.classified {
+		return 0, "", false
+	}
+	return relID, rel.name, true
+}
+
+// PartitionOf says whether relation relID, which Unclassified returned,
+// is a partition of outbox table o; nil: of none. A partition's rows are
+// o's rows, mapped by column name as o's own are, and become events of o
+// exactly as a publication with publish_via_partition_root would have
+// sent them, under o's name. Its OID is not o's, and no recreation of o is
+// read into it.
+func (d *Decoder) PartitionOf(relID uint32, o *Outbox) {
+	rel := d.relations[relID]
+	if rel == nil || rel.outbox != nil {
+		return
+	}
+	rel.classified = true
+	if o == nil || rel.msg == nil {
+		return
+	}
+	rel.outbox, rel.name = o, o.Name()
+	if err := rel.mapColumns(0, rel.msg, d.catalog(o)); err != nil {
+		rel.err = err
+	}
+	rel.msg = nil
 }
 
 // sameTable stops at an outbox table that comes with another OID than it

@@ -13,7 +13,9 @@ import (
 // CrashHook returns a Config.Hook that kills the process with SIGKILL at a
 // named point, for crash tests: after-produce, before-commit and
 // after-commit (of a Kafka transaction, before Postgres hears of it) and
-// mid-transaction (after a message decoded inside a Postgres transaction).
+// mid-transaction (after a message decoded inside a Postgres transaction)
+// and mid-stream (after a message of a transaction streamed in progress,
+// kept until it commits).
 // spec "after-commit:3" crashes the third time the point is reached; ""
 // never. Only builds tagged walstream_faults have it.
 func CrashHook(spec string) func(string) {

@@ -43,7 +43,8 @@ type feed struct {
 	log      *slog.Logger
 	skipped  prometheus.Counter
 	// hook, if not nil, is called with "mid-transaction" after each message
-	// decoded inside an open transaction, so that tests can crash there.
+	// decoded inside an open transaction, and with "mid-stream" after each
+	// message of a stream block, so that tests can crash there.
 	hook func(point string)
 
 	// catalog, if not nil, reads an outbox table's catalog anew when its
@@ -53,6 +54,20 @@ type feed struct {
 	// errRelationGone when the catalog no longer has the relation (oid).
 	catalog   func(o *decode.Outbox, oid uint32) (map[string]decode.Catalog, error)
 	relations map[string]bool // outbox tables whose Relation message came
+
+	// partitionOf, if not nil, returns the outbox table relation oid is a
+	// partition of, nil for none or when the catalog no longer has it.
+	partitionOf func(oid uint32) (*decode.Outbox, error)
+
+	// streams, when streaming of in-progress transactions is on, keeps
+	// each streamed transaction's messages until it ends; replay is a
+	// committed one being decoded, part by part, as HandOn hands the parts
+	// on. failed is an error reading a spool back, which ends the session
+	// and is returned to every later call: a transaction cannot be decoded
+	// in part and then skipped.
+	streams *decode.Streams
+	replay  *decode.Replay
+	failed  error
 
 	ready        *decode.Tx // decoded, not yet on the queue
 	lastMarker   pglogrepl.LSN
@@ -74,26 +89,74 @@ var (
 	_ replication.Confirmer = (*checkpoint.Tracker)(nil)
 )
 
-// WAL decodes one message; a finished transaction or part is ready.
+// WAL decodes one message; a finished transaction or part is ready. The
+// commit of a streamed transaction starts decoding it from its spool, up
+// to its first part; HandOn decodes the rest as it hands the parts on.
 func (f *feed) WAL(walStart pglogrepl.LSN, data []byte) (replication.Ready, error) {
+	if f.failed != nil {
+		return replication.Ready{}, f.failed
+	}
 	if f.stopped {
 		return replication.Ready{}, nil
 	}
+	if f.streams != nil {
+		handled, r, err := f.streams.Take(walStart, data)
+		var de *decode.Error
+		switch {
+		case errors.As(err, &de):
+			return f.stop(err), nil
+		case err != nil:
+			f.failed = err
+			return replication.Ready{}, err
+		case r != nil:
+			if err := f.dec.BeginStreamed(r.Commit); err != nil {
+				_ = r.Close()
+				return f.stop(err), nil
+			}
+			f.replay = r
+			return f.advance()
+		case handled:
+			if f.hook != nil && f.streams.InBlock() {
+				f.hook("mid-stream")
+			}
+			return replication.Ready{}, nil
+		}
+	}
+	return f.decode(walStart, data)
+}
+
+// stop hands err on as a stop: in order, so that a bad row queued before
+// it is the first problem, and nothing after it is decoded.
+func (f *feed) stop(err error) replication.Ready {
+	f.stopped, f.ready = true, &decode.Tx{Stop: err}
+	f.endReplay()
+	return replication.Ready{OK: true}
+}
+
+// decode decodes one message of a transaction sent whole, or read back
+// from a streamed transaction's spool.
+func (f *feed) decode(walStart pglogrepl.LSN, data []byte) (replication.Ready, error) {
 	if err := f.refreshCatalog(data); err != nil {
+		return replication.Ready{}, err
+	}
+	if err := f.classify(data); err != nil {
 		return replication.Ready{}, err
 	}
 	tx, err := f.dec.Decode(walStart, data)
 	if err != nil {
-		// In order: a bad row queued before this is the first problem.
-		f.stopped, f.ready = true, &decode.Tx{Stop: err}
-		return replication.Ready{OK: true}, nil
+		return f.stop(err), nil
 	}
 	if f.hook != nil && f.dec.InTx() {
 		f.hook("mid-transaction")
 	}
+	return f.hand(tx), nil
+}
+
+// hand makes tx, a transaction or part decoded, ready.
+func (f *feed) hand(tx *decode.Tx) replication.Ready {
 	f.countSkipped(tx)
 	if tx == nil {
-		return replication.Ready{}, nil
+		return replication.Ready{}
 	}
 	f.logIgnored(tx.Ignored)
 	var ready replication.Ready
@@ -102,7 +165,83 @@ func (f *feed) WAL(walStart pglogrepl.LSN, data []byte) (replication.Ready, erro
 		ready.CommitTime = tx.CommitTime
 	}
 	f.ready, ready.OK = tx, true
-	return ready, nil
+	return ready
+}
+
+// advance decodes the committed streamed transaction being replayed until
+// a part is ready, or to its end, whose last part it makes ready.
+func (f *feed) advance() (replication.Ready, error) {
+	for f.replay != nil && !f.stopped {
+		walStart, msg, ok, err := f.replay.Next()
+		if err != nil {
+			f.failed = err
+			f.endReplay()
+			return replication.Ready{}, err
+		}
+		if !ok {
+			tx, err := f.dec.CommitStreamed(f.replay.Commit)
+			f.endReplay()
+			if err != nil {
+				return f.stop(err), nil
+			}
+			return f.hand(tx), nil
+		}
+		ready, err := f.decode(walStart, msg)
+		if err != nil || ready.OK {
+			return ready, err
+		}
+	}
+	return replication.Ready{}, nil
+}
+
+// endReplay discards the spool of the streamed transaction replayed.
+func (f *feed) endReplay() {
+	if f.replay == nil {
+		return
+	}
+	if err := f.replay.Close(); err != nil {
+		f.log.Warn("discarding the spool of a streamed transaction", "xid", f.replay.Commit.Xid, "err", err)
+	}
+	f.replay = nil
+}
+
+// close discards every spool: a new session gets the transactions in
+// progress again from their start.
+func (f *feed) close() {
+	f.endReplay()
+	if f.streams != nil {
+		if err := f.streams.Close(); err != nil {
+			f.log.Warn("discarding the spools of streamed transactions", "err", err)
+		}
+	}
+}
+
+// classify tells the decoder, at the first row of a table that is no
+// outbox table, whether it is a partition of one. Postgres sends a
+// partition's rows under the partition's name when the publication lacks
+// publish_via_partition_root, and decodes WAL with the publication as it
+// was when the WAL was written: rows committed before the setting was
+// turned on still come that way, and would be lost to walstream if it
+// took them for another table's. The startup check and the slot monitor
+// stop walstream on such a publication; this keeps what it had decoded.
+func (f *feed) classify(data []byte) error {
+	if f.partitionOf == nil {
+		return nil
+	}
+	oid, name, ok := f.dec.Unclassified(data)
+	if !ok {
+		return nil
+	}
+	o, err := f.partitionOf(oid)
+	if err != nil {
+		return fmt.Errorf("looking up whether table %s (OID %d) is a partition of an outbox table: %w", name, oid, err)
+	}
+	if o != nil {
+		f.log.Warn("rows of a partitioned outbox table arrive under a partition's name (the publication did not publish via the partition root when they were written); publishing them as the table's",
+			"partition", name, "oid", oid, "table", o.Name())
+	}
+	f.dec.PartitionOf(oid, o)
+	return nil
 }
 
 // refreshCatalog gives the decoder an outbox table's catalog read anew when
@@ -153,21 +292,40 @@ func (f *feed) Keepalive(walEnd pglogrepl.LSN) replication.Ready {
 }
 
 // TryHandOn puts the ready transaction on the queue if there is room now.
+// With a streamed transaction still being replayed it leaves the rest to
+// HandOn, which may read its spool.
 func (f *feed) TryHandOn() bool {
-	if !f.out.TryPut(f.ready) {
-		return false
+	if f.ready != nil {
+		if !f.out.TryPut(f.ready) {
+			return false
+		}
+		f.ready = nil
 	}
-	f.ready = nil
-	return true
+	return f.replay == nil
 }
 
-// HandOn waits for room on the queue for the ready transaction.
+// HandOn waits for room on the queue for the ready transaction and, while
+// a streamed transaction is replayed, decodes and hands on its next parts
+// until its last.
 func (f *feed) HandOn(ctx context.Context) error {
-	if err := f.out.Put(ctx, f.ready); err != nil {
-		return err
+	for {
+		if f.failed != nil {
+			return f.failed
+		}
+		if f.ready != nil {
+			if err := f.out.Put(ctx, f.ready); err != nil {
+				return err
+			}
+			f.ready = nil
+		}
+		if f.replay == nil {
+			return nil
+		}
+		if _, err := f.advance(); err != nil {
+			f.failed = err
+			return err
+		}
 	}
-	f.ready = nil
-	return nil
 }
 
 // countSkipped counts replayed events the decoder dropped and logs once,

@@ -25,6 +25,7 @@ type metrics struct {
 	standby    prometheus.Gauge
 	skipped    prometheus.Counter
 	phantoms   prometheus.Gauge // set when a start finds phantom events
+	spooled    prometheus.Gauge // bytes of streamed transactions kept until they end
 }
 
 func newMetrics(reg prometheus.Registerer, st *state) metrics {
@@ -43,8 +44,11 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 		phantoms: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walstream_phantom_events",
 			Help: "Events published from WAL the server's history does not have, found at the last start (-1: some, number unknown)."}),
+		spooled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "walstream_stream_spool_bytes",
+			Help: "Messages of transactions Postgres streams while in progress, kept in temporary files until each commits (then published) or aborts (then dropped)."}),
 	}
-	reg.MustRegister(m.reconnects, m.errors, m.standby, m.skipped, m.phantoms,
+	reg.MustRegister(m.reconnects, m.errors, m.standby, m.skipped, m.phantoms, m.spooled,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walstream_replication_lag_seconds",
 			Help: "Now minus the Postgres commit time of the newest published transaction while transactions wait; 0 when idle and caught up."},
@@ -80,6 +84,9 @@ type state struct {
 	kafka atomic.Pointer[probeResult]
 	// lastErr is the error that ended the last attempt, on one line.
 	lastErr atomic.Pointer[string]
+	// waiting, when set, says what walstream waits for before it can
+	// stream: a slot being created, a slot another process holds.
+	waiting atomic.Pointer[string]
 }
 
 // probeResult is one Kafka probe: when it ended, and its error.
@@ -237,7 +244,9 @@ func (p *Pipeline) readiness(now time.Time, standbyOK bool) (code int, body stri
 		return http.StatusOK, "ready"
 	}
 	why := "not streaming"
-	if e := p.state.lastErr.Load(); e != nil {
+	if w := p.state.waiting.Load(); w != nil {
+		why += ": " + *w
+	} else if e := p.state.lastErr.Load(); e != nil {
 		why += ": " + *e
 	}
 	if !standbyOK {

@@ -31,6 +31,14 @@ type Inspection struct {
 	PhantomEvents int64
 	// Failover is whether the slot follows a promotion.
 	Failover replication.FailoverState
+	// Holder is the process holding the slot, when one does; Creating,
+	// when the slot is still being created, what that waits for.
+	Holder   *replication.Backend
+	Creating *replication.SlotWait
+	// Behind, when the slot is behind, says why when the server's
+	// decoding explains it: a large transaction spilled to disk and
+	// decoded again at its commit holds up everything after it.
+	Behind string
 	// Problems are what makes the stream unable to go on without loss, or
 	// what could not be read; empty when healthy. Warnings are what makes
 	// a failover unsafe.
@@ -62,6 +70,20 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 		return nil, err
 	}
 	in.Warnings = append(in.Warnings, in.Failover.Warnings...)
+	if st.Active && st.ActivePID != nil {
+		h, err := replication.DescribeBackend(ctx, conn, *st.ActivePID)
+		if err != nil {
+			return nil, err
+		}
+		in.Holder = &h
+		if st.Creating() {
+			w, err := replication.SlotCreationWait(ctx, conn, cfg.Names.Slot, *st.ActivePID, cfg.BlockingQueries)
+			if err != nil {
+				return nil, err
+			}
+			in.Creating = &w
+		}
+	}
 	// IDENTIFY_SYSTEM needs a replication connection; a role without the
 	// REPLICATION attribute still gets the rest of the report.
 	history, identified, err := inspectServer(ctx, cfg, in)
@@ -91,6 +113,26 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 				Events: in.PhantomEvents, Slot: cfg.Names.Slot, CheckpointKey: cfg.CheckpointKey}).Error())
 		}
 	}
+	if st.HasConfirmed && !st.CaughtUp() && st.Decoding != nil {
+		// What the server does for the slot in a second tells a large
+		// transaction being decoded from one that was.
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(lagSample):
+		}
+		after, err := replication.PollSlot(ctx, conn, cfg.Names)
+		if err != nil {
+			return nil, err
+		}
+		var walsender *replication.Backend
+		if after.Active && after.ActivePID != nil {
+			if b, err := replication.DescribeBackend(ctx, conn, *after.ActivePID); err == nil {
+				walsender = &b
+			}
+		}
+		in.Behind = explainLag(st.Decoding, after.Decoding, walsender, lagSample)
+	}
 	slot := cfg.Names.Slot
 	switch {
 	case !st.Exists && in.Found:
@@ -106,6 +148,63 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 			slot, st.ConfirmedFlush, in.Checkpoint))
 	}
 	return in, nil
+}
+
+// lagSample is how long Inspect watches the server's decoding of a slot
+// that is behind.
+const lagSample = time.Second
+
+// explainLag says why a slot is behind when the server's decoding, seen at
+// before and again over the sample, explains it; empty otherwise.
+// Transactions larger than logical_decoding_work_mem are spilled to disk
+// while decoded and decoded again at their commit, whatever table they
+// write: everything committed after such a transaction waits for that.
+// Streamed in progress instead (walstream asks for it on Postgres 14 and
+// later), they hold nothing up.
+func explainLag(before, after *replication.DecodingStats, walsender *replication.Backend, sample time.Duration) string {
+	if before == nil || after == nil {
+		return ""
+	}
+	grew := func(now, then int64) int64 {
+		if now < then { // reset meanwhile
+			return now
+		}
+		return now - then
+	}
+	spilled, streamed := grew(after.SpillBytes, before.SpillBytes), grew(after.StreamBytes, before.StreamBytes)
+	since := "since the statistics were reset"
+	if !after.StatsReset.IsZero() {
+		since = "since " + after.StatsReset.UTC().Format(time.RFC3339)
+	}
+	history := fmt.Sprintf("Postgres has spilled %s of %d transactions for this slot %s", humanBytes(after.SpillBytes), after.SpillTxns, since)
+	switch {
+	case spilled > 0:
+		return fmt.Sprintf("Postgres is decoding a transaction larger than logical_decoding_work_mem (%s) and spilling it to disk (%s in %s): "+
+			"it is decoded again at its commit, and everything committed after it waits for that; %s", after.WorkMem, humanBytes(spilled), sample, history)
+	case walsender != nil && strings.HasPrefix(walsender.WaitEvent, "IO/ReorderBuffer"):
+		return fmt.Sprintf("the walsender reads a transaction it spilled to disk back at its commit (wait event %s): "+
+			"everything committed after it waits for that; %s", walsender.WaitEvent, history)
+	case streamed > 0:
+		return fmt.Sprintf("Postgres streams a large transaction in progress (%s in %s): walstream keeps its outbox rows until it commits, "+
+			"and nothing committed after it waits for it", humanBytes(streamed), sample)
+	case after.SpillTxns > 0:
+		return fmt.Sprintf("%s, each larger than logical_decoding_work_mem (%s): such a transaction holds up everything committed after it "+
+			"while Postgres decodes it again at its commit", history, after.WorkMem)
+	}
+	return ""
+}
+
+// humanBytes is a size for people, in binary units.
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 // inspectServer fills in the server's identity and returns its timeline

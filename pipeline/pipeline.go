@@ -8,6 +8,7 @@ package pipeline
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -69,6 +70,17 @@ type Config struct {
 	// topics; nil relies on the broker's auto-creation.
 	TopicCreation *publish.TopicCreation
 
+	// StreamInProgress has Postgres (14 and later) stream transactions
+	// larger than logical_decoding_work_mem while they are in progress,
+	// instead of spilling them to disk and sending them at their commit,
+	// which holds up every outbox event committed after them, whatever
+	// table they write. A streamed outbox transaction is kept in a file in
+	// SpoolDir until it commits, and published only then.
+	StreamInProgress bool
+	// SpoolDir is where streamed transactions are kept; empty is the
+	// system's temporary directory ($TMPDIR, else /tmp).
+	SpoolDir string
+
 	// MaxBatchEvents and MaxBatchBytes bound a Kafka transaction, and the
 	// parts a large Postgres transaction is split into.
 	MaxBatchEvents, MaxBatchBytes int
@@ -85,16 +97,22 @@ type Config struct {
 	// confirms only every StatusInterval.
 	ConfirmInterval time.Duration
 	// ProgressInterval is how often a progress line is logged while
-	// streaming; zero logs none.
+	// streaming, and how often a wait that keeps walstream from streaming
+	// (a slot being created behind running transactions, a slot another
+	// process holds) is logged again; zero logs no progress, and each wait
+	// once.
 	ProgressInterval time.Duration
+	// BlockingQueries adds the query text of the sessions a wait names to
+	// what is logged; they may hold data, so it is off unless asked for.
+	BlockingQueries bool
 	// SlotPollInterval is how often the slot's state is read for metrics.
 	SlotPollInterval time.Duration
 	// ReadyConfirmAge is how long Readyz tolerates no confirmed position.
 	ReadyConfirmAge time.Duration
 
 	// Hook, if not nil, is called at named points (after-produce,
-	// before-commit, after-commit, mid-transaction) so that crash tests
-	// can kill the process there.
+	// before-commit, after-commit, mid-transaction, mid-stream) so that
+	// crash tests can kill the process there.
 	Hook func(point string)
 }
 
@@ -104,13 +122,14 @@ type Pipeline struct {
 	log     *slog.Logger
 	metrics metrics
 	state   *state
+	waits   *waits
 }
 
 // New registers the pipeline's metrics on reg; log should be scoped to
 // the slot.
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) *Pipeline {
 	st := &state{started: time.Now()}
-	return &Pipeline{cfg: cfg, log: log, metrics: newMetrics(reg, st), state: st}
+	return &Pipeline{cfg: cfg, log: log, metrics: newMetrics(reg, st), state: st, waits: &waits{log: log, state: st, every: cfg.ProgressInterval}}
 }
 
 // standbyPoll is how often a standby tries to take the slot.
@@ -123,10 +142,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	log, m := p.log, p.metrics
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 500*time.Millisecond, 30*time.Second, 0
-	s := &session{cfg: &p.cfg, log: log, metrics: m, state: p.state}
+	s := &session{cfg: &p.cfg, log: log, metrics: m, state: p.state, waits: p.waits}
 	stopProbe := p.probeKafka(ctx)
 	defer stopProbe()
-	var standbyLogged time.Time
 	bumps := fencings{window: bumpWindow, max: maxBumps}
 	for {
 		streamed, err := s.run(ctx)
@@ -136,7 +154,6 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		if streamed {
 			b.Reset()
-			standbyLogged = time.Time{}
 		}
 		f := classifyFailure(err)
 		m.errors.WithLabelValues(f.kind).Inc()
@@ -154,17 +171,22 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		var wait time.Duration
 		if replication.SlotInUse(err) {
 			// A standby polls the slot at a steady pace so that it takes
-			// over within a second or two, and says so once a minute.
+			// over within a second or two, and says who holds it at the
+			// progress interval.
 			m.standby.Set(1)
 			p.state.standbyAt.Store(time.Now().UnixNano())
 			wait = standbyPoll
-			if time.Since(standbyLogged) >= time.Minute {
-				log.Info("standby: another instance streams the slot; waiting for it", "err", err)
-				standbyLogged = time.Now()
+			attrs := []any{"err", err}
+			var held *replication.SlotHeldError
+			if errors.As(err, &held) {
+				attrs = []any{"holder_pid", held.Holder.PID, "holder_application", held.Holder.Application}
 			}
+			p.waits.waiting("standby", "standby: "+err.Error(), attrs...)
 		} else {
 			m.standby.Set(0)
 			p.state.standbyAt.Store(0)
+			// Another failure ends the wait for the slot, not the slot's hold.
+			p.waits.done("standby", "no longer waiting for the slot as a standby")
 			m.reconnects.WithLabelValues(f.peer).Inc()
 			wait = b.NextBackOff()
 			backoff := wait.Round(time.Millisecond)

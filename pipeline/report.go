@@ -24,6 +24,16 @@ type Report struct {
 		RetainedWALBytes *int64   `json:"retained_wal_bytes"` // null without restart_lsn
 		SafeWALSizeBytes *int64   `json:"safe_wal_size_bytes"`
 		FlushLagSeconds  *float64 `json:"flush_lag_seconds"`
+		// Holder is the process holding the slot, when one does.
+		Holder *HolderReport `json:"holder,omitempty"`
+		// Creating is set while the slot is being created: it has no
+		// confirmed position yet, and cannot be streamed.
+		Creating *CreatingReport `json:"creating,omitempty"`
+		// Decoding is the slot's pg_stat_replication_slots row (Postgres
+		// 14 and later), and BehindBecause why the slot is behind when
+		// the server's decoding explains it.
+		Decoding      *DecodingReport `json:"decoding,omitempty"`
+		BehindBecause string          `json:"behind_because,omitempty"`
 	} `json:"slot"`
 	Checkpoint struct {
 		Topic      string     `json:"topic"`
@@ -68,6 +78,55 @@ type Report struct {
 	Error string `json:"error,omitempty"`
 }
 
+// DecodingReport is what the server did decoding for the slot, since
+// StatsReset.
+type DecodingReport struct {
+	SpilledTransactions  int64      `json:"spill_txns"`
+	Spills               int64      `json:"spill_count"`
+	SpilledBytes         int64      `json:"spill_bytes"`
+	StreamedTransactions int64      `json:"stream_txns"`
+	Streams              int64      `json:"stream_count"`
+	StreamedBytes        int64      `json:"stream_bytes"`
+	DecodedTransactions  int64      `json:"total_txns"`
+	DecodedBytes         int64      `json:"total_bytes"`
+	StatsReset           *time.Time `json:"stats_reset,omitempty"`
+	WorkMem              string     `json:"logical_decoding_work_mem"`
+}
+
+// HolderReport is the process holding the slot.
+type HolderReport struct {
+	PID         int32      `json:"pid"`
+	BackendType string     `json:"backend_type,omitempty"`
+	Application string     `json:"application_name,omitempty"`
+	Client      string     `json:"client,omitempty"`
+	State       string     `json:"state,omitempty"`
+	ConnectedAt *time.Time `json:"connected_at,omitempty"`
+	Text        string     `json:"text"`
+}
+
+// CreatingReport is a slot being created and what that waits for.
+type CreatingReport struct {
+	PID        int32           `json:"pid"`
+	Since      *time.Time      `json:"since,omitempty"`
+	WaitEvent  string          `json:"wait_event,omitempty"`
+	WaitingFor []BlockerReport `json:"waiting_for"`
+	Text       string          `json:"text"`
+}
+
+// BlockerReport is a transaction the creation of the slot waits for.
+type BlockerReport struct {
+	PID            int32   `json:"pid"` // 0 for a prepared transaction
+	Prepared       string  `json:"prepared,omitempty"`
+	Xid            uint32  `json:"xid"`
+	XidAge         int64   `json:"xid_age"`
+	RunningSeconds float64 `json:"running_seconds,omitempty"`
+	Application    string  `json:"application_name,omitempty"`
+	State          string  `json:"state,omitempty"`
+	Client         string  `json:"client,omitempty"`
+	Current        bool    `json:"current"`
+	Query          string  `json:"query,omitempty"`
+}
+
 // PhantomsReport are events published from WAL the server's history lacks.
 type PhantomsReport struct {
 	FromLSN string `json:"from_lsn"`
@@ -106,9 +165,11 @@ func (in *Inspection) Report(cfg Config, now time.Time) *Report {
 	s.Name, s.Exists, s.Plugin, s.WALStatus = cfg.Names.Slot, st.Exists, st.Plugin, st.WALStatus
 	s.Active, s.ActivePID, s.CurrentLSN = st.Active, st.ActivePID, st.CurrentLSN.String()
 	s.SafeWALSizeBytes = st.SafeWALSize
-	if st.Exists {
+	if st.Exists && st.HasConfirmed {
 		s.ConfirmedFlush = st.ConfirmedFlush.String()
 		s.LagBytes, s.CaughtUp = st.ConfirmedLag(), st.CaughtUp()
+	}
+	if st.Exists {
 		if n, ok := st.Retained(); ok {
 			s.RetainedWALBytes = &n
 		}
@@ -117,7 +178,38 @@ func (in *Inspection) Report(cfg Config, now time.Time) *Report {
 		sec := st.FlushLag.Seconds()
 		s.FlushLagSeconds = &sec
 	}
-	r.Streaming = st.Active
+	// A slot being created is held but not streamed: it has no position
+	// to stream from until it is consistent.
+	r.Streaming = st.Active && st.HasConfirmed && (in.Holder == nil || in.Holder.Type == "" || in.Holder.Type == "walsender")
+	if h := in.Holder; h != nil {
+		s.Holder = &HolderReport{PID: h.PID, BackendType: h.Type, Application: h.Application, Client: h.Client, State: h.State, Text: h.String()}
+		if !h.Started.IsZero() {
+			at := h.Started
+			s.Holder.ConnectedAt = &at
+		}
+	}
+	if d := st.Decoding; d != nil {
+		s.Decoding = &DecodingReport{SpilledTransactions: d.SpillTxns, Spills: d.SpillCount, SpilledBytes: d.SpillBytes,
+			StreamedTransactions: d.StreamTxns, Streams: d.StreamCount, StreamedBytes: d.StreamBytes,
+			DecodedTransactions: d.TotalTxns, DecodedBytes: d.TotalBytes, WorkMem: d.WorkMem}
+		if !d.StatsReset.IsZero() {
+			at := d.StatsReset
+			s.Decoding.StatsReset = &at
+		}
+	}
+	s.BehindBecause = in.Behind
+	if w := in.Creating; w != nil {
+		c := &CreatingReport{PID: w.PID, WaitEvent: w.WaitEvent, WaitingFor: []BlockerReport{}, Text: w.String()}
+		if !w.Since.IsZero() {
+			at := w.Since
+			c.Since = &at
+		}
+		for _, b := range w.Blockers {
+			c.WaitingFor = append(c.WaitingFor, BlockerReport{PID: b.PID, Prepared: b.Prepared, Xid: b.Xid, XidAge: b.XidAge,
+				RunningSeconds: b.Running.Seconds(), Application: b.Application, State: b.State, Client: b.Client, Current: b.Current, Query: b.Query})
+		}
+		s.Creating = c
+	}
 
 	c := &r.Checkpoint
 	c.Topic, c.Key = cfg.CheckpointTopic, cfg.CheckpointKey

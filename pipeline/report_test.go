@@ -18,7 +18,7 @@ func TestReport(t *testing.T) {
 	written := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	lag := 1500 * time.Millisecond
 	in := &Inspection{
-		Slot: replication.SlotState{Slot: replication.Slot{Plugin: "pgoutput", WALStatus: "reserved", ConfirmedFlush: 0x1000},
+		Slot: replication.SlotState{Slot: replication.Slot{Plugin: "pgoutput", WALStatus: "reserved", ConfirmedFlush: 0x1000, HasConfirmed: true},
 			Exists: true, CurrentLSN: 0x1800, RestartLSN: 0x800, HasRestart: true, FlushLag: &lag},
 		Checkpoint: checkpoint.Checkpoint{LSN: 0x900, PartialCommitLSN: 0x950, Counted: true, Events: 7,
 			Identity: checkpoint.Identity{SystemID: "1", Timeline: 1, Database: "app"},
@@ -60,9 +60,20 @@ func TestReport(t *testing.T) {
 
 	// A slot without restart_lsn and a server not identified: no retained
 	// WAL, no placement; no checkpoint: no age.
-	in = &Inspection{Slot: replication.SlotState{Exists: true, CurrentLSN: 0x10, Slot: replication.Slot{ConfirmedFlush: 0x10}}}
+	in = &Inspection{Slot: replication.SlotState{Exists: true, CurrentLSN: 0x10, Slot: replication.Slot{ConfirmedFlush: 0x10, HasConfirmed: true}}}
 	r = in.Report(cfg, written)
 	if r.Slot.RetainedWALBytes != nil || !r.Slot.CaughtUp || r.Checkpoint.Found || r.Checkpoint.AgeSeconds != nil || r.Checkpoint.Placement != "" {
 		t.Errorf("report %+v", r)
+	}
+
+	// A slot being created is held, but not streamed, caught up or behind.
+	pid := int32(42)
+	in = &Inspection{Slot: replication.SlotState{Exists: true, CurrentLSN: 0x2000, Slot: replication.Slot{Type: "logical", Active: true, ActivePID: &pid}},
+		Holder:   &replication.Backend{PID: pid, Type: "client backend"},
+		Creating: &replication.SlotWait{Slot: "orders", PID: pid, Blockers: []replication.Blocker{{PID: 7, Xid: 900, XidAge: 3, Current: true}}}}
+	r = in.Report(cfg, written)
+	if r.Streaming || r.Slot.CaughtUp || r.Slot.LagBytes != 0 || r.Slot.ConfirmedFlush != "" || r.Slot.Creating == nil ||
+		len(r.Slot.Creating.WaitingFor) != 1 || r.Slot.Creating.WaitingFor[0].Xid != 900 || !r.Slot.Creating.WaitingFor[0].Current {
+		t.Errorf("report of a slot being created: streaming %v, slot %+v", r.Streaming, r.Slot)
 	}
 }

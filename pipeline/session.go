@@ -24,6 +24,7 @@ type session struct {
 	log     *slog.Logger
 	metrics metrics
 	state   *state
+	waits   *waits
 	// started is set once a session has streamed: from then on a missing
 	// slot or publication was dropped under us and is never recreated.
 	started bool
@@ -72,17 +73,37 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	}
 	create, err := s.creatable(ctx, conn, srv)
 	if err == nil {
+		// A new slot waits for the transactions running when it began to
+		// end: a wait as long as the longest of them, said as it lasts.
+		create.Watch = func(w replication.SlotWait) {
+			s.waits.waiting("slot", w.String(), "slot", names.Slot, "blockers", len(w.Blockers))
+		}
+		create.WatchInterval, create.Queries = waitPoll, cfg.BlockingQueries
 		err = replication.Prepare(ctx, conn, names, create)
+		s.waits.done("slot", "slot created")
 	}
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
-	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{Names: names, StatusInterval: cfg.StatusInterval, ConfirmInterval: cfg.ConfirmInterval}, s.log, s.metrics.repl)
+	inProgress := false
+	if cfg.StreamInProgress {
+		version, err := replication.ServerVersion(ctx, conn)
+		if err != nil {
+			rconn.Close(context.WithoutCancel(ctx))
+			return false, err
+		}
+		inProgress = replication.SupportsStreaming(version)
+	}
+	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{Names: names, StatusInterval: cfg.StatusInterval,
+		ConfirmInterval: cfg.ConfirmInterval, InProgress: inProgress}, s.log, s.metrics.repl)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
-		return false, err
+		// Held by another process: which one, so that a standby says whom
+		// it waits for.
+		return false, replication.DescribeHeld(ctx, conn, names.Slot, err)
 	}
+	s.waits.done("standby", "no longer a standby: the slot is free")
 	// Logged once the slot is ours, not at every try of a standby instance.
 	s.log.Info("connected", "host", replication.RemoteHost(conn.PgConn()), "replication_host", replication.RemoteHost(rconn),
 		"system_id", srv.SystemID, "timeline", srv.Timeline, "wal_end", srv.XLogPos.String(), "database", srv.Database)
@@ -146,6 +167,30 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 			return readCatalog(ctx, c, names, o, oid)
 		},
 	}
+	in.partitionOf = func(oid uint32) (*decode.Outbox, error) {
+		c, err := replication.Connect(ctx, cfg.Postgres)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close(context.WithoutCancel(ctx))
+		t, ok, err := replication.PartitionRoot(ctx, c, names, oid)
+		if err != nil || !ok {
+			return nil, err
+		}
+		i := slices.IndexFunc(cfg.Outboxes, func(o *decode.Outbox) bool { return o.Name() == t.String() })
+		if i < 0 {
+			return nil, nil
+		}
+		return cfg.Outboxes[i], nil
+	}
+	if inProgress {
+		spooled := s.metrics.spooled
+		in.streams = decode.NewStreams(func(xid uint32) (decode.Spool, error) {
+			return newFileSpool(cfg.SpoolDir, xid, spooled)
+		})
+	}
+	// The stream's goroutine has stopped when this runs.
+	defer in.close()
 	// Column defaults and NOT NULL, which pgoutput does not send, from the
 	// catalog as Debezium reads them; the decoder applies them.
 	for name, c := range tables.catalogs {
@@ -155,7 +200,8 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	s.metrics.standby.Set(0)
 	s.state.tracker.Store(tracker)
 	defer s.state.tracker.Store(nil)
-	s.log.Info("streaming", "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String(), "pg_tls", !plainTCP(conn))
+	s.log.Info("streaming", "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String(), "pg_tls", !plainTCP(conn),
+		"stream_in_progress", inProgress)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return onKafka(prod.Run(gctx, q)) })

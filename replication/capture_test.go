@@ -98,6 +98,55 @@ ALTER PUBLICATION walstream_outbox ADD TABLE bin.outbox;
 INSERT INTO bin.outbox VALUES ('b-1', 'Blob', 'k-1', '\x00ff10'::bytea);`,
 }
 
+// streamCaptureCases are the cases whose frames come with streaming of
+// in-progress transactions on (protocol version 2), from a server whose
+// logical_decoding_work_mem is 64kB, so that a few hundred rows are
+// streamed: each is SQL for several sessions, run one statement at a time
+// in the order given, so that transactions interleave.
+var streamCaptureCases = map[string][]sessionSQL{
+	// Two outbox transactions streamed interleaved; one rolls back a
+	// subtransaction, the other aborts whole; a plain transaction and a
+	// large transaction on another table commit in between.
+	"streamed": {
+		{0, "BEGIN"}, {1, "BEGIN"},
+		{0, bulk("a", 1, 400)},
+		{1, bulk("b", 1, 400)},
+		{0, "SAVEPOINT s"},
+		{0, bulk("a-discarded", 1, 300)},
+		{2, "INSERT INTO outbox VALUES ('c0000000-0000-0000-0000-000000000001', 'Order', 'c', 'Plain', '{\"seq\": 1}')"},
+		{0, "ROLLBACK TO SAVEPOINT s"},
+		{1, bulk("b", 401, 800)},
+		{2, "CREATE TABLE big (x text)"},
+		{2, "INSERT INTO big SELECT repeat('x', 200) FROM generate_series(1, 2000)"},
+		{0, bulk("a", 401, 405)},
+		{1, "ROLLBACK"},
+		{0, "COMMIT"},
+	},
+	// A transaction that rolls its first rows back to a savepoint before
+	// it goes on.
+	"streamed-subabort": {
+		{0, "BEGIN"},
+		{0, "SAVEPOINT s"},
+		{0, bulk("d-discarded", 1, 300)},
+		{0, "ROLLBACK TO SAVEPOINT s"},
+		{0, bulk("d", 1, 300)},
+		{0, "COMMIT"},
+	},
+}
+
+// sessionSQL is one statement and the session (0, 1, 2) that runs it.
+type sessionSQL struct {
+	session int
+	sql     string
+}
+
+// bulk inserts outbox rows first..last of aggregate agg, each with a
+// payload of about 250 bytes.
+func bulk(agg string, first, last int) string {
+	return fmt.Sprintf(`INSERT INTO outbox SELECT ('00000000-0000-0000-%04x-' || lpad(i::text, 12, '0'))::uuid, 'Order', '%s', 'Created',
+  jsonb_build_object('seq', i, 'agg', '%s', 'pad', repeat('p', 200)) FROM generate_series(%d, %d) i`, len(agg)*16+int(agg[0]), agg, agg, first, last)
+}
+
 // TestCaptureFrames regenerates decode/testdata/*/frames.txt:
 //
 //	go test ./replication -run TestCaptureFrames -capture
@@ -107,7 +156,38 @@ func TestCaptureFrames(t *testing.T) {
 	if !*capture {
 		t.Skip("run with -capture to regenerate decode/testdata frames")
 	}
-	pg := testenv.StartPostgres(t)
+	pg := testenv.StartPostgres(t, testenv.Settings("logical_decoding_work_mem = '64kB'"))
+	for name, steps := range streamCaptureCases {
+		t.Run(name, func(t *testing.T) {
+			db := strings.ReplaceAll(name, "-", "_")
+			if _, err := connect(t, pg.URL("postgres", "postgres")).Exec(context.Background(), "CREATE DATABASE "+db); err != nil {
+				t.Fatal(err)
+			}
+			sessions := []*pgx.Conn{connect(t, pg.URL("postgres", db)), connect(t, pg.URL("postgres", db)), connect(t, pg.URL("postgres", db))}
+			exec := func(s int, sql string) {
+				t.Helper()
+				if _, err := sessions[s].Exec(context.Background(), sql); err != nil {
+					t.Fatalf("session %d: %s: %v", s, sql, err)
+				}
+			}
+			exec(0, `CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text NOT NULL, type text, payload jsonb NOT NULL);
+CREATE PUBLICATION walstream_outbox FOR TABLE outbox WITH (publish = 'insert, update')`)
+			exec(0, "SELECT pg_create_logical_replication_slot('"+db+"', 'pgoutput')")
+			var script []string
+			for _, st := range steps {
+				exec(st.session, st.sql)
+				script = append(script, fmt.Sprintf("session %d: %s", st.session, st.sql))
+			}
+			var end string
+			if err := sessions[0].QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&end); err != nil {
+				t.Fatal(err)
+			}
+			endLSN, _ := pglogrepl.ParseLSN(end)
+			frames := captureFramesWith(t, pg.URL("postgres", db), db, endLSN, true)
+			writeFrames(t, name, "# pgoutput frames captured, streaming in-progress transactions (protocol version 2), from Postgres 15 with logical_decoding_work_mem 64kB by replication.TestCaptureFrames; sessions:\n# "+
+				strings.ReplaceAll(strings.Join(script, "\n"), "\n", "\n# ")+"\n", frames)
+		})
+	}
 	for name, script := range captureCases {
 		t.Run(name, func(t *testing.T) {
 			db := strings.ReplaceAll(name, "-", "_")
@@ -132,16 +212,10 @@ CREATE PUBLICATION walstream_outbox FOR TABLE outbox, audit WITH (publish = 'ins
 				t.Fatal(err)
 			}
 			endLSN, _ := pglogrepl.ParseLSN(end)
-			frames := captureFrames(t, pg.URL("postgres", db), db, endLSN)
+			frames := captureFramesWith(t, pg.URL("postgres", db), db, endLSN, false)
+			writeFrames(t, name, "# pgoutput frames captured from Postgres 15 by replication.TestCaptureFrames; script:\n# "+
+				strings.ReplaceAll(script, "\n", "\n# ")+"\n", frames)
 			dir := filepath.Join("..", "decode", "testdata", name)
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			body := "# pgoutput frames captured from Postgres 15 by replication.TestCaptureFrames; script:\n# " +
-				strings.ReplaceAll(script, "\n", "\n# ") + "\n" + strings.Join(frames, "\n") + "\n"
-			if err := os.WriteFile(filepath.Join(dir, "frames.txt"), []byte(body), 0o644); err != nil {
-				t.Fatal(err)
-			}
 			if err := os.WriteFile(filepath.Join(dir, "catalog.txt"), []byte(captureCatalog(t, conn)), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -176,7 +250,22 @@ func captureCatalog(t *testing.T, conn *pgx.Conn) string {
 	return out
 }
 
-func captureFrames(t *testing.T, url, slot string, end pglogrepl.LSN) []string {
+// writeFrames writes decode/testdata/<name>/frames.txt: the header, then
+// the frames.
+func writeFrames(t *testing.T, name, header string, frames []string) {
+	t.Helper()
+	dir := filepath.Join("..", "decode", "testdata", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "frames.txt"), []byte(header+strings.Join(frames, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// captureFramesWith receives the slot's frames up to end, with streaming
+// of in-progress transactions when stream is set.
+func captureFramesWith(t *testing.T, url, slot string, end pglogrepl.LSN, stream bool) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg, err := pgconn.ParseConfig(url)
@@ -188,9 +277,11 @@ func captureFrames(t *testing.T, url, slot string, end pglogrepl.LSN) []string {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	err = pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names 'walstream_outbox'", "messages 'true'"},
-	})
+	args := []string{"proto_version '1'", "publication_names 'walstream_outbox'", "messages 'true'"}
+	if stream {
+		args = []string{"proto_version '2'", "publication_names 'walstream_outbox'", "messages 'true'", "streaming 'on'"}
+	}
+	err = pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,23 +13,37 @@ import (
 type server struct {
 	walLevel, user          string
 	superuser, canReplicate bool
+	// rdsReplication: the role is a member of Amazon RDS's
+	// rds_replication, which lets it replicate there.
+	rdsReplication bool
+	// provider is the managed service the server is, nil for none known,
+	// and providerValue its setting's value.
+	provider      *provider
+	providerValue string
 }
 
 // logical reports whether the server writes the WAL logical decoding needs.
 func (s server) logical() bool { return s.walLevel == "logical" }
 
 // mayStream reports whether the role may open a replication connection.
-func (s server) mayStream() bool { return s.canReplicate || s.superuser }
+func (s server) mayStream() bool { return s.canReplicate || s.superuser || s.rdsReplication }
 
-// lookupServer reads wal_level and the connected role's attributes: the
-// facts both Prepare and Check start from.
+// lookupServer reads wal_level, the connected role's attributes and the
+// settings that tell a managed service: the facts both Prepare and Check
+// start from.
 func lookupServer(ctx context.Context, conn *pgx.Conn) (server, error) {
 	var s server
-	err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'), current_user, r.rolsuper, r.rolreplication
-		FROM pg_roles r WHERE r.rolname = current_user`).Scan(&s.walLevel, &s.user, &s.superuser, &s.canReplicate)
+	values := make([]*string, len(providers))
+	dst := []any{&s.walLevel, &s.user, &s.superuser, &s.canReplicate, &s.rdsReplication}
+	for i := range values {
+		dst = append(dst, &values[i])
+	}
+	err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'), current_user, r.rolsuper, r.rolreplication, `+rdsReplicationSQL+`, `+providerSettingsSQL()+`
+		FROM pg_roles r WHERE r.rolname = current_user`).Scan(dst...)
 	if err != nil {
 		return s, fmt.Errorf("checking server settings: %w", err)
 	}
+	s.recognise(values)
 	return s, nil
 }
 
@@ -42,14 +56,17 @@ func CheckWALLevel(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	if !srv.logical() {
-		return walLevelError(srv.walLevel)
+		return walLevelError(srv)
 	}
 	return nil
 }
 
-func walLevelError(level string) error {
-	return &SetupError{Object: "wal_level", Reason: fmt.Sprintf("is %q, logical decoding needs 'logical'", level),
-		Fix: "set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) and restart Postgres"}
+func walLevelError(srv server) error {
+	reason := fmt.Sprintf("is %q, logical decoding needs 'logical'", srv.walLevel)
+	if p := srv.provider; p != nil {
+		reason += fmt.Sprintf(" (the server is %s, %s is %s)", p.Name, p.Setting, srv.providerValue)
+	}
+	return &SetupError{Object: "wal_level", Reason: reason, Fix: srv.walLevelFix()}
 }
 
 // Status is the state of one requirement in a Check.
@@ -95,18 +112,23 @@ func Check(ctx context.Context, conn *pgx.Conn, n Names, tables []TableColumns) 
 	if err != nil {
 		return nil, err
 	}
+	if st, text := srv.providerFinding(); text != "" {
+		report(st, "%s", text)
+	}
 	if srv.logical() {
 		report(OK, "wal_level is logical")
 	} else {
-		report(Fail, "wal_level is %s: set wal_level = logical and restart Postgres", srv.walLevel)
+		report(Fail, "wal_level is %s: %s", srv.walLevel, srv.walLevelFix())
 	}
 	switch {
 	case srv.superuser:
 		report(Warn, "role %s is a superuser: over-privileged; walstream needs only LOGIN REPLICATION and SELECT on the outbox tables (walstream init prints it)", srv.user)
 	case srv.canReplicate:
 		report(OK, "role %s has REPLICATION and is not a superuser", srv.user)
+	case srv.rdsReplication:
+		report(OK, "role %s is a member of rds_replication, which lets it replicate on Amazon RDS and Aurora", srv.user)
 	default:
-		report(Fail, "role %s lacks REPLICATION: ALTER ROLE %s WITH REPLICATION", srv.user, pgx.Identifier{srv.user}.Sanitize())
+		report(Fail, "role %s lacks REPLICATION: %s", srv.user, srv.grantFix())
 	}
 	described := Names{Publication: n.Publication}
 	for _, t := range tables {
@@ -130,9 +152,15 @@ func Check(ctx context.Context, conn *pgx.Conn, n Names, tables []TableColumns) 
 		report(Fail, "publication %s does not exist", n.Publication)
 	default:
 		for _, t := range n.Tables {
-			if slices.Contains(st.Missing, t) {
+			switch {
+			case slices.Contains(st.Missing, t):
 				report(Fail, "publication %s does not include %s: %s", n.Publication, t, n.addTablesSQL([]Table{t}))
-			} else {
+			case slices.Contains(st.PartitionsAsThemselves(), t):
+				report(Fail, "publication %s publishes the rows of partitioned table %s under its partitions' names (publish_via_partition_root is off): %s",
+					n.Publication, t, n.ViaRootSQL())
+			case slices.Contains(st.Partitioned, t):
+				report(OK, "publication %s includes partitioned table %s and publishes its partitions' rows as its own", n.Publication, t)
+			default:
 				report(OK, "publication %s includes %s", n.Publication, t)
 			}
 		}
@@ -195,13 +223,24 @@ type Step struct{ Name, Why, SQL string }
 // least walstream needs. The publication comes before the slot: pgoutput
 // cannot decode changes older than the publication it is asked for.
 func (n Names) SetupSteps(role string, failover bool) []Step {
+	// Whether an outbox table is partitioned is known only where the SQL
+	// runs: the block looks, as Prepare does.
+	var regclasses []string
+	for _, t := range n.Tables {
+		regclasses = append(regclasses, "to_regclass("+quoteLiteral(t.SQL())+")")
+	}
 	steps := []Step{
-		{fmt.Sprintf("publication %q", n.Publication), "The publication: inserts into the outbox are decoded and sent to walstream; updates too, so that table.op.invalid.behavior sees them.",
+		{fmt.Sprintf("publication %q", n.Publication), "The publication: inserts into the outbox are decoded and sent to walstream; updates too, so that table.op.invalid.behavior sees them; " +
+			"a partitioned outbox table's rows as the table's own (publish_via_partition_root), whichever partition holds them.",
 			fmt.Sprintf(`DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %s) THEN
-        %s;
+        IF EXISTS (SELECT 1 FROM pg_class WHERE oid IN (%s) AND relkind = 'p') THEN
+            %s;
+        ELSE
+            %s;
+        END IF;
     END IF;
-END $$`, quoteLiteral(n.Publication), n.PublicationSQL())},
+END $$`, quoteLiteral(n.Publication), strings.Join(regclasses, ", "), n.PublicationSQL(true), n.PublicationSQL(false))},
 		n.slotStep(failover),
 	}
 	if role == "" {

@@ -93,7 +93,7 @@ func TestSetupSteps(t *testing.T) {
 				t.Fatal(err)
 			}
 			steps := names.SetupSteps("walstream", true)
-			if len(steps) != 4 || !strings.Contains(steps[0].SQL, names.PublicationSQL()) ||
+			if len(steps) != 4 || !strings.Contains(steps[0].SQL, names.PublicationSQL(false)) ||
 				!strings.Contains(steps[1].SQL, strings.TrimPrefix(names.CreateSlotSQL(true), "SELECT ")) ||
 				!strings.Contains(steps[1].SQL, strings.TrimPrefix(names.CreateSlotSQL(false), "SELECT ")) {
 				t.Fatalf("steps %+v: want the publication, then the slot, then the role and its grant", steps)

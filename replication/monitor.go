@@ -2,7 +2,10 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -18,6 +21,7 @@ type SlotMetrics struct {
 	confirmedLag, caughtUp, retained, safeWAL, active prometheus.Gauge
 	walStatus                                         *prometheus.GaugeVec
 	failover, failoverWarnings                        prometheus.Gauge
+	decoding                                          *decodingCollector
 }
 
 // NewSlotMetrics registers the slot metrics on reg.
@@ -40,7 +44,8 @@ func NewSlotMetrics(reg prometheus.Registerer) *SlotMetrics {
 		Name: "walstream_slot_failover", Help: "1 when the slot is a failover slot, 0 when not, -1 when the server has none (before Postgres 17)."})
 	m.failoverWarnings = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "walstream_slot_failover_warnings", Help: "Problems in the failover setup: not a failover slot, synchronized_standby_slots empty or naming a missing or inactive slot."})
-	reg.MustRegister(m.confirmedLag, m.caughtUp, m.retained, m.safeWAL, m.active, m.walStatus, m.failover, m.failoverWarnings)
+	m.decoding = newDecodingCollector()
+	reg.MustRegister(m.confirmedLag, m.caughtUp, m.retained, m.safeWAL, m.active, m.walStatus, m.failover, m.failoverWarnings, m.decoding)
 	return m
 }
 
@@ -72,18 +77,73 @@ type SlotState struct {
 	// Missing are the outbox tables not in the publication.
 	Missing       []Table
 	PublicationOK bool
-	FlushLag      *time.Duration // pg_stat_replication.flush_lag of the active walsender
+	// Partitioned are the outbox tables that are partitioned tables, and
+	// ViaRoot the publication's publish_via_partition_root: without it
+	// their rows arrive under their partitions' names.
+	Partitioned []Table
+	ViaRoot     bool
+	FlushLag    *time.Duration // pg_stat_replication.flush_lag of the active walsender
+	// Decoding is what Postgres did decoding for the slot, nil before
+	// Postgres 14, which has no pg_stat_replication_slots.
+	Decoding *DecodingStats
+}
+
+// DecodingStats is the slot's row of pg_stat_replication_slots (Postgres
+// 14 and later): counters since StatsReset, which a crash of the server
+// also resets. Transactions larger than logical_decoding_work_mem are
+// spilled to disk and read back at their commit, which holds up
+// everything committed after them; streamed in progress instead, they are
+// not.
+type DecodingStats struct {
+	SpillTxns, SpillCount, SpillBytes    int64
+	StreamTxns, StreamCount, StreamBytes int64
+	TotalTxns, TotalBytes                int64
+	StatsReset                           time.Time // zero: never reset
+	// WorkMem is logical_decoding_work_mem as the server shows it, like
+	// "64MB".
+	WorkMem string
+}
+
+// decodingStatsVersion is the first server_version_num with
+// pg_stat_replication_slots.
+const decodingStatsVersion = 140000
+
+// pollDecoding reads the slot's decoding statistics; nil when the server
+// has none for it.
+func pollDecoding(ctx context.Context, conn *pgx.Conn, slot string) (*DecodingStats, error) {
+	var d DecodingStats
+	var reset *time.Time
+	err := conn.QueryRow(ctx, `SELECT spill_txns, spill_count, spill_bytes, stream_txns, stream_count, stream_bytes,
+			total_txns, total_bytes, stats_reset, current_setting('logical_decoding_work_mem')
+		FROM pg_stat_replication_slots WHERE slot_name = $1`, slot).Scan(&d.SpillTxns, &d.SpillCount, &d.SpillBytes,
+		&d.StreamTxns, &d.StreamCount, &d.StreamBytes, &d.TotalTxns, &d.TotalBytes, &reset, &d.WorkMem)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading pg_stat_replication_slots of slot %q: %w", slot, err)
+	}
+	if reset != nil {
+		d.StatsReset = *reset
+	}
+	return &d, nil
 }
 
 // ConfirmedLag is how far the slot's confirmed position trails the
 // server's WAL, in bytes: the one definition of "behind" that walstream
 // status and the slot metrics share. It is clamped at zero, should a
 // confirm land between reading the slot and reading the server's position.
-func (s SlotState) ConfirmedLag() int64 { return max(int64(s.CurrentLSN)-int64(s.ConfirmedFlush), 0) }
+// A slot being created has no confirmed position and no lag.
+func (s SlotState) ConfirmedLag() int64 {
+	if !s.HasConfirmed {
+		return 0
+	}
+	return max(int64(s.CurrentLSN)-int64(s.ConfirmedFlush), 0)
+}
 
 // CaughtUp reports whether the slot has confirmed everything the server had
 // written when polled: every outbox event before it is in Kafka.
-func (s SlotState) CaughtUp() bool { return s.Exists && s.ConfirmedLag() == 0 }
+func (s SlotState) CaughtUp() bool { return s.Exists && s.HasConfirmed && s.ConfirmedLag() == 0 }
 
 // Retained is how much WAL the slot keeps; ok is false when the slot has
 // no restart_lsn (a lost slot keeps none).
@@ -94,6 +154,15 @@ func (s SlotState) Retained() (n int64, ok bool) {
 	return int64(s.CurrentLSN) - int64(s.RestartLSN), true
 }
 
+// PartitionsAsThemselves returns the partitioned outbox tables whose rows
+// the publication publishes under their partitions' names.
+func (s SlotState) PartitionsAsThemselves() []Table {
+	if !s.PublicationOK || s.ViaRoot {
+		return nil
+	}
+	return s.Partitioned
+}
+
 // PollSlot reads the slot, the server's WAL position and the publication.
 func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 	var st SlotState
@@ -101,21 +170,33 @@ func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 	var restart, confirmed, plugin, slotType, database, walStatus *string
 	var flushLagUS *int64
 	var included []string
-	err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text,
+	var partitioned []int64
+	var version int
+	err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, current_setting('server_version_num')::int,
 			s.slot_name IS NOT NULL, s.plugin, s.slot_type, s.database, s.wal_status, coalesce(s.active, false), s.active_pid,
 			s.restart_lsn::text, s.confirmed_flush_lsn::text, s.safe_wal_size,
 			(SELECT (extract(epoch FROM r.flush_lag) * 1e6)::bigint FROM pg_stat_replication r WHERE r.pid = s.active_pid),
 			EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $2),
-			ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $2)
+			coalesce((SELECT pubviaroot FROM pg_publication WHERE pubname = $2), false),
+			ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $2),
+			ARRAY(SELECT t.ord FROM unnest($3::text[]) WITH ORDINALITY AS t(name, ord)
+				JOIN pg_class c ON c.oid = to_regclass(t.name) WHERE c.relkind = 'p' ORDER BY t.ord)
 		FROM (SELECT 1) one LEFT JOIN pg_replication_slots s ON s.slot_name = $1`,
-		n.Slot, n.Publication).Scan(&current, &st.Exists, &plugin, &slotType, &database, &walStatus,
-		&st.Active, &st.ActivePID, &restart, &confirmed, &st.SafeWALSize, &flushLagUS, &st.PublicationOK, &included)
+		n.Slot, n.Publication, sqlNames(n.Tables)).Scan(&current, &version, &st.Exists, &plugin, &slotType, &database, &walStatus,
+		&st.Active, &st.ActivePID, &restart, &confirmed, &st.SafeWALSize, &flushLagUS, &st.PublicationOK, &st.ViaRoot, &included, &partitioned)
 	if err != nil {
 		return st, fmt.Errorf("polling slot %q: %w", n.Slot, err)
 	}
 	st.Plugin, st.Type, st.Database, st.WALStatus = deref(plugin), deref(slotType), deref(database), deref(walStatus)
+	st.Partitioned = n.byOrdinal(partitioned)
 	st.Missing = n.missingTables(included)
-	st.HasRestart = restart != nil
+	if !st.ViaRoot {
+		// pg_publication_tables lists such a table's partitions, not the
+		// table: it is in the publication, published the wrong way, which
+		// PartitionsAsThemselves reports.
+		st.Missing = slices.DeleteFunc(st.Missing, func(t Table) bool { return slices.Contains(st.Partitioned, t) })
+	}
+	st.HasRestart, st.HasConfirmed = restart != nil, confirmed != nil
 	for _, p := range []struct {
 		dst *pglogrepl.LSN
 		src *string
@@ -129,6 +210,11 @@ func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 	if flushLagUS != nil {
 		d := time.Duration(*flushLagUS) * time.Microsecond
 		st.FlushLag = &d
+	}
+	if st.Exists && version >= decodingStatsVersion {
+		if st.Decoding, err = pollDecoding(ctx, conn, n.Slot); err != nil {
+			return st, err
+		}
 	}
 	return st, nil
 }
@@ -238,7 +324,9 @@ func (st SlotState) fatal(n Names) error {
 			Fix: "see docs/postgres.md, A slot invalidated or dropped; raise max_slot_wal_keep_size so that it does not happen again"}
 	case !st.PublicationOK:
 		return &SetupError{Object: fmt.Sprintf("publication %q", n.Publication), Reason: "was dropped while streaming",
-			Fix: "recreate it with: " + n.PublicationSQL() + "; events committed meanwhile are not published"}
+			Fix: "recreate it with: " + n.PublicationSQL(len(st.Partitioned) > 0) + "; events committed meanwhile are not published"}
+	case len(st.PartitionsAsThemselves()) > 0:
+		return n.viaRootError(st.PartitionsAsThemselves())
 	case len(st.Missing) > 0:
 		return &SetupError{Object: "table " + tableList(st.Missing), Reason: fmt.Sprintf("is no longer in publication %q (dropped or removed) while streaming", n.Publication),
 			Fix: n.addTablesSQL(st.Missing) + "; if it was dropped, rows committed to the new table before that are never sent: see docs/postgres.md, A recreated outbox table, and next time " +
@@ -263,6 +351,9 @@ func (m *SlotMetrics) set(st SlotState) {
 	}
 	m.safeWAL.Set(safe)
 	m.active.Set(boolGauge(st.Active))
+	if st.Decoding != nil {
+		m.decoding.set(*st.Decoding)
+	}
 	for _, s := range walStatuses {
 		v := 0.0
 		if s == st.WALStatus {
@@ -277,4 +368,58 @@ func boolGauge(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// decodingCollector exports pg_stat_replication_slots' counters as
+// counters: Postgres counts, walstream passes the counts on as it polls
+// them, and a reset (pg_stat_reset_replication_slot, a crash) is a counter
+// reset rate() handles. Nothing is exported before the first poll, or on a
+// server without the view.
+type decodingCollector struct {
+	descs [8]*prometheus.Desc
+	mu    sync.Mutex
+	stats *DecodingStats
+}
+
+var _ prometheus.Collector = (*decodingCollector)(nil)
+
+func newDecodingCollector() *decodingCollector {
+	c := &decodingCollector{}
+	for i, m := range [8]struct{ name, help string }{
+		{"walstream_slot_spilled_transactions_total", "Transactions Postgres spilled to disk while decoding them for the slot, being larger than logical_decoding_work_mem (pg_stat_replication_slots.spill_txns); each is read back at its commit, which holds up what commits after it."},
+		{"walstream_slot_spills_total", "Times Postgres spilled decoded changes to disk for the slot (pg_stat_replication_slots.spill_count)."},
+		{"walstream_slot_spilled_bytes_total", "Decoded changes Postgres spilled to disk for the slot (pg_stat_replication_slots.spill_bytes)."},
+		{"walstream_slot_streamed_transactions_total", "Transactions Postgres streamed to walstream while in progress instead of spilling them (pg_stat_replication_slots.stream_txns; Postgres 14 and later)."},
+		{"walstream_slot_streams_total", "Times Postgres streamed changes of transactions in progress (pg_stat_replication_slots.stream_count)."},
+		{"walstream_slot_streamed_bytes_total", "Decoded changes of transactions in progress Postgres streamed (pg_stat_replication_slots.stream_bytes)."},
+		{"walstream_slot_decoded_transactions_total", "Transactions Postgres decoded for the slot, of every table (pg_stat_replication_slots.total_txns)."},
+		{"walstream_slot_decoded_bytes_total", "Changes Postgres decoded for the slot, of every table (pg_stat_replication_slots.total_bytes)."},
+	} {
+		c.descs[i] = prometheus.NewDesc(m.name, m.help, nil, nil)
+	}
+	return c
+}
+
+func (c *decodingCollector) set(d DecodingStats) {
+	c.mu.Lock()
+	c.stats = &d
+	c.mu.Unlock()
+}
+
+func (c *decodingCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c *decodingCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	d := c.stats
+	c.mu.Unlock()
+	if d == nil {
+		return
+	}
+	for i, v := range [8]int64{d.SpillTxns, d.SpillCount, d.SpillBytes, d.StreamTxns, d.StreamCount, d.StreamBytes, d.TotalTxns, d.TotalBytes} {
+		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(v))
+	}
 }

@@ -14,7 +14,7 @@ func TestMonitorTableDroppedBetweenChecks(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	ctx := context.Background()
 	admin := connect(t, pg.URL("postgres", "postgres"))
-	for _, sql := range []string{outboxDDL, names.PublicationSQL(), "SELECT pg_create_logical_replication_slot('walstream', 'pgoutput')"} {
+	for _, sql := range []string{outboxDDL, names.PublicationSQL(false), "SELECT pg_create_logical_replication_slot('walstream', 'pgoutput')"} {
 		if _, err := admin.Exec(ctx, sql); err != nil {
 			t.Fatal(err)
 		}

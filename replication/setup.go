@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -127,9 +128,37 @@ func tableList(tables []Table) string { return strings.Join(sqlNames(tables), ",
 
 // PublicationSQL creates the publication. It publishes updates too so that
 // an UPDATE of an outbox row is seen and table.op.invalid.behavior applies.
-func (n Names) PublicationSQL() string {
-	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert, update')",
-		pgx.Identifier{n.Publication}.Sanitize(), tableList(n.Tables))
+// When an outbox table is partitioned it publishes the partitions' rows as
+// the table's own (publish_via_partition_root, Postgres 13 and later):
+// otherwise each row arrives under its partition's name, which no mapping
+// names, and a partition attached later would be a table walstream never
+// heard of.
+func (n Names) PublicationSQL(partitioned bool) string {
+	viaRoot := ""
+	if partitioned {
+		viaRoot = ", publish_via_partition_root = true"
+	}
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert, update'%s)",
+		pgx.Identifier{n.Publication}.Sanitize(), tableList(n.Tables), viaRoot)
+}
+
+// ViaRootSQL makes the publication publish a partitioned table's rows as
+// the table's own.
+func (n Names) ViaRootSQL() string {
+	return fmt.Sprintf("ALTER PUBLICATION %s SET (publish_via_partition_root = true)", pgx.Identifier{n.Publication}.Sanitize())
+}
+
+// viaRootError is the stop for a publication that publishes partitioned
+// outbox tables' rows under their partitions' names. Postgres decodes WAL
+// with the publication as it was when the WAL was written, so rows
+// committed before the fix keep arriving under those names; the decoder
+// is told which tables are partitions of an outbox table (PartitionRoot)
+// and publishes them as the table's.
+func (n Names) viaRootError(partitioned []Table) error {
+	return &SetupError{Object: fmt.Sprintf("publication %q", n.Publication),
+		Reason: fmt.Sprintf("publishes the rows of partitioned outbox table %s under its partitions' names (publish_via_partition_root is off), which walstream does not read",
+			tableList(partitioned)),
+		Fix: n.ViaRootSQL()}
 }
 
 func (n Names) addTablesSQL(tables []Table) string {
@@ -155,6 +184,14 @@ type Create struct {
 	// supports them (Postgres 17 and later), so that it follows a
 	// promotion of a standby that syncs slots.
 	FailoverSlot bool
+	// Watch, if not nil, is told what the creation of the slot waits for,
+	// from another goroutine, every WatchInterval while it waits: a new
+	// slot waits for every transaction running when it began to end, which
+	// on a busy primary lasts as long as the longest of them.
+	Watch         func(SlotWait)
+	WatchInterval time.Duration
+	// Queries adds the blocking sessions' query text to what Watch is told.
+	Queries bool
 }
 
 // Prepare checks that the server can stream the outbox and creates the
@@ -167,11 +204,10 @@ func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create Create) error 
 		return err
 	}
 	if !srv.logical() {
-		return walLevelError(srv.walLevel)
+		return walLevelError(srv)
 	}
 	if !srv.mayStream() {
-		return &SetupError{Object: fmt.Sprintf("role %q", srv.user), Reason: "lacks the REPLICATION attribute",
-			Fix: fmt.Sprintf("ALTER ROLE %s WITH REPLICATION", pgx.Identifier{srv.user}.Sanitize())}
+		return &SetupError{Object: fmt.Sprintf("role %q", srv.user), Reason: "lacks the REPLICATION attribute", Fix: srv.grantFix()}
 	}
 	var existing []string
 	err = conn.QueryRow(ctx, `SELECT ARRAY(SELECT t FROM unnest($1::text[]) t WHERE to_regclass(t) IS NOT NULL)`, sqlNames(n.Tables)).Scan(&existing)
@@ -192,23 +228,31 @@ func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create Create) error 
 }
 
 func preparePublication(ctx context.Context, conn *pgx.Conn, n Names, create bool) error {
-	var exists, inserts bool
+	var exists, inserts, viaRoot bool
 	var included []string
-	err := conn.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(pubinsert), false),
+	err := conn.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(pubinsert), false), coalesce(bool_or(pubviaroot), false),
 		ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1)
-		FROM pg_publication WHERE pubname = $1`, n.Publication).Scan(&exists, &inserts, &included)
+		FROM pg_publication WHERE pubname = $1`, n.Publication).Scan(&exists, &inserts, &viaRoot, &included)
 	if err != nil {
 		return fmt.Errorf("looking up publication %q: %w", n.Publication, err)
+	}
+	partitioned, err := partitionedTables(ctx, conn, n)
+	if err != nil {
+		return err
 	}
 	obj := fmt.Sprintf("publication %q", n.Publication)
 	missing := n.missingTables(included)
 	switch {
 	case !exists && !create:
-		return &SetupError{Object: obj, Reason: "does not exist and creating it is off", Fix: "create it with: " + n.PublicationSQL()}
+		return &SetupError{Object: obj, Reason: "does not exist and creating it is off", Fix: "create it with: " + n.PublicationSQL(len(partitioned) > 0)}
 	case !exists:
-		if _, err := conn.Exec(ctx, n.PublicationSQL()); err != nil {
+		if _, err := conn.Exec(ctx, n.PublicationSQL(len(partitioned) > 0)); err != nil {
 			return fmt.Errorf("creating %s: %w", obj, err)
 		}
+	case len(partitioned) > 0 && !viaRoot:
+		// Before the missing tables: pg_publication_tables then lists the
+		// partitions, not the table, which would read as a table missing.
+		return n.viaRootError(partitioned)
 	case len(missing) > 0:
 		return &SetupError{Object: obj, Reason: "does not include table " + tableList(missing),
 			Fix: n.addTablesSQL(missing) + "; rows committed to it before that are never sent: " + n.RecreateAdvice(missing[0])}
@@ -219,13 +263,43 @@ func preparePublication(ctx context.Context, conn *pgx.Conn, n Names, create boo
 	return nil
 }
 
+// partitionedTables returns the outbox tables that are partitioned tables.
+func partitionedTables(ctx context.Context, conn *pgx.Conn, n Names) ([]Table, error) {
+	var ords []int64
+	err := conn.QueryRow(ctx, `SELECT ARRAY(SELECT t.ord FROM unnest($1::text[]) WITH ORDINALITY AS t(name, ord)
+		JOIN pg_class c ON c.oid = to_regclass(t.name) WHERE c.relkind = 'p' ORDER BY t.ord)`, sqlNames(n.Tables)).Scan(&ords)
+	if err != nil {
+		return nil, fmt.Errorf("looking up which outbox tables are partitioned: %w", err)
+	}
+	return n.byOrdinal(ords), nil
+}
+
+// byOrdinal returns the tables at the given 1-based positions of n.Tables,
+// as SQL's WITH ORDINALITY numbers them.
+func (n Names) byOrdinal(ords []int64) []Table {
+	var out []Table
+	for _, o := range ords {
+		if o >= 1 && int(o) <= len(n.Tables) {
+			out = append(out, n.Tables[o-1])
+		}
+	}
+	return out
+}
+
 // Slot is the state of the replication slot as pg_replication_slots shows it.
 type Slot struct {
 	Plugin, Type, Database, WALStatus string
 	Active                            bool
 	ActivePID                         *int32
 	ConfirmedFlush                    pglogrepl.LSN
+	// HasConfirmed says confirmed_flush_lsn is not NULL: a logical slot
+	// has none while it is being created, until it is consistent.
+	HasConfirmed bool
 }
+
+// Creating reports whether the slot is a logical slot still being created:
+// held, with no confirmed_flush_lsn yet. It cannot be streamed before.
+func (s Slot) Creating() bool { return s.Type == "logical" && s.Active && !s.HasConfirmed }
 
 // LookupSlot reads the slot's row from pg_replication_slots; ok is false
 // when there is none.
@@ -242,7 +316,7 @@ func LookupSlot(ctx context.Context, conn *pgx.Conn, name string) (s Slot, ok bo
 		return s, false, fmt.Errorf("looking up slot %q: %w", name, err)
 	}
 	s.Plugin, s.Database, s.WALStatus = deref(plugin), deref(database), deref(walStatus)
-	if confirmed != nil {
+	if s.HasConfirmed = confirmed != nil; s.HasConfirmed {
 		if s.ConfirmedFlush, err = pglogrepl.ParseLSN(*confirmed); err != nil {
 			return s, false, fmt.Errorf("slot %q confirmed_flush_lsn %q: %w", name, *confirmed, err)
 		}
@@ -276,10 +350,69 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, n Names, create Create) er
 			Fix: "if walstream never streamed from it, create it with: " + n.CreateSlotSQL(failover) +
 				"; if it did, rows may be lost: see docs/postgres.md, The slot is missing"}
 	}
-	if _, err := conn.Exec(ctx, n.CreateSlotSQL(failover)); err != nil {
+	if err := ExecWatched(ctx, conn, n.Slot, n.CreateSlotSQL(failover), create); err != nil {
 		return fmt.Errorf("creating %s: %w", obj, err)
 	}
 	return nil
+}
+
+// ExecWatched runs sql, which creates slot (a setup step does), on conn,
+// while another connection tells create.Watch what it waits for, every
+// create.WatchInterval; without a Watch it only runs sql.
+func ExecWatched(ctx context.Context, conn *pgx.Conn, slot, sql string, create Create) error {
+	if create.Watch == nil || create.WatchInterval <= 0 {
+		_, err := conn.Exec(ctx, sql)
+		return err
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchCreation(wctx, conn.Config(), slot, int32(conn.PgConn().PID()), create)
+	}()
+	_, err := conn.Exec(ctx, sql)
+	stop()
+	<-done
+	return err
+}
+
+// watchCreation tells create.Watch what the creation of slot by backend
+// pid waits for, every create.WatchInterval until ctx ends. The first look
+// is after one interval, so a creation that does not wait says nothing.
+// It is best effort: a look that fails is skipped.
+func watchCreation(ctx context.Context, cfg *pgx.ConnConfig, slot string, pid int32, create Create) {
+	t := time.NewTicker(create.WatchInterval)
+	defer t.Stop()
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if conn == nil {
+			c, err := Connect(ctx, cfg)
+			if err != nil {
+				continue
+			}
+			conn = c
+		}
+		w, err := SlotCreationWait(ctx, conn, slot, pid, create.Queries)
+		if err != nil {
+			if conn.IsClosed() {
+				conn = nil
+			}
+			continue
+		}
+		if ctx.Err() == nil {
+			create.Watch(w)
+		}
+	}
 }
 
 // CheckSlot reports a slot walstream cannot stream from.
@@ -300,9 +433,22 @@ func CheckSlot(name string, s Slot, database string) error {
 	return nil
 }
 
+// ApplicationName is the application_name walstream's connections give
+// when the connection string sets none, so that pg_stat_activity, and an
+// operator looking for what holds a slot or a lock, can tell them.
+const ApplicationName = "walstream"
+
+func named(params map[string]string) {
+	if params["application_name"] == "" {
+		params["application_name"] = ApplicationName
+	}
+}
+
 // Connect opens a regular connection, for setup, checks and slot polling.
 func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	cfg = cfg.Copy()
+	named(cfg.RuntimeParams)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, connectError("connecting to", &cfg.Config, err)
 	}

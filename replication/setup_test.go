@@ -76,7 +76,7 @@ func TestPrepare(t *testing.T) {
 		wantSetupError(t, err, `publication "other_pub"`, `does not include table "public"."outbox"`, "ALTER PUBLICATION")
 	})
 	t.Run("slot missing and create=false", func(t *testing.T) {
-		if _, err := admin.Exec(ctx, names.PublicationSQL()); err != nil {
+		if _, err := admin.Exec(ctx, names.PublicationSQL(false)); err != nil {
 			t.Fatal(err)
 		}
 		err := Prepare(ctx, admin, names, Create{})

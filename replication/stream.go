@@ -40,7 +40,10 @@ type Consumer interface {
 	Keepalive(walEnd pglogrepl.LSN) Ready
 	// TryHandOn hands on what is ready if it can at once.
 	TryHandOn() bool
-	// HandOn hands on what is ready, or returns ctx's error having kept it.
+	// HandOn hands on what is ready, or returns ctx's error having kept it,
+	// or another error, which ends the stream. One message may make many
+	// things ready one after another (the parts of a streamed transaction
+	// decoded at its commit): HandOn hands them all on.
 	HandOn(ctx context.Context) error
 }
 
@@ -63,7 +66,30 @@ type StreamConfig struct {
 	// few a second rather than one per Kafka transaction. Zero confirms
 	// only every StatusInterval.
 	ConfirmInterval time.Duration
+	// InProgress asks for streaming of in-progress transactions (pgoutput
+	// protocol version 2, streaming 'on'; the server must be Postgres 14
+	// or later): a transaction larger than logical_decoding_work_mem is
+	// sent as it goes instead of spilled and sent at its commit, and the
+	// consumer must keep its messages until its Stream Commit.
+	InProgress bool
 }
+
+// pluginArgs are START_REPLICATION's pgoutput options.
+func (c StreamConfig) pluginArgs() []string {
+	publication := fmt.Sprintf("publication_names '%s'", c.Names.Publication) // validated identifier
+	if c.InProgress {
+		return []string{"proto_version '2'", publication, "messages 'true'", "streaming 'on'"}
+	}
+	return []string{"proto_version '1'", publication, "messages 'true'"}
+}
+
+// streamingVersion is the first server_version_num that streams
+// transactions in progress.
+const streamingVersion = 140000
+
+// SupportsStreaming reports whether a server of server_version_num version
+// can stream transactions in progress.
+func SupportsStreaming(version int) bool { return version >= streamingVersion }
 
 // Stream is one replication connection streaming a slot. It is used from
 // one goroutine: Start, then Run, then Close.
@@ -89,6 +115,7 @@ type Stream struct {
 // Dial opens a replication connection (replication=database).
 func Dial(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
 	cfg = cfg.Copy()
+	named(cfg.RuntimeParams)
 	cfg.RuntimeParams["replication"] = "database"
 	// The walsender renders column values in its session's settings; these
 	// make timestamps ISO and UTC whatever postgresql.conf says, so that
@@ -109,12 +136,8 @@ func Dial(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
 func Start(ctx context.Context, conn *pgconn.PgConn, cfg StreamConfig, log *slog.Logger, m *Metrics) (*Stream, error) {
 	n := cfg.Names
 	err := pglogrepl.StartReplication(ctx, conn, n.Slot, 0, pglogrepl.StartReplicationOptions{
-		Mode: pglogrepl.LogicalReplication,
-		PluginArgs: []string{
-			"proto_version '1'",
-			fmt.Sprintf("publication_names '%s'", n.Publication), // validated identifier
-			"messages 'true'",
-		},
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: cfg.pluginArgs(),
 	})
 	if err != nil {
 		var pgErr *pgconn.PgError
@@ -190,12 +213,18 @@ func (s *Stream) Run(ctx context.Context, c Consumer, pos Confirmer) error {
 		for {
 			pctx, cancel := context.WithDeadline(ctx, next)
 			err := c.HandOn(pctx)
+			due := pctx.Err() != nil
 			cancel()
 			if err == nil {
 				break
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if !due {
+				// Not the deadline: the consumer failed (a streamed
+				// transaction's spool could not be read back).
+				return fmt.Errorf("slot %s: %w", s.cfg.Names.Slot, err)
 			}
 			// Waiting on Kafka: keep the walsender from timing us out.
 			if next, err = s.statusDue(ctx, pos); err != nil {

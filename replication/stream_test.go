@@ -98,7 +98,7 @@ func TestCloseAfterTheServerDropped(t *testing.T) {
 	defer cancel()
 	admin := connect(t, pg.URL("postgres", "postgres"))
 	var start pglogrepl.LSN
-	for _, sql := range []string{outboxDDL, names.PublicationSQL()} {
+	for _, sql := range []string{outboxDDL, names.PublicationSQL(false)} {
 		if _, err := admin.Exec(ctx, sql); err != nil {
 			t.Fatal(err)
 		}

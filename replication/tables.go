@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -126,4 +127,25 @@ func (n Names) TableDropped(t Table, oid uint32, since string) error {
 func (n Names) RecreateAdvice(t Table) string {
 	return fmt.Sprintf("create a table and add it to the publication in one transaction: BEGIN; CREATE TABLE %s (...); %s; COMMIT",
 		t.SQL(), n.addTablesSQL([]Table{t}))
+}
+
+// PartitionRoot returns which of the outbox tables relation oid is a
+// partition of, at any depth, as the catalog has it now; ok is false for
+// none, and for a relation the catalog no longer has.
+func PartitionRoot(ctx context.Context, conn *pgx.Conn, n Names, oid uint32) (t Table, ok bool, err error) {
+	var ord *int64
+	err = conn.QueryRow(ctx, `SELECT t.ord FROM unnest($2::text[]) WITH ORDINALITY AS t(name, ord)
+		JOIN pg_partition_ancestors($1::oid::regclass) a ON a.relid = to_regclass(t.name)
+		WHERE a.relid <> $1::oid::regclass LIMIT 1`, oid, sqlNames(n.Tables)).Scan(&ord)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Table{}, false, nil
+	}
+	if err != nil {
+		return Table{}, false, fmt.Errorf("looking up the partition root of relation %d: %w", oid, err)
+	}
+	tables := n.byOrdinal([]int64{*ord})
+	if len(tables) == 0 {
+		return Table{}, false, nil
+	}
+	return tables[0], true, nil
 }

@@ -26,7 +26,7 @@ func TestDescribeTables(t *testing.T) {
 		payload jsonb, n int GENERATED ALWAYS AS (1) STORED)`)
 	exec("ALTER TABLE public.outbox DROP COLUMN type")
 	exec("ALTER TABLE public.outbox ADD COLUMN type text DEFAULT 'created'")
-	exec(names.PublicationSQL())
+	exec(names.PublicationSQL(false))
 	n := Names{Slot: "walstream", Publication: "walstream_outbox", Tables: []Table{{"billing", "outbox"}, {"public", "outbox"}}}
 	describe := func() []TableInfo {
 		t.Helper()

@@ -173,6 +173,18 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 			}
 		}
 	}
+	if cfg.Scenarios[ScenarioForeign] && cfg.ForeignRuns > 0 {
+		for _, streaming := range []bool{false, true} {
+			f, err := b.foreignRun(ctx, streaming)
+			if err != nil {
+				return fmt.Errorf("foreign scenario, streaming %v: %w", streaming, err)
+			}
+			rep.Foreign = append(rep.Foreign, f)
+			if err := save(); err != nil {
+				return err
+			}
+		}
+	}
 	rep.Finished = time.Now().UTC()
 	if err := save(); err != nil {
 		return err
@@ -256,6 +268,7 @@ type Report struct {
 	Backlog  []*BacklogRun  `json:"backlog"`
 	Huge     []*BacklogRun  `json:"huge"`
 	Latency  []Latency      `json:"latency"`
+	Foreign  []*ForeignRun  `json:"foreign,omitempty"`
 	// Profiled is the profiled run, left out of the summary: sampling
 	// costs CPU.
 	Profiled        *BacklogRun `json:"profiled,omitempty"`
@@ -268,6 +281,7 @@ func reportConfig(c *Config) map[string]any {
 		"huge_rows": c.HugeRows, "huge_runs": c.HugeRuns,
 		"latency_loads": c.LatencyLoads, "latency_seconds": c.LatencyFor.Seconds(), "latency_warmup_seconds": c.LatencyWarmup.Seconds(),
 		"latency_runs": c.LatencyRuns, "latency_writers": c.LatencyWriters,
+		"foreign_rows": c.ForeignRows, "foreign_runs": c.ForeignRuns,
 		"walstream_args": c.WalstreamArgs,
 		"partitions":     c.Partitions, "external_postgres": c.PGURL != "", "max_load": c.MaxLoad,
 		"broker": c.Broker,

@@ -32,6 +32,8 @@ const (
 	DefaultQuietTimeout    = 15 * time.Minute
 	DefaultDrainTimeout    = 15 * time.Minute
 	DefaultPartitions      = 3
+	DefaultForeignRows     = 2_000_000
+	DefaultForeignRuns     = 20
 )
 
 // Scenario names for --scenarios.
@@ -39,6 +41,10 @@ const (
 	ScenarioBacklog = "backlog"
 	ScenarioHuge    = "huge"
 	ScenarioLatency = "latency"
+	// ScenarioForeign is large transactions on a table outside the
+	// publication, each followed by one outbox row; it runs with
+	// streaming of in-progress transactions off, then on.
+	ScenarioForeign = "foreign"
 )
 
 // Config is everything walbench is told.
@@ -54,6 +60,8 @@ type Config struct {
 	LatencyWarmup  time.Duration
 	LatencyRuns    int
 	LatencyWriters int
+	ForeignRows    int
+	ForeignRuns    int
 	Scenarios      map[string]bool
 	Profile        bool
 	PGO            string // empty: no profile for profile-guided optimization
@@ -90,7 +98,9 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.DurationVar(&cfg.LatencyWarmup, "latency-warmup", DefaultLatencyWarmup, "time at each offered load before measuring")
 	fs.IntVar(&cfg.LatencyRuns, "latency-runs", DefaultLatencyRuns, "runs of the latency scenario")
 	fs.IntVar(&cfg.LatencyWriters, "latency-writers", DefaultLatencyWriters, "Postgres connections inserting rows in the latency scenario")
-	scenarios := fs.String("scenarios", DefaultScenarios, "scenarios to run, comma-separated: backlog, huge, latency")
+	fs.IntVar(&cfg.ForeignRows, "foreign-rows", DefaultForeignRows, "rows of each large transaction on a table outside the publication in the foreign scenario")
+	fs.IntVar(&cfg.ForeignRuns, "foreign-runs", DefaultForeignRuns, "large transactions, each followed by one outbox row, in the foreign scenario, with streaming of in-progress transactions off and then on")
+	scenarios := fs.String("scenarios", DefaultScenarios, "scenarios to run, comma-separated: backlog, huge, latency, foreign (Postgres 14 and later)")
 	fs.BoolVar(&cfg.Profile, "profile", false, "add one profiled backlog run (perf for every process, a pprof CPU profile of the broker); its figures are not in the medians")
 	fs.StringVar(&cfg.PGO, "pgo", "", "write walstream's CPU profile over every measured phase, merged, to this file (cmd/walstream/default.pgo: see docs/benchmarks.md); walstream then runs with --pprof-addr, and the report names it")
 	fs.StringVar(&cfg.PGURL, "pg-url", "", "use this Postgres (superuser, wal_level=logical) instead of starting a throwaway cluster")
@@ -149,14 +159,14 @@ func (c *Config) Validate() error {
 	if c.Broker != BrokerKafka && c.Broker != BrokerKfake {
 		errs = append(errs, fmt.Errorf("-broker %q is not kafka or kfake", c.Broker))
 	}
-	if c.HugeRows < 0 || c.HugeRuns < 0 || c.LatencyRuns < 0 {
-		errs = append(errs, errors.New("-huge-rows, -huge-runs and -latency-runs must not be negative"))
+	if c.HugeRows < 0 || c.HugeRuns < 0 || c.LatencyRuns < 0 || c.ForeignRows < 0 || c.ForeignRuns < 0 {
+		errs = append(errs, errors.New("-huge-rows, -huge-runs, -latency-runs, -foreign-rows and -foreign-runs must not be negative"))
 	}
 	if c.PayloadBytes < 200 {
 		errs = append(errs, fmt.Errorf("-payload-bytes must be at least 200 (the JSON without padding), got %d", c.PayloadBytes))
 	}
 	for s := range c.Scenarios {
-		if s != ScenarioBacklog && s != ScenarioHuge && s != ScenarioLatency {
+		if s != ScenarioBacklog && s != ScenarioHuge && s != ScenarioLatency && s != ScenarioForeign {
 			errs = append(errs, fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}

@@ -165,6 +165,24 @@ func (r *Report) summarize() []Figure {
 			figure(scenario, "walstream peak RSS", "MB", ms(func(l Latency) float64 { return float64(l.WalstreamPeakRSSBytes) / 1e6 }), nil),
 		)
 	}
+	// Targets of issue 29: with streaming of in-progress transactions, an
+	// outbox row committed right after a large transaction on another
+	// table is visible within 1 s (p99), and nothing is spilled for it.
+	for _, f := range r.Foreign {
+		scenario := fmt.Sprintf("foreign %d rows, streaming %s", f.Rows, map[bool]string{true: "on", false: "off"}[f.Streaming])
+		var p99, spill *target
+		if f.Streaming {
+			p99, spill = &target{bound: 1000}, &target{bound: 0}
+		}
+		n := len(f.Reps)
+		out = append(out,
+			figure(scenario, fmt.Sprintf("commit → visible p99 over %d transactions", n), "ms", []float64{f.P99Ms}, p99),
+			figure(scenario, "commit → visible", "ms", of(f.Reps, func(r ForeignRep) float64 { return r.LatencyMs }), nil),
+			figure(scenario, "spilled by the server, all repetitions", "MB", []float64{float64(f.Spilled.SpillBytes) / 1e6}, spill),
+			figure(scenario, "streamed by the server, all repetitions", "MB", []float64{float64(f.Spilled.StreamBytes) / 1e6}, nil),
+			figure(scenario, "large transaction's insert", "s", of(f.Reps, func(r ForeignRep) float64 { return r.InsertSeconds }), nil),
+		)
+	}
 	return out
 }
 
@@ -218,6 +236,14 @@ func (r *Report) markdown() string {
 				runName(l.Run), l.Load.Rate, l.Load.RowsPerTx, l.AchievedRate, l.Samples, l.P50Ms, l.P99Ms, l.P999Ms, l.MaxMs, l.Missing, l.Behind,
 				l.InsertToAckP99Us, l.ConfirmP99Ms, l.ConfirmSamples, l.WalstreamCPUMicrosPerRow,
 				l.kafkaTxnRate(), l.KafkaClientCPUMicrosPerRow, l.MinimalClientCPUMicrosPerRow, l.RecvLogicalCPUMicrosPerRow, quiet(l.Machine))
+		}
+	}
+	if len(r.Foreign) > 0 {
+		fmt.Fprintf(&b, "\n### Foreign runs\n\n")
+		fmt.Fprintf(&b, "| streaming | rows/tx | repetitions | p50 ms | p99 ms | max ms | spilled MB (txns) | streamed MB (txns) | load avg before |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, f := range r.Foreign {
+			fmt.Fprintf(&b, "| %v | %d | %d | %.0f | %.0f | %.0f | %.0f (%d) | %.0f (%d) | %s |\n", f.Streaming, f.Rows, len(f.Reps), f.P50Ms, f.P99Ms, f.MaxMs,
+				float64(f.Spilled.SpillBytes)/1e6, f.Spilled.SpillTxns, float64(f.Spilled.StreamBytes)/1e6, f.Spilled.StreamTxns, quiet(f.Machine))
 		}
 	}
 	return b.String()

@@ -175,5 +175,5 @@ var (
 		"additional-placement", "additional-error-on-missing", "failover-slot"}
 	statusSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "checkpoint-topic", "checkpoint-key",
 		"kafka-brokers", "kafka-tls", "kafka-tls-ca-file", "kafka-tls-cert-file", "kafka-tls-key-file", "kafka-tls-server-name",
-		"kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password-file"}
+		"kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password-file", "blocking-query-text"}
 )

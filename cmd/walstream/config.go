@@ -85,13 +85,16 @@ func (c *Config) settings() []setting {
 		{"checkpoint-topic", &c.CheckpointTopic, pipeline.DefaultCheckpointTopic, "CheckpointTopic", "compacted topic holding checkpoints, created when missing"},
 		{"checkpoint-key", &c.CheckpointKey, nil, "", "key of this stream's checkpoints (default: the slot name)"},
 		{"transactional-id", &c.TransactionalID, nil, "", "Kafka transactional.id (default: walstream-<slot>)"},
+		{"stream-in-progress", &c.StreamInProgress, true, "", "on Postgres 14 and later, have transactions larger than logical_decoding_work_mem streamed while in progress instead of spilled to disk and sent at their commit, so that a large transaction on another table no longer holds up the outbox; a streamed outbox transaction is kept in a temporary file until it commits, then published (see --spool-dir)"},
+		{"spool-dir", &c.SpoolDir, nil, "", "directory of the temporary files holding streamed transactions until they commit (default: $TMPDIR, else /tmp); the files are unlinked at once, so a crash leaves none"},
 		{"max-batch-events", &c.MaxBatchEvents, pipeline.DefaultMaxBatchEvents, "MaxBatchEvents", "events per Kafka transaction; larger Postgres transactions are split"},
 		{"max-batch-bytes", &c.MaxBatchBytes, pipeline.DefaultMaxBatchBytes, "MaxBatchBytes", "bytes per Kafka transaction; larger Postgres transactions are split"},
 		{"queue-bytes", &c.QueueBytes, pipeline.DefaultQueueBytes, "QueueBytes", "memory of decoded events waiting for Kafka before WAL reading pauses"},
 		{"linger", &c.Linger, pipeline.DefaultLinger, "Linger", "how long a Kafka transaction waits for more Postgres transactions"},
 		{"status-interval", &c.StatusInterval, pipeline.DefaultStatusInterval, "StatusInterval", "interval of standby status updates to Postgres (keepalive; keep it well under wal_sender_timeout); commits are confirmed sooner, see --confirm-interval"},
 		{"confirm-interval", &c.ConfirmInterval, pipeline.DefaultConfirmInterval, "ConfirmInterval", "least interval between status updates confirming Kafka commits to Postgres: a commit reaches the slot's confirmed_flush_lsn within it; 0 confirms only every --status-interval"},
-		{"progress-interval", &c.ProgressInterval, pipeline.DefaultProgressInterval, "ProgressInterval", "interval of the progress log line while streaming (events/s, lag, checkpoint, confirmed LSN); 0 disables it"},
+		{"progress-interval", &c.ProgressInterval, pipeline.DefaultProgressInterval, "ProgressInterval", "interval of the progress log line while streaming, and of the line naming what walstream waits for while it cannot stream (a slot being created behind open transactions, a slot another process holds); 0 logs no progress and each wait once"},
+		{"blocking-query-text", &c.BlockingQueries, nil, "", "add the query text of the sessions walstream waits for to the log, /readyz and status (off: query text may hold data)"},
 		{"idle-interval", &c.IdleInterval, pipeline.DefaultIdleInterval, "IdleInterval", "minimum interval of checkpoint-only transactions while the outbox is idle"},
 		{"commit-timeout", &c.CommitTimeout, pipeline.DefaultCommitTimeout, "CommitTimeout", "limit on flushing and committing one Kafka transaction"},
 		{"converter", &c.Converter, "string", "", "key and value bytes as Debezium emits them behind Kafka Connect's StringConverter (string) or JsonConverter with schemas.enable=false (json)"},
@@ -240,6 +243,13 @@ func (c *Config) build() error {
 	if c.PprofAddr != "" {
 		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || !replication.Loopback(host) {
 			bad("pprof-addr", fmt.Errorf("%q: pprof shows memory and must listen on loopback, like 127.0.0.1:6060", c.PprofAddr))
+		}
+	}
+	if c.SpoolDir != "" {
+		if fi, err := os.Stat(c.SpoolDir); err != nil {
+			bad("spool-dir", err)
+		} else if !fi.IsDir() {
+			bad("spool-dir", fmt.Errorf("%s is not a directory", c.SpoolDir))
 		}
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {

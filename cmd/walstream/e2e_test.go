@@ -34,12 +34,41 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m))
 }
 
-const outboxDDL = `CREATE TABLE public.outbox (
+// outboxDDL is the tests' outbox table. With TEST_OUTBOX=partitioned it is
+// a partitioned table, split by its id's hash into three partitions, so
+// that the whole suite checks that a partitioned outbox behaves as a plain
+// one: `TEST_OUTBOX=partitioned go test ./cmd/walstream`.
+var outboxDDL = outboxTableDDL(partitionedOutbox)
+
+// partitionedOutbox is TEST_OUTBOX=partitioned.
+var partitionedOutbox = os.Getenv("TEST_OUTBOX") == "partitioned"
+
+// publicationOptions are the WITH options of a publication a test makes
+// by hand, publish given: a partitioned outbox's publishes its
+// partitions' rows as its own, as walstream's does.
+func publicationOptions(publish string) string {
+	if partitionedOutbox {
+		return fmt.Sprintf("WITH (publish = '%s', publish_via_partition_root = true)", publish)
+	}
+	return fmt.Sprintf("WITH (publish = '%s')", publish)
+}
+
+func outboxTableDDL(partitioned bool) string {
+	const columns = `CREATE TABLE public.outbox (
 	id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
 	aggregatetype text NOT NULL,
 	aggregateid text NOT NULL,
 	type text NOT NULL,
 	payload jsonb NOT NULL)`
+	if !partitioned {
+		return columns
+	}
+	ddl := columns + " PARTITION BY HASH (id)"
+	for i := range 3 {
+		ddl += fmt.Sprintf("; CREATE TABLE public.outbox_p%d PARTITION OF public.outbox FOR VALUES WITH (MODULUS 3, REMAINDER %d)", i, i)
+	}
+	return ddl
+}
 
 // env is one Postgres database and one broker for a test.
 type env struct {
@@ -83,15 +112,27 @@ func newEnv(t *testing.T, opts ...testenv.Option) *env {
 	return newEnvOn(t, testenv.TestBroker(), opts...)
 }
 
-// newEnvOn is newEnv on a broker of the given kind, started while
-// Postgres starts.
+// newEnvOn is newEnv on a broker of the given kind.
 func newEnvOn(t *testing.T, kind testenv.BrokerKind, opts ...testenv.Option) *env {
+	t.Helper()
+	return startEnv(t, kind, outboxDDL, opts...)
+}
+
+// newEnvWith is newEnv with an outbox table of its own.
+func newEnvWith(t *testing.T, ddl string, opts ...testenv.Option) *env {
+	t.Helper()
+	return startEnv(t, testenv.TestBroker(), ddl, opts...)
+}
+
+// startEnv starts Postgres with the outbox table ddl creates, and a broker
+// of the given kind, started while Postgres starts.
+func startEnv(t *testing.T, kind testenv.BrokerKind, ddl string, opts ...testenv.Option) *env {
 	t.Helper()
 	broker := testenv.StartBrokerAsync(t, kind)
 	e := &env{t: t, pg: testenv.StartPostgres(t, opts...)}
 	e.kafka = broker()
 	e.broker = e.kafka.Addr()
-	e.pg.Exec("postgres", outboxDDL)
+	e.pg.Exec("postgres", ddl)
 	return e
 }
 
@@ -417,8 +458,14 @@ func TestIdleOutboxDoesNotPinWAL(t *testing.T) {
 func TestSecondInstanceWaits(t *testing.T) {
 	e := newEnv(t)
 	first := e.start(nil).streaming(t)
-	second := e.start(nil)
+	second := e.start([]string{"--progress-interval", "1s"})
 	second.waitLog(t, "is active for PID", 30*time.Second)
+	// The standby names the process holding the slot, again and again.
+	second.waitLog(t, `standby: slot \"walstream\" is held by pid`, 30*time.Second)
+	eventually(t, 30*time.Second, "the standby says whom it waits for at every progress interval", func() bool {
+		return strings.Count(second.Log(), `msg="standby: slot \"walstream\" is held by pid`) >= 2
+	})
+	wantAll(t, grepLines(second.Log(), "standby: slot"), "(walsender, application walstream, client 127.0.0.1:", "holder_pid=")
 	seq := 0
 	e.insertTx("Order", 500, 11, &seq, false)
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, first)

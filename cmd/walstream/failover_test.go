@@ -541,7 +541,7 @@ func TestForeignCluster(t *testing.T) {
 	}
 	// The operator prepares b as for a new start, and the application
 	// writes to it.
-	b.Exec("postgres", "CREATE PUBLICATION walstream_outbox FOR TABLE outbox WITH (publish = 'insert, update')")
+	b.Exec("postgres", "CREATE PUBLICATION walstream_outbox FOR TABLE outbox "+publicationOptions("insert, update"))
 	b.Exec("postgres", "SELECT pg_create_logical_replication_slot('walstream', 'pgoutput')")
 	fromB := insertRows(t, b, 20, "b")
 	if bEnd, aEnd := serverLSN(t, b), serverLSN(t, a); bEnd >= aEnd {

@@ -55,14 +55,18 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	// The check and the connection are bounded; applying is not: creating
+	// the slot waits for the transactions open when it begins, as long as
+	// they last, and says which (an interrupt ends it).
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	conn, err := replication.Connect(ctx, cfg.Postgres)
+	conn, err := replication.Connect(cctx, cfg.Postgres)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if check {
+		ctx = cctx
 		findings, err := replication.Check(ctx, conn, cfg.Names, tables)
 		if err != nil {
 			return err
@@ -84,11 +88,27 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := replication.CheckWALLevel(ctx, conn); err != nil {
 		return err
 	}
+	// Creating the slot waits for the transactions open when it begins:
+	// say which, as run does.
+	slotStep := fmt.Sprintf("slot %q", cfg.Names.Slot)
+	watch := replication.Create{WatchInterval: initWaitInterval, Watch: func(w replication.SlotWait) {
+		fmt.Fprintf(stdout, "wait  %s\n", w)
+	}}
 	for _, s := range steps {
-		if _, err := conn.Exec(ctx, s.SQL); err != nil {
+		var err error
+		if s.Name == slotStep {
+			err = replication.ExecWatched(ctx, conn, cfg.Names.Slot, s.SQL, watch)
+		} else {
+			_, err = conn.Exec(ctx, s.SQL)
+		}
+		if err != nil {
 			return fmt.Errorf("creating %s: %w", s.Name, err)
 		}
 		fmt.Fprintf(stdout, "ok    %s\n", s.Name)
 	}
 	return nil
 }
+
+// initWaitInterval is how often init --apply says what the creation of
+// the slot waits for.
+const initWaitInterval = 5 * time.Second

@@ -30,6 +30,10 @@ func TestKubernetesManifest(t *testing.T) {
 		Env             []struct{ Name, Value string }
 		ReadinessProbe  probe `yaml:"readinessProbe"`
 		LivenessProbe   probe `yaml:"livenessProbe"`
+		VolumeMounts    []struct {
+			Name      string
+			MountPath string `yaml:"mountPath"`
+		} `yaml:"volumeMounts"`
 	}
 	type doc struct {
 		Kind string
@@ -45,7 +49,13 @@ func TestKubernetesManifest(t *testing.T) {
 			MaxUnavailable int `yaml:"maxUnavailable"`
 			Template       struct {
 				Metadata struct{ Labels map[string]string }
-				Spec     struct{ Containers []container }
+				Spec     struct {
+					Containers []container
+					Volumes    []struct {
+						Name     string
+						EmptyDir *struct{} `yaml:"emptyDir"`
+					}
+				}
 			}
 		}
 	}
@@ -81,6 +91,21 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 	if env["WALSTREAM_CREATE"] != "false" || strings.Contains(strings.Join(c.Args, " "), "--create=true") {
 		t.Errorf("env %v, args %v: the least-privilege role must run with --create=false", env, c.Args)
+	}
+	// The root filesystem is read-only; streamed transactions are spooled
+	// in the temporary directory until they commit.
+	tmp := ""
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == "/tmp" {
+			tmp = m.Name
+		}
+	}
+	writable := false
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		writable = writable || v.Name == tmp && v.EmptyDir != nil
+	}
+	if !writable {
+		t.Errorf("no emptyDir mounted at /tmp (mounts %+v): streamed transactions cannot be spooled", c.VolumeMounts)
 	}
 	if dep.Spec.Template.Metadata.Labels["slot"] == "" {
 		t.Error("pods have no slot label: the dashboard and the alerts group by it")

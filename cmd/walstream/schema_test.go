@@ -149,7 +149,7 @@ func TestTableRecreatedIdle(t *testing.T) {
 // lost, and walstream goes on.
 func TestTableRecreatedSchemaPublication(t *testing.T) {
 	e := newEnv(t)
-	e.pg.Exec("postgres", "CREATE PUBLICATION walstream_outbox FOR TABLES IN SCHEMA public WITH (publish = 'insert, update')")
+	e.pg.Exec("postgres", "CREATE PUBLICATION walstream_outbox FOR TABLES IN SCHEMA public "+publicationOptions("insert, update"))
 	p := e.start([]string{"--slot-poll-interval", "200ms"}).streaming(t)
 	seq := 0
 	e.insertTx("Order", 3, 1, &seq, false)

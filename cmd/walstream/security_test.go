@@ -46,7 +46,7 @@ func newSecureEnv(t *testing.T) (*env, *testenv.CA) {
 	// administrator created the publication and the slot.
 	pg.Exec("postgres", fmt.Sprintf(`CREATE ROLE walsec LOGIN REPLICATION PASSWORD '%s';
 		GRANT SELECT ON public.outbox TO walsec;
-		CREATE PUBLICATION walstream_outbox FOR TABLE public.outbox WITH (publish = 'insert')`, pgSecret))
+		CREATE PUBLICATION walstream_outbox FOR TABLE public.outbox %s`, pgSecret, publicationOptions("insert")))
 	pg.Exec("postgres", "SELECT pg_create_logical_replication_slot('walstream', 'pgoutput')")
 	pg.PrependHBA("hostssl all walsec 127.0.0.1/32 scram-sha-256", "host all walsec 127.0.0.1/32 reject")
 

@@ -71,7 +71,14 @@ func printStatus(w io.Writer, r *statusReport) {
 	line("slot", "%s", s.Name)
 	if s.Exists {
 		active := "no"
-		if s.ActivePID != nil {
+		switch {
+		case s.Creating != nil:
+			active = "no, " + s.Creating.Text
+		case s.Holder != nil && s.Holder.BackendType == "walsender":
+			active = "yes, walsender " + s.Holder.Text
+		case s.Holder != nil:
+			active = "no, held by " + s.Holder.Text
+		case s.ActivePID != nil:
 			active = fmt.Sprintf("yes, walsender pid %d", *s.ActivePID)
 		}
 		retained := "none (restart_lsn is NULL)"
@@ -81,15 +88,27 @@ func printStatus(w io.Writer, r *statusReport) {
 		line("  plugin", "%s", s.Plugin)
 		line("  wal_status", "%s", s.WALStatus)
 		line("  streaming", "%s", active)
-		line("  confirmed_flush_lsn", "%s (server at %s)", s.ConfirmedFlush, s.CurrentLSN)
-		line("  lag", "%s", bytesText(s.LagBytes))
-		line("  caught up", "%s", caughtUpText(s.CaughtUp, s.LagBytes, s.FlushLagSeconds))
+		if s.ConfirmedFlush == "" {
+			line("  confirmed_flush_lsn", "none yet: the slot is not consistent until it is created (server at %s)", s.CurrentLSN)
+		} else {
+			line("  confirmed_flush_lsn", "%s (server at %s)", s.ConfirmedFlush, s.CurrentLSN)
+			line("  lag", "%s", bytesText(s.LagBytes))
+			line("  caught up", "%s", caughtUpText(s.CaughtUp, s.LagBytes, s.FlushLagSeconds))
+			if s.BehindBecause != "" {
+				line("  behind because", "%s", s.BehindBecause)
+			}
+		}
 		line("  retained WAL", "%s", retained)
 		if s.SafeWALSizeBytes != nil {
 			line("  safe_wal_size", "%s", bytesText(*s.SafeWALSizeBytes))
 		}
 		if s.FlushLagSeconds != nil {
 			line("  lag in seconds", "%.3f s (pg_stat_replication.flush_lag)", *s.FlushLagSeconds)
+		}
+		if d := s.Decoding; d != nil {
+			line("  decoding", "spilled %s of %d transactions to disk, streamed %s of %d in progress, decoded %s of %d (logical_decoding_work_mem %s%s)",
+				bytesText(d.SpilledBytes), d.SpilledTransactions, bytesText(d.StreamedBytes), d.StreamedTransactions,
+				bytesText(d.DecodedBytes), d.DecodedTransactions, d.WorkMem, resetText(d.StatsReset))
 		}
 	} else {
 		line("  exists", "no")
@@ -150,6 +169,14 @@ func caughtUpText(caughtUp bool, lag int64, lagSeconds *float64) string {
 		return fmt.Sprintf("no, %s behind", bytesText(lag))
 	}
 	return fmt.Sprintf("no, %s and %.3f s behind", bytesText(lag), *lagSeconds)
+}
+
+// resetText says since when pg_stat_replication_slots counts.
+func resetText(at *time.Time) string {
+	if at == nil {
+		return ""
+	}
+	return "; since " + at.UTC().Format(time.RFC3339)
 }
 
 func bytesText(n int64) string {
