@@ -43,6 +43,8 @@ type Config struct {
 	KafkaTLS                                                                   bool
 	KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile, KafkaTLSServerName      string
 	KafkaSASLMechanism, KafkaSASLUser, KafkaSASLPasswordFile                   string
+	KafkaOAuthTokenFile, KafkaOAuthTokenURL, KafkaOAuthClientID                string
+	KafkaOAuthClientSecretFile, KafkaOAuthScope                                string
 	Converter, KeyConverter, ValueConverter, KeySchemas, ValueSchemas, OnError string
 	CompressionText, SkipEventText, AcceptRecreatedText                        string
 	HTTPAddr, HTTPConfigFile, PprofAddr, LogLevel, LogFormat                   string
@@ -71,9 +73,14 @@ func (c *Config) settings() []setting {
 		{"kafka-tls-cert-file", &c.KafkaTLSCertFile, nil, "", "PEM client certificate for mutual TLS"},
 		{"kafka-tls-key-file", &c.KafkaTLSKeyFile, nil, "", "PEM client key for mutual TLS"},
 		{"kafka-tls-server-name", &c.KafkaTLSServerName, nil, "", "name to verify the brokers' certificates against (default: the host dialed)"},
-		{"kafka-sasl-mechanism", &c.KafkaSASLMechanism, nil, "Kafka.SASLMechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; the password comes from --kafka-sasl-password-file or $" + envKafkaSASLPassword},
+		{"kafka-sasl-mechanism", &c.KafkaSASLMechanism, nil, "Kafka.SASLMechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (the password comes from --kafka-sasl-password-file or $" + envKafkaSASLPassword + "); OAUTHBEARER (a token file or an OIDC token endpoint: --kafka-oauth-*); AWS_MSK_IAM (credentials from the AWS default chain; see docs/kafka.md, Security)"},
 		{"kafka-sasl-user", &c.KafkaSASLUser, nil, "", "SASL user"},
 		{"kafka-sasl-password-file", &c.KafkaSASLPasswordFile, nil, "", "file holding the SASL password; or $" + envKafkaSASLPassword + ", which has no flag"},
+		{"kafka-oauth-token-file", &c.KafkaOAuthTokenFile, nil, "", "OAUTHBEARER: file holding the bearer token, read again for every authentication (another process renews it)"},
+		{"kafka-oauth-token-url", &c.KafkaOAuthTokenURL, nil, "", "OAUTHBEARER: OIDC token endpoint walstream asks for tokens with the client-credentials grant, renewing them before they expire"},
+		{"kafka-oauth-client-id", &c.KafkaOAuthClientID, nil, "", "OAUTHBEARER: client id for --kafka-oauth-token-url"},
+		{"kafka-oauth-client-secret-file", &c.KafkaOAuthClientSecretFile, nil, "", "OAUTHBEARER: file holding the client secret for --kafka-oauth-token-url; or $" + envKafkaOAuthClientSecret + ", which has no flag"},
+		{"kafka-oauth-scope", &c.KafkaOAuthScope, nil, "", "OAUTHBEARER: scopes to ask --kafka-oauth-token-url for, space- or comma-separated"},
 		{"slot", &c.Slot, pipeline.DefaultSlot, "", "logical replication slot (pgoutput)"},
 		{"publication", &c.Publication, pipeline.DefaultPublication, "", "publication of the outbox table"},
 		{"table", &c.Table, pipeline.DefaultTable, "", "outbox tables, schema-qualified and comma-separated; they share the slot and the publication"},
@@ -129,6 +136,10 @@ func envName(flagName string) string {
 // envKafkaSASLPassword is the SASL password's environment variable. It has
 // no flag: a secret on the command line shows in ps and shell history.
 const envKafkaSASLPassword = envPrefix + "KAFKA_SASL_PASSWORD"
+
+// envKafkaOAuthClientSecret is the OAuth client secret's environment
+// variable, also without a flag.
+const envKafkaOAuthClientSecret = envPrefix + "KAFKA_OAUTH_CLIENT_SECRET"
 
 // flags defines every setting on fs. Each flag's usage names its
 // environment variable, so `walstream run --help` documents both.
@@ -259,7 +270,14 @@ func (c *Config) build() error {
 // field it names, one line for each error it joins.
 func (c *Config) named(se *pipeline.SettingError) []error {
 	if se.Field == "Kafka.SASLMechanism" {
-		return []error{fmt.Errorf("--kafka-sasl-mechanism: %w (the password comes from --kafka-sasl-password-file or $%s)", se.Err, envKafkaSASLPassword)}
+		hint := fmt.Sprintf("the password comes from --kafka-sasl-password-file or $%s", envKafkaSASLPassword)
+		switch strings.ToUpper(c.KafkaSASLMechanism) {
+		case publish.SASLOAuthBearer:
+			hint = fmt.Sprintf("--kafka-oauth-token-file, or --kafka-oauth-token-url with --kafka-oauth-client-id and --kafka-oauth-client-secret-file or $%s", envKafkaOAuthClientSecret)
+		case publish.SASLAWSMSKIAM:
+			hint = "--kafka-tls"
+		}
+		return []error{fmt.Errorf("--kafka-sasl-mechanism: %w (%s)", se.Err, hint)}
 	}
 	name := "slot/publication/table"
 	for _, s := range c.settings() {
@@ -362,7 +380,21 @@ func (c *Config) kafka() (publish.KafkaSettings, error) {
 			return conn, fmt.Errorf("--kafka-sasl-password-file: %w", err)
 		}
 	}
-	return conn, nil
+	conn.OAuth = publish.OAuthSettings{TokenFile: c.KafkaOAuthTokenFile, TokenURL: c.KafkaOAuthTokenURL,
+		ClientID: c.KafkaOAuthClientID, ClientSecret: os.Getenv(envKafkaOAuthClientSecret),
+		Scopes: strings.FieldsFunc(c.KafkaOAuthScope, func(r rune) bool { return r == ' ' || r == ',' })}
+	if c.KafkaOAuthClientSecretFile != "" {
+		var err error
+		if conn.OAuth.ClientSecret, err = readSecret(c.KafkaOAuthClientSecretFile); err != nil {
+			return conn, fmt.Errorf("--kafka-oauth-client-secret-file: %w", err)
+		}
+	}
+	if c.KafkaOAuthTokenFile != "" {
+		if _, err := os.Stat(c.KafkaOAuthTokenFile); err != nil {
+			return conn, fmt.Errorf("--kafka-oauth-token-file: %w", err)
+		}
+	}
+	return conn.Shared(), nil
 }
 
 // logger logs to w at --log-level in --log-format; err is a bad level.
