@@ -64,6 +64,34 @@ func (c KafkaSettings) mechanism() sasl.Mechanism {
 // oauthMechanism is OAUTHBEARER with a token from o's file or token
 // endpoint.
 func oauthMechanism(o OAuthSettings) sasl.Mechanism {
+	return refusals{oauthTokens(o)}
+}
+
+// refusals says what a broker's refusal of a token means. Kafka refuses
+// an OAUTHBEARER token with an RFC 7628 error message in the exchange
+// ({"status":"invalid_token"}), which franz-go reports only as
+// "unexpected data in oauth response".
+type refusals struct{ sasl.Mechanism }
+
+func (m refusals) Authenticate(ctx context.Context, host string) (sasl.Session, []byte, error) {
+	s, msg, err := m.Mechanism.Authenticate(ctx, host)
+	if err != nil {
+		return nil, nil, err
+	}
+	return refusal{s}, msg, nil
+}
+
+type refusal struct{ sasl.Session }
+
+func (s refusal) Challenge(resp []byte) (bool, []byte, error) {
+	if len(resp) > 0 {
+		return false, nil, fmt.Errorf("%s: the broker refused the token (%s): check its expiry, issuer, audience and signing key "+
+			"against the broker's sasl.oauthbearer.* settings", SASLOAuthBearer, strings.TrimSpace(string(resp)))
+	}
+	return s.Session.Challenge(resp)
+}
+
+func oauthTokens(o OAuthSettings) sasl.Mechanism {
 	if o.TokenFile != "" {
 		return oauth.Oauth(func(context.Context) (oauth.Auth, error) {
 			tok, err := readToken(o.TokenFile, time.Now())
