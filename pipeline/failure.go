@@ -26,7 +26,14 @@ const (
 	kindKafka         = "kafka"
 	kindSlotInUse     = "slot_in_use"
 	kindPostgres      = "postgres"
+	kindSharedKey     = "shared_checkpoint_key"
 )
+
+// failureKinds are every kind classifyFailure gives, the placement
+// verdicts among them.
+var failureKinds = []string{kindEpochBumped, kindBadInput, kindSlotAhead, kindSlotMissing, kindSetup, kindFenced,
+	kindAuthorization, kindTLS, kindKafka, kindSlotInUse, kindPostgres, kindSharedKey,
+	Phantoms.String(), OffHistory.String(), SystemChanged.String()}
 
 // Peers a failure is blamed on, the label of walstream_reconnects_total.
 const (
@@ -49,7 +56,10 @@ func classifyFailure(err error) failure {
 	var ke *kafkaError
 	var eb *epochBumpedError
 	var dv *DivergedError
+	var sk *SharedKeyError
 	switch {
+	case errors.As(err, &sk):
+		return failure{peerKafka, kindSharedKey, true}
 	case errors.As(err, &eb):
 		return failure{peerKafka, kindEpochBumped, false}
 	case errors.As(err, &dv):

@@ -44,6 +44,14 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 			Name: "walstream_phantom_events",
 			Help: "Events published from WAL the server's history does not have, found at the last start (-1: some, number unknown)."}),
 	}
+	// Every known label starts at zero, so that a healthy stream draws a
+	// flat line rather than no data, and rate() sees the first error.
+	for _, kind := range failureKinds {
+		m.errors.WithLabelValues(kind)
+	}
+	for _, peer := range []string{peerPostgres, peerKafka} {
+		m.reconnects.WithLabelValues(peer)
+	}
 	reg.MustRegister(m.reconnects, m.errors, m.standby, m.skipped, m.phantoms,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walstream_replication_lag_seconds",

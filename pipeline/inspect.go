@@ -39,6 +39,9 @@ type Inspection struct {
 	// KafkaErr is why the checkpoint could not be read; the slot's state
 	// is still known then.
 	KafkaErr error
+	// CheckpointKey and TransactionalID are the stream's: its own, or
+	// those of earlier versions where its checkpoint was found there.
+	CheckpointKey, TransactionalID string
 }
 
 // inspectKafkaTimeout bounds reading the checkpoint: a reachable cluster
@@ -70,10 +73,20 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 	}
 	kctx, cancel := context.WithTimeout(ctx, inspectKafkaTimeout)
 	defer cancel()
-	in.Checkpoint, in.WrittenAt, in.Found, err = publish.ReadCheckpoint(kctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
+	var legacy bool
+	in.Checkpoint, in.WrittenAt, in.Found, legacy, err = findCheckpoint(kctx, &cfg, in.Server.Database)
 	if err != nil {
-		in.KafkaErr = fmt.Errorf("reading the checkpoint %q from topic %s at %s: %w", cfg.CheckpointKey, cfg.CheckpointTopic, strings.Join(cfg.Kafka.Brokers, ","), err)
+		in.KafkaErr = fmt.Errorf("at %s: %w", strings.Join(cfg.Kafka.Brokers, ","), err)
 		in.Problems = append(in.Problems, in.KafkaErr.Error())
+	}
+	if legacy {
+		cfg.CheckpointKey, cfg.TransactionalID = cfg.LegacyKey, cfg.LegacyTransactionalID
+	}
+	in.CheckpointKey, in.TransactionalID = cfg.CheckpointKey, cfg.TransactionalID
+	if in.Found {
+		if err := owned(in.Checkpoint, &cfg, in.Server); err != nil {
+			in.Problems = append(in.Problems, err.Error())
+		}
 	}
 	if in.Found && identified {
 		in.Placement = Place(in.Checkpoint, in.Server, history)
@@ -88,7 +101,7 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 		switch in.Placement.Verdict {
 		case Phantoms, SystemChanged, OffHistory:
 			in.Problems = append(in.Problems, (&DivergedError{Placement: in.Placement, Checkpoint: in.Checkpoint, Server: in.Server, From: in.Placement.goOnFrom(st.ConfirmedFlush),
-				Events: in.PhantomEvents, Slot: cfg.Names.Slot, CheckpointKey: cfg.CheckpointKey}).Error())
+				Events: in.PhantomEvents, Slot: cfg.Names.Slot, CheckpointKey: cfg.CheckpointKey, Stream: cfg.Stream}).Error())
 		}
 	}
 	slot := cfg.Names.Slot

@@ -30,8 +30,9 @@ type Config struct {
 	TransactionalID string
 	CheckpointTopic string
 	CheckpointKey   string
-	// Slot is written into checkpoint records for operators' benefit.
-	Slot string
+	// Stream and Slot are written into checkpoint records: they name the
+	// stream that owns the key, for operators and for the next start.
+	Stream, Slot string
 	// Outboxes route events to topics by their tables' settings.
 	Outboxes []*decode.Outbox
 	// A Kafka transaction is committed when it holds MaxBatchEvents events
@@ -441,7 +442,7 @@ func (p *Producer) flush(ctx context.Context) error {
 	p.produce(ctx, &kgo.Record{
 		Topic: p.cfg.CheckpointTopic,
 		Key:   []byte(p.cfg.CheckpointKey),
-		Value: cp.Encode(p.cfg.Slot, start),
+		Value: cp.Encode(checkpoint.Owner{Stream: p.cfg.Stream, Slot: p.cfg.Slot}, start),
 	}, nil)
 	p.hook("after-produce")
 
@@ -666,6 +667,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walstream_dead_lettered_total", Help: "Events committed to the dead-letter topic instead of their own."}),
 	}
+	m.transactions.WithLabelValues("committed")
+	m.transactions.WithLabelValues("aborted")
 	m.kafka = &kafkaMetrics{m: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))}
 	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters)
 	return m

@@ -194,7 +194,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	zombie.client.Produce(ctx, &kgo.Record{Topic: "walstream.checkpoints", Key: []byte("slot-a"),
-		Value: checkpoint.Checkpoint{LSN: 0x9000}.Encode("slot-a", time.Now())}, nil)
+		Value: checkpoint.Checkpoint{LSN: 0x9000}.Encode(checkpoint.Owner{Slot: "slot-a"}, time.Now())}, nil)
 	if err := zombie.client.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -72,12 +72,6 @@ func parseCommand(cmd command, args []string, stdout io.Writer) (*Config, error)
 			return nil, err
 		}
 	}
-	if c.CheckpointKey == "" {
-		c.CheckpointKey = c.Slot
-	}
-	if c.TransactionalID == "" {
-		c.TransactionalID = "walstream-" + c.Slot
-	}
 	errs = []error{c.build()}
 	needPG, needKafka := cmd.needs()
 	if needPG && c.PGURL == "" {

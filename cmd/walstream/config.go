@@ -73,7 +73,7 @@ func (c *Config) settings() []setting {
 		{"kafka-tls-cert-file", &c.KafkaTLSCertFile, nil, "", "PEM client certificate for mutual TLS"},
 		{"kafka-tls-key-file", &c.KafkaTLSKeyFile, nil, "", "PEM client key for mutual TLS"},
 		{"kafka-tls-server-name", &c.KafkaTLSServerName, nil, "", "name to verify the brokers' certificates against (default: the host dialed)"},
-		{"kafka-sasl-mechanism", &c.KafkaSASLMechanism, nil, "Kafka.SASLMechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (the password comes from --kafka-sasl-password-file or $" + envKafkaSASLPassword + "); OAUTHBEARER (a token file or an OIDC token endpoint: --kafka-oauth-*); AWS_MSK_IAM (credentials from the AWS default chain; see docs/kafka.md, Security)"},
+		{"kafka-sasl-mechanism", &c.KafkaSASLMechanism, nil, "Kafka.SASLMechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (the password comes from --kafka-sasl-password-file or $" + envKafkaSASLPassword + "); OAUTHBEARER (--kafka-oauth-token-file, or --kafka-oauth-token-url for an OIDC token endpoint); AWS_MSK_IAM (credentials from the AWS default chain; see docs/kafka.md, Security)"},
 		{"kafka-sasl-user", &c.KafkaSASLUser, nil, "", "SASL user"},
 		{"kafka-sasl-password-file", &c.KafkaSASLPasswordFile, nil, "", "file holding the SASL password; or $" + envKafkaSASLPassword + ", which has no flag"},
 		{"kafka-oauth-token-file", &c.KafkaOAuthTokenFile, nil, "", "OAUTHBEARER: file holding the bearer token, read again for every authentication (another process renews it)"},
@@ -90,8 +90,9 @@ func (c *Config) settings() []setting {
 		{"accept-system-change", &c.Accept.SystemChange, nil, "", "go on from the slot when the server is another cluster than the checkpoint's (see docs/postgres.md, Another cluster)"},
 		{"failover-slot", &c.FailoverSlot, true, "", "create the slot as a failover slot where the server supports it (Postgres 17 and later)"},
 		{"checkpoint-topic", &c.CheckpointTopic, pipeline.DefaultCheckpointTopic, "CheckpointTopic", "compacted topic holding checkpoints, created when missing"},
-		{"checkpoint-key", &c.CheckpointKey, nil, "", "key of this stream's checkpoints (default: the slot name)"},
-		{"transactional-id", &c.TransactionalID, nil, "", "Kafka transactional.id (default: walstream-<slot>)"},
+		{"stream", &c.Stream, nil, "Stream", "name of this stream, shown in logs, metrics and status, and the default of its checkpoint key and transactional id; default <database>/<slot>, which a failover or restore keeps: give each stream sharing a Kafka cluster its own (see docs/kafka.md, Many streams on one Kafka cluster)"},
+		{"checkpoint-key", &c.CheckpointKey, nil, "", "key of this stream's checkpoints (default: the stream name)"},
+		{"transactional-id", &c.TransactionalID, nil, "", "Kafka transactional.id (default: walstream-<stream name>)"},
 		{"max-batch-events", &c.MaxBatchEvents, pipeline.DefaultMaxBatchEvents, "MaxBatchEvents", "events per Kafka transaction; larger Postgres transactions are split"},
 		{"max-batch-bytes", &c.MaxBatchBytes, pipeline.DefaultMaxBatchBytes, "MaxBatchBytes", "bytes per Kafka transaction; larger Postgres transactions are split"},
 		{"queue-bytes", &c.QueueBytes, pipeline.DefaultQueueBytes, "QueueBytes", "memory of decoded events waiting for Kafka before WAL reading pauses"},
@@ -210,6 +211,7 @@ func (c *Config) build() error {
 		bad("pg-password-file", err)
 	}
 	c.Names = replication.Names{Slot: c.Slot, Publication: c.Publication}
+	c.streamNames()
 	tablesErr := false
 	if c.Names.Tables, err = replication.ParseTables(c.Table); err != nil {
 		bad("table", err)
@@ -264,6 +266,37 @@ func (c *Config) build() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// streamNames defaults the stream's name to <database>/<slot>, names that
+// a failover or a restore of the database keeps, and the checkpoint key
+// and transactional id to the stream's name. When all three are left to
+// their defaults, the key and transactional id earlier versions defaulted
+// to (the slot's name, walstream-<slot>) are where the stream's checkpoint
+// may still be (pipeline.Config.LegacyKey).
+func (c *Config) streamNames() {
+	defaulted := c.Stream == "" && c.CheckpointKey == "" && c.TransactionalID == ""
+	if c.Stream == "" {
+		db := ""
+		if c.Postgres != nil {
+			if db = c.Postgres.Database; db == "" {
+				db = c.Postgres.User // libpq's default database
+			}
+		}
+		c.Stream = c.Slot
+		if db != "" {
+			c.Stream = db + "/" + c.Slot
+		}
+	}
+	if c.CheckpointKey == "" {
+		c.CheckpointKey = c.Stream
+	}
+	if c.TransactionalID == "" {
+		c.TransactionalID = "walstream-" + c.Stream
+	}
+	if defaulted {
+		c.LegacyKey, c.LegacyTransactionalID = c.Slot, "walstream-"+c.Slot
+	}
 }
 
 // named words an error of pipeline.Config.Validate with the flag of the

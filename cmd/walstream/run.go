@@ -35,7 +35,7 @@ const defaultGOGC = 200
 // log sees why walstream stopped.
 func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 	log, _ := cfg.logger(stderr) // validated
-	log = log.With("slot", cfg.Slot)
+	log = log.With("stream", cfg.Stream, "slot", cfg.Slot)
 	var ran bool // the error, if any, is the pipeline's
 	defer func() {
 		if err == nil {
@@ -58,7 +58,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 	// line says so (pg_tls); sslmode is what was asked for.
 	log.Info("starting", "version", version, "host", pg.Host, "port", pg.Port, "database", pg.Database,
 		"user", pg.User, "pg_sslmode", sslMode(cfg.PGURL), "brokers", cfg.Brokers,
-		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "transactional_id", cfg.TransactionalID,
+		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID,
 		"gogc", gogc)
 
 	reg := newRegistry()
