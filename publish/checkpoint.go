@@ -21,7 +21,7 @@ import (
 // then can no older instance still commit one.
 func (p *Producer) ReadCheckpoint(ctx context.Context) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
 	topic := p.cfg.CheckpointTopic
-	if _, err := ensureCheckpointTopic(ctx, p.client, topic, p.log); err != nil {
+	if _, err := ensureCheckpointTopic(ctx, p.client, topic, p.cfg.TopicCreation, p.log); err != nil {
 		return cp, at, false, p.markPermanent(err)
 	}
 	cp, at, found, err = readCheckpoint(ctx, p.opts, topic, p.cfg.CheckpointKey)

@@ -156,7 +156,7 @@ type Producer struct {
 	opts    []kgo.Opt // connection options, shared with the checkpoint reader
 	client  *kgo.Client
 	router  *Router
-	topics  *topicCreator // nil without Config.TopicCreation
+	topics  *topicCreator
 	tracker positions
 	metrics *Metrics
 	hook    func(point string)
@@ -310,7 +310,7 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 				return err
 			}
 			if err := p.topics.ensure(ctx, rec.Topic); err != nil {
-				return p.markPermanent(err)
+				return p.markPermanent(fmt.Errorf("%s: %w", &tx.Events[i].Identity, err))
 			}
 			p.byTopic[rec.Topic]++
 			p.produce(ctx, rec, &tx.Events[i].Identity)
@@ -544,6 +544,8 @@ func (p *Producer) abort(ctx context.Context) {
 // errors Permanent reports.
 func (p *Producer) markPermanent(err error) error {
 	switch {
+	case errors.Is(err, ErrAuthorization):
+		return err
 	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
 		return fmt.Errorf("%w (transactional id %s): %w", ErrFenced, p.cfg.TransactionalID, err)
 	case errors.Is(err, kerr.SaslAuthenticationFailed),
@@ -561,7 +563,7 @@ func (p *Producer) markPermanent(err error) error {
 // record for what the record is.
 func Permanent(err error) bool {
 	var re *RecordError
-	return errors.Is(err, ErrFenced) || errors.Is(err, ErrAuthorization) || errors.Is(err, ErrNoPartition) ||
+	return errors.Is(err, ErrFenced) || errors.Is(err, ErrAuthorization) || errors.Is(err, ErrNoPartition) || errors.Is(err, ErrTopicMissing) ||
 		(errors.As(err, &re) && (errors.Is(err, kerr.MessageTooLarge) ||
 			errors.Is(err, kerr.RecordListTooLarge) ||
 			errors.Is(err, kerr.InvalidTopicException) ||
