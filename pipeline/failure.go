@@ -27,12 +27,13 @@ const (
 	kindSlotInUse     = "slot_in_use"
 	kindPostgres      = "postgres"
 	kindSharedKey     = "shared_checkpoint_key"
+	kindTopicMissing  = "topic_missing"
 )
 
 // failureKinds are every kind classifyFailure gives, the placement
 // verdicts among them.
 var failureKinds = []string{kindEpochBumped, kindBadInput, kindSlotAhead, kindSlotMissing, kindSetup, kindFenced,
-	kindAuthorization, kindTLS, kindKafka, kindSlotInUse, kindPostgres, kindSharedKey,
+	kindAuthorization, kindTLS, kindKafka, kindSlotInUse, kindPostgres, kindSharedKey, kindTopicMissing,
 	Phantoms.String(), OffHistory.String(), SystemChanged.String()}
 
 // Peers a failure is blamed on, the label of walstream_reconnects_total.
@@ -77,6 +78,8 @@ func classifyFailure(err error) failure {
 		return failure{peerKafka, kindFenced, true}
 	case errors.Is(err, publish.ErrAuthorization):
 		return failure{peerKafka, kindAuthorization, true}
+	case errors.Is(err, publish.ErrTopicMissing):
+		return failure{peerKafka, kindTopicMissing, true}
 	case publish.Permanent(err):
 		return failure{peerKafka, kindBadInput, true}
 	case tlsRefused(err):

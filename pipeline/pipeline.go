@@ -247,7 +247,7 @@ type SharedIDError struct {
 
 func (e *SharedIDError) Error() string {
 	return fmt.Sprintf("%v: transactional id %s was fenced %d times in %s while this instance held slot %q: "+
-		"another walstream uses the same transactional id: %v", publish.ErrFenced, e.TransactionalID, e.Fencings, e.Window, e.Slot, e.Err)
+		"another stream uses the same transactional id (two streams with one stream name), or another walstream sets it: %v", publish.ErrFenced, e.TransactionalID, e.Fencings, e.Window, e.Slot, e.Err)
 }
 
 func (e *SharedIDError) Unwrap() error { return e.Err }

@@ -45,6 +45,9 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) 
 		last = append(last[:0], v...)
 		return nil
 	})
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		err = fmt.Errorf("%w: the principal needs the Read ACL on checkpoint topic %s: %w", ErrAuthorization, topic, err)
+	}
 	if err != nil || last == nil {
 		return cp, at, false, err
 	}

@@ -128,10 +128,14 @@ type RecordError struct {
 }
 
 func (e *RecordError) Error() string {
-	if e.Event == nil {
-		return fmt.Sprintf("producing checkpoint to topic %s: %v", e.Topic, e.Err)
+	hint := ""
+	if errors.Is(e.Err, kerr.TopicAuthorizationFailed) {
+		hint = fmt.Sprintf(" (the principal needs the Write ACL on topic %s)", e.Topic)
 	}
-	return fmt.Sprintf("%s: producing to topic %s: %v", e.Event, e.Topic, e.Err)
+	if e.Event == nil {
+		return fmt.Sprintf("producing checkpoint to topic %s: %v%s", e.Topic, e.Err, hint)
+	}
+	return fmt.Sprintf("%s: producing to topic %s: %v%s", e.Event, e.Topic, e.Err, hint)
 }
 
 func (e *RecordError) Unwrap() error { return e.Err }
@@ -548,6 +552,18 @@ func (p *Producer) markPermanent(err error) error {
 		return err
 	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
 		return fmt.Errorf("%w (transactional id %s): %w", ErrFenced, p.cfg.TransactionalID, err)
+	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+		return fmt.Errorf("%w: the principal needs the Write ACL on transactional id %s: %w", ErrAuthorization, p.cfg.TransactionalID, err)
+	}
+	return authorization(err)
+}
+
+// authorization wraps in ErrAuthorization the errors that say the broker
+// refused the principal.
+func authorization(err error) error {
+	switch {
+	case errors.Is(err, ErrAuthorization):
+		return err
 	case errors.Is(err, kerr.SaslAuthenticationFailed),
 		errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
 		errors.Is(err, kerr.TopicAuthorizationFailed),

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
+	"github.com/walstream/walstream/publish"
 )
 
 // defaultGOGC is the garbage collector's target when GOGC is not in the
@@ -84,6 +85,7 @@ func newRegistry() *prometheus.Registry {
 // flagHints adds the flag that changes the outcome to errors that have one.
 func flagHints(err error) error {
 	var shared *pipeline.SharedIDError
+	var sharedKey *pipeline.SharedKeyError
 	var diverged *pipeline.DivergedError
 	var recreated *decode.TableRecreatedError
 	var bad *decode.Error
@@ -95,7 +97,11 @@ func flagHints(err error) error {
 	case errors.As(err, &diverged) && diverged.Placement.Verdict == pipeline.SystemChanged:
 		return fmt.Errorf("%w (--accept-system-change)", err)
 	case errors.As(err, &shared):
-		return fmt.Errorf("%w (check --transactional-id)", err)
+		return fmt.Errorf("%w (give each stream its own --stream, or check --transactional-id)", err)
+	case errors.As(err, &sharedKey):
+		return fmt.Errorf("%w (--stream)", err)
+	case errors.Is(err, publish.ErrTopicMissing):
+		return fmt.Errorf("%w (create the topic, or let walstream create the topics it writes to with --topic-creation; see docs/kafka.md, Outbox and dead-letter topics)", err)
 	case errors.As(err, &recreated):
 		return fmt.Errorf("%w (--accept-recreated-table %s=%d)", err, recreated.Table, recreated.NewOID)
 	case errors.As(err, &bad) && bad.Event.CommitLSN != 0:
