@@ -3,9 +3,11 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/replication"
@@ -42,6 +44,51 @@ type Inspection struct {
 	// CheckpointKey and TransactionalID are the stream's: its own, or
 	// those of earlier versions where its checkpoint was found there.
 	CheckpointKey, TransactionalID string
+	// Topics are those checked: the checkpoint and dead-letter topics, and
+	// the topics of the route-by values the outbox tables hold; Missing
+	// those the cluster does not have.
+	Topics, MissingTopics []string
+}
+
+// routeValuesChecked bounds the route-by values Inspect reads per table.
+const routeValuesChecked = 100
+
+// inspectTopics lists the topics the stream writes to that are missing.
+func (in *Inspection) inspectTopics(ctx context.Context, conn *pgx.Conn, cfg *Config) {
+	topics := []string{cfg.CheckpointTopic}
+	if cfg.DeadLetterTopic != "" {
+		topics = append(topics, cfg.DeadLetterTopic)
+	}
+	if !cfg.SkipEvent.IsZero() && cfg.SkipTopic != "" {
+		topics = append(topics, cfg.SkipTopic)
+	}
+	router, err := publish.NewRouter(cfg.Encoding, cfg.Outboxes...)
+	for _, o := range cfg.Outboxes {
+		if err != nil {
+			break
+		}
+		var values []string
+		values, err = replication.RouteValues(ctx, conn, replication.Table{Schema: o.Schema, Name: o.Table}, o.Columns.AggregateType, routeValuesChecked)
+		for _, v := range values {
+			if t, terr := router.TopicOf(o, v); terr == nil && publish.ValidTopic(t) == nil {
+				topics = append(topics, t)
+			}
+		}
+	}
+	if err != nil {
+		in.Warnings = append(in.Warnings, fmt.Sprintf("the outbox topics were not checked: %v", err))
+	}
+	slices.Sort(topics)
+	in.Topics = slices.Compact(topics)
+	in.MissingTopics, err = publish.MissingTopics(ctx, cfg.Kafka, in.Topics)
+	if err != nil {
+		in.Warnings = append(in.Warnings, fmt.Sprintf("checking the topics: %v", err))
+	}
+	for _, t := range in.MissingTopics {
+		if t != cfg.CheckpointTopic { // walstream creates that one
+			in.Warnings = append(in.Warnings, fmt.Sprintf("topic %s does not exist: a record to it stops the stream unless the cluster or walstream creates it", t))
+		}
+	}
 }
 
 // inspectKafkaTimeout bounds reading the checkpoint: a reachable cluster
@@ -83,6 +130,9 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 		cfg.CheckpointKey, cfg.TransactionalID = cfg.LegacyKey, cfg.LegacyTransactionalID
 	}
 	in.CheckpointKey, in.TransactionalID = cfg.CheckpointKey, cfg.TransactionalID
+	if in.KafkaErr == nil {
+		in.inspectTopics(kctx, conn, &cfg)
+	}
 	if in.Found {
 		if err := owned(in.Checkpoint, &cfg, in.Server); err != nil {
 			in.Problems = append(in.Problems, err.Error())

@@ -69,7 +69,13 @@ type Report struct {
 		Synced       bool     `json:"synced"`
 		StandbySlots []string `json:"synchronized_standby_slots"`
 	} `json:"failover"`
-	Streaming bool     `json:"streaming"`
+	// Topics are the topics checked (checkpoint, dead-letter, and those of
+	// the route-by values in the outbox tables) and those missing.
+	Topics struct {
+		Checked []string `json:"checked"`
+		Missing []string `json:"missing"`
+	} `json:"topics"`
+	Streaming bool `json:"streaming"`
 	Problems  []string `json:"problems"`
 	Warnings  []string `json:"warnings"`
 	// Error is why part of the report could not be read, e.g. Kafka
@@ -130,6 +136,7 @@ func (in *Inspection) Report(cfg Config, now time.Time) *Report {
 
 	c := &r.Checkpoint
 	r.Stream, r.TransactionalID = cfg.Stream, cmp.Or(in.TransactionalID, cfg.TransactionalID)
+	r.Topics.Checked, r.Topics.Missing = append([]string{}, in.Topics...), append([]string{}, in.MissingTopics...)
 	c.Topic, c.Key = cfg.CheckpointTopic, cmp.Or(in.CheckpointKey, cfg.CheckpointKey)
 	if c.Found = in.Found; in.Found {
 		at := in.WrittenAt

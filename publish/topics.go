@@ -576,3 +576,24 @@ func topicConfigs(ctx context.Context, cl *kgo.Client, topic string) (map[string
 	}
 	return out, nil
 }
+
+// MissingTopics returns those of topics the cluster does not have, asking
+// for their metadata without creating them.
+func MissingTopics(ctx context.Context, conn KafkaSettings, topics []string) ([]string, error) {
+	cl, err := kgo.NewClient(conn.opts()...)
+	if err != nil {
+		return nil, fmt.Errorf("creating Kafka client: %w", err)
+	}
+	defer cl.Close()
+	var missing []string
+	for _, t := range topics {
+		md, err := topicMetadata(ctx, cl, t)
+		if err != nil {
+			return missing, &TopicError{Topic: t, Err: fmt.Errorf("reading its metadata: %w", err)}
+		}
+		if !md.exists {
+			missing = append(missing, t)
+		}
+	}
+	return missing, nil
+}
