@@ -49,6 +49,13 @@ func (s *session) claim(ctx context.Context, srv replication.Server) error {
 		if err := owned(cp, cfg, srv); err != nil {
 			return err
 		}
+		// Same names, another system: a second cluster's stream or a
+		// restore. Stop before fencing, which would abort the other
+		// stream's open transaction were it the first.
+		if cp.Identity.Known() && cp.Identity.SystemID != srv.SystemID && !cfg.Accept.SystemChange {
+			return &DivergedError{Placement: Placement{Verdict: SystemChanged}, Checkpoint: cp, Server: srv, Events: -1,
+				Slot: cfg.Names.Slot, CheckpointKey: cfg.CheckpointKey, Stream: cfg.Stream}
+		}
 	}
 	s.claimed = true
 	return nil

@@ -48,6 +48,7 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) 
 	if errors.Is(err, kerr.TopicAuthorizationFailed) {
 		err = fmt.Errorf("%w: the principal needs the Read ACL on checkpoint topic %s: %w", ErrAuthorization, topic, err)
 	}
+	err = authorization(err)
 	if err != nil || last == nil {
 		return cp, at, false, err
 	}

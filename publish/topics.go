@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -170,7 +171,7 @@ func describeCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string) 
 		err = rc.Err
 	}
 	if err != nil {
-		st.Weaker = append(st.Weaker, fmt.Sprintf("its configs cannot be read: %v", err))
+		st.Weaker = append(st.Weaker, fmt.Sprintf("its configs cannot be read (the DescribeConfigs ACL on topic %s): %v", topic, err))
 		return st, nil
 	}
 	for _, c := range rc.Configs {
@@ -477,6 +478,12 @@ func newTopicCreator(cl *kgo.Client, tc *TopicCreation, log *slog.Logger) *topic
 	return &topicCreator{cl: cl, tc: tc, log: log, seen: make(map[string]bool)}
 }
 
+// How long a topic the broker may be auto-creating is waited for.
+const (
+	autoCreateWait = 3 * time.Second
+	autoCreatePoll = 200 * time.Millisecond
+)
+
 // ensure makes sure topic exists, creating it with TopicCreation.
 func (c *topicCreator) ensure(ctx context.Context, topic string) error {
 	c.mu.Lock()
@@ -487,6 +494,17 @@ func (c *topicCreator) ensure(ctx context.Context, topic string) error {
 	// Look first: walstream may be allowed to write to a topic and not to
 	// create one.
 	md, err := topicMetadataAuto(ctx, c.cl, topic, c.tc == nil)
+	// Kafka 4.x in KRaft mode answers the request that makes it create a
+	// topic with UNKNOWN_TOPIC_OR_PARTITION, creating it meanwhile: ask
+	// again for a while before calling it missing.
+	for wait := autoCreateWait; err == nil && !md.exists && c.tc == nil && wait > 0; wait -= autoCreatePoll {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(autoCreatePoll):
+		}
+		md, err = topicMetadataAuto(ctx, c.cl, topic, true)
+	}
 	if err != nil {
 		return &TopicError{Topic: topic, Err: fmt.Errorf("reading its metadata: %w", err)}
 	}
