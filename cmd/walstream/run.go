@@ -95,7 +95,7 @@ func flagHints(err error) error {
 	case errors.As(err, &diverged) && diverged.Placement.Verdict == pipeline.Phantoms:
 		return fmt.Errorf("%w (--accept-phantoms)", err)
 	case errors.As(err, &diverged) && diverged.Placement.Verdict == pipeline.SystemChanged:
-		return fmt.Errorf("%w (--accept-system-change)", err)
+		return fmt.Errorf("%w (two streams: --stream; a restore: --accept-system-change)", err)
 	case errors.As(err, &shared):
 		return fmt.Errorf("%w (give each stream its own --stream, or check --transactional-id)", err)
 	case errors.As(err, &sharedKey):
