@@ -114,6 +114,9 @@ func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each fu
 		}
 		req.Topics = append(req.Topics, rt)
 		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
 		if err != nil {
 			return fmt.Errorf("reading checkpoint topic %s: %w", topic, err)
 		}
@@ -121,6 +124,11 @@ func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each fu
 		for _, t := range resp.Topics {
 			for i := range t.Partitions {
 				rp := &t.Partitions[i]
+				// A partition the principal may not read answers with an
+				// error code, which ProcessFetchPartition does not report.
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					return fmt.Errorf("reading checkpoint topic %s partition %d: %w", topic, rp.Partition, err)
+				}
 				fp, n := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
 					Offset: next[rp.Partition], IsolationLevel: kgo.ReadCommitted(), Topic: topic, Partition: rp.Partition,
 				}, rp, kgo.DefaultDecompressor(), nil)

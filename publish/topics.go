@@ -431,6 +431,19 @@ func (g *TopicGroup) set(setting, v string) error {
 	return nil
 }
 
+// SetsConfigs reports whether any group sets topic configs, which
+// walstream then compares with those of existing topics.
+func (tc *TopicCreation) SetsConfigs() bool {
+	if tc == nil {
+		return false
+	}
+	n := len(tc.Default.Configs)
+	for _, g := range tc.Groups {
+		n += len(g.Configs)
+	}
+	return n > 0
+}
+
 // For returns the group that decides how topic is created.
 func (tc *TopicCreation) For(topic string) *TopicGroup {
 	matches := func(res []*regexp.Regexp) bool {
@@ -561,7 +574,7 @@ func (c *topicCreator) compare(ctx context.Context, topic string, md metadata) {
 	if len(g.Configs) > 0 {
 		have, err := topicConfigs(ctx, c.cl, topic)
 		if err != nil {
-			diff = append(diff, fmt.Sprintf("its configs cannot be read to compare (DescribeConfigs ACL on the topic): %v", err))
+			diff = append(diff, fmt.Sprintf("its configs cannot be read to compare (the DescribeConfigs ACL on topic %s): %v", topic, err))
 		}
 		for _, k := range slices.Sorted(maps.Keys(g.Configs)) {
 			if v, ok := have[k]; err == nil && (!ok || v != g.Configs[k]) {

@@ -62,7 +62,7 @@ func (c *Config) kafkaACLs() []acl {
 			Why: "checkpoints: read at each start, written in every transaction; created when missing"},
 		acl{Resource: "topic", Pattern: "literal", Name: c.CheckpointTopic, Ops: []string{"DescribeConfigs"}, Optional: true,
 			Why: "checking the checkpoint topic's cleanup.policy and min.insync.replicas (without it walstream warns that it cannot)"})
-	if c.TopicCreation != nil {
+	if c.TopicCreation.SetsConfigs() {
 		for _, a := range acls {
 			if a.Resource == "topic" && a.Name != c.CheckpointTopic {
 				acls = append(acls, acl{Resource: "topic", Pattern: a.Pattern, Name: a.Name, Ops: []string{"DescribeConfigs"}, Optional: true,
