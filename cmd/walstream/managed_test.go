@@ -54,7 +54,7 @@ func TestOAuthBearer(t *testing.T) {
 	startKafka := testenv.StartKafkaAsync(t, testenv.KafkaConfig{Security: &testenv.KafkaSecurity{JWKSURL: idp.JWKSURL},
 		Props: map[string]string{"connections.max.reauth.ms": "5000"}})
 	e := &env{t: t, pg: testenv.StartPostgres(t)}
-	e.pg.Exec("postgres", outboxDDL)
+	prepared(e, "postgres", "walstream")
 	k := startKafka()
 	e.kafka, e.broker = k, k.SecureAddr()
 	e.reader = []kgo.Opt{kgo.SASL(oauth.Oauth(func(context.Context) (oauth.Auth, error) {
