@@ -666,7 +666,7 @@ func survives(t *testing.T, e *env, faults []fault, peers ...string) {
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
 	log := p.Log()
 	for _, peer := range peers {
-		if !regexpFind(`msg="session ended, restarting from the checkpoint" slot=walstream peer=`+peer, log) {
+		if !regexpFind(`msg="session ended, restarting from the checkpoint" stream=postgres/walstream slot=walstream peer=`+peer, log) {
 			t.Errorf("no session restart attributed to %s:\n%s", peer, grepLines(log, "session ended"))
 		}
 	}

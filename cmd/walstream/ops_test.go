@@ -18,7 +18,8 @@ import (
 func (p *proc) httpAddr(t *testing.T) string {
 	t.Helper()
 	p.waitLog(t, `msg="http listening"`, 30*time.Second)
-	return between(p.Log(), `msg="http listening" slot=walstream addr=`, " ")
+	line := between(p.Log(), `msg="http listening"`, "\n")
+	return between(line, " addr=", " ")
 }
 
 // metric scrapes one sample, such as `walstream_slot_wal_status{status="reserved"}`.
