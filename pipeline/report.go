@@ -75,7 +75,7 @@ type Report struct {
 		Checked []string `json:"checked"`
 		Missing []string `json:"missing"`
 	} `json:"topics"`
-	Streaming bool `json:"streaming"`
+	Streaming bool     `json:"streaming"`
 	Problems  []string `json:"problems"`
 	Warnings  []string `json:"warnings"`
 	// Error is why part of the report could not be read, e.g. Kafka

@@ -36,8 +36,8 @@ func TestKubernetesManifest(t *testing.T) {
 			Name      string
 			MountPath string `yaml:"mountPath"`
 		} `yaml:"volumeMounts"`
-		ReadinessProbe  probe `yaml:"readinessProbe"`
-		LivenessProbe   probe `yaml:"livenessProbe"`
+		ReadinessProbe probe `yaml:"readinessProbe"`
+		LivenessProbe  probe `yaml:"livenessProbe"`
 	}
 	type doc struct {
 		Kind     string
