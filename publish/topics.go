@@ -162,27 +162,14 @@ func describeCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string) 
 	if st.ReplicationFactor < replicas {
 		st.Weaker = append(st.Weaker, fmt.Sprintf("replication factor %d, want %d on %d brokers", st.ReplicationFactor, replicas, st.Brokers))
 	}
-	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
-	var rc kadm.ResourceConfig
-	if err == nil {
-		rc, err = rcs.On(topic, nil)
-	}
-	if err == nil {
-		err = rc.Err
-	}
+	configs, err := topicConfigs(ctx, cl, topic)
 	if err != nil {
 		st.Weaker = append(st.Weaker, fmt.Sprintf("its configs cannot be read (the DescribeConfigs ACL on topic %s): %v", topic, err))
 		return st, nil
 	}
-	for _, c := range rc.Configs {
-		switch c.Key {
-		case "cleanup.policy":
-			st.CleanupPolicy = c.MaybeValue()
-		case "min.insync.replicas":
-			if n, err := strconv.Atoi(c.MaybeValue()); err == nil {
-				st.MinInSync = n
-			}
-		}
+	st.CleanupPolicy = configs["cleanup.policy"]
+	if n, err := strconv.Atoi(configs["min.insync.replicas"]); err == nil {
+		st.MinInSync = n
 	}
 	// compact,delete lets retention delete the last checkpoint of a stream
 	// that was stopped for longer than retention.ms.

@@ -695,37 +695,5 @@ func (n *KafkaNode) Log() string {
 // it returns waits for the cluster.
 func StartKafkaAsync(t testing.TB, cfg KafkaConfig) func() *Kafka {
 	t.Helper()
-	type result struct {
-		k   *Kafka
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		k, err := LaunchKafka(context.Background(), cfg)
-		ch <- result{k, err}
-	}()
-	var r *result
-	get := func() result {
-		if r == nil {
-			got := <-ch
-			r = &got
-		}
-		return *r
-	}
-	t.Cleanup(func() {
-		if k := get().k; k != nil {
-			if t.Failed() {
-				k.logNodes(t)
-			}
-			k.Close()
-		}
-	})
-	return func() *Kafka {
-		t.Helper()
-		res := get()
-		if res.err != nil {
-			Unavailable(t, "%v", res.err)
-		}
-		return res.k
-	}
+	return startAsync(t, func() (*Kafka, error) { return LaunchKafka(context.Background(), cfg) })
 }
