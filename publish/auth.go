@@ -39,7 +39,8 @@ type OAuthSettings struct {
 
 // tokenRefreshEarly is how long before a token expires walstream fetches
 // the next one, so that no connection or re-authentication presents a
-// token that lapses on its way to the broker.
+// token that lapses on its way to the broker; a token that lives less than
+// twice that is renewed halfway.
 const tokenRefreshEarly = 30 * time.Second
 
 // mechanism returns the SASL mechanism c names, nil without SASL. Tokens
@@ -150,29 +151,32 @@ func jwtExpiry(tok string) (time.Time, bool) {
 }
 
 // tokenSource fetches client-credentials tokens and keeps one until
-// tokenRefreshEarly before it expires. It takes the token's lifetime from
-// expires_in and, failing that, from the JWT's exp.
+// tokenRefreshEarly before it expires, or half its lifetime. It takes the
+// token's lifetime from expires_in and, failing that, from the JWT's exp.
 type tokenSource struct {
-	cfg clientcredentials.Config
-	mu  sync.Mutex
-	tok string
-	exp time.Time // zero: no expiry known, fetch for every authentication
+	cfg   clientcredentials.Config
+	mu    sync.Mutex
+	tok   string
+	exp   time.Time // zero: no expiry known, fetch for every authentication
+	renew time.Time // when to fetch the next one
 }
 
 func (s *tokenSource) token(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.tok != "" && !s.exp.IsZero() && time.Until(s.exp) > tokenRefreshEarly {
+	if s.tok != "" && !s.exp.IsZero() && time.Now().Before(s.renew) {
 		return s.tok, nil
 	}
 	t, err := s.cfg.Token(ctx)
 	if err != nil {
 		return "", err
 	}
+	now := time.Now()
 	s.tok, s.exp = t.AccessToken, t.Expiry
 	if exp, ok := jwtExpiry(t.AccessToken); ok && (s.exp.IsZero() || exp.Before(s.exp)) {
 		s.exp = exp
 	}
+	s.renew = s.exp.Add(-min(tokenRefreshEarly, s.exp.Sub(now)/2))
 	return s.tok, nil
 }
 

@@ -105,11 +105,15 @@ func TestOAuthClientCredentials(t *testing.T) {
 	if a, b := auth(), auth(); !strings.Contains(a, "token-1") || a != b || calls.Load() != 1 {
 		t.Errorf("two authentications within the token's life: %q, %q, %d requests; want token-1 once", a, b, calls.Load())
 	}
-	// A token within tokenRefreshEarly of its end is replaced.
+	// A token of 2 s is kept for 1 s, half its life.
 	c = c.Shared()
-	lifetime.Store(int64(tokenRefreshEarly / 2))
-	if a, b := auth(), auth(); !strings.Contains(a, "token-2") || !strings.Contains(b, "token-3") {
-		t.Errorf("short-lived tokens: %q then %q, want token-2 then token-3", a, b)
+	lifetime.Store(int64(2 * time.Second))
+	if a, b := auth(), auth(); !strings.Contains(a, "token-2") || a != b {
+		t.Errorf("a token of 2 s: %q then %q, want token-2 twice", a, b)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if a := auth(); !strings.Contains(a, "token-3") {
+		t.Errorf("after half the life of a token of 2 s: %q, want token-3", a)
 	}
 
 	bad := c

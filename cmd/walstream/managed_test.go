@@ -44,15 +44,15 @@ func adminOn(t *testing.T, k *testenv.Kafka) *kadm.Client {
 // TestOAuthBearer: walstream authenticates to Kafka with OAUTHBEARER JWTs
 // that the broker checks against the test's JWKS endpoint, first from a
 // token file, then from a client-credentials token endpoint whose tokens
-// live 35 s: the broker makes clients re-authenticate every 5 s, tokens
-// are renewed 30 s before they expire, and the stream goes on past the
+// live 8 s: the broker makes clients re-authenticate every 3 s, tokens are
+// renewed halfway through their life, and the stream goes on past the
 // first token's expiry in one session, every row once.
 func TestOAuthBearer(t *testing.T) {
 	const clientSecret = "oidc-client-Sekr1t"
 	registerSecret(clientSecret)
 	idp := testenv.StartOIDC(t, time.Hour, map[string]string{"walstream": clientSecret})
 	startKafka := testenv.StartKafkaAsync(t, testenv.KafkaConfig{Security: &testenv.KafkaSecurity{JWKSURL: idp.JWKSURL},
-		Props: map[string]string{"connections.max.reauth.ms": "5000"}})
+		Props: map[string]string{"connections.max.reauth.ms": "3000"}})
 	e := &env{t: t, pg: testenv.StartPostgres(t)}
 	prepared(e, "postgres", "walstream")
 	k := startKafka()
@@ -76,7 +76,7 @@ func TestOAuthBearer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	idp.SetLifetime(35 * time.Second)
+	idp.SetLifetime(8 * time.Second)
 	p = e.start([]string{"--kafka-sasl-mechanism", "OAUTHBEARER", "--kafka-oauth-token-url", idp.TokenURL,
 		"--kafka-oauth-client-id", "walstream", "--kafka-oauth-client-secret-file", secretFile(t, clientSecret)}).streaming(t)
 	var first time.Time
@@ -95,7 +95,7 @@ func TestOAuthBearer(t *testing.T) {
 	}
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
 	issued := idp.Issued()
-	t.Logf("%d tokens of 35 s issued in one session; the first expired at %s", len(issued), first.Format(time.RFC3339))
+	t.Logf("%d tokens of 8 s issued in one session; the first expired at %s", len(issued), first.Format(time.RFC3339))
 	if log := p.Log(); strings.Contains(log, "session ended") || strings.Contains(log, "OAUTHBEARER:") || strings.Contains(log, "level=ERROR") {
 		t.Fatalf("the session did not go on past the first token's expiry untroubled:\n%s", log)
 	}
