@@ -11,8 +11,8 @@ import (
 )
 
 // SharedKeyError means the checkpoint key holds the checkpoints of another
-// stream: another slot or database, or a stream of another name. Going on
-// would resume from that stream's position.
+// stream: another slot or database. Going on would resume from that
+// stream's position.
 type SharedKeyError struct {
 	Key, Topic string
 	// This stream's names, and those the checkpoint record gives.
@@ -82,13 +82,14 @@ func findCheckpoint(ctx context.Context, cfg *Config, database string) (cp check
 	return cp, at, false, false, nil
 }
 
-// owned reports a checkpoint another stream wrote: another slot, database
-// or stream name. One of the same names from another system is left to
-// Place, which cannot tell a restore from a second cluster either.
+// owned reports a checkpoint another stream wrote: another slot or
+// database. Its stream name is not compared: a stream renamed with its
+// key kept is still the stream. One of the same slot and database from
+// another system is a second cluster or a restore, which nothing tells
+// apart (claim).
 func owned(cp checkpoint.Checkpoint, cfg *Config, srv replication.Server) error {
 	o := cp.Owner
-	if (o.Slot == "" || o.Slot == cfg.Names.Slot) && (o.Stream == "" || o.Stream == cfg.Stream) &&
-		(cp.Identity.Database == "" || cp.Identity.Database == srv.Database) {
+	if (o.Slot == "" || o.Slot == cfg.Names.Slot) && (cp.Identity.Database == "" || cp.Identity.Database == srv.Database) {
 		return nil
 	}
 	return &SharedKeyError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, Stream: cfg.Stream, Slot: cfg.Names.Slot,
