@@ -334,12 +334,14 @@ func (c *consumer) take(topic string, rp *kmsg.FetchResponseTopicPartition) {
 	c.next[k] = max(c.next[k], next)
 	for _, r := range fp.Records {
 		if topic == checkpointTopic {
-			if string(r.Key) != slotName {
-				continue
-			}
+			// The stream's records, whatever its key: the stream name
+			// (<database>/<slot> by default) names the slot in each.
 			cp, _, err := checkpoint.Decode(r.Value)
 			if err != nil {
 				c.badCPs++
+				continue
+			}
+			if cp.Owner.Slot != slotName {
 				continue
 			}
 			c.cps = append(c.cps, cpRecord{r.Offset, cp})

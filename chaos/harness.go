@@ -129,7 +129,7 @@ var (
 	reCrashPoint  = regexp.MustCompile(`crash point (\S+) reached`)
 	reHTTPAddr    = regexp.MustCompile(`msg="http listening".* addr=(\S+)`)
 	reSkipped     = regexp.MustCompile(`replayed_events_skipped=(\d+)`)
-	reSkipMetric  = regexp.MustCompile(`(?m)^walstream_replayed_events_skipped_total (\S+)$`)
+	reSkipMetric  = regexp.MustCompile(`(?m)^walstream_replayed_events_skipped_total(?:\{[^}]*\})? (\S+)$`)
 	reSessionEnds = regexp.MustCompile(`msg="session ended, restarting from the checkpoint".* peer=(\w+)`)
 )
 

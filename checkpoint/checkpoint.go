@@ -46,6 +46,25 @@ type Checkpoint struct {
 	// Gap, when set, is the last discontinuity an operator accepted at a
 	// start; it is carried in every later record so that it stays visible.
 	Gap Gap
+	// Owner is the stream that wrote a decoded record; Encode takes the
+	// writer's own instead.
+	Owner Owner
+}
+
+// Owner names the stream a checkpoint record belongs to: what survives a
+// failover or a restore of its database, unlike the system identifier.
+// Fields are empty in records written before walstream recorded them
+// (Stream) or when unknown.
+type Owner struct {
+	Stream string
+	Slot   string
+}
+
+func (o Owner) String() string {
+	if o.Stream == "" {
+		return fmt.Sprintf("slot %s", o.Slot)
+	}
+	return fmt.Sprintf("stream %s, slot %s", o.Stream, o.Slot)
 }
 
 // Identity is what IDENTIFY_SYSTEM says about the server a position was
@@ -190,6 +209,7 @@ func (c Checkpoint) String() string {
 // text form so that operators can read and compare them with pg_* views.
 // Fields added later are optional, so that older records still decode.
 type record struct {
+	Stream           string     `json:"stream,omitempty"`
 	Slot             string     `json:"slot"`
 	LSN              string     `json:"lsn"`
 	PartialCommitLSN string     `json:"partial_commit_lsn,omitempty"`
@@ -219,9 +239,9 @@ type gapRecord struct {
 	Skipped *Skip             `json:"skipped,omitempty"`
 }
 
-// Encode returns the checkpoint record's value.
-func (c Checkpoint) Encode(slot string, now time.Time) []byte {
-	r := record{Slot: slot, LSN: c.LSN.String(), Ordinal: c.Ordinal, Time: now.UTC(),
+// Encode returns the checkpoint record's value, written by owner.
+func (c Checkpoint) Encode(owner Owner, now time.Time) []byte {
+	r := record{Stream: owner.Stream, Slot: owner.Slot, LSN: c.LSN.String(), Ordinal: c.Ordinal, Time: now.UTC(),
 		SystemID: c.Identity.SystemID, Timeline: c.Identity.Timeline, Database: c.Identity.Database}
 	if c.PartialCommitLSN != 0 {
 		r.PartialCommitLSN = c.PartialCommitLSN.String()
@@ -261,6 +281,7 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped}
 	}
 	c.Identity = Identity{SystemID: r.SystemID, Timeline: r.Timeline, Database: r.Database}
+	c.Owner = Owner{Stream: r.Stream, Slot: r.Slot}
 	if r.Events != nil {
 		c.Events, c.Counted = *r.Events, true
 	}

@@ -48,11 +48,12 @@ func TestEncodeDecode(t *testing.T) {
 		{LSN: 0x200, Identity: id, Events: 5, Counted: true, Gap: Gap{Kind: GapSystemChanged,
 			Previous: Identity{SystemID: "7000000000000000001", Timeline: 1, Database: "app"}, To: 0x9000, Events: -1, At: now}},
 	} {
-		got, at, err := Decode(cp.Encode("walstream", now))
+		owner := Owner{Stream: "app/walstream", Slot: "walstream"}
+		got, at, err := Decode(cp.Encode(owner, now))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != cp || !at.Equal(now) {
+		if cp.Owner = owner; got != cp || !at.Equal(now) {
 			t.Fatalf("round trip of %v at %s = %v at %s", cp, now, got, at)
 		}
 	}
@@ -78,7 +79,7 @@ func TestEncodeDecodeNotes(t *testing.T) {
 	now := time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC)
 	skip := &Skip{Event: "0/16B3700:2", LSN: "0/16B3650", Table: "public.outbox", EventID: "e-1", Reason: "aggregate id is NULL", Time: now}
 	cp := Checkpoint{LSN: 0x16B3748, Notes: &Notes{Tables: map[string]uint32{"public.outbox": 16454}, Skipped: skip}}
-	b := cp.Encode("walstream", now)
+	b := cp.Encode(Owner{Slot: "walstream"}, now)
 	for _, want := range []string{`"tables":{"public.outbox":16454}`, `"skipped":{"event":"0/16B3700:2"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("record %s lacks %s", b, want)
@@ -89,7 +90,7 @@ func TestEncodeDecodeNotes(t *testing.T) {
 		t.Fatalf("round trip of %s = %+v, %v", b, got, err)
 	}
 	old, _, err := Decode([]byte(`{"slot":"walstream","lsn":"0/16B3748","time":"2026-11-23T01:02:03Z"}`))
-	if err != nil || old != (Checkpoint{LSN: 0x16B3748}) {
+	if err != nil || old != (Checkpoint{LSN: 0x16B3748, Owner: Owner{Slot: "walstream"}}) {
 		t.Fatalf("old record = %+v, %v", old, err)
 	}
 	for _, bad := range []string{`{"lsn":"0/1","tables":{"public.outbox":"x"}}`} {

@@ -26,7 +26,15 @@ const (
 	kindKafka         = "kafka"
 	kindSlotInUse     = "slot_in_use"
 	kindPostgres      = "postgres"
+	kindSharedKey     = "shared_checkpoint_key"
+	kindTopicMissing  = "topic_missing"
 )
+
+// failureKinds are every kind classifyFailure gives, the placement
+// verdicts among them.
+var failureKinds = []string{kindEpochBumped, kindBadInput, kindSlotAhead, kindSlotMissing, kindSetup, kindFenced,
+	kindAuthorization, kindTLS, kindKafka, kindSlotInUse, kindPostgres, kindSharedKey, kindTopicMissing,
+	Phantoms.String(), OffHistory.String(), SystemChanged.String()}
 
 // Peers a failure is blamed on, the label of walstream_reconnects_total.
 const (
@@ -49,7 +57,10 @@ func classifyFailure(err error) failure {
 	var ke *kafkaError
 	var eb *epochBumpedError
 	var dv *DivergedError
+	var sk *SharedKeyError
 	switch {
+	case errors.As(err, &sk):
+		return failure{peerKafka, kindSharedKey, true}
 	case errors.As(err, &eb):
 		return failure{peerKafka, kindEpochBumped, false}
 	case errors.As(err, &dv):
@@ -67,6 +78,8 @@ func classifyFailure(err error) failure {
 		return failure{peerKafka, kindFenced, true}
 	case errors.Is(err, publish.ErrAuthorization):
 		return failure{peerKafka, kindAuthorization, true}
+	case errors.Is(err, publish.ErrTopicMissing):
+		return failure{peerKafka, kindTopicMissing, true}
 	case publish.Permanent(err):
 		return failure{peerKafka, kindBadInput, true}
 	case tlsRefused(err):

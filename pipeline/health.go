@@ -48,6 +48,14 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 			Name: "walstream_stream_spool_bytes",
 			Help: "Messages of transactions Postgres streams while in progress, kept in temporary files until each commits (then published) or aborts (then dropped)."}),
 	}
+	// Every known label starts at zero, so that a healthy stream draws a
+	// flat line rather than no data, and rate() sees the first error.
+	for _, kind := range failureKinds {
+		m.errors.WithLabelValues(kind)
+	}
+	for _, peer := range []string{peerPostgres, peerKafka} {
+		m.reconnects.WithLabelValues(peer)
+	}
 	reg.MustRegister(m.reconnects, m.errors, m.standby, m.skipped, m.phantoms, m.spooled,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walstream_replication_lag_seconds",

@@ -3,9 +3,11 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/replication"
@@ -47,6 +49,54 @@ type Inspection struct {
 	// KafkaErr is why the checkpoint could not be read; the slot's state
 	// is still known then.
 	KafkaErr error
+	// CheckpointKey and TransactionalID are the stream's: its own, or
+	// those of earlier versions where its checkpoint was found there.
+	CheckpointKey, TransactionalID string
+	// Topics are those checked: the checkpoint and dead-letter topics, and
+	// the topics of the route-by values the outbox tables hold; Missing
+	// those the cluster does not have.
+	Topics, MissingTopics []string
+}
+
+// routeValuesChecked bounds the route-by values Inspect reads per table.
+const routeValuesChecked = 100
+
+// inspectTopics lists the topics the stream writes to that are missing.
+func (in *Inspection) inspectTopics(ctx context.Context, conn *pgx.Conn, cfg *Config) {
+	topics := []string{cfg.CheckpointTopic}
+	if cfg.DeadLetterTopic != "" {
+		topics = append(topics, cfg.DeadLetterTopic)
+	}
+	if !cfg.SkipEvent.IsZero() && cfg.SkipTopic != "" {
+		topics = append(topics, cfg.SkipTopic)
+	}
+	router, err := publish.NewRouter(cfg.Encoding, cfg.Outboxes...)
+	for _, o := range cfg.Outboxes {
+		if err != nil {
+			break
+		}
+		var values []string
+		values, err = replication.RouteValues(ctx, conn, replication.Table{Schema: o.Schema, Name: o.Table}, o.Columns.AggregateType, routeValuesChecked)
+		for _, v := range values {
+			if t, terr := router.TopicOf(o, v); terr == nil && publish.ValidTopic(t) == nil {
+				topics = append(topics, t)
+			}
+		}
+	}
+	if err != nil {
+		in.Warnings = append(in.Warnings, fmt.Sprintf("the outbox topics were not checked: %v", err))
+	}
+	slices.Sort(topics)
+	in.Topics = slices.Compact(topics)
+	in.MissingTopics, err = publish.MissingTopics(ctx, cfg.Kafka, in.Topics)
+	if err != nil {
+		in.Warnings = append(in.Warnings, fmt.Sprintf("checking the topics: %v", err))
+	}
+	for _, t := range in.MissingTopics {
+		if t != cfg.CheckpointTopic { // walstream creates that one
+			in.Warnings = append(in.Warnings, fmt.Sprintf("topic %s does not exist: a record to it stops the stream unless the cluster or walstream creates it", t))
+		}
+	}
 }
 
 // inspectKafkaTimeout bounds reading the checkpoint: a reachable cluster
@@ -92,10 +142,23 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 	}
 	kctx, cancel := context.WithTimeout(ctx, inspectKafkaTimeout)
 	defer cancel()
-	in.Checkpoint, in.WrittenAt, in.Found, err = publish.ReadCheckpoint(kctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
+	var legacy bool
+	in.Checkpoint, in.WrittenAt, in.Found, legacy, err = findCheckpoint(kctx, &cfg, in.Server.Database)
 	if err != nil {
-		in.KafkaErr = fmt.Errorf("reading the checkpoint %q from topic %s at %s: %w", cfg.CheckpointKey, cfg.CheckpointTopic, strings.Join(cfg.Kafka.Brokers, ","), err)
+		in.KafkaErr = fmt.Errorf("at %s: %w", strings.Join(cfg.Kafka.Brokers, ","), err)
 		in.Problems = append(in.Problems, in.KafkaErr.Error())
+	}
+	if legacy {
+		cfg.CheckpointKey, cfg.TransactionalID = cfg.LegacyKey, cfg.LegacyTransactionalID
+	}
+	in.CheckpointKey, in.TransactionalID = cfg.CheckpointKey, cfg.TransactionalID
+	if in.KafkaErr == nil {
+		in.inspectTopics(kctx, conn, &cfg)
+	}
+	if in.Found {
+		if err := owned(in.Checkpoint, &cfg, in.Server); err != nil {
+			in.Problems = append(in.Problems, err.Error())
+		}
 	}
 	if in.Found && identified {
 		in.Placement = Place(in.Checkpoint, in.Server, history)
@@ -110,7 +173,7 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 		switch in.Placement.Verdict {
 		case Phantoms, SystemChanged, OffHistory:
 			in.Problems = append(in.Problems, (&DivergedError{Placement: in.Placement, Checkpoint: in.Checkpoint, Server: in.Server, From: in.Placement.goOnFrom(st.ConfirmedFlush),
-				Events: in.PhantomEvents, Slot: cfg.Names.Slot, CheckpointKey: cfg.CheckpointKey}).Error())
+				Events: in.PhantomEvents, Slot: cfg.Names.Slot, CheckpointKey: cfg.CheckpointKey, Stream: cfg.Stream}).Error())
 		}
 	}
 	if st.HasConfirmed && !st.CaughtUp() && st.Decoding != nil {

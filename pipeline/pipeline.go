@@ -41,10 +41,19 @@ type Config struct {
 	// supports them.
 	FailoverSlot bool
 
+	// Stream names the stream in logs, metrics, status and checkpoint
+	// records; the checkpoint key and transactional id derive from it by
+	// default. Two streams sharing a Kafka cluster need different ones.
+	Stream          string
 	Kafka           publish.KafkaSettings
 	TransactionalID string
 	CheckpointTopic string
 	CheckpointKey   string
+	// LegacyKey and LegacyTransactionalID, when set, are the checkpoint
+	// key and transactional id that earlier versions defaulted to: a
+	// stream with no checkpoint under CheckpointKey whose checkpoint is
+	// found under LegacyKey keeps using both.
+	LegacyKey, LegacyTransactionalID string
 	// Outboxes are the outbox tables' mappings; Messages maps logical
 	// decoding messages with MessagePrefix (empty: ignored).
 	Outboxes      []*decode.Outbox
@@ -129,7 +138,21 @@ type Pipeline struct {
 // the slot.
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) *Pipeline {
 	st := &state{started: time.Now()}
+	reg = prometheus.WrapRegistererWith(cfg.MetricLabels(), reg)
 	return &Pipeline{cfg: cfg, log: log, metrics: newMetrics(reg, st), state: st, waits: &waits{log: log, state: st, every: cfg.ProgressInterval}}
+}
+
+// MetricLabels are the labels of every metric of the stream: its name,
+// slot and database, so that one dashboard tells streams apart without
+// relabelling.
+func (c *Config) MetricLabels() prometheus.Labels {
+	db := ""
+	if c.Postgres != nil {
+		if db = c.Postgres.Database; db == "" {
+			db = c.Postgres.User // libpq's default database
+		}
+	}
+	return prometheus.Labels{"stream": c.Stream, "slot": c.Names.Slot, "database": db}
 }
 
 // standbyPoll is how often a standby tries to take the slot.
@@ -246,7 +269,7 @@ type SharedIDError struct {
 
 func (e *SharedIDError) Error() string {
 	return fmt.Sprintf("%v: transactional id %s was fenced %d times in %s while this instance held slot %q: "+
-		"another walstream uses the same transactional id: %v", publish.ErrFenced, e.TransactionalID, e.Fencings, e.Window, e.Slot, e.Err)
+		"another stream uses the same transactional id (two streams with one stream name), or another walstream sets it: %v", publish.ErrFenced, e.TransactionalID, e.Fencings, e.Window, e.Slot, e.Err)
 }
 
 func (e *SharedIDError) Unwrap() error { return e.Err }

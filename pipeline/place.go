@@ -127,17 +127,21 @@ type DivergedError struct {
 	From          pglogrepl.LSN
 	Slot          string
 	CheckpointKey string
+	// Stream is this stream's name; empty where not known.
+	Stream string
 }
 
 func (e *DivergedError) Error() string {
 	cp, srv := e.Checkpoint, e.Server
 	switch e.Placement.Verdict {
 	case SystemChanged:
-		return fmt.Sprintf("the server is another Postgres cluster: system identifier %s, but checkpoint %q (at %s) was written "+
-			"from system %s. This usually means the database was restored from a backup into a new cluster, a new cluster was created, "+
-			"or the URL now reaches a different host. walstream will not compare LSNs of two systems; "+
-			"to go on from slot %q's position on the new system, accept the system change (see docs/postgres.md, Another cluster)",
-			srv.SystemID, e.CheckpointKey, cp, cp.Identity.SystemID, e.Slot)
+		return fmt.Sprintf("checkpoint %q (at %s) was written from another Postgres cluster: this stream (stream %s: system %s, database %s, slot %s), "+
+			"the checkpoint's (%s: %s). Either two streams claim the key: two clusters with the same database and slot names share this "+
+			"Kafka cluster, and each needs its own stream name (see docs/kafka.md, Many streams on one Kafka cluster); "+
+			"or the database was restored from a backup into a new cluster, a new cluster was created, or the URL now reaches a different host: "+
+			"walstream will not compare LSNs of two systems, and to go on from slot %q's position on the new system, accept the system change "+
+			"(see docs/postgres.md, Another cluster)",
+			e.CheckpointKey, cp, e.Stream, srv.SystemID, srv.Database, e.Slot, cp.Owner, cp.Identity, e.Slot)
 	case OffHistory:
 		return fmt.Sprintf("checkpoint %q was written on timeline %d at %s, which is not in the history of the server's timeline %d "+
 			"(system %s): the server is an old primary that a standby was promoted over, or a branch that never saw that timeline. "+

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/walstream/walstream/checkpoint"
@@ -10,7 +11,11 @@ import (
 // figures an operator reads (lag, retained WAL, checkpoint age, phantom
 // events) computed, positions as text. Its JSON is a stable interface.
 type Report struct {
-	Slot struct {
+	// Stream is the stream's name; TransactionalID its Kafka
+	// transactional.id.
+	Stream          string `json:"stream"`
+	TransactionalID string `json:"transactional_id"`
+	Slot            struct {
 		Name             string   `json:"name"`
 		Exists           bool     `json:"exists"`
 		Plugin           string   `json:"plugin,omitempty"`
@@ -48,7 +53,11 @@ type Report struct {
 		SystemID string `json:"system_id,omitempty"`
 		Timeline int32  `json:"timeline,omitempty"`
 		Database string `json:"database,omitempty"`
-		Events   *int64 `json:"events,omitempty"`
+		// Stream and Slot name the stream that wrote it; Stream is empty
+		// in checkpoints written before it was recorded.
+		Stream string `json:"stream,omitempty"`
+		Slot   string `json:"slot,omitempty"`
+		Events *int64 `json:"events,omitempty"`
 		// Placement is where the checkpoint lies in the server's history:
 		// continuous, unidentified, safe_failover, phantoms, off_history,
 		// system_changed.
@@ -70,6 +79,12 @@ type Report struct {
 		Synced       bool     `json:"synced"`
 		StandbySlots []string `json:"synchronized_standby_slots"`
 	} `json:"failover"`
+	// Topics are the topics checked (checkpoint, dead-letter, and those of
+	// the route-by values in the outbox tables) and those missing.
+	Topics struct {
+		Checked []string `json:"checked"`
+		Missing []string `json:"missing"`
+	} `json:"topics"`
 	Streaming bool     `json:"streaming"`
 	Problems  []string `json:"problems"`
 	Warnings  []string `json:"warnings"`
@@ -212,7 +227,9 @@ func (in *Inspection) Report(cfg Config, now time.Time) *Report {
 	}
 
 	c := &r.Checkpoint
-	c.Topic, c.Key = cfg.CheckpointTopic, cfg.CheckpointKey
+	r.Stream, r.TransactionalID = cfg.Stream, cmp.Or(in.TransactionalID, cfg.TransactionalID)
+	r.Topics.Checked, r.Topics.Missing = append([]string{}, in.Topics...), append([]string{}, in.MissingTopics...)
+	c.Topic, c.Key = cfg.CheckpointTopic, cmp.Or(in.CheckpointKey, cfg.CheckpointKey)
 	if c.Found = in.Found; in.Found {
 		at := in.WrittenAt
 		c.Position, c.LSN, c.WrittenAt = in.Checkpoint.String(), in.Checkpoint.LSN.String(), &at
@@ -220,6 +237,7 @@ func (in *Inspection) Report(cfg Config, now time.Time) *Report {
 		c.AgeSeconds = &age
 		cp := in.Checkpoint
 		c.SystemID, c.Timeline, c.Database = cp.Identity.SystemID, cp.Identity.Timeline, cp.Identity.Database
+		c.Stream, c.Slot = cp.Owner.Stream, cp.Owner.Slot
 		if cp.Counted {
 			n := int64(cp.Events)
 			c.Events = &n

@@ -31,6 +31,8 @@ type session struct {
 	// warnedPlain: the first connection's TLS was reported.
 	warnedPlain bool
 	warnedHosts bool
+	// claimed: the checkpoint key was found to be this stream's (claim).
+	claimed bool
 }
 
 func (s *session) run(ctx context.Context) (streamed bool, err error) {
@@ -64,6 +66,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	// Which server this is, asked before START_REPLICATION: after it the
 	// connection only streams.
 	srv, history, err := identify(ctx, rconn)
+	if err == nil && !s.claimed {
+		err = s.claim(ctx, srv)
+	}
 	if err == nil {
 		err = s.unsettled(ctx, tables, srv)
 	}
@@ -121,7 +126,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	// them, so both get the same ones.
 	prod, err := publish.New(publish.Config{
 		Kafka: cfg.Kafka, TransactionalID: cfg.TransactionalID,
-		CheckpointTopic: cfg.CheckpointTopic, CheckpointKey: cfg.CheckpointKey, Slot: names.Slot,
+		CheckpointTopic: cfg.CheckpointTopic, CheckpointKey: cfg.CheckpointKey, Stream: cfg.Stream, Slot: names.Slot,
 		Outboxes: append(slices.Clip(cfg.Outboxes), cfg.Messages), MaxBatchEvents: cfg.MaxBatchEvents, MaxBatchBytes: cfg.MaxBatchBytes,
 		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
 		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.DeadLetterTopic, Encoding: cfg.Encoding,
@@ -344,7 +349,7 @@ func (s *session) creatable(ctx context.Context, conn *pgx.Conn, srv replication
 		create.Slot = cfg.Create
 	case foreign:
 		return create, &DivergedError{Placement: Placement{Verdict: SystemChanged}, Checkpoint: cp, Server: srv, Events: -1,
-			Slot: cfg.Names.Slot, CheckpointKey: cfg.CheckpointKey}
+			Slot: cfg.Names.Slot, CheckpointKey: cfg.CheckpointKey, Stream: cfg.Stream}
 	case found:
 		return create, fmt.Errorf("%w: slot %q does not exist on %s, but checkpoint %q in topic %s is at %s (written %s on %s): "+
 			"the slot was dropped, or this server was promoted from a standby that had no copy of it (not a failover slot). "+
@@ -401,6 +406,9 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, sr
 			"events", events, "checkpoint", cp.String(), "checkpoint_identity", cp.Identity.String(), "server_timeline", srv.Timeline)
 	}
 	next, fresh, err := resolve(cp, pl, srv, slot.ConfirmedFlush, events, cfg.Accept, time.Now(), cfg.Names.Slot, cfg.CheckpointKey)
+	if dv := (*DivergedError)(nil); errors.As(err, &dv) {
+		dv.Stream = cfg.Stream
+	}
 	if err != nil {
 		return cp, false, err
 	}

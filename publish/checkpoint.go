@@ -21,7 +21,7 @@ import (
 // then can no older instance still commit one.
 func (p *Producer) ReadCheckpoint(ctx context.Context) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
 	topic := p.cfg.CheckpointTopic
-	if _, err := ensureCheckpointTopic(ctx, p.client, topic, p.log); err != nil {
+	if _, err := ensureCheckpointTopic(ctx, p.client, topic, p.cfg.TopicCreation, p.log); err != nil {
 		return cp, at, false, p.markPermanent(err)
 	}
 	cp, at, found, err = readCheckpoint(ctx, p.opts, topic, p.cfg.CheckpointKey)
@@ -45,6 +45,10 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) 
 		last = append(last[:0], v...)
 		return nil
 	})
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		err = fmt.Errorf("%w: the principal needs the Read ACL on checkpoint topic %s: %w", ErrAuthorization, topic, err)
+	}
+	err = authorization(err)
 	if err != nil || last == nil {
 		return cp, at, false, err
 	}
@@ -110,6 +114,9 @@ func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each fu
 		}
 		req.Topics = append(req.Topics, rt)
 		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
 		if err != nil {
 			return fmt.Errorf("reading checkpoint topic %s: %w", topic, err)
 		}
@@ -117,6 +124,11 @@ func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each fu
 		for _, t := range resp.Topics {
 			for i := range t.Partitions {
 				rp := &t.Partitions[i]
+				// A partition the principal may not read answers with an
+				// error code, which ProcessFetchPartition does not report.
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					return fmt.Errorf("reading checkpoint topic %s partition %d: %w", topic, rp.Partition, err)
+				}
 				fp, n := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
 					Offset: next[rp.Partition], IsolationLevel: kgo.ReadCommitted(), Topic: topic, Partition: rp.Partition,
 				}, rp, kgo.DefaultDecompressor(), nil)

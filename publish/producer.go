@@ -30,8 +30,9 @@ type Config struct {
 	TransactionalID string
 	CheckpointTopic string
 	CheckpointKey   string
-	// Slot is written into checkpoint records for operators' benefit.
-	Slot string
+	// Stream and Slot are written into checkpoint records: they name the
+	// stream that owns the key, for operators and for the next start.
+	Stream, Slot string
 	// Outboxes route events to topics by their tables' settings.
 	Outboxes []*decode.Outbox
 	// A Kafka transaction is committed when it holds MaxBatchEvents events
@@ -127,10 +128,14 @@ type RecordError struct {
 }
 
 func (e *RecordError) Error() string {
-	if e.Event == nil {
-		return fmt.Sprintf("producing checkpoint to topic %s: %v", e.Topic, e.Err)
+	hint := ""
+	if errors.Is(e.Err, kerr.TopicAuthorizationFailed) {
+		hint = fmt.Sprintf(" (the principal needs the Write ACL on topic %s)", e.Topic)
 	}
-	return fmt.Sprintf("%s: producing to topic %s: %v", e.Event, e.Topic, e.Err)
+	if e.Event == nil {
+		return fmt.Sprintf("producing checkpoint to topic %s: %v%s", e.Topic, e.Err, hint)
+	}
+	return fmt.Sprintf("%s: producing to topic %s: %v%s", e.Event, e.Topic, e.Err, hint)
 }
 
 func (e *RecordError) Unwrap() error { return e.Err }
@@ -155,7 +160,7 @@ type Producer struct {
 	opts    []kgo.Opt // connection options, shared with the checkpoint reader
 	client  *kgo.Client
 	router  *Router
-	topics  *topicCreator // nil without Config.TopicCreation
+	topics  *topicCreator
 	tracker positions
 	metrics *Metrics
 	hook    func(point string)
@@ -309,7 +314,7 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 				return err
 			}
 			if err := p.topics.ensure(ctx, rec.Topic); err != nil {
-				return p.markPermanent(err)
+				return p.markPermanent(fmt.Errorf("%s: %w", &tx.Events[i].Identity, err))
 			}
 			p.byTopic[rec.Topic]++
 			p.produce(ctx, rec, &tx.Events[i].Identity)
@@ -441,7 +446,7 @@ func (p *Producer) flush(ctx context.Context) error {
 	p.produce(ctx, &kgo.Record{
 		Topic: p.cfg.CheckpointTopic,
 		Key:   []byte(p.cfg.CheckpointKey),
-		Value: cp.Encode(p.cfg.Slot, start),
+		Value: cp.Encode(checkpoint.Owner{Stream: p.cfg.Stream, Slot: p.cfg.Slot}, start),
 	}, nil)
 	p.hook("after-produce")
 
@@ -543,8 +548,22 @@ func (p *Producer) abort(ctx context.Context) {
 // errors Permanent reports.
 func (p *Producer) markPermanent(err error) error {
 	switch {
+	case errors.Is(err, ErrAuthorization):
+		return err
 	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
 		return fmt.Errorf("%w (transactional id %s): %w", ErrFenced, p.cfg.TransactionalID, err)
+	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+		return fmt.Errorf("%w: the principal needs the Write ACL on transactional id %s: %w", ErrAuthorization, p.cfg.TransactionalID, err)
+	}
+	return authorization(err)
+}
+
+// authorization wraps in ErrAuthorization the errors that say the broker
+// refused the principal.
+func authorization(err error) error {
+	switch {
+	case errors.Is(err, ErrAuthorization):
+		return err
 	case errors.Is(err, kerr.SaslAuthenticationFailed),
 		errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
 		errors.Is(err, kerr.TopicAuthorizationFailed),
@@ -560,7 +579,7 @@ func (p *Producer) markPermanent(err error) error {
 // record for what the record is.
 func Permanent(err error) bool {
 	var re *RecordError
-	return errors.Is(err, ErrFenced) || errors.Is(err, ErrAuthorization) || errors.Is(err, ErrNoPartition) ||
+	return errors.Is(err, ErrFenced) || errors.Is(err, ErrAuthorization) || errors.Is(err, ErrNoPartition) || errors.Is(err, ErrTopicMissing) ||
 		(errors.As(err, &re) && (errors.Is(err, kerr.MessageTooLarge) ||
 			errors.Is(err, kerr.RecordListTooLarge) ||
 			errors.Is(err, kerr.InvalidTopicException) ||
@@ -666,6 +685,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walstream_dead_lettered_total", Help: "Events committed to the dead-letter topic instead of their own."}),
 	}
+	m.transactions.WithLabelValues("committed")
+	m.transactions.WithLabelValues("aborted")
 	m.kafka = &kafkaMetrics{m: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))}
 	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters)
 	return m

@@ -194,7 +194,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	zombie.client.Produce(ctx, &kgo.Record{Topic: "walstream.checkpoints", Key: []byte("slot-a"),
-		Value: checkpoint.Checkpoint{LSN: 0x9000}.Encode("slot-a", time.Now())}, nil)
+		Value: checkpoint.Checkpoint{LSN: 0x9000}.Encode(checkpoint.Owner{Slot: "slot-a"}, time.Now())}, nil)
 	if err := zombie.client.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _, found, err := next.ReadCheckpoint(ctx)
-	if err != nil || !found || got != partial {
+	if partial.Owner = (checkpoint.Owner{Slot: "slot-a"}); err != nil || !found || got != partial {
 		t.Fatalf("ReadCheckpoint = %v found=%v err=%v, want %v", got, found, err, partial)
 	}
 	// The zombie can no longer commit, and the checkpoint stays.
@@ -219,7 +219,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(h) != 2 || h[0] != whole || h[1] != partial {
+	if whole.Owner = partial.Owner; len(h) != 2 || h[0] != whole || h[1] != partial {
 		t.Fatalf("CheckpointHistory = %v, want [%v %v]", h, whole, partial)
 	}
 }
@@ -241,7 +241,7 @@ func TestCheckpointKeysAreSeparate(t *testing.T) {
 	runUntil(t, b, checkpoint.Checkpoint{LSN: 0x900}, decode.Marker(0x900))
 	for p, want := range map[*Producer]checkpoint.Checkpoint{a: {LSN: 0x100}, b: {LSN: 0x900}} {
 		got, _, found, err := p.ReadCheckpoint(ctx)
-		if err != nil || !found || got != want {
+		if want.Owner = (checkpoint.Owner{Slot: p.cfg.Slot}); err != nil || !found || got != want {
 			t.Fatalf("%s: ReadCheckpoint = %v found=%v err=%v, want %v", p.cfg.CheckpointKey, got, found, err, want)
 		}
 	}

@@ -279,3 +279,12 @@ func deadLetter(topic string, ev *decode.Event, bad *decode.Error, maxBytes int)
 	}
 	return r
 }
+
+// TopicOf returns the topic of an event of o routed by value.
+func (r *Router) TopicOf(o *decode.Outbox, value string) (string, error) {
+	t, ok := r.tables[o.Name()]
+	if !ok {
+		return "", fmt.Errorf("outbox table %s has no route", o.Name())
+	}
+	return t.route.Topic([]byte(value)), nil
+}

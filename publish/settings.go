@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // SASL mechanisms walstream speaks.
@@ -19,7 +18,12 @@ const (
 	SASLPlain       = "PLAIN"
 	SASLScramSHA256 = "SCRAM-SHA-256"
 	SASLScramSHA512 = "SCRAM-SHA-512"
+	SASLOAuthBearer = "OAUTHBEARER"
+	SASLAWSMSKIAM   = "AWS_MSK_IAM"
 )
+
+// saslMechanisms lists them for messages.
+const saslMechanisms = SASLPlain + ", " + SASLScramSHA256 + ", " + SASLScramSHA512 + ", " + SASLOAuthBearer + " or " + SASLAWSMSKIAM
 
 // KafkaSettings say how to reach the Kafka cluster: brokers, TLS and SASL.
 type KafkaSettings struct {
@@ -31,6 +35,20 @@ type KafkaSettings struct {
 	SASLMechanism string
 	SASLUser      string
 	SASLPassword  string // never logged
+	// OAuth is where OAUTHBEARER tokens come from.
+	OAuth OAuthSettings
+	// shared, once Shared set it, is the SASL mechanism every client made
+	// from these settings uses, so that they share tokens and credentials.
+	shared sasl.Mechanism
+}
+
+// Shared returns the settings with one SASL mechanism for every client
+// made from them (and their copies): the producer, the probe and the
+// checkpoint readers then share one token or set of AWS credentials
+// instead of fetching their own.
+func (c KafkaSettings) Shared() KafkaSettings {
+	c.shared = c.mechanism()
+	return c
 }
 
 // CheckBrokers reports a broker address that cannot be dialed. A missing
@@ -57,7 +75,8 @@ func (c KafkaSettings) CheckBrokers() error {
 
 // CheckSASL reports an unknown SASL mechanism or missing credentials.
 func (c KafkaSettings) CheckSASL() error {
-	switch strings.ToUpper(c.SASLMechanism) {
+	m := strings.ToUpper(c.SASLMechanism)
+	switch m {
 	case "":
 		return nil
 	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
@@ -65,8 +84,29 @@ func (c KafkaSettings) CheckSASL() error {
 			return fmt.Errorf("SASL %s needs a user and a password", c.SASLMechanism)
 		}
 		return nil
+	case SASLOAuthBearer:
+		o := c.OAuth
+		switch {
+		case o.TokenFile != "" && o.TokenURL != "":
+			return fmt.Errorf("SASL %s takes a token file or a token endpoint, not both", m)
+		case o.TokenFile != "":
+			return nil
+		case o.TokenURL == "":
+			return fmt.Errorf("SASL %s needs a token file or a token endpoint with a client id and secret", m)
+		case o.ClientID == "" || o.ClientSecret == "":
+			return fmt.Errorf("SASL %s with token endpoint %s needs a client id and a client secret", m, redactURL(o.TokenURL))
+		}
+		if u, err := url.Parse(o.TokenURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("SASL %s: token endpoint %q is not an http(s) URL", m, redactURL(o.TokenURL))
+		}
+		return nil
+	case SASLAWSMSKIAM:
+		if c.TLS == nil {
+			return fmt.Errorf("SASL %s needs TLS: MSK serves IAM only on its TLS listener", m)
+		}
+		return nil
 	}
-	return fmt.Errorf("SASL mechanism %q is not %s, %s or %s", c.SASLMechanism, SASLPlain, SASLScramSHA256, SASLScramSHA512)
+	return fmt.Errorf("SASL mechanism %q is not %s", c.SASLMechanism, saslMechanisms)
 }
 
 // opts are the franz-go options for connecting.
@@ -75,14 +115,9 @@ func (c KafkaSettings) opts() []kgo.Opt {
 	if c.TLS != nil {
 		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
 	}
-	var m sasl.Mechanism
-	switch strings.ToUpper(c.SASLMechanism) {
-	case SASLPlain:
-		m = plain.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsMechanism()
-	case SASLScramSHA256:
-		m = scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha256Mechanism()
-	case SASLScramSHA512:
-		m = scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha512Mechanism()
+	m := c.shared
+	if m == nil {
+		m = c.mechanism()
 	}
 	if m != nil {
 		opts = append(opts, kgo.SASL(m))

@@ -50,7 +50,10 @@ func TestProducerStopsAtFirstBadEvent(t *testing.T) {
 		{"a stop alone", []*decode.Tx{{CommitLSN: 0x1000, EndLSN: 0x2000, Final: true, Events: []decode.Event{event(1, "good")}}, {Stop: stop}}, "outbox table was recreated"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newProducer(t, broker, "tx-"+strings.ReplaceAll(tc.name, " ", "-"))
+			// A linger longer than the test: a commit of the events before
+			// the stop, due after 1 ms by newProducer's, would race the
+			// stop, which is already queued.
+			p := newProducerWith(t, broker, "tx-"+strings.ReplaceAll(tc.name, " ", "-"), func(c *Config) { c.Linger = time.Hour })
 			err := runToError(t, p, tc.txs...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Run = %v, want %q", err, tc.want)

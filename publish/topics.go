@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -73,7 +75,7 @@ func EnsureCheckpointTopic(ctx context.Context, conn KafkaSettings, topic string
 		return TopicState{Topic: topic}, fmt.Errorf("creating Kafka client: %w", err)
 	}
 	defer cl.Close()
-	return ensureCheckpointTopic(ctx, cl, topic, log)
+	return ensureCheckpointTopic(ctx, cl, topic, nil, log)
 }
 
 // CheckCheckpointTopic describes the checkpoint topic and says how it is
@@ -88,23 +90,37 @@ func CheckCheckpointTopic(ctx context.Context, conn KafkaSettings, topic string)
 	return describeCheckpointTopic(ctx, cl, topic)
 }
 
-func ensureCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string, log *slog.Logger) (TopicState, error) {
+// ensureCheckpointTopic is EnsureCheckpointTopic on cl. A TopicCreation
+// group that takes the topic sets its replication factor and configs,
+// except that it stays one compacted partition: one checkpoint per key,
+// kept for ever.
+func ensureCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string, tc *TopicCreation, log *slog.Logger) (TopicState, error) {
 	st, err := describeCheckpointTopic(ctx, cl, topic)
 	if err != nil {
 		return st, err
 	}
 	if !st.Exists {
 		replicas, minISR := wantCheckpoint(st.Brokers)
-		configs := map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}
+		configs := map[string]*string{}
 		if minISR > 0 {
 			configs["min.insync.replicas"] = kadm.StringPtr(strconv.Itoa(minISR))
 		}
+		if tc != nil {
+			g := tc.For(topic)
+			if g.ReplicationFactor > 0 {
+				replicas = int(g.ReplicationFactor)
+			}
+			for k, v := range g.Configs {
+				configs[k] = kadm.StringPtr(v)
+			}
+		}
+		configs["cleanup.policy"] = kadm.StringPtr("compact")
 		resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, int16(replicas), configs, topic)
 		if err == nil {
 			err = resp.Err
 		}
 		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return st, fmt.Errorf("creating checkpoint topic %s with %d replicas: %w", topic, replicas, err)
+			return st, &TopicError{Topic: topic, Err: fmt.Errorf("creating the checkpoint topic with %d replicas (it needs the Create ACL, or create it beforehand): %w", replicas, err)}
 		}
 		if err == nil {
 			isr := "broker default"
@@ -146,27 +162,14 @@ func describeCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string) 
 	if st.ReplicationFactor < replicas {
 		st.Weaker = append(st.Weaker, fmt.Sprintf("replication factor %d, want %d on %d brokers", st.ReplicationFactor, replicas, st.Brokers))
 	}
-	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
-	var rc kadm.ResourceConfig
-	if err == nil {
-		rc, err = rcs.On(topic, nil)
-	}
-	if err == nil {
-		err = rc.Err
-	}
+	configs, err := topicConfigs(ctx, cl, topic)
 	if err != nil {
-		st.Weaker = append(st.Weaker, fmt.Sprintf("its configs cannot be read: %v", err))
+		st.Weaker = append(st.Weaker, fmt.Sprintf("its configs cannot be read (the DescribeConfigs ACL on topic %s): %v", topic, err))
 		return st, nil
 	}
-	for _, c := range rc.Configs {
-		switch c.Key {
-		case "cleanup.policy":
-			st.CleanupPolicy = c.MaybeValue()
-		case "min.insync.replicas":
-			if n, err := strconv.Atoi(c.MaybeValue()); err == nil {
-				st.MinInSync = n
-			}
-		}
+	st.CleanupPolicy = configs["cleanup.policy"]
+	if n, err := strconv.Atoi(configs["min.insync.replicas"]); err == nil {
+		st.MinInSync = n
 	}
 	// compact,delete lets retention delete the last checkpoint of a stream
 	// that was stopped for longer than retention.ms.
@@ -194,11 +197,18 @@ type metadata struct {
 // cache (kadm's Metadata may answer from it for seconds after a topic was
 // created). It never asks the broker to create the topic.
 func topicMetadata(ctx context.Context, cl *kgo.Client, topic string) (metadata, error) {
+	return topicMetadataAuto(ctx, cl, topic, false)
+}
+
+// topicMetadataAuto is topicMetadata that may ask the broker to create a
+// missing topic, as a producer's metadata request does: a topic being
+// created (LEADER_NOT_AVAILABLE) exists.
+func topicMetadataAuto(ctx context.Context, cl *kgo.Client, topic string, autoCreate bool) (metadata, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	rt := kmsg.NewMetadataRequestTopic()
 	rt.Topic = kmsg.StringPtr(topic)
 	req.Topics = append(req.Topics, rt)
-	req.AllowAutoTopicCreation = false
+	req.AllowAutoTopicCreation = autoCreate
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		return metadata{}, err
@@ -211,6 +221,11 @@ func topicMetadata(ctx context.Context, cl *kgo.Client, topic string) (metadata,
 		switch err := kerr.ErrorForCode(t.ErrorCode); {
 		case errors.Is(err, kerr.UnknownTopicOrPartition):
 			return md, nil
+		case autoCreate && errors.Is(err, kerr.LeaderNotAvailable):
+			md.exists = true
+			return md, nil
+		case errors.Is(err, kerr.TopicAuthorizationFailed):
+			return md, fmt.Errorf("%w: describing it needs the Describe (or Write) ACL on the topic: %w", ErrAuthorization, err)
 		case err != nil:
 			return md, err
 		}
@@ -403,6 +418,19 @@ func (g *TopicGroup) set(setting, v string) error {
 	return nil
 }
 
+// SetsConfigs reports whether any group sets topic configs, which
+// walstream then compares with those of existing topics.
+func (tc *TopicCreation) SetsConfigs() bool {
+	if tc == nil {
+		return false
+	}
+	n := len(tc.Default.Configs)
+	for _, g := range tc.Groups {
+		n += len(g.Configs)
+	}
+	return n > 0
+}
+
 // For returns the group that decides how topic is created.
 func (tc *TopicCreation) For(topic string) *TopicGroup {
 	matches := func(res []*regexp.Regexp) bool {
@@ -416,29 +444,48 @@ func (tc *TopicCreation) For(topic string) *TopicGroup {
 	return &tc.Default
 }
 
-// topicCreator creates topics walstream is about to write to, once per
-// topic per producer, so that broker auto-creation is not needed.
+// ErrTopicMissing means a record's topic does not exist and the cluster
+// did not create it when asked for its metadata: auto-creation is off, or
+// walstream may not create it.
+var ErrTopicMissing = errors.New("the topic does not exist and the cluster did not create it " +
+	"(auto.create.topics.enable is off, or walstream's principal may not Create it)")
+
+// TopicError is a topic walstream cannot write to as it is.
+type TopicError struct {
+	Topic string
+	Err   error
+}
+
+func (e *TopicError) Error() string { return fmt.Sprintf("topic %s: %v", e.Topic, e.Err) }
+func (e *TopicError) Unwrap() error { return e.Err }
+
+// topicCreator makes sure each topic walstream is about to write to
+// exists before its first record, once per topic per producer. With
+// TopicCreation it creates a missing topic, and warns when an existing one
+// has other settings than its group's; without, it asks the broker for the
+// topic's metadata as a producer would, which auto-creates it where the
+// cluster does, and a topic still missing is an error (ErrTopicMissing),
+// rather than a transaction that times out.
 type topicCreator struct {
 	cl   *kgo.Client
-	tc   *TopicCreation
+	tc   *TopicCreation // nil: the broker's auto-creation
 	log  *slog.Logger
 	mu   sync.Mutex
 	seen map[string]bool // topics known to exist
 }
 
 func newTopicCreator(cl *kgo.Client, tc *TopicCreation, log *slog.Logger) *topicCreator {
-	if tc == nil {
-		return nil
-	}
 	return &topicCreator{cl: cl, tc: tc, log: log, seen: make(map[string]bool)}
 }
 
-// ensure creates topic when it does not exist. A nil creator does nothing:
-// the broker auto-creates topics or producing to them fails.
+// How long a topic the broker may be auto-creating is waited for.
+const (
+	autoCreateWait = 3 * time.Second
+	autoCreatePoll = 200 * time.Millisecond
+)
+
+// ensure makes sure topic exists, creating it with TopicCreation.
 func (c *topicCreator) ensure(ctx context.Context, topic string) error {
-	if c == nil {
-		return nil
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.seen[topic] {
@@ -446,14 +493,37 @@ func (c *topicCreator) ensure(ctx context.Context, topic string) error {
 	}
 	// Look first: walstream may be allowed to write to a topic and not to
 	// create one.
-	md, err := topicMetadata(ctx, c.cl, topic)
+	md, err := topicMetadataAuto(ctx, c.cl, topic, c.tc == nil)
+	// Kafka 4.x in KRaft mode answers the request that makes it create a
+	// topic with UNKNOWN_TOPIC_OR_PARTITION, creating it meanwhile: ask
+	// again for a while before calling it missing.
+	for wait := autoCreateWait; err == nil && !md.exists && c.tc == nil && wait > 0; wait -= autoCreatePoll {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(autoCreatePoll):
+		}
+		md, err = topicMetadataAuto(ctx, c.cl, topic, true)
+	}
 	if err != nil {
-		return fmt.Errorf("reading metadata of topic %s: %w", topic, err)
+		return &TopicError{Topic: topic, Err: fmt.Errorf("reading its metadata: %w", err)}
 	}
-	if md.exists {
-		c.seen[topic] = true
-		return nil
+	switch {
+	case md.exists && c.tc != nil:
+		c.compare(ctx, topic, md)
+	case md.exists:
+	case c.tc == nil:
+		return &TopicError{Topic: topic, Err: ErrTopicMissing}
+	default:
+		if err := c.create(ctx, topic); err != nil {
+			return err
+		}
 	}
+	c.seen[topic] = true
+	return nil
+}
+
+func (c *topicCreator) create(ctx context.Context, topic string) error {
 	g := c.tc.For(topic)
 	configs := make(map[string]*string, len(g.Configs))
 	for k, v := range g.Configs {
@@ -465,12 +535,83 @@ func (c *topicCreator) ensure(ctx context.Context, topic string) error {
 	}
 	switch {
 	case errors.Is(err, kerr.TopicAlreadyExists):
+		c.log.Info("topic exists: created at the same time by another client", "topic", topic)
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return &TopicError{Topic: topic, Err: fmt.Errorf("%w: creating it (topic.creation group %s) needs the Create ACL on the topic: %w", ErrAuthorization, g.Name, err)}
 	case err != nil:
-		return fmt.Errorf("creating topic %s (topic.creation group %s): %w", topic, g.Name, err)
+		return &TopicError{Topic: topic, Err: fmt.Errorf("creating it (topic.creation group %s): %w", g.Name, err)}
 	default:
 		c.log.Info("created topic", "topic", topic, "topic_creation_group", g.Name,
 			"partitions", resp.NumPartitions, "replication_factor", resp.ReplicationFactor)
 	}
-	c.seen[topic] = true
 	return nil
+}
+
+// compare warns when an existing topic differs from what its group would
+// create: walstream never alters a topic, but an operator may want to.
+func (c *topicCreator) compare(ctx context.Context, topic string, md metadata) {
+	g := c.tc.For(topic)
+	var diff []string
+	if g.Partitions > 0 && int(g.Partitions) != md.partitions {
+		diff = append(diff, fmt.Sprintf("%d partitions, the group says %d", md.partitions, g.Partitions))
+	}
+	if g.ReplicationFactor > 0 && int(g.ReplicationFactor) != md.replicas {
+		diff = append(diff, fmt.Sprintf("replication factor %d, the group says %d", md.replicas, g.ReplicationFactor))
+	}
+	if len(g.Configs) > 0 {
+		have, err := topicConfigs(ctx, c.cl, topic)
+		if err != nil {
+			diff = append(diff, fmt.Sprintf("its configs cannot be read to compare (the DescribeConfigs ACL on topic %s): %v", topic, err))
+		}
+		for _, k := range slices.Sorted(maps.Keys(g.Configs)) {
+			if v, ok := have[k]; err == nil && (!ok || v != g.Configs[k]) {
+				diff = append(diff, fmt.Sprintf("%s %q, the group says %q", k, v, g.Configs[k]))
+			}
+		}
+	}
+	if len(diff) > 0 {
+		c.log.Warn("topic exists with other settings than its topic.creation group's: walstream leaves it as it is",
+			"topic", topic, "topic_creation_group", g.Name, "differences", strings.Join(diff, "; "))
+	}
+}
+
+// topicConfigs reads a topic's configs, by name.
+func topicConfigs(ctx context.Context, cl *kgo.Client, topic string) (map[string]string, error) {
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
+	var rc kadm.ResourceConfig
+	if err == nil {
+		rc, err = rcs.On(topic, nil)
+	}
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(rc.Configs))
+	for _, c := range rc.Configs {
+		out[c.Key] = c.MaybeValue()
+	}
+	return out, nil
+}
+
+// MissingTopics returns those of topics the cluster does not have, asking
+// for their metadata without creating them.
+func MissingTopics(ctx context.Context, conn KafkaSettings, topics []string) ([]string, error) {
+	cl, err := kgo.NewClient(conn.opts()...)
+	if err != nil {
+		return nil, fmt.Errorf("creating Kafka client: %w", err)
+	}
+	defer cl.Close()
+	var missing []string
+	for _, t := range topics {
+		md, err := topicMetadata(ctx, cl, t)
+		if err != nil {
+			return missing, &TopicError{Topic: t, Err: fmt.Errorf("reading its metadata: %w", err)}
+		}
+		if !md.exists {
+			missing = append(missing, t)
+		}
+	}
+	return missing, nil
 }

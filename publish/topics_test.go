@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
@@ -241,7 +240,7 @@ func TestParseTopicCreation(t *testing.T) {
 
 // With broker auto-creation off, a producer with TopicCreation creates the
 // outbox and dead-letter topics it writes to with their group's settings,
-// and leaves an existing topic as it is.
+// and leaves an existing topic as it is, warning how it differs.
 func TestProducerCreatesTopics(t *testing.T) {
 	conn, adm := cluster(t, 3)
 	ctx := context.Background()
@@ -278,15 +277,15 @@ func TestProducerCreatesTopics(t *testing.T) {
 		}
 	}
 	if out := log.String(); !strings.Contains(out, "topic=outbox.event.Order topic_creation_group=default partitions=4 replication_factor=3") ||
-		!strings.Contains(out, "topic=walstream.dlq topic_creation_group=dlq") || strings.Contains(out, "topic=outbox.event.Customer topic_creation") {
+		!strings.Contains(out, "topic=walstream.dlq topic_creation_group=dlq") || strings.Contains(out, `"created topic" topic=outbox.event.Customer`) ||
+		!strings.Contains(out, `level=WARN msg="topic exists with other settings than its topic.creation group's: walstream leaves it as it is" topic=outbox.event.Customer topic_creation_group=default differences="2 partitions, the group says 4; replication factor 1, the group says 3; retention.ms \"604800000\", the group says \"3600000\""`) {
 		t.Errorf("log:\n%s", out)
 	}
 }
 
 // Without TopicCreation and with broker auto-creation off, a record to a
-// missing topic fails the transaction with UNKNOWN_TOPIC_OR_PARTITION,
-// naming the topic and the event: nothing is committed or confirmed, and
-// every retry fails the same way until the topic exists (docs/kafka.md).
+// missing topic stops the producer before it is produced, naming the topic
+// and the event: nothing is committed or confirmed (docs/kafka.md).
 func TestProducerWithoutAutoCreation(t *testing.T) {
 	conn, _ := cluster(t, 1)
 	p := producerOn(t, conn, nil, "", slog.New(slog.NewTextHandler(&logBuffer{}, nil)))
@@ -301,12 +300,12 @@ func TestProducerWithoutAutoCreation(t *testing.T) {
 	}
 	start := time.Now()
 	err := p.Run(ctx, q)
-	var re *RecordError
-	if !errors.As(err, &re) || !errors.Is(err, kerr.UnknownTopicOrPartition) || re.Topic != "outbox.event.Order" || re.Event == nil || string(re.Event.ID) != "a" {
-		t.Fatalf("Run = %v, want UNKNOWN_TOPIC_OR_PARTITION for outbox.event.Order, event a", err)
+	var te *TopicError
+	if !errors.As(err, &te) || !errors.Is(err, ErrTopicMissing) || te.Topic != "outbox.event.Order" || !strings.Contains(err.Error(), "event id a") {
+		t.Fatalf("Run = %v, want the topic outbox.event.Order missing, naming event a", err)
 	}
-	if Permanent(err) {
-		t.Errorf("%v is permanent: a topic created by hand must let the stream go on", err)
+	if !Permanent(err) {
+		t.Errorf("%v is not permanent", err)
 	}
 	t.Logf("failed after %s: %v", time.Since(start).Round(time.Millisecond), err)
 }

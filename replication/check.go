@@ -296,3 +296,28 @@ func (n Names) slotStep(failover bool) Step {
     END IF;
 END $$`, quoteLiteral(n.Slot), failoverSlotsVersion, strings.TrimPrefix(n.CreateSlotSQL(true), "SELECT "), strings.TrimPrefix(n.CreateSlotSQL(false), "SELECT "))}
 }
+
+// RouteValues returns up to limit distinct values of column in table, as
+// text, the NULL value left out: the route-by values of the rows an outbox
+// holds, from which their topics follow. It gives up after two seconds:
+// an outbox is usually small, but this is only a check.
+func RouteValues(ctx context.Context, conn *pgx.Conn, t Table, column string, limit int) ([]string, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '2s'"); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT DISTINCT %[1]s::text FROM %[2]s WHERE %[1]s IS NOT NULL LIMIT %[3]d",
+		pgx.Identifier{column}.Sanitize(), t.SQL(), limit))
+	if err != nil {
+		return nil, fmt.Errorf("reading the route-by values of %s: %w", t, err)
+	}
+	values, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("reading the route-by values of %s: %w", t, err)
+	}
+	return values, nil
+}

@@ -44,6 +44,9 @@ func NewSlotMetrics(reg prometheus.Registerer) *SlotMetrics {
 		Name: "walstream_slot_failover", Help: "1 when the slot is a failover slot, 0 when not, -1 when the server has none (before Postgres 17)."})
 	m.failoverWarnings = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "walstream_slot_failover_warnings", Help: "Problems in the failover setup: not a failover slot, synchronized_standby_slots empty or naming a missing or inactive slot."})
+	for _, s := range walStatuses {
+		m.walStatus.WithLabelValues(s) // a series for each from the start
+	}
 	m.decoding = newDecodingCollector()
 	reg.MustRegister(m.confirmedLag, m.caughtUp, m.retained, m.safeWAL, m.active, m.walStatus, m.failover, m.failoverWarnings, m.decoding)
 	return m

@@ -72,12 +72,6 @@ func parseCommand(cmd command, args []string, stdout io.Writer) (*Config, error)
 			return nil, err
 		}
 	}
-	if c.CheckpointKey == "" {
-		c.CheckpointKey = c.Slot
-	}
-	if c.TransactionalID == "" {
-		c.TransactionalID = "walstream-" + c.Slot
-	}
 	errs = []error{c.build()}
 	needPG, needKafka := cmd.needs()
 	if needPG && c.PGURL == "" {
@@ -172,8 +166,11 @@ func checkWebConfig(path string) error {
 var (
 	initSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table",
 		"event-id-column", "event-key-column", "payload-column", "route-by-column", "timestamp-column",
-		"additional-placement", "additional-error-on-missing", "failover-slot"}
-	statusSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "checkpoint-topic", "checkpoint-key",
+		"additional-placement", "additional-error-on-missing", "failover-slot",
+		"stream", "kafka-brokers", "checkpoint-topic", "transactional-id", "on-error", "dlq-topic", "topic-creation", "topic-template"}
+	statusSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "stream", "checkpoint-topic", "checkpoint-key",
+		"transactional-id", "on-error", "dlq-topic",
 		"kafka-brokers", "kafka-tls", "kafka-tls-ca-file", "kafka-tls-cert-file", "kafka-tls-key-file", "kafka-tls-server-name",
-		"kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password-file", "blocking-query-text"}
+		"kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password-file", "kafka-oauth-token-file", "kafka-oauth-token-url",
+		"kafka-oauth-client-id", "kafka-oauth-client-secret-file", "kafka-oauth-scope", "blocking-query-text"}
 )

@@ -50,8 +50,9 @@ func TestHelpListsOnlyUsedFlags(t *testing.T) {
 		want     []string
 		dontWant []string
 	}{
-		{"init", []string{"-pg-url", "-apply", "-check", "-role", "-slot", "-table", "-event-id-column", "-additional-placement"},
-			[]string{"-kafka-brokers", "-max-batch-events", "-linger", "-http-addr", "-json", "-compression"}},
+		{"init", []string{"-pg-url", "-apply", "-check", "-role", "-slot", "-table", "-event-id-column", "-additional-placement",
+			"-kafka-acls", "-kafka-principal", "-kafka-brokers", "-stream", "-topic-creation"},
+			[]string{"-kafka-tls-ca-file", "-max-batch-events", "-linger", "-http-addr", "-json", "-compression"}},
 		{"status", []string{"-pg-url", "-kafka-brokers", "-kafka-tls-ca-file", "-kafka-sasl-user", "-checkpoint-topic", "-json"},
 			[]string{"-max-batch-events", "-linger", "-http-addr", "-apply", "-role", "-event-id-column", "-compression"}},
 		{"run", []string{"-pg-url", "-kafka-brokers", "-max-batch-events", "-http-addr", "-event-id-column"}, []string{"-apply", "-json"}},

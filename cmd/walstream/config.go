@@ -43,6 +43,8 @@ type Config struct {
 	KafkaTLS                                                                   bool
 	KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile, KafkaTLSServerName      string
 	KafkaSASLMechanism, KafkaSASLUser, KafkaSASLPasswordFile                   string
+	KafkaOAuthTokenFile, KafkaOAuthTokenURL, KafkaOAuthClientID                string
+	KafkaOAuthClientSecretFile, KafkaOAuthScope                                string
 	Converter, KeyConverter, ValueConverter, KeySchemas, ValueSchemas, OnError string
 	CompressionText, SkipEventText, AcceptRecreatedText                        string
 	HTTPAddr, HTTPConfigFile, PprofAddr, LogLevel, LogFormat                   string
@@ -71,9 +73,14 @@ func (c *Config) settings() []setting {
 		{"kafka-tls-cert-file", &c.KafkaTLSCertFile, nil, "", "PEM client certificate for mutual TLS"},
 		{"kafka-tls-key-file", &c.KafkaTLSKeyFile, nil, "", "PEM client key for mutual TLS"},
 		{"kafka-tls-server-name", &c.KafkaTLSServerName, nil, "", "name to verify the brokers' certificates against (default: the host dialed)"},
-		{"kafka-sasl-mechanism", &c.KafkaSASLMechanism, nil, "Kafka.SASLMechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; the password comes from --kafka-sasl-password-file or $" + envKafkaSASLPassword},
+		{"kafka-sasl-mechanism", &c.KafkaSASLMechanism, nil, "Kafka.SASLMechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (the password comes from --kafka-sasl-password-file or $" + envKafkaSASLPassword + "); OAUTHBEARER (--kafka-oauth-token-file, or --kafka-oauth-token-url for an OIDC token endpoint); AWS_MSK_IAM (credentials from the AWS default chain; see docs/kafka.md, Security)"},
 		{"kafka-sasl-user", &c.KafkaSASLUser, nil, "", "SASL user"},
 		{"kafka-sasl-password-file", &c.KafkaSASLPasswordFile, nil, "", "file holding the SASL password; or $" + envKafkaSASLPassword + ", which has no flag"},
+		{"kafka-oauth-token-file", &c.KafkaOAuthTokenFile, nil, "", "OAUTHBEARER: file holding the bearer token, read again for every authentication (another process renews it)"},
+		{"kafka-oauth-token-url", &c.KafkaOAuthTokenURL, nil, "", "OAUTHBEARER: OIDC token endpoint walstream asks for tokens with the client-credentials grant, renewing them before they expire"},
+		{"kafka-oauth-client-id", &c.KafkaOAuthClientID, nil, "", "OAUTHBEARER: client id for --kafka-oauth-token-url"},
+		{"kafka-oauth-client-secret-file", &c.KafkaOAuthClientSecretFile, nil, "", "OAUTHBEARER: file holding the client secret for --kafka-oauth-token-url; or $" + envKafkaOAuthClientSecret + ", which has no flag"},
+		{"kafka-oauth-scope", &c.KafkaOAuthScope, nil, "", "OAUTHBEARER: scopes to ask --kafka-oauth-token-url for, space- or comma-separated"},
 		{"slot", &c.Slot, pipeline.DefaultSlot, "", "logical replication slot (pgoutput)"},
 		{"publication", &c.Publication, pipeline.DefaultPublication, "", "publication of the outbox table"},
 		{"table", &c.Table, pipeline.DefaultTable, "", "outbox tables, schema-qualified and comma-separated; they share the slot and the publication"},
@@ -83,8 +90,9 @@ func (c *Config) settings() []setting {
 		{"accept-system-change", &c.Accept.SystemChange, nil, "", "go on from the slot when the server is another cluster than the checkpoint's (see docs/postgres.md, Another cluster)"},
 		{"failover-slot", &c.FailoverSlot, true, "", "create the slot as a failover slot where the server supports it (Postgres 17 and later)"},
 		{"checkpoint-topic", &c.CheckpointTopic, pipeline.DefaultCheckpointTopic, "CheckpointTopic", "compacted topic holding checkpoints, created when missing"},
-		{"checkpoint-key", &c.CheckpointKey, nil, "", "key of this stream's checkpoints (default: the slot name)"},
-		{"transactional-id", &c.TransactionalID, nil, "", "Kafka transactional.id (default: walstream-<slot>)"},
+		{"stream", &c.Stream, nil, "Stream", "name of this stream, shown in logs, metrics and status, and the default of its checkpoint key and transactional id; default <database>/<slot>, which a failover or restore keeps: give each stream sharing a Kafka cluster its own (see docs/kafka.md, Many streams on one Kafka cluster)"},
+		{"checkpoint-key", &c.CheckpointKey, nil, "", "key of this stream's checkpoints (default: the stream name)"},
+		{"transactional-id", &c.TransactionalID, nil, "", "Kafka transactional.id (default: walstream-<stream name>)"},
 		{"stream-in-progress", &c.StreamInProgress, true, "", "on Postgres 14 and later, have transactions larger than logical_decoding_work_mem streamed while in progress instead of spilled to disk and sent at their commit, so that a large transaction on another table no longer holds up the outbox; a streamed outbox transaction is kept in a temporary file until it commits, then published (see --spool-dir)"},
 		{"spool-dir", &c.SpoolDir, nil, "", "directory of the temporary files holding streamed transactions until they commit (default: $TMPDIR, else /tmp); the files are unlinked at once, so a crash leaves none"},
 		{"max-batch-events", &c.MaxBatchEvents, pipeline.DefaultMaxBatchEvents, "MaxBatchEvents", "events per Kafka transaction; larger Postgres transactions are split"},
@@ -132,6 +140,10 @@ func envName(flagName string) string {
 // envKafkaSASLPassword is the SASL password's environment variable. It has
 // no flag: a secret on the command line shows in ps and shell history.
 const envKafkaSASLPassword = envPrefix + "KAFKA_SASL_PASSWORD"
+
+// envKafkaOAuthClientSecret is the OAuth client secret's environment
+// variable, also without a flag.
+const envKafkaOAuthClientSecret = envPrefix + "KAFKA_OAUTH_CLIENT_SECRET"
 
 // flags defines every setting on fs. Each flag's usage names its
 // environment variable, so `walstream run --help` documents both.
@@ -202,6 +214,7 @@ func (c *Config) build() error {
 		bad("pg-password-file", err)
 	}
 	c.Names = replication.Names{Slot: c.Slot, Publication: c.Publication}
+	c.streamNames()
 	tablesErr := false
 	if c.Names.Tables, err = replication.ParseTables(c.Table); err != nil {
 		bad("table", err)
@@ -265,11 +278,49 @@ func (c *Config) build() error {
 	return errors.Join(errs...)
 }
 
+// streamNames defaults the stream's name to <database>/<slot>, names that
+// a failover or a restore of the database keeps, and the checkpoint key
+// and transactional id to the stream's name. When all three are left to
+// their defaults, the key and transactional id earlier versions defaulted
+// to (the slot's name, walstream-<slot>) are where the stream's checkpoint
+// may still be (pipeline.Config.LegacyKey).
+func (c *Config) streamNames() {
+	defaulted := c.Stream == "" && c.CheckpointKey == "" && c.TransactionalID == ""
+	if c.Stream == "" {
+		db := ""
+		if c.Postgres != nil {
+			if db = c.Postgres.Database; db == "" {
+				db = c.Postgres.User // libpq's default database
+			}
+		}
+		c.Stream = c.Slot
+		if db != "" {
+			c.Stream = db + "/" + c.Slot
+		}
+	}
+	if c.CheckpointKey == "" {
+		c.CheckpointKey = c.Stream
+	}
+	if c.TransactionalID == "" {
+		c.TransactionalID = "walstream-" + c.Stream
+	}
+	if defaulted {
+		c.LegacyKey, c.LegacyTransactionalID = c.Slot, "walstream-"+c.Slot
+	}
+}
+
 // named words an error of pipeline.Config.Validate with the flag of the
 // field it names, one line for each error it joins.
 func (c *Config) named(se *pipeline.SettingError) []error {
 	if se.Field == "Kafka.SASLMechanism" {
-		return []error{fmt.Errorf("--kafka-sasl-mechanism: %w (the password comes from --kafka-sasl-password-file or $%s)", se.Err, envKafkaSASLPassword)}
+		hint := fmt.Sprintf("the password comes from --kafka-sasl-password-file or $%s", envKafkaSASLPassword)
+		switch strings.ToUpper(c.KafkaSASLMechanism) {
+		case publish.SASLOAuthBearer:
+			hint = fmt.Sprintf("--kafka-oauth-token-file, or --kafka-oauth-token-url with --kafka-oauth-client-id and --kafka-oauth-client-secret-file or $%s", envKafkaOAuthClientSecret)
+		case publish.SASLAWSMSKIAM:
+			hint = "--kafka-tls"
+		}
+		return []error{fmt.Errorf("--kafka-sasl-mechanism: %w (%s)", se.Err, hint)}
 	}
 	name := "slot/publication/table"
 	for _, s := range c.settings() {
@@ -372,7 +423,21 @@ func (c *Config) kafka() (publish.KafkaSettings, error) {
 			return conn, fmt.Errorf("--kafka-sasl-password-file: %w", err)
 		}
 	}
-	return conn, nil
+	conn.OAuth = publish.OAuthSettings{TokenFile: c.KafkaOAuthTokenFile, TokenURL: c.KafkaOAuthTokenURL,
+		ClientID: c.KafkaOAuthClientID, ClientSecret: os.Getenv(envKafkaOAuthClientSecret),
+		Scopes: strings.FieldsFunc(c.KafkaOAuthScope, func(r rune) bool { return r == ' ' || r == ',' })}
+	if c.KafkaOAuthClientSecretFile != "" {
+		var err error
+		if conn.OAuth.ClientSecret, err = readSecret(c.KafkaOAuthClientSecretFile); err != nil {
+			return conn, fmt.Errorf("--kafka-oauth-client-secret-file: %w", err)
+		}
+	}
+	if c.KafkaOAuthTokenFile != "" {
+		if _, err := os.Stat(c.KafkaOAuthTokenFile); err != nil {
+			return conn, fmt.Errorf("--kafka-oauth-token-file: %w", err)
+		}
+	}
+	return conn.Shared(), nil
 }
 
 // logger logs to w at --log-level in --log-format; err is a bad level.

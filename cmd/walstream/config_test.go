@@ -33,8 +33,18 @@ func TestConfigFromEnvironment(t *testing.T) {
 	if c.Linger != 20*time.Millisecond {
 		t.Errorf("Linger = %s", c.Linger)
 	}
-	if c.TransactionalID != "walstream-flagwins" || c.CheckpointKey != "flagwins" {
-		t.Errorf("defaults derived from the slot: transactional id %q, checkpoint key %q", c.TransactionalID, c.CheckpointKey)
+	if c.Stream != "app/flagwins" || c.TransactionalID != "walstream-app/flagwins" || c.CheckpointKey != "app/flagwins" ||
+		c.LegacyKey != "flagwins" || c.LegacyTransactionalID != "walstream-flagwins" {
+		t.Errorf("defaults derived from the database and slot: stream %q, transactional id %q, checkpoint key %q, legacy %q and %q",
+			c.Stream, c.TransactionalID, c.CheckpointKey, c.LegacyKey, c.LegacyTransactionalID)
+	}
+	c, err = parseConfig([]string{"--stream", "orders-eu"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TransactionalID != "walstream-orders-eu" || c.CheckpointKey != "orders-eu" || c.LegacyKey != "" {
+		t.Errorf("with --stream: transactional id %q, checkpoint key %q, legacy key %q; want walstream-orders-eu, orders-eu and none",
+			c.TransactionalID, c.CheckpointKey, c.LegacyKey)
 	}
 	if o := c.Outboxes[0]; o.Name() != "public.outbox" || o.TopicReplacement != "outbox.event.${routedByValue}" {
 		t.Errorf("default topic template: %+v", o)

@@ -261,7 +261,13 @@ type outboxRow struct {
 // per aggregate in commit order (seq increasing along the partition).
 func (e *env) checkExactlyOnce(recs []record, topicPrefix string) {
 	e.t.Helper()
-	rows, err := e.pg.Connect("postgres").Query(context.Background(),
+	e.checkExactlyOnceIn("postgres", recs, topicPrefix)
+}
+
+// checkExactlyOnceIn is checkExactlyOnce for the outbox of database db.
+func (e *env) checkExactlyOnceIn(db string, recs []record, topicPrefix string) {
+	e.t.Helper()
+	rows, err := e.pg.Connect(db).Query(context.Background(),
 		"SELECT id::text, aggregatetype, aggregateid, payload::text FROM outbox")
 	if err != nil {
 		e.t.Fatal(err)
@@ -340,8 +346,14 @@ func (e *env) readAll(types ...string) []record {
 // spread over aggs aggregates of type typ; rollback discards them.
 func (e *env) insertTx(typ string, n, aggs int, seq *int, rollback bool) {
 	e.t.Helper()
+	e.insertTxIn("postgres", typ, n, aggs, seq, rollback)
+}
+
+// insertTxIn is insertTx into the outbox of database db.
+func (e *env) insertTxIn(db, typ string, n, aggs int, seq *int, rollback bool) {
+	e.t.Helper()
 	ctx := context.Background()
-	conn := e.pg.Connect("postgres")
+	conn := e.pg.Connect(db)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		e.t.Fatal(err)
@@ -701,7 +713,7 @@ func survives(t *testing.T, e *env, faults []fault, peers ...string) {
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
 	log := p.Log()
 	for _, peer := range peers {
-		if !regexpFind(`msg="session ended, restarting from the checkpoint" slot=walstream peer=`+peer, log) {
+		if !regexpFind(`msg="session ended, restarting from the checkpoint" stream=postgres/walstream slot=walstream peer=`+peer, log) {
 			t.Errorf("no session restart attributed to %s:\n%s", peer, grepLines(log, "session ended"))
 		}
 	}

@@ -19,20 +19,26 @@ var ErrCheckFailed = errors.New("setup check failed")
 // setup: publication, slot and, unless --role is empty, a least-privilege
 // role), applies it, or checks the setup.
 func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var apply, check bool
-	var role string
+	var apply, check, acls bool
+	var role, principal string
 	cfg, err := parseCommand(command{name: "init",
 		about: "Prints the SQL that prepares Postgres for walstream: the outbox table, the publication, the slot and a least-privilege role.\n--apply runs it (idempotent); --check validates an existing setup and reports what is wrong, line by line.",
 		extra: func(fs *flag.FlagSet) {
 			fs.BoolVar(&apply, "apply", false, "run the SQL (as a role that may create them)")
 			fs.BoolVar(&check, "check", false, "check the setup instead, as the role walstream runs as")
 			fs.StringVar(&role, "role", "walstream", "least-privilege role to create; empty: none")
+			fs.BoolVar(&acls, "kafka-acls", false, "print the least-privilege Kafka ACLs of the stream instead, as a table and as kafka-acls.sh commands")
+			fs.StringVar(&principal, "kafka-principal", "User:walstream", "the Kafka principal --kafka-acls grants to")
 		},
 		uses:  initSettings,
 		needs: func() (pg, kafka bool) { return apply || check, false },
 	}, args, stdout)
 	if err != nil {
 		return err
+	}
+	if acls {
+		printACLs(stdout, cfg, principal)
+		return nil
 	}
 	var steps []replication.Step
 	var tables []replication.TableColumns

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,7 +15,10 @@ import (
 // TestKubernetesManifest pins the rollout design docs/getting-started.md argues: both a
 // streaming pod and a healthy standby are Ready, a new pod is Ready before
 // an old one stops, the image is pinned, and the least-privilege role does
-// not create the slot.
+// not create the slot. The settings are the ConfigMap's walstream.yaml,
+// which walstream reads as it is; passwords are files mounted from the
+// Secret, in no URL or environment variable; the ServiceAccount carries
+// the IRSA annotation MSK IAM uses.
 func TestKubernetesManifest(t *testing.T) {
 	b, err := os.ReadFile("../../deploy/kubernetes/walstream.yaml")
 	if err != nil {
@@ -28,16 +32,22 @@ func TestKubernetesManifest(t *testing.T) {
 		ImagePullPolicy string `yaml:"imagePullPolicy"`
 		Args            []string
 		Env             []struct{ Name, Value string }
-		ReadinessProbe  probe `yaml:"readinessProbe"`
-		LivenessProbe   probe `yaml:"livenessProbe"`
 		VolumeMounts    []struct {
 			Name      string
 			MountPath string `yaml:"mountPath"`
 		} `yaml:"volumeMounts"`
+		ReadinessProbe probe `yaml:"readinessProbe"`
+		LivenessProbe  probe `yaml:"livenessProbe"`
 	}
 	type doc struct {
-		Kind string
-		Spec struct {
+		Kind     string
+		Metadata struct {
+			Name        string
+			Annotations map[string]string
+		}
+		Data       map[string]string
+		StringData map[string]string `yaml:"stringData"`
+		Spec       struct {
 			Replicas int
 			Strategy struct {
 				Type          string
@@ -50,10 +60,15 @@ func TestKubernetesManifest(t *testing.T) {
 			Template       struct {
 				Metadata struct{ Labels map[string]string }
 				Spec     struct {
-					Containers []container
-					Volumes    []struct {
-						Name     string
-						EmptyDir *struct{} `yaml:"emptyDir"`
+					ServiceAccountName string `yaml:"serviceAccountName"`
+					Containers         []container
+					Volumes            []struct {
+						Name      string
+						EmptyDir  *struct{}             `yaml:"emptyDir"`
+						ConfigMap struct{ Name string } `yaml:"configMap"`
+						Secret    struct {
+							SecretName string `yaml:"secretName"`
+						}
 					}
 				}
 			}
@@ -89,8 +104,10 @@ func TestKubernetesManifest(t *testing.T) {
 	for _, e := range c.Env {
 		env[e.Name] = e.Value
 	}
-	if env["WALSTREAM_CREATE"] != "false" || strings.Contains(strings.Join(c.Args, " "), "--create=true") {
-		t.Errorf("env %v, args %v: the least-privilege role must run with --create=false", env, c.Args)
+	for name := range env {
+		if strings.HasPrefix(name, envPrefix) {
+			t.Errorf("setting %s in the environment: settings belong in the ConfigMap's walstream.yaml", name)
+		}
 	}
 	// The root filesystem is read-only; streamed transactions are spooled
 	// in the temporary directory until they commit.
@@ -107,8 +124,53 @@ func TestKubernetesManifest(t *testing.T) {
 	if !writable {
 		t.Errorf("no emptyDir mounted at /tmp (mounts %+v): streamed transactions cannot be spooled", c.VolumeMounts)
 	}
-	if dep.Spec.Template.Metadata.Labels["slot"] == "" {
-		t.Error("pods have no slot label: the dashboard and the alerts group by it")
+	if dep.Spec.Template.Metadata.Labels["slot"] != "" {
+		t.Error("pods carry a slot label: walstream labels its own series, and a target label slot would clash")
+	}
+
+	// walstream.yaml, mounted where --config reads it, with the Secret's
+	// files where it names them.
+	mounts := map[string]string{}
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		for _, m := range c.VolumeMounts {
+			if m.Name == v.Name {
+				mounts[v.ConfigMap.Name+v.Secret.SecretName+"/"+map[bool]string{true: "config", false: "secret"}[v.ConfigMap.Name != ""]] = m.MountPath
+			}
+		}
+	}
+	cm, secret := kinds["ConfigMap"], kinds["Secret"]
+	file := cm.Data["walstream.yaml"]
+	if file == "" || mounts["walstream/config"] != "/etc/walstream/config" || mounts["walstream/secret"] != "/etc/walstream/secrets" ||
+		strings.Join(c.Args, " ") != "run --config /etc/walstream/config/walstream.yaml" {
+		t.Fatalf("args %v, mounts %v: want the ConfigMap's walstream.yaml at /etc/walstream/config read by --config, the Secret at /etc/walstream/secrets", c.Args, mounts)
+	}
+	dir := t.TempDir()
+	for key, value := range secret.StringData {
+		if strings.Contains(file, value) {
+			t.Errorf("walstream.yaml holds the secret %s", key)
+		}
+		if err := os.WriteFile(filepath.Join(dir, key), []byte(value), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	local := filepath.Join(dir, "walstream.yaml")
+	if err := os.WriteFile(local, []byte(strings.ReplaceAll(file, "/etc/walstream/secrets", dir)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseConfig([]string{"--config", local}, io.Discard)
+	if err != nil {
+		t.Fatalf("walstream.yaml: %v", err)
+	}
+	if cfg.Create || cfg.Postgres.Password != secret.StringData["pg-password"] || cfg.Kafka.SASLPassword != secret.StringData["kafka-sasl-password"] ||
+		strings.Contains(cfg.PGURL, ":"+secret.StringData["pg-password"]) || cfg.Stream == "" {
+		t.Errorf("walstream.yaml: create %v, stream %q; want --create=false, the passwords from the mounted files and none in the URL", cfg.Create, cfg.Stream)
+	}
+	if !strings.Contains(file, "kafka-sasl-mechanism: AWS_MSK_IAM") {
+		t.Error("walstream.yaml does not show the AWS_MSK_IAM alternative")
+	}
+	sa := kinds["ServiceAccount"]
+	if dep.Spec.Template.Spec.ServiceAccountName != sa.Metadata.Name || !strings.HasPrefix(sa.Metadata.Annotations["eks.amazonaws.com/role-arn"], "arn:aws:iam::") {
+		t.Errorf("ServiceAccount %+v used by the pods as %q: want the IRSA annotation eks.amazonaws.com/role-arn", sa.Metadata, dep.Spec.Template.Spec.ServiceAccountName)
 	}
 	if pdb, ok := kinds["PodDisruptionBudget"]; !ok || pdb.Spec.MaxUnavailable != 1 {
 		t.Errorf("PodDisruptionBudget %+v, want maxUnavailable 1", pdb)

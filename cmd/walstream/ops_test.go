@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,10 +19,13 @@ import (
 func (p *proc) httpAddr(t *testing.T) string {
 	t.Helper()
 	p.waitLog(t, `msg="http listening"`, 30*time.Second)
-	return between(p.Log(), `msg="http listening" slot=walstream addr=`, " ")
+	line := between(p.Log(), `msg="http listening"`, "\n")
+	return between(line, " addr=", " ")
 }
 
-// metric scrapes one sample, such as `walstream_slot_wal_status{status="reserved"}`.
+// metric scrapes one sample, such as `walstream_slot_wal_status{status="reserved"}`:
+// the first series of that name with those labels, whatever others (the
+// stream's) it carries.
 func metric(t *testing.T, addr, name string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
@@ -29,9 +33,20 @@ func metric(t *testing.T, addr, name string) float64 {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	base, labels, _ := strings.Cut(strings.TrimSuffix(name, "}"), "{")
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+		series, v, ok := strings.Cut(sc.Text(), " ")
+		got, have, _ := strings.Cut(strings.TrimSuffix(series, "}"), "{")
+		if !ok || got != base || strings.HasPrefix(series, "#") {
+			continue
+		}
+		for _, l := range strings.Split(labels, ",") {
+			if l != "" && !slices.Contains(strings.Split(have, ","), l) {
+				ok = false
+			}
+		}
+		if ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				t.Fatal(err)

@@ -191,6 +191,7 @@ func routerReference(t *testing.T) string {
 type registrar struct {
 	prometheus.Registerer
 	collectors []prometheus.Collector
+	gather     prometheus.Gatherer // what Registerer registers on
 }
 
 func (r *registrar) Register(c prometheus.Collector) error {
@@ -242,14 +243,16 @@ func metricsReference(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Both record the collectors inside the stream's labels, as
+	// pipeline.New adds them, so that vectors get children.
 	reg := newRegistry()
-	rec := &registrar{Registerer: reg}
+	rec := &registrar{Registerer: reg, gather: reg}
 	pipeline.New(c.Config, log, rec)
 
 	// The producer's client, created as a session creates it; creating a
 	// client connects to nothing.
 	kreg := prometheus.NewRegistry()
-	krec := &registrar{Registerer: kreg}
+	krec := &registrar{Registerer: prometheus.WrapRegistererWith(c.MetricLabels(), kreg), gather: kreg}
 	prod, err := publish.New(publish.Config{Kafka: c.Kafka, TransactionalID: c.TransactionalID, CheckpointTopic: c.CheckpointTopic,
 		CheckpointKey: c.CheckpointKey, Slot: c.Slot, Outboxes: c.Outboxes, MaxBatchEvents: c.MaxBatchEvents, MaxBatchBytes: c.MaxBatchBytes,
 		CommitTimeout: c.CommitTimeout, MaxRecordBytes: c.MaxRecordBytes, Encoding: c.Encoding, Compression: c.Compression},
@@ -262,7 +265,7 @@ func metricsReference(t *testing.T) string {
 	families := make(map[string]*dto.MetricFamily)
 	for _, r := range []*registrar{rec, krec} {
 		r.withChildren(t)
-		mfs, err := r.Registerer.(prometheus.Gatherer).Gather()
+		mfs, err := r.gather.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}

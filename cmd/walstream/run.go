@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
+	"github.com/walstream/walstream/publish"
 )
 
 // defaultGOGC is the garbage collector's target when GOGC is not in the
@@ -35,7 +36,7 @@ const defaultGOGC = 200
 // log sees why walstream stopped.
 func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 	log, _ := cfg.logger(stderr) // validated
-	log = log.With("slot", cfg.Slot)
+	log = log.With("stream", cfg.Stream, "slot", cfg.Slot)
 	var ran bool // the error, if any, is the pipeline's
 	defer func() {
 		if err == nil {
@@ -58,7 +59,7 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 	// line says so (pg_tls); sslmode is what was asked for.
 	log.Info("starting", "version", version, "host", pg.Host, "port", pg.Port, "database", pg.Database,
 		"user", pg.User, "pg_sslmode", sslMode(cfg.PGURL), "brokers", cfg.Brokers,
-		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "transactional_id", cfg.TransactionalID,
+		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID,
 		"gogc", gogc)
 
 	reg := newRegistry()
@@ -84,6 +85,7 @@ func newRegistry() *prometheus.Registry {
 // flagHints adds the flag that changes the outcome to errors that have one.
 func flagHints(err error) error {
 	var shared *pipeline.SharedIDError
+	var sharedKey *pipeline.SharedKeyError
 	var diverged *pipeline.DivergedError
 	var recreated *decode.TableRecreatedError
 	var bad *decode.Error
@@ -93,9 +95,13 @@ func flagHints(err error) error {
 	case errors.As(err, &diverged) && diverged.Placement.Verdict == pipeline.Phantoms:
 		return fmt.Errorf("%w (--accept-phantoms)", err)
 	case errors.As(err, &diverged) && diverged.Placement.Verdict == pipeline.SystemChanged:
-		return fmt.Errorf("%w (--accept-system-change)", err)
+		return fmt.Errorf("%w (two streams: --stream; a restore: --accept-system-change)", err)
 	case errors.As(err, &shared):
-		return fmt.Errorf("%w (check --transactional-id)", err)
+		return fmt.Errorf("%w (give each stream its own --stream, or check --transactional-id)", err)
+	case errors.As(err, &sharedKey):
+		return fmt.Errorf("%w (--stream)", err)
+	case errors.Is(err, publish.ErrTopicMissing):
+		return fmt.Errorf("%w (create the topic, or let walstream create the topics it writes to with --topic-creation; see docs/kafka.md, Outbox and dead-letter topics)", err)
 	case errors.As(err, &recreated):
 		return fmt.Errorf("%w (--accept-recreated-table %s=%d)", err, recreated.Table, recreated.NewOID)
 	case errors.As(err, &bad) && bad.Event.CommitLSN != 0:

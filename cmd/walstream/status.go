@@ -68,6 +68,7 @@ func printStatus(w io.Writer, r *statusReport) {
 	defer tw.Flush()
 	line := func(name, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", name, fmt.Sprintf(format, a...)) }
 	s, c, sv, fo := r.Slot, r.Checkpoint, r.Server, r.Failover
+	line("stream", "%s (transactional id %s)", r.Stream, r.TransactionalID)
 	line("slot", "%s", s.Name)
 	if s.Exists {
 		active := "no"
@@ -148,6 +149,12 @@ func printStatus(w io.Writer, r *statusReport) {
 		if g := c.Gap; g != nil {
 			line("  accepted gap", "%s at %s: %s to %s of system %s timeline %d, %s events",
 				g.Kind, g.At.Format(time.RFC3339), g.FromLSN, g.ToLSN, g.PreviousSystemID, g.PreviousTimeline, count(g.Events))
+		}
+	}
+	if t := r.Topics; len(t.Checked) > 0 {
+		line("topics", "%d checked (checkpoint, dead-letter, and those of the route-by values in the outbox)", len(t.Checked))
+		if len(t.Missing) > 0 {
+			line("  missing", "%s (create them, or let walstream create them with --topic-creation; see docs/kafka.md, Outbox and dead-letter topics)", strings.Join(t.Missing, ", "))
 		}
 	}
 	for _, w := range r.Warnings {

@@ -90,13 +90,22 @@ func StartBroker(t testing.TB, kind BrokerKind) Broker {
 // call it.
 func StartBrokerAsync(t testing.TB, kind BrokerKind) func() Broker {
 	t.Helper()
+	return startAsync(t, func() (Broker, error) { return LaunchBroker(context.Background(), kind) })
+}
+
+// startAsync launches a broker in the background; the function it returns
+// waits for it, and the broker is closed (a failed test shows a Kafka
+// cluster's logs first) when the test ends. One that cannot start skips
+// the test, or fails it under CI.
+func startAsync[B Broker](t testing.TB, launch func() (B, error)) func() B {
+	t.Helper()
 	type result struct {
-		b   Broker
+		b   B
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		b, err := LaunchBroker(context.Background(), kind)
+		b, err := launch()
 		ch <- result{b, err}
 	}()
 	var r *result
@@ -108,14 +117,14 @@ func StartBrokerAsync(t testing.TB, kind BrokerKind) func() Broker {
 		return *r
 	}
 	t.Cleanup(func() {
-		if b := get().b; b != nil {
-			if k, ok := b.(*Kafka); ok && t.Failed() {
+		if res := get(); res.err == nil {
+			if k, ok := any(res.b).(*Kafka); ok && t.Failed() {
 				k.logNodes(t)
 			}
-			b.Close()
+			res.b.Close()
 		}
 	})
-	return func() Broker {
+	return func() B {
 		t.Helper()
 		res := get()
 		if res.err != nil {

@@ -117,6 +117,48 @@ type KafkaConfig struct {
 	JVM []string
 	// Output, when set, gets every node's log.
 	Output io.Writer
+	// Security, when set, adds a second client listener that speaks TLS,
+	// SASL or both, and may turn the authorizer on. The PLAINTEXT
+	// listener stays for the harness's own readers and for inter-broker
+	// traffic; with an authorizer its principal, User:ANONYMOUS, is a
+	// super user.
+	Security *KafkaSecurity
+}
+
+// KafkaSecurity is a cluster's secured listener (KafkaNode.SecurePort).
+type KafkaSecurity struct {
+	// CertFile and KeyFile (PEM, as CA.Issue writes them) make the
+	// listener speak TLS, from a PEM keystore.
+	CertFile, KeyFile string
+	// ScramUsers are created at format time (StorageTool --add-scram) for
+	// SCRAM-SHA-256 and SCRAM-SHA-512, by name; with any, the listener
+	// speaks SASL.
+	ScramUsers map[string]string
+	// JWKSURL, when set, has the listener take OAUTHBEARER tokens: JWTs
+	// checked against the keys served there (Kafka's
+	// OAuthBearerValidatorCallbackHandler); the URL is allow-listed with
+	// the JVM property org.apache.kafka.sasl.oauthbearer.allowed.urls,
+	// which Kafka 4.x requires. A token's sub claim is its principal.
+	JWKSURL string
+	// Authorizer turns on KRaft's StandardAuthorizer, with SuperUsers
+	// (principals such as "User:admin") besides User:ANONYMOUS.
+	Authorizer bool
+	SuperUsers []string
+}
+
+// protocol is the listener's security protocol.
+func (s *KafkaSecurity) protocol() string {
+	p := "SASL_"
+	if len(s.ScramUsers) == 0 && s.JWKSURL == "" {
+		p = ""
+	}
+	if s.CertFile != "" {
+		return p + "SSL"
+	}
+	if p == "" {
+		return "PLAINTEXT"
+	}
+	return p + "PLAINTEXT"
 }
 
 // Kafka is an Apache Kafka cluster in KRaft mode on loopback, each node a
@@ -133,6 +175,9 @@ type Kafka struct {
 type KafkaNode struct {
 	ID   int
 	Port int // the client listener's
+	// SecurePort is the listener KafkaConfig.Security describes, 0
+	// without one.
+	SecurePort int
 	// ControllerPort is the KRaft controller listener's.
 	ControllerPort int
 	dir            string
@@ -207,6 +252,9 @@ func LaunchKafka(ctx context.Context, cfg KafkaConfig) (*Kafka, error) {
 	jvm := cfg.JVM
 	if jvm == nil {
 		jvm = []string{"-XX:+UseG1GC", "-XX:TieredStopAtLevel=1"}
+	}
+	if sec := cfg.Security; sec != nil && sec.JWKSURL != "" {
+		jvm = append(slices.Clip(jvm), "-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls="+sec.JWKSURL)
 	}
 	log4j := filepath.Join(dir, "log4j2.properties")
 	if err := os.WriteFile(log4j, []byte(kafkaLog4j), 0o644); err != nil {
@@ -286,6 +334,14 @@ func (k *Kafka) format(ctx context.Context) error {
 		if n.ControllerPort, err = PickPort(); err != nil {
 			return err
 		}
+		if k.cfg.Security != nil {
+			if n.SecurePort, err = PickPort(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := k.writeKeystore(); err != nil {
+		return err
 	}
 	id := clusterID()
 	for _, n := range k.nodes {
@@ -298,6 +354,13 @@ func (k *Kafka) format(ctx context.Context) error {
 		args := []string{"format", "-t", id, "-c", n.propsFile()}
 		for _, f := range k.cfg.Features {
 			args = append(args, "--feature", f)
+		}
+		if sec := k.cfg.Security; sec != nil {
+			for _, name := range slices.Sorted(maps.Keys(sec.ScramUsers)) {
+				for _, m := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512"} {
+					args = append(args, "--add-scram", fmt.Sprintf("%s=[name=%s,password=%s]", m, name, sec.ScramUsers[name]))
+				}
+			}
 		}
 		if _, err := k.tool(ctx, args...); err != nil {
 			return fmt.Errorf("formatting Kafka node %d: %w", n.ID, err)
@@ -375,6 +438,9 @@ func (k *Kafka) serverProps(n *KafkaNode) string {
 		props["share.coordinator.state.topic.replication.factor"] = rf
 		props["share.coordinator.state.topic.min.isr"] = isr
 	}
+	if sec := k.cfg.Security; sec != nil {
+		k.secureProps(props, n, sec)
+	}
 	maps.Copy(props, k.cfg.Props)
 	var b strings.Builder
 	for _, key := range slices.Sorted(maps.Keys(props)) {
@@ -384,6 +450,74 @@ func (k *Kafka) serverProps(n *KafkaNode) string {
 }
 
 func (n *KafkaNode) propsFile() string { return filepath.Join(n.dir, "server.properties") }
+
+// secureProps adds the CLIENT listener that sec describes.
+func (k *Kafka) secureProps(props map[string]string, n *KafkaNode, sec *KafkaSecurity) {
+	const l = "listener.name.client."
+	props["listeners"] += fmt.Sprintf(",CLIENT://127.0.0.1:%d", n.SecurePort)
+	props["advertised.listeners"] += fmt.Sprintf(",CLIENT://127.0.0.1:%d", n.SecurePort)
+	props["listener.security.protocol.map"] += ",CLIENT:" + sec.protocol()
+	if sec.CertFile != "" {
+		props[l+"ssl.keystore.type"] = "PEM"
+		props[l+"ssl.keystore.location"] = k.keystore()
+	}
+	var mechs []string
+	if len(sec.ScramUsers) > 0 {
+		mechs = append(mechs, "SCRAM-SHA-256", "SCRAM-SHA-512")
+		for _, m := range []string{"scram-sha-256", "scram-sha-512"} {
+			props[l+m+".sasl.jaas.config"] = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+		}
+	}
+	if sec.JWKSURL != "" {
+		mechs = append(mechs, "OAUTHBEARER")
+		props[l+"oauthbearer.sasl.jaas.config"] = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+		props[l+"oauthbearer.sasl.server.callback.handler.class"] = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+		props["sasl.oauthbearer.jwks.endpoint.url"] = sec.JWKSURL
+		props["sasl.oauthbearer.expected.audience"] = OIDCAudience
+		props["sasl.oauthbearer.expected.issuer"] = OIDCIssuer
+	}
+	if len(mechs) > 0 {
+		props[l+"sasl.enabled.mechanisms"] = strings.Join(mechs, ",")
+	}
+	if sec.Authorizer {
+		props["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+		props["super.users"] = strings.Join(append([]string{"User:ANONYMOUS"}, sec.SuperUsers...), ";")
+	}
+}
+
+// keystore is the PEM keystore of the secured listener: the key in PKCS #8,
+// which Kafka's PEM keystores require, then the certificate.
+func (k *Kafka) keystore() string { return filepath.Join(k.Dir, "keystore.pem") }
+
+func (k *Kafka) writeKeystore() error {
+	sec := k.cfg.Security
+	if sec == nil || sec.CertFile == "" {
+		return nil
+	}
+	pemKey, err := os.ReadFile(sec.KeyFile)
+	if err != nil {
+		return fmt.Errorf("reading the Kafka listener's key: %w", err)
+	}
+	key, err := pkcs8(pemKey)
+	if err != nil {
+		return fmt.Errorf("reading the Kafka listener's key %s: %w", sec.KeyFile, err)
+	}
+	cert, err := os.ReadFile(sec.CertFile)
+	if err != nil {
+		return fmt.Errorf("reading the Kafka listener's certificate: %w", err)
+	}
+	return os.WriteFile(k.keystore(), append(key, cert...), 0o600)
+}
+
+// SecureAddr is the bootstrap address list of the listener
+// KafkaConfig.Security describes.
+func (k *Kafka) SecureAddr() string {
+	addrs := make([]string, len(k.nodes))
+	for i, n := range k.nodes {
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", n.SecurePort)
+	}
+	return strings.Join(addrs, ",")
+}
 
 // Addr is the bootstrap address list, comma-separated.
 func (k *Kafka) Addr() string {
@@ -562,4 +696,12 @@ func (n *KafkaNode) Log() string {
 		return p.Log()
 	}
 	return ""
+}
+
+// StartKafkaAsync starts a Kafka cluster as StartKafka does, in the
+// background, so that a test can start Postgres meanwhile; the function
+// it returns waits for the cluster.
+func StartKafkaAsync(t testing.TB, cfg KafkaConfig) func() *Kafka {
+	t.Helper()
+	return startAsync(t, func() (*Kafka, error) { return LaunchKafka(context.Background(), cfg) })
 }
