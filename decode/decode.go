@@ -793,18 +793,17 @@ func (d *Decoder) identity(lsn pglogrepl.LSN, table string, id []byte) Identity 
 // is not there.
 func (ev *Event) check(names Columns, absent string) (field, reason string) {
 	switch {
-	case ev.ID == nil:
-		return names.ID, "event id is " + absent
 	case !utf8.Valid(ev.ID):
 		return names.ID, "event id is not valid UTF-8"
 	case ev.AggregateType == nil:
+		// RegexRouter throws on a null topic: Debezium's task stops.
 		return names.AggregateType, "aggregate type is " + absent + ": no topic can be derived"
-	case ev.AggregateID == nil:
-		return names.AggregateID, "aggregate id is " + absent + ": the record would have no key"
 	case !utf8.Valid(ev.AggregateID):
 		return names.AggregateID, "aggregate id is not valid UTF-8"
 	}
-	// A NULL payload is not bad: Debezium publishes it as a null value.
+	// A NULL event id, key or payload is not bad: Debezium publishes a
+	// header without value, no key (or the key converter's null), and a
+	// null value.
 	return "", ""
 }
 

@@ -13,6 +13,10 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
+// AllPrefixes as Config.MessagePrefix takes the messages of every prefix,
+// as Debezium does unless message.prefix.include.list names some.
+const AllPrefixes = "*"
+
 // envelope is a logical-message outbox event, the JSON content of
 // pg_logical_emit_message(true, '<prefix>', '<envelope>').
 type envelope struct {
@@ -45,7 +49,7 @@ func (d *Decoder) message(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if uint64(n) != uint64(len(content)) {
 		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("logical message content is %d bytes, its length says %d", len(content), n)}
 	}
-	if d.cfg.MessagePrefix == "" || prefix != d.cfg.MessagePrefix {
+	if d.cfg.MessagePrefix == "" || prefix != d.cfg.MessagePrefix && d.cfg.MessagePrefix != AllPrefixes {
 		return nil, nil
 	}
 	if !transactional && d.tx == nil {

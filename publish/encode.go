@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/decode"
 )
 
@@ -24,6 +25,9 @@ const (
 	// FormatJSONSchema is JsonConverter with schemas.enable=true, Kafka
 	// Connect's default: {"schema":...,"payload":...}.
 	FormatJSONSchema
+	// FormatBinary is Debezium's BinaryDataConverter: a bytes value (a
+	// bytea payload) as its bytes; any other value stops Debezium.
+	FormatBinary
 )
 
 func (f Format) String() string {
@@ -34,14 +38,17 @@ func (f Format) String() string {
 		return "json"
 	case FormatJSONSchema:
 		return "json with schemas"
+	case FormatBinary:
+		return "binary"
 	}
 	return "Format(" + strconv.Itoa(int(f)) + ")"
 }
 
-// Kafka Connect's converter classes.
+// Kafka Connect's converter classes, and Debezium's.
 const (
 	StringConverterClass = "org.apache.kafka.connect.storage.StringConverter"
 	JSONConverterClass   = "org.apache.kafka.connect.json.JsonConverter"
+	BinaryConverterClass = "io.debezium.converters.BinaryDataConverter"
 )
 
 // ParseFormat reads a converter as a Connect config names it (its class,
@@ -55,8 +62,10 @@ func ParseFormat(converter string, schemas bool) (Format, error) {
 			return FormatJSONSchema, nil
 		}
 		return FormatJSON, nil
+	case BinaryConverterClass:
+		return FormatBinary, nil
 	}
-	return 0, fmt.Errorf("converter %q is not %s (string) or %s (json)", converter, StringConverterClass, JSONConverterClass)
+	return 0, fmt.Errorf("converter %q is not %s (string), %s (json) or %s", converter, StringConverterClass, JSONConverterClass, BinaryConverterClass)
 }
 
 // Encoding is how keys and values are written: a converter each, as a
@@ -67,6 +76,32 @@ type Encoding struct {
 	// value schema name of an envelope (<prefix>.<schema>.<table>.<route-by
 	// value>.Value), which JsonConverter with schemas writes.
 	SchemaPrefix string
+	// Context are headers written before each record's id header:
+	// ContextHeaders, or none.
+	Context []kgo.RecordHeader
+}
+
+// Debezium's context headers (io.debezium.connector.common.DebeziumHeaders).
+const (
+	HeaderLogicalName   = "__debezium.context.connectorLogicalName"
+	HeaderTaskID        = "__debezium.context.taskId"
+	HeaderConnectorName = "__debezium.context.connectorName"
+	HeaderRunID         = "__debezium.context.runId"
+)
+
+// ContextHeaders are the headers Debezium 3.2 and later put on every
+// change record unless extended.headers.enabled is false, and which its
+// outbox router keeps in front of id: the connector's logical name (its
+// topic.prefix), its task (0: the Postgres connector runs one), its type
+// and an id of the task's run. SimpleHeaderConverter writes each as its
+// text.
+func ContextHeaders(logicalName, runID string) []kgo.RecordHeader {
+	return []kgo.RecordHeader{
+		{Key: HeaderLogicalName, Value: []byte(logicalName)},
+		{Key: HeaderTaskID, Value: []byte("0")},
+		{Key: HeaderConnectorName, Value: []byte("postgresql")},
+		{Key: HeaderRunID, Value: []byte(runID)},
+	}
 }
 
 // encoder writes an event's key or value as one converter does behind
@@ -81,8 +116,10 @@ type encoder interface {
 var (
 	_ encoder = stringKey{}
 	_ encoder = jsonKey{}
+	_ encoder = binaryKey{}
 	_ encoder = (*stringValue)(nil)
 	_ encoder = (*jsonValue)(nil)
+	_ encoder = (*binaryValue)(nil)
 )
 
 // newEncoders is the one place that decides how an outbox table's keys
@@ -92,16 +129,49 @@ func newEncoders(enc Encoding, o *decode.Outbox) (key, value encoder) {
 	switch enc.Key {
 	case FormatJSON, FormatJSONSchema:
 		key = jsonKey{schemas: enc.Key == FormatJSONSchema}
+	case FormatBinary:
+		key = binaryKey{}
 	default:
 		key = stringKey{}
 	}
 	switch enc.Value {
 	case FormatJSON, FormatJSONSchema:
 		value = &jsonValue{payload: p, schemas: enc.Value == FormatJSONSchema, prefix: enc.SchemaPrefix}
+	case FormatBinary:
+		value = &binaryValue{p}
 	default:
 		value = &stringValue{p}
 	}
 	return key, value
+}
+
+// errNotBytes is BinaryDataConverter's refusal of anything but bytes
+// (Debezium's task stops with a DataException).
+var errNotBytes = errors.New("io.debezium.converters.BinaryDataConverter writes bytes only, and this is not a bytea column")
+
+// binaryKey is BinaryDataConverter as key.converter: no key column walstream
+// takes is bytes, so only a NULL key has bytes, none.
+type binaryKey struct{}
+
+func (binaryKey) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+	if ev.AggregateID == nil {
+		return nil, nil
+	}
+	return nil, errNotBytes
+}
+
+// binaryValue is BinaryDataConverter as value.converter: a bytea payload
+// as its bytes, NULL as no value.
+type binaryValue struct{ payload }
+
+func (v *binaryValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+	switch {
+	case ev.Tombstone || ev.Payload == nil && !v.envelope:
+		return nil, nil
+	case v.envelope || !ev.PayloadBinary:
+		return nil, errNotBytes
+	}
+	return append(dst, ev.Payload...), nil
 }
 
 func hasEnvelope(o *decode.Outbox) bool {
@@ -460,8 +530,11 @@ func connectJSON(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 }
 
 // javaString appends a column's value as StringConverter writes it: the
-// Connect value's toString.
+// Connect value's toString; nothing for NULL.
 func javaString(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
+	if text == nil {
+		return dst, nil
+	}
 	switch col.Type {
 	case decode.TypeBool:
 		return strconv.AppendBool(dst, text[0] == 't'), nil

@@ -73,6 +73,7 @@ type tableRoute struct {
 	outbox     *decode.Outbox
 	route      *Route
 	key, value encoder
+	context    []kgo.RecordHeader // Encoding.Context
 }
 
 // NewRouter compiles the route and encoders of every outbox table.
@@ -90,7 +91,7 @@ func NewRouter(enc Encoding, outboxes ...*decode.Outbox) (*Router, error) {
 			return nil, fmt.Errorf("two mappings are named outbox %s", o.Name())
 		}
 		key, value := newEncoders(enc, o)
-		r.tables[o.Name()] = &tableRoute{outbox: o, route: rt, key: key, value: value}
+		r.tables[o.Name()] = &tableRoute{outbox: o, route: rt, key: key, value: value, context: enc.Context}
 	}
 	return r, nil
 }
@@ -143,22 +144,26 @@ func (r *Router) Record(ev *decode.Event) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx := t.context
 	rec := &kgo.Record{
 		Topic:     t.route.Topic(ev.AggregateType),
 		Timestamp: ev.Timestamp,
-		Headers:   make([]kgo.RecordHeader, 1, 1+len(ev.Headers)+len(ev.Fields)),
+		Headers:   make([]kgo.RecordHeader, len(ctx)+1, len(ctx)+2+len(ev.Headers)+len(ev.Fields)),
 	}
+	copy(rec.Headers, ctx)
 	if rec.Key, err = t.key.encode(nil, ev); err != nil {
 		return nil, &EncodingError{Column: ev.Source.Columns.AggregateID, Err: err}
 	}
 	if rec.Value, err = t.value.encode(nil, ev); err != nil {
 		return nil, &EncodingError{Column: ev.Source.Columns.Payload, Err: err}
 	}
-	// EventRouterDelegate adds the id header with the id column's schema;
-	// SimpleHeaderConverter writes its string form (a uuid or text as it is).
-	rec.Headers[0] = kgo.RecordHeader{Key: HeaderID, Value: ev.ID}
+	// EventRouterDelegate adds the id header with the id column's schema
+	// after the headers the connector wrote; SimpleHeaderConverter writes
+	// its string form (a uuid or text as it is), and no value for NULL.
+	id := &rec.Headers[len(ctx)]
+	*id = kgo.RecordHeader{Key: HeaderID, Value: ev.ID}
 	if ev.IDColumn != nil {
-		if rec.Headers[0].Value, err = javaString(nil, ev.IDColumn, ev.ID); err != nil {
+		if id.Value, err = javaString(nil, ev.IDColumn, ev.ID); err != nil {
 			return nil, &EncodingError{Column: ev.IDColumn.Name, Err: err}
 		}
 	}
