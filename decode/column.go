@@ -28,6 +28,10 @@ type Column struct {
 	// in the row becomes this value where Debezium reads the column with
 	// Kafka Connect's Struct.get.
 	Default []byte
+	// Labels are an enum type's labels in order, comma-separated, from the
+	// catalog: Debezium's io.debezium.data.Enum schema lists them. Empty
+	// for any other type, or when the catalog was not read.
+	Labels string
 }
 
 // Catalog is what the Postgres catalog says of one column and pgoutput's
@@ -36,6 +40,8 @@ type Catalog struct {
 	NotNull bool
 	// Default is pg_get_expr of the column's default; empty for none.
 	Default string
+	// Labels are an enum type's labels (Column.Labels).
+	Labels string
 }
 
 // Numeric's precision and scale from its type modifier, as Postgres packs
@@ -48,23 +54,53 @@ func (c *Column) Numeric() (precision, scale int, ok bool) {
 	return m >> 16 & 0xFFFF, m & 0xFFFF, true
 }
 
+// VariableScale reports whether the column is a numeric without precision,
+// which Debezium writes as an io.debezium.data.VariableScaleDecimal struct.
+func (c *Column) VariableScale() bool {
+	_, _, ok := c.Numeric()
+	return c.Type == TypeNumeric && !ok
+}
+
+// Enum reports whether the column is of an enum type, as the catalog said.
+func (c *Column) Enum() bool { return c.Labels != "" }
+
+// arrayElements are the element types of the array types walstream
+// encodes, by array type OID: those Debezium's PostgresValueConverter
+// gives a Connect array schema of the element's own schema.
+var arrayElements = map[uint32]uint32{
+	1000: TypeBool, 1005: TypeInt2, 1007: TypeInt4, 1016: TypeInt8, 1021: TypeFloat4, 1022: TypeFloat8,
+	1002: TypeChar, 1009: TypeText, 1014: TypeBPChar, 1015: TypeVarchar, 2951: TypeUUID, 199: TypeJSON, 3807: TypeJSONB,
+	1041: TypeInet, 651: TypeCIDR, 1040: TypeMacaddr, 775: TypeMacaddr8,
+	1182: TypeDate, 1115: TypeTimestamp, 1185: TypeTimestampTZ, 1183: TypeTime, 1270: TypeTimeTZ,
+}
+
+// Elem is the element column of an array column: its element type with
+// the array's type modifier (a timestamp[]'s precision is its elements'),
+// nullable; ok is false for any other column.
+func (c *Column) Elem() (elem Column, ok bool) {
+	t, ok := arrayElements[c.Type]
+	if !ok {
+		return Column{}, false
+	}
+	return Column{Name: c.Name, Type: t, TypMod: c.TypMod}, true
+}
+
 // keyable says whether a column of this type can be the record key or an
 // additional field, and why not: the encoders render exactly these types as
 // Debezium's Postgres connector does with its default settings.
 func keyable(c *Column) error {
 	switch c.Type {
 	case TypeBool, TypeInt2, TypeInt4, TypeInt8, TypeFloat4, TypeFloat8, TypeText, TypeVarchar, TypeBPChar, TypeChar, TypeName,
-		TypeUUID, TypeJSON, TypeJSONB, TypeXML, TypeInet, TypeCIDR, TypeMacaddr, TypeMacaddr8, TypeDate, TypeTimestamp:
-		return nil
-	case TypeTimestampTZ:
-		return fmt.Errorf("column %s is timestamptz, which Debezium writes as an io.debezium.time.ZonedTimestamp string whose fraction width depends on how the connector learned the column; cast it to timestamp or text in a generated column", c.Name)
-	case TypeNumeric:
-		if _, _, ok := c.Numeric(); !ok {
-			return fmt.Errorf("column %s is numeric without precision, which Debezium encodes as a VariableScaleDecimal struct walstream does not write; declare it numeric(p,s)", c.Name)
-		}
+		TypeUUID, TypeJSON, TypeJSONB, TypeXML, TypeInet, TypeCIDR, TypeMacaddr, TypeMacaddr8, TypeDate, TypeTimestamp,
+		TypeTimestampTZ, TypeTime, TypeTimeTZ, TypeInterval, TypeMoney, TypeNumeric, TypeBytea:
 		return nil
 	}
-	return fmt.Errorf("column %s has type OID %d; walstream encodes text, varchar, char, uuid, json, jsonb, xml, inet, cidr, macaddr, smallint, integer, bigint, real, double precision, numeric(p,s), boolean, date and timestamp as Debezium does; cast it in a generated column", c.Name, c.Type)
+	if _, ok := c.Elem(); ok || c.Enum() {
+		return nil
+	}
+	return fmt.Errorf("column %s has type OID %d, which walstream does not encode; it encodes text, varchar, char, name, uuid, json, jsonb, xml, inet, cidr, macaddr, "+
+		"smallint, integer, bigint, real, double precision, numeric, money, boolean, bytea, date, time, timetz, timestamp, timestamptz, interval, enums, "+
+		"and one-dimensional arrays of most of these as Debezium does; cast it in a generated column", c.Name, c.Type)
 }
 
 // Debezium's PostgresDefaultValueConverter patterns: a quoted literal, and a

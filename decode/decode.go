@@ -158,8 +158,15 @@ type Event struct {
 	TraceParent []byte
 	// Headers are extra headers a logical message's envelope carries.
 	Headers []Header
+	// Message is a logical message's JSON content, of which the encoders
+	// make the key, the value and the id header as Debezium does; nil for
+	// a row.
+	Message []byte
 	// Fields are the additional columns placed in headers or the envelope.
 	Fields []Field
+	// SchemaVersion is the schema version column's value, nil when NULL or
+	// there is none.
+	SchemaVersion []byte
 	// Timestamp is the record's timestamp from the timestamp column; zero
 	// leaves the time Kafka receives it.
 	Timestamp time.Time
@@ -256,7 +263,7 @@ type relation struct {
 	columns int
 	cols    []Column // of an outbox table, in tuple order
 	// indexes of the outbox columns in the tuple; -1 when absent.
-	id, aggType, aggID, typ, payload, trace, timestamp int
+	id, aggType, aggID, typ, payload, trace, timestamp, version int
 	payloadBytea                                       bool
 	extra                                              []extraColumn
 	// err, when set, is why the table does not fit the mapping; each of its
@@ -511,7 +518,7 @@ func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMes
 	rel.cols = make([]Column, len(m.Columns))
 	for i, c := range m.Columns {
 		info := catalog[c.Name]
-		rel.cols[i] = Column{Name: c.Name, Type: c.DataType, TypMod: c.TypeModifier, NotNull: info.NotNull}
+		rel.cols[i] = Column{Name: c.Name, Type: c.DataType, TypMod: c.TypeModifier, NotNull: info.NotNull, Labels: info.Labels}
 		if d, ok := ParseDefault(c.DataType, info.Default); ok {
 			rel.cols[i].Default = d
 		}
@@ -534,6 +541,16 @@ func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMes
 		}
 		if t := m.Columns[rel.timestamp].DataType; t != TypeTimestamp && t != TypeTimestampTZ {
 			return missing(cols.Timestamp, fmt.Sprintf("timestamp column (table.field.event.timestamp) has type OID %d; it must be timestamp or timestamptz", t))
+		}
+	}
+	rel.version = -1
+	if cols.SchemaVersion != "" {
+		if rel.version = find(cols.SchemaVersion); rel.version < 0 {
+			return missing(cols.SchemaVersion, "schema version column (table.field.event.schema.version) is missing")
+		}
+		// Debezium reads it with Struct.getInt32, and only for an envelope.
+		if t := m.Columns[rel.version].DataType; t != TypeInt4 && hasEnvelope(rel.outbox) {
+			return missing(cols.SchemaVersion, fmt.Sprintf("schema version column (table.field.event.schema.version) has type OID %d; it must be integer", t))
 		}
 	}
 	for _, a := range rel.outbox.Additional {
@@ -717,7 +734,9 @@ func (d *Decoder) unmapped(rel *relation, walStart pglogrepl.LSN, vals []value) 
 // (route-by, partition, timestamp: getString, getInt32, getInt64) do not.
 func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Event {
 	col := func(i int) []byte {
-		if i < 0 || vals[i].kind != 't' {
+		// Debezium's value resolver has no case for the name type: it
+		// reads every name column as NULL.
+		if i < 0 || vals[i].kind != 't' || rel.cols[i].Type == TypeName {
 			return nil
 		}
 		return vals[i].data
@@ -753,6 +772,7 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 	} else if d.cfg.JSONText && !utf8.Valid(ev.Payload) {
 		return bad(o.Columns.Payload, "payload is not valid UTF-8: the JSON converter cannot write it as JSON (is the database SQL_ASCII?)", nil)
 	}
+	ev.SchemaVersion = col(rel.version)
 	if ts := col(rel.timestamp); ts != nil {
 		t, err := ParseTimestamp(ts)
 		if err != nil {
@@ -877,15 +897,28 @@ func unhexBytea(b []byte) ([]byte, error) {
 // the check each Relation message gets, for a table read from the catalog
 // before any of its rows arrives, so that an idle outbox with a broken
 // mapping is found at once.
-// Only the columns' names and types are read.
+// Only the columns' names, types, modifiers and enum labels are read.
 func CheckTable(o *Outbox, cols []Column) error {
 	m := pglogrepl.RelationMessage{Namespace: o.Schema, RelationName: o.Table}
+	catalog := make(map[string]Catalog, len(cols))
 	for _, c := range cols {
-		m.Columns = append(m.Columns, &pglogrepl.RelationMessageColumn{Name: c.Name, DataType: c.Type})
+		m.Columns = append(m.Columns, &pglogrepl.RelationMessageColumn{Name: c.Name, DataType: c.Type, TypeModifier: c.TypMod})
+		catalog[c.Name] = Catalog{NotNull: c.NotNull, Labels: c.Labels}
 	}
 	rel := &relation{name: o.Name(), outbox: o, columns: len(cols)}
-	if err := rel.mapColumns(0, &m, nil); err != nil {
+	if err := rel.mapColumns(0, &m, catalog); err != nil {
 		return err
 	}
 	return nil
+}
+
+// hasEnvelope reports whether the mapping places a field in the envelope,
+// which makes every value a struct of payload and those fields.
+func hasEnvelope(o *Outbox) bool {
+	for _, a := range o.Additional {
+		if a.Placement == PlaceEnvelope {
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/big"
 	"strconv"
 	"strings"
 	"time"
@@ -124,7 +125,7 @@ var (
 
 // newEncoders is the one place that decides how an outbox table's keys
 // and values are written.
-func newEncoders(enc Encoding, o *decode.Outbox) (key, value encoder) {
+func newEncoders(enc Encoding, o *decode.Outbox, schemas *envelopeSchemas) (key, value encoder) {
 	p := payload{outbox: o, envelope: hasEnvelope(o)}
 	switch enc.Key {
 	case FormatJSON, FormatJSONSchema:
@@ -136,7 +137,7 @@ func newEncoders(enc Encoding, o *decode.Outbox) (key, value encoder) {
 	}
 	switch enc.Value {
 	case FormatJSON, FormatJSONSchema:
-		value = &jsonValue{payload: p, schemas: enc.Value == FormatJSONSchema, prefix: enc.SchemaPrefix}
+		value = &jsonValue{payload: p, withSchema: enc.Value == FormatJSONSchema, prefix: enc.SchemaPrefix, schemas: schemas}
 	case FormatBinary:
 		value = &binaryValue{p}
 	default:
@@ -170,6 +171,9 @@ func (v *binaryValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 		return nil, nil
 	case v.envelope || !ev.PayloadBinary:
 		return nil, errNotBytes
+	}
+	if dst == nil {
+		dst = []byte{} // empty bytes are a value, not none
 	}
 	return append(dst, ev.Payload...), nil
 }
@@ -260,6 +264,8 @@ func (v *stringValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 		return expanded.javaString(dst), nil
 	case ev.Payload == nil:
 		return nil, nil // StringConverter writes a null value as null
+	case ev.PayloadBinary:
+		return byteBuffer(dst, len(ev.Payload)), nil
 	}
 	return javaString(dst, col, ev.Payload)
 }
@@ -267,8 +273,9 @@ func (v *stringValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 // jsonValue is JsonConverter's value, with or without its schema.
 type jsonValue struct {
 	payload
-	schemas bool
-	prefix  string
+	withSchema bool
+	prefix     string
+	schemas    *envelopeSchemas // shared by the router's tables
 }
 
 func (v *jsonValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
@@ -278,11 +285,11 @@ func (v *jsonValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 	col, expanded, err := v.read(ev)
 	if errors.Is(err, errNoSchema) && !v.envelope {
 		// The payload stays a string with a null schema.
-		if v.schemas {
+		if v.withSchema {
 			dst = append(dst, `{"schema":null,"payload":`...)
 		}
 		dst = jsonString(dst, ev.Payload)
-		if v.schemas {
+		if v.withSchema {
 			dst = append(dst, '}')
 		}
 		return dst, nil
@@ -290,7 +297,7 @@ func (v *jsonValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v.schemas {
+	if v.withSchema {
 		dst = v.schema(append(dst, `{"schema":`...), col, ev, expanded)
 		dst = append(dst, `,"payload":`...)
 	}
@@ -302,7 +309,7 @@ func (v *jsonValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 	default:
 		dst, err = v.envelopeJSON(dst, col, ev, expanded)
 	}
-	if err == nil && v.schemas {
+	if err == nil && v.withSchema {
 		dst = append(dst, '}')
 	}
 	return dst, err
@@ -319,19 +326,63 @@ func (v *jsonValue) schema(dst []byte, col *decode.Column, ev *decode.Event, exp
 	case !v.envelope:
 		return jsonSchema(dst, col, "")
 	}
-	dst = append(dst, `{"type":"struct","fields":[`...)
+	var payloadSchema []byte
 	if expanded != nil {
-		dst = expanded.schema.json(dst, "payload")
+		payloadSchema = expanded.schema.json(nil, "")
 	} else {
-		dst = jsonSchema(dst, col, "payload")
+		payloadSchema = jsonSchema(nil, col, "")
 	}
+	cache, key := v.schemas.byPayload, string(payloadSchema)
+	if v.outbox.Columns.SchemaVersion != "" {
+		cache, key = v.schemas.byVersion, string(ev.SchemaVersion)
+	}
+	if s, ok := cache[key]; ok {
+		return append(dst, s...)
+	}
+	start := len(dst)
+	dst = append(dst, `{"type":"struct","fields":[`...)
+	// The payload's schema with "field" last.
+	dst = append(append(dst, payloadSchema[:len(payloadSchema)-1]...), `,"field":"payload"}`...)
 	for _, f := range ev.Fields {
 		if f.Placement == decode.PlaceEnvelope {
 			dst = jsonSchema(append(dst, ','), f.Column, f.Name)
 		}
 	}
 	name := v.prefix + "." + ev.Table + "." + string(ev.AggregateType) + ".Value"
-	return append(jsonString(append(dst, `],"optional":false,"name":`...), []byte(name)), '}')
+	dst = jsonString(append(dst, `],"optional":false,"name":`...), []byte(name))
+	if ev.SchemaVersion != nil && v.outbox.Columns.SchemaVersion != "" {
+		dst = append(append(dst, `,"version":`...), ev.SchemaVersion...)
+	}
+	dst = append(dst, '}')
+	v.schemas.put(cache, key, dst[start:])
+	return dst
+}
+
+// envelopeSchemas are Debezium's outbox router's caches of envelope value
+// schemas, which one router (one connector) keeps across its tables from
+// the start of its task: by the payload's schema, or, with
+// table.field.event.schema.version, by the version alone. The first
+// event's schema is every later one's, so that an envelope's schema name
+// carries the route-by value, and table, of the first event whose payload
+// has the same schema. walstream keeps them per stream, from its start,
+// and uses them from the producer's goroutine only.
+type envelopeSchemas struct {
+	byPayload, byVersion map[string][]byte
+}
+
+func newEnvelopeSchemas() *envelopeSchemas {
+	return &envelopeSchemas{byPayload: make(map[string][]byte), byVersion: make(map[string][]byte)}
+}
+
+// maxEnvelopeSchemas bounds each cache, as Debezium bounds its own (to
+// 10,000 payload schemas, evicting the least recently used).
+const maxEnvelopeSchemas = 10000
+
+func (c *envelopeSchemas) put(m map[string][]byte, key string, schema []byte) {
+	if len(m) >= maxEnvelopeSchemas {
+		clear(m)
+	}
+	m[key] = append([]byte(nil), schema...)
 }
 
 // envelopeJSON appends the envelope struct: payload, then the envelope
@@ -383,7 +434,7 @@ func structString(dst []byte, col *decode.Column, ev *decode.Event, expanded *js
 		dst = expanded.javaString(append(dst, "payload="...))
 	case ev.Payload != nil && ev.PayloadBinary:
 		sep()
-		dst = append(append(dst, "payload="...), ev.Payload...) // see docs/debezium.md, Known differences: Java would print a buffer
+		dst = byteBuffer(append(dst, "payload="...), len(ev.Payload))
 	case ev.Payload != nil:
 		sep()
 		if dst, err = javaString(append(dst, "payload="...), col, ev.Payload); err != nil {
@@ -404,8 +455,15 @@ func structString(dst []byte, col *decode.Column, ev *decode.Event, expanded *js
 
 // connectType is the Kafka Connect schema Debezium's Postgres connector
 // gives a column type with its default settings (decimal.handling.mode
-// precise): type, and the logical name and version where it sets one.
+// precise, time.precision.mode adaptive): type, and the logical name and
+// version where it sets one.
 func connectType(col *decode.Column) (typ, name string) {
+	if _, ok := col.Elem(); ok {
+		return "array", ""
+	}
+	if col.Enum() {
+		return "string", "io.debezium.data.Enum"
+	}
 	switch col.Type {
 	case decode.TypeBool:
 		return "boolean", ""
@@ -422,6 +480,11 @@ func connectType(col *decode.Column) (typ, name string) {
 	case decode.TypeBytea:
 		return "bytes", ""
 	case decode.TypeNumeric:
+		if col.VariableScale() {
+			return "struct", "io.debezium.data.VariableScaleDecimal"
+		}
+		return "bytes", "org.apache.kafka.connect.data.Decimal"
+	case decode.TypeMoney:
 		return "bytes", "org.apache.kafka.connect.data.Decimal"
 	case decode.TypeUUID:
 		return "string", "io.debezium.data.Uuid"
@@ -431,28 +494,46 @@ func connectType(col *decode.Column) (typ, name string) {
 		return "string", "io.debezium.data.Xml"
 	case decode.TypeDate:
 		return "int32", "io.debezium.time.Date"
+	case decode.TypeTime:
+		if millisTimestamp(col) {
+			return "int32", "io.debezium.time.Time"
+		}
+		return "int64", "io.debezium.time.MicroTime"
+	case decode.TypeTimeTZ:
+		return "string", "io.debezium.time.ZonedTime"
 	case decode.TypeTimestamp:
 		if millisTimestamp(col) {
 			return "int64", "io.debezium.time.Timestamp"
 		}
 		return "int64", "io.debezium.time.MicroTimestamp"
+	case decode.TypeTimestampTZ:
+		return "string", "io.debezium.time.ZonedTimestamp"
+	case decode.TypeInterval:
+		return "int64", "io.debezium.time.MicroDuration"
 	}
 	return "string", ""
 }
 
 // millisTimestamp: time.precision.mode=adaptive gives a timestamp(0..3)
-// Debezium's Timestamp (milliseconds), any other MicroTimestamp.
+// Debezium's Timestamp (milliseconds), any other MicroTimestamp; a
+// time(0..3) Time (milliseconds), any other MicroTime.
 func millisTimestamp(col *decode.Column) bool { return col.TypMod >= 0 && col.TypMod <= 3 }
 
-// temporal is a date's or timestamp's Connect value: days, or milli- or
-// microseconds, since the epoch, the timestamp read as UTC.
+// temporal is a date's, time's, timestamp's or interval's Connect value:
+// days, milli- or microseconds since the epoch or midnight, the timestamp
+// read as UTC; an interval's microseconds.
 func temporal(col *decode.Column, text []byte) (int64, error) {
-	if col.Type == decode.TypeDate {
+	switch col.Type {
+	case decode.TypeDate:
 		d, err := time.Parse("2006-01-02", string(text))
 		if err != nil {
 			return 0, fmt.Errorf("reading date %q: %w", text, err)
 		}
 		return d.Unix() / 86400, nil
+	case decode.TypeTime:
+		return microTime(col, text)
+	case decode.TypeInterval:
+		return microDuration(text)
 	}
 	t, err := decode.ParseTimestamp(text)
 	if err != nil {
@@ -464,19 +545,43 @@ func temporal(col *decode.Column, text []byte) (int64, error) {
 	return t.UnixMicro(), nil
 }
 
+// variableScaleSchema is the fields and doc of Debezium's
+// VariableScaleDecimal struct schema, as asJsonSchema writes them around
+// optional, name and version.
+const (
+	variableScaleFields = `,"fields":[{"type":"int32","optional":false,"field":"scale"},{"type":"bytes","optional":false,"field":"value"}]`
+	variableScaleDoc    = `,"doc":"Variable scaled decimal"`
+)
+
 // jsonSchema appends the column's schema as JsonConverter.asJsonSchema
-// writes it: type, optional, name, version, parameters, default, in that
-// order, then field (the struct field's name) when field is set.
+// writes it: type, then an array's items or a struct's fields, optional,
+// name, version, doc, parameters, default, in that order, then field (the
+// struct field's name) when field is set.
 func jsonSchema(dst []byte, col *decode.Column, field string) []byte {
 	typ, name := connectType(col)
-	dst = append(append(append(dst, `{"type":"`...), typ...), `","optional":`...)
-	dst = strconv.AppendBool(dst, !col.NotNull)
+	dst = append(append(append(dst, `{"type":"`...), typ...), '"')
+	if elem, ok := col.Elem(); ok {
+		dst = jsonSchema(append(dst, `,"items":`...), &elem, "")
+	}
+	if col.VariableScale() {
+		dst = append(dst, variableScaleFields...)
+	}
+	dst = strconv.AppendBool(append(dst, `,"optional":`...), !col.NotNull)
 	if name != "" {
 		dst = jsonString(append(dst, `,"name":`...), []byte(name))
 		dst = append(dst, `,"version":1`...)
 	}
-	if p, s, ok := col.Numeric(); ok {
+	if col.VariableScale() {
+		dst = append(dst, variableScaleDoc...)
+	}
+	switch p, s, ok := col.Numeric(); {
+	case ok:
 		dst = fmt.Appendf(dst, `,"parameters":{"scale":"%d","connect.decimal.precision":"%d"}`, s, p)
+	case col.Type == decode.TypeMoney:
+		dst = fmt.Appendf(dst, `,"parameters":{"scale":"%d"}`, moneyScale)
+	case col.Enum():
+		dst = jsonString(append(dst, `,"parameters":{"allowed":`...), []byte(col.Labels))
+		dst = append(dst, '}')
 	}
 	if col.Default != nil {
 		if d, err := connectJSON(append(dst, `,"default":`...), col, col.Default); err == nil {
@@ -496,6 +601,9 @@ func connectJSON(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 	if text == nil {
 		return append(dst, "null"...), nil
 	}
+	if _, ok := col.Elem(); ok {
+		return elementList(dst, col, text, "[", ",", "]", connectJSON)
+	}
 	switch col.Type {
 	case decode.TypeBool:
 		return strconv.AppendBool(dst, text[0] == 't'), nil
@@ -511,22 +619,50 @@ func connectJSON(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 			return append(javaDouble(append(dst, '"'), f, bits), '"'), nil
 		}
 		return javaDouble(dst, f, bits), nil
-	case decode.TypeNumeric:
-		_, scale, _ := col.Numeric()
-		u, err := decimal(text, scale)
+	case decode.TypeNumeric, decode.TypeMoney:
+		if col.VariableScale() {
+			return variableScaleJSON(dst, text)
+		}
+		u, err := decimalOf(col, text)
 		if err != nil {
-			return nil, fmt.Errorf("numeric %q %w", text, err)
+			return nil, err
 		}
 		// decimal.format=BASE64: the unscaled value's two's complement.
 		return jsonString(dst, []byte(base64.StdEncoding.EncodeToString(twosComplement(u)))), nil
-	case decode.TypeDate, decode.TypeTimestamp:
+	case decode.TypeDate, decode.TypeTimestamp, decode.TypeTime, decode.TypeInterval:
 		n, err := temporal(col, text)
 		if err != nil {
 			return nil, err
 		}
 		return strconv.AppendInt(dst, n, 10), nil
+	case decode.TypeBytea:
+		b, err := bytea(text)
+		if err != nil {
+			return nil, err
+		}
+		return jsonString(dst, []byte(base64.StdEncoding.EncodeToString(b))), nil
+	case decode.TypeTimeTZ, decode.TypeTimestampTZ:
+		s, err := javaString(nil, col, text)
+		if err != nil {
+			return nil, err
+		}
+		return jsonString(dst, s), nil
 	}
 	return jsonString(dst, text), nil
+}
+
+// decimalOf is a numeric(p,s) or money value's unscaled integer at the
+// Connect Decimal's scale.
+func decimalOf(col *decode.Column, text []byte) (*big.Int, error) {
+	if col.Type == decode.TypeMoney {
+		return money(text)
+	}
+	_, scale, _ := col.Numeric()
+	u, err := decimal(text, scale)
+	if err != nil {
+		return nil, fmt.Errorf("numeric %q %w", text, err)
+	}
+	return u, nil
 }
 
 // javaString appends a column's value as StringConverter writes it: the
@@ -534,6 +670,9 @@ func connectJSON(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 func javaString(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 	if text == nil {
 		return dst, nil
+	}
+	if _, ok := col.Elem(); ok { // List.toString
+		return elementList(dst, col, text, "[", ", ", "]", javaString)
 	}
 	switch col.Type {
 	case decode.TypeBool:
@@ -544,19 +683,46 @@ func javaString(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 			return nil, err
 		}
 		return javaDouble(dst, f, bits), nil
-	case decode.TypeNumeric:
-		_, scale, _ := col.Numeric()
-		u, err := decimal(text, scale)
+	case decode.TypeNumeric, decode.TypeMoney:
+		if col.VariableScale() {
+			// Struct.toString of a VariableScaleDecimal prints its bytes
+			// as a Java array's identity (see docs/debezium.md, Known
+			// differences): walstream writes them in base64.
+			u, scale, err := variableScale(text)
+			if err != nil {
+				return nil, err
+			}
+			dst = strconv.AppendInt(append(dst, "Struct{scale="...), int64(scale), 10)
+			dst = base64.StdEncoding.AppendEncode(append(dst, ",value="...), twosComplement(u))
+			return append(dst, '}'), nil
+		}
+		u, err := decimalOf(col, text)
 		if err != nil {
-			return nil, fmt.Errorf("numeric %q %w", text, err)
+			return nil, err
+		}
+		scale := moneyScale
+		if col.Type == decode.TypeNumeric {
+			_, scale, _ = col.Numeric()
 		}
 		return javaBigDecimal(dst, u, scale), nil
-	case decode.TypeDate, decode.TypeTimestamp:
+	case decode.TypeDate, decode.TypeTimestamp, decode.TypeTime, decode.TypeInterval:
 		n, err := temporal(col, text)
 		if err != nil {
 			return nil, err
 		}
 		return strconv.AppendInt(dst, n, 10), nil
+	case decode.TypeTimeTZ:
+		s, err := zonedTime(text)
+		return append(dst, s...), err
+	case decode.TypeTimestampTZ:
+		s, err := zonedTimestamp(col, text)
+		return append(dst, s...), err
+	case decode.TypeBytea:
+		b, err := bytea(text)
+		if err != nil {
+			return nil, err
+		}
+		return byteBuffer(dst, len(b)), nil
 	}
 	if dst == nil {
 		return text, nil // the record aliases the event's bytes, which outlive it
