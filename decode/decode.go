@@ -264,8 +264,8 @@ type relation struct {
 	cols    []Column // of an outbox table, in tuple order
 	// indexes of the outbox columns in the tuple; -1 when absent.
 	id, aggType, aggID, typ, payload, trace, timestamp, version int
-	payloadBytea                                       bool
-	extra                                              []extraColumn
+	payloadBytea                                                bool
+	extra                                                       []extraColumn
 	// err, when set, is why the table does not fit the mapping; each of its
 	// rows is then a bad event carrying it.
 	err *Error
