@@ -292,6 +292,7 @@ func corpus() []Case {
 		c := typesCase("types "+conv.name, typedColumns, "", conv.settings)
 		c.CI = conv.name == "json schemas"
 		n := typesCase("new types "+conv.name, newTypes, "CREATE TYPE {s}.mood AS ENUM ('sad', 'ok', 'happy');", conv.settings)
+		n.CI = conv.name == "json"
 		if conv.name == "string" {
 			n.Known = []Known{identityHash}
 		}
@@ -311,6 +312,21 @@ func corpus() []Case {
 	for _, conv := range converters {
 		cs = append(cs, Case{Name: "nulls " + conv.name, DDL: nullDDL, Settings: conv.settings, SQL: nullRows, CI: conv.name == "string"})
 	}
+	cs = append(cs, Case{Name: "defaults of every type", DDL: `CREATE TYPE {s}.mood AS ENUM ('sad', 'ok', 'happy');
+		CREATE TABLE {t} (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text, payload jsonb,
+		d_interval interval DEFAULT '1 day', d_money money DEFAULT 1.5, d_enum {s}.mood DEFAULT 'ok', d_time time DEFAULT '12:00',
+		d_timetz timetz DEFAULT '12:00+01', d_tstz timestamptz DEFAULT now(), d_ts timestamp DEFAULT '2026-01-01 00:00', d_date date DEFAULT '2026-01-01',
+		d_array text[] DEFAULT '{a}', d_numeric numeric DEFAULT 1.5, d_numeric2 numeric(5,2) DEFAULT 1.5, d_bytea bytea DEFAULT '',
+		d_uuid uuid DEFAULT gen_random_uuid(), d_int int DEFAULT 7, d_bool bool DEFAULT false, d_float real DEFAULT 2.5, d_json json DEFAULT '{}',
+		d_varchar varchar(5) DEFAULT 'v', d_inet inet DEFAULT '10.0.0.1', d_quote text DEFAULT 'it''s', d_tstz2 timestamptz(3) DEFAULT '2026-01-01 10:00+02',
+		d_interval2 interval DEFAULT now() - now(), d_time3 time(3) DEFAULT '01:02:03.456')`,
+		Settings: with(schemaConverters, router("table.fields.additional.placement",
+			"d_interval:envelope,d_money:envelope,d_enum:envelope,d_time:envelope,d_timetz:envelope,d_tstz:envelope,d_ts:envelope,d_date:envelope,"+
+				"d_array:envelope,d_numeric:envelope,d_numeric2:envelope,d_bytea:envelope,d_uuid:envelope,d_int:envelope,d_bool:envelope,d_float:envelope,"+
+				"d_json:envelope,d_varchar:envelope,d_inet:envelope,d_quote:envelope,d_tstz2:envelope,d_interval2:envelope,d_time3:envelope")),
+		SQL: []string{`INSERT INTO {t} (id, aggregatetype, aggregateid, payload) VALUES ('50000000-0000-0000-0000-000000000001', 'Defaults', 'k', '{}')`,
+			`INSERT INTO {t} VALUES ('50000000-0000-0000-0000-000000000002', 'Defaults', 'k', 'T', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+				NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)`}})
 	cs = append(cs, Case{Name: "null aggregatetype", DDL: `CREATE TABLE {t} (id text, aggregatetype text, aggregateid text, type text, payload jsonb)`,
 		Settings: jsonConverters, SQL: []string{
 			`INSERT INTO {t} VALUES ('e-1', 'Nulls', 'k-1', 'T', '{"n": 1}')`,
@@ -364,7 +380,9 @@ func corpus() []Case {
 			with(jsonConverters, router("table.expand.json.payload", "true"))), "event id p2"), // JsonConverter cannot write the array as a struct
 	)
 	for _, conv := range converters {
-		cs = append(cs, messagesCase("messages "+conv.name, conv.settings, nil))
+		c := messagesCase("messages "+conv.name, conv.settings, nil)
+		c.CI = conv.name == "json"
+		cs = append(cs, c)
 	}
 	cs = append(cs, messagesCase("messages null fields", schemaConverters, map[string]string{"transforms.decode.fields.null.include": "true"}),
 		messagesCase("messages one prefix", jsonConverters, map[string]string{"message.prefix.include.list": "outbox"}))

@@ -106,7 +106,7 @@ func keyable(c *Column) error {
 // Debezium's PostgresDefaultValueConverter patterns: a quoted literal, and a
 // function call, whose value is not known until the row is written.
 var (
-	literalDefault  = regexp.MustCompile(`'([^']*(?:''[^']*)*)'`)
+	literalDefault  = regexp.MustCompile(`'(.*?)'`)
 	functionDefault = regexp.MustCompile(`^[(]?[A-Za-z0-9_.]+\((?:.+(?:, ?.+)*)?\)`)
 	uuidText        = regexp.MustCompile(`^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$`)
 	currentDefaults = map[string]bool{"current_timestamp": true, "current_time": true, "current_date": true, "localtime": true, "localtimestamp": true}
@@ -115,23 +115,31 @@ var (
 // ParseDefault turns a column default, as pg_get_expr writes it, into the
 // value Debezium's schema carries for it (PostgresDefaultValueConverter):
 // the literal inside quotes or the bare constant, and for a function call
-// Debezium's placeholder for the type (0, false, ”, '{}', the nil UUID).
-// ok is false where Debezium sets no default: no expression, a NULL::type
-// default, a type it has no mapper for, or a value that does not parse.
-// The result is in Postgres's text form, as if the row had held it.
-func ParseDefault(typ uint32, expr string) (text []byte, ok bool) {
-	if expr == "" {
+// Debezium's placeholder for the type (0, false, ”, '{}', the nil UUID,
+// the epoch). ok is false where Debezium sets no default: no expression, a
+// NULL::type default, a type it has no mapper for (money, timetz, bytea,
+// arrays, inet...) or whose value is a struct (a numeric without
+// precision), or a value that does not parse. The result is in Postgres's
+// text form, as if the row had held it.
+func ParseDefault(col Column, expr string) (text []byte, ok bool) {
+	if expr == "" || col.VariableScale() {
 		return nil, false
+	}
+	typ := col.Type
+	if col.Enum() {
+		return enumDefault(expr)
 	}
 	placeholder := map[uint32]string{TypeBool: "false", TypeBPChar: "", TypeVarchar: "", TypeText: "", TypeNumeric: "0.0",
 		TypeFloat4: "0.0", TypeFloat8: "0.0", TypeInt2: "0", TypeInt4: "0", TypeInt8: "0", TypeJSON: "{}", TypeJSONB: "{}",
-		TypeUUID: "00000000-0000-0000-0000-000000000000", TypeDate: "1970-01-01", TypeTimestamp: "1970-01-01 00:00:00"}
+		TypeUUID: "00000000-0000-0000-0000-000000000000", TypeDate: "1970-01-01", TypeTimestamp: "1970-01-01 00:00:00",
+		TypeTime: "00:00:00", TypeTimestampTZ: "1970-01-01 00:00:00+00", TypeInterval: "00:00:00"}
 	ph, mapped := placeholder[typ]
 	if !mapped {
 		return nil, false
 	}
 	switch typ {
-	case TypeBool, TypeNumeric, TypeFloat4, TypeFloat8, TypeInt2, TypeInt4, TypeInt8, TypeUUID, TypeDate, TypeTimestamp:
+	case TypeBool, TypeNumeric, TypeFloat4, TypeFloat8, TypeInt2, TypeInt4, TypeInt8, TypeUUID, TypeDate, TypeTimestamp,
+		TypeTime, TypeTimestampTZ, TypeInterval:
 		expr = javaTrim(expr) // Debezium's TRIM_DATA_TYPES
 	}
 	v := ph
@@ -142,11 +150,12 @@ func ParseDefault(typ uint32, expr string) (text []byte, ok bool) {
 	case !strings.Contains(expr, "'"):
 		v = expr
 	default:
+		// '(.*?)': the first quoted run, a doubled quote ending it.
 		m := literalDefault.FindStringSubmatch(expr)
 		if m == nil {
 			return nil, false
 		}
-		v = strings.ReplaceAll(m[1], "''", "'")
+		v = m[1]
 	}
 	switch typ {
 	case TypeBool: // Boolean.parseBoolean: "true" in any case, anything else false
@@ -189,8 +198,36 @@ func ParseDefault(typ uint32, expr string) (text []byte, ok bool) {
 			return nil, false
 		}
 		return []byte(strings.ToLower(v)), true
+	case TypeTime: // pg_get_expr writes HH:MM:SS[.ffffff]
+		if _, err := time.Parse("15:04:05.999999", v); err != nil {
+			return nil, false
+		}
+		return []byte(v), true
+	case TypeTimestampTZ:
+		if len(v) == len("2006-01-02") {
+			v += " 00:00:00+00"
+		}
+		if _, err := ParseTimestamp([]byte(v)); err != nil {
+			return nil, false
+		}
+		return []byte(v), true
 	}
 	return []byte(v), true
+}
+
+// enumDefault is an enum column's default as Debezium's extractEnumDefault
+// reads it: the quoted literal before the cast, 'ok'::mood; a function
+// call has none.
+func enumDefault(expr string) ([]byte, bool) {
+	i := strings.LastIndex(expr, "::")
+	if i < 0 {
+		return nil, false
+	}
+	v := expr[:i]
+	if len(v) < 2 || v[0] != '\'' || v[len(v)-1] != '\'' {
+		return nil, false
+	}
+	return []byte(v[1 : len(v)-1]), true
 }
 
 // javaTrim is Java's String.trim(): it strips the characters up to U+0020

@@ -519,7 +519,7 @@ func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMes
 	for i, c := range m.Columns {
 		info := catalog[c.Name]
 		rel.cols[i] = Column{Name: c.Name, Type: c.DataType, TypMod: c.TypeModifier, NotNull: info.NotNull, Labels: info.Labels}
-		if d, ok := ParseDefault(c.DataType, info.Default); ok {
+		if d, ok := ParseDefault(rel.cols[i], info.Default); ok {
 			rel.cols[i].Default = d
 		}
 	}

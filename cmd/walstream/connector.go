@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -786,4 +787,73 @@ func (cc *connectorConfig) keyOf(flagName string) string {
 		}
 	}
 	return fmt.Sprintf("connector config %s (--%s)", cc.path, flagName)
+}
+
+// printFromDebezium prints the walstream config file equivalent to a
+// connector config: the settings it maps to, by flag name, the router's
+// under outbox:, and the keys it ignores as comments. The database
+// password is left out: walstream reads it from $PGPASSWORD, ~/.pgpass or
+// --pg-password-file, never from a file it prints.
+func printFromDebezium(w io.Writer, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading the connector config: %w", err)
+	}
+	cc, ok, err := readConnector(path, b)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s is not a Debezium connector config (JSON, properties, or a Strimzi KafkaConnector with connector.class)", path)
+	}
+	password := cc.values["database.password"]
+	delete(cc.values, "database.password")
+	tr, err := cc.translate()
+	if err != nil {
+		return err
+	}
+	router := make(map[string]string)
+	for key, f := range routerFlagNames {
+		if v, ok := tr.flags[f]; ok {
+			router[key] = v
+			delete(tr.flags, f)
+		}
+	}
+	fmt.Fprintf(w, "# walstream's config for the Debezium connector config %s (%s); walstream run --config this.yaml\n", path, cc.form)
+	if name := cc.values["name"]; name != "" {
+		fmt.Fprintf(w, "# connector %s\n", name)
+	}
+	for _, name := range slices.Sorted(maps.Keys(tr.flags)) {
+		fmt.Fprintf(w, "%s: %s\n", name, yamlScalar(tr.flags[name]))
+		if name == "pg-url" && password != "" {
+			fmt.Fprintln(w, "# the password is not copied: walstream reads it from $PGPASSWORD, ~/.pgpass or --pg-password-file")
+		}
+	}
+	fmt.Fprintln(w, "kafka-brokers: ${KAFKA_BROKERS} # the Kafka Connect worker's bootstrap.servers")
+	if len(router) > 0 {
+		fmt.Fprintln(w, "outbox:")
+		for _, key := range slices.Sorted(maps.Keys(router)) {
+			fmt.Fprintf(w, "  %s: %s\n", key, yamlScalar(router[key]))
+		}
+	}
+	if len(tr.ignored) > 0 {
+		fmt.Fprintln(w, "# keys walstream has no use for:")
+		for _, k := range tr.ignored {
+			fmt.Fprintf(w, "#   %s: %s\n", k.Key, k.Why)
+		}
+	}
+	return nil
+}
+
+// yamlScalar writes a value as a YAML scalar that reads back as the same
+// string.
+func yamlScalar(v string) string {
+	if v == "true" || v == "false" {
+		return v // a boolean setting, which reads back as its text
+	}
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return strconv.Quote(v)
+	}
+	return strings.TrimSuffix(string(b), "\n")
 }
