@@ -40,6 +40,14 @@ type Case struct {
 	// stop must say (which row); walstream's records must be Debezium's,
 	// or the first of them (the transactions it committed before the row).
 	Stops string
+	// DebeziumStops says Debezium's task fails on a row walstream
+	// publishes (a known difference): Debezium's records must be the first
+	// of walstream's.
+	DebeziumStops bool
+	// WalstreamStops, when walstream stops at a row Debezium publishes (a
+	// known difference), is what its stop must say; its records must be
+	// the first of Debezium's.
+	WalstreamStops string
 	// Known are the differences docs/debezium.md lists that the case's
 	// records show.
 	Known []Known
@@ -50,7 +58,7 @@ type Case struct {
 // to one form, so that the rest of each record is still compared.
 type Known struct {
 	Why                 string
-	Debezium, Walstream *regexp.Regexp // in the value, replaced by <known>
+	Debezium, Walstream *regexp.Regexp // in the value and headers, replaced by <known>
 	// WalstreamHeaders are headers walstream adds that Debezium does not
 	// write.
 	WalstreamHeaders []string
@@ -269,6 +277,11 @@ func messagesCase(name string, conv map[string]string, extra map[string]string) 
 	}}
 }
 
+func withKnown(c Case, k Known) Case {
+	c.Known = append(c.Known, k)
+	return c
+}
+
 func withStop(c Case, stop string) Case {
 	c.Stops = stop
 	return c
@@ -379,6 +392,45 @@ func corpus() []Case {
 		withStop(payloadCase("expand top-level array", "jsonb", payloadRows(`'{"a": 1}'`, `'[1, 2]'`),
 			with(jsonConverters, router("table.expand.json.payload", "true"))), "event id p2"), // JsonConverter cannot write the array as a struct
 	)
+	// The known differences of docs/debezium.md, each shown.
+	cs = append(cs,
+		// Debezium merges the element schemas of an array of objects in
+		// HashSet order; walstream in element order.
+		withKnown(payloadCase("known expand mixed objects", "jsonb", payloadRows(`'{"items": [{"a": 1}, {"b": "x"}]}'`, `'{"items": [{"n": 1}, {"n": 2}]}'`),
+			with(jsonConverters, router("table.expand.json.payload", "true"))),
+			Known{Why: "array elements of different fields", Debezium: regexp.MustCompile(`^\{"items":\[.*\]\}$`), Walstream: regexp.MustCompile(`^\{"items":\[.*\]\}$`)}),
+		// table.json.payload.empty.array.behavior is Debezium 3.7's.
+		withKnown(payloadCase("known empty array behavior", "jsonb", payloadRows(`'{"tags": [], "n": 1}'`),
+			with(jsonConverters, router("table.expand.json.payload", "true", "table.json.payload.empty.array.behavior", "optional_string"))),
+			Known{Why: "a Debezium 3.7 setting", Debezium: regexp.MustCompile(`^\{"n":1\}$`), Walstream: regexp.MustCompile(`^\{"n":1,"tags":\[\]\}$`)}),
+		// Doubles as Java 19+ prints them; Kafka Connect runs on Java 17 here.
+		withKnown(typesCase("known double digits", []typed{{"c_double", "double precision", "2.82879384806159E17", "1.0E23"}}, "", jsonConverters),
+			Known{Why: "Double.toString before Java 19", Debezium: regexp.MustCompile(`2\.82879384806159008E17|9\.999999999999999E22`),
+				Walstream: regexp.MustCompile(`2\.82879384806159E17|1\.0E23`)}),
+		// Debezium's router reads a timestamptz event timestamp with getInt64, and
+		// a partition column with getInt32: it stops; walstream goes on.
+		Case{Name: "known timestamptz event timestamp", DDL: `CREATE TABLE {t} (id text PRIMARY KEY, aggregatetype text NOT NULL,
+			aggregateid text, payload jsonb, at timestamptz, shard smallint)`, DebeziumStops: true, Timestamps: true,
+			Settings: with(jsonConverters, router("table.field.event.timestamp", "at")),
+			SQL:      []string{`INSERT INTO {t} VALUES ('t1', 'Zoned', 'k', '{}', now() - interval '1 day 00:00:00.25', 1)`}},
+		Case{Name: "known smallint partition", DDL: `CREATE TABLE {t} (id text PRIMARY KEY, aggregatetype text NOT NULL,
+			aggregateid text, payload jsonb, shard smallint)`, DebeziumStops: true,
+			Settings: with(jsonConverters, router("table.fields.additional.placement", "shard:partition")),
+			SQL:      []string{`INSERT INTO {t} VALUES ('s1', 'Sharded', 'k', '{}', 1)`}},
+		// A non-transactional message cannot be published exactly once.
+		Case{Name: "known non-transactional message", DDL: outboxDDL, WalstreamStops: "is not transactional",
+			Settings: with(jsonConverters, map[string]string{"transforms": "decode,outbox",
+				"transforms.decode.type": "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent"}),
+			SQL: []string{`SELECT pg_logical_emit_message(false, 'outbox', '{"id": "m-1", "aggregatetype": "Msg", "aggregateid": "a", "payload": {}}')`,
+				`INSERT INTO {t} VALUES ('60000000-0000-0000-0000-000000000001', 'Msg', 'a', 'Row', '{}')`}},
+		// The tracing column: walstream copies the stored context; Debezium
+		// without OpenTelemetry writes none.
+		withKnown(Case{Name: "known tracing column", DDL: fixtureDDL + "; ALTER TABLE {t} ADD COLUMN tracingspancontext text",
+			Settings: with(stringConverters, router("tracing.span.context.field", "tracingspancontext")),
+			SQL: []string{`INSERT INTO {t} VALUES ('aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa', 'Order', 'o-10', 'OrderPlaced', '{"seq": 11}',
+				E'#Thu Nov 23 2026\ntraceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n')`}},
+			Known{Why: "the tracing column", WalstreamHeaders: []string{"traceparent"}}),
+	)
 	for _, conv := range converters {
 		c := messagesCase("messages "+conv.name, conv.settings, nil)
 		c.CI = conv.name == "json"
@@ -401,15 +453,6 @@ func TestCompat(t *testing.T) {
 			dbz, ws := e.run(t, c)
 			if len(dbz.Records) == 0 && dbz.Stopped == "" {
 				t.Fatal("Debezium wrote no record: the case tests nothing")
-			}
-			if c.Stops != "" && dbz.Stopped == "" {
-				t.Errorf("Debezium did not stop, the case says it stops at %s", c.Stops)
-			}
-			if c.Stops != "" && !strings.Contains(ws.Stopped, c.Stops) {
-				t.Errorf("walstream's stop does not name %q:\n%s", c.Stops, lastLines(ws.Stopped, 3))
-			}
-			if c.Stops == "" && dbz.Stopped != "" {
-				t.Errorf("Debezium stopped:\n%s", firstLines(dbz.Stopped, 5))
 			}
 			for _, d := range compare(c, dbz, ws) {
 				t.Error(d)

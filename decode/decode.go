@@ -549,7 +549,7 @@ func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMes
 			return missing(cols.SchemaVersion, "schema version column (table.field.event.schema.version) is missing")
 		}
 		// Debezium reads it with Struct.getInt32, and only for an envelope.
-		if t := m.Columns[rel.version].DataType; t != TypeInt4 && hasEnvelope(rel.outbox) {
+		if t := m.Columns[rel.version].DataType; t != TypeInt4 && rel.outbox.HasEnvelope() {
 			return missing(cols.SchemaVersion, fmt.Sprintf("schema version column (table.field.event.schema.version) has type OID %d; it must be integer", t))
 		}
 	}
@@ -910,15 +910,4 @@ func CheckTable(o *Outbox, cols []Column) error {
 		return err
 	}
 	return nil
-}
-
-// hasEnvelope reports whether the mapping places a field in the envelope,
-// which makes every value a struct of payload and those fields.
-func hasEnvelope(o *Outbox) bool {
-	for _, a := range o.Additional {
-		if a.Placement == PlaceEnvelope {
-			return true
-		}
-	}
-	return false
 }

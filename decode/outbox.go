@@ -269,6 +269,17 @@ func ParseTimestamp(b []byte) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q is not an ISO timestamp: %w", s, err)
 }
 
+// HasEnvelope reports whether the mapping places a field in the envelope,
+// which makes every value a struct of payload and those fields.
+func (o *Outbox) HasEnvelope() bool {
+	for _, a := range o.Additional {
+		if a.Placement == PlaceEnvelope {
+			return true
+		}
+	}
+	return false
+}
+
 // RequiredColumns are the columns the mapping reads that its table must
 // have: the event id, route-by, key and payload columns, the timestamp
 // column when set, and the additional ones unless they are optional.

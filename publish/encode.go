@@ -126,7 +126,7 @@ var (
 // newEncoders is the one place that decides how an outbox table's keys
 // and values are written.
 func newEncoders(enc Encoding, o *decode.Outbox, schemas *envelopeSchemas) (key, value encoder) {
-	p := payload{outbox: o, envelope: hasEnvelope(o)}
+	p := payload{outbox: o, envelope: o.HasEnvelope()}
 	switch enc.Key {
 	case FormatJSON, FormatJSONSchema:
 		key = jsonKey{schemas: enc.Key == FormatJSONSchema}
@@ -178,26 +178,17 @@ func (v *binaryValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 	return append(dst, ev.Payload...), nil
 }
 
-func hasEnvelope(o *decode.Outbox) bool {
-	for _, a := range o.Additional {
-		if a.Placement == decode.PlaceEnvelope {
-			return true
-		}
-	}
-	return false
-}
-
-// messageKey and messagePayload stand for the columns of a logical
-// message, which has none: a required string key and an optional string
-// payload.
+// unnamedKey and unnamedPayload stand for the columns of an event that
+// names none, built by hand (decode names every column of a row): a
+// required text key and an optional text payload.
 var (
-	messageKey     = decode.Column{Name: "aggregateid", Type: decode.TypeText, TypMod: -1, NotNull: true}
-	messagePayload = decode.Column{Name: "payload", Type: decode.TypeText, TypMod: -1}
+	unnamedKey     = decode.Column{Name: "aggregateid", Type: decode.TypeText, TypMod: -1, NotNull: true}
+	unnamedPayload = decode.Column{Name: "payload", Type: decode.TypeText, TypMod: -1}
 )
 
 func keyColumn(ev *decode.Event) *decode.Column {
 	if ev.KeyColumn == nil {
-		return &messageKey
+		return &unnamedKey
 	}
 	return ev.KeyColumn
 }
@@ -236,7 +227,7 @@ type payload struct {
 func (p payload) read(ev *decode.Event) (col *decode.Column, expanded *jsonNode, err error) {
 	col = ev.PayloadColumn
 	if col == nil {
-		col = &messagePayload
+		col = &unnamedPayload
 	}
 	if p.outbox.ExpandJSONPayload && ev.Payload != nil && !ev.PayloadBinary {
 		expanded, err = expand(ev.Payload, p.outbox)

@@ -375,14 +375,7 @@ func embeddedString(dst []byte, col *decode.Column, text []byte) ([]byte, error)
 		if err != nil {
 			return nil, err
 		}
-		dst = append(dst, '"')
-		for _, c := range s {
-			if c == '\\' || c == '"' {
-				dst = append(dst, '\\')
-			}
-			dst = append(dst, c)
-		}
-		return append(dst, '"'), nil
+		return appendValuesString(dst, string(s)), nil
 	case "bytes":
 		b, err := bytea(text)
 		if err != nil {

@@ -14,7 +14,9 @@ import (
 // base64 in walstream (docs/debezium.md, Known differences).
 func TestDebeziumTypes(t *testing.T) {
 	enum := decode.Column{Name: "c", Type: 16400, TypMod: -1, Labels: "sad,ok,happy"}
-	col := func(typ uint32, typmod int32) *decode.Column { return &decode.Column{Name: "c", Type: typ, TypMod: typmod} }
+	col := func(typ uint32, typmod int32) *decode.Column {
+		return &decode.Column{Name: "c", Type: typ, TypMod: typmod}
+	}
 	for _, tc := range []struct {
 		col                         *decode.Column
 		text                        string
