@@ -329,7 +329,7 @@ func corpus() []Case {
 		CREATE TABLE {t} (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text, payload jsonb,
 		d_interval interval DEFAULT '1 day', d_money money DEFAULT 1.5, d_enum {s}.mood DEFAULT 'ok', d_time time DEFAULT '12:00',
 		d_timetz timetz DEFAULT '12:00+01', d_tstz timestamptz DEFAULT now(), d_ts timestamp DEFAULT '2026-01-01 00:00', d_date date DEFAULT '2026-01-01',
-		d_array text[] DEFAULT '{a}', d_numeric numeric DEFAULT 1.5, d_numeric2 numeric(5,2) DEFAULT 1.5, d_bytea bytea DEFAULT '',
+		d_array text[] DEFAULT '{a}', d_numeric numeric DEFAULT 1.5, d_numeric2 numeric(5,2) DEFAULT 1.5, d_bytea bytea DEFAULT '\x01',
 		d_uuid uuid DEFAULT gen_random_uuid(), d_int int DEFAULT 7, d_bool bool DEFAULT false, d_float real DEFAULT 2.5, d_json json DEFAULT '{}',
 		d_varchar varchar(5) DEFAULT 'v', d_inet inet DEFAULT '10.0.0.1', d_quote text DEFAULT 'it''s', d_tstz2 timestamptz(3) DEFAULT '2026-01-01 10:00+02',
 		d_interval2 interval DEFAULT now() - now(), d_time3 time(3) DEFAULT '01:02:03.456')`,

@@ -36,7 +36,7 @@ func parseMessage(ev *decode.Event) (*message, error) {
 	x := expander{nulls: ev.Source.MessageNullFields}
 	s, err := x.schema("", root)
 	if err != nil {
-		return nil, fmt.Errorf("Debezium's decoder stops at this message: %w", err)
+		return nil, fmt.Errorf("the decoder Debezium runs stops at this message: %w", err)
 	}
 	if s == nil || !fits(root, s) {
 		return nil, errExpansion

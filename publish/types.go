@@ -342,13 +342,15 @@ func elementList(dst []byte, col *decode.Column, text []byte, open, sep, close s
 // header: Kafka Connect's Values.convertToString, which is the value's
 // toString, but for bytes (base64) and lists and structs, written as JSON
 // of a kind: strings inside them quoted, with only \ and " escaped.
-func headerString(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
+func headerString(dst []byte, col *decode.Column, text []byte) (out []byte, err error) {
 	if text == nil {
 		return dst, nil
 	}
-	if dst == nil {
-		dst = []byte{} // an empty value is a value, not none
-	}
+	defer func() {
+		if out == nil && err == nil {
+			out = []byte{} // an empty value is a value, not none
+		}
+	}()
 	switch {
 	case col.Type == decode.TypeBytea:
 		b, err := bytea(text)
@@ -362,7 +364,7 @@ func headerString(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 	if _, ok := col.Elem(); ok {
 		return elementList(dst, col, text, "[", ",", "]", embeddedString)
 	}
-	return javaString(dst, col, text)
+	return javaString(dst, col, text) // for text, the column's bytes themselves
 }
 
 // embeddedString is an element of a list in a header: a string value

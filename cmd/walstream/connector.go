@@ -501,104 +501,12 @@ func (cc *connectorConfig) translate() (*translation, error) {
 	if c := values["connector.class"]; strings.TrimSpace(c) != postgresConnector {
 		refuse("connector.class", fmt.Sprintf("is %q; walstream takes %s", c, postgresConnector))
 	}
-	routers, decoders := cc.transforms(values, refuse)
-	db := make(map[string]string)
-	var prefixes []string
-	handled := map[string]bool{"connector.class": true, "transforms": true}
+	st := &translating{tr: tr, db: make(map[string]string), refuse: refuse}
+	st.routers, st.decoders = cc.transforms(values, refuse)
 	for _, key := range slices.Sorted(maps.Keys(values)) {
-		v := values[key]
-		if name, rest, ok := transformKey(key); ok {
-			handled[key] = true
-			switch {
-			case rest == "type":
-			case routers[name]:
-				canon, err := decode.CanonicalRouterKey(key)
-				if err != nil {
-					refuse(key, err.Error())
-				} else {
-					tr.flags[routerFlagNames[canon]] = v
-				}
-			case decoders[name] && rest == "fields.null.include":
-				tr.flags["message-fields-null-include"] = v
-			case decoders[name]:
-				refuse(key, "not a setting of DecodeLogicalDecodingMessageContent")
-			}
-			continue
+		if key != "connector.class" && key != "transforms" { // checked above
+			st.key(key, values[key])
 		}
-		switch {
-		case handled[key]:
-		case strings.HasPrefix(key, "database."):
-			if _, ok := ignoredKeys[key]; ok {
-				break
-			}
-			if _, ok := byPrefix(refusedKeys, key); ok {
-				break
-			}
-			db[strings.TrimPrefix(key, "database.")] = v
-			continue
-		case connectorFlags[key] != "":
-			tr.flags[connectorFlags[key]] = v
-			continue
-		case key == "table.include.list":
-			tables, err := includedTables(v)
-			if err != nil {
-				refuse(key, err.Error())
-			}
-			tr.flags["table"] = tables
-			continue
-		case key == "status.update.interval.ms":
-			ms, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
-			if err != nil {
-				refuse(key, fmt.Sprintf("%q is not a number of milliseconds", v))
-			}
-			tr.flags["status-interval"] = fmt.Sprintf("%dms", ms)
-			continue
-		case key == "header.converter":
-			if strings.TrimSpace(v) != simpleHeaders {
-				refuse(key, fmt.Sprintf("is %q; walstream writes headers as %s does", v, simpleHeaders))
-			}
-			continue
-		case key == "skipped.operations":
-			if strings.Contains(strings.ToLower(v), "c") {
-				refuse(key, "skips inserts, which are the outbox's events")
-			} else {
-				tr.ignored = append(tr.ignored, ignoredKey{key, "the outbox router publishes inserts only"})
-			}
-			continue
-		case key == "message.prefix.include.list":
-			prefixes = strings.Split(v, ",")
-			continue
-		case key == "message.prefix.exclude.list":
-			refuse(key, "walstream takes the logical messages of one prefix, or of every prefix; name it in message.prefix.include.list")
-			continue
-		case strings.HasPrefix(key, "topic.creation."):
-			tr.flags["topic-creation"] += strings.TrimPrefix(key, "topic.creation.") + "=" + v + ";"
-			continue
-		case key == "snapshot.mode":
-			switch strings.ToLower(strings.TrimSpace(v)) {
-			case "no_data", "never":
-				tr.ignored = append(tr.ignored, ignoredKey{key, "walstream streams from its slot's creation on, as no_data does"})
-			case "initial", "when_needed":
-				tr.ignored = append(tr.ignored, ignoredKey{key, "walstream takes no snapshot: rows committed before its slot existed are not published (Debezium publishes them at the connector's first start)"})
-			default:
-				refuse(key, fmt.Sprintf("%q: walstream takes no snapshot", v))
-			}
-			continue
-		}
-		if handled[key] {
-			continue
-		}
-		if r, ok := byPrefix(refusedKeys, key); ok {
-			if r.ok == nil || !r.ok(v) {
-				refuse(key, fmt.Sprintf("%q: %s", v, r.why))
-			}
-			continue
-		}
-		if why, ok := byPrefix(ignoredKeys, key); ok {
-			tr.ignored = append(tr.ignored, ignoredKey{key, why})
-			continue
-		}
-		refuse(key, "is not a key walstream knows")
 	}
 	for key, def := range connectorDefaults {
 		if f := connectorFlags[key]; tr.flags[f] == "" {
@@ -611,15 +519,15 @@ func (cc *connectorConfig) translate() (*translation, error) {
 	if _, ok := values["table.include.list"]; !ok {
 		refuse("table.include.list", "is required: walstream streams the outbox tables it names, where Debezium would capture every table")
 	}
-	if len(db) > 0 {
-		dsn, err := postgresDSN(db)
+	if len(st.db) > 0 {
+		dsn, err := postgresDSN(st.db)
 		if err != nil {
 			refuse("database."+err.key, err.why)
 		}
 		tr.flags["pg-url"] = dsn
 	}
-	switch {
-	case len(decoders) == 0:
+	switch prefixes := st.prefixes; {
+	case len(st.decoders) == 0:
 		// Debezium would publish logical messages as change events to
 		// <topic.prefix>.message; an outbox without the decoder has none.
 		tr.flags["message-prefix"] = ""
@@ -631,6 +539,88 @@ func (cc *connectorConfig) translate() (*translation, error) {
 		refuse("message.prefix.include.list", "walstream takes the logical messages of one prefix, named as it is, or of every prefix")
 	}
 	return tr, errors.Join(errs...)
+}
+
+// translating is a connector config on its way to walstream's settings.
+type translating struct {
+	tr                *translation
+	db                map[string]string // the database.* keys, less the prefix
+	prefixes          []string          // message.prefix.include.list
+	routers, decoders map[string]bool   // the transforms, by name
+	refuse            func(key, why string)
+}
+
+// key maps one key of the config.
+func (st *translating) key(key, v string) {
+	tr := st.tr
+	if name, rest, ok := transformKey(key); ok {
+		switch {
+		case rest == "type": // checked by transforms
+		case st.routers[name]:
+			if canon, err := decode.CanonicalRouterKey(key); err != nil {
+				st.refuse(key, err.Error())
+			} else {
+				tr.flags[routerFlagNames[canon]] = v
+			}
+		case st.decoders[name] && rest == "fields.null.include":
+			tr.flags["message-fields-null-include"] = v
+		case st.decoders[name]:
+			st.refuse(key, "not a setting of DecodeLogicalDecodingMessageContent")
+		}
+		return
+	}
+	_, ignored := byPrefix(ignoredKeys, key)
+	refused, isRefused := byPrefix(refusedKeys, key)
+	switch {
+	case strings.HasPrefix(key, "database.") && !ignored && !isRefused:
+		st.db[strings.TrimPrefix(key, "database.")] = v
+	case connectorFlags[key] != "":
+		tr.flags[connectorFlags[key]] = v
+	case key == "table.include.list":
+		tables, err := includedTables(v)
+		if err != nil {
+			st.refuse(key, err.Error())
+		}
+		tr.flags["table"] = tables
+	case key == "status.update.interval.ms":
+		ms, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+		if err != nil {
+			st.refuse(key, fmt.Sprintf("%q is not a number of milliseconds", v))
+		}
+		tr.flags["status-interval"] = fmt.Sprintf("%dms", ms)
+	case key == "header.converter":
+		if strings.TrimSpace(v) != simpleHeaders {
+			st.refuse(key, fmt.Sprintf("is %q; walstream writes headers as %s does", v, simpleHeaders))
+		}
+	case key == "skipped.operations" && strings.Contains(strings.ToLower(v), "c"):
+		st.refuse(key, "skips inserts, which are the outbox's events")
+	case key == "skipped.operations":
+		tr.ignored = append(tr.ignored, ignoredKey{key, "the outbox router publishes inserts only"})
+	case key == "message.prefix.include.list":
+		st.prefixes = strings.Split(v, ",")
+	case key == "message.prefix.exclude.list":
+		st.refuse(key, "walstream takes the logical messages of one prefix, or of every prefix; name it in message.prefix.include.list")
+	case strings.HasPrefix(key, "topic.creation."):
+		tr.flags["topic-creation"] += strings.TrimPrefix(key, "topic.creation.") + "=" + v + ";"
+	case key == "snapshot.mode":
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "no_data", "never":
+			tr.ignored = append(tr.ignored, ignoredKey{key, "walstream streams from its slot's creation on, as no_data does"})
+		case "initial", "when_needed":
+			tr.ignored = append(tr.ignored, ignoredKey{key, "walstream takes no snapshot: rows committed before its slot existed are not published (Debezium publishes them at the connector's first start)"})
+		default:
+			st.refuse(key, fmt.Sprintf("%q: walstream takes no snapshot", v))
+		}
+	case isRefused:
+		if refused.ok == nil || !refused.ok(v) {
+			st.refuse(key, fmt.Sprintf("%q: %s", v, refused.why))
+		}
+	case ignored:
+		why, _ := byPrefix(ignoredKeys, key)
+		tr.ignored = append(tr.ignored, ignoredKey{key, why})
+	default:
+		st.refuse(key, "is not a key walstream knows")
+	}
 }
 
 // transformKey splits transforms.<name>.<setting>.
