@@ -392,7 +392,7 @@ func corpus() []Case {
 		withStop(payloadCase("expand top-level array", "jsonb", payloadRows(`'{"a": 1}'`, `'[1, 2]'`),
 			with(jsonConverters, router("table.expand.json.payload", "true"))), "event id p2"), // JsonConverter cannot write the array as a struct
 	)
-	// The known differences of docs/debezium.md, each shown.
+	// The known differences docs/debezium.md lists, each shown.
 	cs = append(cs,
 		// Debezium merges the element schemas of an array of objects in
 		// HashSet order; walstream in element order.
