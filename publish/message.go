@@ -118,40 +118,9 @@ func encodeNode(f Format, n *jsonNode, s *connectSchema) ([]byte, error) {
 func (n *jsonNode) headerString(s *connectSchema) []byte {
 	switch s.typ {
 	case "struct", "array":
-		return n.valuesString(nil, s)
+		return n.render(nil, s, true)
 	}
 	return n.javaStringAs([]byte{}, s)
-}
-
-// valuesString is Values.append with embedded strings quoted.
-func (n *jsonNode) valuesString(dst []byte, s *connectSchema) []byte {
-	if null(n) {
-		return append(dst, "null"...)
-	}
-	switch s.typ {
-	case "struct":
-		dst = append(dst, '{')
-		for i, f := range s.fields {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = append(appendValuesString(dst, f.name), ':')
-			dst = n.member(f.name).valuesString(dst, f.schema)
-		}
-		return append(dst, '}')
-	case "array":
-		dst = append(dst, '[')
-		for i, it := range n.items {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = it.valuesString(dst, s.items)
-		}
-		return append(dst, ']')
-	case "string":
-		return appendValuesString(dst, n.text)
-	}
-	return n.javaStringAs(dst, s)
 }
 
 // appendValuesString quotes s as Values.escape does: \ and " only.
