@@ -153,7 +153,7 @@ func (r *Router) Record(ev *decode.Event) (*kgo.Record, error) {
 	rec := &kgo.Record{
 		Topic:     t.route.Topic(ev.AggregateType),
 		Timestamp: ev.Timestamp,
-		Headers:   make([]kgo.RecordHeader, len(ctx)+1, len(ctx)+2+len(ev.Headers)+len(ev.Fields)),
+		Headers:   make([]kgo.RecordHeader, len(ctx)+1, len(ctx)+1+len(ev.Headers)+len(ev.Fields)),
 	}
 	copy(rec.Headers, ctx)
 	// EventRouterDelegate adds the id header with the id column's schema
