@@ -5,7 +5,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build deps test demo docs bench bench-e2e pgo fuzz lint chaos image
+.PHONY: build deps test demo docs bench bench-e2e pgo fuzz lint chaos compat image
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/walstream ./cmd/walstream
@@ -53,6 +53,14 @@ CHAOS_FLAGS    ?=
 chaos: deps
 	$(GO) test ./chaos -run TestChaos -count=1 -timeout 40m -v -args \
 		-chaos.duration=$(CHAOS_DURATION) -chaos.min-rows=$(CHAOS_MIN_ROWS) -chaos.report=$(CHAOS_REPORT) $(CHAOS_FLAGS)
+
+# Debezium 3.6.1 (in Kafka Connect) and walstream on the whole
+# compatibility corpus, each record compared byte for byte (compat/);
+# `make test` runs a few of its cases. COMPAT_FLAGS adds flags, e.g.
+# COMPAT_FLAGS="-compat.mode=distributed -compat.dump=$(CURDIR)/compat/records".
+COMPAT_FLAGS ?=
+compat: deps
+	$(GO) test ./compat -run TestCompat -race -count=1 -timeout 40m -v -args -compat.all $(COMPAT_FLAGS)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./decode ./publish

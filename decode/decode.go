@@ -159,8 +159,15 @@ type Event struct {
 	TraceParent []byte
 	// Headers are extra headers a logical message's envelope carries.
 	Headers []Header
+	// Message is a logical message's JSON content, of which the encoders
+	// make the key, the value and the id header as Debezium does; nil for
+	// a row.
+	Message []byte
 	// Fields are the additional columns placed in headers or the envelope.
 	Fields []Field
+	// SchemaVersion is the schema version column's value, nil when NULL or
+	// there is none.
+	SchemaVersion []byte
 	// Timestamp is the record's timestamp from the timestamp column; zero
 	// leaves the time Kafka receives it.
 	Timestamp time.Time
@@ -257,9 +264,9 @@ type relation struct {
 	columns int
 	cols    []Column // of an outbox table, in tuple order
 	// indexes of the outbox columns in the tuple; -1 when absent.
-	id, aggType, aggID, typ, payload, trace, timestamp int
-	payloadBytea                                       bool
-	extra                                              []extraColumn
+	id, aggType, aggID, typ, payload, trace, timestamp, version int
+	payloadBytea                                                bool
+	extra                                                       []extraColumn
 	// err, when set, is why the table does not fit the mapping; each of its
 	// rows is then a bad event carrying it.
 	err *Error
@@ -572,8 +579,8 @@ func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMes
 	rel.cols = make([]Column, len(m.Columns))
 	for i, c := range m.Columns {
 		info := catalog[c.Name]
-		rel.cols[i] = Column{Name: c.Name, Type: c.DataType, TypMod: c.TypeModifier, NotNull: info.NotNull}
-		if d, ok := ParseDefault(c.DataType, info.Default); ok {
+		rel.cols[i] = Column{Name: c.Name, Type: c.DataType, TypMod: c.TypeModifier, NotNull: info.NotNull, Labels: info.Labels}
+		if d, ok := ParseDefault(rel.cols[i], info.Default); ok {
 			rel.cols[i].Default = d
 		}
 	}
@@ -595,6 +602,16 @@ func (rel *relation) mapColumns(walStart pglogrepl.LSN, m *pglogrepl.RelationMes
 		}
 		if t := m.Columns[rel.timestamp].DataType; t != TypeTimestamp && t != TypeTimestampTZ {
 			return missing(cols.Timestamp, fmt.Sprintf("timestamp column (table.field.event.timestamp) has type OID %d; it must be timestamp or timestamptz", t))
+		}
+	}
+	rel.version = -1
+	if cols.SchemaVersion != "" {
+		if rel.version = find(cols.SchemaVersion); rel.version < 0 {
+			return missing(cols.SchemaVersion, "schema version column (table.field.event.schema.version) is missing")
+		}
+		// Debezium reads it with Struct.getInt32, and only for an envelope.
+		if t := m.Columns[rel.version].DataType; t != TypeInt4 && rel.outbox.HasEnvelope() {
+			return missing(cols.SchemaVersion, fmt.Sprintf("schema version column (table.field.event.schema.version) has type OID %d; it must be integer", t))
 		}
 	}
 	for _, a := range rel.outbox.Additional {
@@ -778,7 +795,9 @@ func (d *Decoder) unmapped(rel *relation, walStart pglogrepl.LSN, vals []value) 
 // (route-by, partition, timestamp: getString, getInt32, getInt64) do not.
 func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Event {
 	col := func(i int) []byte {
-		if i < 0 || vals[i].kind != 't' {
+		// Debezium's value resolver has no case for the name type: it
+		// reads every name column as NULL.
+		if i < 0 || vals[i].kind != 't' || rel.cols[i].Type == TypeName {
 			return nil
 		}
 		return vals[i].data
@@ -814,6 +833,7 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 	} else if d.cfg.JSONText && !utf8.Valid(ev.Payload) {
 		return bad(o.Columns.Payload, "payload is not valid UTF-8: the JSON converter cannot write it as JSON (is the database SQL_ASCII?)", nil)
 	}
+	ev.SchemaVersion = col(rel.version)
 	if ts := col(rel.timestamp); ts != nil {
 		t, err := ParseTimestamp(ts)
 		if err != nil {
@@ -854,18 +874,17 @@ func (d *Decoder) identity(lsn pglogrepl.LSN, table string, id []byte) Identity 
 // is not there.
 func (ev *Event) check(names Columns, absent string) (field, reason string) {
 	switch {
-	case ev.ID == nil:
-		return names.ID, "event id is " + absent
 	case !utf8.Valid(ev.ID):
 		return names.ID, "event id is not valid UTF-8"
 	case ev.AggregateType == nil:
+		// RegexRouter throws on a null topic: Debezium's task stops.
 		return names.AggregateType, "aggregate type is " + absent + ": no topic can be derived"
-	case ev.AggregateID == nil:
-		return names.AggregateID, "aggregate id is " + absent + ": the record would have no key"
 	case !utf8.Valid(ev.AggregateID):
 		return names.AggregateID, "aggregate id is not valid UTF-8"
 	}
-	// A NULL payload is not bad: Debezium publishes it as a null value.
+	// A NULL event id, key or payload is not bad: Debezium publishes a
+	// header without value, no key (or the key converter's null), and a
+	// null value.
 	return "", ""
 }
 
@@ -939,14 +958,16 @@ func unhexBytea(b []byte) ([]byte, error) {
 // the check each Relation message gets, for a table read from the catalog
 // before any of its rows arrives, so that an idle outbox with a broken
 // mapping is found at once.
-// Only the columns' names and types are read.
+// Only the columns' names, types, modifiers and enum labels are read.
 func CheckTable(o *Outbox, cols []Column) error {
 	m := pglogrepl.RelationMessage{Namespace: o.Schema, RelationName: o.Table}
+	catalog := make(map[string]Catalog, len(cols))
 	for _, c := range cols {
-		m.Columns = append(m.Columns, &pglogrepl.RelationMessageColumn{Name: c.Name, DataType: c.Type})
+		m.Columns = append(m.Columns, &pglogrepl.RelationMessageColumn{Name: c.Name, DataType: c.Type, TypeModifier: c.TypMod})
+		catalog[c.Name] = Catalog{NotNull: c.NotNull, Labels: c.Labels}
 	}
 	rel := &relation{name: o.Name(), outbox: o, columns: len(cols)}
-	if err := rel.mapColumns(0, &m, nil); err != nil {
+	if err := rel.mapColumns(0, &m, catalog); err != nil {
 		return err
 	}
 	return nil

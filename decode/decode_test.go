@@ -683,3 +683,44 @@ func TestParseRef(t *testing.T) {
 		}
 	}
 }
+
+// A logical message is read as Debezium's DecodeLogicalDecodingMessageContent
+// and outbox router read it: a JSON object whose fields are named as the
+// router's columns; where Debezium's task stops (a field missing, or null
+// and dropped by the decoder, a route-by value that is not a string, a
+// content that is not an object), the event is bad, naming the field.
+func TestDecodeMessageAsDebezium(t *testing.T) {
+	for _, tc := range []struct {
+		content, bad string
+		nulls        bool
+		mod          func(*Outbox)
+	}{
+		{`{"id": "m", "aggregatetype": "A", "aggregateid": 7, "payload": {"x": 1}}`, "", false, nil},
+		{`{"id": 5, "aggregatetype": "A", "aggregateid": "k", "payload": "s"}`, "", false, nil},
+		{`{"aggregatetype": "A", "aggregateid": "k", "payload": {}}`, "column id: field is missing", false, nil},
+		{`{"id": null, "aggregatetype": "A", "aggregateid": "k", "payload": {}}`, "column id: field is missing", false, nil},
+		{`{"id": null, "aggregatetype": "A", "aggregateid": null, "payload": null}`, "", true, nil},
+		{`{"id": "m", "aggregatetype": 1, "aggregateid": "k", "payload": {}}`, "not a string", false, nil},
+		{`{"id": "m", "aggregatetype": "A", "aggregateid": "k"}`, "column payload: field is missing", false, nil},
+		{`["id"]`, "not a JSON object", false, nil},
+		{` {"id": "m"}`, "not a JSON object", false, nil},
+		{`{"id": {"a": 1}, "aggregatetype": "A", "aggregateid": "k", "payload": 1}`, "not a string, number or boolean", false, nil},
+		{`{"event_id": "m", "aggregatetype": "A", "aggregateid": "k", "payload": 1}`, "", false, func(o *Outbox) { o.Columns.ID = "event_id" }},
+		{`{"id": "m", "aggregatetype": "A", "aggregateid": "k", "payload": 1}`, "table.field.event.timestamp", false, func(o *Outbox) { o.Columns.Timestamp = "ts" }},
+	} {
+		cfg := outboxConfig("public", tc.mod)
+		cfg.Outboxes[0].MessageNullFields = tc.nulls
+		cfg.MessagePrefix = AllPrefixes
+		d := New(cfg)
+		d.tx = &Tx{CommitLSN: 0x100}
+		ev := d.envelopeEvent(0x90, "p", []byte(tc.content))
+		switch {
+		case tc.bad == "" && ev.Bad != nil:
+			t.Errorf("%s: bad: %v", tc.content, ev.Bad)
+		case tc.bad != "" && (ev.Bad == nil || !strings.Contains(ev.Bad.Error(), tc.bad)):
+			t.Errorf("%s: %v, want it bad naming %q", tc.content, ev.Bad, tc.bad)
+		case tc.bad == "" && string(ev.Message) != tc.content:
+			t.Errorf("%s: the event's content is %s", tc.content, ev.Message)
+		}
+	}
+}

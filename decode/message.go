@@ -13,16 +13,9 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-// envelope is a logical-message outbox event, the JSON content of
-// pg_logical_emit_message(true, '<prefix>', '<envelope>').
-type envelope struct {
-	ID            *string           `json:"id"`
-	AggregateType *string           `json:"aggregatetype"`
-	AggregateID   *string           `json:"aggregateid"`
-	Type          *string           `json:"type"`
-	Payload       json.RawMessage   `json:"payload"`
-	Headers       map[string]string `json:"headers"`
-}
+// AllPrefixes as Config.MessagePrefix takes the messages of every prefix,
+// as Debezium does unless message.prefix.include.list names some.
+const AllPrefixes = "*"
 
 // message decodes a logical decoding message ('M'): flags, LSN, prefix,
 // content. With the configured prefix and inside a transaction it is an
@@ -45,7 +38,7 @@ func (d *Decoder) message(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if uint64(n) != uint64(len(content)) {
 		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("logical message content is %d bytes, its length says %d", len(content), n)}
 	}
-	if d.cfg.MessagePrefix == "" || prefix != d.cfg.MessagePrefix {
+	if d.cfg.MessagePrefix == "" || prefix != d.cfg.MessagePrefix && d.cfg.MessagePrefix != AllPrefixes {
 		return nil, nil
 	}
 	if !transactional && d.tx == nil {
@@ -84,15 +77,22 @@ func (d *Decoder) outsideTx(lsn pglogrepl.LSN, prefix string, content []byte) *T
 	return &Tx{CommitLSN: lsn, EndLSN: lsn + 1, Final: true, Events: []Event{ev}, Bytes: ev.Size()}
 }
 
-// envelopeEvent maps a message's JSON envelope to an event. The payload is
-// the JSON value as written; a JSON string payload is its text.
+// envelopeEvent maps a message's JSON content to an event, as Debezium's
+// DecodeLogicalDecodingMessageContent and outbox router read it: the
+// content is a JSON object whose fields, named as the router's columns
+// (id, aggregatetype, aggregateid, payload by default), are the row's.
+// publish encodes the event from the content (Event.Message) as Debezium
+// does, by the types JSON gives its values; here are the checks on which
+// Debezium's task stops, and the fields that name the event. A JSON null
+// is a field the decoder drops unless MessageNullFields keeps it.
 func (d *Decoder) envelopeEvent(lsn pglogrepl.LSN, prefix string, content []byte) Event {
 	source := "logical message " + prefix
-	ev := Event{Identity: d.identity(lsn, source, nil), Source: d.cfg.Messages}
+	o := d.cfg.Messages
+	ev := Event{Identity: d.identity(lsn, source, nil), Source: o, Message: append([]byte(nil), content...)}
 	bad := func(field, reason string, err error) Event {
 		ev.Bad = &Error{Event: ev.Identity, Column: field, Reason: reason, Err: err}
 		if ev.Payload == nil {
-			ev.Payload = append([]byte(nil), content...) // the original bytes, for the dead letter
+			ev.Payload = ev.Message // the original bytes, for the dead letter
 		}
 		return ev
 	}
@@ -100,37 +100,94 @@ func (d *Decoder) envelopeEvent(lsn pglogrepl.LSN, prefix string, content []byte
 		// encoding/json would replace the bytes silently.
 		return bad("", "the content is not valid UTF-8, so not JSON", nil)
 	}
-	var env envelope
+	if len(content) == 0 || content[0] != '{' {
+		return bad("", "the content is not a JSON object (Debezium's DecodeLogicalDecodingMessageContent decodes objects only)", nil)
+	}
+	var env map[string]json.RawMessage
 	if err := json.Unmarshal(content, &env); err != nil {
-		return bad("", "the content is not a JSON envelope", err)
+		return bad("", "the content is not a JSON object", err)
 	}
-	str := func(p *string) []byte {
-		if p == nil {
-			return nil
+	// field is a field as the decoded struct has it: absent, or a JSON
+	// null the decoder dropped, is not there.
+	field := func(name string) (json.RawMessage, bool) {
+		raw, ok := env[name]
+		if !ok || string(raw) == "null" && !o.MessageNullFields {
+			return nil, false
 		}
-		return []byte(*p)
+		return raw, true
 	}
-	ev.ID, ev.AggregateType, ev.AggregateID, ev.Type = str(env.ID), str(env.AggregateType), str(env.AggregateID), str(env.Type)
-	for k, v := range env.Headers {
-		ev.Headers = append(ev.Headers, Header{k, v})
-	}
-	slices.SortFunc(ev.Headers, func(a, b Header) int { return strings.Compare(a.Key, b.Key) }) // map order is random
-	if len(env.Payload) > 0 && env.Payload[0] == '"' {
-		var text string
-		if err := json.Unmarshal(env.Payload, &text); err != nil {
-			return bad("payload", "decoding the payload string", err)
+	// scalar is a field's text: a string's, a number's or a boolean's
+	// literal; nil for null.
+	scalar := func(raw json.RawMessage) ([]byte, bool) {
+		switch {
+		case string(raw) == "null":
+			return nil, true
+		case raw[0] == '"':
+			var s string
+			if json.Unmarshal(raw, &s) != nil {
+				return nil, false
+			}
+			return []byte(s), true
+		case raw[0] == '{' || raw[0] == '[':
+			return nil, false
 		}
-		ev.Payload = []byte(text)
-	} else if len(env.Payload) > 0 && string(env.Payload) != "null" {
-		ev.Payload = env.Payload
+		return raw, true
 	}
-	// The envelope's fields are named as Debezium's default columns.
-	if field, reason := ev.check(DefaultColumns(), "missing"); reason != "" {
+	cols := o.Columns
+	for _, name := range []string{cols.ID, cols.AggregateType, cols.AggregateID, cols.Payload} {
+		if _, ok := field(name); !ok {
+			return bad(name, "field is missing (or null): Debezium's router stops at such a message", nil)
+		}
+	}
+	idRaw, _ := field(cols.ID)
+	id, ok := scalar(idRaw)
+	if !ok {
+		return bad(cols.ID, "event id is not a string, number or boolean", nil)
+	}
+	ev.ID, ev.Identity.ID = id, id
+	typeRaw, _ := field(cols.AggregateType)
+	if typeRaw[0] != '"' {
+		// Struct.getString: a null or another type stops Debezium.
+		return bad(cols.AggregateType, "aggregate type is not a string: no topic can be derived", nil)
+	}
+	ev.AggregateType, _ = scalar(typeRaw)
+	keyRaw, _ := field(cols.AggregateID)
+	ev.AggregateID, _ = scalar(keyRaw)
+	if raw, ok := env[cols.Type]; ok {
+		ev.Type, _ = scalar(raw)
+	}
+	if raw, ok := env["headers"]; ok {
+		var headers map[string]string
+		if err := json.Unmarshal(raw, &headers); err != nil {
+			return bad("headers", "headers is not an object of strings", err)
+		}
+		for k, v := range headers {
+			ev.Headers = append(ev.Headers, Header{k, v})
+		}
+		slices.SortFunc(ev.Headers, func(a, b Header) int { return strings.Compare(a.Key, b.Key) }) // map order is random
+	}
+	payloadRaw, _ := field(cols.Payload)
+	switch {
+	case string(payloadRaw) == "null":
+	case payloadRaw[0] == '"':
+		ev.Payload, _ = scalar(payloadRaw)
+	default:
+		ev.Payload = payloadRaw
+	}
+	if field, reason := ev.check(cols, "missing"); reason != "" {
 		return bad(field, reason, nil)
 	}
-	// As for a row: a missing or null payload is a null value, or with
-	// route.tombstone.on.empty.payload a tombstone, as is a blank one.
-	if d.cfg.Messages != nil && d.cfg.Messages.TombstoneOnEmptyPayload && blank(ev.Payload) {
+	if cols.Timestamp != "" {
+		return bad(cols.Timestamp, "table.field.event.timestamp is set, and Debezium's router stops at every logical message then (a message's field has no timestamp schema)", nil)
+	}
+	for _, a := range o.Additional {
+		if _, ok := env[a.Column]; ok || !o.AdditionalOptional {
+			return bad(a.Column, "walstream does not apply table.fields.additional.placement to logical messages", nil)
+		}
+	}
+	// EventRouterDelegate: payload == null || payload.toString().trim().isEmpty();
+	// a struct's toString is never empty.
+	if o.TombstoneOnEmptyPayload && (string(payloadRaw) == "null" || payloadRaw[0] == '"' && blank(ev.Payload)) {
 		ev.Payload, ev.Tombstone = nil, true
 	}
 	return ev

@@ -43,6 +43,10 @@ type Outbox struct {
 	// (table.json.payload.empty.array.behavior=optional_string); Debezium's
 	// default drops them.
 	ExpandJSONEmptyArrays bool
+	// MessageNullFields keeps the null fields of a logical message's
+	// content, as DecodeLogicalDecodingMessageContent's fields.null.include
+	// does; by default they are dropped. For the mapping of messages only.
+	MessageNullFields bool
 	// Catalog is what the Postgres catalog says of the table's columns, by
 	// name: NOT NULL and defaults, which pgoutput does not send. It is read
 	// when walstream starts; a column it lacks has no default and may be
@@ -89,6 +93,10 @@ type Columns struct {
 	// becomes the record's timestamp (table.field.event.timestamp); a NULL
 	// there, or no column, leaves Kafka's processing time.
 	Timestamp string
+	// SchemaVersion, when set, is an integer column whose value becomes the
+	// version of an envelope's value schema
+	// (table.field.event.schema.version).
+	SchemaVersion string
 	// Tracing, when set, is a W3C trace context column, as Debezium's
 	// tracingspancontext or a plain traceparent (tracing.span.context.field);
 	// its value becomes the traceparent header.
@@ -231,9 +239,13 @@ const (
 	TypeFloat8      = 701
 	TypeBPChar      = 1042
 	TypeVarchar     = 1043
+	TypeMoney       = 790
 	TypeDate        = 1082
+	TypeTime        = 1083
 	TypeTimestamp   = 1114
 	TypeTimestampTZ = 1184
+	TypeInterval    = 1186
+	TypeTimeTZ      = 1266
 	TypeNumeric     = 1700
 	TypeUUID        = 2950
 	TypeJSONB       = 3802
@@ -257,13 +269,26 @@ func ParseTimestamp(b []byte) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q is not an ISO timestamp: %w", s, err)
 }
 
+// HasEnvelope reports whether the mapping places a field in the envelope,
+// which makes every value a struct of payload and those fields.
+func (o *Outbox) HasEnvelope() bool {
+	for _, a := range o.Additional {
+		if a.Placement == PlaceEnvelope {
+			return true
+		}
+	}
+	return false
+}
+
 // RequiredColumns are the columns the mapping reads that its table must
 // have: the event id, route-by, key and payload columns, the timestamp
 // column when set, and the additional ones unless they are optional.
 func (o *Outbox) RequiredColumns() []string {
 	cols := []string{o.Columns.ID, o.Columns.AggregateType, o.Columns.AggregateID, o.Columns.Payload}
-	if o.Columns.Timestamp != "" {
-		cols = append(cols, o.Columns.Timestamp)
+	for _, c := range []string{o.Columns.Timestamp, o.Columns.SchemaVersion} {
+		if c != "" {
+			cols = append(cols, c)
+		}
 	}
 	for _, a := range o.Additional {
 		if !o.AdditionalOptional {

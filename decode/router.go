@@ -29,6 +29,7 @@ var routerKeys = []RouterKey{
 	{Key: "table.field.event.key", Default: "aggregateid", Doc: "column of the record key"},
 	{Key: "table.field.event.payload", Default: "payload", Doc: "column of the record value"},
 	{Key: "table.field.event.timestamp", Doc: "timestamp or timestamptz column that becomes the record timestamp; empty: the time Kafka receives it"},
+	{Key: "table.field.event.schema.version", Doc: "integer column whose value is the version of an envelope's value schema under a JSON converter with schemas; empty: none"},
 	{Key: "table.fields.additional.placement", Doc: "more columns in the record: comma-separated column:header|envelope|partition[:alias]"},
 	{Key: "table.field.additional.missing", Default: "error", Doc: "a column of table.fields.additional.placement the table lacks: error (refuse the table) or ignore (skip it)"},
 	{Key: "table.op.invalid.behavior", Default: "warn", Doc: "an UPDATE of an outbox row: warn or error (log it and go on) or fatal (stop)"},
@@ -59,6 +60,7 @@ func RouterKeys() []RouterKey { return append([]RouterKey(nil), routerKeys...) }
 // releases' names.
 var routerAliases = map[string]string{
 	"table.field.payload":          "table.field.event.payload",
+	"table.field.schema.version":   "table.field.event.schema.version",
 	"debezium.op.invalid.behavior": "table.op.invalid.behavior",
 }
 
@@ -69,8 +71,6 @@ const legacyMissingKey = "table.fields.additional.error.on.missing"
 // unsupportedKeys are Debezium router settings walstream refuses rather
 // than ignores, with the reason.
 var unsupportedKeys = map[string]string{
-	"table.field.event.schema.version":   "walstream writes no versioned value schemas",
-	"table.field.schema.version":         "walstream writes no versioned value schemas",
 	"table.field.event.type":             "removed in Debezium 2.0; use table.fields.additional.placement=type:header:eventType",
 	"table.field.payload.id":             "removed in Debezium 2.0; use table.field.event.key",
 	"tracing.operation.name":             "walstream copies the trace context into a traceparent header and opens no spans",
@@ -161,7 +161,7 @@ func NewOutbox(schema, table string, layers ...map[string]string) (*Outbox, erro
 	}
 	o := &Outbox{Schema: schema, Table: table, Columns: Columns{
 		ID: get("table.field.event.id"), AggregateID: get("table.field.event.key"), Payload: get("table.field.event.payload"),
-		Timestamp: get("table.field.event.timestamp"), AggregateType: get("route.by.field"), Type: "type",
+		Timestamp: get("table.field.event.timestamp"), SchemaVersion: get("table.field.event.schema.version"), AggregateType: get("route.by.field"), Type: "type",
 		Tracing: get("tracing.span.context.field"),
 	}}
 	for _, c := range []struct{ key, v string }{{"table.field.event.id", o.Columns.ID}, {"table.field.event.key", o.Columns.AggregateID},

@@ -41,6 +41,7 @@ func TestClassifyFailure(t *testing.T) {
 		{"fenced", onKafka(fmt.Errorf("%w: x", publish.ErrFenced)), peerKafka, kindFenced, true},
 		{"authorization", onKafka(fmt.Errorf("%w: x", publish.ErrAuthorization)), peerKafka, kindAuthorization, true},
 		{"record too large", onKafka(&publish.RecordError{Topic: "t", Err: kerr.MessageTooLarge}), peerKafka, kindBadInput, true},
+		{"record timestamp out of range", onKafka(&publish.RecordError{Topic: "t", Err: kerr.InvalidTimestamp}), peerKafka, kindBadInput, true},
 		{"kafka tls", onKafka(x509.UnknownAuthorityError{}), peerKafka, kindTLS, true},
 		{"postgres tls", fmt.Errorf("connecting: %w", x509.HostnameError{Host: "db"}), peerPostgres, kindTLS, true},
 		{"kafka other", onKafka(errors.New("broker gone")), peerKafka, kindKafka, false},

@@ -74,7 +74,7 @@ func (t outboxTables) settled() bool { return len(t.missing) == 0 && !t.unpublis
 func catalogOf(info replication.TableInfo) map[string]decode.Catalog {
 	c := make(map[string]decode.Catalog, len(info.Columns))
 	for _, col := range info.Columns {
-		c[col.Name] = decode.Catalog{NotNull: col.NotNull, Default: col.Default}
+		c[col.Name] = decode.Catalog{NotNull: col.NotNull, Default: col.Default, Labels: col.Labels}
 	}
 	return c
 }
@@ -89,7 +89,7 @@ func checkMapping(outboxes []*decode.Outbox, info replication.TableInfo, when st
 	}
 	cols := make([]decode.Column, len(info.Columns))
 	for j, c := range info.Columns {
-		cols[j] = decode.Column{Name: c.Name, Type: c.Type}
+		cols[j] = decode.Column{Name: c.Name, Type: c.Type, TypMod: c.TypMod, Labels: c.Labels}
 	}
 	if err := decode.CheckTable(outboxes[i], cols); err != nil {
 		return fmt.Errorf("checking table %s (OID %d) against its mapping %s: %w", name, info.OID, when, err)

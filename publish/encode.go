@@ -4,10 +4,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/big"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/decode"
 )
 
@@ -24,6 +26,9 @@ const (
 	// FormatJSONSchema is JsonConverter with schemas.enable=true, Kafka
 	// Connect's default: {"schema":...,"payload":...}.
 	FormatJSONSchema
+	// FormatBinary is Debezium's BinaryDataConverter: a bytes value (a
+	// bytea payload) as its bytes; any other value stops Debezium.
+	FormatBinary
 )
 
 func (f Format) String() string {
@@ -34,14 +39,17 @@ func (f Format) String() string {
 		return "json"
 	case FormatJSONSchema:
 		return "json with schemas"
+	case FormatBinary:
+		return "binary"
 	}
 	return "Format(" + strconv.Itoa(int(f)) + ")"
 }
 
-// Kafka Connect's converter classes.
+// Kafka Connect's converter classes, and Debezium's.
 const (
 	StringConverterClass = "org.apache.kafka.connect.storage.StringConverter"
 	JSONConverterClass   = "org.apache.kafka.connect.json.JsonConverter"
+	BinaryConverterClass = "io.debezium.converters.BinaryDataConverter"
 )
 
 // ParseFormat reads a converter as a Connect config names it (its class,
@@ -55,8 +63,10 @@ func ParseFormat(converter string, schemas bool) (Format, error) {
 			return FormatJSONSchema, nil
 		}
 		return FormatJSON, nil
+	case BinaryConverterClass:
+		return FormatBinary, nil
 	}
-	return 0, fmt.Errorf("converter %q is not %s (string) or %s (json)", converter, StringConverterClass, JSONConverterClass)
+	return 0, fmt.Errorf("converter %q is not %s (string), %s (json) or %s", converter, StringConverterClass, JSONConverterClass, BinaryConverterClass)
 }
 
 // Encoding is how keys and values are written: a converter each, as a
@@ -67,6 +77,32 @@ type Encoding struct {
 	// value schema name of an envelope (<prefix>.<schema>.<table>.<route-by
 	// value>.Value), which JsonConverter with schemas writes.
 	SchemaPrefix string
+	// Context are headers written before each record's id header:
+	// ContextHeaders, or none.
+	Context []kgo.RecordHeader
+}
+
+// Debezium's context headers (io.debezium.connector.common.DebeziumHeaders).
+const (
+	HeaderLogicalName   = "__debezium.context.connectorLogicalName"
+	HeaderTaskID        = "__debezium.context.taskId"
+	HeaderConnectorName = "__debezium.context.connectorName"
+	HeaderRunID         = "__debezium.context.runId"
+)
+
+// ContextHeaders are the headers Debezium 3.2 and later put on every
+// change record unless extended.headers.enabled is false, and which its
+// outbox router keeps in front of id: the connector's logical name (its
+// topic.prefix), its task (0: the Postgres connector runs one), its type
+// and an id of the task's run. SimpleHeaderConverter writes each as its
+// text.
+func ContextHeaders(logicalName, runID string) []kgo.RecordHeader {
+	return []kgo.RecordHeader{
+		{Key: HeaderLogicalName, Value: []byte(logicalName)},
+		{Key: HeaderTaskID, Value: []byte("0")},
+		{Key: HeaderConnectorName, Value: []byte("postgresql")},
+		{Key: HeaderRunID, Value: []byte(runID)},
+	}
 }
 
 // encoder writes an event's key or value as one converter does behind
@@ -81,49 +117,78 @@ type encoder interface {
 var (
 	_ encoder = stringKey{}
 	_ encoder = jsonKey{}
+	_ encoder = binaryKey{}
 	_ encoder = (*stringValue)(nil)
 	_ encoder = (*jsonValue)(nil)
+	_ encoder = (*binaryValue)(nil)
 )
 
 // newEncoders is the one place that decides how an outbox table's keys
 // and values are written.
-func newEncoders(enc Encoding, o *decode.Outbox) (key, value encoder) {
-	p := payload{outbox: o, envelope: hasEnvelope(o)}
+func newEncoders(enc Encoding, o *decode.Outbox, schemas *envelopeSchemas) (key, value encoder) {
+	p := payload{outbox: o, envelope: o.HasEnvelope()}
 	switch enc.Key {
 	case FormatJSON, FormatJSONSchema:
 		key = jsonKey{schemas: enc.Key == FormatJSONSchema}
+	case FormatBinary:
+		key = binaryKey{}
 	default:
 		key = stringKey{}
 	}
 	switch enc.Value {
 	case FormatJSON, FormatJSONSchema:
-		value = &jsonValue{payload: p, schemas: enc.Value == FormatJSONSchema, prefix: enc.SchemaPrefix}
+		value = &jsonValue{payload: p, withSchema: enc.Value == FormatJSONSchema, prefix: enc.SchemaPrefix, schemas: schemas}
+	case FormatBinary:
+		value = &binaryValue{p}
 	default:
 		value = &stringValue{p}
 	}
 	return key, value
 }
 
-func hasEnvelope(o *decode.Outbox) bool {
-	for _, a := range o.Additional {
-		if a.Placement == decode.PlaceEnvelope {
-			return true
-		}
+// errNotBytes is BinaryDataConverter's refusal of anything but bytes
+// (Debezium's task stops with a DataException).
+var errNotBytes = errors.New("io.debezium.converters.BinaryDataConverter writes bytes only, and this is not a bytea column")
+
+// binaryKey is BinaryDataConverter as key.converter: no key column walstream
+// takes is bytes, so only a NULL key has bytes, none.
+type binaryKey struct{}
+
+func (binaryKey) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+	if ev.AggregateID == nil {
+		return nil, nil
 	}
-	return false
+	return nil, errNotBytes
 }
 
-// messageKey and messagePayload stand for the columns of a logical
-// message, which has none: a required string key and an optional string
-// payload.
+// binaryValue is BinaryDataConverter as value.converter: a bytea payload
+// as its bytes, NULL as no value.
+type binaryValue struct{ payload }
+
+func (v *binaryValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+	switch {
+	case ev.Tombstone || ev.Payload == nil && !v.envelope:
+		return nil, nil
+	case v.envelope || !ev.PayloadBinary:
+		return nil, errNotBytes
+	}
+	if dst == nil {
+		dst = []byte{} // empty bytes are a value, not none
+	}
+	return append(dst, ev.Payload...), nil
+}
+
+// unnamedKey and unnamedPayload stand for the columns of an event that
+// names none, built by hand (decode names every column of a row): a
+// required text key and an optional text payload.
 var (
-	messageKey     = decode.Column{Name: "aggregateid", Type: decode.TypeText, TypMod: -1, NotNull: true}
-	messagePayload = decode.Column{Name: "payload", Type: decode.TypeText, TypMod: -1}
+	unnamedKey     = decode.Column{Name: "aggregateid", Type: decode.TypeText, TypMod: -1, NotNull: true}
+	unnamedPayload = decode.Column{Name: "payload", Type: decode.TypeText, TypMod: -1}
 )
 
 func keyColumn(ev *decode.Event) *decode.Column {
 	if ev.KeyColumn == nil {
-		return &messageKey
+		return &unnamedKey
 	}
 	return ev.KeyColumn
 }
@@ -162,7 +227,7 @@ type payload struct {
 func (p payload) read(ev *decode.Event) (col *decode.Column, expanded *jsonNode, err error) {
 	col = ev.PayloadColumn
 	if col == nil {
-		col = &messagePayload
+		col = &unnamedPayload
 	}
 	if p.outbox.ExpandJSONPayload && ev.Payload != nil && !ev.PayloadBinary {
 		expanded, err = expand(ev.Payload, p.outbox)
@@ -190,6 +255,8 @@ func (v *stringValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 		return expanded.javaString(dst), nil
 	case ev.Payload == nil:
 		return nil, nil // StringConverter writes a null value as null
+	case ev.PayloadBinary:
+		return byteBuffer(dst, len(ev.Payload)), nil
 	}
 	return javaString(dst, col, ev.Payload)
 }
@@ -197,8 +264,9 @@ func (v *stringValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 // jsonValue is JsonConverter's value, with or without its schema.
 type jsonValue struct {
 	payload
-	schemas bool
-	prefix  string
+	withSchema bool
+	prefix     string
+	schemas    *envelopeSchemas // shared by the router's tables
 }
 
 func (v *jsonValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
@@ -208,11 +276,11 @@ func (v *jsonValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 	col, expanded, err := v.read(ev)
 	if errors.Is(err, errNoSchema) && !v.envelope {
 		// The payload stays a string with a null schema.
-		if v.schemas {
+		if v.withSchema {
 			dst = append(dst, `{"schema":null,"payload":`...)
 		}
 		dst = jsonString(dst, ev.Payload)
-		if v.schemas {
+		if v.withSchema {
 			dst = append(dst, '}')
 		}
 		return dst, nil
@@ -220,7 +288,7 @@ func (v *jsonValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v.schemas {
+	if v.withSchema {
 		dst = v.schema(append(dst, `{"schema":`...), col, ev, expanded)
 		dst = append(dst, `,"payload":`...)
 	}
@@ -232,7 +300,7 @@ func (v *jsonValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 	default:
 		dst, err = v.envelopeJSON(dst, col, ev, expanded)
 	}
-	if err == nil && v.schemas {
+	if err == nil && v.withSchema {
 		dst = append(dst, '}')
 	}
 	return dst, err
@@ -249,19 +317,63 @@ func (v *jsonValue) schema(dst []byte, col *decode.Column, ev *decode.Event, exp
 	case !v.envelope:
 		return jsonSchema(dst, col, "")
 	}
-	dst = append(dst, `{"type":"struct","fields":[`...)
+	var payloadSchema []byte
 	if expanded != nil {
-		dst = expanded.schema.json(dst, "payload")
+		payloadSchema = expanded.schema.json(nil, "")
 	} else {
-		dst = jsonSchema(dst, col, "payload")
+		payloadSchema = jsonSchema(nil, col, "")
 	}
+	cache, key := v.schemas.byPayload, string(payloadSchema)
+	if v.outbox.Columns.SchemaVersion != "" {
+		cache, key = v.schemas.byVersion, string(ev.SchemaVersion)
+	}
+	if s, ok := cache[key]; ok {
+		return append(dst, s...)
+	}
+	start := len(dst)
+	dst = append(dst, `{"type":"struct","fields":[`...)
+	// The payload's schema with "field" last.
+	dst = append(append(dst, payloadSchema[:len(payloadSchema)-1]...), `,"field":"payload"}`...)
 	for _, f := range ev.Fields {
 		if f.Placement == decode.PlaceEnvelope {
 			dst = jsonSchema(append(dst, ','), f.Column, f.Name)
 		}
 	}
 	name := v.prefix + "." + ev.Table + "." + string(ev.AggregateType) + ".Value"
-	return append(jsonString(append(dst, `],"optional":false,"name":`...), []byte(name)), '}')
+	dst = jsonString(append(dst, `],"optional":false,"name":`...), []byte(name))
+	if ev.SchemaVersion != nil && v.outbox.Columns.SchemaVersion != "" {
+		dst = append(append(dst, `,"version":`...), ev.SchemaVersion...)
+	}
+	dst = append(dst, '}')
+	v.schemas.put(cache, key, dst[start:])
+	return dst
+}
+
+// envelopeSchemas are Debezium's outbox router's caches of envelope value
+// schemas, which one router (one connector) keeps across its tables from
+// the start of its task: by the payload's schema, or, with
+// table.field.event.schema.version, by the version alone. The first
+// event's schema is every later one's, so that an envelope's schema name
+// carries the route-by value, and table, of the first event whose payload
+// has the same schema. walstream keeps them per stream, from its start,
+// and uses them from the producer's goroutine only.
+type envelopeSchemas struct {
+	byPayload, byVersion map[string][]byte
+}
+
+func newEnvelopeSchemas() *envelopeSchemas {
+	return &envelopeSchemas{byPayload: make(map[string][]byte), byVersion: make(map[string][]byte)}
+}
+
+// maxEnvelopeSchemas bounds each cache, as Debezium bounds its own (to
+// 10,000 payload schemas, evicting the least recently used).
+const maxEnvelopeSchemas = 10000
+
+func (c *envelopeSchemas) put(m map[string][]byte, key string, schema []byte) {
+	if len(m) >= maxEnvelopeSchemas {
+		clear(m)
+	}
+	m[key] = append([]byte(nil), schema...)
 }
 
 // envelopeJSON appends the envelope struct: payload, then the envelope
@@ -313,7 +425,7 @@ func structString(dst []byte, col *decode.Column, ev *decode.Event, expanded *js
 		dst = expanded.javaString(append(dst, "payload="...))
 	case ev.Payload != nil && ev.PayloadBinary:
 		sep()
-		dst = append(append(dst, "payload="...), ev.Payload...) // see docs/debezium.md, Known differences: Java would print a buffer
+		dst = byteBuffer(append(dst, "payload="...), len(ev.Payload))
 	case ev.Payload != nil:
 		sep()
 		if dst, err = javaString(append(dst, "payload="...), col, ev.Payload); err != nil {
@@ -334,8 +446,15 @@ func structString(dst []byte, col *decode.Column, ev *decode.Event, expanded *js
 
 // connectType is the Kafka Connect schema Debezium's Postgres connector
 // gives a column type with its default settings (decimal.handling.mode
-// precise): type, and the logical name and version where it sets one.
+// precise, time.precision.mode adaptive): type, and the logical name and
+// version where it sets one.
 func connectType(col *decode.Column) (typ, name string) {
+	if _, ok := col.Elem(); ok {
+		return "array", ""
+	}
+	if col.Enum() {
+		return "string", "io.debezium.data.Enum"
+	}
 	switch col.Type {
 	case decode.TypeBool:
 		return "boolean", ""
@@ -352,6 +471,11 @@ func connectType(col *decode.Column) (typ, name string) {
 	case decode.TypeBytea:
 		return "bytes", ""
 	case decode.TypeNumeric:
+		if col.VariableScale() {
+			return "struct", "io.debezium.data.VariableScaleDecimal"
+		}
+		return "bytes", "org.apache.kafka.connect.data.Decimal"
+	case decode.TypeMoney:
 		return "bytes", "org.apache.kafka.connect.data.Decimal"
 	case decode.TypeUUID:
 		return "string", "io.debezium.data.Uuid"
@@ -361,28 +485,46 @@ func connectType(col *decode.Column) (typ, name string) {
 		return "string", "io.debezium.data.Xml"
 	case decode.TypeDate:
 		return "int32", "io.debezium.time.Date"
+	case decode.TypeTime:
+		if millisTimestamp(col) {
+			return "int32", "io.debezium.time.Time"
+		}
+		return "int64", "io.debezium.time.MicroTime"
+	case decode.TypeTimeTZ:
+		return "string", "io.debezium.time.ZonedTime"
 	case decode.TypeTimestamp:
 		if millisTimestamp(col) {
 			return "int64", "io.debezium.time.Timestamp"
 		}
 		return "int64", "io.debezium.time.MicroTimestamp"
+	case decode.TypeTimestampTZ:
+		return "string", "io.debezium.time.ZonedTimestamp"
+	case decode.TypeInterval:
+		return "int64", "io.debezium.time.MicroDuration"
 	}
 	return "string", ""
 }
 
 // millisTimestamp: time.precision.mode=adaptive gives a timestamp(0..3)
-// Debezium's Timestamp (milliseconds), any other MicroTimestamp.
+// Debezium's Timestamp (milliseconds), any other MicroTimestamp; a
+// time(0..3) Time (milliseconds), any other MicroTime.
 func millisTimestamp(col *decode.Column) bool { return col.TypMod >= 0 && col.TypMod <= 3 }
 
-// temporal is a date's or timestamp's Connect value: days, or milli- or
-// microseconds, since the epoch, the timestamp read as UTC.
+// temporal is a date's, time's, timestamp's or interval's Connect value:
+// days, milli- or microseconds since the epoch or midnight, the timestamp
+// read as UTC; an interval's microseconds.
 func temporal(col *decode.Column, text []byte) (int64, error) {
-	if col.Type == decode.TypeDate {
+	switch col.Type {
+	case decode.TypeDate:
 		d, err := time.Parse("2006-01-02", string(text))
 		if err != nil {
 			return 0, fmt.Errorf("reading date %q: %w", text, err)
 		}
 		return d.Unix() / 86400, nil
+	case decode.TypeTime:
+		return microTime(col, text)
+	case decode.TypeInterval:
+		return microDuration(text)
 	}
 	t, err := decode.ParseTimestamp(text)
 	if err != nil {
@@ -394,19 +536,43 @@ func temporal(col *decode.Column, text []byte) (int64, error) {
 	return t.UnixMicro(), nil
 }
 
+// variableScaleSchema is the fields and doc of Debezium's
+// VariableScaleDecimal struct schema, as asJsonSchema writes them around
+// optional, name and version.
+const (
+	variableScaleFields = `,"fields":[{"type":"int32","optional":false,"field":"scale"},{"type":"bytes","optional":false,"field":"value"}]`
+	variableScaleDoc    = `,"doc":"Variable scaled decimal"`
+)
+
 // jsonSchema appends the column's schema as JsonConverter.asJsonSchema
-// writes it: type, optional, name, version, parameters, default, in that
-// order, then field (the struct field's name) when field is set.
+// writes it: type, then an array's items or a struct's fields, optional,
+// name, version, doc, parameters, default, in that order, then field (the
+// struct field's name) when field is set.
 func jsonSchema(dst []byte, col *decode.Column, field string) []byte {
 	typ, name := connectType(col)
-	dst = append(append(append(dst, `{"type":"`...), typ...), `","optional":`...)
-	dst = strconv.AppendBool(dst, !col.NotNull)
+	dst = append(append(append(dst, `{"type":"`...), typ...), '"')
+	if elem, ok := col.Elem(); ok {
+		dst = jsonSchema(append(dst, `,"items":`...), &elem, "")
+	}
+	if col.VariableScale() {
+		dst = append(dst, variableScaleFields...)
+	}
+	dst = strconv.AppendBool(append(dst, `,"optional":`...), !col.NotNull)
 	if name != "" {
 		dst = jsonString(append(dst, `,"name":`...), []byte(name))
 		dst = append(dst, `,"version":1`...)
 	}
-	if p, s, ok := col.Numeric(); ok {
+	if col.VariableScale() {
+		dst = append(dst, variableScaleDoc...)
+	}
+	switch p, s, ok := col.Numeric(); {
+	case ok:
 		dst = fmt.Appendf(dst, `,"parameters":{"scale":"%d","connect.decimal.precision":"%d"}`, s, p)
+	case col.Type == decode.TypeMoney:
+		dst = fmt.Appendf(dst, `,"parameters":{"scale":"%d"}`, moneyScale)
+	case col.Enum():
+		dst = jsonString(append(dst, `,"parameters":{"allowed":`...), []byte(col.Labels))
+		dst = append(dst, '}')
 	}
 	if col.Default != nil {
 		if d, err := connectJSON(append(dst, `,"default":`...), col, col.Default); err == nil {
@@ -426,6 +592,9 @@ func connectJSON(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 	if text == nil {
 		return append(dst, "null"...), nil
 	}
+	if _, ok := col.Elem(); ok {
+		return elementList(dst, col, text, "[", ",", "]", connectJSON)
+	}
 	switch col.Type {
 	case decode.TypeBool:
 		return strconv.AppendBool(dst, text[0] == 't'), nil
@@ -441,27 +610,61 @@ func connectJSON(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 			return append(javaDouble(append(dst, '"'), f, bits), '"'), nil
 		}
 		return javaDouble(dst, f, bits), nil
-	case decode.TypeNumeric:
-		_, scale, _ := col.Numeric()
-		u, err := decimal(text, scale)
+	case decode.TypeNumeric, decode.TypeMoney:
+		if col.VariableScale() {
+			return variableScaleJSON(dst, text)
+		}
+		u, err := decimalOf(col, text)
 		if err != nil {
-			return nil, fmt.Errorf("numeric %q %w", text, err)
+			return nil, err
 		}
 		// decimal.format=BASE64: the unscaled value's two's complement.
 		return jsonString(dst, []byte(base64.StdEncoding.EncodeToString(twosComplement(u)))), nil
-	case decode.TypeDate, decode.TypeTimestamp:
+	case decode.TypeDate, decode.TypeTimestamp, decode.TypeTime, decode.TypeInterval:
 		n, err := temporal(col, text)
 		if err != nil {
 			return nil, err
 		}
 		return strconv.AppendInt(dst, n, 10), nil
+	case decode.TypeBytea:
+		b, err := bytea(text)
+		if err != nil {
+			return nil, err
+		}
+		return jsonString(dst, []byte(base64.StdEncoding.EncodeToString(b))), nil
+	case decode.TypeTimeTZ, decode.TypeTimestampTZ:
+		s, err := javaString(nil, col, text)
+		if err != nil {
+			return nil, err
+		}
+		return jsonString(dst, s), nil
 	}
 	return jsonString(dst, text), nil
 }
 
+// decimalOf is a numeric(p,s) or money value's unscaled integer at the
+// Connect Decimal's scale.
+func decimalOf(col *decode.Column, text []byte) (*big.Int, error) {
+	if col.Type == decode.TypeMoney {
+		return money(text)
+	}
+	_, scale, _ := col.Numeric()
+	u, err := decimal(text, scale)
+	if err != nil {
+		return nil, fmt.Errorf("numeric %q %w", text, err)
+	}
+	return u, nil
+}
+
 // javaString appends a column's value as StringConverter writes it: the
-// Connect value's toString.
+// Connect value's toString; nothing for NULL.
 func javaString(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
+	if text == nil {
+		return dst, nil
+	}
+	if _, ok := col.Elem(); ok { // List.toString
+		return elementList(dst, col, text, "[", ", ", "]", javaString)
+	}
 	switch col.Type {
 	case decode.TypeBool:
 		return strconv.AppendBool(dst, text[0] == 't'), nil
@@ -471,19 +674,46 @@ func javaString(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 			return nil, err
 		}
 		return javaDouble(dst, f, bits), nil
-	case decode.TypeNumeric:
-		_, scale, _ := col.Numeric()
-		u, err := decimal(text, scale)
+	case decode.TypeNumeric, decode.TypeMoney:
+		if col.VariableScale() {
+			// Struct.toString of a VariableScaleDecimal prints its bytes
+			// as a Java array's identity (see docs/debezium.md, Known
+			// differences): walstream writes them in base64.
+			u, scale, err := variableScale(text)
+			if err != nil {
+				return nil, err
+			}
+			dst = strconv.AppendInt(append(dst, "Struct{scale="...), int64(scale), 10)
+			dst = base64.StdEncoding.AppendEncode(append(dst, ",value="...), twosComplement(u))
+			return append(dst, '}'), nil
+		}
+		u, err := decimalOf(col, text)
 		if err != nil {
-			return nil, fmt.Errorf("numeric %q %w", text, err)
+			return nil, err
+		}
+		scale := moneyScale
+		if col.Type == decode.TypeNumeric {
+			_, scale, _ = col.Numeric()
 		}
 		return javaBigDecimal(dst, u, scale), nil
-	case decode.TypeDate, decode.TypeTimestamp:
+	case decode.TypeDate, decode.TypeTimestamp, decode.TypeTime, decode.TypeInterval:
 		n, err := temporal(col, text)
 		if err != nil {
 			return nil, err
 		}
 		return strconv.AppendInt(dst, n, 10), nil
+	case decode.TypeTimeTZ:
+		s, err := zonedTime(text)
+		return append(dst, s...), err
+	case decode.TypeTimestampTZ:
+		s, err := zonedTimestamp(col, text)
+		return append(dst, s...), err
+	case decode.TypeBytea:
+		b, err := bytea(text)
+		if err != nil {
+			return nil, err
+		}
+		return byteBuffer(dst, len(b)), nil
 	}
 	if dst == nil {
 		return text, nil // the record aliases the event's bytes, which outlive it

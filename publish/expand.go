@@ -352,9 +352,20 @@ func (n *jsonNode) member(key string) *jsonNode {
 // schema order, null where the document has none.
 func (n *jsonNode) json(dst []byte) []byte { return n.jsonAs(dst, n.schema) }
 
-func (n *jsonNode) jsonAs(dst []byte, s *connectSchema) []byte {
+func (n *jsonNode) jsonAs(dst []byte, s *connectSchema) []byte { return n.render(dst, s, false) }
+
+// render writes the node as JsonConverter does, or, with values, as Kafka
+// Connect's Values writes a header: the same but for strings (only \ and
+// " escaped) and infinities (not quoted).
+func (n *jsonNode) render(dst []byte, s *connectSchema, values bool) []byte {
 	if n == nil || n.kind == 'n' {
 		return append(dst, "null"...)
+	}
+	quote := func(dst []byte, s string) []byte {
+		if values {
+			return appendValuesString(dst, s)
+		}
+		return jsonString(dst, []byte(s))
 	}
 	switch s.typ {
 	case "struct":
@@ -363,8 +374,8 @@ func (n *jsonNode) jsonAs(dst []byte, s *connectSchema) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = append(jsonString(dst, []byte(f.name)), ':')
-			dst = n.member(f.name).jsonAs(dst, f.schema)
+			dst = append(quote(dst, f.name), ':')
+			dst = n.member(f.name).render(dst, f.schema, values)
 		}
 		return append(dst, '}')
 	case "array":
@@ -373,13 +384,13 @@ func (n *jsonNode) jsonAs(dst []byte, s *connectSchema) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = it.jsonAs(dst, s.items)
+			dst = it.render(dst, s.items, values)
 		}
 		return append(dst, ']')
 	case "string":
-		return jsonString(dst, []byte(n.text))
+		return quote(dst, n.text)
 	case "double":
-		if math.IsInf(n.num, 0) {
+		if math.IsInf(n.num, 0) && !values {
 			return append(javaDouble(append(dst, '"'), n.num, 64), '"')
 		}
 		return javaDouble(dst, n.num, 64)

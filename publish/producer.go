@@ -582,6 +582,9 @@ func Permanent(err error) bool {
 	return errors.Is(err, ErrFenced) || errors.Is(err, ErrAuthorization) || errors.Is(err, ErrNoPartition) || errors.Is(err, ErrTopicMissing) ||
 		(errors.As(err, &re) && (errors.Is(err, kerr.MessageTooLarge) ||
 			errors.Is(err, kerr.RecordListTooLarge) ||
+			// A timestamp outside message.timestamp.{before,after}.max.ms
+			// (Kafka 4's default: no more than an hour ahead).
+			errors.Is(err, kerr.InvalidTimestamp) ||
 			errors.Is(err, kerr.InvalidTopicException) ||
 			errors.Is(err, kerr.InvalidRecord)))
 }

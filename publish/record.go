@@ -73,11 +73,14 @@ type tableRoute struct {
 	outbox     *decode.Outbox
 	route      *Route
 	key, value encoder
+	context    []kgo.RecordHeader // Encoding.Context
+	format     Encoding           // for logical messages, which have no columns
 }
 
 // NewRouter compiles the route and encoders of every outbox table.
 func NewRouter(enc Encoding, outboxes ...*decode.Outbox) (*Router, error) {
 	r := &Router{tables: make(map[string]*tableRoute, len(outboxes))}
+	schemas := newEnvelopeSchemas()
 	for _, o := range outboxes {
 		rt, err := NewRoute(o.TopicRegex, o.TopicReplacement)
 		if err != nil {
@@ -89,8 +92,8 @@ func NewRouter(enc Encoding, outboxes ...*decode.Outbox) (*Router, error) {
 			}
 			return nil, fmt.Errorf("two mappings are named outbox %s", o.Name())
 		}
-		key, value := newEncoders(enc, o)
-		r.tables[o.Name()] = &tableRoute{outbox: o, route: rt, key: key, value: value}
+		key, value := newEncoders(enc, o, schemas)
+		r.tables[o.Name()] = &tableRoute{outbox: o, route: rt, key: key, value: value, context: enc.Context, format: enc}
 	}
 	return r, nil
 }
@@ -143,23 +146,37 @@ func (r *Router) Record(ev *decode.Event) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx := t.context
+	if ev.Message != nil {
+		ctx = nil // Debezium writes its context headers on change records only
+	}
 	rec := &kgo.Record{
 		Topic:     t.route.Topic(ev.AggregateType),
 		Timestamp: ev.Timestamp,
-		Headers:   make([]kgo.RecordHeader, 1, 1+len(ev.Headers)+len(ev.Fields)),
+		Headers:   make([]kgo.RecordHeader, len(ctx)+1, len(ctx)+1+len(ev.Headers)+len(ev.Fields)),
 	}
-	if rec.Key, err = t.key.encode(nil, ev); err != nil {
-		return nil, &EncodingError{Column: ev.Source.Columns.AggregateID, Err: err}
-	}
-	if rec.Value, err = t.value.encode(nil, ev); err != nil {
-		return nil, &EncodingError{Column: ev.Source.Columns.Payload, Err: err}
-	}
-	// EventRouterDelegate adds the id header with the id column's schema;
-	// SimpleHeaderConverter writes its string form (a uuid or text as it is).
-	rec.Headers[0] = kgo.RecordHeader{Key: HeaderID, Value: ev.ID}
-	if ev.IDColumn != nil {
-		if rec.Headers[0].Value, err = javaString(nil, ev.IDColumn, ev.ID); err != nil {
-			return nil, &EncodingError{Column: ev.IDColumn.Name, Err: err}
+	copy(rec.Headers, ctx)
+	// EventRouterDelegate adds the id header with the id column's schema
+	// after the headers the connector wrote; SimpleHeaderConverter writes
+	// its string form (a uuid or text as it is), and no value for NULL.
+	id := &rec.Headers[len(ctx)]
+	*id = kgo.RecordHeader{Key: HeaderID}
+	if ev.Message != nil {
+		if rec.Key, rec.Value, id.Value, err = t.messageRecord(ev); err != nil {
+			return nil, err
+		}
+	} else {
+		if rec.Key, err = t.key.encode(nil, ev); err != nil {
+			return nil, &EncodingError{Column: ev.Source.Columns.AggregateID, Err: err}
+		}
+		if rec.Value, err = t.value.encode(nil, ev); err != nil {
+			return nil, &EncodingError{Column: ev.Source.Columns.Payload, Err: err}
+		}
+		id.Value = ev.ID
+		if ev.IDColumn != nil {
+			if id.Value, err = headerString(nil, ev.IDColumn, ev.ID); err != nil {
+				return nil, &EncodingError{Column: ev.IDColumn.Name, Err: err}
+			}
 		}
 	}
 	if ev.TraceParent != nil {
@@ -173,11 +190,9 @@ func (r *Router) Record(ev *decode.Event) (*kgo.Record, error) {
 			continue
 		}
 		// SimpleHeaderConverter writes a header's value as its string form.
-		var v []byte
-		if f.Value != nil {
-			if v, err = javaString(nil, f.Column, f.Value); err != nil {
-				return nil, &EncodingError{Column: f.Column.Name, Err: err}
-			}
+		v, err := headerString(nil, f.Column, f.Value)
+		if err != nil {
+			return nil, &EncodingError{Column: f.Column.Name, Err: err}
 		}
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: f.Name, Value: v})
 	}

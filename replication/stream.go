@@ -121,6 +121,8 @@ func Dial(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
 	// make timestamps ISO and UTC whatever postgresql.conf says, so that
 	// decode can read table.field.event.timestamp.
 	cfg.RuntimeParams["DateStyle"] = "ISO"
+	// Intervals in the text form Debezium's pgjdbc parses.
+	cfg.RuntimeParams["IntervalStyle"] = "postgres"
 	cfg.RuntimeParams["TimeZone"] = "UTC"
 	cfg.DialFunc = dialLowat(cfg.DialFunc)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)

@@ -13,6 +13,12 @@ import (
 type Column struct {
 	Name string
 	Type uint32 // type OID
+	// TypMod is the type's modifier (numeric's precision and scale, a
+	// time's precision), -1 for none.
+	TypMod int32
+	// Labels are an enum type's labels in their order, comma-separated;
+	// empty for any other type.
+	Labels string
 	// NotNull is the column's NOT NULL constraint.
 	NotNull bool
 	// Default is the column's default as pg_get_expr writes it, empty for
@@ -59,8 +65,9 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 	}
 	// One row per column, or one row of NULLs for a table that does not
 	// exist.
-	rows, err := conn.Query(ctx, `SELECT t.ord, c.oid, a.attname::text, a.atttypid, a.attnotnull,
+	rows, err := conn.Query(ctx, `SELECT t.ord, c.oid, a.attname::text, a.atttypid, a.atttypmod, a.attnotnull,
 			CASE WHEN a.attgenerated = '' THEN coalesce(pg_get_expr(d.adbin, d.adrelid), '') ELSE '' END,
+			coalesce((SELECT string_agg(e.enumlabel::text, ',' ORDER BY e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = a.atttypid), ''),
 			EXISTS (SELECT 1 FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid WHERE p.pubname = $2 AND pr.prrelid = c.oid),
 			EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $2 AND (p.puballtables OR `+bySchema+`))
 		FROM unnest($1::text[]) WITH ORDINALITY AS t(name, ord)
@@ -78,11 +85,12 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 	var (
 		ord                     int64
 		oid, typ                *uint32
-		name, def               *string
+		typmod                  *int32
+		name, def, labels       *string
 		notNull                 *bool
 		listed, schemaPublished bool
 	)
-	_, err = pgx.ForEachRow(rows, []any{&ord, &oid, &name, &typ, &notNull, &def, &listed, &schemaPublished}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&ord, &oid, &name, &typ, &typmod, &notNull, &def, &labels, &listed, &schemaPublished}, func() error {
 		if ord < 1 || int(ord) > len(out) {
 			return fmt.Errorf("table number %d of %d", ord, len(out))
 		}
@@ -92,7 +100,7 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 		}
 		info.OID, info.SchemaPublished, info.Published = *oid, schemaPublished, listed || schemaPublished
 		if name != nil {
-			info.Columns = append(info.Columns, Column{Name: *name, Type: *typ, NotNull: *notNull, Default: *def})
+			info.Columns = append(info.Columns, Column{Name: *name, Type: *typ, TypMod: *typmod, Labels: *labels, NotNull: *notNull, Default: *def})
 		}
 		return nil
 	})

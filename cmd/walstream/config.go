@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -48,6 +49,15 @@ type Config struct {
 	Converter, KeyConverter, ValueConverter, KeySchemas, ValueSchemas, OnError string
 	CompressionText, SkipEventText, AcceptRecreatedText                        string
 	HTTPAddr, HTTPConfigFile, PprofAddr, LogLevel, LogFormat                   string
+	// ExtendedHeaders adds Debezium's __debezium.context.* headers;
+	// MessageNullFields keeps a logical message's null fields, as
+	// DecodeLogicalDecodingMessageContent's fields.null.include does.
+	ExtendedHeaders, MessageNullFields bool
+	// Connector is the form of the Debezium connector config --config
+	// named ("" for walstream's own YAML), and Ignored the keys of it that
+	// walstream has no use for, logged once at startup.
+	Connector string
+	Ignored   []ignoredKey
 }
 
 // setting is one flag; its environment variable (envName) and its config
@@ -64,7 +74,7 @@ type setting struct {
 // settings are every flag but the outbox router's (routerFlags).
 func (c *Config) settings() []setting {
 	return []setting{
-		{"config", &c.ConfigFile, nil, "", "YAML config file: settings by flag name, Debezium outbox router settings under outbox:, per-table ones under tables: (see docs/configuration.md)"},
+		{"config", &c.ConfigFile, nil, "", "config file: walstream's YAML (settings by flag name, Debezium outbox router settings under outbox:, per-table ones under tables:; see docs/configuration.md), or a Debezium Postgres connector config as it is (.json, .properties, or a Strimzi KafkaConnector; see docs/debezium.md)"},
 		{"pg-url", &c.PGURL, nil, "", "Postgres connection URL or DSN of the primary (required); to follow a promotion, list every failover candidate with target_session_attrs=primary"},
 		{"pg-password-file", &c.PGPasswordFile, nil, "", "file holding the Postgres password (else the URL, passfile or ~/.pgpass)"},
 		{"kafka-brokers", &c.Brokers, nil, "Kafka.Brokers", "comma-separated Kafka bootstrap brokers (required)"},
@@ -111,8 +121,10 @@ func (c *Config) settings() []setting {
 		{"key-converter-schemas-enable", &c.KeySchemas, nil, "", "key.converter.schemas.enable: true or false; empty: JsonConverter's default, true, for --key-converter, false for --converter"},
 		{"value-converter-schemas-enable", &c.ValueSchemas, nil, "", "value.converter.schemas.enable: true or false; empty: JsonConverter's default, true, for --value-converter, false for --converter"},
 		{"topic-prefix", &c.Encoding.SchemaPrefix, nil, "Encoding.SchemaPrefix", "the Debezium connector's topic.prefix, which value schemas of envelopes name under a JSON converter with schemas"},
+		{"extended-headers", &c.ExtendedHeaders, nil, "", "write Debezium's __debezium.context.* headers before id, as its extended.headers.enabled does: connectorLogicalName (--topic-prefix), taskId 0, connectorName postgresql and runId (a UUIDv7 each start); on unless set false when --config is a Debezium connector config, whose default it is"},
 		{"compression", &c.CompressionText, "snappy", "", "record batch compression: snappy, lz4, zstd, gzip or none"},
-		{"message-prefix", &c.MessagePrefix, "walstream", "", "prefix of transactional pg_logical_emit_message() outbox events; empty: ignore logical messages"},
+		{"message-prefix", &c.MessagePrefix, "walstream", "", "prefix of transactional pg_logical_emit_message() outbox events; * takes every prefix, as Debezium without message.prefix.include.list; empty: ignore logical messages"},
+		{"message-fields-null-include", &c.MessageNullFields, nil, "", "keep a logical message's null fields, as DecodeLogicalDecodingMessageContent's fields.null.include does: a null event id or key is then published as a null header or key instead of stopping"},
 		{"on-error", &c.OnError, onErrorFail, "", "a row that cannot become a record: fail (stop, confirm nothing past it) or dead-letter (write it to --dlq-topic and go on)"},
 		{"dlq-topic", &c.SkipTopic, pipeline.DefaultDeadLetterTopic, "SkipTopic DeadLetterTopic", "dead-letter topic, with --on-error=dead-letter or --skip-event"},
 		{"skip-event", &c.SkipEventText, nil, "", "one event that cannot be published, as a stop message names it (<commit LSN>:<ordinal>): it goes to --dlq-topic with its reason and the skip is recorded in the checkpoint; nothing else is skipped (see docs/outbox.md, Bad input)"},
@@ -231,6 +243,12 @@ func (c *Config) build() error {
 		errs = append(errs, err)
 		c.Encoding.Value, err = c.format("value-converter", c.ValueConverter, "value-converter-schemas-enable", c.ValueSchemas)
 		errs = append(errs, err)
+	}
+	if c.ExtendedHeaders {
+		if c.Encoding.SchemaPrefix == "" {
+			bad("extended-headers", errors.New("needs --topic-prefix, Debezium's topic.prefix, which the connectorLogicalName header holds"))
+		}
+		c.Encoding.Context = publish.ContextHeaders(c.Encoding.SchemaPrefix, newRunID(time.Now()))
 	}
 	c.Compression, err = publish.ParseCompression(c.CompressionText)
 	bad("compression", err)
@@ -449,4 +467,19 @@ func (c *Config) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), err
 	}
 	return slog.New(slog.NewTextHandler(w, opts)), err
+}
+
+// newRunID is a UUIDv7 (RFC 9562) for the runId header, as Debezium makes
+// one each time its task starts: 48 bits of Unix milliseconds, then random
+// bits.
+func newRunID(now time.Time) string {
+	var b [16]byte
+	_, _ = rand.Read(b[6:])
+	ms := uint64(now.UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	b[6] = b[6]&0x0F | 0x70 // version 7
+	b[8] = b[8]&0x3F | 0x80 // variant 10
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

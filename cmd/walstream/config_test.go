@@ -222,7 +222,7 @@ func TestConfigFileErrors(t *testing.T) {
 	}{
 		{"unknown setting", base + "kafka-broker: x\n", nil, []string{"line 3", `unknown setting "kafka-broker"`}},
 		{"unknown outbox key", base + "outbox:\n  route.by.feld: x\n", nil, []string{"line 4", `"route.by.feld" is not a Debezium outbox router setting`}},
-		{"unsupported outbox key", base + "outbox:\n  table.field.event.schema.version: v\n", nil, []string{"line 4", "not supported", "no versioned value schemas"}},
+		{"unsupported outbox key", base + "outbox:\n  tracing.operation.name: v\n", nil, []string{"line 4", "not supported", "opens no spans"}},
 		{"removed outbox key", base + "outbox:\n  transforms.x.table.field.event.type: type\n", nil, []string{"table.fields.additional.placement=type:header:eventType"}},
 		{"not the outbox router", base + "outbox:\n  transforms.x.type: io.debezium.transforms.ExtractNewRecordState\n", nil, []string{"line 4", "ExtractNewRecordState"}},
 		{"unset variable", base + "slot: ${WALSTREAM_TEST_UNSET}\n", nil, []string{"line 3", "WALSTREAM_TEST_UNSET is not set"}},

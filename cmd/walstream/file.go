@@ -58,6 +58,11 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
 	if err != nil {
 		return fmt.Errorf("reading config file: %w", err)
 	}
+	if cc, ok, err := readConnector(c.ConfigFile, b); err != nil {
+		return err
+	} else if ok {
+		return c.applyConnector(fs, set, cc)
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return fmt.Errorf("config file %s: %w", c.ConfigFile, err)

@@ -20,21 +20,25 @@ var ErrCheckFailed = errors.New("setup check failed")
 // role), applies it, or checks the setup.
 func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var apply, check, acls bool
-	var role, principal string
+	var role, principal, fromDebezium string
 	cfg, err := parseCommand(command{name: "init",
-		about: "Prints the SQL that prepares Postgres for walstream: the outbox table, the publication, the slot and a least-privilege role.\n--apply runs it (idempotent); --check validates an existing setup and reports what is wrong, line by line.",
+		about: "Prints the SQL that prepares Postgres for walstream: the outbox table, the publication, the slot and a least-privilege role.\n--apply runs it (idempotent); --check validates an existing setup and reports what is wrong, line by line.\n--from-debezium prints the walstream config equivalent to a Debezium connector config instead.",
 		extra: func(fs *flag.FlagSet) {
 			fs.BoolVar(&apply, "apply", false, "run the SQL (as a role that may create them)")
 			fs.BoolVar(&check, "check", false, "check the setup instead, as the role walstream runs as")
 			fs.StringVar(&role, "role", "walstream", "least-privilege role to create; empty: none")
 			fs.BoolVar(&acls, "kafka-acls", false, "print the least-privilege Kafka ACLs of the stream instead, as a table and as kafka-acls.sh commands")
 			fs.StringVar(&principal, "kafka-principal", "User:walstream", "the Kafka principal --kafka-acls grants to")
+			fs.StringVar(&fromDebezium, "from-debezium", "", "print the walstream config equivalent to this Debezium Postgres connector config (.json, .properties or a Strimzi KafkaConnector) and exit")
 		},
 		uses:  initSettings,
 		needs: func() (pg, kafka bool) { return apply || check, false },
 	}, args, stdout)
 	if err != nil {
 		return err
+	}
+	if fromDebezium != "" {
+		return printFromDebezium(stdout, fromDebezium)
 	}
 	if acls {
 		printACLs(stdout, cfg, principal)

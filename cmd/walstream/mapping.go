@@ -17,6 +17,7 @@ var routerFlagNames = map[string]string{
 	"table.field.event.key":                    "event-key-column",
 	"table.field.event.payload":                "payload-column",
 	"table.field.event.timestamp":              "timestamp-column",
+	"table.field.event.schema.version":         "schema-version-column",
 	"table.fields.additional.placement":        "additional-placement",
 	"table.field.additional.missing":           "additional-missing",
 	"table.fields.additional.error.on.missing": "additional-error-on-missing",
@@ -72,7 +73,11 @@ func routerFlags(fs *flag.FlagSet, m map[string]string) {
 // every table's are too.
 func (c *Config) outboxes() []error {
 	var err error
-	if c.Messages, err = decode.NewOutbox("", "logical message "+c.MessagePrefix, c.Router); err != nil {
+	c.Messages, err = decode.NewOutbox("", "logical message "+c.MessagePrefix, c.Router)
+	if c.Messages != nil {
+		c.Messages.MessageNullFields = c.MessageNullFields
+	}
+	if err != nil {
 		var out []error
 		for _, e := range unjoin(err) {
 			var se *decode.SettingError

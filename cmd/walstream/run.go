@@ -62,6 +62,10 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID,
 		"gogc", gogc)
 
+	for _, k := range cfg.Ignored {
+		log.Info("ignoring a key of the Debezium connector config", "key", k.Key, "reason", k.Why)
+	}
+
 	reg := newRegistry()
 	p := pipeline.New(cfg.Config, log, reg)
 	stopHTTP, err := serveHTTP(reg, p, cfg, log)

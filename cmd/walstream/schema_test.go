@@ -168,17 +168,17 @@ func TestTableRecreatedSchemaPublication(t *testing.T) {
 
 // TestFirstStuckRow: a row only publishing finds bad (a topic Kafka
 // rejects) committed before a row decoding finds bad (a NULL aggregate
-// id): the stop names the first, where the stream is stuck.
+// type): the stop names the first, where the stream is stuck.
 func TestFirstStuckRow(t *testing.T) {
 	e := newEnv(t)
-	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN aggregateid DROP NOT NULL")
+	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL")
 	p := e.start(nil).streaming(t)
 	seq := 0
 	e.insertTx("Order", 3, 2, &seq, false)
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
 	before := e.currentLSN()
 	e.pg.Exec("postgres", `INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000f1', 'Bad Type!', 'a', 'T', '{}')`)
-	e.pg.Exec("postgres", `INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000f2', 'Order', NULL, 'T', '{}')`)
+	e.pg.Exec("postgres", `INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000f2', NULL, 'a', 'T', '{}')`)
 	msg := exitMessage(t, p)
 	t.Logf("stop: %s", msg)
 	wantAll(t, msg, "at LSN 0/", "table public.outbox", "event id 00000000-0000-0000-0000-0000000000f1", "no valid topic", "--skip-event")
@@ -225,18 +225,18 @@ var skipHint = regexp.MustCompile(`--skip-event ([0-9A-F]+/[0-9A-F]+:[0-9]+)`)
 // rows around it, and stops again at the next bad row.
 func TestSkipEvent(t *testing.T) {
 	e := newEnv(t)
-	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN aggregateid DROP NOT NULL")
+	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL")
 	p := e.start(nil).streaming(t)
 	seq := 0
 	e.insertTx("Order", 3, 2, &seq, false)
 	e.pg.Exec("postgres", `BEGIN;
 		INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000e0', 'Order', 'a', 'T', '{"seq": 100}');
-		INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000e1', 'Order', NULL, 'T', '{"seq": 101}');
+		INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000e1', NULL, 'a', 'T', '{"seq": 101}');
 		INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000e2', 'Order', 'a', 'T', '{"seq": 102}');
 		COMMIT`)
 	e.insertTx("Order", 3, 2, &seq, false)
 	msg := exitMessage(t, p)
-	wantAll(t, msg, "event id 00000000-0000-0000-0000-0000000000e1", "column aggregateid")
+	wantAll(t, msg, "event id 00000000-0000-0000-0000-0000000000e1", "column aggregatetype")
 	m := skipHint.FindStringSubmatch(msg)
 	if m == nil {
 		t.Fatalf("message %q names no --skip-event", msg)
@@ -248,7 +248,7 @@ func TestSkipEvent(t *testing.T) {
 	wantAll(t, p.Log(), "skipping the event named to skip", "event="+ref, "event_id=00000000-0000-0000-0000-0000000000e1")
 	dlq := e.kcat("walstream.dlq")
 	if len(dlq) != 1 || !strings.Contains(dlq[0].Headers, "id=00000000-0000-0000-0000-0000000000e1") ||
-		!strings.Contains(dlq[0].Headers, "aggregate id is NULL") {
+		!strings.Contains(dlq[0].Headers, "aggregate type is NULL") {
 		t.Fatalf("dead letters %+v, want the one skipped row with its reason", dlq)
 	}
 	if got := len(e.readAll("Order")); got != 8 {
@@ -259,7 +259,7 @@ func TestSkipEvent(t *testing.T) {
 		t.Fatalf("last checkpoint %s does not record the skip and the table", last)
 	}
 	// Nothing else is skipped: the next bad row stops walstream.
-	e.pg.Exec("postgres", `INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000e3', 'Order', NULL, 'T', '{"seq": 103}')`)
+	e.pg.Exec("postgres", `INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000e3', NULL, 'a', 'T', '{"seq": 103}')`)
 	wantAll(t, exitMessage(t, p), "event id 00000000-0000-0000-0000-0000000000e3")
 }
 

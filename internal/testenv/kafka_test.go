@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,12 +84,11 @@ func commit(ctx context.Context, t *testing.T, k *Kafka, value string) {
 func (k *Kafka) rss(t *testing.T) string {
 	var parts []string
 	for _, n := range k.nodes {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", n.proc().Pid()))
+		rss, err := n.proc().RSS()
 		if err != nil {
 			t.Fatal(err)
 		}
-		pages, _ := strconv.ParseInt(strings.Fields(string(b))[1], 10, 64)
-		parts = append(parts, fmt.Sprintf("%d MiB", pages*int64(os.Getpagesize())>>20))
+		parts = append(parts, fmt.Sprintf("%d MiB", rss>>20))
 	}
 	return strings.Join(parts, ", ")
 }

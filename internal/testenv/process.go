@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -148,6 +150,23 @@ func (p *Process) LastLines(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// RSS is the process's resident set size in bytes.
+func (p *Process) RSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", p.Pid()))
+	if err != nil {
+		return 0, fmt.Errorf("reading the memory of %s: %w", p.Name, err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("reading the memory of %s: /proc/%d/statm is %q", p.Name, p.Pid(), b)
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("reading the memory of %s: %w", p.Name, err)
+	}
+	return pages * int64(os.Getpagesize()), nil
 }
 
 // Pid is the process id.

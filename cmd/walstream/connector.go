@@ -1,0 +1,849 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/walstream/walstream/decode"
+	"go.yaml.in/yaml/v3"
+)
+
+// A Debezium Postgres connector config with the outbox router, taken as it
+// is: the JSON a Kafka Connect REST call sends (POST /connectors, or PUT
+// /connectors/<name>/config), a properties file as ConnectStandalone
+// reads it, or a Strimzi KafkaConnector resource (its spec.config). Every
+// key is mapped onto walstream's settings, listed as ignored with the
+// reason, or refused with the key named (docs/debezium.md, Pasting a
+// connector config).
+
+// Class names a connector config names.
+const (
+	postgresConnector = "io.debezium.connector.postgresql.PostgresConnector"
+	decodeTransform   = "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent"
+	simpleHeaders     = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
+)
+
+// connectorConfig is a connector config read from a file.
+type connectorConfig struct {
+	path, form string
+	values     map[string]string
+	// lines are the keys' lines in the file, where the form has them.
+	lines map[string]int
+}
+
+// at names a key and where it is, for errors.
+func (cc *connectorConfig) at(key string) string {
+	if l, ok := cc.lines[key]; ok {
+		return fmt.Sprintf("connector config %s, line %d: %s", cc.path, l, key)
+	}
+	return fmt.Sprintf("connector config %s: %s", cc.path, key)
+}
+
+// readConnector reads path as a connector config. ok is false when the
+// file is walstream's own YAML config.
+func readConnector(path string, b []byte) (cc *connectorConfig, ok bool, err error) {
+	cc = &connectorConfig{path: path, values: make(map[string]string), lines: make(map[string]int)}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".json":
+		cc.form = "JSON"
+		return cc, true, cc.readJSON(b)
+	case ".properties":
+		cc.form = "properties"
+		return cc, true, cc.readProperties(b)
+	}
+	var doc yaml.Node
+	if yaml.Unmarshal(b, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, false, nil // walstream's loader reports it
+	}
+	root := doc.Content[0]
+	if kind := mappingValue(root, "kind"); kind != nil && kind.Value == "KafkaConnector" {
+		cc.form = "Strimzi KafkaConnector"
+		return cc, true, cc.readStrimzi(root)
+	}
+	if mappingValue(root, "connector.class") != nil {
+		cc.form = "YAML"
+		return cc, true, cc.readYAML(root)
+	}
+	return nil, false, nil
+}
+
+func mappingValue(n *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// set records a key, refusing one given twice.
+func (cc *connectorConfig) set(key, value string, line int) error {
+	if _, dup := cc.values[key]; dup {
+		return fmt.Errorf("%s is set twice", cc.at(key))
+	}
+	cc.values[key] = value
+	if line > 0 {
+		cc.lines[key] = line
+	}
+	return nil
+}
+
+// readJSON reads {"name": ..., "config": {...}} or the config object alone.
+func (cc *connectorConfig) readJSON(b []byte) error {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		return fmt.Errorf("connector config %s: not a JSON object: %w", cc.path, err)
+	}
+	body := top
+	if raw, ok := top["config"]; ok {
+		body = nil // not top: Unmarshal would add to it
+		if err := json.Unmarshal(raw, &body); err != nil {
+			return fmt.Errorf("connector config %s: config is not a JSON object: %w", cc.path, err)
+		}
+		if name, ok := top["name"]; ok {
+			body["name"] = name
+		}
+	}
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(body)) {
+		v, err := jsonScalar(body[k])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", cc.at(k), err))
+			continue
+		}
+		errs = append(errs, cc.set(k, v, 0))
+	}
+	return errors.Join(errs...)
+}
+
+// jsonScalar is a JSON string, number or boolean as Kafka Connect reads a
+// config value: its text.
+func jsonScalar(raw json.RawMessage) (string, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", err
+	}
+	switch v.(type) {
+	case float64, bool:
+		return string(bytes.TrimSpace(raw)), nil
+	}
+	return "", fmt.Errorf("want a string, number or boolean, not %s", raw)
+}
+
+// readProperties reads a java.util.Properties file: key=value, key:value
+// or key value lines, # and ! comments, a trailing backslash continuing a
+// line, and Java's escapes.
+func (cc *connectorConfig) readProperties(b []byte) error {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 1<<20)
+	var errs []error
+	var logical strings.Builder
+	start := 0
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimLeft(sc.Text(), " \t\f")
+		if logical.Len() == 0 {
+			if line == "" || line[0] == '#' || line[0] == '!' {
+				continue
+			}
+			start = n
+		}
+		// An odd number of trailing backslashes continues the line.
+		trail := len(line) - len(strings.TrimRight(line, `\`))
+		if trail%2 == 1 {
+			logical.WriteString(line[:len(line)-1])
+			continue
+		}
+		logical.WriteString(line)
+		k, v := splitProperty(logical.String())
+		logical.Reset()
+		key, err1 := unescapeProperty(k)
+		value, err2 := unescapeProperty(v)
+		if err := errors.Join(err1, err2); err != nil {
+			errs = append(errs, fmt.Errorf("connector config %s, line %d: %w", cc.path, start, err))
+			continue
+		}
+		errs = append(errs, cc.set(key, value, start))
+	}
+	return errors.Join(append(errs, sc.Err())...)
+}
+
+// splitProperty splits a properties line at its first unescaped =, : or
+// whitespace.
+func splitProperty(s string) (key, value string) {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '=', ':', ' ', '\t', '\f':
+			value = strings.TrimLeft(s[i+1:], " \t\f")
+			if s[i] == ' ' || s[i] == '\t' || s[i] == '\f' {
+				if rest, ok := strings.CutPrefix(value, "="); ok {
+					value = strings.TrimLeft(rest, " \t\f")
+				} else if rest, ok := strings.CutPrefix(value, ":"); ok {
+					value = strings.TrimLeft(rest, " \t\f")
+				}
+			}
+			return s[:i], value
+		}
+	}
+	return s, ""
+}
+
+func unescapeProperty(s string) (string, error) {
+	if !strings.Contains(s, `\`) {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		i++
+		switch c := s[i]; c {
+		case 't':
+			b.WriteByte('\t')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 'f':
+			b.WriteByte('\f')
+		case 'u':
+			if i+4 >= len(s) {
+				return "", fmt.Errorf("malformed \\u escape in %q", s)
+			}
+			r, err := strconv.ParseUint(s[i+1:i+5], 16, 16)
+			if err != nil {
+				return "", fmt.Errorf("malformed \\u escape in %q", s)
+			}
+			b.WriteRune(rune(r))
+			i += 4
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
+}
+
+// readStrimzi reads a KafkaConnector resource: spec.class, spec.tasksMax
+// and spec.config.
+func (cc *connectorConfig) readStrimzi(root *yaml.Node) error {
+	spec := mappingValue(root, "spec")
+	if spec == nil || spec.Kind != yaml.MappingNode {
+		return fmt.Errorf("connector config %s: a KafkaConnector without spec", cc.path)
+	}
+	var errs []error
+	if md := mappingValue(root, "metadata"); md != nil && md.Kind == yaml.MappingNode {
+		if name := mappingValue(md, "name"); name != nil {
+			errs = append(errs, cc.set("name", name.Value, name.Line))
+		}
+	}
+	for key, field := range map[string]string{"class": "connector.class", "tasksMax": "tasks.max"} {
+		if v := mappingValue(spec, key); v != nil {
+			errs = append(errs, cc.set(field, v.Value, v.Line))
+		}
+	}
+	if config := mappingValue(spec, "config"); config != nil {
+		errs = append(errs, cc.readYAML(config))
+	}
+	return errors.Join(errs...)
+}
+
+// readYAML reads a mapping of keys to scalars.
+func (cc *connectorConfig) readYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("connector config %s, line %d: want a mapping of keys to values", cc.path, n.Line)
+	}
+	var errs []error
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if v.Kind != yaml.ScalarNode {
+			errs = append(errs, fmt.Errorf("connector config %s, line %d: %s: want a single value", cc.path, v.Line, k.Value))
+			continue
+		}
+		errs = append(errs, cc.set(k.Value, v.Value, k.Line))
+	}
+	return errors.Join(errs...)
+}
+
+// providerRef is a Kafka config provider reference: ${provider:path:key}
+// or ${provider:key}.
+var providerRef = regexp.MustCompile(`\$\{([A-Za-z0-9_.-]+):([^}]*)\}`)
+
+// resolve replaces the references of the config providers walstream reads
+// itself: env (EnvVarConfigProvider, ${env:NAME}) and file
+// (FileConfigProvider, ${file:/path/to.properties:key}). Another provider
+// is refused, since its secret would be lost.
+func (cc *connectorConfig) resolve(key, v string) (string, error) {
+	var errs []error
+	out := providerRef.ReplaceAllStringFunc(v, func(ref string) string {
+		m := providerRef.FindStringSubmatch(ref)
+		switch m[1] {
+		case "env":
+			if s, ok := os.LookupEnv(m[2]); ok {
+				return s
+			}
+			errs = append(errs, fmt.Errorf("%s: environment variable %s is not set", cc.at(key), m[2]))
+		case "file":
+			path, name, ok := strings.Cut(m[2], ":")
+			if !ok {
+				errs = append(errs, fmt.Errorf("%s: ${file:...} wants a path and a key: ${file:/path/to.properties:key}", cc.at(key)))
+				break
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", cc.at(key), err))
+				break
+			}
+			props := &connectorConfig{path: path, values: make(map[string]string), lines: make(map[string]int)}
+			if err := props.readProperties(b); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", cc.at(key), err))
+			} else if s, ok := props.values[name]; ok {
+				return s
+			} else {
+				errs = append(errs, fmt.Errorf("%s: %s has no key %s", cc.at(key), path, name))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("%s: config provider %q is not one walstream reads (env and file are)", cc.at(key), m[1]))
+		}
+		return ref
+	})
+	return out, errors.Join(errs...)
+}
+
+// ignoredKey is a connector key walstream has no use for, and why.
+type ignoredKey struct{ Key, Why string }
+
+// translation is what a connector config sets: flags by name (router
+// settings by their flags too) and the keys it ignores.
+type translation struct {
+	flags   map[string]string
+	ignored []ignoredKey
+}
+
+// Why walstream ignores keys, by key or by prefix (ending in a dot).
+var ignoredKeys = map[string]string{
+	"name":                                "Kafka Connect's name of the connector; walstream's checkpoint is named by --checkpoint-key (default: the slot)",
+	"tasks.max":                           "Debezium's Postgres connector runs one task, as walstream runs one stream",
+	"tombstones.on.delete":                "the outbox router drops deletes",
+	"heartbeat.interval.ms":               "walstream confirms an idle slot's position by itself (--idle-interval, --status-interval) and writes no heartbeat records",
+	"heartbeat.action.query":              "walstream confirms the server's WAL end while the outbox is idle, so other databases' WAL does not pile up",
+	"heartbeat.topics.prefix":             "walstream writes no heartbeat records",
+	"topic.heartbeat.prefix":              "walstream writes no heartbeat records",
+	"exactly.once.support":                "walstream always publishes exactly once, in Kafka transactions",
+	"transaction.boundary":                "walstream chooses its Kafka transactions (--max-batch-events, --max-batch-bytes, --linger)",
+	"transaction.boundary.interval.ms":    "walstream chooses its Kafka transactions (--max-batch-events, --max-batch-bytes, --linger)",
+	"offsets.storage.topic":               "walstream keeps its position in --checkpoint-topic",
+	"offset.flush.interval.ms":            "walstream commits its position with each Kafka transaction",
+	"offset.flush.timeout.ms":             "walstream commits its position with each Kafka transaction",
+	"offset.mismatch.strategy":            "walstream checks its checkpoint against the slot itself (docs/postgres.md)",
+	"lsn.flush.timeout.ms":                "walstream confirms positions with its status updates (--status-interval)",
+	"lsn.flush.timeout.action":            "walstream confirms positions with its status updates (--status-interval)",
+	"max.batch.size":                      "walstream's batches are --max-batch-events and --max-batch-bytes",
+	"max.queue.size":                      "walstream's queue is --queue-bytes",
+	"max.queue.size.in.bytes":             "walstream's queue is --queue-bytes",
+	"poll.interval.ms":                    "walstream hands rows on as they arrive (--linger)",
+	"slot.max.retries":                    "walstream retries with backoff for as long as it runs",
+	"slot.retry.delay.ms":                 "walstream retries with backoff for as long as it runs",
+	"retriable.restart.connector.wait.ms": "walstream retries with backoff for as long as it runs",
+	"errors.max.retries":                  "walstream retries with backoff for as long as it runs",
+	"errors.retry.timeout":                "walstream retries with backoff for as long as it runs",
+	"errors.retry.delay.max.ms":           "walstream retries with backoff for as long as it runs",
+	"errors.log.enable":                   "walstream logs every failure",
+	"errors.log.include.messages":         "walstream logs every failure",
+	"database.tcpKeepAlive":               "walstream sends status updates every --status-interval",
+	"database.server.name":                "Debezium 1.x's name, replaced by topic.prefix",
+	"message.key.columns":                 "it keys change events, which the outbox router replaces by table.field.event.key",
+	"xmin.fetch.interval.ms":              "walstream does not read xmin",
+	"schema.refresh.mode":                 "walstream reads a table's catalog when its Relation message arrives, as columns_diff does",
+	"include.unknown.datatypes":           "walstream refuses a column type it cannot encode, naming the column",
+	"unavailable.value.placeholder":       "outbox rows are inserted whole; no value is an unchanged TOAST",
+	"replica.identity.autoset.values":     "the outbox router ignores updates and deletes",
+	"publication.autocreate.mode":         "walstream creates its publication for its tables when it is missing (--create)",
+	"read.only":                           "walstream never writes to the database",
+	"query.fetch.size":                    "walstream takes no snapshot",
+	"incremental.snapshot.":               "walstream takes no snapshot",
+	"snapshot.":                           "walstream takes no snapshot",
+	"signal.":                             "walstream takes no signals",
+	"notification.":                       "walstream sends no notifications",
+	"producer.override.":                  "walstream's producer is its own: transactional, acks=all (the --kafka-* flags connect it)",
+	"consumer.override.":                  "walstream's Kafka client is its own (the --kafka-* flags connect it)",
+	"admin.override.":                     "walstream's Kafka client is its own (the --kafka-* flags connect it)",
+	"guardrail.":                          "walstream streams only its named outbox tables",
+	"custom.metric.tags":                  "walstream's metrics are its own (docs/metrics.md)",
+	"openlineage.":                        "walstream reports no lineage",
+	"database.history.":                   "Debezium 1.x's schema history; Postgres needs none",
+	"schema.history.internal.":            "Postgres needs no schema history",
+}
+
+// refusedKeys are keys whose behaviour walstream cannot give, with the
+// reason; ok, when set, accepts the values that change nothing.
+var refusedKeys = map[string]struct {
+	ok  func(v string) bool
+	why string
+}{
+	"plugin.name":                            {is("pgoutput"), "walstream reads pgoutput only"},
+	"decimal.handling.mode":                  {is("precise"), "walstream writes numeric as Debezium's default, precise (a Connect Decimal)"},
+	"time.precision.mode":                    {is("adaptive"), "walstream writes times as Debezium's default, adaptive"},
+	"interval.handling.mode":                 {is("numeric"), "walstream writes intervals as Debezium's default, numeric (MicroDuration)"},
+	"binary.handling.mode":                   {is("bytes"), "walstream writes bytea as Debezium's default, bytes"},
+	"money.fraction.digits":                  {is("2"), "walstream writes money with Debezium's default scale, 2"},
+	"hstore.handling.mode":                   {is("json"), "walstream does not encode hstore columns"},
+	"field.name.adjustment.mode":             {is("none"), "walstream keeps field names as they are, Debezium's default"},
+	"schema.name.adjustment.mode":            {is("none"), "walstream keeps schema names as they are, Debezium's default"},
+	"topic.delimiter":                        {is("."), "walstream names value schemas with Debezium's default delimiter, ."},
+	"topic.naming.strategy":                  {is("io.debezium.schema.SchemaTopicNamingStrategy"), "walstream names value schemas as Debezium's default naming strategy does"},
+	"event.processing.failure.handling.mode": {is("fail"), "walstream stops at a row it cannot publish, or dead-letters it (--on-error); it never skips one silently"},
+	"errors.tolerance":                       {is("none"), "walstream never drops a record silently; --on-error=dead-letter writes what it cannot publish to --dlq-topic"},
+	"slot.drop.on.stop":                      {is("false"), "walstream keeps its slot: its position is what makes delivery exactly once"},
+	"lsn.flush.mode":                         {oneOf("connector", "connector_and_driver"), "walstream confirms the slot's position once Kafka has committed it"},
+	"flush.lsn.source":                       {is("true"), "walstream confirms the slot's position once Kafka has committed it"},
+	"provide.transaction.metadata":           {is("false"), "walstream writes no transaction metadata topic"},
+	"publish.via.partition.root":             {is("false"), "walstream streams the outbox tables it names"},
+	"database.initial.statements":            {nil, "walstream runs no statements of yours"},
+	"slot.stream.params":                     {nil, "walstream starts replication with pgoutput's own options"},
+	"converters":                             {nil, "walstream cannot load Debezium's custom converters"},
+	"post.processors":                        {nil, "walstream cannot load Debezium's post processors"},
+	"schema.include.list":                    {nil, "walstream streams the tables table.include.list names"},
+	"schema.exclude.list":                    {nil, "walstream streams the tables table.include.list names"},
+	"table.exclude.list":                     {nil, "walstream streams the tables table.include.list names"},
+	"column.include.list":                    {nil, "the outbox router reads whole rows"},
+	"column.exclude.list":                    {nil, "the outbox router reads whole rows"},
+	"column.propagate.source.type":           {nil, "walstream writes no source type parameters in schemas"},
+	"datatype.propagate.source.type":         {nil, "walstream writes no source type parameters in schemas"},
+	"column.mask.":                           {nil, "walstream masks no columns"},
+	"column.truncate.to.":                    {nil, "walstream truncates no columns"},
+	"predicates":                             {nil, "walstream applies the router to exactly the outbox tables it is given"},
+	"predicates.":                            {nil, "walstream applies the router to exactly the outbox tables it is given"},
+	"key.converter.":                         {nil, "walstream writes keys as the converter does with its defaults"},
+	"value.converter.":                       {nil, "walstream writes values as the converter does with its defaults"},
+	"header.converter.":                      {nil, "walstream writes headers as SimpleHeaderConverter does"},
+}
+
+func is(want string) func(string) bool {
+	return func(v string) bool { return strings.EqualFold(strings.TrimSpace(v), want) }
+}
+
+func oneOf(want ...string) func(string) bool {
+	return func(v string) bool { return slices.ContainsFunc(want, func(w string) bool { return is(w)(v) }) }
+}
+
+// byPrefix finds a key's entry in a table keyed by key or by a prefix
+// ending in a dot.
+func byPrefix[V any](m map[string]V, key string) (V, bool) {
+	if v, ok := m[key]; ok {
+		return v, true
+	}
+	for k, v := range m {
+		if strings.HasSuffix(k, ".") && strings.HasPrefix(key, k) {
+			return v, true
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+// Keys mapped onto walstream's flags as they are.
+var connectorFlags = map[string]string{
+	"topic.prefix":                   "topic-prefix",
+	"slot.name":                      "slot",
+	"publication.name":               "publication",
+	"slot.failover":                  "failover-slot",
+	"extended.headers.enabled":       "extended-headers",
+	"key.converter":                  "key-converter",
+	"value.converter":                "value-converter",
+	"key.converter.schemas.enable":   "key-converter-schemas-enable",
+	"value.converter.schemas.enable": "value-converter-schemas-enable",
+}
+
+// Debezium's defaults of the keys whose defaults differ from walstream's:
+// a pasted config means what it means to Debezium.
+var connectorDefaults = map[string]string{
+	"slot.name":                "debezium",
+	"publication.name":         "dbz_publication",
+	"extended.headers.enabled": "true",
+}
+
+// The converter keys a connector config may leave to the worker's config,
+// which walstream cannot see.
+var workerConverters = []string{"key.converter", "value.converter"}
+
+// translate maps a connector config onto walstream's settings.
+func (cc *connectorConfig) translate() (*translation, error) {
+	tr := &translation{flags: make(map[string]string)}
+	var errs []error
+	refuse := func(key, why string) {
+		errs = append(errs, fmt.Errorf("%s: %s (see docs/debezium.md, Pasting a connector config)", cc.at(key), why))
+	}
+	values := make(map[string]string, len(cc.values))
+	for k, v := range cc.values {
+		rv, err := cc.resolve(k, v)
+		errs = append(errs, err)
+		values[k] = rv
+	}
+	if c := values["connector.class"]; strings.TrimSpace(c) != postgresConnector {
+		refuse("connector.class", fmt.Sprintf("is %q; walstream takes %s", c, postgresConnector))
+	}
+	st := &translating{tr: tr, db: make(map[string]string), refuse: refuse}
+	st.routers, st.decoders = cc.transforms(values, refuse)
+	for _, key := range slices.Sorted(maps.Keys(values)) {
+		if key != "connector.class" && key != "transforms" { // checked above
+			st.key(key, values[key])
+		}
+	}
+	for key, def := range connectorDefaults {
+		if f := connectorFlags[key]; tr.flags[f] == "" {
+			tr.flags[f] = def
+		}
+	}
+	if _, ok := values["topic.prefix"]; !ok {
+		refuse("topic.prefix", "is required, as Debezium requires it")
+	}
+	if _, ok := values["table.include.list"]; !ok {
+		refuse("table.include.list", "is required: walstream streams the outbox tables it names, where Debezium would capture every table")
+	}
+	if len(st.db) > 0 {
+		dsn, err := postgresDSN(st.db)
+		if err != nil {
+			refuse("database."+err.key, err.why)
+		}
+		tr.flags["pg-url"] = dsn
+	}
+	switch prefixes := st.prefixes; {
+	case len(st.decoders) == 0:
+		// Debezium would publish logical messages as change events to
+		// <topic.prefix>.message; an outbox without the decoder has none.
+		tr.flags["message-prefix"] = ""
+	case prefixes == nil:
+		tr.flags["message-prefix"] = "*"
+	case len(prefixes) == 1 && !strings.ContainsAny(prefixes[0], `.*+?[](){}|^$\`):
+		tr.flags["message-prefix"] = strings.TrimSpace(prefixes[0])
+	default:
+		refuse("message.prefix.include.list", "walstream takes the logical messages of one prefix, named as it is, or of every prefix")
+	}
+	return tr, errors.Join(errs...)
+}
+
+// translating is a connector config on its way to walstream's settings.
+type translating struct {
+	tr                *translation
+	db                map[string]string // the database.* keys, less the prefix
+	prefixes          []string          // message.prefix.include.list
+	routers, decoders map[string]bool   // the transforms, by name
+	refuse            func(key, why string)
+}
+
+// key maps one key of the config.
+func (st *translating) key(key, v string) {
+	tr := st.tr
+	if name, rest, ok := transformKey(key); ok {
+		switch {
+		case rest == "type": // checked by transforms
+		case st.routers[name]:
+			if canon, err := decode.CanonicalRouterKey(key); err != nil {
+				st.refuse(key, err.Error())
+			} else {
+				tr.flags[routerFlagNames[canon]] = v
+			}
+		case st.decoders[name] && rest == "fields.null.include":
+			tr.flags["message-fields-null-include"] = v
+		case st.decoders[name]:
+			st.refuse(key, "not a setting of DecodeLogicalDecodingMessageContent")
+		}
+		return
+	}
+	_, ignored := byPrefix(ignoredKeys, key)
+	refused, isRefused := byPrefix(refusedKeys, key)
+	switch {
+	case strings.HasPrefix(key, "database.") && !ignored && !isRefused:
+		st.db[strings.TrimPrefix(key, "database.")] = v
+	case connectorFlags[key] != "":
+		tr.flags[connectorFlags[key]] = v
+	case key == "table.include.list":
+		tables, err := includedTables(v)
+		if err != nil {
+			st.refuse(key, err.Error())
+		}
+		tr.flags["table"] = tables
+	case key == "status.update.interval.ms":
+		ms, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+		if err != nil {
+			st.refuse(key, fmt.Sprintf("%q is not a number of milliseconds", v))
+		}
+		tr.flags["status-interval"] = fmt.Sprintf("%dms", ms)
+	case key == "header.converter":
+		if strings.TrimSpace(v) != simpleHeaders {
+			st.refuse(key, fmt.Sprintf("is %q; walstream writes headers as %s does", v, simpleHeaders))
+		}
+	case key == "skipped.operations" && strings.Contains(strings.ToLower(v), "c"):
+		st.refuse(key, "skips inserts, which are the outbox's events")
+	case key == "skipped.operations":
+		tr.ignored = append(tr.ignored, ignoredKey{key, "the outbox router publishes inserts only"})
+	case key == "message.prefix.include.list":
+		st.prefixes = strings.Split(v, ",")
+	case key == "message.prefix.exclude.list":
+		st.refuse(key, "walstream takes the logical messages of one prefix, or of every prefix; name it in message.prefix.include.list")
+	case strings.HasPrefix(key, "topic.creation."):
+		tr.flags["topic-creation"] += strings.TrimPrefix(key, "topic.creation.") + "=" + v + ";"
+	case key == "snapshot.mode":
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "no_data", "never":
+			tr.ignored = append(tr.ignored, ignoredKey{key, "walstream streams from its slot's creation on, as no_data does"})
+		case "initial", "when_needed":
+			tr.ignored = append(tr.ignored, ignoredKey{key, "walstream takes no snapshot: rows committed before its slot existed are not published (Debezium publishes them at the connector's first start)"})
+		default:
+			st.refuse(key, fmt.Sprintf("%q: walstream takes no snapshot", v))
+		}
+	case isRefused:
+		if refused.ok == nil || !refused.ok(v) {
+			st.refuse(key, fmt.Sprintf("%q: %s", v, refused.why))
+		}
+	case ignored:
+		why, _ := byPrefix(ignoredKeys, key)
+		tr.ignored = append(tr.ignored, ignoredKey{key, why})
+	default:
+		st.refuse(key, "is not a key walstream knows")
+	}
+}
+
+// transformKey splits transforms.<name>.<setting>.
+func transformKey(key string) (name, rest string, ok bool) {
+	after, ok := strings.CutPrefix(key, "transforms.")
+	if !ok {
+		return "", "", false
+	}
+	name, rest, ok = strings.Cut(after, ".")
+	return name, rest, ok
+}
+
+// transforms checks the transform chain: the outbox router, and before it
+// Debezium's decoder of logical messages, and nothing else.
+func (cc *connectorConfig) transforms(values map[string]string, refuse func(key, why string)) (routers, decoders map[string]bool) {
+	routers, decoders = make(map[string]bool), make(map[string]bool)
+	chain := values["transforms"]
+	var names []string
+	for _, n := range strings.Split(chain, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	for _, n := range names {
+		typ := strings.TrimSpace(values["transforms."+n+".type"])
+		switch {
+		case typ == decode.RouterType && len(routers) == 0:
+			routers[n] = true
+		case typ == decodeTransform && len(routers) == 0:
+			decoders[n] = true
+		case typ == decodeTransform:
+			refuse("transforms", fmt.Sprintf("%s comes after the outbox router: the router would get the logical messages undecoded", n))
+		case typ == "":
+			refuse("transforms."+n+".type", "is missing")
+		default:
+			refuse("transforms."+n+".type", fmt.Sprintf("is %q; walstream applies %s (and, before it, %s) only", typ, decode.RouterType, decodeTransform))
+		}
+	}
+	if len(routers) == 0 {
+		refuse("transforms", fmt.Sprintf("names no %s: walstream is the outbox router", decode.RouterType))
+	}
+	for key := range values {
+		if name, _, ok := transformKey(key); ok && !slices.Contains(names, name) {
+			refuse(key, fmt.Sprintf("transform %s is not in transforms=%s", name, chain))
+		}
+	}
+	return routers, decoders
+}
+
+// includedTables reads table.include.list, a list of regular expressions
+// over schema.table, as the outbox tables it names: each must name one
+// table, not a pattern.
+func includedTables(list string) (string, error) {
+	var tables []string
+	for _, t := range strings.Split(list, ",") {
+		t = strings.ReplaceAll(strings.TrimSpace(t), `\.`, ".")
+		if t == "" {
+			continue
+		}
+		if strings.ContainsAny(t, `*+?[](){}|^$\`) {
+			return "", fmt.Errorf("%q is a pattern; walstream streams named tables: list each as schema.table", t)
+		}
+		if !strings.Contains(t, ".") {
+			return "", fmt.Errorf("%q names no schema: Debezium matches schema.table", t)
+		}
+		tables = append(tables, t)
+	}
+	return strings.Join(tables, ","), nil
+}
+
+type dbKeyError struct{ key, why string }
+
+// postgresDSN is the connection string of the database.* keys, in the
+// key=value form pgx reads; the password stays out of logs, as walstream
+// never logs the connection string.
+func postgresDSN(db map[string]string) (string, *dbKeyError) {
+	params := map[string]string{
+		"hostname": "host", "port": "port", "user": "user", "password": "password", "dbname": "dbname",
+		"sslmode": "sslmode", "sslrootcert": "sslrootcert", "sslcert": "sslcert", "sslkey": "sslkey", "sslpassword": "sslpassword",
+		"connectTimeout": "connect_timeout",
+	}
+	if db["hostname"] == "" {
+		return "", &dbKeyError{"hostname", "is required"}
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(db)) {
+		p, ok := params[k]
+		if !ok {
+			return "", &dbKeyError{k, "is not a database setting walstream knows"}
+		}
+		v := db[k]
+		if k == "connectTimeout" { // milliseconds, libpq's seconds
+			ms, err := strconv.Atoi(v)
+			if err != nil {
+				return "", &dbKeyError{k, fmt.Sprintf("%q is not a number of milliseconds", v)}
+			}
+			v = strconv.Itoa(max(1, (ms+999)/1000))
+		}
+		if k == "sslmode" && strings.EqualFold(v, "disable") {
+			v = "disable"
+		}
+		parts = append(parts, p+"='"+strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v)+"'")
+	}
+	if db["port"] == "" {
+		parts = append(parts, "port='5432'")
+	}
+	return strings.Join(parts, " "), nil
+}
+
+// applyConnector sets every flag the command line and the environment left
+// unset from a connector config, and notes the keys it ignores.
+func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *connectorConfig) error {
+	tr, err := cc.translate()
+	var errs []error
+	errs = append(errs, err)
+	for _, name := range slices.Sorted(maps.Keys(tr.flags)) {
+		if set[name] {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			errs = append(errs, fmt.Errorf("connector config %s: no flag %s", cc.path, name))
+			continue
+		}
+		if err := fs.Set(name, tr.flags[name]); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q: %s", cc.keyOf(name), tr.flags[name], expected(f, err)))
+		}
+		set[name] = true
+	}
+	for _, k := range workerConverters {
+		if !set[connectorFlags[k]] {
+			errs = append(errs, fmt.Errorf("connector config %s: %s is not set: the connector takes the Kafka Connect worker's, which walstream cannot see; set it in the connector config or with --%s", cc.path, k, connectorFlags[k]))
+		}
+	}
+	c.Ignored = tr.ignored
+	c.Connector = cc.form
+	return errors.Join(errs...)
+}
+
+// keyOf names the connector key a flag came from, for errors.
+func (cc *connectorConfig) keyOf(flagName string) string {
+	for k, f := range connectorFlags {
+		if f == flagName {
+			return cc.at(k)
+		}
+	}
+	for k, f := range routerFlagNames {
+		if f == flagName {
+			for key := range cc.values {
+				if canon, err := decode.CanonicalRouterKey(key); err == nil && canon == k {
+					return cc.at(key)
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("connector config %s (--%s)", cc.path, flagName)
+}
+
+// printFromDebezium prints the walstream config file equivalent to a
+// connector config: the settings it maps to, by flag name, the router's
+// under outbox:, and the keys it ignores as comments. The database
+// password is left out: walstream reads it from $PGPASSWORD, ~/.pgpass or
+// --pg-password-file, never from a file it prints.
+func printFromDebezium(w io.Writer, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading the connector config: %w", err)
+	}
+	cc, ok, err := readConnector(path, b)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s is not a Debezium connector config (JSON, properties, or a Strimzi KafkaConnector with connector.class)", path)
+	}
+	password := cc.values["database.password"]
+	delete(cc.values, "database.password")
+	tr, err := cc.translate()
+	if err != nil {
+		return err
+	}
+	router := make(map[string]string)
+	for key, f := range routerFlagNames {
+		if v, ok := tr.flags[f]; ok {
+			router[key] = v
+			delete(tr.flags, f)
+		}
+	}
+	fmt.Fprintf(w, "# walstream's config for the Debezium connector config %s (%s); walstream run --config this.yaml\n", path, cc.form)
+	if name := cc.values["name"]; name != "" {
+		fmt.Fprintf(w, "# connector %s\n", name)
+	}
+	for _, name := range slices.Sorted(maps.Keys(tr.flags)) {
+		fmt.Fprintf(w, "%s: %s\n", name, yamlScalar(tr.flags[name]))
+		if name == "pg-url" && password != "" {
+			fmt.Fprintln(w, "# the password is not copied: walstream reads it from $PGPASSWORD, ~/.pgpass or --pg-password-file")
+		}
+	}
+	fmt.Fprintln(w, "kafka-brokers: ${KAFKA_BROKERS} # the Kafka Connect worker's bootstrap.servers")
+	if len(router) > 0 {
+		fmt.Fprintln(w, "outbox:")
+		for _, key := range slices.Sorted(maps.Keys(router)) {
+			fmt.Fprintf(w, "  %s: %s\n", key, yamlScalar(router[key]))
+		}
+	}
+	if len(tr.ignored) > 0 {
+		fmt.Fprintln(w, "# keys walstream has no use for:")
+		for _, k := range tr.ignored {
+			fmt.Fprintf(w, "#   %s: %s\n", k.Key, k.Why)
+		}
+	}
+	return nil
+}
+
+// yamlScalar writes a value as a YAML scalar that reads back as the same
+// string.
+func yamlScalar(v string) string {
+	if v == "true" || v == "false" {
+		return v // a boolean setting, which reads back as its text
+	}
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return strconv.Quote(v)
+	}
+	return strings.TrimSuffix(string(b), "\n")
+}

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/publish"
+	"go.yaml.in/yaml/v3"
+)
+
+// harnessConnector is a connector config as compat's harness gives it to
+// Kafka Connect (testenv.Connect.DebeziumConnector plus a case's router
+// and converter settings), in the form of POST /connectors.
+const harnessConnector = `{
+  "name": "placements_json",
+  "config": {
+    "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+    "database.dbname": "postgres",
+    "database.hostname": "127.0.0.1",
+    "database.port": "21951",
+    "database.user": "postgres",
+    "database.password": "s3cr'et",
+    "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+    "key.converter.schemas.enable": "false",
+    "plugin.name": "pgoutput",
+    "publication.autocreate.mode": "filtered",
+    "publication.name": "dbz_placements_json",
+    "slot.name": "dbz_placements_json",
+    "snapshot.mode": "no_data",
+    "table.include.list": "c_placements_json.outbox",
+    "tasks.max": "1",
+    "tombstones.on.delete": "false",
+    "topic.prefix": "placements_json",
+    "transforms": "outbox",
+    "transforms.outbox.route.topic.regex": "(?<routedByValue>Ord|Inv)(er|oice)",
+    "transforms.outbox.route.topic.replacement": "events.${routedByValue}.$2",
+    "transforms.outbox.table.field.event.timestamp": "created_at",
+    "transforms.outbox.table.fields.additional.placement": "type:header:eventType, shard:partition,tenant:envelope",
+    "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+    "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+    "value.converter.schemas.enable": "false"
+  }
+}`
+
+func writeNamed(t *testing.T, name, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestConnectorConfig: the connector config Debezium runs is walstream's
+// config as it is, in each form a Debezium user has it: the settings map
+// onto walstream's, a router setting with its transform's prefix, the
+// database.* keys onto the connection (the password too, never logged),
+// and the keys walstream has no use for are kept to be logged once.
+func TestConnectorConfig(t *testing.T) {
+	props := `# ConnectStandalone's connector file
+name=placements_json
+connector.class=io.debezium.connector.postgresql.PostgresConnector
+database.hostname = 127.0.0.1
+database.port:21951
+database.user postgres
+database.password=s3cr'et
+database.dbname=postgres
+plugin.name=pgoutput
+slot.name=dbz_placements_json
+publication.name=dbz_placements_json
+publication.autocreate.mode=filtered
+table.include.list=c_placements_json\\.outbox
+snapshot.mode=no_data
+tombstones.on.delete=false
+tasks.max=1
+topic.prefix=placements_json
+transforms=outbox
+transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
+transforms.outbox.route.topic.regex=(?<routedByValue>Ord|Inv)(er|oice)
+transforms.outbox.route.topic.replacement=events.${routedByValue}.$2
+transforms.outbox.table.field.event.timestamp=created_at
+transforms.outbox.table.fields.additional.placement=type:header:eventType, \
+   shard:partition,tenant:envelope
+key.converter=org.apache.kafka.connect.json.JsonConverter
+key.converter.schemas.enable=false
+value.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter.schemas.enable=false
+`
+	strimzi := `apiVersion: kafka.strimzi.io/v1beta2
+kind: KafkaConnector
+metadata:
+  name: placements_json
+  labels:
+    strimzi.io/cluster: connect
+spec:
+  class: io.debezium.connector.postgresql.PostgresConnector
+  tasksMax: 1
+  config:
+    database.hostname: 127.0.0.1
+    database.port: 21951
+    database.user: postgres
+    database.password: "s3cr'et"
+    database.dbname: postgres
+    plugin.name: pgoutput
+    slot.name: dbz_placements_json
+    publication.name: dbz_placements_json
+    publication.autocreate.mode: filtered
+    table.include.list: c_placements_json.outbox
+    snapshot.mode: no_data
+    tombstones.on.delete: false
+    topic.prefix: placements_json
+    transforms: outbox
+    transforms.outbox.type: io.debezium.transforms.outbox.EventRouter
+    transforms.outbox.route.topic.regex: "(?<routedByValue>Ord|Inv)(er|oice)"
+    transforms.outbox.route.topic.replacement: "events.${routedByValue}.$2"
+    transforms.outbox.table.field.event.timestamp: created_at
+    transforms.outbox.table.fields.additional.placement: "type:header:eventType, shard:partition,tenant:envelope"
+    key.converter: org.apache.kafka.connect.json.JsonConverter
+    key.converter.schemas.enable: false
+    value.converter: org.apache.kafka.connect.json.JsonConverter
+    value.converter.schemas.enable: false
+`
+	for _, tc := range []struct{ name, file, body string }{
+		{"JSON", "connector.json", harnessConnector},
+		{"properties", "connector.properties", props},
+		{"Strimzi KafkaConnector", "connector.yaml", strimzi},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig([]string{"--config", writeNamed(t, tc.file, tc.body), "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Connector != tc.name {
+				t.Errorf("form %q, want %q", c.Connector, tc.name)
+			}
+			pg := c.Postgres
+			if pg.Host != "127.0.0.1" || pg.Port != 21951 || pg.User != "postgres" || pg.Password != "s3cr'et" || pg.Database != "postgres" {
+				t.Errorf("connection %s:%d user %s database %s password %q", pg.Host, pg.Port, pg.User, pg.Database, pg.Password)
+			}
+			if c.Slot != "dbz_placements_json" || c.Publication != "dbz_placements_json" || c.Table != "c_placements_json.outbox" {
+				t.Errorf("slot %s publication %s table %s", c.Slot, c.Publication, c.Table)
+			}
+			if c.Encoding.Key != publish.FormatJSON || c.Encoding.Value != publish.FormatJSON || c.Encoding.SchemaPrefix != "placements_json" {
+				t.Errorf("encoding %+v", c.Encoding)
+			}
+			if !c.ExtendedHeaders || len(c.Encoding.Context) != 4 || string(c.Encoding.Context[0].Value) != "placements_json" {
+				t.Errorf("extended headers %v %q: Debezium's default is on", c.ExtendedHeaders, c.Encoding.Context)
+			}
+			if c.MessagePrefix != "" {
+				t.Errorf("message prefix %q: without the decoder, an outbox takes no logical messages", c.MessagePrefix)
+			}
+			o := c.Outboxes[0]
+			if o.Name() != "c_placements_json.outbox" || o.Columns.Timestamp != "created_at" || o.TopicReplacement != "events.${routedByValue}.$2" ||
+				len(o.Additional) != 3 || o.Additional[1] != (decode.Additional{Column: "shard", Placement: decode.PlacePartition, Alias: "shard"}) {
+				t.Errorf("mapping %+v", o)
+			}
+			var ignored []string
+			for _, k := range c.Ignored {
+				ignored = append(ignored, k.Key)
+			}
+			if got := strings.Join(ignored, ","); got != "name,publication.autocreate.mode,snapshot.mode,tasks.max,tombstones.on.delete" {
+				t.Errorf("ignored keys %s", got)
+			}
+		})
+	}
+}
+
+// TestConnectorConfigRefused: a key whose behaviour walstream cannot give
+// is an error naming the key (and its line, where the form has lines); a
+// config that leaves the converters to the worker is refused, since
+// walstream cannot see the worker's.
+func TestConnectorConfigRefused(t *testing.T) {
+	parse := func(body string) error {
+		_, err := parseConfig([]string{"--config", writeNamed(t, "c.json", body), "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
+		return err
+	}
+	for _, tc := range []struct{ old, new, want string }{
+		{`"tasks.max": "1",`, `"tasks.max": "1", "decimal.handling.mode": "double",`, `decimal.handling.mode: "double"`},
+		{`"plugin.name": "pgoutput"`, `"plugin.name": "decoderbufs"`, "plugin.name"},
+		{`"snapshot.mode": "no_data"`, `"snapshot.mode": "always"`, "snapshot.mode"},
+		{`"table.include.list": "c_placements_json.outbox"`, `"table.include.list": "public\\.outbox.*"`, "is a pattern"},
+		{`"tasks.max": "1",`, `"tasks.max": "1", "errors.tolerance": "all",`, "--on-error=dead-letter"},
+		{`"tasks.max": "1",`, `"tasks.max": "1", "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",`, "transform unwrap is not in transforms=outbox"},
+		{`"transforms": "outbox"`, `"transforms": "unwrap,outbox", "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState"`, "transforms.unwrap.type"},
+		{`"tasks.max": "1",`, `"tasks.max": "1", "header.converter": "org.apache.kafka.connect.json.JsonConverter",`, "SimpleHeaderConverter"},
+		{`"database.password": "s3cr'et"`, `"database.password": "${vault:secret/db:password}"`, `config provider "vault"`},
+		{`"tasks.max": "1",`, `"tasks.max": "1", "message.prefix.exclude.list": "audit",`, "message.prefix.exclude.list"},
+		{`"tasks.max": "1",`, `"tasks.max": "1", "column.mask.with.4.chars": "public.t.c",`, "column.mask.with.4.chars"},
+		{`"tasks.max": "1",`, `"tasks.max": "1", "transforms.outbox.table.field.event.type": "type",`, "removed in Debezium 2.0"},
+		{`"tasks.max": "1",`, `"tasks.max": "1", "some.typo": "x",`, `some.typo: is not a key walstream knows`},
+		{`"connector.class": "io.debezium.connector.postgresql.PostgresConnector"`, `"connector.class": "io.debezium.connector.mysql.MySqlConnector"`, "connector.class"},
+		{`"table.include.list": "c_placements_json.outbox",`, ``, "table.include.list: is required"},
+		{`"key.converter": "org.apache.kafka.connect.json.JsonConverter",`, ``, "key.converter is not set"},
+		{`"transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",`, ``, "transforms.outbox.type: is missing"},
+		{`"topic.prefix": "placements_json",`, ``, "topic.prefix: is required"},
+	} {
+		if !strings.Contains(harnessConnector, tc.old) {
+			t.Fatalf("the config has no %s", tc.old)
+		}
+		if err := parse(strings.Replace(harnessConnector, tc.old, tc.new, 1)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("with %s: %v, want an error naming %q", tc.new, err, tc.want)
+		}
+	}
+	// Values that change nothing are taken.
+	if err := parse(strings.Replace(harnessConnector, `"tasks.max": "1",`,
+		`"tasks.max": "1", "decimal.handling.mode": "PRECISE", "heartbeat.interval.ms": "10000", "exactly.once.support": "required",`, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// A properties file names the line.
+	_, err := parseConfig([]string{"--config", writeNamed(t, "c.properties", "connector.class=io.debezium.connector.postgresql.PostgresConnector\n\nbinary.handling.mode=hex\n"),
+		"--kafka-brokers", "k:9092"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "line 3: binary.handling.mode") {
+		t.Errorf("properties: %v, want the line named", err)
+	}
+}
+
+// TestConnectorConfigMessagesAndProviders: Debezium's message decoder
+// before the router takes the logical messages of every prefix, or of the
+// one message.prefix.include.list names; flags win over the file; the env
+// and file config providers are read; Debezium's defaults apply to keys
+// the config leaves out.
+func TestConnectorConfigMessagesAndProviders(t *testing.T) {
+	secrets := writeNamed(t, "db.properties", "password=from-file\n")
+	t.Setenv("WS_TEST_DB_USER", "dbz")
+	cfg := `{"connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+		"database.hostname": "db", "database.user": "${env:WS_TEST_DB_USER}", "database.password": "${file:` + secrets + `:password}",
+		"database.dbname": "app", "topic.prefix": "dbz", "table.include.list": "public.outbox",
+		"transforms": "decode,outbox",
+		"transforms.decode.type": "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent",
+		"transforms.decode.fields.null.include": "true",
+		"transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+		"key.converter": "org.apache.kafka.connect.storage.StringConverter",
+		"value.converter": "org.apache.kafka.connect.storage.StringConverter",
+		"extended.headers.enabled": "false"}`
+	path := writeNamed(t, "c.json", cfg)
+	c, err := parseConfig([]string{"--config", path, "--kafka-brokers", "k:9092", "--publication", "mine"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MessagePrefix != decode.AllPrefixes || !c.Messages.MessageNullFields || c.ExtendedHeaders {
+		t.Errorf("message prefix %q, null fields %v, extended headers %v", c.MessagePrefix, c.Messages.MessageNullFields, c.ExtendedHeaders)
+	}
+	if c.Postgres.User != "dbz" || c.Postgres.Password != "from-file" || c.Postgres.Port != 5432 {
+		t.Errorf("user %s password %q port %d", c.Postgres.User, c.Postgres.Password, c.Postgres.Port)
+	}
+	if c.Slot != "debezium" || c.Publication != "mine" {
+		t.Errorf("slot %s publication %s: want Debezium's default slot and the flag's publication", c.Slot, c.Publication)
+	}
+	one := strings.Replace(cfg, `"extended.headers.enabled": "false"`, `"message.prefix.include.list": "outbox"`, 1)
+	if c, err = parseConfig([]string{"--config", writeNamed(t, "c.json", one), "--kafka-brokers", "k:9092"}, &bytes.Buffer{}); err != nil || c.MessagePrefix != "outbox" {
+		t.Errorf("one prefix: %q, %v", c.MessagePrefix, err)
+	}
+	after := strings.Replace(cfg, `"transforms": "decode,outbox"`, `"transforms": "outbox,decode"`, 1)
+	if _, err := parseConfig([]string{"--config", writeNamed(t, "c.json", after), "--kafka-brokers", "k:9092"}, &bytes.Buffer{}); err == nil ||
+		!strings.Contains(err.Error(), "comes after the outbox router") {
+		t.Errorf("the decoder after the router: %v", err)
+	}
+}
+
+// TestInitFromDebezium: init --from-debezium prints a walstream config that
+// reads back as the connector config does, without the password.
+func TestInitFromDebezium(t *testing.T) {
+	path := writeNamed(t, "connector.json", harnessConnector)
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"init", "--from-debezium", path}, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "s3cr") {
+		t.Fatalf("the printed config holds the password:\n%s", out.String())
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+	t.Setenv("KAFKA_BROKERS", "k:9092")
+	t.Setenv("PGPASSWORD", "s3cr'et")
+	printed, err := parseConfig([]string{"--config", writeFile(t, out.String())}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+	pasted, err := parseConfig([]string{"--config", path, "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, q := printed.Outboxes[0], pasted.Outboxes[0]
+	if printed.Slot != pasted.Slot || printed.Table != pasted.Table || printed.Encoding.Key != pasted.Encoding.Key ||
+		printed.ExtendedHeaders != pasted.ExtendedHeaders || p.TopicRegex != q.TopicRegex || p.TopicReplacement != q.TopicReplacement ||
+		len(p.Additional) != len(q.Additional) || printed.Postgres.Host != pasted.Postgres.Host || printed.Postgres.Password != pasted.Postgres.Password {
+		t.Errorf("the printed config reads back otherwise:\n%s", out.String())
+	}
+	for _, want := range []string{"# keys walstream has no use for:", "#   tasks.max:", "kafka-brokers: ${KAFKA_BROKERS}"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package publish
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/walstream/walstream/decode"
+)
+
+// A logical message's record, as Debezium writes it with
+// DecodeLogicalDecodingMessageContent before the outbox router: the
+// decoder makes a Kafka Connect struct of the message's JSON content
+// (JsonSchemaData, as for table.expand.json.payload, with null fields
+// dropped unless fields.null.include and empty arrays always dropped),
+// whose fields the router reads as a row's columns. So a payload object
+// is a struct (Struct{x=1} under StringConverter, {"x":1} under
+// JsonConverter, its schema named "payload"), a payload string a string
+// with a plain optional string schema, and the key has the schema of its
+// JSON type, optional. Debezium writes no __debezium.context.* headers on
+// these records.
+
+// message is a message event's content as Debezium's decoder makes it.
+type message struct {
+	root   *jsonNode
+	schema *connectSchema
+}
+
+func parseMessage(ev *decode.Event) (*message, error) {
+	dec := json.NewDecoder(bytes.NewReader(ev.Message))
+	dec.UseNumber()
+	root, err := readNode(dec)
+	if err != nil {
+		return nil, fmt.Errorf("reading the message as Debezium's decoder does: %w", err)
+	}
+	x := expander{nulls: ev.Source.MessageNullFields}
+	s, err := x.schema("", root)
+	if err != nil {
+		return nil, fmt.Errorf("the decoder Debezium runs stops at this message: %w", err)
+	}
+	if s == nil || !fits(root, s) {
+		return nil, errExpansion
+	}
+	return &message{root: root, schema: s}, nil
+}
+
+// field is a field's value and schema; ok is false when the decoded
+// struct has no such field.
+func (m *message) field(name string) (n *jsonNode, s *connectSchema, ok bool) {
+	if s = m.schema.field(name); s == nil {
+		return nil, nil, false
+	}
+	return m.root.member(name), s, true
+}
+
+// messageRecord encodes a message event's key, value and id header.
+func (t *tableRoute) messageRecord(ev *decode.Event) (key, value, id []byte, err error) {
+	m, err := parseMessage(ev)
+	if err != nil {
+		return nil, nil, nil, &EncodingError{Column: "content", Err: err}
+	}
+	cols := ev.Source.Columns
+	kn, ks, ok := m.field(cols.AggregateID)
+	in, is, ok2 := m.field(cols.ID)
+	pn, ps, ok3 := m.field(cols.Payload)
+	if !ok || !ok2 || !ok3 {
+		return nil, nil, nil, &EncodingError{Column: "content", Err: fmt.Errorf("the message lacks %s, %s or %s", cols.AggregateID, cols.ID, cols.Payload)}
+	}
+	if key, err = encodeNode(t.format.Key, kn, ks); err != nil {
+		return nil, nil, nil, &EncodingError{Column: cols.AggregateID, Err: err}
+	}
+	if !null(in) {
+		id = in.headerString(is)
+	}
+	if ev.Tombstone {
+		return key, nil, id, nil
+	}
+	if pn != nil && pn.kind == 's' && ev.Source.ExpandJSONPayload {
+		expanded, err := expand([]byte(pn.text), ev.Source)
+		switch {
+		case err != nil && t.format.Value != FormatString:
+			return nil, nil, nil, &EncodingError{Column: cols.Payload, Err: err}
+		case expanded != nil:
+			pn, ps = expanded, expanded.schema
+		}
+	}
+	if value, err = encodeNode(t.format.Value, pn, ps); err != nil {
+		return nil, nil, nil, &EncodingError{Column: cols.Payload, Err: err}
+	}
+	return key, value, id, nil
+}
+
+func null(n *jsonNode) bool { return n == nil || n.kind == 'n' }
+
+// encodeNode writes a value of the decoded struct as a converter does.
+func encodeNode(f Format, n *jsonNode, s *connectSchema) ([]byte, error) {
+	switch f {
+	case FormatJSON:
+		return n.jsonAs(nil, s), nil
+	case FormatJSONSchema:
+		dst := s.json([]byte(`{"schema":`), "")
+		return append(n.jsonAs(append(dst, `,"payload":`...), s), '}'), nil
+	case FormatBinary:
+		if null(n) {
+			return nil, nil
+		}
+		return nil, errNotBytes
+	}
+	if null(n) {
+		return nil, nil // StringConverter writes null as no bytes
+	}
+	return n.javaStringAs(nil, s), nil
+}
+
+// headerString is the node as SimpleHeaderConverter writes a header: a
+// string as it is, a number or boolean as Java prints it, a struct or
+// list as Kafka Connect's Values does.
+func (n *jsonNode) headerString(s *connectSchema) []byte {
+	switch s.typ {
+	case "struct", "array":
+		return n.render(nil, s, true)
+	}
+	return n.javaStringAs([]byte{}, s)
+}
+
+// appendValuesString quotes s as Values.escape does: \ and " only.
+func appendValuesString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' || s[i] == '"' {
+			dst = append(dst, '\\')
+		}
+		dst = append(dst, s[i])
+	}
+	return append(dst, '"')
+}
