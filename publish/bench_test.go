@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"context"
 	"testing"
 
 	"github.com/walstream/walstream/decode"
@@ -18,7 +19,7 @@ func BenchmarkRecord(b *testing.B) {
 		AggregateID: []byte("o-1"), Payload: make([]byte, 430)}
 	b.ReportAllocs()
 	for b.Loop() {
-		if rec, err := r.Record(&ev); err != nil || rec.Topic != "outbox.event.Order" {
+		if rec, err := r.Record(context.Background(), &ev); err != nil || rec.Topic != "outbox.event.Order" {
 			b.Fatal(rec, err)
 		}
 	}
