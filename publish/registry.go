@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,6 +119,20 @@ func (r RegistrySettings) CheckURLs() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CompatURL turns the URL of Apicurio Registry's own API, which Apicurio's
+// converter takes (http://host/apis/registry/v2 or v3), into its
+// Confluent-compatible API's (http://host/apis/ccompat/v7); any other URL
+// is returned as it is.
+func CompatURL(u string) string {
+	trimmed := strings.TrimRight(u, "/")
+	for _, native := range []string{"/apis/registry/v2", "/apis/registry/v3"} {
+		if base, ok := strings.CutSuffix(trimmed, native); ok {
+			return base + "/apis/ccompat/v7"
+		}
+	}
+	return u
 }
 
 // RegistryError is a schema registry request that failed. Unless
@@ -259,7 +274,15 @@ func (r *registry) failed(ctx context.Context, op, subject, schema string, err e
 		re.Operation = "reading the compatibility level"
 	}
 	var resp *sr.ResponseError
-	if !errors.As(err, &resp) {
+	var unknownAuthority x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var verification *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &verification):
+		re.Permanent = true
+		re.Hint = "the registry's certificate does not verify against the CA and server name walstream was given"
+		return re
+	case !errors.As(err, &resp):
 		return re // no answer: retry
 	}
 	switch code := resp.StatusCode; {
@@ -310,6 +333,17 @@ func (r *registry) Check(ctx context.Context) error {
 		return r.failed(ctx, opConfig, "", "", err)
 	}
 	return nil
+}
+
+// CheckRegistry asks the registry s names whether it answers, as a
+// session does before it streams; it returns the registry's URLs as
+// messages name them.
+func CheckRegistry(ctx context.Context, s RegistrySettings) (string, error) {
+	r, err := newRegistry(s, nil)
+	if err != nil {
+		return strings.Join(s.URLs, ","), err
+	}
+	return r.url, r.Check(ctx)
 }
 
 // maxCachedSchemas bounds the schemas an encoder remembers: expanded
