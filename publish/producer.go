@@ -365,7 +365,7 @@ func (p *Producer) record(ctx context.Context, ev *decode.Event) (*kgo.Record, e
 		case errors.As(err, &encErr):
 			bad = &decode.Error{Event: ev.Identity, Column: encErr.Column, Reason: "encoding the record", Err: encErr.Err}
 		case err != nil:
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", ev.Identity, err)
 		case ValidTopic(rec.Topic) != nil:
 			bad = &decode.Error{Event: ev.Identity, Reason: "no valid topic for the aggregate type", Err: ValidTopic(rec.Topic)}
 		case recordSize(rec) > p.cfg.MaxRecordBytes:
