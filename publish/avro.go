@@ -360,6 +360,9 @@ func (k *avroKey) encode(ctx context.Context, dst []byte, topic string, ev *deco
 	if err != nil {
 		return nil, err
 	}
+	if dst == nil {
+		dst = make([]byte, 0, 5+binary.MaxVarintLen64+1+len(ev.AggregateID))
+	}
 	if dst, err = k.schemas.header(ctx, dst, topic, text); err != nil {
 		return nil, err
 	}
@@ -376,7 +379,7 @@ type avroValue struct {
 	// envelopes is Debezium's cache of envelope schemas (see
 	// envelopeSchemas), holding their Avro text.
 	envelopes *envelopeSchemas
-	key       []byte // scratch; the producer's goroutine owns it
+	name, key []byte // scratch; the producer's goroutine owns them
 }
 
 func (v *avroValue) encode(ctx context.Context, dst []byte, topic string, ev *decode.Event) ([]byte, error) {
@@ -400,6 +403,11 @@ func (v *avroValue) encode(ctx context.Context, dst []byte, topic string, ev *de
 	}
 	if err != nil {
 		return nil, err
+	}
+	if dst == nil {
+		// One allocation for the record's value: the header, the payload
+		// and room for a few fields.
+		dst = make([]byte, 0, 5+binary.MaxVarintLen64+len(ev.Payload)+64)
 	}
 	if dst, err = v.schemas.header(ctx, dst, topic, text); err != nil {
 		return nil, err
@@ -443,15 +451,15 @@ func (v *avroValue) cachedEnvelope(dst []byte, col *decode.Column, ev *decode.Ev
 // payload, then each envelope field in its configured order; the schema
 // version, when the event has one, as connect.version.
 func (v *avroValue) envelopeSchema(dst []byte, col *decode.Column, ev *decode.Event, expanded *jsonNode) ([]byte, error) {
-	full := v.prefix + "." + ev.Table + "." + string(ev.AggregateType) + ".Value"
-	space, name, err := avroRecordName(full)
-	if err != nil {
-		return nil, err
-	}
-	dst = append(appendRecordName(dst, space, name, ""), `,"fields":[`...)
+	// The name is <prefix>.<schema>.<table>.<route-by value>.Value: the
+	// record Value, in the namespace before it.
+	v.name = append(append(append(append(append(v.name[:0], v.prefix...), '.'), ev.Table...), '.'), ev.AggregateType...)
+	space := v.name
+	dst = append(jsonString(append(dst, `{"type":"record","name":"Value","namespace":`...), space), `,"fields":[`...)
+	var err error
 	if expanded != nil {
 		dst = append(dst, `{"name":"payload","type":`...)
-		if dst, err = expanded.schema.avroOptional(dst, space); err != nil {
+		if dst, err = expanded.schema.avroOptional(dst, string(space)); err != nil {
 			return nil, err
 		}
 		dst = append(dst, `,"default":null}`...)
@@ -470,7 +478,8 @@ func (v *avroValue) envelopeSchema(dst []byte, col *decode.Column, ev *decode.Ev
 	if ev.SchemaVersion != nil {
 		dst = append(append(dst, `,"connect.version":`...), ev.SchemaVersion...)
 	}
-	return append(jsonString(append(dst, `,"connect.name":`...), []byte(full)), '}'), nil
+	v.name = append(v.name, ".Value"...)
+	return append(jsonString(append(dst, `,"connect.name":`...), v.name), '}'), nil
 }
 
 func (v *avroValue) envelopeBody(dst []byte, col *decode.Column, ev *decode.Event, expanded *jsonNode) ([]byte, error) {
