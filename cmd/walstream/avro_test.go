@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -249,6 +251,30 @@ func TestAvro(t *testing.T) {
 		}
 	})
 
+	phase("the config of docs/debezium.md", func(t *testing.T) {
+		cfg := filepath.Join(t.TempDir(), "walstream.yaml")
+		if err := os.WriteFile(cfg, []byte(docsBlock(t, "debezium.md", "## Avro and a schema registry", "```yaml")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := e.start([]string{"--config", cfg, "--slot", "walstream_doc"},
+			"PG_URL="+e.pg.URL("postgres", "postgres"), "KAFKA_BROKERS="+e.broker, "REGISTRY_URL="+reg.NativeURL()).streaming(t)
+		e.pg.Exec("postgres", `INSERT INTO outbox (aggregatetype, aggregateid, type, payload) VALUES ('Doc', 'd-1', 'Placed', '{"n": 1}')`)
+		e.waitConfirmed("walstream_doc", e.currentLSN(), 60*time.Second, p)
+		if err := p.stop(); err != nil {
+			t.Fatal(err)
+		}
+		recs := e.kcat("outbox.event.Doc")
+		if len(recs) != 1 {
+			t.Fatalf("%d records in outbox.event.Doc, want 1", len(recs))
+		}
+		k, _ := avr.decode(recs[0].Key)
+		v, id := avr.decode(recs[0].Value)
+		want := `{"type":"record","name":"Value","namespace":"dbz.public.outbox.Doc","fields":[{"name":"payload","type":{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}},{"name":"eventType","type":"string"}],"connect.name":"dbz.public.outbox.Doc.Value"}`
+		if m, ok := v.(map[string]any); k != "d-1" || !ok || m["payload"] != `{"n": 1}` || m["eventType"] != "Placed" || avr.texts[id] != want {
+			t.Errorf("key %#v, value %#v with schema %s; want d-1, the envelope, %s", k, v, avr.texts[id], want)
+		}
+	})
+
 	phase("schema refused by the compatibility rule", func(t *testing.T) {
 		ctx := context.Background()
 		if res := avr.cl.SetCompatibility(ctx, sr.SetCompatibility{Level: sr.CompatBackward}, "outbox.event.Order-value"); res[0].Err != nil {
@@ -265,4 +291,24 @@ func TestAvro(t *testing.T) {
 			t.Errorf("confirmed_flush_lsn %s moved past %s with the schema refused", got, before)
 		}
 	})
+}
+
+// docsBlock returns the first code block opening with fence after heading
+// in docs/<file>, so that a test runs what the page shows.
+func docsBlock(t *testing.T, file, heading, fence string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("docs/%s has no heading %q", file, heading)
+	}
+	_, block, ok := strings.Cut(after, fence+"\n")
+	if !ok {
+		t.Fatalf("docs/%s: no %s block after %q", file, fence, heading)
+	}
+	block, _, _ = strings.Cut(block, "```")
+	return block
 }
