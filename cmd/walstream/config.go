@@ -440,31 +440,14 @@ func (c *Config) kafka() (publish.KafkaSettings, error) {
 			conn.Brokers = append(conn.Brokers, b)
 		}
 	}
-	if c.KafkaTLS || c.KafkaTLSCAFile != "" || c.KafkaTLSCertFile != "" {
-		conn.TLS = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.KafkaTLSServerName}
-		if c.KafkaTLSCAFile != "" {
-			pem, err := os.ReadFile(c.KafkaTLSCAFile)
-			if err != nil {
-				return conn, fmt.Errorf("--kafka-tls-ca-file: %w", err)
-			}
-			conn.TLS.RootCAs = x509.NewCertPool()
-			if !conn.TLS.RootCAs.AppendCertsFromPEM(pem) {
-				return conn, fmt.Errorf("--kafka-tls-ca-file %s: no PEM certificate in it", c.KafkaTLSCAFile)
-			}
-		}
-		if (c.KafkaTLSCertFile == "") != (c.KafkaTLSKeyFile == "") {
-			return conn, errors.New("--kafka-tls-cert-file and --kafka-tls-key-file go together")
-		}
-		if c.KafkaTLSCertFile != "" {
-			cert, err := tls.LoadX509KeyPair(c.KafkaTLSCertFile, c.KafkaTLSKeyFile)
-			if err != nil {
-				return conn, fmt.Errorf("--kafka-tls-cert-file/--kafka-tls-key-file: %w", err)
-			}
-			conn.TLS.Certificates = []tls.Certificate{cert}
-		}
+	var err error
+	if conn.TLS, err = tlsConfig("kafka", c.KafkaTLSCAFile, c.KafkaTLSCertFile, c.KafkaTLSKeyFile, c.KafkaTLSServerName); err != nil {
+		return conn, err
+	}
+	if conn.TLS == nil && c.KafkaTLS {
+		conn.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	if c.KafkaSASLPasswordFile != "" {
-		var err error
 		if conn.SASLPassword, err = readSecret(c.KafkaSASLPasswordFile); err != nil {
 			return conn, fmt.Errorf("--kafka-sasl-password-file: %w", err)
 		}
@@ -526,16 +509,17 @@ func (c *Config) registry() []error {
 	if r.User != "" && r.Token != "" {
 		bad("schema-registry-user", errors.New("and a bearer token are both set; the registry takes one"))
 	}
-	if r.TLS, err = tlsConfig(c.RegistryTLSCAFile, c.RegistryTLSCertFile, c.RegistryTLSKeyFile, c.RegistryTLSServerName); err != nil {
-		errs = append(errs, fmt.Errorf("schema registry TLS: %w", err))
+	if r.TLS, err = tlsConfig("schema-registry", c.RegistryTLSCAFile, c.RegistryTLSCertFile, c.RegistryTLSKeyFile, c.RegistryTLSServerName); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }
 
-// tlsConfig is the TLS of a peer that speaks HTTPS: verified against the
-// CA bundle or the system roots, by name, with a client certificate when
-// one is given; nil when nothing is set, so that the URL's scheme decides.
-func tlsConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+// tlsConfig is the TLS of a peer (kafka or schema-registry, the prefix of
+// its flags): verified against the CA bundle or the system roots, by
+// name, with a client certificate when one is given; nil when none of its
+// settings is set.
+func tlsConfig(peer, caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
 	if caFile == "" && certFile == "" && keyFile == "" && serverName == "" {
 		return nil, nil
 	}
@@ -543,20 +527,20 @@ func tlsConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, error
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--%s-tls-ca-file: %w", peer, err)
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s: no PEM certificate in it", caFile)
+			return nil, fmt.Errorf("--%s-tls-ca-file %s: no PEM certificate in it", peer, caFile)
 		}
 	}
 	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("a client certificate and its key go together")
+		return nil, fmt.Errorf("--%s-tls-cert-file and --%s-tls-key-file go together", peer, peer)
 	}
 	if certFile != "" {
 		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--%s-tls-cert-file/--%s-tls-key-file: %w", peer, peer, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
