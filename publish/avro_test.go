@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hamba/avro/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 	"github.com/walstream/walstream/decode"
@@ -288,7 +289,9 @@ func TestAvroRecords(t *testing.T) {
 func TestAvroRegistryFailures(t *testing.T) {
 	reg := newFakeRegistry(t)
 	o := outbox("public", nil)
-	r, err := NewRouter(avroEncoding(reg.URL()), o)
+	promReg := prometheus.NewRegistry()
+	m := NewMetrics(promReg)
+	r, err := newRouter(avroEncoding(reg.URL()), m.registryMetrics(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,6 +328,35 @@ func TestAvroRegistryFailures(t *testing.T) {
 	}
 	if err := r.CheckRegistry(context.Background()); err != nil {
 		t.Fatalf("CheckRegistry: %v", err)
+	}
+	// 503 and 409 on the key's registration (the 409 also reads the
+	// subject's level), the key and value registered, then the check.
+	families, err := promReg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[string]float64)
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "walstream_schema_registry_") {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			name := f.GetName()
+			for _, l := range mt.GetLabel() {
+				name += "{" + l.GetValue() + "}"
+			}
+			got[name] = mt.GetCounter().GetValue() + float64(mt.GetHistogram().GetSampleCount())
+		}
+	}
+	want := map[string]float64{
+		"walstream_schema_registry_requests_total{register}": 4, "walstream_schema_registry_errors_total{register}": 2,
+		"walstream_schema_registry_requests_total{config}": 2, "walstream_schema_registry_errors_total{config}": 1,
+		"walstream_schema_registry_request_duration_seconds": 6,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
 	}
 }
 
