@@ -24,8 +24,7 @@ import (
 // record is the Confluent wire format, magic byte 0, the 4-byte id and the
 // Avro binary body. The schema texts and bodies here were taken from
 // AvroData of apicurio-registry-utils-converter 2.6.13.Final
-// (avro_test.go holds them) and are compared with Debezium's records by
-// cmd/walstream's side-by-side test.
+// (avro_test.go holds them, and reads each body back with hamba/avro).
 //
 // The body is written from the column's Postgres text straight into the
 // record, as the JSON encoders do: no Avro library holds the values first.
