@@ -28,6 +28,8 @@ const (
 	kindPostgres      = "postgres"
 	kindSharedKey     = "shared_checkpoint_key"
 	kindTopicMissing  = "topic_missing"
+	kindRegistry      = "schema_registry"
+	kindSchemaRefused = "schema_refused"
 )
 
 // failureKinds are every kind classifyFailure gives, the placement
@@ -40,6 +42,7 @@ var failureKinds = []string{kindEpochBumped, kindBadInput, kindSlotAhead, kindSl
 const (
 	peerPostgres = "postgres"
 	peerKafka    = "kafka"
+	peerRegistry = "schema_registry"
 )
 
 // failure is what the supervisor makes of the error that ended a session.
@@ -58,11 +61,19 @@ func classifyFailure(err error) failure {
 	var eb *epochBumpedError
 	var dv *DivergedError
 	var sk *SharedKeyError
+	var re *publish.RegistryError
 	switch {
 	case errors.As(err, &sk):
 		return failure{peerKafka, kindSharedKey, true}
 	case errors.As(err, &eb):
 		return failure{peerKafka, kindEpochBumped, false}
+	case errors.As(err, &re) && re.Permanent:
+		return failure{peerRegistry, kindSchemaRefused, true}
+	case errors.As(err, &re):
+		// Nothing was produced without a schema id; the session's
+		// transaction is aborted and the next one starts from the
+		// checkpoint once the registry answers.
+		return failure{peerRegistry, kindRegistry, false}
 	case errors.As(err, &dv):
 		// The kind is the verdict: phantoms, system_changed, off_history.
 		return failure{peerPostgres, dv.Placement.Verdict.String(), true}
@@ -170,4 +181,4 @@ func unreachable(err error) (addr, reason string, ok bool) {
 }
 
 // peerNames are the peers as a sentence names them.
-var peerNames = map[string]string{peerPostgres: "Postgres", peerKafka: "Kafka"}
+var peerNames = map[string]string{peerPostgres: "Postgres", peerKafka: "Kafka", peerRegistry: "the schema registry"}

@@ -56,6 +56,10 @@ type Inspection struct {
 	// the topics of the route-by values the outbox tables hold; Missing
 	// those the cluster does not have.
 	Topics, MissingTopics []string
+	// Registry is the schema registry keys or values need, empty when
+	// none; RegistryErr is why it does not answer.
+	Registry    string
+	RegistryErr error
 }
 
 // routeValuesChecked bounds the route-by values Inspect reads per table.
@@ -152,6 +156,14 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 		cfg.CheckpointKey, cfg.TransactionalID = cfg.LegacyKey, cfg.LegacyTransactionalID
 	}
 	in.CheckpointKey, in.TransactionalID = cfg.CheckpointKey, cfg.TransactionalID
+	if cfg.Encoding.UsesRegistry() {
+		rctx, cancel := context.WithTimeout(ctx, inspectKafkaTimeout)
+		in.Registry, in.RegistryErr = publish.CheckRegistry(rctx, cfg.Encoding.Registry)
+		cancel()
+		if in.RegistryErr != nil {
+			in.Problems = append(in.Problems, "no record can be written without the schema registry: "+in.RegistryErr.Error())
+		}
+	}
 	if in.KafkaErr == nil {
 		in.inspectTopics(kctx, conn, &cfg)
 	}

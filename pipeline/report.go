@@ -85,9 +85,12 @@ type Report struct {
 		Checked []string `json:"checked"`
 		Missing []string `json:"missing"`
 	} `json:"topics"`
-	Streaming bool     `json:"streaming"`
-	Problems  []string `json:"problems"`
-	Warnings  []string `json:"warnings"`
+	// SchemaRegistry is the registry keys or values need; absent when
+	// none does.
+	SchemaRegistry *RegistryReport `json:"schema_registry,omitempty"`
+	Streaming      bool            `json:"streaming"`
+	Problems       []string        `json:"problems"`
+	Warnings       []string        `json:"warnings"`
 	// Error is why part of the report could not be read, e.g. Kafka
 	// unreachable; the rest is still reported.
 	Error string `json:"error,omitempty"`
@@ -142,6 +145,13 @@ type BlockerReport struct {
 	Query          string  `json:"query,omitempty"`
 }
 
+// RegistryReport is whether the schema registry answers.
+type RegistryReport struct {
+	URL     string `json:"url"`
+	Answers bool   `json:"answers"`
+	Error   string `json:"error,omitempty"`
+}
+
 // PhantomsReport are events published from WAL the server's history lacks.
 type PhantomsReport struct {
 	FromLSN string `json:"from_lsn"`
@@ -168,6 +178,12 @@ func (in *Inspection) Report(cfg Config, now time.Time) *Report {
 	r.Problems, r.Warnings = in.Problems, in.Warnings
 	if in.KafkaErr != nil {
 		r.Error = in.KafkaErr.Error()
+	}
+	if in.Registry != "" {
+		r.SchemaRegistry = &RegistryReport{URL: in.Registry, Answers: in.RegistryErr == nil}
+		if in.RegistryErr != nil {
+			r.SchemaRegistry.Error = in.RegistryErr.Error()
+		}
 	}
 	sv := &r.Server
 	sv.Host, sv.SystemID, sv.Timeline, sv.WALEnd, sv.Database = in.Host, in.Server.SystemID, in.Server.Timeline, in.Server.XLogPos.String(), in.Server.Database

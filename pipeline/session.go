@@ -138,6 +138,12 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		return false, onKafka(err)
 	}
 	defer prod.Close()
+	// Without the schema registry no record can be written: say so now,
+	// not at the first event, and retry until it answers.
+	if err := prod.CheckRegistry(ctx); err != nil {
+		rconn.Close(context.WithoutCancel(ctx))
+		return false, err
+	}
 
 	cp, inKafka, err := resume(ctx, prod, slot, srv, history, cfg, s.log, s.metrics.phantoms)
 	if err == nil && ownSystem(cp, srv) {

@@ -97,7 +97,8 @@ func (c *Config) Validate() error {
 	}
 	bad("Kafka.Brokers", c.Kafka.CheckBrokers())
 	bad("Kafka.SASLMechanism", c.Kafka.CheckSASL())
-	if c.Encoding.Value == publish.FormatJSONSchema && c.Encoding.SchemaPrefix == "" && c.envelopes() {
+	schemas := c.Encoding.Value == publish.FormatJSONSchema || c.Encoding.Value == publish.FormatAvro
+	if schemas && c.Encoding.SchemaPrefix == "" && c.envelopes() {
 		bad("Encoding.SchemaPrefix", errors.New("is required when envelope fields are written with schemas: "+
 			"the value schema is named <topic.prefix>.<schema>.<table>.<route-by value>.Value"))
 	}

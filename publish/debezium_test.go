@@ -2,6 +2,7 @@ package publish
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -60,7 +61,7 @@ func recordsOf(t *testing.T, enc Encoding, outboxes ...*decode.Outbox) []dbzReco
 		if ev.Bad != nil {
 			t.Fatalf("event %s: %v", ev.ID, ev.Bad)
 		}
-		rec, err := r.Record(&ev)
+		rec, err := r.Record(context.Background(), &ev)
 		if err != nil {
 			t.Fatalf("event %s: %v", ev.ID, err)
 		}
@@ -310,7 +311,7 @@ func TestDebeziumTimestampField(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := framesEvents(t, "additional-fields", cfg)
-	rec, err := r.Record(&evs[0])
+	rec, err := r.Record(context.Background(), &evs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +327,7 @@ func TestDebeziumTimestampField(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs = framesEvents(t, "additional-fields", cfg)
-	if rec, err = r.Record(&evs[0]); err != nil {
+	if rec, err = r.Record(context.Background(), &evs[0]); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := string(rec.Headers[1].Value), "2026-11-23T06:00:00.123456Z"; rec.Headers[1].Key != "created_at" || got != want {
@@ -367,7 +368,7 @@ func TestDebeziumExpandFallbacks(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := "<error>"
-			if rec, err := r.Record(&ev); err == nil {
+			if rec, err := r.Record(context.Background(), &ev); err == nil {
 				got = string(rec.Value)
 			}
 			if got != f.want {

@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -29,6 +30,9 @@ const (
 	// FormatBinary is Debezium's BinaryDataConverter: a bytes value (a
 	// bytea payload) as its bytes; any other value stops Debezium.
 	FormatBinary
+	// FormatAvro is Apicurio's or Confluent's AvroConverter: the Confluent
+	// wire format, with schemas in a registry (Encoding.Registry).
+	FormatAvro
 )
 
 func (f Format) String() string {
@@ -41,6 +45,8 @@ func (f Format) String() string {
 		return "json with schemas"
 	case FormatBinary:
 		return "binary"
+	case FormatAvro:
+		return "avro"
 	}
 	return "Format(" + strconv.Itoa(int(f)) + ")"
 }
@@ -50,10 +56,14 @@ const (
 	StringConverterClass = "org.apache.kafka.connect.storage.StringConverter"
 	JSONConverterClass   = "org.apache.kafka.connect.json.JsonConverter"
 	BinaryConverterClass = "io.debezium.converters.BinaryDataConverter"
+	// Apicurio's and Confluent's Avro converters.
+	ApicurioAvroConverterClass  = "io.apicurio.registry.utils.converter.AvroConverter"
+	ConfluentAvroConverterClass = "io.confluent.connect.avro.AvroConverter"
 )
 
 // ParseFormat reads a converter as a Connect config names it (its class,
-// or walstream's short names string and json) with its schemas.enable.
+// or walstream's short names string, json and avro) with its
+// schemas.enable.
 func ParseFormat(converter string, schemas bool) (Format, error) {
 	switch strings.TrimSpace(converter) {
 	case "string", StringConverterClass:
@@ -65,9 +75,16 @@ func ParseFormat(converter string, schemas bool) (Format, error) {
 		return FormatJSON, nil
 	case BinaryConverterClass:
 		return FormatBinary, nil
+	case "avro", ApicurioAvroConverterClass, ConfluentAvroConverterClass:
+		return FormatAvro, nil
 	}
-	return 0, fmt.Errorf("converter %q is not %s (string), %s (json) or %s", converter, StringConverterClass, JSONConverterClass, BinaryConverterClass)
+	return 0, fmt.Errorf("converter %q is not %s (string), %s (json), %s, or %s or %s (avro)", converter,
+		StringConverterClass, JSONConverterClass, BinaryConverterClass, ApicurioAvroConverterClass, ConfluentAvroConverterClass)
 }
+
+// UsesRegistry reports whether keys or values are written with schemas in
+// a schema registry.
+func (e Encoding) UsesRegistry() bool { return e.Key == FormatAvro || e.Value == FormatAvro }
 
 // Encoding is how keys and values are written: a converter each, as a
 // Connect worker's key.converter and value.converter.
@@ -75,8 +92,11 @@ type Encoding struct {
 	Key, Value Format
 	// SchemaPrefix stands for the Debezium connector's topic.prefix in the
 	// value schema name of an envelope (<prefix>.<schema>.<table>.<route-by
-	// value>.Value), which JsonConverter with schemas writes.
+	// value>.Value), which JsonConverter with schemas and AvroConverter
+	// write.
 	SchemaPrefix string
+	// Registry is the schema registry of FormatAvro.
+	Registry RegistrySettings
 	// Context are headers written before each record's id header:
 	// ContextHeaders, or none.
 	Context []kgo.RecordHeader
@@ -105,12 +125,13 @@ func ContextHeaders(logicalName, runID string) []kgo.RecordHeader {
 	}
 }
 
-// encoder writes an event's key or value as one converter does behind
-// Debezium's outbox router. A nil result is a record without value. Each
-// converter is its own encoder: a new one (Avro, say) is a new type and a
-// case in newEncoders.
+// encoder writes an event's key or value, bound for topic, as one
+// converter does behind Debezium's outbox router. A nil result is a record
+// without value. Each converter is its own encoder: a new one (Protobuf,
+// say) is a new type in a file of its own and a case in newEncoders. ctx
+// bounds the schema registry's requests of the encoders that need it.
 type encoder interface {
-	encode(dst []byte, ev *decode.Event) ([]byte, error)
+	encode(ctx context.Context, dst []byte, topic string, ev *decode.Event) ([]byte, error)
 }
 
 // Compile-time checks that each converter implements encoder.
@@ -121,17 +142,21 @@ var (
 	_ encoder = (*stringValue)(nil)
 	_ encoder = (*jsonValue)(nil)
 	_ encoder = (*binaryValue)(nil)
+	_ encoder = (*avroKey)(nil)
+	_ encoder = (*avroValue)(nil)
 )
 
 // newEncoders is the one place that decides how an outbox table's keys
 // and values are written.
-func newEncoders(enc Encoding, o *decode.Outbox, schemas *envelopeSchemas) (key, value encoder) {
+func newEncoders(enc Encoding, o *decode.Outbox, schemas *envelopeSchemas, reg *registry) (key, value encoder) {
 	p := payload{outbox: o, envelope: o.HasEnvelope()}
 	switch enc.Key {
 	case FormatJSON, FormatJSONSchema:
 		key = jsonKey{schemas: enc.Key == FormatJSONSchema}
 	case FormatBinary:
 		key = binaryKey{}
+	case FormatAvro:
+		key = &avroKey{schemas: newSchemaIDs(reg, true, enc.Registry.KeyStrategy)}
 	default:
 		key = stringKey{}
 	}
@@ -140,6 +165,9 @@ func newEncoders(enc Encoding, o *decode.Outbox, schemas *envelopeSchemas) (key,
 		value = &jsonValue{payload: p, withSchema: enc.Value == FormatJSONSchema, prefix: enc.SchemaPrefix, schemas: schemas}
 	case FormatBinary:
 		value = &binaryValue{p}
+	case FormatAvro:
+		value = &avroValue{payload: p, schemas: newSchemaIDs(reg, false, enc.Registry.ValueStrategy), prefix: enc.SchemaPrefix,
+			envelopes: schemas}
 	default:
 		value = &stringValue{p}
 	}
@@ -154,7 +182,7 @@ var errNotBytes = errors.New("io.debezium.converters.BinaryDataConverter writes 
 // takes is bytes, so only a NULL key has bytes, none.
 type binaryKey struct{}
 
-func (binaryKey) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+func (binaryKey) encode(_ context.Context, dst []byte, _ string, ev *decode.Event) ([]byte, error) {
 	if ev.AggregateID == nil {
 		return nil, nil
 	}
@@ -165,7 +193,7 @@ func (binaryKey) encode(dst []byte, ev *decode.Event) ([]byte, error) {
 // as its bytes, NULL as no value.
 type binaryValue struct{ payload }
 
-func (v *binaryValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+func (v *binaryValue) encode(_ context.Context, dst []byte, _ string, ev *decode.Event) ([]byte, error) {
 	switch {
 	case ev.Tombstone || ev.Payload == nil && !v.envelope:
 		return nil, nil
@@ -200,11 +228,11 @@ type (
 	jsonKey   struct{ schemas bool }
 )
 
-func (stringKey) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+func (stringKey) encode(_ context.Context, dst []byte, _ string, ev *decode.Event) ([]byte, error) {
 	return javaString(dst, keyColumn(ev), ev.AggregateID)
 }
 
-func (k jsonKey) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+func (k jsonKey) encode(_ context.Context, dst []byte, _ string, ev *decode.Event) ([]byte, error) {
 	col := keyColumn(ev)
 	if !k.schemas {
 		return connectJSON(dst, col, ev.AggregateID)
@@ -238,7 +266,7 @@ func (p payload) read(ev *decode.Event) (col *decode.Column, expanded *jsonNode,
 // stringValue is StringConverter's value: the Connect value's toString.
 type stringValue struct{ payload }
 
-func (v *stringValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+func (v *stringValue) encode(_ context.Context, dst []byte, _ string, ev *decode.Event) ([]byte, error) {
 	if ev.Tombstone {
 		return nil, nil
 	}
@@ -269,7 +297,7 @@ type jsonValue struct {
 	schemas    *envelopeSchemas // shared by the router's tables
 }
 
-func (v *jsonValue) encode(dst []byte, ev *decode.Event) ([]byte, error) {
+func (v *jsonValue) encode(_ context.Context, dst []byte, _ string, ev *decode.Event) ([]byte, error) {
 	if ev.Tombstone {
 		return nil, nil
 	}

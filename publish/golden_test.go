@@ -2,6 +2,7 @@ package publish
 
 import (
 	"bufio"
+	"context"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -248,7 +249,7 @@ func TestGoldenRecords(t *testing.T) {
 				t.Fatalf("%d events, want %d", len(evs), len(tc.want))
 			}
 			for i, w := range tc.want {
-				rec, err := r.Record(&evs[i])
+				rec, err := r.Record(context.Background(), &evs[i])
 				if err != nil {
 					t.Fatalf("record %d: %v", i, err)
 				}

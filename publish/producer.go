@@ -183,7 +183,7 @@ type Producer struct {
 // New creates a producer. hook, if not nil, is called at named points of a
 // commit so that tests can crash the process there.
 func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer, error) {
-	router, err := NewRouter(cfg.Encoding, cfg.Outboxes...)
+	router, err := newRouter(cfg.Encoding, m.registryMetrics(), cfg.Outboxes...)
 	if err != nil {
 		return nil, err
 	}
@@ -274,11 +274,18 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 			err = p.flush(ctx)
 		}
 		if err != nil {
-			p.failed = true
+			// A schema registry that failed leaves the Kafka client as it
+			// was: the open transaction can be aborted, and is.
+			var re *RegistryError
+			p.failed = !errors.As(err, &re)
 			return err
 		}
 	}
 }
+
+// CheckRegistry asks the schema registry, when keys or values need one,
+// whether it answers, so that a session does not start streaming without.
+func (p *Producer) CheckRegistry(ctx context.Context) error { return p.router.CheckRegistry(ctx) }
 
 // flushAt is when the open batch is due: Linger after its first event, or,
 // with only a position to commit, IdleInterval after the last commit.
@@ -352,13 +359,13 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 func (p *Producer) record(ctx context.Context, ev *decode.Event) (*kgo.Record, error) {
 	bad := ev.Bad
 	if bad == nil {
-		rec, err := p.router.Record(ev)
+		rec, err := p.router.Record(ctx, ev)
 		var encErr *EncodingError
 		switch {
 		case errors.As(err, &encErr):
 			bad = &decode.Error{Event: ev.Identity, Column: encErr.Column, Reason: "encoding the record", Err: encErr.Err}
 		case err != nil:
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", ev.Identity, err)
 		case ValidTopic(rec.Topic) != nil:
 			bad = &decode.Error{Event: ev.Identity, Reason: "no valid topic for the aggregate type", Err: ValidTopic(rec.Topic)}
 		case recordSize(rec) > p.cfg.MaxRecordBytes:
@@ -579,6 +586,10 @@ func authorization(err error) error {
 // record for what the record is.
 func Permanent(err error) bool {
 	var re *RecordError
+	var reg *RegistryError
+	if errors.As(err, &reg) {
+		return reg.Permanent
+	}
 	return errors.Is(err, ErrFenced) || errors.Is(err, ErrAuthorization) || errors.Is(err, ErrNoPartition) || errors.Is(err, ErrTopicMissing) ||
 		(errors.As(err, &re) && (errors.Is(err, kerr.MessageTooLarge) ||
 			errors.Is(err, kerr.RecordListTooLarge) ||
@@ -660,6 +671,7 @@ type Metrics struct {
 	commitTime   prometheus.Histogram
 	committedLSN prometheus.Gauge
 	deadLetters  prometheus.Counter
+	registry     *registryMetrics
 	// kafka are franz-go's client metrics. kprom allows one client at a
 	// time, so only the producer's client reports them.
 	kafka *kafkaMetrics
@@ -691,6 +703,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.transactions.WithLabelValues("committed")
 	m.transactions.WithLabelValues("aborted")
 	m.kafka = &kafkaMetrics{m: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))}
+	m.registry = newRegistryMetrics(reg)
 	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters)
 	return m
 }
@@ -713,6 +726,13 @@ func (m *Metrics) committed(byTopic map[string]int, dead, bytes int, d time.Dura
 	m.transactions.WithLabelValues("committed").Inc()
 	m.commitTime.Observe(d.Seconds())
 	m.committedLSN.Set(float64(lsn))
+}
+
+func (m *Metrics) registryMetrics() *registryMetrics {
+	if m == nil {
+		return nil
+	}
+	return m.registry
 }
 
 func (m *Metrics) hooks() []kgo.Hook {

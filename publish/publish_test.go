@@ -55,7 +55,7 @@ func TestRouterRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := decode.Event{Source: o, Identity: decode.Identity{ID: []byte("id-1")}, AggregateType: []byte("Order"), AggregateID: []byte("o-1"), Payload: []byte(`{"a":1}`)}
-	rec, err := r.Record(&ev)
+	rec, err := r.Record(context.Background(), &ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestRouterByTable(t *testing.T) {
 		t.Fatalf("Topic = %q, %v; want the route of public.outbox", topic, err)
 	}
 	ev.Source = outbox("other", nil)
-	if _, err := r.Record(&ev); err == nil || !strings.Contains(err.Error(), "outbox table other.outbox has no route") {
+	if _, err := r.Record(context.Background(), &ev); err == nil || !strings.Contains(err.Error(), "outbox table other.outbox has no route") {
 		t.Fatalf("Record of an unknown table: %v", err)
 	}
 }

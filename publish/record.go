@@ -1,6 +1,8 @@
 package publish
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -66,6 +68,9 @@ func (r *Route) Topic(value []byte) string {
 // topics by the table's route, keys and values by its encoders.
 type Router struct {
 	tables map[string]*tableRoute // by decode.Outbox.Name
+	// registry is the schema registry of the Avro encoders; nil when none
+	// writes Avro.
+	registry *registry
 }
 
 // tableRoute is how one outbox table's events become records.
@@ -79,8 +84,19 @@ type tableRoute struct {
 
 // NewRouter compiles the route and encoders of every outbox table.
 func NewRouter(enc Encoding, outboxes ...*decode.Outbox) (*Router, error) {
+	return newRouter(enc, nil, outboxes...)
+}
+
+// newRouter is NewRouter counting schema registry requests in m.
+func newRouter(enc Encoding, m *registryMetrics, outboxes ...*decode.Outbox) (*Router, error) {
 	r := &Router{tables: make(map[string]*tableRoute, len(outboxes))}
 	schemas := newEnvelopeSchemas()
+	if enc.UsesRegistry() {
+		var err error
+		if r.registry, err = newRegistry(enc.Registry, m); err != nil {
+			return nil, err
+		}
+	}
 	for _, o := range outboxes {
 		rt, err := NewRoute(o.TopicRegex, o.TopicReplacement)
 		if err != nil {
@@ -92,7 +108,7 @@ func NewRouter(enc Encoding, outboxes ...*decode.Outbox) (*Router, error) {
 			}
 			return nil, fmt.Errorf("two mappings are named outbox %s", o.Name())
 		}
-		key, value := newEncoders(enc, o, schemas)
+		key, value := newEncoders(enc, o, schemas, r.registry)
 		r.tables[o.Name()] = &tableRoute{outbox: o, route: rt, key: key, value: value, context: enc.Context, format: enc}
 	}
 	return r, nil
@@ -137,39 +153,54 @@ type EncodingError struct {
 func (e *EncodingError) Error() string { return "encoding column " + e.Column + ": " + e.Err.Error() }
 func (e *EncodingError) Unwrap() error { return e.Err }
 
+// CheckRegistry asks the schema registry whether it answers; nil when no
+// encoder uses one.
+func (r *Router) CheckRegistry(ctx context.Context) error {
+	if r.registry == nil {
+		return nil
+	}
+	return r.registry.Check(ctx)
+}
+
 // Record builds the Kafka record of an outbox event: key = aggregate id,
 // value = payload, or the envelope of payload and additional fields, or no
 // value for a tombstone; header id = event id, then the trace context and
-// additional fields.
-func (r *Router) Record(ev *decode.Event) (*kgo.Record, error) {
+// additional fields. ctx bounds the schema registry's requests; their
+// failures are a *RegistryError, not bad input.
+func (r *Router) Record(ctx context.Context, ev *decode.Event) (*kgo.Record, error) {
 	t, err := r.table(ev)
 	if err != nil {
 		return nil, err
 	}
-	ctx := t.context
+	dbz := t.context
 	if ev.Message != nil {
-		ctx = nil // Debezium writes its context headers on change records only
+		dbz = nil // Debezium writes its context headers on change records only
 	}
 	rec := &kgo.Record{
 		Topic:     t.route.Topic(ev.AggregateType),
 		Timestamp: ev.Timestamp,
-		Headers:   make([]kgo.RecordHeader, len(ctx)+1, len(ctx)+1+len(ev.Headers)+len(ev.Fields)),
+		Headers:   make([]kgo.RecordHeader, len(dbz)+1, len(dbz)+1+len(ev.Headers)+len(ev.Fields)),
 	}
-	copy(rec.Headers, ctx)
+	copy(rec.Headers, dbz)
 	// EventRouterDelegate adds the id header with the id column's schema
 	// after the headers the connector wrote; SimpleHeaderConverter writes
 	// its string form (a uuid or text as it is), and no value for NULL.
-	id := &rec.Headers[len(ctx)]
+	id := &rec.Headers[len(dbz)]
 	*id = kgo.RecordHeader{Key: HeaderID}
 	if ev.Message != nil {
 		if rec.Key, rec.Value, id.Value, err = t.messageRecord(ev); err != nil {
 			return nil, err
 		}
 	} else {
-		if rec.Key, err = t.key.encode(nil, ev); err != nil {
+		var re *RegistryError
+		if rec.Key, err = t.key.encode(ctx, nil, rec.Topic, ev); errors.As(err, &re) {
+			return nil, err
+		} else if err != nil {
 			return nil, &EncodingError{Column: ev.Source.Columns.AggregateID, Err: err}
 		}
-		if rec.Value, err = t.value.encode(nil, ev); err != nil {
+		if rec.Value, err = t.value.encode(ctx, nil, rec.Topic, ev); errors.As(err, &re) {
+			return nil, err
+		} else if err != nil {
 			return nil, &EncodingError{Column: ev.Source.Columns.Payload, Err: err}
 		}
 		id.Value = ev.ID

@@ -7,8 +7,9 @@
 # $PG_MAJORS_DIR/<major>; a Java runtime and Maven from Debian, and with
 # Maven the Java servers pinned in scripts/java/versions.env (Apache Kafka 4.x
 # and 3.9, the Kafka Connect worker and Debezium's Postgres connector as its
-# plugin) into $WALSTREAM_JAVA_DIR/<name>-<version>. Idempotent and quiet
-# when everything is there.
+# plugin, Apicurio Registry and its Avro converter) into
+# $WALSTREAM_JAVA_DIR/<name>-<version>. Idempotent and quiet when everything
+# is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PG_MAJORS_DIR=${PG_MAJORS_DIR:-/opt/walstream-pg}
@@ -37,6 +38,8 @@ declare -A java_servers=(
   [kafka-$KAFKA_CLASSIC_VERSION]="-f scripts/java/kafka.pom.xml -Dkafka.version=$KAFKA_CLASSIC_VERSION -Dlog4j.version=$LOG4J_VERSION"
   [connect-$CONNECT_VERSION]="-f scripts/java/connect.pom.xml -Dkafka.version=$CONNECT_VERSION -Dlog4j.version=$LOG4J_VERSION"
   [debezium-postgres-$DEBEZIUM_VERSION]="-f scripts/java/debezium-postgres.pom.xml -Ddebezium.version=$DEBEZIUM_VERSION"
+  [apicurio-registry-$APICURIO_VERSION]="-f scripts/java/apicurio-registry.pom.xml -Dapicurio.version=$APICURIO_VERSION"
+  [apicurio-converter-$APICURIO_VERSION]="-f scripts/java/apicurio-converter.pom.xml -Dapicurio.version=$APICURIO_VERSION"
 )
 servers=()
 for name in $(printf '%s\n' "${!java_servers[@]}" | sort); do
@@ -113,5 +116,11 @@ for name in "${servers[@]}"; do
     echo "installing $name with Maven failed" >&2
     exit 1
   fi
+  # An application shipped as an archive (Apicurio Registry) is unpacked
+  # into app/.
+  for archive in "$dir"/libs/*.tar.gz; do
+    [ -e "$archive" ] || continue
+    mkdir -p "$dir/app" && tar xzf "$archive" -C "$dir/app" && rm "$archive"
+  done
   touch "$dir/installed"
 done

@@ -66,10 +66,14 @@ type BacklogRun struct {
 	Ceiling      Drain   `json:"pg_recvlogical"`
 	GoRecv       Drain   `json:"pgoutput_recv"`
 	Walstream    Drain   `json:"walstream"`
+	// WalstreamAvro is walstream under the Avro converter (-avro).
+	WalstreamAvro *Drain `json:"walstream_avro,omitempty"`
 	// Ratio is walstream's rows/s over pg_recvlogical's in this run, and
-	// RatioGoRecv over the Go receive-only client's.
+	// RatioGoRecv over the Go receive-only client's; RatioAvro is the
+	// Avro drain's over walstream's.
 	Ratio       float64           `json:"ratio"`
 	RatioGoRecv float64           `json:"ratio_pgoutput_recv"`
+	RatioAvro   float64           `json:"ratio_avro,omitempty"`
 	Profiles    map[string]string `json:"profiles,omitempty"`
 }
 
@@ -97,7 +101,11 @@ func (b *bench) backlogRun(ctx context.Context, scenario string, run int, rows, 
 	if err != nil {
 		return nil, err
 	}
-	for _, slot := range []string{slotGoRecv, slotWalstream} {
+	slots := []string{slotGoRecv, slotWalstream}
+	if b.cfg.Avro {
+		slots = append(slots, slotWalstreamAvro)
+	}
+	for _, slot := range slots {
 		if _, err := b.db.createSlot(ctx, slot); err != nil {
 			return nil, err
 		}
@@ -132,7 +140,11 @@ func (b *bench) backlogRun(ctx context.Context, scenario string, run int, rows, 
 		}
 		_ = os.RemoveAll(filepath.Join(b.workDir, name+"-kafka"))
 	}()
-	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topicFor(aggTypeBacklog)); err != nil {
+	topics := []string{topicFor(aggTypeBacklog)}
+	if b.cfg.Avro {
+		topics = append(topics, avroTopicPrefix+aggTypeBacklog)
+	}
+	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topics...); err != nil {
 		return nil, err
 	}
 
@@ -151,8 +163,43 @@ func (b *bench) backlogRun(ctx context.Context, scenario string, run int, rows, 
 	}
 	b.logf("%s: Go receive-only %.0f rows/s", name, r.GoRecv.RowsPerSec)
 	var walstreamPID int
-	if r.Walstream, walstreamPID, err = b.drainWalstream(ctx, r, end, broker, filepath.Join(dir, "walstream.log"), walstreamProf); err != nil {
-		return nil, err
+	plainDrain := func() (err error) {
+		plain := walstreamDrain{tool: "walstream", slot: slotWalstream, topic: topicFor(aggTypeBacklog), args: b.walstreamArgs(broker.addr)}
+		r.Walstream, walstreamPID, err = b.drainWalstream(ctx, r, end, broker, filepath.Join(dir, "walstream.log"), walstreamProf, plain)
+		return err
+	}
+	avroDrain := func() error {
+		avro := walstreamDrain{tool: "walstream-avro", slot: slotWalstreamAvro, topic: avroTopicPrefix + aggTypeBacklog, args: b.avroArgs(broker.addr)}
+		d, _, err := b.drainWalstream(ctx, r, end, broker, filepath.Join(dir, "walstream-avro.log"), nil, avro)
+		r.WalstreamAvro = &d
+		return err
+	}
+	// With -avro, even runs drain the Avro slot first, so that neither
+	// drain always finds the broker and the page cache warmed by the other;
+	// and the broker is warmed before either, with the transactions a
+	// drain commits: a JVM broker's first seconds under load are slower,
+	// which would charge whichever drain comes first.
+	if b.cfg.Avro {
+		b.logf("%s: warming the broker for 20 s", name)
+		cmd := exec.CommandContext(ctx, b.kafkaTxnExe, kafkaTxnCommand, "-broker", broker.addr, "-rate", "100", "-records", "500", "-for", "20s")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("warming the broker with %s: %w: %s", kafkaTxnCommand, err, out)
+		}
+	}
+	order := []func() error{plainDrain}
+	if b.cfg.Avro && run%2 == 0 {
+		order = []func() error{avroDrain, plainDrain}
+	} else if b.cfg.Avro {
+		order = append(order, avroDrain)
+	}
+	for _, drain := range order {
+		if err := drain(); err != nil {
+			return nil, err
+		}
+	}
+	if d := r.WalstreamAvro; d != nil {
+		r.RatioAvro = d.RowsPerSec / r.Walstream.RowsPerSec
+		b.logf("%s: walstream with Avro %.0f rows/s (%.2f of walstream's), %.2f µs CPU per row", name, d.RowsPerSec, r.RatioAvro, d.CPUMicrosPerRow)
 	}
 	r.Ratio = r.Walstream.RowsPerSec / r.Ceiling.RowsPerSec
 	r.RatioGoRecv = r.Walstream.RowsPerSec / r.GoRecv.RowsPerSec
@@ -257,8 +304,15 @@ func (b *bench) goRecvCmd(end pglogrepl.LSN) []string {
 // the Kafka transaction holding everything before it has committed, so at
 // that instant every row is visible to read_committed consumers; a count of
 // the topic afterwards checks that.
-func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl.LSN, broker *brokerProc, logPath string, pr *profiler) (d Drain, pid int, err error) {
-	d = Drain{Tool: "walstream"}
+// walstreamDrain is one walstream drain of a backlog run: its slot, the
+// topic its records go to and its command line.
+type walstreamDrain struct {
+	tool, slot, topic string
+	args              []string
+}
+
+func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl.LSN, broker *brokerProc, logPath string, pr *profiler, w walstreamDrain) (d Drain, pid int, err error) {
+	d = Drain{Tool: w.tool}
 	if d.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
 		return d, 0, err
 	}
@@ -274,7 +328,7 @@ func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl
 			err = errors.Join(err, pr.stop(ctx))
 		}
 	}()
-	p, err := startWalstream(b.walstream, b.walstreamArgs(broker.addr), logPath)
+	p, err := startWalstream(b.walstream, w.args, logPath)
 	if err != nil {
 		return d, 0, err
 	}
@@ -295,7 +349,7 @@ func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl
 			return d, 0, ctx.Err()
 		case <-tick.C:
 		}
-		confirmed, active, err := b.db.slotState(ctx, slotWalstream)
+		confirmed, active, err := b.db.slotState(ctx, w.slot)
 		if err != nil {
 			return d, 0, err
 		}
@@ -311,7 +365,7 @@ func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl
 			return d, 0, err
 		}
 		if time.Now().After(deadline) {
-			return d, 0, fmt.Errorf("slot %s confirmed %s, not %s, after %s (log %s)", slotWalstream, confirmed, end, b.cfg.DrainTimeout, logPath)
+			return d, 0, fmt.Errorf("slot %s confirmed %s, not %s, after %s (log %s)", w.slot, confirmed, end, b.cfg.DrainTimeout, logPath)
 		}
 	}
 	d.Seconds = time.Since(p.started()).Seconds()
@@ -333,11 +387,11 @@ func (b *bench) drainWalstream(ctx context.Context, r *BacklogRun, end pglogrepl
 	d.WalsenderCPUSeconds = s.get(walsender).CPU.Seconds()
 	d.BrokerCPUSeconds = (s.get(broker.pid()).CPU - brokerCPU0).Seconds()
 	d.fill(r)
-	if d.RecordsCounted, err = countRecords(ctx, broker.addr, topicFor(aggTypeBacklog)); err != nil {
+	if d.RecordsCounted, err = countRecords(ctx, broker.addr, w.topic); err != nil {
 		return d, 0, err
 	}
 	if d.RecordsCounted != r.Rows {
-		return d, 0, fmt.Errorf("a read_committed consumer counted %d records in %s, want %d", d.RecordsCounted, topicFor(aggTypeBacklog), r.Rows)
+		return d, 0, fmt.Errorf("a read_committed consumer counted %d records in %s, want %d", d.RecordsCounted, w.topic, r.Rows)
 	}
 	return d, p.pid(), nil
 }

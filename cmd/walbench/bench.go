@@ -27,9 +27,10 @@ type bench struct {
 	workDir     string
 	pg          *postgres
 	db          *db
-	pad         int          // payload padding for -payload-bytes
-	perf        bool         // perf can sample here
-	pgo         *pgoProfiles // nil without -pgo
+	pad         int               // payload padding for -payload-bytes
+	perf        bool              // perf can sample here
+	pgo         *pgoProfiles      // nil without -pgo
+	registry    *testenv.Registry // Apicurio Registry, for -avro and {registry}; nil otherwise
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -99,6 +100,18 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 		b.logf("perf cannot sample here (is linux-perf installed?); profiling the broker only")
 	}
 
+	if cfg.Avro || strings.Contains(strings.Join(cfg.WalstreamArgs, " "), registryArg) {
+		b.logf("starting Apicurio Registry")
+		logf, err := os.Create(filepath.Join(cfg.OutDir, "registry.log"))
+		if err != nil {
+			return fmt.Errorf("creating the registry's log: %w", err)
+		}
+		defer logf.Close()
+		if b.registry, err = testenv.LaunchRegistry(ctx, logf); err != nil {
+			return err
+		}
+		defer b.registry.Close()
+	}
 	if cfg.PGO != "" {
 		if b.pgo, err = newPGOProfiles(filepath.Join(cfg.OutDir, "pgo")); err != nil {
 			return err

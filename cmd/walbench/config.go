@@ -70,13 +70,16 @@ type Config struct {
 	RecvLogical    string // pg_recvlogical binary
 	WalstreamBin   string // empty: build ./cmd/walstream
 	WalstreamArgs  []string
-	Partitions     int
-	Broker         string // BrokerKafka or BrokerKfake
-	OutDir         string
-	WorkDir        string // empty: a temporary directory, removed at the end
-	MaxLoad        float64
-	QuietTimeout   time.Duration
-	DrainTimeout   time.Duration
+	// Avro adds a drain by walstream under the Avro converter to each
+	// backlog and huge run, with Apicurio Registry.
+	Avro         bool
+	Partitions   int
+	Broker       string // BrokerKafka or BrokerKfake
+	OutDir       string
+	WorkDir      string // empty: a temporary directory, removed at the end
+	MaxLoad      float64
+	QuietTimeout time.Duration
+	DrainTimeout time.Duration
 }
 
 func parseConfig(args []string, stderr io.Writer) (*Config, error) {
@@ -107,7 +110,8 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&cfg.PGBin, "pg-bin", DefaultPGBin, "directory of the Postgres 15 server binaries")
 	fs.StringVar(&cfg.RecvLogical, "pg-recvlogical", "", "pg_recvlogical binary (default: in -pg-bin, else on PATH)")
 	fs.StringVar(&cfg.WalstreamBin, "walstream-bin", "", "walstream binary to measure (default: go build ./cmd/walstream)")
-	extra := fs.String("walstream-args", "", "extra arguments for `walstream run`, space-separated; walstream otherwise runs at its defaults, and the report names them")
+	extra := fs.String("walstream-args", "", "extra arguments for `walstream run`, space-separated; walstream otherwise runs at its defaults, and the report names them; "+registryArg+" stands for the URL of an Apicurio Registry walbench starts (scripts/deps.sh installs it), e.g. --converter avro --schema-registry-url "+registryArg)
+	fs.BoolVar(&cfg.Avro, "avro", false, "in each backlog and huge run, drain a fourth slot with walstream under the Avro converter (keys and values, Apicurio Registry in memory), after the walstream of -walstream-args, e.g. --converter json, and compare the two")
 	fs.IntVar(&cfg.Partitions, "partitions", DefaultPartitions, "partitions of every topic")
 	fs.StringVar(&cfg.Broker, "broker", BrokerKafka, "broker to publish to: kafka (Apache Kafka, one node, as kafka-server-start.sh runs it; scripts/deps.sh installs it) or kfake (franz-go's fake broker, in a process of its own)")
 	fs.StringVar(&cfg.OutDir, "out", DefaultOutDir, "directory for walbench.json, walbench.md, logs and profiles")

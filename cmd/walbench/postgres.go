@@ -14,10 +14,11 @@ import (
 // Names of what walbench creates in Postgres. Every run drops and
 // recreates them.
 const (
-	benchTable       = "public.outbox"
-	benchPublication = "walbench"
-	slotRecvLogical  = "walbench_recvlogical"
-	slotWalstream    = "walbench_walstream"
+	benchTable        = "public.outbox"
+	benchPublication  = "walbench"
+	slotRecvLogical   = "walbench_recvlogical"
+	slotWalstream     = "walbench_walstream"
+	slotWalstreamAvro = "walbench_walstream_avro"
 )
 
 // pgSettings are the throwaway cluster's settings beyond those of
@@ -175,7 +176,7 @@ func (d *db) dropSlots(ctx context.Context) error {
 	for {
 		var active int
 		err := d.conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY($1) AND active",
-			[]string{slotRecvLogical, slotGoRecv, slotWalstream}).Scan(&active)
+			[]string{slotRecvLogical, slotGoRecv, slotWalstream, slotWalstreamAvro}).Scan(&active)
 		if err != nil {
 			return fmt.Errorf("reading walbench's slots: %w", err)
 		}
@@ -185,7 +186,7 @@ func (d *db) dropSlots(ctx context.Context) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return d.exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = ANY($1)",
-		[]string{slotRecvLogical, slotGoRecv, slotWalstream})
+		[]string{slotRecvLogical, slotGoRecv, slotWalstream, slotWalstreamAvro})
 }
 
 // createSlot creates a pgoutput slot and returns its consistent point.

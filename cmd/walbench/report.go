@@ -95,6 +95,19 @@ func (r *Report) summarize() []Figure {
 			figure(scenario, "walstream drain", "rows/s", ws(func(d Drain) float64 { return d.RowsPerSec }), nil),
 			figure(scenario, "walstream / pg_recvlogical, same run", "ratio", of(runs, func(r *BacklogRun) float64 { return r.Ratio }), ratio),
 			figure(scenario, "walstream / Go receive-only, same run", "ratio", of(runs, func(r *BacklogRun) float64 { return r.RatioGoRecv }), ratioGoRecv),
+		)
+		if runs[0].WalstreamAvro != nil {
+			av := func(fn func(Drain) float64) []float64 {
+				return of(runs, func(r *BacklogRun) float64 { return fn(*r.WalstreamAvro) })
+			}
+			out = append(out,
+				figure(scenario, "walstream with Avro drain", "rows/s", av(func(d Drain) float64 { return d.RowsPerSec }), nil),
+				// Issue 27: backlog throughput with Avro within 20 % of JSON's.
+				figure(scenario, "walstream with Avro / walstream, same run", "ratio", of(runs, func(r *BacklogRun) float64 { return r.RatioAvro }), &target{atLeast: true, bound: 0.8}),
+				figure(scenario, "walstream with Avro CPU per row", "µs", av(func(d Drain) float64 { return d.CPUMicrosPerRow }), nil),
+			)
+		}
+		out = append(out,
 			figure(scenario, "walstream records", "MB/s", ws(func(d Drain) float64 { return d.RecordMBPerSec }), nil),
 			figure(scenario, "walstream WAL", "MB/s", ws(func(d Drain) float64 { return d.WALMBPerSec }), nil),
 			figure(scenario, "walstream CPU per row", "µs", ws(func(d Drain) float64 { return d.CPUMicrosPerRow }), cpu),

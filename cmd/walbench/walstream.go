@@ -23,7 +23,7 @@ type walstreamProc struct {
 // defaults, with the bench's connections and names and no HTTP listener.
 // -walstream-args come last and override them; the report names them.
 func (b *bench) walstreamArgs(broker string) []string {
-	return append([]string{"run",
+	args := []string{"run",
 		"--pg-url", b.pg.url,
 		"--kafka-brokers", broker,
 		"--slot", slotWalstream,
@@ -31,8 +31,29 @@ func (b *bench) walstreamArgs(broker string) []string {
 		"--table", benchTable,
 		"--create=false",
 		"--http-addr", "",
-	}, b.cfg.WalstreamArgs...)
+	}
+	for _, a := range b.cfg.WalstreamArgs {
+		if b.registry != nil {
+			a = strings.ReplaceAll(a, registryArg, b.registry.URL())
+		}
+		args = append(args, a)
+	}
+	return args
 }
+
+// registryArg in -walstream-args stands for the schema registry's URL.
+const registryArg = "{registry}"
+
+// avroArgs are the arguments of the -avro drain: walstream's, on a slot
+// and topics of its own, with Avro keys and values. A later flag wins, so
+// they override -walstream-args.
+func (b *bench) avroArgs(broker string) []string {
+	return append(b.walstreamArgs(broker), "--slot", slotWalstreamAvro, "--converter", "avro",
+		"--schema-registry-url", b.registry.URL(), "--topic-template", avroTopicPrefix+"${routedByValue}")
+}
+
+// avroTopicPrefix names the -avro drain's topics.
+const avroTopicPrefix = "outbox.avro."
 
 // startWalstream starts walstream, logging to logPath.
 func startWalstream(bin string, args []string, logPath string) (*walstreamProc, error) {

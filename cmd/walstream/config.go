@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -47,6 +48,10 @@ type Config struct {
 	KafkaOAuthTokenFile, KafkaOAuthTokenURL, KafkaOAuthClientID                string
 	KafkaOAuthClientSecretFile, KafkaOAuthScope                                string
 	Converter, KeyConverter, ValueConverter, KeySchemas, ValueSchemas, OnError string
+	KeyStrategy, ValueStrategy                                                 string
+	RegistryURL, RegistryUser, RegistryPasswordFile, RegistryTokenFile         string
+	RegistryTLSCAFile, RegistryTLSCertFile, RegistryTLSKeyFile                 string
+	RegistryTLSServerName                                                      string
 	CompressionText, SkipEventText, AcceptRecreatedText                        string
 	HTTPAddr, HTTPConfigFile, PprofAddr, LogLevel, LogFormat                   string
 	// ExtendedHeaders adds Debezium's __debezium.context.* headers;
@@ -58,6 +63,9 @@ type Config struct {
 	// walstream has no use for, logged once at startup.
 	Connector string
 	Ignored   []ignoredKey
+	// registryPassword and registryToken are the secrets a config file's
+	// converter settings give, which have no flags.
+	registryPassword, registryToken string
 }
 
 // setting is one flag; its environment variable (envName) and its config
@@ -115,13 +123,25 @@ func (c *Config) settings() []setting {
 		{"blocking-query-text", &c.BlockingQueries, nil, "", "add the query text of the sessions walstream waits for to the log, /readyz and status (off: query text may hold data)"},
 		{"idle-interval", &c.IdleInterval, pipeline.DefaultIdleInterval, "IdleInterval", "minimum interval of checkpoint-only transactions while the outbox is idle"},
 		{"commit-timeout", &c.CommitTimeout, pipeline.DefaultCommitTimeout, "CommitTimeout", "limit on flushing and committing one Kafka transaction"},
-		{"converter", &c.Converter, "string", "", "key and value bytes as Debezium emits them behind Kafka Connect's StringConverter (string) or JsonConverter with schemas.enable=false (json)"},
-		{"key-converter", &c.KeyConverter, nil, "", "the key's converter, as Connect's key.converter: string, json or a converter class; empty: --converter"},
-		{"value-converter", &c.ValueConverter, nil, "", "the value's converter, as Connect's value.converter: string, json or a converter class; empty: --converter"},
+		{"converter", &c.Converter, "string", "", "key and value bytes as Debezium emits them behind Kafka Connect's StringConverter (string), JsonConverter with schemas.enable=false (json) or an AvroConverter with --schema-registry-url (avro)"},
+		{"key-converter", &c.KeyConverter, nil, "", "the key's converter, as Connect's key.converter: string, json, avro or a converter class; empty: --converter"},
+		{"value-converter", &c.ValueConverter, nil, "", "the value's converter, as Connect's value.converter: string, json, avro or a converter class; empty: --converter"},
 		{"key-converter-schemas-enable", &c.KeySchemas, nil, "", "key.converter.schemas.enable: true or false; empty: JsonConverter's default, true, for --key-converter, false for --converter"},
 		{"value-converter-schemas-enable", &c.ValueSchemas, nil, "", "value.converter.schemas.enable: true or false; empty: JsonConverter's default, true, for --value-converter, false for --converter"},
-		{"topic-prefix", &c.Encoding.SchemaPrefix, nil, "Encoding.SchemaPrefix", "the Debezium connector's topic.prefix, which value schemas of envelopes name under a JSON converter with schemas"},
 		{"extended-headers", &c.ExtendedHeaders, nil, "", "write Debezium's __debezium.context.* headers before id, as its extended.headers.enabled does: connectorLogicalName (--topic-prefix), taskId 0, connectorName postgresql and runId (a UUIDv7 each start); on unless set false when --config is a Debezium connector config, whose default it is"},
+		{"topic-prefix", &c.Encoding.SchemaPrefix, nil, "Encoding.SchemaPrefix", "the Debezium connector's topic.prefix, which value schemas of envelopes name under a JSON converter with schemas and the Avro converter"},
+		{"schema-registry-url", &c.RegistryURL, nil, "", "the Avro converter's schema registry: its Confluent-compatible API, comma-separated URLs (Apicurio Registry: http://host:8080/apis/ccompat/v7; its /apis/registry/v2 or v3 URL, as Apicurio's converter takes, is turned into that)"},
+		{"schema-registry-user", &c.RegistryUser, nil, "", "schema registry basic auth user; the password comes from --schema-registry-password-file or $" + envRegistryPassword},
+		{"schema-registry-password-file", &c.RegistryPasswordFile, nil, "", "file holding the schema registry's basic auth password; or $" + envRegistryPassword + ", which has no flag"},
+		{"schema-registry-token-file", &c.RegistryTokenFile, nil, "", "file holding a bearer token for the schema registry; or $" + envRegistryToken + ", which has no flag"},
+		{"schema-registry-tls-ca-file", &c.RegistryTLSCAFile, nil, "", "PEM CA bundle to verify the schema registry with (default: the system roots); the name is always verified"},
+		{"schema-registry-tls-cert-file", &c.RegistryTLSCertFile, nil, "", "PEM client certificate for the schema registry"},
+		{"schema-registry-tls-key-file", &c.RegistryTLSKeyFile, nil, "", "PEM client key for the schema registry"},
+		{"schema-registry-tls-server-name", &c.RegistryTLSServerName, nil, "", "name to verify the schema registry's certificate against (default: the URL's host)"},
+		{"key-subject-name-strategy", &c.KeyStrategy, "topic", "", "subject of key schemas: topic (<topic>-key), record (the schema's full name) or topic-record (<topic>-<full name>), or Confluent's or Apicurio's strategy class"},
+		{"value-subject-name-strategy", &c.ValueStrategy, "topic", "", "subject of value schemas: topic (<topic>-value), record or topic-record, or a strategy class"},
+		{"auto-register-schemas", &c.Encoding.Registry.AutoRegister, true, "", "register a schema its subject lacks (auto.register.schemas); with false, it must be registered already, or be the subject's latest version with --use-latest-version"},
+		{"use-latest-version", &c.Encoding.Registry.UseLatest, nil, "", "with --auto-register-schemas=false, write with the subject's latest version's id, which must be the schema walstream writes (use.latest.version)"},
 		{"compression", &c.CompressionText, "snappy", "", "record batch compression: snappy, lz4, zstd, gzip or none"},
 		{"message-prefix", &c.MessagePrefix, "walstream", "", "prefix of transactional pg_logical_emit_message() outbox events; * takes every prefix, as Debezium without message.prefix.include.list; empty: ignore logical messages"},
 		{"message-fields-null-include", &c.MessageNullFields, nil, "", "keep a logical message's null fields, as DecodeLogicalDecodingMessageContent's fields.null.include does: a null event id or key is then published as a null header or key instead of stopping"},
@@ -156,6 +176,13 @@ const envKafkaSASLPassword = envPrefix + "KAFKA_SASL_PASSWORD"
 // envKafkaOAuthClientSecret is the OAuth client secret's environment
 // variable, also without a flag.
 const envKafkaOAuthClientSecret = envPrefix + "KAFKA_OAUTH_CLIENT_SECRET"
+
+// The schema registry's secrets' environment variables, which have no
+// flag either.
+const (
+	envRegistryPassword = envPrefix + "SCHEMA_REGISTRY_PASSWORD"
+	envRegistryToken    = envPrefix + "SCHEMA_REGISTRY_TOKEN"
+)
 
 // flags defines every setting on fs. Each flag's usage names its
 // environment variable, so `walstream run --help` documents both.
@@ -236,8 +263,8 @@ func (c *Config) build() error {
 	}
 	c.Kafka, err = c.kafka()
 	errs = append(errs, err)
-	if c.Converter != "string" && c.Converter != "json" {
-		bad("converter", fmt.Errorf("%q is not string or json", c.Converter))
+	if c.Converter != "string" && c.Converter != "json" && c.Converter != "avro" {
+		bad("converter", fmt.Errorf("%q is not string, json or avro", c.Converter))
 	} else {
 		c.Encoding.Key, err = c.format("key-converter", c.KeyConverter, "key-converter-schemas-enable", c.KeySchemas)
 		errs = append(errs, err)
@@ -250,6 +277,7 @@ func (c *Config) build() error {
 		}
 		c.Encoding.Context = publish.ContextHeaders(c.Encoding.SchemaPrefix, newRunID(time.Now()))
 	}
+	errs = append(errs, c.registry()...)
 	c.Compression, err = publish.ParseCompression(c.CompressionText)
 	bad("compression", err)
 	switch c.OnError {
@@ -412,31 +440,14 @@ func (c *Config) kafka() (publish.KafkaSettings, error) {
 			conn.Brokers = append(conn.Brokers, b)
 		}
 	}
-	if c.KafkaTLS || c.KafkaTLSCAFile != "" || c.KafkaTLSCertFile != "" {
-		conn.TLS = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.KafkaTLSServerName}
-		if c.KafkaTLSCAFile != "" {
-			pem, err := os.ReadFile(c.KafkaTLSCAFile)
-			if err != nil {
-				return conn, fmt.Errorf("--kafka-tls-ca-file: %w", err)
-			}
-			conn.TLS.RootCAs = x509.NewCertPool()
-			if !conn.TLS.RootCAs.AppendCertsFromPEM(pem) {
-				return conn, fmt.Errorf("--kafka-tls-ca-file %s: no PEM certificate in it", c.KafkaTLSCAFile)
-			}
-		}
-		if (c.KafkaTLSCertFile == "") != (c.KafkaTLSKeyFile == "") {
-			return conn, errors.New("--kafka-tls-cert-file and --kafka-tls-key-file go together")
-		}
-		if c.KafkaTLSCertFile != "" {
-			cert, err := tls.LoadX509KeyPair(c.KafkaTLSCertFile, c.KafkaTLSKeyFile)
-			if err != nil {
-				return conn, fmt.Errorf("--kafka-tls-cert-file/--kafka-tls-key-file: %w", err)
-			}
-			conn.TLS.Certificates = []tls.Certificate{cert}
-		}
+	var err error
+	if conn.TLS, err = tlsConfig("kafka", c.KafkaTLSCAFile, c.KafkaTLSCertFile, c.KafkaTLSKeyFile, c.KafkaTLSServerName); err != nil {
+		return conn, err
+	}
+	if conn.TLS == nil && c.KafkaTLS {
+		conn.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	if c.KafkaSASLPasswordFile != "" {
-		var err error
 		if conn.SASLPassword, err = readSecret(c.KafkaSASLPasswordFile); err != nil {
 			return conn, fmt.Errorf("--kafka-sasl-password-file: %w", err)
 		}
@@ -456,6 +467,84 @@ func (c *Config) kafka() (publish.KafkaSettings, error) {
 		}
 	}
 	return conn.Shared(), nil
+}
+
+// registry builds the schema registry's settings when a converter needs
+// one, reading its secrets and TLS files.
+func (c *Config) registry() []error {
+	var errs []error
+	bad := func(name string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--%s ($%s): %w", name, envName(name), err))
+		}
+	}
+	r := &c.Encoding.Registry
+	var err error
+	r.KeyStrategy, err = publish.ParseSubjectStrategy(c.KeyStrategy)
+	bad("key-subject-name-strategy", err)
+	r.ValueStrategy, err = publish.ParseSubjectStrategy(c.ValueStrategy)
+	bad("value-subject-name-strategy", err)
+	if !c.Encoding.UsesRegistry() {
+		return errs
+	}
+	for _, u := range strings.Split(c.RegistryURL, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			r.URLs = append(r.URLs, publish.CompatURL(u))
+		}
+	}
+	if len(r.URLs) == 0 {
+		bad("schema-registry-url", errors.New("the Avro converter needs a schema registry"))
+	} else {
+		bad("schema-registry-url", r.CheckURLs())
+	}
+	r.User, r.Password, r.Token = c.RegistryUser, cmp.Or(c.registryPassword, os.Getenv(envRegistryPassword)), cmp.Or(c.registryToken, os.Getenv(envRegistryToken))
+	if c.RegistryPasswordFile != "" {
+		r.Password, err = readSecret(c.RegistryPasswordFile)
+		bad("schema-registry-password-file", err)
+	}
+	if c.RegistryTokenFile != "" {
+		r.Token, err = readSecret(c.RegistryTokenFile)
+		bad("schema-registry-token-file", err)
+	}
+	if r.User != "" && r.Token != "" {
+		bad("schema-registry-user", errors.New("and a bearer token are both set; the registry takes one"))
+	}
+	if r.TLS, err = tlsConfig("schema-registry", c.RegistryTLSCAFile, c.RegistryTLSCertFile, c.RegistryTLSKeyFile, c.RegistryTLSServerName); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// tlsConfig is the TLS of a peer (kafka or schema-registry, the prefix of
+// its flags): verified against the CA bundle or the system roots, by
+// name, with a client certificate when one is given; nil when none of its
+// settings is set.
+func tlsConfig(peer, caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	if caFile == "" && certFile == "" && keyFile == "" && serverName == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--%s-tls-ca-file: %w", peer, err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--%s-tls-ca-file %s: no PEM certificate in it", peer, caFile)
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("--%s-tls-cert-file and --%s-tls-key-file go together", peer, peer)
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--%s-tls-cert-file/--%s-tls-key-file: %w", peer, peer, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }
 
 // logger logs to w at --log-level in --log-format; err is a bad level.

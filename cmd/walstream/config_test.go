@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"github.com/walstream/walstream/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -222,7 +223,11 @@ func TestConfigFileErrors(t *testing.T) {
 	}{
 		{"unknown setting", base + "kafka-broker: x\n", nil, []string{"line 3", `unknown setting "kafka-broker"`}},
 		{"unknown outbox key", base + "outbox:\n  route.by.feld: x\n", nil, []string{"line 4", `"route.by.feld" is not a Debezium outbox router setting`}},
-		{"unsupported outbox key", base + "outbox:\n  tracing.operation.name: v\n", nil, []string{"line 4", "not supported", "opens no spans"}},
+		{"unsupported outbox key", base + "outbox:\n  tracing.operation.name: op\n", nil, []string{"line 4", "not supported", "opens no spans"}},
+		{"keys and values in two registries", base + "key.converter: avro\nkey.converter.schema.registry.url: http://a:8081\nvalue.converter: avro\nvalue.converter.schema.registry.url: http://b:8081\n", nil,
+			[]string{"line 6", "one schema registry"}},
+		{"not the Confluent wire format", base + "value.converter: io.apicurio.registry.utils.converter.AvroConverter\nvalue.converter.apicurio.registry.as-confluent: false\n", nil,
+			[]string{"line 4", "Confluent wire format"}},
 		{"removed outbox key", base + "outbox:\n  transforms.x.table.field.event.type: type\n", nil, []string{"table.fields.additional.placement=type:header:eventType"}},
 		{"not the outbox router", base + "outbox:\n  transforms.x.type: io.debezium.transforms.ExtractNewRecordState\n", nil, []string{"line 4", "ExtractNewRecordState"}},
 		{"unset variable", base + "slot: ${WALSTREAM_TEST_UNSET}\n", nil, []string{"line 3", "WALSTREAM_TEST_UNSET is not set"}},
@@ -281,7 +286,11 @@ func TestConfigConverters(t *testing.T) {
 		{"schemas off", base + "key.converter: org.apache.kafka.connect.json.JsonConverter\nkey.converter.schemas.enable: false\nvalue.converter: org.apache.kafka.connect.json.JsonConverter\nvalue.converter.schemas.enable: \"false\"\n",
 			nil, publish.FormatJSON, publish.FormatJSON, ""},
 		{"value only", base + "value.converter: json\nvalue.converter.schemas.enable: true\n", []string{"--converter", "json"}, publish.FormatJSON, publish.FormatJSONSchema, ""},
-		{"unknown class", base + "value.converter: io.confluent.connect.avro.AvroConverter\n", nil, 0, 0, "--value-converter"},
+		{"unknown class", base + "value.converter: io.confluent.connect.protobuf.ProtobufConverter\n", nil, 0, 0, "--value-converter"},
+		{"avro without a registry", base + "value.converter: io.confluent.connect.avro.AvroConverter\n", nil, 0, 0, "--schema-registry-url"},
+		{"avro", base + "key.converter: io.apicurio.registry.utils.converter.AvroConverter\nkey.converter.apicurio.registry.url: http://r:8080/apis/registry/v2\n" +
+			"value.converter: io.apicurio.registry.utils.converter.AvroConverter\nvalue.converter.apicurio.registry.url: http://r:8080/apis/registry/v2\n",
+			nil, publish.FormatAvro, publish.FormatAvro, ""},
 		{"bad schemas.enable", base + "value.converter: json\nvalue.converter.schemas.enable: maybe\n", nil, 0, 0, "--value-converter-schemas-enable"},
 		{"envelope schema needs topic.prefix", base + "value.converter: json\noutbox:\n  table.fields.additional.placement: type:envelope\n", nil, 0, 0, "--topic-prefix"},
 	} {
@@ -325,4 +334,60 @@ func TestConfigRouterSettings(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--topic-regex") || !strings.Contains(err.Error(), "negative lookahead") {
 		t.Fatalf("err = %v, want it to name the construct and the setting", err)
 	}
+}
+
+// A connector config's Avro converter settings, Confluent's or
+// Apicurio's, become walstream's one schema registry.
+func TestConfigRegistry(t *testing.T) {
+	base := "pg-url: postgres://u@h/db\nkafka-brokers: k:9092\ntopic-prefix: dbz\n"
+	t.Run("confluent", func(t *testing.T) {
+		t.Setenv("WS_SR_SECRET", "s3cret")
+		c, err := parseConfig([]string{"--config", writeFile(t, base+`key.converter: io.confluent.connect.avro.AvroConverter
+key.converter.schema.registry.url: https://sr:8081
+key.converter.basic.auth.credentials.source: USER_INFO
+key.converter.basic.auth.user.info: app:${WS_SR_SECRET}
+value.converter: io.confluent.connect.avro.AvroConverter
+value.converter.schema.registry.url: https://sr:8081
+value.converter.basic.auth.credentials.source: USER_INFO
+value.converter.basic.auth.user.info: app:${WS_SR_SECRET}
+value.converter.value.subject.name.strategy: io.confluent.kafka.serializers.subject.TopicRecordNameStrategy
+value.converter.auto.register.schemas: false
+value.converter.use.latest.version: true
+`)}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := c.Encoding.Registry
+		if c.Encoding.Key != publish.FormatAvro || c.Encoding.Value != publish.FormatAvro {
+			t.Errorf("encoding %v/%v, want avro", c.Encoding.Key, c.Encoding.Value)
+		}
+		if len(r.URLs) != 1 || r.URLs[0] != "https://sr:8081" || r.User != "app" || r.Password != "s3cret" {
+			t.Errorf("registry %v user %q password %q", r.URLs, r.User, r.Password)
+		}
+		if r.KeyStrategy != publish.SubjectTopic || r.ValueStrategy != publish.SubjectTopicRecord || r.AutoRegister || !r.UseLatest {
+			t.Errorf("strategies %v/%v, auto-register %v, use latest %v", r.KeyStrategy, r.ValueStrategy, r.AutoRegister, r.UseLatest)
+		}
+	})
+	t.Run("apicurio", func(t *testing.T) {
+		ca := testenv.NewCA(t, "registry-ca").CertFile
+		token := writeFile(t, "tok\n")
+		c, err := parseConfig([]string{"--config", writeFile(t, base+`value.converter: io.apicurio.registry.utils.converter.AvroConverter
+value.converter.apicurio.registry.url: http://registry:8080/apis/registry/v2
+value.converter.apicurio.registry.auto-register: true
+value.converter.apicurio.registry.find-latest: true
+value.converter.apicurio.registry.as-confluent: true
+value.converter.apicurio.registry.use-id: contentId
+value.converter.apicurio.registry.headers.enabled: false
+`), "--schema-registry-token-file", token, "--schema-registry-tls-ca-file", ca}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := c.Encoding.Registry
+		if len(r.URLs) != 1 || r.URLs[0] != "http://registry:8080/apis/ccompat/v7" {
+			t.Errorf("URLs %v, want the ccompat API", r.URLs)
+		}
+		if r.Token != "tok" || r.TLS == nil || r.TLS.RootCAs == nil || !r.AutoRegister {
+			t.Errorf("token %q, TLS %v, auto-register %v", r.Token, r.TLS, r.AutoRegister)
+		}
+	})
 }

@@ -134,7 +134,7 @@ var otherPrograms = map[string]bool{
 }
 
 // envOnly are walstream's environment variables without a flag.
-var envOnly = []string{envKafkaSASLPassword, envKafkaOAuthClientSecret, "WALSTREAM_CRASH_AT"}
+var envOnly = []string{envKafkaSASLPassword, envKafkaOAuthClientSecret, envRegistryPassword, envRegistryToken, "WALSTREAM_CRASH_AT"}
 
 var (
 	doubleDash = regexp.MustCompile(`(?:^|[^\w-])--([a-z][a-z0-9-]*)`)

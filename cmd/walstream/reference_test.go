@@ -125,9 +125,14 @@ func commandFlags() *flag.FlagSet {
 // outbox router's, in its order.
 func settingsReference(*testing.T) string {
 	fs := commandFlags()
-	connect := make(map[string]string) // flag → the Connect key a file may use instead
+	connect := make(map[string][]string) // flag → the Connect keys a file may use instead
 	for key, name := range connectKeys {
-		connect[name] = key
+		connect[name] = append(connect[name], code(key))
+	}
+	for key, name := range registrySettings {
+		if name != "" && !strings.HasPrefix(name, "=") {
+			connect[name] = append(connect[name], code("{key,value}.converter."+key))
+		}
 	}
 	var b strings.Builder
 	b.WriteString("| flag | environment variable | config file key | default | description |\n|---|---|---|---|---|\n")
@@ -136,8 +141,9 @@ func settingsReference(*testing.T) string {
 		switch {
 		case s.name == "config":
 			file = "(none: a file cannot name another)"
-		case connect[s.name] != "":
-			file += " or " + code(connect[s.name])
+		case connect[s.name] != nil:
+			slices.Sort(connect[s.name])
+			file += " or " + strings.Join(connect[s.name], " or ")
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n",
 			code("--"+s.name), code(envName(s.name)), file, code(fs.Lookup(s.name).DefValue), cell(s.usage))

@@ -151,6 +151,13 @@ func printStatus(w io.Writer, r *statusReport) {
 				g.Kind, g.At.Format(time.RFC3339), g.FromLSN, g.ToLSN, g.PreviousSystemID, g.PreviousTimeline, count(g.Events))
 		}
 	}
+	if sr := r.SchemaRegistry; sr != nil {
+		answers := "yes"
+		if !sr.Answers {
+			answers = "no"
+		}
+		line("schema registry", "%s (answers: %s)", sr.URL, answers)
+	}
 	if t := r.Topics; len(t.Checked) > 0 {
 		line("topics", "%d checked (checkpoint, dead-letter, and those of the route-by values in the outbox)", len(t.Checked))
 		if len(t.Missing) > 0 {
