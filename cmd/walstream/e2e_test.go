@@ -361,9 +361,33 @@ func streamsExactlyOnce(t *testing.T, major int) {
 // after a Kafka commit, before Postgres hears of it, once in a run of whole
 // transactions and once inside a transaction split over Kafka
 // transactions. The restart replays from the slot, the checkpoint filter
-// drops what Kafka has, and nothing is lost or duplicated.
+// drops what Kafka has, and nothing is lost or duplicated. It runs on every
+// transaction protocol walstream meets: Kafka 4.x with transaction version
+// 2, 1 and 0, and Kafka 3.9 (see crashKinds).
 func TestCrashBetweenKafkaCommitAndAck(t *testing.T) {
-	e := newEnv(t)
+	for _, kind := range crashKinds() {
+		t.Run(string(kind), func(t *testing.T) { crashBetweenKafkaCommitAndAck(t, kind) })
+	}
+}
+
+// crashKinds are the brokers the crash test runs on: the tests' broker
+// and, when that is Apache Kafka 4.x, the classic transaction protocol on
+// 4.x (transaction versions 1 and 0) and on Kafka 3.9. Only this test runs
+// on them: it is the one that sees a commit, a crash and a replay meet.
+func crashKinds() []testenv.BrokerKind {
+	if kind := testenv.TestBroker(); kind != testenv.BrokerKafka {
+		return []testenv.BrokerKind{kind}
+	}
+	return testenv.KafkaKinds()
+}
+
+func crashBetweenKafkaCommitAndAck(t *testing.T, kind testenv.BrokerKind) {
+	e := newEnvOn(t, kind)
+	if want, ok := map[testenv.BrokerKind]int16{testenv.BrokerKafka: 2, testenv.BrokerKafkaTV1: 1, testenv.BrokerKafkaTV0: 0, testenv.BrokerKafka39: 0}[kind]; ok {
+		if got := transactionVersion(t, e.broker); got != want {
+			t.Fatalf("%s runs transaction.version %d, want %d", e.kafka, got, want)
+		}
+	}
 	seq := 0
 	// Backlog first, so the crash lands in the middle of it.
 	e.start(nil).streaming(t).stop()
@@ -391,6 +415,27 @@ func TestCrashBetweenKafkaCommitAndAck(t *testing.T) {
 		t.Errorf("the restart skipped no replayed events; the crash should have left committed events unconfirmed:\n%s", p.Log())
 	}
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
+}
+
+// transactionVersion is the cluster's finalized transaction.version, from
+// ApiVersions: 0 where the feature is not finalized (Kafka 3.9).
+func transactionVersion(t *testing.T, broker string) int16 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(broker, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatalf("asking %s for its API versions: %v", broker, err)
+	}
+	for _, f := range resp.FinalizedFeatures {
+		if f.Name == "transaction.version" {
+			return f.MaxVersionLevel
+		}
+	}
+	return 0
 }
 
 // TestIdleOutboxDoesNotPinWAL: while the outbox is quiet and another table
