@@ -87,7 +87,13 @@ func newEnv(t *testing.T, opts ...testenv.Option) *env {
 // Postgres starts.
 func newEnvOn(t *testing.T, kind testenv.BrokerKind, opts ...testenv.Option) *env {
 	t.Helper()
-	broker := testenv.StartBrokerAsync(t, kind)
+	return newEnvWith(t, testenv.StartBrokerAsync(t, kind), opts...)
+}
+
+// newEnvWith is newEnv on the broker broker waits for, which starts while
+// Postgres starts.
+func newEnvWith(t *testing.T, broker func() testenv.Broker, opts ...testenv.Option) *env {
+	t.Helper()
 	e := &env{t: t, pg: testenv.StartPostgres(t, opts...)}
 	e.kafka = broker()
 	e.broker = e.kafka.Addr()

@@ -90,13 +90,35 @@ func StartBroker(t testing.TB, kind BrokerKind) Broker {
 // call it.
 func StartBrokerAsync(t testing.TB, kind BrokerKind) func() Broker {
 	t.Helper()
+	return startAsync(t, func(ctx context.Context) (Broker, error) { return LaunchBroker(ctx, kind) })
+}
+
+// StartKafkaAsync is StartBrokerAsync for a Kafka cluster configured as the
+// test needs it.
+func StartKafkaAsync(t testing.TB, cfg KafkaConfig) func() *Kafka {
+	t.Helper()
+	get := startAsync(t, func(ctx context.Context) (Broker, error) {
+		k, err := LaunchKafka(ctx, cfg)
+		if err != nil {
+			return nil, err // not a nil *Kafka in an interface
+		}
+		return k, nil
+	})
+	return func() *Kafka {
+		t.Helper()
+		return get().(*Kafka)
+	}
+}
+
+func startAsync(t testing.TB, launch func(context.Context) (Broker, error)) func() Broker {
+	t.Helper()
 	type result struct {
 		b   Broker
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		b, err := LaunchBroker(context.Background(), kind)
+		b, err := launch(context.Background())
 		ch <- result{b, err}
 	}()
 	var r *result
