@@ -126,7 +126,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	// ever confirmed.
 	tracker := checkpoint.NewTracker(cp, inKafka, slot.ConfirmedFlush)
 	tracker.ServerWALEnd(srv.XLogPos)
-	prod.Start(confirmOnCommit{tracker, stream})
+	prod.Start(confirmOnCommit{tracker, stream, s.state})
 	q := publish.NewQueue(int64(cfg.QueueBytes))
 	in := &feed{
 		dec: decode.New(decode.Config{
@@ -396,12 +396,14 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, sr
 type confirmOnCommit struct {
 	*checkpoint.Tracker
 	stream *replication.Stream
+	state  *state // told when, for readiness
 }
 
 func (c confirmOnCommit) Committed(cp checkpoint.Checkpoint, events int, newest time.Time) error {
 	if err := c.Tracker.Committed(cp, events, newest); err != nil {
 		return err
 	}
+	c.state.committed.Store(time.Now().UnixNano())
 	c.stream.ConfirmSoon()
 	return nil
 }

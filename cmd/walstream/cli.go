@@ -173,7 +173,7 @@ var (
 	initSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table",
 		"event-id-column", "event-key-column", "payload-column", "route-by-column", "timestamp-column",
 		"additional-placement", "additional-error-on-missing", "failover-slot"}
-	statusSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "checkpoint-topic", "checkpoint-key",
+	statusSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "checkpoint-topic", "checkpoint-key", "transactional-id",
 		"kafka-brokers", "kafka-tls", "kafka-tls-ca-file", "kafka-tls-cert-file", "kafka-tls-key-file", "kafka-tls-server-name",
 		"kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password-file"}
 )
