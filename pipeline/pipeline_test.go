@@ -35,6 +35,9 @@ func TestClassifyFailure(t *testing.T) {
 		permanent bool
 	}{
 		{"epoch bumped", &epochBumpedError{fmt.Errorf("x: %w", publish.ErrFenced)}, peerKafka, kindEpochBumped, false},
+		// Not a fencing by anyone: it neither stops the stream nor counts
+		// towards a shared transactional id.
+		{"transaction aborted on timeout", onKafka(&publish.AbortedError{TransactionalID: "t", Err: kerr.InvalidProducerEpoch}), peerKafka, kindTxnAborted, false},
 		{"bad input", fmt.Errorf("slot s: %w", &decode.Error{Reason: "bad"}), peerPostgres, kindBadInput, true},
 		{"slot ahead", fmt.Errorf("%w: slot", ErrSlotAhead), peerPostgres, kindSlotAhead, true},
 		{"setup", &replication.SetupError{Object: "wal_level"}, peerPostgres, kindSetup, true},

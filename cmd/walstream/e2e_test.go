@@ -653,27 +653,52 @@ func TestSurvivesRestartsAndCuts(t *testing.T) {
 	}, "postgres", "kafka")
 }
 
-// TestKafkaCommitRefused: the broker refuses a Kafka commit
-// (INVALID_TXN_STATE); walstream aborts, restarts its session from the
-// checkpoint and every row arrives once. It runs on kfake: only kfake can
-// answer one request of walstream's with an error.
+// TestKafkaCommitRefused: the broker answers a Kafka commit (EndTxn) with
+// an error. Those franz-go retries by itself (CONCURRENT_TRANSACTIONS after
+// a restart, COORDINATOR_LOAD_IN_PROGRESS after a coordinator moved) cost a
+// moment and nothing else. The others (INVALID_TXN_STATE, and
+// TRANSACTION_ABORTABLE, which KIP-890 brokers return for a transaction
+// that must be aborted) fail the commit: walstream logs the cause, counts
+// it, restarts its session from the checkpoint, and every row arrives once.
+// It runs on kfake: only kfake can answer one request of walstream's with
+// an error.
 func TestKafkaCommitRefused(t *testing.T) {
 	e := newEnvOn(t, testenv.BrokerKfake)
-	var refused atomic.Bool
-	survives(t, e, []fault{{"kafka commit refused", func() {
-		e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-			r := req.(*kmsg.EndTxnRequest)
-			if !r.Commit {
-				return nil, nil, false
-			}
-			refused.Store(true)
-			resp := r.ResponseKind().(*kmsg.EndTxnResponse)
-			resp.ErrorCode = kerr.InvalidTxnState.Code
-			return resp, nil, true
-		})
-	}}}, "kafka")
-	if !refused.Load() {
-		t.Error("the injected EndTxn refusal never ran")
+	var answered atomic.Int32
+	refuse := func(code int16) func() {
+		return func() {
+			e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				r := req.(*kmsg.EndTxnRequest)
+				if !r.Commit {
+					return nil, nil, false
+				}
+				answered.Add(1)
+				resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+				resp.ErrorCode = code
+				return resp, nil, true
+			})
+		}
+	}
+	p := survives(t, e, []fault{
+		{"CONCURRENT_TRANSACTIONS", refuse(kerr.ConcurrentTransactions.Code)},
+		{"COORDINATOR_LOAD_IN_PROGRESS", refuse(kerr.CoordinatorLoadInProgress.Code)},
+		{"INVALID_TXN_STATE", refuse(kerr.InvalidTxnState.Code)},
+		{"TRANSACTION_ABORTABLE", refuse(kerr.TransactionAbortable.Code)},
+	}, "kafka")
+	if got := answered.Load(); got != 4 {
+		t.Errorf("%d injected EndTxn errors answered, want 4", got)
+	}
+	failed := grepLines(p.Log(), "Kafka transaction failed")
+	for _, want := range []string{
+		`Kafka transaction failed: the transaction coordinator refused the transaction's state change" slot=walstream cause=invalid_txn_state`,
+		`Kafka transaction failed: the broker asked for the transaction to be aborted" slot=walstream cause=transaction_abortable`,
+	} {
+		if !strings.Contains(failed, want) {
+			t.Errorf("no %q logged:\n%s", want, failed)
+		}
+	}
+	if n := strings.Count(failed, "\n") + 1; failed == "" || n != 2 {
+		t.Errorf("%d Kafka transaction failures logged, want 2 (franz-go retries the other two):\n%s", n, failed)
 	}
 }
 
@@ -686,7 +711,7 @@ type fault struct {
 // survives runs walstream under load through each fault in turn, waits
 // until the slot confirms everything after each, checks that every row
 // arrived once, and that a session ended and restarted for each peer named.
-func survives(t *testing.T, e *env, faults []fault, peers ...string) {
+func survives(t *testing.T, e *env, faults []fault, peers ...string) *proc {
 	t.Helper()
 	p := e.start([]string{"--max-batch-events", "200"}).streaming(t)
 	seq := 0
@@ -709,4 +734,5 @@ func survives(t *testing.T, e *env, faults []fault, peers ...string) {
 			t.Errorf("no session restart attributed to %s:\n%s", peer, grepLines(log, "session ended"))
 		}
 	}
+	return p
 }
