@@ -260,12 +260,21 @@ func TestChaos(t *testing.T) {
 		fail("ground truth: %s", e)
 	}
 	var recs []record
+	kcatFailed := false
 	for _, topic := range outboxTopics() {
 		rs, err := kcatRead(ctx, br.direct, topic)
 		if err != nil {
-			t.Fatal(err)
+			// A transaction left open for good (a hanging transaction)
+			// keeps kcat from finishing: judge what the continuous
+			// consumer read, and say so.
+			fail("the final read with kcat: %v; judging the continuous consumer's records instead", err)
+			kcatFailed = true
+			break
 		}
 		recs = append(recs, rs...)
+	}
+	if kcatFailed {
+		recs = cons.all()
 	}
 	ld.mu.Lock()
 	v := judge(recs, ledger, ld.rolledBack, fl.gapIDs())
@@ -274,7 +283,7 @@ func TestChaos(t *testing.T) {
 		fail("kcat read %d records: %d duplicates, %d lost, %d not in the ledger (%d known rolled back), %d order violations, %d aggregates in several partitions, %d disagreeing with the ledger:\n  %s",
 			v.Records, v.Duplicates, v.Lost, v.NotInLedger, v.RolledBackSeen, v.OrderViolations, v.PartitionViolations, v.Mismatches, strings.Join(v.Examples, "\n  "))
 	}
-	if diff := sameRecords(recs, cons.all()); diff != "" {
+	if diff := sameRecords(recs, cons.all()); diff != "" && !kcatFailed {
 		fail("the continuous consumer and kcat disagree: %s", diff)
 	}
 	if atom.Violations > 0 {
