@@ -27,6 +27,7 @@ const (
 	causeTimeout      = "timeout"
 	causeUnreachable  = "unreachable"
 	causeRefused      = "refused"
+	causeInvisible    = "commit_not_visible"
 	causeOther        = "other"
 )
 
@@ -42,6 +43,7 @@ var causeText = map[string]string{
 	causeTimeout:      "Kafka did not complete the operation within the commit timeout",
 	causeUnreachable:  "a broker could not be reached, or closed the connection at once (a proxy in front of a broker that is down, or TLS or SASL not matching)",
 	causeRefused:      "the broker refused access or a record",
+	causeInvisible:    "a commit Kafka acknowledged did not become visible to read_committed readers",
 	causeOther:        "the Kafka operation failed",
 }
 
@@ -94,12 +96,15 @@ func (p *Producer) fail(ctx context.Context, err error) error {
 // failureCause names what made a Kafka transaction operation fail.
 func failureCause(err error) string {
 	var aborted *AbortedError
+	var invisible *InvisibleError
 	var unwritable *UnwritableError
 	var op *net.OpError
 	var eof *kgo.ErrFirstReadEOF
 	switch {
 	case errors.As(err, &aborted):
 		return causeAborted
+	case errors.As(err, &invisible):
+		return causeInvisible
 	case errors.Is(err, ErrFenced):
 		return causeFenced
 	case errors.Is(err, kerr.NotEnoughReplicas), errors.Is(err, kerr.NotEnoughReplicasAfterAppend):
@@ -232,3 +237,83 @@ func (p *Producer) describeTransaction(ctx context.Context) (kmsg.DescribeTransa
 func transactionTimeout(commitTimeout time.Duration) time.Duration {
 	return max(commitTimeout*2, 10*time.Second)
 }
+
+// visible waits until the checkpoint record of the transaction Kafka just
+// acknowledged as committed is visible to read_committed readers: the last
+// stable offset of its partition is past it. Only then is the position
+// confirmed to Postgres. Kafka writes the commit markers after EndTxn
+// returns, within milliseconds; a record that stays behind the stable
+// offset belongs to a transaction that is still open on that partition,
+// another producer's or one Kafka left hanging (its coordinator no longer
+// knows it), and confirming it would let Postgres drop rows that no
+// reader sees, and that are lost if that transaction is aborted.
+func (p *Producer) visible(ctx context.Context) error {
+	p.errMu.Lock()
+	at := p.written
+	p.errMu.Unlock()
+	if at.offset < 0 {
+		return nil // no acknowledgement carried an offset: nothing to wait for
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
+	defer cancel()
+	var stable int64 = -1
+	var lerr error
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		if stable, lerr = p.stableOffset(ctx, at.partition); lerr == nil && stable > at.offset {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return &InvisibleError{Checkpoint: p.pos.String(), Topic: p.cfg.CheckpointTopic, At: at, Stable: stable,
+				Waited: p.cfg.CommitTimeout, Err: errors.Join(ctx.Err(), lerr)}
+		case <-time.After(delay):
+		}
+	}
+}
+
+// stableOffset is the last stable offset of a partition of the checkpoint
+// topic: the offset read_committed readers read up to.
+func (p *Producer) stableOffset(ctx context.Context, partition int32) (int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID, req.IsolationLevel = -1, 1 // read_committed
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = p.cfg.CheckpointTopic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition, rp.Timestamp = partition, -1 // the end
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, p.client)
+	if err != nil {
+		return -1, err
+	}
+	for _, t := range resp.Topics {
+		for _, rp := range t.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				return -1, err
+			}
+			return rp.Offset, nil
+		}
+	}
+	return -1, fmt.Errorf("no stable offset for %s-%d in the answer", p.cfg.CheckpointTopic, partition)
+}
+
+// InvisibleError is a commit Kafka acknowledged whose checkpoint record
+// read_committed readers did not see within the commit timeout. Nothing of
+// it was confirmed to Postgres.
+type InvisibleError struct {
+	Checkpoint string
+	Topic      string
+	At         recordAt
+	Stable     int64 // -1 when it could not be read
+	Waited     time.Duration
+	Err        error
+}
+
+func (e *InvisibleError) Error() string {
+	return fmt.Sprintf("Kafka acknowledged the commit of checkpoint %s, but its record (%s-%d at offset %d) was not visible to read_committed readers "+
+		"within %s (last stable offset %d): a transaction still open on that partition holds it back, another producer's or one Kafka left "+
+		"hanging; nothing past the last visible checkpoint is confirmed to Postgres (see docs/kafka.md, When a commit does not become visible): %v",
+		e.Checkpoint, e.Topic, e.At.partition, e.At.offset, e.Waited, e.Stable, e.Err)
+}
+
+func (e *InvisibleError) Unwrap() error { return e.Err }

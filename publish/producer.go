@@ -181,6 +181,15 @@ type Producer struct {
 
 	errMu      sync.Mutex
 	produceErr error
+	// written is where the open transaction's checkpoint record was
+	// written, once Kafka acknowledged it.
+	written recordAt
+}
+
+// recordAt is a record's partition and offset; offset -1 while unknown.
+type recordAt struct {
+	partition int32
+	offset    int64
 }
 
 // New creates a producer. hook, if not nil, is called at named points of a
@@ -458,6 +467,9 @@ func (p *Producer) flush(ctx context.Context) error {
 	}
 	cp := p.pos
 	cp.Notes = &notes
+	p.errMu.Lock()
+	p.written = recordAt{offset: -1}
+	p.errMu.Unlock()
 	p.produce(ctx, &kgo.Record{
 		Topic: p.cfg.CheckpointTopic,
 		Key:   []byte(p.cfg.CheckpointKey),
@@ -479,6 +491,9 @@ func (p *Producer) flush(ctx context.Context) error {
 	}
 	p.inTxn = false
 	p.hook("after-commit")
+	if err := p.visible(ctx); err != nil {
+		return p.fail(ctx, err)
+	}
 	var newest time.Time
 	if len(p.batch) > 0 {
 		newest = p.batch[len(p.batch)-1].CommitTime
@@ -508,8 +523,13 @@ func (p *Producer) reset() {
 // Tx the open batch holds until the transaction ends.
 func (p *Producer) produce(ctx context.Context, rec *kgo.Record, ev *decode.Identity) {
 	p.client.Produce(ctx, rec, func(r *kgo.Record, err error) {
-		if err != nil {
+		switch {
+		case err != nil:
 			p.onProduced(r, ev, err)
+		case ev == nil:
+			p.errMu.Lock()
+			p.written = recordAt{r.Partition, r.Offset}
+			p.errMu.Unlock()
 		}
 	})
 }
@@ -688,7 +708,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "walstream_kafka_transaction_failures_total",
 			Help: "Kafka transaction operations that failed (initializing the producer, producing, committing), by cause: " +
 				"aborted_by_coordinator, fenced, not_enough_replicas, no_leader, coordinator_unavailable, concurrent_transactions, " +
-				"invalid_txn_state, transaction_abortable, timeout, unreachable, refused, other."}, []string{"cause"}),
+				"invalid_txn_state, transaction_abortable, commit_not_visible, timeout, unreachable, refused, other."}, []string{"cause"}),
 	}
 	m.kafka = &kafkaMetrics{m: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))}
 	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters, m.txnFailures)

@@ -2,9 +2,12 @@ package main
 
 import (
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walstream/walstream/internal/testenv"
 )
@@ -53,4 +56,51 @@ func TestKafkaAbortsTimedOutTransaction(t *testing.T) {
 	if got := metric(t, addr, `walstream_errors_total{kind="transaction_aborted"}`); got != 1 {
 		t.Errorf("walstream_errors_total{kind=transaction_aborted} = %v, want 1", got)
 	}
+}
+
+// TestCommitNotVisible: Kafka acknowledges a commit, but its checkpoint
+// record stays behind the partition's last stable offset, as when a
+// transaction Kafka left open (hanging) holds the partition back. walstream
+// must not confirm that position to Postgres: it fails the commit after
+// the commit timeout, saying why, and goes on once the record is visible;
+// every row arrives once. It runs on kfake: only kfake can hold the stable
+// offset back on request.
+func TestCommitNotVisible(t *testing.T) {
+	e := newEnvOn(t, testenv.BrokerKfake)
+	p := e.start([]string{"--commit-timeout", "2s"}).streaming(t)
+	seq := 0
+	e.insertTx("Order", 5, 2, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	before := e.confirmedLSN("walstream")
+	var hold atomic.Bool
+	hold.Store(true)
+	e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.kafka.(*testenv.Kfake).Cluster().KeepControl()
+		r := req.(*kmsg.ListOffsetsRequest)
+		if !hold.Load() || r.IsolationLevel != 1 {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition, sp.Offset, sp.Timestamp = rp.Partition, 0, -1
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	e.insertTx("Order", 5, 2, &seq, false)
+	p.waitLog(t, "Kafka transaction failed: a commit Kafka acknowledged did not become visible", 30*time.Second)
+	if got := e.confirmedLSN("walstream"); got != before {
+		t.Errorf("the slot confirmed %s (from %s) while the commit was not visible", got, before)
+	}
+	hold.Store(false)
+	e.insertTx("Order", 5, 2, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
+	wantAll(t, grepLines(p.Log(), "session ended, restarting"), "Kafka acknowledged the commit of checkpoint", "was not visible to read_committed readers")
 }
