@@ -74,9 +74,14 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 	if err != nil {
 		in.KafkaErr = fmt.Errorf("reading the checkpoint %q from topic %s at %s: %w", cfg.CheckpointKey, cfg.CheckpointTopic, strings.Join(cfg.Kafka.Brokers, ","), err)
 		in.Problems = append(in.Problems, in.KafkaErr.Error())
-	} else if unwritable, err := publish.Unwritable(kctx, cfg.Kafka, cfg.TransactionalID, cfg.CheckpointTopic); err != nil {
+	}
+	// Asked whether the checkpoint could be read or not: with brokers
+	// down, a partition's new leader may not serve offsets yet, and this
+	// says why.
+	switch unwritable, err := publish.Unwritable(kctx, cfg.Kafka, cfg.TransactionalID, cfg.CheckpointTopic); {
+	case err != nil && in.KafkaErr == nil:
 		in.Warnings = append(in.Warnings, fmt.Sprintf("checking that Kafka can take walstream's writes: %v", err))
-	} else if len(unwritable) > 0 {
+	case len(unwritable) > 0:
 		in.Problems = append(in.Problems, "Kafka cannot take walstream's writes, so no transaction can commit until it can: "+strings.Join(unwritable, "; ")+
 			" (see docs/kafka.md, When Kafka cannot take writes)")
 	}
