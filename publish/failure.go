@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // Causes of a failed Kafka transaction operation, the label of
@@ -239,14 +240,16 @@ func transactionTimeout(commitTimeout time.Duration) time.Duration {
 }
 
 // visible waits until the checkpoint record of the transaction Kafka just
-// acknowledged as committed is visible to read_committed readers: the last
-// stable offset of its partition is past it. Only then is the position
-// confirmed to Postgres. Kafka writes the commit markers after EndTxn
-// returns, within milliseconds; a record that stays behind the stable
-// offset belongs to a transaction that is still open on that partition,
-// another producer's or one Kafka left hanging (its coordinator no longer
-// knows it), and confirming it would let Postgres drop rows that no
-// reader sees, and that are lost if that transaction is aborted.
+// acknowledged as committed is visible to read_committed readers, and only
+// then is the position confirmed to Postgres. Kafka writes the commit
+// markers after EndTxn returns, within milliseconds. A record that stays
+// behind the partition's last stable offset belongs to a transaction still
+// open on that partition, another producer's or one Kafka left hanging
+// (its coordinator no longer knows it); a record read_committed readers
+// skip was aborted although Kafka acknowledged its commit. Confirming
+// either would let Postgres drop rows no reader sees, lost for good once
+// the transaction is aborted. It reads the record back, read_committed,
+// with a client of its own that names topics in its fetches.
 func (p *Producer) visible(ctx context.Context) error {
 	p.errMu.Lock()
 	at := p.written
@@ -254,62 +257,94 @@ func (p *Producer) visible(ctx context.Context) error {
 	if at.offset < 0 {
 		return nil // no acknowledgement carried an offset: nothing to wait for
 	}
+	if p.reader == nil {
+		cl, err := kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)], kgo.MaxVersions(kversion.V2_8_0()))...)
+		if err != nil {
+			return fmt.Errorf("creating Kafka client: %w", err)
+		}
+		p.reader = cl
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
 	defer cancel()
 	var stable int64 = -1
-	var lerr error
+	var ferr error
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
-		if stable, lerr = p.stableOffset(ctx, at.partition); lerr == nil && stable > at.offset {
+		var found bool
+		var next int64
+		found, next, stable, ferr = p.readBack(ctx, at)
+		switch {
+		case ferr == nil && found:
 			return nil
+		case ferr == nil && next > at.offset:
+			return &InvisibleError{Checkpoint: p.pos.String(), Topic: p.cfg.CheckpointTopic, At: at, Stable: stable, Aborted: true}
 		}
 		select {
 		case <-ctx.Done():
 			return &InvisibleError{Checkpoint: p.pos.String(), Topic: p.cfg.CheckpointTopic, At: at, Stable: stable,
-				Waited: p.cfg.CommitTimeout, Err: errors.Join(ctx.Err(), lerr)}
+				Waited: p.cfg.CommitTimeout, Err: errors.Join(ctx.Err(), ferr)}
 		case <-time.After(delay):
 		}
 	}
 }
 
-// stableOffset is the last stable offset of a partition of the checkpoint
-// topic: the offset read_committed readers read up to.
-func (p *Producer) stableOffset(ctx context.Context, partition int32) (int64, error) {
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.ReplicaID, req.IsolationLevel = -1, 1 // read_committed
-	rt := kmsg.NewListOffsetsRequestTopic()
+// readBack fetches the checkpoint partition from the record at, read
+// committed: found when that record is among the committed records,
+// next the offset the read got to (past at when the record was aborted),
+// stable the partition's last stable offset.
+func (p *Producer) readBack(ctx context.Context, at recordAt) (found bool, next, stable int64, err error) {
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 0, 1, 1<<20
+	req.IsolationLevel = 1 // read_committed
+	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic = p.cfg.CheckpointTopic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition, rp.Timestamp = partition, -1 // the end
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = at.partition, at.offset, 1<<20
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, p.client)
+	resp, err := req.RequestWith(ctx, p.reader)
 	if err != nil {
-		return -1, err
+		return false, 0, -1, err
 	}
 	for _, t := range resp.Topics {
-		for _, rp := range t.Partitions {
-			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-				return -1, err
+		for i := range t.Partitions {
+			rp := &t.Partitions[i]
+			fp, n := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+				Offset: at.offset, IsolationLevel: kgo.ReadCommitted(), Topic: p.cfg.CheckpointTopic, Partition: at.partition,
+			}, rp, kgo.DefaultDecompressor(), nil)
+			if fp.Err != nil {
+				return false, 0, rp.LastStableOffset, fp.Err
 			}
-			return rp.Offset, nil
+			for _, r := range fp.Records {
+				if r.Offset == at.offset {
+					return true, n, rp.LastStableOffset, nil
+				}
+			}
+			return false, n, rp.LastStableOffset, nil
 		}
 	}
-	return -1, fmt.Errorf("no stable offset for %s-%d in the answer", p.cfg.CheckpointTopic, partition)
+	return false, 0, -1, fmt.Errorf("no answer for %s-%d", p.cfg.CheckpointTopic, at.partition)
 }
 
 // InvisibleError is a commit Kafka acknowledged whose checkpoint record
-// read_committed readers did not see within the commit timeout. Nothing of
-// it was confirmed to Postgres.
+// read_committed readers do not see: aborted, or not visible within the
+// commit timeout. Nothing of it was confirmed to Postgres.
 type InvisibleError struct {
 	Checkpoint string
 	Topic      string
 	At         recordAt
 	Stable     int64 // -1 when it could not be read
-	Waited     time.Duration
-	Err        error
+	// Aborted: readers skip the record, its transaction aborted.
+	Aborted bool
+	Waited  time.Duration
+	Err     error
 }
 
 func (e *InvisibleError) Error() string {
+	if e.Aborted {
+		return fmt.Sprintf("Kafka acknowledged the commit of checkpoint %s, but read_committed readers skip its record (%s-%d at offset %d): "+
+			"its transaction was aborted; nothing of it is confirmed to Postgres (see docs/kafka.md, When a commit does not become visible)",
+			e.Checkpoint, e.Topic, e.At.partition, e.At.offset)
+	}
 	return fmt.Sprintf("Kafka acknowledged the commit of checkpoint %s, but its record (%s-%d at offset %d) was not visible to read_committed readers "+
 		"within %s (last stable offset %d): a transaction still open on that partition holds it back, another producer's or one Kafka left "+
 		"hanging; nothing past the last visible checkpoint is confirmed to Postgres (see docs/kafka.md, When a commit does not become visible): %v",

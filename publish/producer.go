@@ -184,6 +184,9 @@ type Producer struct {
 	// written is where the open transaction's checkpoint record was
 	// written, once Kafka acknowledged it.
 	written recordAt
+	// reader reads checkpoint records back (visible), created at the
+	// first commit.
+	reader *kgo.Client
 }
 
 // recordAt is a record's partition and offset; offset -1 while unknown.
@@ -230,7 +233,12 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 
 // Close releases the client. An open transaction is aborted by the broker
 // when the next instance initializes the producer id, or on timeout.
-func (p *Producer) Close() { p.client.Close() }
+func (p *Producer) Close() {
+	p.client.Close()
+	if p.reader != nil {
+		p.reader.Close()
+	}
+}
 
 // Fence initializes the producer id. That bumps the epoch of the
 // transactional id, so an older instance still holding it can no longer

@@ -58,13 +58,14 @@ func TestKafkaAbortsTimedOutTransaction(t *testing.T) {
 	}
 }
 
-// TestCommitNotVisible: Kafka acknowledges a commit, but its checkpoint
-// record stays behind the partition's last stable offset, as when a
-// transaction Kafka left open (hanging) holds the partition back. walstream
-// must not confirm that position to Postgres: it fails the commit after
-// the commit timeout, saying why, and goes on once the record is visible;
-// every row arrives once. It runs on kfake: only kfake can hold the stable
-// offset back on request.
+// TestCommitNotVisible: Kafka acknowledges a commit, but read_committed
+// readers do not see its checkpoint record, which stays behind the
+// partition's last stable offset as when a transaction Kafka left open
+// (hanging) holds the partition back. walstream must not confirm that
+// position to Postgres: it fails the commit after the commit timeout,
+// saying why, and goes on once the record is visible; every row arrives
+// once. It runs on kfake: only kfake can answer walstream's fetches as it
+// is told.
 func TestCommitNotVisible(t *testing.T) {
 	e := newEnvOn(t, testenv.BrokerKfake)
 	p := e.start([]string{"--commit-timeout", "2s"}).streaming(t)
@@ -74,23 +75,23 @@ func TestCommitNotVisible(t *testing.T) {
 	before := e.confirmedLSN("walstream")
 	var hold atomic.Bool
 	hold.Store(true)
-	e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+	// Fetches of the checkpoint topic, read_committed, find the stable
+	// offset where they start, as behind a transaction left open.
+	e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		e.kafka.(*testenv.Kfake).Cluster().KeepControl()
-		r := req.(*kmsg.ListOffsetsRequest)
-		if !hold.Load() || r.IsolationLevel != 1 {
+		r := req.(*kmsg.FetchRequest)
+		if !hold.Load() || r.IsolationLevel != 1 || len(r.Topics) != 1 || r.Topics[0].Topic != "walstream.checkpoints" {
 			return nil, nil, false
 		}
-		resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
-		for _, rt := range r.Topics {
-			st := kmsg.NewListOffsetsResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewListOffsetsResponseTopicPartition()
-				sp.Partition, sp.Offset, sp.Timestamp = rp.Partition, 0, -1
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
+		resp := r.ResponseKind().(*kmsg.FetchResponse)
+		st := kmsg.NewFetchResponseTopic()
+		st.Topic = r.Topics[0].Topic
+		for _, rp := range r.Topics[0].Partitions {
+			sp := kmsg.NewFetchResponseTopicPartition()
+			sp.Partition, sp.HighWatermark, sp.LastStableOffset = rp.Partition, rp.FetchOffset+1, rp.FetchOffset
+			st.Partitions = append(st.Partitions, sp)
 		}
+		resp.Topics = append(resp.Topics, st)
 		return resp, nil, true
 	})
 	e.insertTx("Order", 5, 2, &seq, false)
