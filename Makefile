@@ -5,7 +5,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build deps test demo docs bench bench-e2e pgo fuzz lint chaos compat image
+.PHONY: build deps test demo docs bench bench-e2e pgo fuzz lint chaos chaos-cluster compat image
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/walstream ./cmd/walstream
@@ -43,9 +43,10 @@ docs:
 	$(GO) test ./cmd/walstream -run '^TestReference$$' -count=1 -update
 
 # The long chaos run: walstream killed, Postgres and the broker restarted and
-# the network cut for CHAOS_DURATION under load, then every row checked.
-# `make test` runs a short variant of the same suite. CHAOS_FLAGS adds flags,
-# e.g. CHAOS_FLAGS=-chaos.skip=broker-restart-sigkill.
+# the network cut for CHAOS_DURATION under load, then every row checked, on
+# one Apache Kafka 4.x node. `make test` runs a short variant of the same
+# suite. CHAOS_FLAGS adds flags, e.g. CHAOS_FLAGS=-chaos.skip=broker-restart-sigkill,
+# or CHAOS_FLAGS=-chaos.broker=devbroker for the local broker (kfake).
 CHAOS_DURATION ?= 10m
 CHAOS_MIN_ROWS ?= 200000
 CHAOS_REPORT   ?= $(CURDIR)/chaos/chaos-report.json
@@ -53,6 +54,16 @@ CHAOS_FLAGS    ?=
 chaos: deps
 	$(GO) test ./chaos -run TestChaos -count=1 -timeout 40m -v -args \
 		-chaos.duration=$(CHAOS_DURATION) -chaos.min-rows=$(CHAOS_MIN_ROWS) -chaos.report=$(CHAOS_REPORT) $(CHAOS_FLAGS)
+
+# The same on a Kafka cluster of three brokers (and two controller-only
+# nodes), with the cluster's faults: the transaction coordinator, a
+# partition leader, the checkpoint topic's leader and the active controller
+# killed, two brokers down, one cut off; walstream killed and paused past
+# its transaction timeout.
+CHAOS_CLUSTER_REPORT ?= $(CURDIR)/chaos/chaos-cluster-report.json
+chaos-cluster: deps
+	$(GO) test ./chaos -run TestChaos -count=1 -timeout 40m -v -args -chaos.kafka-nodes=3 \
+		-chaos.duration=$(CHAOS_DURATION) -chaos.min-rows=$(CHAOS_MIN_ROWS) -chaos.report=$(CHAOS_CLUSTER_REPORT) $(CHAOS_FLAGS)
 
 # Debezium 3.6.1 (in Kafka Connect) and walstream on the whole
 # compatibility corpus, each record compared byte for byte (compat/);

@@ -164,12 +164,22 @@ func judge(recs []record, ledger map[string]ledgerRow, rolledBack, gap map[strin
 // flags a writer transaction that is visible in part although it fits in
 // one Kafka transaction (at most maxBatch rows). Larger ones are split by
 // design, each part atomic.
+//
+// Apache Kafka makes a commit visible partition by partition: its
+// coordinator writes the commit markers after EndTxn returns, so a reader
+// may see a transaction in some partitions before the others. A partial
+// transaction is flagged only at a settled snapshot, one at which no
+// partition has a transaction open or a marker pending (every last stable
+// offset at its high watermark): then every committed transaction is
+// visible whole. The local broker writes its markers within EndTxn, which
+// settles every snapshot between commits.
 type atomicity struct {
 	maxBatch   int
 	visible    map[string]int
 	partial    map[string]int // fitting transactions visible in part: tx → rows
 	violated   map[string]bool
 	Snapshots  int      `json:"snapshots"`
+	Settled    int      `json:"settled_snapshots"`
 	Violations int      `json:"violations"`
 	Examples   []string `json:"examples,omitempty"`
 }
@@ -179,9 +189,13 @@ func newAtomicity(maxBatch int) *atomicity {
 }
 
 // snapshot takes the records that became visible since the last snapshot
-// and checks that every fitting transaction is visible whole or not at all.
-func (a *atomicity) snapshot(newly []record) {
+// and, when settled, checks that every fitting transaction is visible whole
+// or not at all.
+func (a *atomicity) snapshot(newly []record, settled bool) {
 	a.Snapshots++
+	if settled {
+		a.Settled++
+	}
 	for _, r := range newly {
 		tx, n := r.Payload.Tx, r.Payload.N
 		if tx == "" || n > a.maxBatch {
@@ -195,7 +209,7 @@ func (a *atomicity) snapshot(newly []record) {
 		}
 	}
 	for tx, n := range a.partial {
-		if !a.violated[tx] {
+		if settled && !a.violated[tx] {
 			a.violated[tx] = true
 			a.Violations++
 			if len(a.Examples) < 20 {
@@ -223,8 +237,8 @@ type cpRecord struct {
 // each partition: aborted batches advance the position without a record,
 // and an aborted batch need not be followed by a marker (the local broker
 // aborts a transaction left open by a crash without one). It connects to
-// the broker directly: the broker advertises the proxy, so the dialer sends
-// the proxy address to the broker itself.
+// the brokers directly: they advertise their proxies, so the dialer sends
+// a proxy's address to its broker.
 type consumer struct {
 	cl  *kgo.Client
 	adm *kadm.Client
@@ -238,16 +252,9 @@ type consumer struct {
 	fetchErrs int
 }
 
-func newConsumer(direct, advertised string) (*consumer, error) {
-	dial := func(ctx context.Context, network, host string) (net.Conn, error) {
-		if host == advertised {
-			host = direct
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, host)
-	}
+func newConsumer(direct string, dial func(ctx context.Context, network, host string) (net.Conn, error)) (*consumer, error) {
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(direct),
+		kgo.SeedBrokers(strings.Split(direct, ",")...),
 		kgo.Dialer(dial),
 		// Fetch v12, the last that names topics rather than topic IDs.
 		kgo.MaxVersions(kversion.V2_8_0()),
@@ -365,9 +372,8 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // stableOffsets lists the last stable offset of every partition of the
-// outbox and checkpoint topics in one ListOffsets request, which the local
-// broker answers atomically with respect to transaction commits. ok is
-// false while a topic does not exist yet.
+// outbox and checkpoint topics in one ListOffsets request. ok is false
+// while a topic does not exist yet.
 func (c *consumer) stableOffsets(ctx context.Context) (map[tp]int64, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -375,6 +381,23 @@ func (c *consumer) stableOffsets(ctx context.Context) (map[tp]int64, bool, error
 	if err != nil {
 		return nil, false, fmt.Errorf("listing stable offsets: %w", err)
 	}
+	return offsetsOf(listed)
+}
+
+// endOffsets lists the high watermark of every partition of the outbox and
+// checkpoint topics: past the last stable offset while a transaction is
+// open there or its marker is still to be written.
+func (c *consumer) endOffsets(ctx context.Context) (map[tp]int64, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	listed, err := c.adm.ListEndOffsets(ctx, append(outboxTopics(), checkpointTopic)...)
+	if err != nil {
+		return nil, false, fmt.Errorf("listing end offsets: %w", err)
+	}
+	return offsetsOf(listed)
+}
+
+func offsetsOf(listed kadm.ListedOffsets) (map[tp]int64, bool, error) {
 	out := make(map[tp]int64)
 	ok := true
 	for _, topic := range append(outboxTopics(), checkpointTopic) {
@@ -391,6 +414,13 @@ func (c *consumer) stableOffsets(ctx context.Context) (map[tp]int64, bool, error
 		}
 	}
 	return out, ok, nil
+}
+
+// readTo reports whether the consumer has read partition k up to end.
+func (c *consumer) readTo(k tp, end int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.next[k] >= end
 }
 
 // caughtUp reports whether the consumer has read every partition up to
@@ -465,17 +495,29 @@ func cmpInt(a, b int64) int {
 }
 
 // sampler checks, every interval, that the slot's confirmed_flush_lsn
-// (read first) is not past the checkpoint committed in Kafka (read
-// second), and takes the atomicity snapshots.
+// (read first) is not past the server's WAL end (read with it) nor the
+// checkpoint committed in Kafka (read second), and takes the atomicity
+// snapshots.
+//
+// walstream confirms once EndTxn returns, when Kafka's commit is decided
+// and durable, but Apache Kafka writes the marker that makes the
+// checkpoint visible after that. So a confirmed position past the
+// checkpoint visible at the sample is judged once every record written to
+// the checkpoint partition before the sample is resolved: it must not be
+// past the last of them that Kafka committed. (That a position is never
+// confirmed before its commit is decided is what the crash points test.)
 type sampler struct {
 	pgURL string
 	cons  *consumer
 	atom  *atomicity
 
 	mu         sync.Mutex
-	Samples    int      `json:"samples"`
-	Skipped    int      `json:"samples_skipped"`
-	Violations int      `json:"violations"`
+	Samples    int `json:"samples"`
+	Skipped    int `json:"samples_skipped"`
+	Violations int `json:"violations"`
+	// PastWALEnd counts samples with the slot confirmed past the server's
+	// WAL end.
+	PastWALEnd int      `json:"confirmed_past_wal_end"`
 	MaxLag     uint64   `json:"max_confirmed_lag_behind_checkpoint_bytes"`
 	Examples   []string `json:"examples,omitempty"`
 	SpillTxns  int64    `json:"slot_spill_txns"`
@@ -485,8 +527,21 @@ type sampler struct {
 	StreamTxns  int64 `json:"slot_stream_txns"`
 	StreamBytes int64 `json:"slot_stream_bytes"`
 	lastSpill   [4]int64
-	done        map[tp]int64 // offsets the atomicity check has taken in
-	conn        *pgx.Conn
+	// Deferred counts samples whose confirmed position was past the
+	// visible checkpoint, judged once Kafka resolved the records written
+	// before them; pending are those not judged yet.
+	Deferred int `json:"samples_judged_after_commit_markers"`
+	pending  []pendingConfirm
+	done     map[tp]int64 // offsets the atomicity check has taken in
+	conn     *pgx.Conn
+}
+
+// pendingConfirm is a confirmed position past the visible checkpoint, and
+// the checkpoint partition's high watermark at the sample.
+type pendingConfirm struct {
+	at        time.Time
+	confirmed pglogrepl.LSN
+	end       int64
 }
 
 func (s *sampler) run(ctx context.Context, every time.Duration) {
@@ -546,20 +601,46 @@ func (s *sampler) query(ctx context.Context, sql string, dst ...any) error {
 // consumer behind, nothing committed yet).
 func (s *sampler) sample(ctx context.Context) bool {
 	var confirmedText *string
-	if err := s.query(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", &confirmedText); err != nil || confirmedText == nil {
+	var walEndText string
+	if err := s.query(ctx, "SELECT confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = $1",
+		&confirmedText, &walEndText); err != nil || confirmedText == nil {
 		return false
 	}
-	confirmed, err := pglogrepl.ParseLSN(*confirmedText)
-	if err != nil {
+	confirmed, err1 := pglogrepl.ParseLSN(*confirmedText)
+	walEnd, err2 := pglogrepl.ParseLSN(walEndText)
+	if err1 != nil || err2 != nil {
 		return false
+	}
+	if confirmed > walEnd {
+		s.mu.Lock()
+		s.PastWALEnd++
+		s.Violations++
+		if len(s.Examples) < 20 {
+			s.Examples = append(s.Examples, fmt.Sprintf("%s: slot confirmed_flush_lsn %s is past the server's WAL end %s",
+				time.Now().Format(time.TimeOnly), confirmed, walEnd))
+		}
+		s.mu.Unlock()
 	}
 	lso, complete, err := s.cons.stableOffsets(ctx)
+	if err != nil || !complete {
+		return false
+	}
+	// Read after the stable offsets: equal to them, nothing was open or
+	// pending when those were taken.
+	hwm, complete, err := s.cons.endOffsets(ctx)
 	if err != nil || !complete || !s.cons.waitCaughtUp(ctx, lso, 3*time.Second) {
 		return false
 	}
-	cp, ok := s.cons.lastCheckpoint(lso[tp{checkpointTopic, 0}])
+	cpPart := tp{checkpointTopic, 0}
+	cp, ok := s.cons.lastCheckpoint(lso[cpPart])
 	if !ok {
 		return false
+	}
+	settled := true
+	for k, o := range lso {
+		if hwm[k] != o {
+			settled = false
+		}
 	}
 	newly := s.cons.between(s.done, lso)
 	for k, o := range lso {
@@ -569,17 +650,47 @@ func (s *sampler) sample(ctx context.Context) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.atom.snapshot(newly)
+	s.atom.snapshot(newly, settled)
 	if confirmed > cp.LSN {
-		s.Violations++
-		if len(s.Examples) < 20 {
-			s.Examples = append(s.Examples, fmt.Sprintf("%s: slot confirmed_flush_lsn %s is past the checkpoint committed in Kafka %s",
-				time.Now().Format(time.TimeOnly), confirmed, cp))
-		}
+		s.pending = append(s.pending, pendingConfirm{at: time.Now(), confirmed: confirmed, end: hwm[cpPart]})
 	} else if lag := uint64(cp.LSN - confirmed); lag > s.MaxLag {
 		s.MaxLag = lag
 	}
+	s.judge(false)
 	return true
+}
+
+// judge judges the pending confirmed positions whose checkpoint records
+// Kafka has resolved since; with final, also those it never resolved.
+// s.mu is held.
+func (s *sampler) judge(final bool) {
+	cpPart := tp{checkpointTopic, 0}
+	rest := s.pending[:0]
+	for _, p := range s.pending {
+		if !s.cons.readTo(cpPart, p.end) && !final {
+			rest = append(rest, p)
+			continue
+		}
+		s.Deferred++
+		cp, _ := s.cons.lastCheckpoint(p.end)
+		if p.confirmed <= cp.LSN {
+			continue
+		}
+		s.Violations++
+		if len(s.Examples) < 20 {
+			s.Examples = append(s.Examples, fmt.Sprintf("%s: slot confirmed_flush_lsn %s is past the checkpoint committed in Kafka %s",
+				p.at.Format(time.TimeOnly), p.confirmed, cp))
+		}
+	}
+	s.pending = rest
+}
+
+// finish judges what is still pending, once the consumer has read
+// everything.
+func (s *sampler) finish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.judge(true)
 }
 
 // spill accumulates pg_stat_replication_slots' spill and stream counters,

@@ -36,6 +36,16 @@ const (
 	faultZombie          = "zombie"
 	faultRecreate        = "outbox-recreated"
 	faultPartitions      = "partition-attached-dropped"
+	// faultPause stops walstream with a Kafka transaction open for longer
+	// than its transaction timeout, so that Kafka aborts the transaction.
+	faultPause = "walstream-paused-past-txn-timeout"
+	// The cluster's faults (-chaos.kafka-nodes=3).
+	faultCoordinatorKill    = "kafka-coordinator-kill"
+	faultOutboxLeaderKill   = "kafka-outbox-leader-kill"
+	faultCheckpointLeadKill = "kafka-checkpoint-leader-kill"
+	faultControllerKill     = "kafka-controller-kill"
+	faultTwoBrokersDown     = "kafka-two-brokers-down"
+	faultBrokerCutOff       = "kafka-broker-cut-off"
 )
 
 // crashPoints are walstream's named crash points (cmd/walstream/faults_on.go).
@@ -54,21 +64,28 @@ type fault struct {
 
 // deck is one round of faults. The short variant plays one deck, which has
 // every kind and every crash point; the long one plays decks until its
-// time is up. Kinds in skip are left out.
-func deck(long bool, skip map[string]bool) []fault {
-	d := []fault{
-		{kind: faultTerm}, {kind: faultPGImmediate}, {kind: faultPGFast},
-		{kind: faultBrokerKill}, {kind: faultBrokerTerm},
-		{kind: faultBlackholePG}, {kind: faultBlackholeKafka},
-		{kind: faultResetPG}, {kind: faultResetKafka}, {kind: faultLatencyKafka},
-		{kind: faultTerminateSender}, {kind: faultZombie}, {kind: faultRecreate}, {kind: faultPartitions},
+// time is up. A cluster's deck has its broker faults instead of the one
+// broker's restarts and network faults. Kinds in skip are left out.
+func deck(long, cluster bool, skip map[string]bool) []fault {
+	d := []fault{{kind: faultTerm}, {kind: faultPause}, {kind: faultPartitions}}
+	if cluster {
+		d = append(d, fault{kind: faultCoordinatorKill}, fault{kind: faultOutboxLeaderKill}, fault{kind: faultCheckpointLeadKill},
+			fault{kind: faultControllerKill}, fault{kind: faultTwoBrokersDown}, fault{kind: faultBrokerCutOff})
+	} else {
+		d = append(d, fault{kind: faultPGImmediate}, fault{kind: faultPGFast},
+			fault{kind: faultBrokerKill}, fault{kind: faultBrokerTerm},
+			fault{kind: faultBlackholePG}, fault{kind: faultBlackholeKafka},
+			fault{kind: faultResetPG}, fault{kind: faultResetKafka}, fault{kind: faultLatencyKafka},
+			fault{kind: faultTerminateSender}, fault{kind: faultZombie}, fault{kind: faultRecreate})
 	}
 	for _, p := range crashPoints {
 		d = append(d, fault{kind: faultKill, crashAt: p})
 	}
 	if long {
-		d = append(d, fault{kind: faultKill}, fault{kind: faultKill}, fault{kind: faultKill},
-			fault{kind: faultPGImmediate}, fault{kind: faultTerminateSender}, fault{kind: faultPartitions})
+		d = append(d, fault{kind: faultKill}, fault{kind: faultKill}, fault{kind: faultKill}, fault{kind: faultPartitions})
+		if !cluster {
+			d = append(d, fault{kind: faultPGImmediate}, fault{kind: faultTerminateSender})
+		}
 	}
 	return slices.DeleteFunc(d, func(f fault) bool { return skip[f.kind] })
 }
@@ -77,20 +94,26 @@ func deck(long bool, skip map[string]bool) []fault {
 type rig struct {
 	pg     *testenv.Postgres
 	pgURL  string // direct
-	broker *testenv.Devbroker
+	broker *brokerRig
 	px     *proxies
 	sup    *supervisor
-	logf   func(format string, args ...any)
+	cons   *consumer
+	wsBin  string
+	// statusArgs run `walstream status` with walstream's connection
+	// settings.
+	statusArgs []string
+	logf       func(format string, args ...any)
 	// outboxDDL is the file that creates the outbox table.
 	outboxDDL string
 }
 
 // faults injects faults and counts them.
 type faults struct {
-	rig  *rig
-	rng  *mrand.Rand
-	long bool
-	skip map[string]bool
+	rig     *rig
+	rng     *mrand.Rand
+	long    bool
+	cluster bool
+	skip    map[string]bool
 
 	mu  sync.Mutex
 	now string // the fault being injected, for the watchdog
@@ -112,13 +135,19 @@ type faultReport struct {
 	ProxyReplaced  int            `json:"proxies_replaced"`
 	GapRows        int            `json:"rows_in_recreation_gaps"`
 	GapStops       []string       `json:"recreation_stops,omitempty"`
-	Errors         []string       `json:"errors,omitempty"`
-	Notes          []string       `json:"notes,omitempty"`
+	// PauseOutcomes: how a walstream paused past its transaction timeout
+	// went on, by what ended its session.
+	PauseOutcomes map[string]int `json:"pause_outcomes,omitempty"`
+	// Targets are the nodes the cluster's faults hit, by fault.
+	Targets map[string][]int32 `json:"cluster_fault_targets,omitempty"`
+	Errors  []string           `json:"errors,omitempty"`
+	Notes   []string           `json:"notes,omitempty"`
 }
 
-func newFaults(r *rig, seed uint64, long bool, skip map[string]bool) *faults {
-	return &faults{rig: r, rng: mrand.New(mrand.NewPCG(seed, 0xfa17)), long: long, skip: skip, gap: make(map[string]bool), rep: faultReport{
-		Counts: make(map[string]int), CrashesArmed: make(map[string]int), ZombieOutcomes: make(map[string]int)}}
+func newFaults(r *rig, seed uint64, long, cluster bool, skip map[string]bool) *faults {
+	return &faults{rig: r, rng: mrand.New(mrand.NewPCG(seed, 0xfa17)), long: long, cluster: cluster, skip: skip, gap: make(map[string]bool), rep: faultReport{
+		Counts: make(map[string]int), CrashesArmed: make(map[string]int), ZombieOutcomes: make(map[string]int),
+		PauseOutcomes: make(map[string]int), Targets: make(map[string][]int32)}}
 }
 
 func (f *faults) failf(format string, args ...any) {
@@ -134,6 +163,7 @@ func (f *faults) report() faultReport {
 	defer f.mu.Unlock()
 	r := f.rep
 	r.Counts, r.CrashesArmed, r.ZombieOutcomes = maps.Clone(r.Counts), maps.Clone(r.CrashesArmed), maps.Clone(r.ZombieOutcomes)
+	r.PauseOutcomes, r.Targets = maps.Clone(r.PauseOutcomes), maps.Clone(r.Targets)
 	r.Errors, r.Notes, r.GapStops = slices.Clone(r.Errors), slices.Clone(r.Notes), slices.Clone(r.GapStops)
 	return r
 }
@@ -164,7 +194,7 @@ func (f *faults) note(format string, args ...any) {
 // run plays decks until until (the first deck always in full) or ctx ends.
 func (f *faults) run(ctx context.Context, until time.Time) {
 	for round := 0; round == 0 || (f.long && time.Now().Before(until)); round++ {
-		d := deck(f.long, f.skip)
+		d := deck(f.long, f.cluster, f.skip)
 		f.rng.Shuffle(len(d), func(i, j int) { d[i], d[j] = d[j], d[i] })
 		for _, ft := range d {
 			if ctx.Err() != nil || (round > 0 && time.Now().After(until)) {
@@ -223,10 +253,10 @@ func (f *faults) inject(ctx context.Context, ft fault) string {
 		// retried from the checkpoint, while walstream keeps the
 		// walsender alive.
 		d := walSenderTimeout + time.Second + time.Duration(f.rng.Int64N(int64(6*time.Second)))
-		f.toxic(ctx, &r.px.kafk, d, "timeout", `{"timeout":0}`, "upstream", "downstream")
+		f.toxic(ctx, &r.px.kafka[0], d, "timeout", `{"timeout":0}`, "upstream", "downstream")
 		return d.Round(10 * time.Millisecond).String()
 	case faultResetPG, faultResetKafka:
-		p := map[string]**toxiproxy.Proxy{faultResetPG: &r.px.pg, faultResetKafka: &r.px.kafk}[ft.kind]
+		p := map[string]**toxiproxy.Proxy{faultResetPG: &r.px.pg, faultResetKafka: &r.px.kafka[0]}[ft.kind]
 		stream := []string{"upstream", "downstream"}[f.rng.IntN(2)]
 		ms := f.rng.IntN(50)
 		f.toxic(ctx, p, time.Second, "reset_peer", fmt.Sprintf(`{"timeout":%d}`, ms), stream)
@@ -234,7 +264,7 @@ func (f *faults) inject(ctx context.Context, ft fault) string {
 	case faultLatencyKafka:
 		ms := 100 + f.rng.IntN(2400)
 		d := 4*time.Second + time.Duration(f.rng.Int64N(int64(2*time.Second)))
-		f.toxic(ctx, &r.px.kafk, d, "latency", fmt.Sprintf(`{"latency":%d,"jitter":%d}`, ms, ms/4), "upstream", "downstream")
+		f.toxic(ctx, &r.px.kafka[0], d, "latency", fmt.Sprintf(`{"latency":%d,"jitter":%d}`, ms, ms/4), "upstream", "downstream")
 		return fmt.Sprintf("%dms each way for %s", ms, d.Round(10*time.Millisecond))
 	case faultTerminateSender:
 		n, err := f.exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walstream' AND active")
@@ -248,6 +278,14 @@ func (f *faults) inject(ctx context.Context, ft fault) string {
 		return f.recreate(ctx)
 	case faultPartitions:
 		return f.partition(ctx)
+	case faultPause:
+		return f.pause(ctx)
+	case faultCoordinatorKill, faultOutboxLeaderKill, faultCheckpointLeadKill, faultControllerKill:
+		return f.killNode(ctx, ft.kind)
+	case faultTwoBrokersDown:
+		return f.twoDown(ctx)
+	case faultBrokerCutOff:
+		return f.cutOff(ctx)
 	}
 	panic("unknown fault " + ft.kind)
 }

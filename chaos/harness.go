@@ -23,42 +23,59 @@ import (
 	"github.com/walstream/walstream/internal/testenv"
 )
 
-// buildBinaries builds walstream with the walstream_faults tag (so that
-// WALSTREAM_CRASH_AT works) and devbroker, once per test binary. A
-// prebuilt walstream can be given instead.
-func buildBinaries(t testing.TB, prebuilt string) (walstream, devbroker string) {
+// walstreamBinary builds walstream with the walstream_faults tag (so that
+// WALSTREAM_CRASH_AT works), once per test binary. A prebuilt walstream
+// can be given instead.
+func walstreamBinary(t testing.TB, prebuilt string) string {
 	t.Helper()
-	walstream = prebuilt
-	if walstream == "" {
-		walstream = testenv.Binary(t, testenv.WalstreamBuild(false, true))
+	if prebuilt != "" {
+		return prebuilt
 	}
-	return walstream, testenv.Binary(t, testenv.Build{Pkg: "cmd/devbroker"})
+	return testenv.Binary(t, testenv.WalstreamBuild(false, true))
 }
 
-// proxies are the toxiproxies walstream reaches Postgres and the broker
-// through. The harness's own clients bypass them.
+// proxies are the toxiproxies walstream reaches Postgres and the brokers
+// through, one per broker, each advertised by its broker. The harness's
+// own clients bypass them.
 type proxies struct {
-	server   *toxiproxy.ApiServer
-	pg, kafk *toxiproxy.Proxy
+	server *toxiproxy.ApiServer
+	pg     *toxiproxy.Proxy
+	kafka  []*toxiproxy.Proxy // by broker, node 1 first
 }
 
 // errProxyReplaced means a toxic change hung and the proxy was replaced.
 var errProxyReplaced = errors.New("replaced the proxy, dropping its connections")
 
-func startProxies(pgAddr, brokerAddr string) (*proxies, error) {
+// startProxies starts the proxy in front of Postgres.
+func startProxies(pgAddr string) (*proxies, error) {
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	px := &proxies{server: srv}
-	for _, p := range []struct {
-		dst      **toxiproxy.Proxy
-		name, up string
-	}{{&px.pg, "postgres", pgAddr}, {&px.kafk, "kafka", brokerAddr}} {
-		*p.dst = toxiproxy.NewProxy(srv, p.name, "127.0.0.1:0", p.up)
-		if err := srv.Collection.Add(*p.dst, true); err != nil {
-			px.stop()
-			return nil, fmt.Errorf("starting the %s proxy: %w", p.name, err)
-		}
+	px := &proxies{server: srv, pg: toxiproxy.NewProxy(srv, "postgres", "127.0.0.1:0", pgAddr)}
+	if err := srv.Collection.Add(px.pg, true); err != nil {
+		px.stop()
+		return nil, fmt.Errorf("starting the postgres proxy: %w", err)
 	}
 	return px, nil
+}
+
+// addKafka starts the proxy of the next broker on listen ("127.0.0.1:0"
+// for any port) and returns the address it listens on.
+func (px *proxies) addKafka(listen, broker string) (string, error) {
+	p := toxiproxy.NewProxy(px.server, fmt.Sprintf("kafka-%d", len(px.kafka)+1), listen, broker)
+	if err := px.server.Collection.Add(p, true); err != nil {
+		return "", fmt.Errorf("starting the proxy of broker %s on %s: %w", broker, listen, err)
+	}
+	px.kafka = append(px.kafka, p)
+	return p.Listen, nil
+}
+
+// kafkaAddrs are the brokers' proxies, comma-separated: walstream's
+// bootstrap list.
+func (px *proxies) kafkaAddrs() string {
+	var addrs []string
+	for _, p := range px.kafka {
+		addrs = append(addrs, p.Listen)
+	}
+	return strings.Join(addrs, ",")
 }
 
 func (px *proxies) stop() { _ = px.server.Collection.Clear() }
@@ -131,6 +148,7 @@ var (
 	reSkipped     = regexp.MustCompile(`replayed_events_skipped=(\d+)`)
 	reSkipMetric  = regexp.MustCompile(`(?m)^walstream_replayed_events_skipped_total(?:\{[^}]*\})? (\S+)$`)
 	reSessionEnds = regexp.MustCompile(`msg="session ended, restarting from the checkpoint".* peer=(\w+)`)
+	reTxnFailed   = regexp.MustCompile(`msg="Kafka transaction failed: .*" .*cause=(\w+)`)
 )
 
 // supervisor runs walstream: it starts the process the faults kill, and
@@ -356,13 +374,20 @@ func (s *supervisor) replaysSkipped() (logged, scraped int64) {
 }
 
 // sessionRestarts counts walstream's own session restarts by peer.
-func (s *supervisor) sessionRestarts() map[string]int {
+func (s *supervisor) sessionRestarts() map[string]int { return s.count(reSessionEnds) }
+
+// txnFailures counts the Kafka transaction failures walstream logged, by
+// cause.
+func (s *supervisor) txnFailures() map[string]int { return s.count(reTxnFailed) }
+
+// count counts the first submatch of re over every process's log.
+func (s *supervisor) count(re *regexp.Regexp) map[string]int {
 	s.mu.Lock()
 	all := append([]*wsProc(nil), s.all...)
 	s.mu.Unlock()
 	n := make(map[string]int)
 	for _, p := range all {
-		for _, m := range reSessionEnds.FindAllStringSubmatch(p.Log(), -1) {
+		for _, m := range re.FindAllStringSubmatch(p.Log(), -1) {
 			n[m[1]]++
 		}
 	}

@@ -16,6 +16,7 @@ import (
 // Kinds of failure, the label of walstream_errors_total.
 const (
 	kindEpochBumped   = "epoch_bumped"
+	kindTxnAborted    = "transaction_aborted"
 	kindBadInput      = "bad_input"
 	kindSlotAhead     = "slot_ahead"
 	kindSlotMissing   = "slot_missing"
@@ -62,6 +63,7 @@ func classifyFailure(err error) failure {
 	var dv *DivergedError
 	var sk *SharedKeyError
 	var re *publish.RegistryError
+	var aborted *publish.AbortedError
 	switch {
 	case errors.As(err, &sk):
 		return failure{peerKafka, kindSharedKey, true}
@@ -74,6 +76,11 @@ func classifyFailure(err error) failure {
 		// transaction is aborted and the next one starts from the
 		// checkpoint once the registry answers.
 		return failure{peerRegistry, kindRegistry, false}
+	case errors.As(err, &aborted):
+		// Kafka aborted a transaction that outlived its timeout: a new
+		// session replays it. No other producer is involved, so it does
+		// not count towards a shared transactional id.
+		return failure{peerKafka, kindTxnAborted, false}
 	case errors.As(err, &dv):
 		// The kind is the verdict: phantoms, system_changed, off_history.
 		return failure{peerPostgres, dv.Placement.Verdict.String(), true}

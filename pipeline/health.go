@@ -95,6 +95,11 @@ type state struct {
 	// waiting, when set, says what walstream waits for before it can
 	// stream: a slot being created, a slot another process holds.
 	waiting atomic.Pointer[string]
+	// kafkaFailed is the last attempt that ended on a Kafka error;
+	// committed is when a Kafka transaction last committed (Unix
+	// nanoseconds).
+	kafkaFailed atomic.Pointer[failedAt]
+	committed   atomic.Int64
 }
 
 // probeResult is one Kafka probe: when it ended, and its error.
@@ -102,11 +107,34 @@ type probeResult struct {
 	at  time.Time
 	err error
 	ok  time.Time // the last successful probe, zero before the first
+	// unwritable are the partitions every transaction writes (the
+	// checkpoint topic's, the transaction coordinator's) that cannot take
+	// writes, in words.
+	unwritable []string
 }
 
-func (st *state) setLastErr(err error) {
+// failedAt is an error and when it happened.
+type failedAt struct {
+	at  time.Time
+	msg string
+}
+
+func (st *state) setLastErr(err error, kafka bool) {
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
 	st.lastErr.Store(&msg)
+	if kafka {
+		st.kafkaFailed.Store(&failedAt{time.Now(), msg})
+	}
+}
+
+// kafkaFailing says, when the last attempt ended on a Kafka error within
+// window of now and no Kafka transaction committed since, what it was.
+func (st *state) kafkaFailing(now time.Time, window time.Duration) string {
+	f := st.kafkaFailed.Load()
+	if f == nil || now.Sub(f.at) > window || time.Unix(0, st.committed.Load()).After(f.at) {
+		return ""
+	}
+	return fmt.Sprintf("the last Kafka transaction failed %s ago and none committed since: %s", now.Sub(f.at).Round(time.Second), f.msg)
 }
 
 // kafkaProblem says why Kafka is not known to answer at now: the last probe
@@ -120,6 +148,8 @@ func (st *state) kafkaProblem(now time.Time) string {
 		return fmt.Sprintf("Kafka does not answer: %s", strings.ReplaceAll(r.err.Error(), "\n", " "))
 	case now.Sub(r.ok) > readyWindow:
 		return fmt.Sprintf("Kafka last answered %s ago", now.Sub(r.ok).Round(time.Second))
+	case len(r.unwritable) > 0:
+		return "Kafka cannot take walstream's writes: " + strings.Join(r.unwritable, "; ")
 	}
 	return ""
 }
@@ -136,7 +166,7 @@ const (
 // probeKafka probes Kafka until ctx ends or stop is called, which waits for
 // the probing goroutine to end.
 func (p *Pipeline) probeKafka(ctx context.Context) (stop func()) {
-	pr, err := publish.NewProber(p.cfg.Kafka, p.log)
+	pr, err := publish.NewProber(p.cfg.Kafka, p.cfg.TransactionalID, p.log)
 	if err != nil {
 		p.state.kafka.Store(&probeResult{at: time.Now(), err: err})
 		return func() {}
@@ -151,11 +181,17 @@ func (p *Pipeline) probeKafka(ctx context.Context) (stop func()) {
 		for {
 			pctx, pcancel := context.WithTimeout(ctx, kafkaProbeTimeout)
 			err := pr.Probe(pctx)
+			var unwritable []string
+			if err == nil {
+				// An error here is no answer about the partitions, which
+				// the probe's own answer already covers.
+				unwritable, _ = pr.Unwritable(pctx, p.cfg.CheckpointTopic)
+			}
 			pcancel()
 			if ctx.Err() != nil {
 				return
 			}
-			r := &probeResult{at: time.Now(), err: err}
+			r := &probeResult{at: time.Now(), err: err, unwritable: unwritable}
 			if prev := p.state.kafka.Load(); prev != nil {
 				r.ok = prev.ok
 			}
@@ -223,7 +259,10 @@ func (p *Pipeline) Healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // Readyz succeeds while this instance streams, confirmed a position within
-// ReadyConfirmAge and Kafka answers its probes. With ?standby=1 it also
+// ReadyConfirmAge, Kafka answers its probes and can take its writes (the
+// partitions of the checkpoint topic and of the transaction coordinator
+// have a leader and enough in-sync replicas), and no Kafka transaction
+// failed lately without one committing since. With ?standby=1 it also
 // succeeds on a standby that could take over: within readyWindow, its last
 // attempt at the slot reached Postgres and found the slot held by another
 // walsender, and Kafka answered. Otherwise it answers 503 and why, on one
@@ -246,6 +285,8 @@ func (p *Pipeline) readiness(now time.Time, standbyOK bool) (code int, body stri
 			return http.StatusServiceUnavailable, fmt.Sprintf("streaming, but the last confirm was %s ago", age.Round(time.Second))
 		case kafka != "":
 			return http.StatusServiceUnavailable, "streaming, but " + kafka
+		case p.state.kafkaFailing(now, 2*p.cfg.CommitTimeout) != "":
+			return http.StatusServiceUnavailable, "streaming, but " + p.state.kafkaFailing(now, 2*p.cfg.CommitTimeout)
 		case standbyOK:
 			return http.StatusOK, "streaming"
 		}
@@ -256,6 +297,9 @@ func (p *Pipeline) readiness(now time.Time, standbyOK bool) (code int, body stri
 		why += ": " + *w
 	} else if e := p.state.lastErr.Load(); e != nil {
 		why += ": " + *e
+	}
+	if kafka != "" && !standbyOK {
+		why += "; " + kafka
 	}
 	if !standbyOK {
 		return http.StatusServiceUnavailable, why

@@ -172,6 +172,16 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 			in.Problems = append(in.Problems, err.Error())
 		}
 	}
+	// Asked whether the checkpoint could be read or not: with brokers
+	// down, a partition's new leader may not serve offsets yet, and this
+	// says why.
+	switch unwritable, err := publish.Unwritable(kctx, cfg.Kafka, cfg.TransactionalID, cfg.CheckpointTopic); {
+	case err != nil && in.KafkaErr == nil:
+		in.Warnings = append(in.Warnings, fmt.Sprintf("checking that Kafka can take walstream's writes: %v", err))
+	case len(unwritable) > 0:
+		in.Problems = append(in.Problems, "Kafka cannot take walstream's writes, so no transaction can commit until it can: "+strings.Join(unwritable, "; ")+
+			" (see docs/kafka.md, When Kafka cannot take writes)")
+	}
 	if in.Found && identified {
 		in.Placement = Place(in.Checkpoint, in.Server, history)
 		in.PhantomEvents = -1

@@ -180,7 +180,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		f := classifyFailure(err)
 		m.errors.WithLabelValues(f.kind).Inc()
-		p.state.setLastErr(err)
+		p.state.setLastErr(err, f.peer == peerKafka)
 		if f.permanent {
 			return err
 		}

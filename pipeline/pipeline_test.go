@@ -35,6 +35,9 @@ func TestClassifyFailure(t *testing.T) {
 		permanent bool
 	}{
 		{"epoch bumped", &epochBumpedError{fmt.Errorf("x: %w", publish.ErrFenced)}, peerKafka, kindEpochBumped, false},
+		// Not a fencing by anyone: it neither stops the stream nor counts
+		// towards a shared transactional id.
+		{"transaction aborted on timeout", onKafka(&publish.AbortedError{TransactionalID: "t", Err: kerr.InvalidProducerEpoch}), peerKafka, kindTxnAborted, false},
 		{"bad input", fmt.Errorf("slot s: %w", &decode.Error{Reason: "bad"}), peerPostgres, kindBadInput, true},
 		{"slot ahead", fmt.Errorf("%w: slot", ErrSlotAhead), peerPostgres, kindSlotAhead, true},
 		{"setup", &replication.SetupError{Object: "wal_level"}, peerPostgres, kindSetup, true},
@@ -250,6 +253,9 @@ func TestReadiness(t *testing.T) {
 	kafkaOK := &probeResult{at: now.Add(-time.Second), ok: now.Add(-time.Second)}
 	kafkaDown := &probeResult{at: now.Add(-time.Second), ok: now.Add(-5 * time.Second), err: errors.New("dial tcp 127.0.0.1:9092: connect: connection refused")}
 	kafkaStale := &probeResult{at: now.Add(-20 * time.Second), ok: now.Add(-20 * time.Second)}
+	kafkaUnwritable := &probeResult{at: now.Add(-time.Second), ok: now.Add(-time.Second),
+		unwritable: []string{"walstream.checkpoints-0: 1 of 3 replicas in sync, fewer than min.insync.replicas 2: Kafka refuses writes (NOT_ENOUGH_REPLICAS)"}}
+	flushFailed := errors.New("flushing Kafka transaction for checkpoint 0/10: context deadline exceeded")
 	confirmed := func() *checkpoint.Tracker {
 		tr := checkpoint.NewTracker(checkpoint.Checkpoint{LSN: 0x10}, true, pglogrepl.LSN(0x10))
 		tr.Confirm()
@@ -261,21 +267,29 @@ func TestReadiness(t *testing.T) {
 		standbyAt time.Time
 		kafka     *probeResult
 		lastErr   error
-		standby   bool
-		code      int
-		body      string
+		// kafkaFailed: lastErr came from Kafka, a moment ago.
+		kafkaFailed bool
+		standby     bool
+		code        int
+		body        string
 	}{
-		{"streaming", confirmed(), time.Time{}, kafkaOK, nil, false, 200, "ready"},
-		{"streaming, standby probe", confirmed(), time.Time{}, kafkaOK, nil, true, 200, "streaming"},
-		{"streaming, Kafka lost", confirmed(), time.Time{}, kafkaDown, nil, false, 503, "streaming, but Kafka does not answer: dial tcp"},
-		{"streaming, Kafka lost, standby probe", confirmed(), time.Time{}, kafkaDown, nil, true, 503, "Kafka does not answer"},
-		{"streaming, Kafka silent", confirmed(), time.Time{}, kafkaStale, nil, false, 503, "Kafka last answered 20s ago"},
-		{"streaming, never probed", confirmed(), time.Time{}, nil, nil, false, 503, "no answer from Kafka yet"},
-		{"standby", nil, now.Add(-time.Second), kafkaOK, errors.New("slot is active for PID 42"), true, 200, "standby"},
-		{"standby, plain readyz", nil, now.Add(-time.Second), kafkaOK, errors.New("slot is active for PID 42"), false, 503, "not streaming: slot is active for PID 42"},
-		{"standby, Kafka lost", nil, now.Add(-time.Second), kafkaDown, nil, true, 503, "standby, but Kafka does not answer"},
-		{"standby, slot attempt too old", nil, now.Add(-11 * time.Second), kafkaOK, nil, true, 503, "no standby"},
-		{"neither", nil, time.Time{}, kafkaOK, errors.New("connecting to h:5432:\nrefused"), true, 503, "not streaming: connecting to h:5432: refused"},
+		{"streaming", confirmed(), time.Time{}, kafkaOK, nil, false, false, 200, "ready"},
+		{"streaming, standby probe", confirmed(), time.Time{}, kafkaOK, nil, false, true, 200, "streaming"},
+		{"streaming, Kafka lost", confirmed(), time.Time{}, kafkaDown, nil, false, false, 503, "streaming, but Kafka does not answer: dial tcp"},
+		{"streaming, Kafka lost, standby probe", confirmed(), time.Time{}, kafkaDown, nil, false, true, 503, "Kafka does not answer"},
+		{"streaming, Kafka silent", confirmed(), time.Time{}, kafkaStale, nil, false, false, 503, "Kafka last answered 20s ago"},
+		{"streaming, never probed", confirmed(), time.Time{}, nil, nil, false, false, 503, "no answer from Kafka yet"},
+		{"streaming, Kafka cannot take writes", confirmed(), time.Time{}, kafkaUnwritable, nil, false, false, 503,
+			"streaming, but Kafka cannot take walstream's writes: walstream.checkpoints-0: 1 of 3 replicas in sync, fewer than min.insync.replicas 2"},
+		{"streaming, a Kafka transaction failed since the last commit", confirmed(), time.Time{}, kafkaOK, flushFailed, true, false, 503,
+			"streaming, but the last Kafka transaction failed 0s ago and none committed since: flushing Kafka transaction"},
+		{"not streaming, Kafka cannot take writes", nil, time.Time{}, kafkaUnwritable, flushFailed, true, false, 503,
+			"not streaming: flushing Kafka transaction for checkpoint 0/10: context deadline exceeded; Kafka cannot take walstream's writes: walstream.checkpoints-0"},
+		{"standby", nil, now.Add(-time.Second), kafkaOK, errors.New("slot is active for PID 42"), false, true, 200, "standby"},
+		{"standby, plain readyz", nil, now.Add(-time.Second), kafkaOK, errors.New("slot is active for PID 42"), false, false, 503, "not streaming: slot is active for PID 42"},
+		{"standby, Kafka lost", nil, now.Add(-time.Second), kafkaDown, nil, false, true, 503, "standby, but Kafka does not answer"},
+		{"standby, slot attempt too old", nil, now.Add(-11 * time.Second), kafkaOK, nil, false, true, 503, "no standby"},
+		{"neither", nil, time.Time{}, kafkaOK, errors.New("connecting to h:5432:\nrefused"), false, true, 503, "not streaming: connecting to h:5432: refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := New(Config{StatusInterval: time.Second, CommitTimeout: time.Second, ReadyConfirmAge: time.Minute},
@@ -290,7 +304,7 @@ func TestReadiness(t *testing.T) {
 				p.state.kafka.Store(tc.kafka)
 			}
 			if tc.lastErr != nil {
-				p.state.setLastErr(tc.lastErr)
+				p.state.setLastErr(tc.lastErr, tc.kafkaFailed)
 			}
 			target := "/readyz"
 			if tc.standby {

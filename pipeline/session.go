@@ -158,7 +158,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	// ever confirmed.
 	tracker := checkpoint.NewTracker(cp, inKafka, slot.ConfirmedFlush)
 	tracker.ServerWALEnd(srv.XLogPos)
-	prod.Start(confirmOnCommit{tracker, stream})
+	prod.Start(confirmOnCommit{tracker, stream, s.state})
 	q := publish.NewQueue(int64(cfg.QueueBytes))
 	in := &feed{
 		dec: decode.New(decode.Config{
@@ -287,16 +287,26 @@ func ownSystem(cp checkpoint.Checkpoint, srv replication.Server) bool {
 	return !cp.Identity.Known() || cp.Identity.SystemID == srv.SystemID
 }
 
-// whoFenced tells a real takeover from a bumped epoch. An instance fences
-// only after it holds the slot, so if no other walsender holds it, the
-// epoch was bumped by the broker (a restart, or a transaction timeout) and
-// a new session may go on; otherwise this instance must stop.
+// whoFenced tells a takeover of this slot from other fencings. An instance
+// fences only after it holds the slot, so if another walsender holds it,
+// another instance took over and this one must stop. Otherwise a new
+// session may go on: the producer that fenced this one streams another
+// slot with the same transactional id (a run of such fencings stops the
+// stream, see SharedIDError), or the coordinator could not be asked and a
+// broker may have bumped the epoch (the devbroker does on restart).
 func (s *session) whoFenced(ctx context.Context, conn *pgx.Conn, ownPID uint32, err error) error {
 	slot, ok, lerr := replication.LookupSlot(context.WithoutCancel(ctx), conn, s.cfg.Names.Slot)
 	if lerr == nil && ok && slot.ActivePID != nil && uint32(*slot.ActivePID) != ownPID {
 		return fmt.Errorf("%w; slot %q is now streamed by walsender pid %d", err, s.cfg.Names.Slot, *slot.ActivePID)
 	}
-	s.log.Warn("producer epoch bumped while no other instance holds the slot (broker restart or transaction timeout); restarting", "err", err)
+	var fe *publish.FencedError
+	if errors.As(err, &fe) && fe.Known {
+		s.log.Warn("another producer initialized the transactional id while this instance holds the slot; restarting "+
+			"(if it happens again, another stream uses the same transactional id)", "transactional_id", fe.TransactionalID, "err", err)
+	} else {
+		s.log.Warn("producer epoch bumped while no other instance holds the slot (a broker restart, a transaction timeout, "+
+			"or another stream with the same transactional id); restarting", "err", err)
+	}
 	return &epochBumpedError{err}
 }
 
@@ -456,12 +466,14 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, sr
 type confirmOnCommit struct {
 	*checkpoint.Tracker
 	stream *replication.Stream
+	state  *state // told when, for readiness
 }
 
 func (c confirmOnCommit) Committed(cp checkpoint.Checkpoint, events int, newest time.Time) error {
 	if err := c.Tracker.Committed(cp, events, newest); err != nil {
 		return err
 	}
+	c.state.committed.Store(time.Now().UnixNano())
 	c.stream.ConfirmSoon()
 	return nil
 }

@@ -15,16 +15,18 @@ import (
 // transactional id and never produces: a probe must never initialize a
 // producer id, which would fence the instance that streams.
 type Prober struct {
-	client *kgo.Client
+	client   *kgo.Client
+	writable *writability
 }
 
-// NewProber creates a prober; it connects on the first Probe.
-func NewProber(conn KafkaSettings, log *slog.Logger) (*Prober, error) {
+// NewProber creates a prober for the stream of transactionalID; it
+// connects on the first Probe.
+func NewProber(conn KafkaSettings, transactionalID string, log *slog.Logger) (*Prober, error) {
 	cl, err := kgo.NewClient(append(conn.opts(), kgo.WithLogger(newQuietLogger(kslog.New(log.With("component", "kafka-probe")))))...)
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}
-	return &Prober{client: cl}, nil
+	return &Prober{client: cl, writable: newWritability(cl, transactionalID)}, nil
 }
 
 // Probe sends one metadata request for no topic and reports whether a
@@ -36,6 +38,15 @@ func (p *Prober) Probe(ctx context.Context) error {
 		return fmt.Errorf("requesting Kafka metadata: %w", err)
 	}
 	return nil
+}
+
+// Unwritable lists, in words, the partitions of topics, and the
+// transaction state partition of the stream's transactional id, that cannot
+// take writes now: without a leader, or with fewer in-sync replicas than
+// min.insync.replicas. Kafka answers metadata requests then, yet no
+// transaction of walstream's can commit.
+func (p *Prober) Unwritable(ctx context.Context, topics ...string) ([]string, error) {
+	return p.writable.check(ctx, topics...)
 }
 
 // Close releases the client.

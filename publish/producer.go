@@ -155,16 +155,24 @@ var _ positions = (*checkpoint.Tracker)(nil)
 // Producer publishes transactions from a Queue. Run owns every field below
 // the client; the produce callbacks only touch produceErr.
 type Producer struct {
-	cfg     Config
-	log     *slog.Logger
-	opts    []kgo.Opt // connection options, shared with the checkpoint reader
-	client  *kgo.Client
-	router  *Router
-	topics  *topicCreator
-	tracker positions
-	metrics *Metrics
-	hook    func(point string)
-	inTxn   bool
+	cfg    Config
+	log    *slog.Logger
+	opts   []kgo.Opt // connection options, shared with the checkpoint reader
+	client *kgo.Client
+	router *Router
+	topics *topicCreator
+	// writable names the partitions that cannot take writes, for the
+	// error of a Kafka operation that failed.
+	writable *writability
+	tracker  positions
+	metrics  *Metrics
+	hook     func(point string)
+	inTxn    bool
+	began    time.Time // when the open Kafka transaction began
+	// pid and epoch are the producer id and epoch the open transaction
+	// runs at; epoch is -1 when unknown.
+	pid     int64
+	epoch   int16
 	failed  bool // a Kafka operation failed: never abort then (see abort)
 	records int
 	bytes   int
@@ -178,6 +186,18 @@ type Producer struct {
 
 	errMu      sync.Mutex
 	produceErr error
+	// written is where the open transaction's checkpoint record was
+	// written, once Kafka acknowledged it.
+	written recordAt
+	// reader reads checkpoint records back (visible), created at the
+	// first commit.
+	reader *kgo.Client
+}
+
+// recordAt is a record's partition and offset; offset -1 while unknown.
+type recordAt struct {
+	partition int32
+	offset    int64
 }
 
 // New creates a producer. hook, if not nil, is called at named points of a
@@ -194,7 +214,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 	p.opts = append(cfg.Kafka.opts(), kgo.WithLogger(newQuietLogger(kslog.New(log.With("component", "kafka")))))
 	p.client, err = kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)],
 		kgo.TransactionalID(cfg.TransactionalID),
-		kgo.TransactionTimeout(max(cfg.CommitTimeout*2, 10*time.Second)),
+		kgo.TransactionTimeout(transactionTimeout(cfg.CommitTimeout)),
 		// Kafka's own murmur2 key hashing: the partition of an aggregate is
 		// the one any Java producer would pick.
 		kgo.RecordPartitioner(newPartitioner()),
@@ -212,12 +232,18 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}
 	p.topics = newTopicCreator(p.client, cfg.TopicCreation, log)
+	p.writable = newWritability(p.client, cfg.TransactionalID)
 	return p, nil
 }
 
 // Close releases the client. An open transaction is aborted by the broker
 // when the next instance initializes the producer id, or on timeout.
-func (p *Producer) Close() { p.client.Close() }
+func (p *Producer) Close() {
+	p.client.Close()
+	if p.reader != nil {
+		p.reader.Close()
+	}
+}
 
 // Fence initializes the producer id. That bumps the epoch of the
 // transactional id, so an older instance still holding it can no longer
@@ -225,7 +251,7 @@ func (p *Producer) Close() { p.client.Close() }
 // the checkpoint in Kafka final.
 func (p *Producer) Fence(ctx context.Context) error {
 	if _, _, err := p.client.ProducerID(ctx); err != nil {
-		return p.markPermanent(fmt.Errorf("initializing producer id for transactional id %s: %w", p.cfg.TransactionalID, err))
+		return p.fail(ctx, fmt.Errorf("initializing producer id for transactional id %s: %w", p.cfg.TransactionalID, err))
 	}
 	return nil
 }
@@ -414,10 +440,10 @@ func (p *Producer) stuck(ctx context.Context, err error) error {
 		cctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
 		defer cancel()
 		if ferr := p.client.Flush(cctx); ferr != nil {
-			return p.markPermanent(fmt.Errorf("flushing the records before %w: %w", err, ferr))
+			return p.fail(ctx, fmt.Errorf("flushing the records before %w: %w", err, ferr))
 		}
 		if perr := p.takeProduceErr(); perr != nil {
-			return p.markPermanent(perr)
+			return p.fail(ctx, perr)
 		}
 	}
 	return err
@@ -428,9 +454,20 @@ func (p *Producer) begin() error {
 		return nil
 	}
 	if err := p.client.BeginTransaction(); err != nil {
-		return fmt.Errorf("beginning Kafka transaction: %w", err)
+		return p.fail(context.Background(), fmt.Errorf("beginning Kafka transaction: %w", err))
 	}
-	p.inTxn = true
+	p.inTxn, p.began = true, time.Now()
+	// The producer id is loaded (Fence did, and a commit under transaction
+	// version 2 stores the epoch it bumped to), so this asks nothing of
+	// Kafka. It is kept to tell, should the transaction fail, whether the
+	// coordinator aborted it: a failed producer id cannot be read without
+	// re-initializing it, which would bump the epoch once more.
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CommitTimeout)
+	defer cancel()
+	var err error
+	if p.pid, p.epoch, err = p.client.ProducerID(ctx); err != nil {
+		p.epoch = -1
+	}
 	return nil
 }
 
@@ -450,6 +487,9 @@ func (p *Producer) flush(ctx context.Context) error {
 	}
 	cp := p.pos
 	cp.Notes = &notes
+	p.errMu.Lock()
+	p.written = recordAt{offset: -1}
+	p.errMu.Unlock()
 	p.produce(ctx, &kgo.Record{
 		Topic: p.cfg.CheckpointTopic,
 		Key:   []byte(p.cfg.CheckpointKey),
@@ -460,17 +500,20 @@ func (p *Producer) flush(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
 	defer cancel()
 	if err := p.client.Flush(cctx); err != nil {
-		return p.markPermanent(fmt.Errorf("flushing Kafka transaction for checkpoint %s: %w", p.pos, err))
+		return p.fail(ctx, fmt.Errorf("flushing Kafka transaction for checkpoint %s: %w", p.pos, err))
 	}
 	if err := p.takeProduceErr(); err != nil {
-		return p.markPermanent(err)
+		return p.fail(ctx, err)
 	}
 	p.hook("before-commit")
 	if err := p.client.EndTransaction(cctx, kgo.TryCommit); err != nil {
-		return p.markPermanent(fmt.Errorf("committing Kafka transaction for checkpoint %s: %w", p.pos, err))
+		return p.fail(ctx, fmt.Errorf("committing Kafka transaction for checkpoint %s: %w", p.pos, err))
 	}
 	p.inTxn = false
 	p.hook("after-commit")
+	if err := p.visible(ctx); err != nil {
+		return p.fail(ctx, err)
+	}
 	var newest time.Time
 	if len(p.batch) > 0 {
 		newest = p.batch[len(p.batch)-1].CommitTime
@@ -500,8 +543,13 @@ func (p *Producer) reset() {
 // Tx the open batch holds until the transaction ends.
 func (p *Producer) produce(ctx context.Context, rec *kgo.Record, ev *decode.Identity) {
 	p.client.Produce(ctx, rec, func(r *kgo.Record, err error) {
-		if err != nil {
+		switch {
+		case err != nil:
 			p.onProduced(r, ev, err)
+		case ev == nil:
+			p.errMu.Lock()
+			p.written = recordAt{r.Partition, r.Offset}
+			p.errMu.Unlock()
 		}
 	})
 }
@@ -552,13 +600,11 @@ func (p *Producer) abort(ctx context.Context) {
 }
 
 // markPermanent wraps the franz-go errors that no retry can fix in the
-// errors Permanent reports.
+// errors Permanent reports; fail tells fencings apart.
 func (p *Producer) markPermanent(err error) error {
 	switch {
 	case errors.Is(err, ErrAuthorization):
 		return err
-	case errors.Is(err, kerr.ProducerFenced), errors.Is(err, kerr.InvalidProducerEpoch):
-		return fmt.Errorf("%w (transactional id %s): %w", ErrFenced, p.cfg.TransactionalID, err)
 	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
 		return fmt.Errorf("%w: the principal needs the Write ACL on transactional id %s: %w", ErrAuthorization, p.cfg.TransactionalID, err)
 	}
@@ -672,6 +718,7 @@ type Metrics struct {
 	committedLSN prometheus.Gauge
 	deadLetters  prometheus.Counter
 	registry     *registryMetrics
+	txnFailures  *prometheus.CounterVec
 	// kafka are franz-go's client metrics. kprom allows one client at a
 	// time, so only the producer's client reports them.
 	kafka *kafkaMetrics
@@ -699,12 +746,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "walstream_committed_lsn", Help: "Position committed in Kafka, as a WAL byte offset."}),
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walstream_dead_lettered_total", Help: "Events committed to the dead-letter topic instead of their own."}),
+		txnFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "walstream_kafka_transaction_failures_total",
+			Help: "Kafka transaction operations that failed (initializing the producer, producing, committing), by cause: " +
+				"aborted_by_coordinator, fenced, not_enough_replicas, no_leader, coordinator_unavailable, concurrent_transactions, " +
+				"invalid_txn_state, transaction_abortable, commit_not_visible, timeout, unreachable, refused, other."}, []string{"cause"}),
 	}
 	m.transactions.WithLabelValues("committed")
 	m.transactions.WithLabelValues("aborted")
 	m.kafka = &kafkaMetrics{m: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))}
 	m.registry = newRegistryMetrics(reg)
-	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters)
+	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters, m.txnFailures)
 	return m
 }
 
@@ -740,6 +792,12 @@ func (m *Metrics) hooks() []kgo.Hook {
 		return nil
 	}
 	return []kgo.Hook{m.kafka}
+}
+
+func (m *Metrics) txnFailed(cause string) {
+	if m != nil {
+		m.txnFailures.WithLabelValues(cause).Inc()
+	}
 }
 
 func (m *Metrics) aborted() {

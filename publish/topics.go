@@ -180,7 +180,10 @@ func describeCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string) 
 		st.Weaker = append(st.Weaker, fmt.Sprintf("min.insync.replicas %d, want %d", st.MinInSync, minISR))
 	}
 	if st.MinInSync > st.ReplicationFactor {
-		st.Weaker = append(st.Weaker, fmt.Sprintf("min.insync.replicas %d is over the replication factor %d: no commit can succeed", st.MinInSync, st.ReplicationFactor))
+		// Apache Kafka (3.9 and 4.x alike) caps it at the replica count:
+		// every replica must be in sync, and one that is not stops commits.
+		st.Weaker = append(st.Weaker, fmt.Sprintf("min.insync.replicas %d is over the replication factor %d: Kafka caps it there, so every commit waits for all %d replicas, and one out of sync stops the stream",
+			st.MinInSync, st.ReplicationFactor, st.ReplicationFactor))
 	}
 	return st, nil
 }

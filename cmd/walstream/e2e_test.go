@@ -115,20 +115,19 @@ func newEnv(t *testing.T, opts ...testenv.Option) *env {
 // newEnvOn is newEnv on a broker of the given kind.
 func newEnvOn(t *testing.T, kind testenv.BrokerKind, opts ...testenv.Option) *env {
 	t.Helper()
-	return startEnv(t, kind, outboxDDL, opts...)
+	return startEnv(t, testenv.StartBrokerAsync(t, kind), outboxDDL, opts...)
 }
 
 // newEnvWith is newEnv with an outbox table of its own.
 func newEnvWith(t *testing.T, ddl string, opts ...testenv.Option) *env {
 	t.Helper()
-	return startEnv(t, testenv.TestBroker(), ddl, opts...)
+	return startEnv(t, testenv.StartBrokerAsync(t, testenv.TestBroker()), ddl, opts...)
 }
 
-// startEnv starts Postgres with the outbox table ddl creates, and a broker
-// of the given kind, started while Postgres starts.
-func startEnv(t *testing.T, kind testenv.BrokerKind, ddl string, opts ...testenv.Option) *env {
+// startEnv starts Postgres with the outbox table ddl creates, and waits for
+// the broker that broker returns, started while Postgres starts.
+func startEnv(t *testing.T, broker func() testenv.Broker, ddl string, opts ...testenv.Option) *env {
 	t.Helper()
-	broker := testenv.StartBrokerAsync(t, kind)
 	e := &env{t: t, pg: testenv.StartPostgres(t, opts...)}
 	e.kafka = broker()
 	e.broker = e.kafka.Addr()
@@ -414,9 +413,33 @@ func streamsExactlyOnce(t *testing.T, major int) {
 // after a Kafka commit, before Postgres hears of it, once in a run of whole
 // transactions and once inside a transaction split over Kafka
 // transactions. The restart replays from the slot, the checkpoint filter
-// drops what Kafka has, and nothing is lost or duplicated.
+// drops what Kafka has, and nothing is lost or duplicated. It runs on every
+// transaction protocol walstream meets: Kafka 4.x with transaction version
+// 2, 1 and 0, and Kafka 3.9 (see crashKinds).
 func TestCrashBetweenKafkaCommitAndAck(t *testing.T) {
-	e := newEnv(t)
+	for _, kind := range crashKinds() {
+		t.Run(string(kind), func(t *testing.T) { crashBetweenKafkaCommitAndAck(t, kind) })
+	}
+}
+
+// crashKinds are the brokers the crash test runs on: the tests' broker
+// and, when that is Apache Kafka 4.x, the classic transaction protocol on
+// 4.x (transaction versions 1 and 0) and on Kafka 3.9. Only this test runs
+// on them: it is the one that sees a commit, a crash and a replay meet.
+func crashKinds() []testenv.BrokerKind {
+	if kind := testenv.TestBroker(); kind != testenv.BrokerKafka {
+		return []testenv.BrokerKind{kind}
+	}
+	return testenv.KafkaKinds()
+}
+
+func crashBetweenKafkaCommitAndAck(t *testing.T, kind testenv.BrokerKind) {
+	e := newEnvOn(t, kind)
+	if want, ok := map[testenv.BrokerKind]int16{testenv.BrokerKafka: 2, testenv.BrokerKafkaTV1: 1, testenv.BrokerKafkaTV0: 0, testenv.BrokerKafka39: 0}[kind]; ok {
+		if got := transactionVersion(t, e.broker); got != want {
+			t.Fatalf("%s runs transaction.version %d, want %d", e.kafka, got, want)
+		}
+	}
 	seq := 0
 	// Backlog first, so the crash lands in the middle of it.
 	e.start(nil).streaming(t).stop()
@@ -444,6 +467,27 @@ func TestCrashBetweenKafkaCommitAndAck(t *testing.T) {
 		t.Errorf("the restart skipped no replayed events; the crash should have left committed events unconfirmed:\n%s", p.Log())
 	}
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
+}
+
+// transactionVersion is the cluster's finalized transaction.version, from
+// ApiVersions: 0 where the feature is not finalized (Kafka 3.9).
+func transactionVersion(t *testing.T, broker string) int16 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(broker, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatalf("asking %s for its API versions: %v", broker, err)
+	}
+	for _, f := range resp.FinalizedFeatures {
+		if f.Name == "transaction.version" {
+			return f.MaxVersionLevel
+		}
+	}
+	return 0
 }
 
 // TestIdleOutboxDoesNotPinWAL: while the outbox is quiet and another table
@@ -661,27 +705,52 @@ func TestSurvivesRestartsAndCuts(t *testing.T) {
 	}, "postgres", "kafka")
 }
 
-// TestKafkaCommitRefused: the broker refuses a Kafka commit
-// (INVALID_TXN_STATE); walstream aborts, restarts its session from the
-// checkpoint and every row arrives once. It runs on kfake: only kfake can
-// answer one request of walstream's with an error.
+// TestKafkaCommitRefused: the broker answers a Kafka commit (EndTxn) with
+// an error. Those franz-go retries by itself (CONCURRENT_TRANSACTIONS after
+// a restart, COORDINATOR_LOAD_IN_PROGRESS after a coordinator moved) cost a
+// moment and nothing else. The others (INVALID_TXN_STATE, and
+// TRANSACTION_ABORTABLE, which KIP-890 brokers return for a transaction
+// that must be aborted) fail the commit: walstream logs the cause, counts
+// it, restarts its session from the checkpoint, and every row arrives once.
+// It runs on kfake: only kfake can answer one request of walstream's with
+// an error.
 func TestKafkaCommitRefused(t *testing.T) {
 	e := newEnvOn(t, testenv.BrokerKfake)
-	var refused atomic.Bool
-	survives(t, e, []fault{{"kafka commit refused", func() {
-		e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-			r := req.(*kmsg.EndTxnRequest)
-			if !r.Commit {
-				return nil, nil, false
-			}
-			refused.Store(true)
-			resp := r.ResponseKind().(*kmsg.EndTxnResponse)
-			resp.ErrorCode = kerr.InvalidTxnState.Code
-			return resp, nil, true
-		})
-	}}}, "kafka")
-	if !refused.Load() {
-		t.Error("the injected EndTxn refusal never ran")
+	var answered atomic.Int32
+	refuse := func(code int16) func() {
+		return func() {
+			e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				r := req.(*kmsg.EndTxnRequest)
+				if !r.Commit {
+					return nil, nil, false
+				}
+				answered.Add(1)
+				resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+				resp.ErrorCode = code
+				return resp, nil, true
+			})
+		}
+	}
+	p := survives(t, e, []fault{
+		{"CONCURRENT_TRANSACTIONS", refuse(kerr.ConcurrentTransactions.Code)},
+		{"COORDINATOR_LOAD_IN_PROGRESS", refuse(kerr.CoordinatorLoadInProgress.Code)},
+		{"INVALID_TXN_STATE", refuse(kerr.InvalidTxnState.Code)},
+		{"TRANSACTION_ABORTABLE", refuse(kerr.TransactionAbortable.Code)},
+	}, "kafka")
+	if got := answered.Load(); got != 4 {
+		t.Errorf("%d injected EndTxn errors answered, want 4", got)
+	}
+	failed := grepLines(p.Log(), "Kafka transaction failed")
+	for _, want := range []string{
+		`Kafka transaction failed: the transaction coordinator refused the transaction's state change" slot=walstream cause=invalid_txn_state`,
+		`Kafka transaction failed: the broker asked for the transaction to be aborted" slot=walstream cause=transaction_abortable`,
+	} {
+		if !strings.Contains(failed, want) {
+			t.Errorf("no %q logged:\n%s", want, failed)
+		}
+	}
+	if n := strings.Count(failed, "\n") + 1; failed == "" || n != 2 {
+		t.Errorf("%d Kafka transaction failures logged, want 2 (franz-go retries the other two):\n%s", n, failed)
 	}
 }
 
@@ -694,7 +763,7 @@ type fault struct {
 // survives runs walstream under load through each fault in turn, waits
 // until the slot confirms everything after each, checks that every row
 // arrived once, and that a session ended and restarted for each peer named.
-func survives(t *testing.T, e *env, faults []fault, peers ...string) {
+func survives(t *testing.T, e *env, faults []fault, peers ...string) *proc {
 	t.Helper()
 	p := e.start([]string{"--max-batch-events", "200"}).streaming(t)
 	seq := 0
@@ -717,4 +786,5 @@ func survives(t *testing.T, e *env, faults []fault, peers ...string) {
 			t.Errorf("no session restart attributed to %s:\n%s", peer, grepLines(log, "session ended"))
 		}
 	}
+	return p
 }

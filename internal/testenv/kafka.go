@@ -97,6 +97,14 @@ type KafkaConfig struct {
 	// 1 (when 0), or 3 for a cluster with replication factor 3,
 	// min.insync.replicas=2 and no unclean leader election.
 	Nodes int
+	// Controllers adds that many controller-only nodes (KRaft voters
+	// without a broker) to the quorum the Nodes form. Three nodes alone
+	// lose their quorum when two are down: with no active controller no
+	// leader is elected and no ISR shrinks, so the last broker times
+	// produce requests out instead of refusing them NOT_ENOUGH_REPLICAS.
+	// With two controllers beside three nodes, five voters, the quorum
+	// survives two brokers down.
+	Controllers int
 	// Features are `StorageTool format --feature` values, e.g.
 	// "transaction.version=1": a 4.x cluster formatted without one runs
 	// transaction version 2.
@@ -105,8 +113,8 @@ type KafkaConfig struct {
 	// "auto.create.topics.enable": "false".
 	Props map[string]string
 	// Advertise, when set, gives the address clients are told for a
-	// node's client listener (a proxy in front of it); the node listens on
-	// its own port either way.
+	// broker's client listener (a proxy in front of it); the broker listens
+	// on its own port either way.
 	Advertise func(node int) string
 	// Heap is the JVM's -Xmx; 512m when empty.
 	Heap string
@@ -165,10 +173,11 @@ func (s *KafkaSecurity) protocol() string {
 // JVM child process with its data in a folder of its own, so that a node
 // can be stopped, killed, paused and started again with its data.
 type Kafka struct {
-	Version string // the Apache Kafka release
-	Dir     string
-	nodes   []*KafkaNode
-	cfg     KafkaConfig
+	Version     string // the Apache Kafka release
+	Dir         string
+	nodes       []*KafkaNode // the brokers
+	controllers []*KafkaNode // controller-only nodes
+	cfg         KafkaConfig
 }
 
 // KafkaNode is one node of a Kafka cluster.
@@ -180,6 +189,9 @@ type KafkaNode struct {
 	SecurePort int
 	// ControllerPort is the KRaft controller listener's.
 	ControllerPort int
+	// ControllerOnly: a KRaft voter without a broker, which serves no
+	// clients (Port is 0).
+	ControllerOnly bool
 	dir            string
 	java           []string // the command line, less the properties file
 	out            io.Writer
@@ -208,7 +220,7 @@ func StartKafka(t testing.TB, cfg KafkaConfig) *Kafka {
 
 // logNodes shows the end of each node's log, for a failed test.
 func (k *Kafka) logNodes(t testing.TB) {
-	for _, n := range k.nodes {
+	for _, n := range k.all() {
 		if p := n.proc(); p != nil {
 			t.Logf("kafka node %d log (last 40 lines):\n%s", n.ID, p.LastLines(40))
 		}
@@ -261,13 +273,17 @@ func LaunchKafka(ctx context.Context, cfg KafkaConfig) (*Kafka, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("writing Kafka's log configuration: %w", err)
 	}
-	for id := 1; id <= cfg.Nodes; id++ {
-		n := &KafkaNode{ID: id, dir: filepath.Join(dir, fmt.Sprintf("node%d", id)), out: cfg.Output}
+	for id := 1; id <= cfg.Nodes+cfg.Controllers; id++ {
+		n := &KafkaNode{ID: id, ControllerOnly: id > cfg.Nodes, dir: filepath.Join(dir, fmt.Sprintf("node%d", id)), out: cfg.Output}
 		n.java = append(append([]string{java, "-Xms" + heap, "-Xmx" + heap}, jvm...),
 			"-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
 			"-Dlog4j2.configurationFile=file:"+log4j, "-Dkafka.logs.dir="+filepath.Join(n.dir, "logs"),
 			"-cp", libs+"/*")
-		k.nodes = append(k.nodes, n)
+		if n.ControllerOnly {
+			k.controllers = append(k.controllers, n)
+		} else {
+			k.nodes = append(k.nodes, n)
+		}
 	}
 	if err := k.firstStart(ctx); err != nil {
 		k.Close()
@@ -315,7 +331,7 @@ func (k *Kafka) firstStart(ctx context.Context) error {
 			return err
 		}
 		k.Stop(syscall.SIGKILL)
-		for _, n := range k.nodes {
+		for _, n := range k.all() {
 			if rerr := os.RemoveAll(n.dir); rerr != nil {
 				return errors.Join(err, rerr)
 			}
@@ -326,10 +342,12 @@ func (k *Kafka) firstStart(ctx context.Context) error {
 // format writes each node's server.properties on new ports and formats its
 // storage with one cluster id.
 func (k *Kafka) format(ctx context.Context) error {
-	for _, n := range k.nodes {
+	for _, n := range k.all() {
 		var err error
-		if n.Port, err = PickPort(); err != nil {
-			return err
+		if !n.ControllerOnly {
+			if n.Port, err = PickPort(); err != nil {
+				return err
+			}
 		}
 		if n.ControllerPort, err = PickPort(); err != nil {
 			return err
@@ -344,7 +362,7 @@ func (k *Kafka) format(ctx context.Context) error {
 		return err
 	}
 	id := clusterID()
-	for _, n := range k.nodes {
+	for _, n := range k.all() {
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return fmt.Errorf("creating the folder of Kafka node %d: %w", n.ID, err)
 		}
@@ -401,11 +419,11 @@ func (k *Kafka) serverProps(n *KafkaNode) string {
 		rf, isr = "3", "2"
 	}
 	var voters []string
-	for _, o := range k.nodes {
+	for _, o := range k.all() {
 		voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", o.ID, o.ControllerPort))
 	}
 	advertised := fmt.Sprintf("127.0.0.1:%d", n.Port)
-	if k.cfg.Advertise != nil {
+	if k.cfg.Advertise != nil && !n.ControllerOnly {
 		advertised = k.cfg.Advertise(n.ID)
 	}
 	props := map[string]string{
@@ -441,7 +459,22 @@ func (k *Kafka) serverProps(n *KafkaNode) string {
 	if sec := k.cfg.Security; sec != nil {
 		k.secureProps(props, n, sec)
 	}
-	maps.Copy(props, k.cfg.Props)
+	if n.ControllerOnly {
+		// A controller-only node keeps the cluster's settings: the
+		// active controller applies the topic defaults, unclean leader
+		// election and leader rebalancing, whichever node it is.
+		props["process.roles"] = "controller"
+		props["listeners"] = fmt.Sprintf("CONTROLLER://127.0.0.1:%d", n.ControllerPort)
+		delete(props, "advertised.listeners")
+		delete(props, "inter.broker.listener.name")
+	}
+	return propsText(props, k.cfg.Props)
+}
+
+// propsText is a properties file of props, with over's values replacing
+// theirs.
+func propsText(props, over map[string]string) string {
+	maps.Copy(props, over)
 	var b strings.Builder
 	for _, key := range slices.Sorted(maps.Keys(props)) {
 		fmt.Fprintf(&b, "%s=%s\n", key, props[key])
@@ -528,17 +561,27 @@ func (k *Kafka) Addr() string {
 	return strings.Join(addrs, ",")
 }
 
-// Nodes are the cluster's nodes, by id from 1.
+// Nodes are the cluster's brokers, by id from 1.
 func (k *Kafka) Nodes() []*KafkaNode { return k.nodes }
 
-// Node is the node with the given id.
-func (k *Kafka) Node(id int) *KafkaNode { return k.nodes[id-1] }
+// Controllers are the cluster's controller-only nodes, numbered after the
+// brokers.
+func (k *Kafka) Controllers() []*KafkaNode { return k.controllers }
+
+// all are the brokers and the controller-only nodes.
+func (k *Kafka) all() []*KafkaNode { return append(slices.Clip(k.nodes), k.controllers...) }
+
+// Node is the node with the given id, a broker or a controller.
+func (k *Kafka) Node(id int) *KafkaNode { return k.all()[id-1] }
 
 // String names the release and the transaction protocol it runs.
 func (k *Kafka) String() string {
 	s := "Apache Kafka " + k.Version
 	if len(k.nodes) > 1 {
 		s += fmt.Sprintf(", %d nodes", len(k.nodes))
+	}
+	if len(k.controllers) > 0 {
+		s += fmt.Sprintf(", %d controllers", len(k.controllers))
 	}
 	for _, f := range k.cfg.Features {
 		s += ", " + f
@@ -548,11 +591,12 @@ func (k *Kafka) String() string {
 
 // Start starts every node that is not running and waits until the
 // cluster serves clients: each node logged that it started and the
-// metadata names every node.
+// metadata names every broker.
 func (k *Kafka) Start() error {
 	var wg sync.WaitGroup
-	errs := make([]error, len(k.nodes))
-	for i, n := range k.nodes {
+	all := k.all()
+	errs := make([]error, len(all))
+	for i, n := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -598,7 +642,7 @@ func (k *Kafka) WaitBrokers(ctx context.Context, n int, d time.Duration) error {
 // a crash), all at once, and waits for them to exit.
 func (k *Kafka) Stop(sig syscall.Signal) {
 	var wg sync.WaitGroup
-	for _, n := range k.nodes {
+	for _, n := range k.all() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -83,7 +83,7 @@ func commit(ctx context.Context, t *testing.T, k *Kafka, value string) {
 // rss is the resident memory of every node, from /proc.
 func (k *Kafka) rss(t *testing.T) string {
 	var parts []string
-	for _, n := range k.nodes {
+	for _, n := range k.all() {
 		rss, err := n.proc().RSS()
 		if err != nil {
 			t.Fatal(err)

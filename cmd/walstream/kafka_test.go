@@ -1,0 +1,107 @@
+package main
+
+import (
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walstream/walstream/internal/testenv"
+)
+
+// Behaviours of Apache Kafka that kfake does not have, each tested on the
+// broker users run.
+
+// abortCleanup is how often the test brokers look for transactions past
+// their timeout (transaction.abort.timed.out.transaction.cleanup.interval.ms,
+// 10 s by default), so that a test waits for the abort seconds, not tens.
+const abortCleanup = "500"
+
+// TestKafkaAbortsTimedOutTransaction: walstream stops (SIGSTOP) with a
+// Kafka transaction open, for longer than its transaction timeout. Kafka's
+// transaction coordinator aborts the transaction and bumps the producer
+// epoch, which fences the producer. On SIGCONT walstream must tell this
+// from another instance taking over: it says the coordinator aborted the
+// transaction, counts it by cause, restarts its session from the
+// checkpoint, and every row arrives once.
+func TestKafkaAbortsTimedOutTransaction(t *testing.T) {
+	kafka := testenv.StartKafkaAsync(t, testenv.KafkaConfig{Props: map[string]string{
+		"transaction.abort.timed.out.transaction.cleanup.interval.ms": abortCleanup}})
+	e := startEnv(t, func() testenv.Broker { return kafka() }, outboxDDL)
+	// A commit timeout of 5 s asks for a transaction timeout of 10 s. The
+	// first commit is the first checkpoint; the second carries rows.
+	p := e.start([]string{"--commit-timeout", "5s", "--http-addr", "127.0.0.1:0"}, "WALSTREAM_CRASH_AT=before-commit:2:stop").streaming(t)
+	addr := p.httpAddr(t)
+	seq := 0
+	e.insertTx("Order", 20, 5, &seq, false)
+	p.waitLog(t, "stop point before-commit reached", 30*time.Second)
+	time.Sleep(12 * time.Second)
+	p.Signal(syscall.SIGCONT)
+	p.waitLog(t, "Kafka transaction failed: Kafka's transaction coordinator aborted the open transaction", 30*time.Second)
+	e.insertTx("Order", 20, 5, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 60*time.Second, p)
+	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
+	log := p.Log()
+	if strings.Contains(log, "another producer") || strings.Contains(log, "took over") {
+		t.Errorf("a transaction Kafka aborted on timeout was reported as another producer:\n%s", grepLines(log, "fenced|another|aborted"))
+	}
+	wantAll(t, grepLines(log, "session ended, restarting"), "aborted the open transaction of transactional id walstream-walstream",
+		"past the transaction timeout of 10s", "no other producer took the transactional id")
+	if got := metric(t, addr, `walstream_kafka_transaction_failures_total{cause="aborted_by_coordinator"}`); got != 1 {
+		t.Errorf("walstream_kafka_transaction_failures_total{cause=aborted_by_coordinator} = %v, want 1", got)
+	}
+	if got := metric(t, addr, `walstream_errors_total{kind="transaction_aborted"}`); got != 1 {
+		t.Errorf("walstream_errors_total{kind=transaction_aborted} = %v, want 1", got)
+	}
+}
+
+// TestCommitNotVisible: Kafka acknowledges a commit, but read_committed
+// readers do not see its checkpoint record, which stays behind the
+// partition's last stable offset as when a transaction Kafka left open
+// (hanging) holds the partition back. walstream must not confirm that
+// position to Postgres: it fails the commit after the commit timeout,
+// saying why, and goes on once the record is visible; every row arrives
+// once. It runs on kfake: only kfake can answer walstream's fetches as it
+// is told.
+func TestCommitNotVisible(t *testing.T) {
+	e := newEnvOn(t, testenv.BrokerKfake)
+	p := e.start([]string{"--commit-timeout", "2s"}).streaming(t)
+	seq := 0
+	e.insertTx("Order", 5, 2, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	before := e.confirmedLSN("walstream")
+	var hold atomic.Bool
+	hold.Store(true)
+	// Fetches of the checkpoint topic, read_committed, find the stable
+	// offset where they start, as behind a transaction left open.
+	e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.kafka.(*testenv.Kfake).Cluster().KeepControl()
+		r := req.(*kmsg.FetchRequest)
+		if !hold.Load() || r.IsolationLevel != 1 || len(r.Topics) != 1 || r.Topics[0].Topic != "walstream.checkpoints" {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.FetchResponse)
+		st := kmsg.NewFetchResponseTopic()
+		st.Topic = r.Topics[0].Topic
+		for _, rp := range r.Topics[0].Partitions {
+			sp := kmsg.NewFetchResponseTopicPartition()
+			sp.Partition, sp.HighWatermark, sp.LastStableOffset = rp.Partition, rp.FetchOffset+1, rp.FetchOffset
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+		return resp, nil, true
+	})
+	e.insertTx("Order", 5, 2, &seq, false)
+	p.waitLog(t, "Kafka transaction failed: a commit Kafka acknowledged did not become visible", 30*time.Second)
+	if got := e.confirmedLSN("walstream"); got != before {
+		t.Errorf("the slot confirmed %s (from %s) while the commit was not visible", got, before)
+	}
+	hold.Store(false)
+	e.insertTx("Order", 5, 2, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
+	wantAll(t, grepLines(p.Log(), "session ended, restarting"), "Kafka acknowledged the commit of checkpoint", "was not visible to read_committed readers")
+}

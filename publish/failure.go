@@ -1,0 +1,352 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+)
+
+// Causes of a failed Kafka transaction operation, the label of
+// walstream_kafka_transaction_failures_total, and what each means.
+const (
+	causeAborted      = "aborted_by_coordinator"
+	causeFenced       = "fenced"
+	causeNotEnough    = "not_enough_replicas"
+	causeNoLeader     = "no_leader"
+	causeCoordinator  = "coordinator_unavailable"
+	causeConcurrent   = "concurrent_transactions"
+	causeInvalidState = "invalid_txn_state"
+	causeAbortable    = "transaction_abortable"
+	causeTimeout      = "timeout"
+	causeUnreachable  = "unreachable"
+	causeRefused      = "refused"
+	causeInvisible    = "commit_not_visible"
+	causeOther        = "other"
+)
+
+var causeText = map[string]string{
+	causeAborted:      "Kafka's transaction coordinator aborted the open transaction after its timeout",
+	causeFenced:       "the producer was fenced: its epoch was bumped (the error says by whom, when Kafka could tell)",
+	causeNotEnough:    "partitions have fewer in-sync replicas than min.insync.replicas",
+	causeNoLeader:     "partitions have no leader",
+	causeCoordinator:  "the transaction coordinator is moving or loading (a broker restarted or left)",
+	causeConcurrent:   "the transaction coordinator was still completing an earlier transaction",
+	causeInvalidState: "the transaction coordinator refused the transaction's state change",
+	causeAbortable:    "the broker asked for the transaction to be aborted",
+	causeTimeout:      "Kafka did not complete the operation within the commit timeout",
+	causeUnreachable:  "a broker could not be reached, or closed the connection at once (a proxy in front of a broker that is down, or TLS or SASL not matching)",
+	causeRefused:      "the broker refused access or a record",
+	causeInvisible:    "a commit Kafka acknowledged did not become visible to read_committed readers",
+	causeOther:        "the Kafka operation failed",
+}
+
+// fail turns the error of a failed Kafka transaction operation into the
+// one Run returns: a fencing is told apart (another producer, or the
+// coordinator aborting a transaction that outlived its timeout), an
+// operation that timed out or was refused for want of replicas names the
+// partitions that cannot take writes, and errors no retry can fix are
+// marked. Each failure is logged once with its cause, and counted.
+func (p *Producer) fail(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return err // a stop, or the session ending for another reason
+	}
+	fenced := errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+	// A transaction open past its timeout may have been aborted by the
+	// coordinator, whatever the error says: a process paused in the middle
+	// of a commit wakes up to its own deadline long passed.
+	outlived := p.inTxn && time.Since(p.began) > transactionTimeout(p.cfg.CommitTimeout)
+	var explained error
+	if fenced || outlived {
+		explained = p.explainFencing(ctx, err, fenced)
+	}
+	switch {
+	case explained != nil:
+		err = explained
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, kerr.NotEnoughReplicas),
+		errors.Is(err, kerr.NotEnoughReplicasAfterAppend), errors.Is(err, kerr.CoordinatorNotAvailable),
+		errors.Is(err, kerr.NotLeaderForPartition), errors.Is(err, kerr.RequestTimedOut):
+		topics := []string{p.cfg.CheckpointTopic}
+		for t := range p.byTopic {
+			topics = append(topics, t)
+		}
+		err = p.markPermanent(p.writable.diagnose(ctx, err, topics...))
+	default:
+		err = p.markPermanent(err)
+	}
+	cause := failureCause(err)
+	p.metrics.txnFailed(cause)
+	attrs := []any{"cause", cause, "transactional_id", p.cfg.TransactionalID}
+	if p.tracker != nil {
+		attrs = append(attrs, "checkpoint", p.pos.String())
+	}
+	if p.inTxn {
+		attrs = append(attrs, "open_seconds", time.Since(p.began).Seconds())
+	}
+	p.log.Warn("Kafka transaction failed: "+causeText[cause], append(attrs, "err", err)...)
+	return err
+}
+
+// failureCause names what made a Kafka transaction operation fail.
+func failureCause(err error) string {
+	var aborted *AbortedError
+	var invisible *InvisibleError
+	var unwritable *UnwritableError
+	var op *net.OpError
+	var eof *kgo.ErrFirstReadEOF
+	switch {
+	case errors.As(err, &aborted):
+		return causeAborted
+	case errors.As(err, &invisible):
+		return causeInvisible
+	case errors.Is(err, ErrFenced):
+		return causeFenced
+	case errors.Is(err, kerr.NotEnoughReplicas), errors.Is(err, kerr.NotEnoughReplicasAfterAppend):
+		return causeNotEnough
+	case errors.As(err, &unwritable) && unwritable.notEnoughReplicas():
+		return causeNotEnough
+	case errors.As(err, &unwritable):
+		return causeNoLeader
+	case errors.Is(err, kerr.CoordinatorNotAvailable), errors.Is(err, kerr.NotCoordinator),
+		errors.Is(err, kerr.CoordinatorLoadInProgress):
+		return causeCoordinator
+	case errors.Is(err, kerr.ConcurrentTransactions):
+		return causeConcurrent
+	case errors.Is(err, kerr.InvalidTxnState):
+		return causeInvalidState
+	case errors.Is(err, kerr.TransactionAbortable):
+		return causeAbortable
+	case Permanent(err):
+		return causeRefused
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, kerr.RequestTimedOut):
+		return causeTimeout
+	case errors.As(err, &op), errors.As(err, &eof), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return causeUnreachable
+	}
+	return causeOther
+}
+
+// AbortedError means Kafka's transaction coordinator aborted walstream's
+// open transaction itself, because it outlived the transaction timeout
+// (walstream was paused, or could not reach Kafka for that long), and
+// bumped the producer epoch, which fenced this producer. The coordinator's
+// state shows it: the transaction aborted at exactly the next epoch, so no
+// other producer initialized the transactional id since. Nothing of the
+// transaction is visible; a new session replays it from the checkpoint.
+type AbortedError struct {
+	TransactionalID string
+	// Open is how long the transaction had been open when walstream
+	// noticed; Timeout the transaction timeout it asked for.
+	Open, Timeout time.Duration
+	// Epoch is this producer's epoch, Bumped the coordinator's now.
+	Epoch, Bumped int16
+	Err           error
+}
+
+func (e *AbortedError) Error() string {
+	return fmt.Sprintf("Kafka's transaction coordinator aborted the open transaction of transactional id %s, open %s, past the transaction timeout of %s "+
+		"(was walstream paused, or Kafka unreachable, that long?), and bumped the producer epoch from %d to %d; no other producer took the transactional id: %v",
+		e.TransactionalID, e.Open.Round(100*time.Millisecond), e.Timeout, e.Epoch, e.Bumped, e.Err)
+}
+
+func (e *AbortedError) Unwrap() error { return e.Err }
+
+// FencedError means the producer was fenced by another producer that
+// initialized the same transactional id, or, when Known is false, that
+// Kafka could not be asked by whom. It is an ErrFenced.
+type FencedError struct {
+	TransactionalID string
+	// Known: the coordinator described the transactional id, and its
+	// epoch, Now, is past this producer's, Epoch, by more than an abort of
+	// this producer's transaction would take it; State is its
+	// transaction's state.
+	Known      bool
+	Epoch, Now int16
+	State      string
+	// Unasked is why the coordinator could not be asked, when not Known.
+	Unasked error
+	Err     error
+}
+
+func (e *FencedError) Error() string {
+	if !e.Known {
+		return fmt.Sprintf("fenced: the producer epoch of transactional id %s was bumped, and asking the transaction coordinator why failed (%v): %v",
+			e.TransactionalID, e.Unasked, e.Err)
+	}
+	return fmt.Sprintf("%v (transactional id %s: the coordinator's producer epoch is %d, this producer's %d, its transaction %s): %v",
+		ErrFenced, e.TransactionalID, e.Now, e.Epoch, e.State, e.Err)
+}
+
+func (e *FencedError) Unwrap() []error { return []error{ErrFenced, e.Err} }
+
+// explainFencing asks the transaction coordinator what became of the
+// transactional id after a fencing error, or after any error of a
+// transaction open past its timeout. A coordinator that aborted this
+// producer's transaction on timeout holds it aborted at the very next
+// epoch; one that another producer initialized holds a later epoch (its
+// InitProducerId bumps the epoch past that abort, and again for each of
+// its transactions). It returns nil for a transaction that was not fenced
+// and that the coordinator did not abort, or could not be asked about.
+func (p *Producer) explainFencing(ctx context.Context, err error, fenced bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	st, derr := p.describeTransaction(ctx)
+	aborting := st.State == "PrepareEpochFence" || st.State == "PrepareAbort" || st.State == "CompleteAbort"
+	known := derr == nil && p.inTxn && p.epoch >= 0
+	switch {
+	case known && aborting && st.ProducerID == p.pid && st.ProducerEpoch == p.epoch+1:
+		return &AbortedError{TransactionalID: p.cfg.TransactionalID, Open: time.Since(p.began), Timeout: transactionTimeout(p.cfg.CommitTimeout),
+			Epoch: p.epoch, Bumped: st.ProducerEpoch, Err: err}
+	case !fenced:
+		return nil
+	case !known:
+		if derr == nil {
+			derr = errors.New("the epoch of the fenced transaction is unknown")
+		}
+		return &FencedError{TransactionalID: p.cfg.TransactionalID, Unasked: derr, Err: err}
+	}
+	return &FencedError{TransactionalID: p.cfg.TransactionalID, Known: true, Epoch: p.epoch, Now: st.ProducerEpoch, State: st.State, Err: err}
+}
+
+// describeTransaction asks the transaction coordinator for the state of
+// the transactional id (DescribeTransactions, KIP-664).
+func (p *Producer) describeTransaction(ctx context.Context) (kmsg.DescribeTransactionsResponseTransactionState, error) {
+	req := kmsg.NewPtrDescribeTransactionsRequest()
+	req.TransactionalIDs = []string{p.cfg.TransactionalID}
+	resp, err := req.RequestWith(ctx, p.client)
+	if err != nil {
+		return kmsg.DescribeTransactionsResponseTransactionState{}, err
+	}
+	for _, st := range resp.TransactionStates {
+		if st.TransactionalID == p.cfg.TransactionalID {
+			return st, kerr.ErrorForCode(st.ErrorCode)
+		}
+	}
+	return kmsg.DescribeTransactionsResponseTransactionState{}, fmt.Errorf("the coordinator did not describe transactional id %s", p.cfg.TransactionalID)
+}
+
+// transactionTimeout is the transaction timeout walstream asks the broker
+// for: twice the commit timeout, at least 10 s, so that a commit that
+// times out on walstream's side is never cut short by the broker.
+func transactionTimeout(commitTimeout time.Duration) time.Duration {
+	return max(commitTimeout*2, 10*time.Second)
+}
+
+// visible waits until the checkpoint record of the transaction Kafka just
+// acknowledged as committed is visible to read_committed readers, and only
+// then is the position confirmed to Postgres. Kafka writes the commit
+// markers after EndTxn returns, within milliseconds. A record that stays
+// behind the partition's last stable offset belongs to a transaction still
+// open on that partition, another producer's or one Kafka left hanging
+// (its coordinator no longer knows it); a record read_committed readers
+// skip was aborted although Kafka acknowledged its commit. Confirming
+// either would let Postgres drop rows no reader sees, lost for good once
+// the transaction is aborted. It reads the record back, read_committed,
+// with a client of its own that names topics in its fetches.
+func (p *Producer) visible(ctx context.Context) error {
+	p.errMu.Lock()
+	at := p.written
+	p.errMu.Unlock()
+	if at.offset < 0 {
+		return nil // no acknowledgement carried an offset: nothing to wait for
+	}
+	if p.reader == nil {
+		cl, err := kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)], kgo.MaxVersions(kversion.V2_8_0()))...)
+		if err != nil {
+			return fmt.Errorf("creating Kafka client: %w", err)
+		}
+		p.reader = cl
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
+	defer cancel()
+	var stable int64 = -1
+	var ferr error
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		var found bool
+		var next int64
+		found, next, stable, ferr = p.readBack(ctx, at)
+		switch {
+		case ferr == nil && found:
+			return nil
+		case ferr == nil && next > at.offset:
+			return &InvisibleError{Checkpoint: p.pos.String(), Topic: p.cfg.CheckpointTopic, At: at, Stable: stable, Aborted: true}
+		}
+		select {
+		case <-ctx.Done():
+			return &InvisibleError{Checkpoint: p.pos.String(), Topic: p.cfg.CheckpointTopic, At: at, Stable: stable,
+				Waited: p.cfg.CommitTimeout, Err: errors.Join(ctx.Err(), ferr)}
+		case <-time.After(delay):
+		}
+	}
+}
+
+// readBack fetches the checkpoint partition from the record at, read
+// committed: found when that record is among the committed records,
+// next the offset the read got to (past at when the record was aborted),
+// stable the partition's last stable offset.
+func (p *Producer) readBack(ctx context.Context, at recordAt) (found bool, next, stable int64, err error) {
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 0, 1, 1<<20
+	req.IsolationLevel = 1 // read_committed
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = p.cfg.CheckpointTopic
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = at.partition, at.offset, 1<<20
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, p.reader)
+	if err != nil {
+		return false, 0, -1, err
+	}
+	if len(resp.Topics) == 0 || len(resp.Topics[0].Partitions) == 0 {
+		return false, 0, -1, fmt.Errorf("no answer for %s-%d", p.cfg.CheckpointTopic, at.partition)
+	}
+	part := &resp.Topics[0].Partitions[0]
+	fp, n := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+		Offset: at.offset, IsolationLevel: kgo.ReadCommitted(), Topic: p.cfg.CheckpointTopic, Partition: at.partition,
+	}, part, kgo.DefaultDecompressor(), nil)
+	if fp.Err != nil {
+		return false, 0, part.LastStableOffset, fp.Err
+	}
+	for _, r := range fp.Records {
+		if r.Offset == at.offset {
+			return true, n, part.LastStableOffset, nil
+		}
+	}
+	return false, n, part.LastStableOffset, nil
+}
+
+// InvisibleError is a commit Kafka acknowledged whose checkpoint record
+// read_committed readers do not see: aborted, or not visible within the
+// commit timeout. Nothing of it was confirmed to Postgres.
+type InvisibleError struct {
+	Checkpoint string
+	Topic      string
+	At         recordAt
+	Stable     int64 // -1 when it could not be read
+	// Aborted: readers skip the record, its transaction aborted.
+	Aborted bool
+	Waited  time.Duration
+	Err     error
+}
+
+func (e *InvisibleError) Error() string {
+	if e.Aborted {
+		return fmt.Sprintf("Kafka acknowledged the commit of checkpoint %s, but read_committed readers skip its record (%s-%d at offset %d): "+
+			"its transaction was aborted; nothing of it is confirmed to Postgres (see docs/kafka.md, When a commit does not become visible)",
+			e.Checkpoint, e.Topic, e.At.partition, e.At.offset)
+	}
+	return fmt.Sprintf("Kafka acknowledged the commit of checkpoint %s, but its record (%s-%d at offset %d) was not visible to read_committed readers "+
+		"within %s (last stable offset %d): a transaction still open on that partition holds it back, another producer's or one Kafka left "+
+		"hanging; nothing past the last visible checkpoint is confirmed to Postgres (see docs/kafka.md, When a commit does not become visible): %v",
+		e.Checkpoint, e.Topic, e.At.partition, e.At.offset, e.Waited, e.Stable, e.Err)
+}
+
+func (e *InvisibleError) Unwrap() error { return e.Err }
