@@ -48,7 +48,7 @@ func TestKafkaAbortsTimedOutTransaction(t *testing.T) {
 	if strings.Contains(log, "another producer") || strings.Contains(log, "took over") {
 		t.Errorf("a transaction Kafka aborted on timeout was reported as another producer:\n%s", grepLines(log, "fenced|another|aborted"))
 	}
-	wantAll(t, grepLines(log, "session ended, restarting"), "aborted the open transaction of transactional id walstream-walstream",
+	wantAll(t, grepLines(log, "session ended, restarting"), "aborted the open transaction of transactional id walstream-postgres/walstream",
 		"past the transaction timeout of 10s", "no other producer took the transactional id")
 	if got := metric(t, addr, `walstream_kafka_transaction_failures_total{cause="aborted_by_coordinator"}`); got != 1 {
 		t.Errorf("walstream_kafka_transaction_failures_total{cause=aborted_by_coordinator} = %v, want 1", got)
