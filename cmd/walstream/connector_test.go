@@ -347,7 +347,13 @@ func TestConnectorConfigAvro(t *testing.T) {
 		t.Errorf("the flag does not win over the file: %v, %v", c.Encoding.Registry.URLs, err)
 	}
 
+	// docs/debezium.md's Confluent converter settings, the secret's file in
+	// a test folder, and auto-registration off.
 	secrets := writeNamed(t, "sr.properties", "user-info=app:pa:ss\n")
+	block := docsBlock(t, "debezium.md", "## Avro and a schema registry", "```properties")
+	if !strings.Contains(block, "/etc/kafka/secrets/registry.properties") {
+		t.Fatalf("docs/debezium.md's Confluent settings read no secret from /etc/kafka/secrets/registry.properties:\n%s", block)
+	}
 	confluent := `connector.class=io.debezium.connector.postgresql.PostgresConnector
 database.hostname=db
 database.dbname=app
@@ -355,23 +361,14 @@ topic.prefix=dbz
 table.include.list=public.outbox
 transforms=outbox
 transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
-key.converter=io.confluent.connect.avro.AvroConverter
-key.converter.schema.registry.url=https://sr:8081
-key.converter.basic.auth.credentials.source=USER_INFO
-key.converter.basic.auth.user.info=${file:` + secrets + `:user-info}
-value.converter=io.confluent.connect.avro.AvroConverter
-value.converter.schema.registry.url=https://sr:8081
-value.converter.basic.auth.credentials.source=USER_INFO
-value.converter.basic.auth.user.info=${file:` + secrets + `:user-info}
-value.converter.value.subject.name.strategy=io.confluent.kafka.serializers.subject.TopicRecordNameStrategy
-value.converter.auto.register.schemas=false
+` + strings.ReplaceAll(block, "/etc/kafka/secrets/registry.properties", secrets) + `value.converter.auto.register.schemas=false
 value.converter.use.latest.version=true
 `
 	if c, err = parse("connector.properties", confluent); err != nil {
 		t.Fatal(err)
 	}
 	r = c.Encoding.Registry
-	if len(r.URLs) != 1 || r.URLs[0] != "https://sr:8081" || r.User != "app" || r.Password != "pa:ss" {
+	if len(r.URLs) != 1 || r.URLs[0] != "https://registry:8081" || r.User != "app" || r.Password != "pa:ss" {
 		t.Errorf("registry %v user %q password %q", r.URLs, r.User, r.Password)
 	}
 	if r.KeyStrategy != publish.SubjectTopic || r.ValueStrategy != publish.SubjectTopicRecord || r.AutoRegister || !r.UseLatest {
