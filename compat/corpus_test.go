@@ -87,11 +87,32 @@ var (
 		"key.converter.schemas.enable":   "true",
 		"value.converter.schemas.enable": "true",
 	}
-	converters = []struct {
+	// Apicurio's AvroConverter writing the Confluent wire format, set as
+	// Debezium's documentation sets it, both tools registering into the
+	// harness's registry.
+	avroConverters = with(apicurio("key"), apicurio("value"))
+	converters     = []struct {
 		name     string
 		settings map[string]string
-	}{{"string", stringConverters}, {"json", jsonConverters}, {"json schemas", schemaConverters}}
+	}{{"string", stringConverters}, {"json", jsonConverters}, {"json schemas", schemaConverters}, {"avro", avroConverters}}
 )
+
+// registryURL stands for the harness registry's URL in a case's settings.
+const registryURL = "{registry}"
+
+// apicurio is the key's or the value's Avro converter.
+func apicurio(side string) map[string]string {
+	p := side + ".converter"
+	return map[string]string{
+		p:                                        "io.apicurio.registry.utils.converter.AvroConverter",
+		p + ".apicurio.registry.url":             registryURL,
+		p + ".apicurio.registry.auto-register":   "true",
+		p + ".apicurio.registry.find-latest":     "true",
+		p + ".apicurio.registry.as-confluent":    "true",
+		p + ".apicurio.registry.use-id":          "contentId",
+		p + ".apicurio.registry.headers.enabled": "false",
+	}
+}
 
 // with merges settings, later ones winning.
 func with(ms ...map[string]string) map[string]string {
@@ -207,6 +228,27 @@ var newTypes = []typed{
 	{"c_jsonb_array", "jsonb[]", `ARRAY['{"a": 1}'::jsonb, '[]']`, "'{}'"},
 	{"c_varchar_array", "varchar(10)[]", `'{"x,y"," "}'`, "'{}'"},
 	{"c_ts_array", "timestamp(3)[]", `'{"2026-11-26 10:11:12.123"}'`, "'{}'"},
+	{"c_numeric_any2", "numeric", "'-2'", "'1e3'"},
+}
+
+// defaultsCase is a column of each type with a default, in the envelope,
+// written with its default and as NULL.
+func defaultsCase(name string, conv map[string]string) Case {
+	return Case{Name: name, DDL: `CREATE TYPE {s}.mood AS ENUM ('sad', 'ok', 'happy');
+		CREATE TABLE {t} (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text, payload jsonb,
+		d_interval interval DEFAULT '1 day', d_money money DEFAULT 1.5, d_enum {s}.mood DEFAULT 'ok', d_time time DEFAULT '12:00',
+		d_timetz timetz DEFAULT '12:00+01', d_tstz timestamptz DEFAULT now(), d_ts timestamp DEFAULT '2026-01-01 00:00', d_date date DEFAULT '2026-01-01',
+		d_array text[] DEFAULT '{a}', d_numeric numeric DEFAULT 1.5, d_numeric2 numeric(5,2) DEFAULT 1.5, d_bytea bytea DEFAULT '\x01',
+		d_uuid uuid DEFAULT gen_random_uuid(), d_int int DEFAULT 7, d_bool bool DEFAULT false, d_float real DEFAULT 2.5, d_json json DEFAULT '{}',
+		d_varchar varchar(5) DEFAULT 'v', d_inet inet DEFAULT '10.0.0.1', d_quote text DEFAULT 'it''s', d_tstz2 timestamptz(3) DEFAULT '2026-01-01 10:00+02',
+		d_interval2 interval DEFAULT now() - now(), d_time3 time(3) DEFAULT '01:02:03.456')`,
+		Settings: with(conv, router("table.fields.additional.placement",
+			"d_interval:envelope,d_money:envelope,d_enum:envelope,d_time:envelope,d_timetz:envelope,d_tstz:envelope,d_ts:envelope,d_date:envelope,"+
+				"d_array:envelope,d_numeric:envelope,d_numeric2:envelope,d_bytea:envelope,d_uuid:envelope,d_int:envelope,d_bool:envelope,d_float:envelope,"+
+				"d_json:envelope,d_varchar:envelope,d_inet:envelope,d_quote:envelope,d_tstz2:envelope,d_interval2:envelope,d_time3:envelope")),
+		SQL: []string{`INSERT INTO {t} (id, aggregatetype, aggregateid, payload) VALUES ('50000000-0000-0000-0000-000000000001', 'Defaults', 'k', '{}')`,
+			`INSERT INTO {t} VALUES ('50000000-0000-0000-0000-000000000002', 'Defaults', 'k', 'T', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+				NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)`}}
 }
 
 // keyCase is a table whose key column has type typ, with rows keyed a, b
@@ -305,7 +347,7 @@ func corpus() []Case {
 		c := typesCase("types "+conv.name, typedColumns, "", conv.settings)
 		c.CI = conv.name == "json schemas"
 		n := typesCase("new types "+conv.name, newTypes, "CREATE TYPE {s}.mood AS ENUM ('sad', 'ok', 'happy');", conv.settings)
-		n.CI = conv.name == "json"
+		n.CI = conv.name == "json" || conv.name == "avro"
 		if conv.name == "string" {
 			n.Known = []Known{identityHash}
 		}
@@ -321,25 +363,20 @@ func corpus() []Case {
 		keyCase("key timestamptz", "timestamptz", "'2026-11-26 10:11:12.5+01'", "'2026-11-26 10:11:12+00'", schemaConverters),
 		keyCase("key interval array", "interval", "'1 mon'", "'-3 days'", stringConverters),
 		keyCase("key text array", "text[]", `'{a,b}'`, "'{}'", jsonConverters),
+		keyCase("key bigint avro", "bigint", "4711", "-5", avroConverters),
+		keyCase("key numeric avro", "numeric(10,2)", "1234.5", "-0.01", avroConverters),
+		keyCase("key uuid avro", "uuid", "'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'", "'00000000-0000-0000-0000-000000000001'", avroConverters),
+		keyCase("key timestamptz avro", "timestamptz", "'2026-11-26 10:11:12.5+01'", "'2026-11-26 10:11:12+00'", avroConverters),
+		keyCase("key enum avro", "{s}.mood", "'ok'", "'sad'", avroConverters),
+		keyCase("key text array avro", "text[]", `'{a,NULL}'`, "'{}'", avroConverters),
+		// Avro for the key or the value only: Connect sets them apart.
+		Case{Name: "string key avro value", DDL: outboxDDL, Settings: with(stringConverters, apicurio("value")), SQL: basicRows[:3], Format: Strimzi},
+		Case{Name: "avro key json value", DDL: nullDDL, Settings: with(jsonConverters, apicurio("key")), SQL: nullRows, Format: Properties},
 	)
 	for _, conv := range converters {
 		cs = append(cs, Case{Name: "nulls " + conv.name, DDL: nullDDL, Settings: conv.settings, SQL: nullRows, CI: conv.name == "string"})
 	}
-	cs = append(cs, Case{Name: "defaults of every type", DDL: `CREATE TYPE {s}.mood AS ENUM ('sad', 'ok', 'happy');
-		CREATE TABLE {t} (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text, payload jsonb,
-		d_interval interval DEFAULT '1 day', d_money money DEFAULT 1.5, d_enum {s}.mood DEFAULT 'ok', d_time time DEFAULT '12:00',
-		d_timetz timetz DEFAULT '12:00+01', d_tstz timestamptz DEFAULT now(), d_ts timestamp DEFAULT '2026-01-01 00:00', d_date date DEFAULT '2026-01-01',
-		d_array text[] DEFAULT '{a}', d_numeric numeric DEFAULT 1.5, d_numeric2 numeric(5,2) DEFAULT 1.5, d_bytea bytea DEFAULT '\x01',
-		d_uuid uuid DEFAULT gen_random_uuid(), d_int int DEFAULT 7, d_bool bool DEFAULT false, d_float real DEFAULT 2.5, d_json json DEFAULT '{}',
-		d_varchar varchar(5) DEFAULT 'v', d_inet inet DEFAULT '10.0.0.1', d_quote text DEFAULT 'it''s', d_tstz2 timestamptz(3) DEFAULT '2026-01-01 10:00+02',
-		d_interval2 interval DEFAULT now() - now(), d_time3 time(3) DEFAULT '01:02:03.456')`,
-		Settings: with(schemaConverters, router("table.fields.additional.placement",
-			"d_interval:envelope,d_money:envelope,d_enum:envelope,d_time:envelope,d_timetz:envelope,d_tstz:envelope,d_ts:envelope,d_date:envelope,"+
-				"d_array:envelope,d_numeric:envelope,d_numeric2:envelope,d_bytea:envelope,d_uuid:envelope,d_int:envelope,d_bool:envelope,d_float:envelope,"+
-				"d_json:envelope,d_varchar:envelope,d_inet:envelope,d_quote:envelope,d_tstz2:envelope,d_interval2:envelope,d_time3:envelope")),
-		SQL: []string{`INSERT INTO {t} (id, aggregatetype, aggregateid, payload) VALUES ('50000000-0000-0000-0000-000000000001', 'Defaults', 'k', '{}')`,
-			`INSERT INTO {t} VALUES ('50000000-0000-0000-0000-000000000002', 'Defaults', 'k', 'T', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-				NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)`}})
+	cs = append(cs, defaultsCase("defaults of every type", schemaConverters), defaultsCase("defaults of every type avro", avroConverters))
 	cs = append(cs, Case{Name: "null aggregatetype", DDL: `CREATE TABLE {t} (id text, aggregatetype text, aggregateid text, type text, payload jsonb)`,
 		Settings: jsonConverters, SQL: []string{
 			`INSERT INTO {t} VALUES ('e-1', 'Nulls', 'k-1', 'T', '{"n": 1}')`,
@@ -368,7 +405,7 @@ func corpus() []Case {
 		`INSERT INTO {t} VALUES ('40000000-0000-0000-0000-000000000003', 'Invoice', 'i-1', 'Sent', '{"n": 3}', NULL, '1999-01-01 00:00:00', '1999-01-01 00:00:00', 4, 'y')`,
 	}
 	for _, conv := range converters {
-		cs = append(cs, Case{Name: "placements " + conv.name, DDL: placed, SQL: placedRows, Timestamps: true, CI: conv.name == "json",
+		cs = append(cs, Case{Name: "placements " + conv.name, DDL: placed, SQL: placedRows, Timestamps: true, CI: conv.name == "json" || conv.name == "avro",
 			Settings: with(conv.settings, router(
 				"table.fields.additional.placement", "type:header:eventType, shard:partition,tenant:envelope,type:envelope:kind,version:header",
 				"table.field.event.timestamp", "created_at",
@@ -380,6 +417,8 @@ func corpus() []Case {
 			"table.field.event.timestamp", "created3", "route.by.field", "type"))},
 		Case{Name: "schema version", DDL: placed, SQL: placedRows, Settings: with(schemaConverters, router(
 			"table.fields.additional.placement", "tenant:envelope", "table.field.event.schema.version", "version"))},
+		Case{Name: "schema version avro", DDL: placed, SQL: placedRows, Settings: with(avroConverters, router(
+			"table.fields.additional.placement", "tenant:envelope,shard:envelope", "table.field.event.schema.version", "version"))},
 	)
 	for _, conv := range converters {
 		cs = append(cs, payloadCase("expand "+conv.name, "jsonb", expandRows, with(conv.settings, router("table.expand.json.payload", "true"))))
@@ -389,6 +428,10 @@ func corpus() []Case {
 			"table.json.payload.null.behavior", "optional_bytes"))),
 		payloadCase("expand envelope", "jsonb", expandRows, with(schemaConverters, router("table.expand.json.payload", "true",
 			"table.fields.additional.placement", "type:envelope"))),
+		payloadCase("expand nulls avro", "jsonb", expandRows, with(avroConverters, router("table.expand.json.payload", "true",
+			"table.json.payload.null.behavior", "optional_bytes"))),
+		payloadCase("expand envelope avro", "jsonb", expandRows, with(avroConverters, router("table.expand.json.payload", "true",
+			"table.fields.additional.placement", "type:envelope,aggregateid:envelope:agg"))),
 		withStop(payloadCase("expand top-level array", "jsonb", payloadRows(`'{"a": 1}'`, `'[1, 2]'`),
 			with(jsonConverters, router("table.expand.json.payload", "true"))), "event id p2"), // JsonConverter cannot write the array as a struct
 	)

@@ -17,6 +17,13 @@
 // records. Every difference is fixed in walstream or listed, with its
 // reason, in docs/debezium.md (Known differences), and the case says so.
 //
+// The Avro cases run Apicurio's AvroConverter in Confluent-compatible
+// mode, with the settings Debezium's documentation gives it, and share one
+// Apicurio Registry (internal/testenv.Registry), started at the first of
+// them: Debezium's converter registers into it, then walstream, so equal
+// bytes are equal schema ids too, and a schema walstream registers that
+// the converter did not (a text differing in any byte) is a difference.
+//
 // `go test ./compat` (part of `make test`) runs the cases marked for CI;
 // `make compat` runs them all:
 //

@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/walstream/walstream/internal/testenv"
 )
 
@@ -35,11 +36,15 @@ var (
 )
 
 // shared are the systems every case runs on, started once per test
-// binary: Kafka Connect takes seconds to start, a connector a moment.
+// binary: Kafka Connect takes seconds to start, a connector a moment. The
+// schema registry starts with the first case that needs one.
 var shared struct {
 	once sync.Once
 	env  *env
 	err  error
+
+	registryOnce sync.Once
+	registryErr  error
 }
 
 func TestMain(m *testing.M) {
@@ -51,13 +56,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// env is one Postgres, one Kafka, one Kafka Connect worker and walstream's
-// binary.
+// env is one Postgres, one Kafka, one Kafka Connect worker, walstream's
+// binary and, for the Avro cases, one Apicurio Registry.
 type env struct {
-	pg      *testenv.Postgres
-	kafka   testenv.Broker
-	connect *testenv.Connect
-	bin     string
+	pg       *testenv.Postgres
+	kafka    testenv.Broker
+	connect  *testenv.Connect
+	bin      string
+	registry *testenv.Registry
 }
 
 // sharedEnv starts the systems at the first case; one that cannot start
@@ -107,7 +113,21 @@ func launch() (*env, error) {
 	return e, nil
 }
 
+// schemaRegistry starts the registry the Avro cases share: both tools
+// register into it, so that equal bytes mean equal schema ids.
+func (e *env) schemaRegistry(t *testing.T) *testenv.Registry {
+	t.Helper()
+	shared.registryOnce.Do(func() { e.registry, shared.registryErr = testenv.LaunchRegistry(context.Background(), nil) })
+	if shared.registryErr != nil {
+		testenv.Unavailable(t, "%v", shared.registryErr)
+	}
+	return e.registry
+}
+
 func (e *env) close() {
+	if e.registry != nil {
+		e.registry.Close()
+	}
 	if e.connect != nil {
 		e.connect.Close()
 	}
@@ -130,10 +150,12 @@ type Record struct {
 }
 
 // Run is what one tool did with a case: its records, in each partition's
-// order, and, when it stopped on the corpus, why.
+// order, when it stopped on the corpus, why, and the schemas it
+// registered that the registry did not hold before it ran.
 type Run struct {
-	Records []Record
-	Stopped string
+	Records    []Record
+	Stopped    string
+	Registered []string
 }
 
 // runHeader is the header whose value differs per run of the connector
@@ -153,11 +175,58 @@ func caseNames(c Case) names {
 }
 
 // connector is the case's connector config, as Kafka Connect gets it and
-// walstream reads it.
-func (e *env) connector(c Case, n names) map[string]string {
+// walstream reads it, with the registry's URL where the case names it.
+func (e *env) connector(t *testing.T, c Case, n names) map[string]string {
 	cfg := e.connect.DebeziumConnector(e.pg, "postgres", n.id, "dbz_"+n.id, "dbz_"+n.id, n.table)
 	maps.Copy(cfg, c.Settings)
+	if usesRegistry(c) {
+		url := e.schemaRegistry(t).NativeURL()
+		for k, v := range cfg {
+			cfg[k] = strings.ReplaceAll(v, registryURL, url)
+		}
+	}
 	return cfg
+}
+
+// schemas are the schema ids a registry holds, each with the subject
+// versions that have it.
+type schemas map[int][]string
+
+// usesRegistry says whether a case's converters use the registry.
+func usesRegistry(c Case) bool {
+	for _, v := range c.Settings {
+		if strings.Contains(v, registryURL) {
+			return true
+		}
+	}
+	return false
+}
+
+// registered lists the schemas in the registry; nil when the case uses
+// none.
+func (e *env) registered(ctx context.Context, c Case) (schemas, error) {
+	if !usesRegistry(c) {
+		return nil, nil
+	}
+	cl, err := sr.NewClient(sr.URLs(e.registry.URL()))
+	if err != nil {
+		return nil, err
+	}
+	subjects, err := cl.Subjects(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the registry's subjects: %w", err)
+	}
+	out := make(schemas)
+	for _, s := range subjects {
+		versions, err := cl.Schemas(ctx, s)
+		if err != nil {
+			return nil, fmt.Errorf("listing the versions of subject %s: %w", s, err)
+		}
+		for _, v := range versions {
+			out[v.ID] = append(out[v.ID], fmt.Sprintf("%s version %d", v.Subject, v.Version))
+		}
+	}
+	return out, nil
 }
 
 // run runs a case through Debezium and walstream and returns what each
@@ -201,7 +270,7 @@ func (e *env) run(t *testing.T, c Case) (dbz, ws Run) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := e.connector(c, n)
+	cfg := e.connector(t, c, n)
 
 	start, err := e.marks(ctx)
 	if err != nil {
@@ -212,11 +281,25 @@ func (e *env) run(t *testing.T, c Case) (dbz, ws Run) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before, err := e.registered(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ws.Stopped = e.runWalstream(ctx, t, c, n, cfg, end)
 	stop, err := e.marks(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	after, err := e.registered(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, versions := range after {
+		if _, ok := before[id]; !ok {
+			ws.Registered = append(ws.Registered, fmt.Sprintf("id %d (%s)", id, strings.Join(versions, ", ")))
+		}
+	}
+	slices.Sort(ws.Registered)
 	if dbz.Records, err = e.read(ctx, start, mid); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +307,7 @@ func (e *env) run(t *testing.T, c Case) (dbz, ws Run) {
 		t.Fatal(err)
 	}
 	if *dump != "" {
-		writeDump(t, filepath.Join(*dump, n.id+".txt"), c, dbz, ws)
+		writeDump(t, filepath.Join(*dump, n.id+".txt"), c, dbz, ws, e.schemaTexts(ctx, c, dbz, ws))
 	}
 	return dbz, ws
 }
@@ -570,6 +653,11 @@ func compare(c Case, dbz, ws Run) []string {
 		}
 		return m
 	}
+	if len(ws.Registered) > 0 {
+		// Debezium ran first: a schema text of walstream's that differs
+		// from the converter's in any byte is a new id.
+		diffs = append(diffs, fmt.Sprintf("walstream registered schemas Debezium's converter did not: %s", strings.Join(ws.Registered, "; ")))
+	}
 	d, w := group(dbz.Records), group(ws.Records)
 	keys := slices.Sorted(maps.Keys(d))
 	for k := range w {
@@ -705,11 +793,47 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
+// schemaTexts are the texts of the schemas the records' keys and values
+// name in the Confluent wire format, for the dump.
+func (e *env) schemaTexts(ctx context.Context, c Case, runs ...Run) []string {
+	if !usesRegistry(c) {
+		return nil
+	}
+	cl, err := sr.NewClient(sr.URLs(e.registry.URL()))
+	if err != nil {
+		return []string{err.Error()}
+	}
+	ids := make(map[int]bool)
+	for _, r := range runs {
+		for _, rec := range r.Records {
+			for _, b := range [][]byte{rec.Key, rec.Value} {
+				var h sr.ConfluentHeader
+				if id, _, err := h.DecodeID(b); err == nil {
+					ids[id] = true
+				}
+			}
+		}
+	}
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		s, err := cl.SchemaByID(ctx, id)
+		if err != nil {
+			out = append(out, fmt.Sprintf("schema %d: %v", id, err))
+			continue
+		}
+		out = append(out, fmt.Sprintf("schema %d: %s", id, s.Schema))
+	}
+	return out
+}
+
 // writeDump writes a case's records from both tools, each field quoted and
-// in hex.
-func writeDump(t *testing.T, path string, c Case, dbz, ws Run) {
+// in hex, and the schemas they name.
+func writeDump(t *testing.T, path string, c Case, dbz, ws Run, schemas []string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s\n", c.Name)
+	for _, s := range schemas {
+		fmt.Fprintln(&b, s)
+	}
 	for _, side := range []struct {
 		name string
 		run  Run

@@ -29,12 +29,25 @@ import (
 // The body is written from the column's Postgres text straight into the
 // record, as the JSON encoders do: no Avro library holds the values first.
 
+// avroScope is what a schema being written has defined so far: Avro
+// writes a named type's later uses by its full name. Of Debezium's column
+// schemas, only a numeric without precision is a named type.
+type avroScope struct{ variableScale bool }
+
+// variableScaleRecord is Debezium's VariableScaleDecimal struct as AvroData
+// writes it where it is first defined, and its name for later uses.
+const (
+	variableScaleRecord = `{"type":"record","name":"VariableScaleDecimal","namespace":"io.debezium.data","fields":[{"name":"scale","type":"int"},{"name":"value","type":"bytes"}],"connect.doc":"Variable scaled decimal","connect.version":1,"connect.name":"io.debezium.data.VariableScaleDecimal"}`
+	variableScaleName   = `"io.debezium.data.VariableScaleDecimal"`
+)
+
 // avroType appends the Avro schema AvroData makes of a column's Connect
 // schema, not optional: the type, then the properties in the order
 // AvroData adds them (a decimal's scale and precision, connect.version,
 // connect.parameters, connect.default, connect.name, connect.type of an
-// int16, the logical type). A type without properties is its bare name.
-func avroType(dst []byte, col *decode.Column) ([]byte, error) {
+// int16, the logical type). A type without properties is its bare name; an
+// array's items are optional.
+func avroType(dst []byte, col *decode.Column, scope *avroScope) ([]byte, error) {
 	typ, name := connectType(col)
 	avro := typ
 	switch typ {
@@ -42,10 +55,24 @@ func avroType(dst []byte, col *decode.Column) ([]byte, error) {
 		avro = "int"
 	case "int64":
 		avro = "long"
+	case "struct": // VariableScaleDecimal, which has no default
+		if scope.variableScale {
+			return append(dst, variableScaleName...), nil
+		}
+		scope.variableScale = true
+		return append(dst, variableScaleRecord...), nil
+	case "array":
+		elem, _ := col.Elem()
+		dst, err := avroColumn(append(dst, `{"type":"array","items":`...), &elem, scope)
+		if err == nil && col.Default != nil {
+			dst, err = avroDefault(append(dst, `,"connect.default":`...), col)
+		}
+		return append(dst, '}'), err
 	}
 	precision, scale, decimal := col.Numeric()
-	if col.Type == decode.TypeNumeric && !decimal {
-		return nil, fmt.Errorf("column %s is numeric without precision, which Debezium writes as a VariableScaleDecimal struct walstream does not write under Avro; declare it numeric(p,s)", col.Name)
+	if col.Type == decode.TypeMoney {
+		// AvroData's precision when the Decimal has none.
+		precision, scale, decimal = 64, moneyScale, true
 	}
 	if name == "" && col.Default == nil && typ != "int16" {
 		return append(append(append(dst, '"'), avro...), '"'), nil
@@ -57,8 +84,13 @@ func avroType(dst []byte, col *decode.Column) ([]byte, error) {
 	if name != "" {
 		dst = append(dst, `,"connect.version":1`...)
 	}
-	if decimal {
+	switch {
+	case col.Type == decode.TypeMoney:
+		dst = fmt.Appendf(dst, `,"connect.parameters":{"scale":"%d"}`, scale)
+	case decimal:
 		dst = fmt.Appendf(dst, `,"connect.parameters":{"scale":"%d","connect.decimal.precision":"%d"}`, scale, precision)
+	case col.Enum():
+		dst = append(jsonString(append(dst, `,"connect.parameters":{"allowed":`...), []byte(col.Labels)), '}')
 	}
 	if col.Default != nil {
 		var err error
@@ -81,27 +113,27 @@ func avroType(dst []byte, col *decode.Column) ([]byte, error) {
 // avroColumn appends a column's schema as a whole key or value, or a
 // field's type: an optional column is a union with null, null first
 // unless the column has a default, whose type then comes first.
-func avroColumn(dst []byte, col *decode.Column) ([]byte, error) {
+func avroColumn(dst []byte, col *decode.Column, scope *avroScope) ([]byte, error) {
 	if col.NotNull {
-		return avroType(dst, col)
+		return avroType(dst, col, scope)
 	}
 	if col.Default != nil {
-		dst, err := avroType(append(dst, '['), col)
+		dst, err := avroType(append(dst, '['), col, scope)
 		return append(dst, `,"null"]`...), err
 	}
-	dst, err := avroType(append(dst, `["null",`...), col)
+	dst, err := avroType(append(dst, `["null",`...), col, scope)
 	return append(dst, ']'), err
 }
 
 // avroField appends a record field of a column's schema, with the default
 // an Avro reader fills in: null for an optional column, the column's
 // default where it has one.
-func avroField(dst []byte, name string, col *decode.Column) ([]byte, error) {
+func avroField(dst []byte, name string, col *decode.Column, scope *avroScope) ([]byte, error) {
 	if err := avroName(name); err != nil {
 		return nil, err
 	}
 	dst = append(jsonString(append(dst, `{"name":`...), []byte(name)), `,"type":`...)
-	dst, err := avroColumn(dst, col)
+	dst, err := avroColumn(dst, col, scope)
 	switch {
 	case err != nil:
 		return nil, err
@@ -119,11 +151,10 @@ func avroField(dst []byte, name string, col *decode.Column) ([]byte, error) {
 func avroDefault(dst []byte, col *decode.Column) ([]byte, error) {
 	var b []byte
 	switch col.Type {
-	case decode.TypeNumeric:
-		_, scale, _ := col.Numeric()
-		u, err := decimal(col.Default, scale)
+	case decode.TypeNumeric, decode.TypeMoney:
+		u, err := decimalOf(col, col.Default)
 		if err != nil {
-			return nil, fmt.Errorf("default %q of column %s %w", col.Default, col.Name, err)
+			return nil, fmt.Errorf("default of column %s: %w", col.Name, err)
 		}
 		b = twosComplement(u)
 	case decode.TypeBytea:
@@ -262,9 +293,31 @@ func avroColumnValue(dst []byte, col *decode.Column, text []byte) ([]byte, error
 	return avroDatum(dst, col, text)
 }
 
+// Java's Float.NaN and Double.NaN, the NaN Debezium reads and Avro's
+// writer writes bit for bit; Go's math.NaN has another payload.
+const (
+	javaFloatNaN  = 0x7fc00000
+	javaDoubleNaN = 0x7ff8000000000000
+)
+
 // avroDatum appends the Connect value Debezium makes of a column's text,
 // as AvroData writes it.
 func avroDatum(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
+	if elem, ok := col.Elem(); ok {
+		elems, err := arrayElements(text)
+		if err != nil {
+			return nil, err
+		}
+		if len(elems) > 0 { // one block of every element, then the empty block
+			dst = appendAvroLong(dst, int64(len(elems)))
+			for _, e := range elems {
+				if dst, err = avroColumnValue(dst, &elem, e); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return append(dst, 0), nil
+	}
 	switch col.Type {
 	case decode.TypeBool:
 		if text[0] == 't' {
@@ -282,28 +335,53 @@ func avroDatum(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return binary.LittleEndian.AppendUint32(dst, math.Float32bits(float32(f))), nil
+		bits := math.Float32bits(float32(f))
+		if f != f {
+			bits = javaFloatNaN
+		}
+		return binary.LittleEndian.AppendUint32(dst, bits), nil
 	case decode.TypeFloat8:
 		f, _, err := float(col, text)
 		if err != nil {
 			return nil, err
 		}
-		return binary.LittleEndian.AppendUint64(dst, math.Float64bits(f)), nil
-	case decode.TypeNumeric:
-		_, scale, _ := col.Numeric()
-		u, err := decimal(text, scale)
+		bits := math.Float64bits(f)
+		if f != f {
+			bits = javaDoubleNaN
+		}
+		return binary.LittleEndian.AppendUint64(dst, bits), nil
+	case decode.TypeNumeric, decode.TypeMoney:
+		if col.VariableScale() { // the record's scale, then value
+			u, scale, err := variableScale(text)
+			if err != nil {
+				return nil, err
+			}
+			return appendAvroBytes(appendAvroLong(dst, int64(scale)), twosComplement(u)), nil
+		}
+		u, err := decimalOf(col, text)
 		if err != nil {
-			return nil, fmt.Errorf("numeric %q %w", text, err)
+			return nil, err
 		}
 		return appendAvroBytes(dst, twosComplement(u)), nil
-	case decode.TypeDate, decode.TypeTimestamp:
+	case decode.TypeDate, decode.TypeTimestamp, decode.TypeTime, decode.TypeInterval:
 		n, err := temporal(col, text)
 		if err != nil {
 			return nil, err
 		}
 		return appendAvroLong(dst, n), nil
+	case decode.TypeBytea:
+		b, err := bytea(text)
+		if err != nil {
+			return nil, err
+		}
+		return appendAvroBytes(dst, b), nil
 	}
-	return appendAvroBytes(dst, text), nil // strings, and bytea's bytes
+	// A string: the text, or the zoned string of a timetz or timestamptz.
+	s, err := javaString(nil, col, text)
+	if err != nil {
+		return nil, err
+	}
+	return appendAvroBytes(dst, s), nil
 }
 
 // avro appends the expanded payload's record body: each field null or
@@ -355,7 +433,7 @@ func (k *avroKey) encode(ctx context.Context, dst []byte, topic string, ev *deco
 		return nil, nil // AvroConverter writes a null key as no key
 	}
 	col := keyColumn(ev)
-	text, err := avroColumn(k.schemas.scratch(), col)
+	text, err := avroColumn(k.schemas.scratch(), col, &avroScope{})
 	if err != nil {
 		return nil, err
 	}
@@ -366,6 +444,37 @@ func (k *avroKey) encode(ctx context.Context, dst []byte, topic string, ev *deco
 		return nil, err
 	}
 	return avroColumnValue(dst, col, ev.AggregateID)
+}
+
+func (k *avroKey) node(ctx context.Context, topic string, n *jsonNode, s *connectSchema) ([]byte, error) {
+	return avroNode(ctx, k.schemas, topic, n, s)
+}
+
+// avroNode writes a logical message's field as the converter writes a
+// value of the decoded struct: a struct as its record, and any other value
+// under its optional schema, a union with null (the serializer takes a
+// record's own schema, and a container's whole); nothing for null.
+func avroNode(ctx context.Context, ids *schemaIDs, topic string, n *jsonNode, s *connectSchema) ([]byte, error) {
+	if null(n) {
+		return nil, nil
+	}
+	text, err := ids.scratch(), error(nil)
+	if s.typ == "struct" {
+		text, err = s.avro(text, "")
+	} else {
+		text, err = s.avroOptional(text, "")
+	}
+	if err != nil {
+		return nil, err
+	}
+	dst, err := ids.header(ctx, nil, topic, text)
+	if err != nil {
+		return nil, err
+	}
+	if s.typ != "struct" {
+		dst = append(dst, branch1)
+	}
+	return n.avro(dst, s), nil
 }
 
 // avroValue writes the value: the payload under its column's schema, the
@@ -379,6 +488,10 @@ type avroValue struct {
 	// envelopeSchemas), holding their Avro text.
 	envelopes *envelopeSchemas
 	name, key []byte // scratch; the producer's goroutine owns them
+}
+
+func (v *avroValue) node(ctx context.Context, topic string, n *jsonNode, s *connectSchema) ([]byte, error) {
+	return avroNode(ctx, v.schemas, topic, n, s)
 }
 
 func (v *avroValue) encode(ctx context.Context, dst []byte, topic string, ev *decode.Event) ([]byte, error) {
@@ -398,7 +511,7 @@ func (v *avroValue) encode(ctx context.Context, dst []byte, topic string, ev *de
 	case expanded != nil:
 		text, err = expanded.schema.avro(text, "")
 	default:
-		text, err = avroColumn(text, col)
+		text, err = avroColumn(text, col, &avroScope{})
 	}
 	if err != nil {
 		return nil, err
@@ -456,20 +569,21 @@ func (v *avroValue) envelopeSchema(dst []byte, col *decode.Column, ev *decode.Ev
 	space := v.name
 	dst = append(jsonString(append(dst, `{"type":"record","name":"Value","namespace":`...), space), `,"fields":[`...)
 	var err error
+	var scope avroScope
 	if expanded != nil {
 		dst = append(dst, `{"name":"payload","type":`...)
 		if dst, err = expanded.schema.avroOptional(dst, string(space)); err != nil {
 			return nil, err
 		}
 		dst = append(dst, `,"default":null}`...)
-	} else if dst, err = avroField(dst, "payload", col); err != nil {
+	} else if dst, err = avroField(dst, "payload", col, &scope); err != nil {
 		return nil, err
 	}
 	for _, f := range ev.Fields {
 		if f.Placement != decode.PlaceEnvelope {
 			continue
 		}
-		if dst, err = avroField(append(dst, ','), f.Name, f.Column); err != nil {
+		if dst, err = avroField(append(dst, ','), f.Name, f.Column, &scope); err != nil {
 			return nil, fmt.Errorf("envelope field %s: %w", f.Name, err)
 		}
 	}

@@ -80,6 +80,71 @@ var avroColumnCases = []struct {
 	{"timestamp default", decode.Column{Type: decode.TypeTimestamp, TypMod: -1, Default: []byte("1970-01-01 00:00:00.000007")}, "1970-01-01 00:00:00.000007",
 		`{"type":"long","connect.version":1,"connect.default":7,"connect.name":"io.debezium.time.MicroTimestamp"}`, "0e",
 		`[{"type":"long","connect.version":1,"connect.default":7,"connect.name":"io.debezium.time.MicroTimestamp"},"null"]`, "000e"},
+	// The types below are Debezium's records under the converter in compat
+	// (cases new types avro, defaults of every type avro, key ... avro).
+	{"time", decode.Column{Type: decode.TypeTime, TypMod: -1}, "10:11:12.123456",
+		`{"type":"long","connect.version":1,"connect.name":"io.debezium.time.MicroTime"}`, "80c9a19d9102",
+		`["null",{"type":"long","connect.version":1,"connect.name":"io.debezium.time.MicroTime"}]`, "0280c9a19d9102"},
+	{"time(3)", decode.Column{Type: decode.TypeTime, TypMod: 3}, "10:11:12.123",
+		`{"type":"int","connect.version":1,"connect.name":"io.debezium.time.Time"}`, "f6c9fc22",
+		`["null",{"type":"int","connect.version":1,"connect.name":"io.debezium.time.Time"}]`, "02f6c9fc22"},
+	{"timetz", decode.Column{Type: decode.TypeTimeTZ, TypMod: -1}, "10:11:12.5+02",
+		`{"type":"string","connect.version":1,"connect.name":"io.debezium.time.ZonedTime"}`, "1630383a31313a31322e355a",
+		`["null",{"type":"string","connect.version":1,"connect.name":"io.debezium.time.ZonedTime"}]`, "021630383a31313a31322e355a"},
+	{"timestamptz", decode.Column{Type: decode.TypeTimestampTZ, TypMod: -1}, "2026-11-26 10:11:12.5+01",
+		`{"type":"string","connect.version":1,"connect.name":"io.debezium.time.ZonedTimestamp"}`, "36323032362d31312d32365430393a31313a31322e3530303030305a",
+		`["null",{"type":"string","connect.version":1,"connect.name":"io.debezium.time.ZonedTimestamp"}]`, "0236323032362d31312d32365430393a31313a31322e3530303030305a"},
+	{"interval", decode.Column{Type: decode.TypeInterval, TypMod: -1}, "1 day",
+		`{"type":"long","connect.version":1,"connect.name":"io.debezium.time.MicroDuration"}`, "8080bbdd8305",
+		`["null",{"type":"long","connect.version":1,"connect.name":"io.debezium.time.MicroDuration"}]`, "028080bbdd8305"},
+	{"money", decode.Column{Type: decode.TypeMoney, TypMod: -1}, "$1,234.56",
+		`{"type":"bytes","scale":2,"precision":64,"connect.version":1,"connect.parameters":{"scale":"2"},"connect.name":"org.apache.kafka.connect.data.Decimal","logicalType":"decimal"}`, "0601e240",
+		`["null",{"type":"bytes","scale":2,"precision":64,"connect.version":1,"connect.parameters":{"scale":"2"},"connect.name":"org.apache.kafka.connect.data.Decimal","logicalType":"decimal"}]`, "020601e240"},
+	{"enum", decode.Column{Type: 16385, TypMod: -1, Labels: "sad,ok,happy"}, "ok",
+		`{"type":"string","connect.version":1,"connect.parameters":{"allowed":"sad,ok,happy"},"connect.name":"io.debezium.data.Enum"}`, "046f6b",
+		`["null",{"type":"string","connect.version":1,"connect.parameters":{"allowed":"sad,ok,happy"},"connect.name":"io.debezium.data.Enum"}]`, "02046f6b"},
+	{"bytea", decode.Column{Type: decode.TypeBytea, TypMod: -1}, `\x00ff`, `"bytes"`, "0400ff", `["null","bytes"]`, "020400ff"},
+	{"text[]", decode.Column{Type: 1009, TypMod: -1}, `{a,NULL,"b c"}`,
+		`{"type":"array","items":["null","string"]}`, "0602026100020662206300",
+		`["null",{"type":"array","items":["null","string"]}]`, "020602026100020662206300"},
+	{"empty integer[]", decode.Column{Type: 1007, TypMod: -1}, `{}`,
+		`{"type":"array","items":["null","int"]}`, "00", `["null",{"type":"array","items":["null","int"]}]`, "0200"},
+	{"numeric", decode.Column{Type: decode.TypeNumeric, TypMod: -1}, "1234.5678",
+		variableScaleRecord, "080800bc614e", `["null",` + variableScaleRecord + `]`, "02080800bc614e"},
+	{"double NaN", decode.Column{Type: decode.TypeFloat8, TypMod: -1}, "NaN", `"double"`, "000000000000f87f", `["null","double"]`, "02000000000000f87f"},
+	{"real NaN", decode.Column{Type: decode.TypeFloat4, TypMod: -1}, "NaN", `"float"`, "0000c07f", `["null","float"]`, "020000c07f"},
+}
+
+// A record's second numeric without precision names the first's record,
+// as Avro writes a named type once.
+func TestAvroNamedTypes(t *testing.T) {
+	a := decode.Column{Name: "a", Type: decode.TypeNumeric, TypMod: -1}
+	b := decode.Column{Name: "b", Type: decode.TypeNumeric, TypMod: -1, NotNull: true}
+	var scope avroScope
+	s, err := avroField([]byte(`{"type":"record","name":"Value","fields":[`), "a", &a, &scope)
+	if err == nil {
+		s, err = avroField(append(s, ','), "b", &b, &scope)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = append(s, "]}"...)
+	want := `{"type":"record","name":"Value","fields":[{"name":"a","type":["null",` + variableScaleRecord + `],"default":null},` +
+		`{"name":"b","type":"io.debezium.data.VariableScaleDecimal"}]}`
+	if string(s) != want {
+		t.Errorf("schema\n got %s\nwant %s", s, want)
+	}
+	body, err := avroColumnValue(nil, &a, []byte("-0.5"))
+	if err == nil {
+		body, err = avroColumnValue(body, &b, []byte("10"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := checkAvro(t, string(s), body)
+	if m, ok := v.(map[string]any); !ok || m["b"] == nil {
+		t.Errorf("read %#v", v)
+	}
 }
 
 func TestAvroColumn(t *testing.T) {
@@ -92,7 +157,7 @@ func TestAvroColumn(t *testing.T) {
 				wantSchema, wantHex = tc.required, tc.reqHex
 			}
 			t.Run(tc.name+map[bool]string{true: " not null", false: ""}[notNull], func(t *testing.T) {
-				s, err := avroColumn(nil, &col)
+				s, err := avroColumn(nil, &col, &avroScope{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -283,6 +348,63 @@ func TestAvroRecords(t *testing.T) {
 	}
 	if got := reg.registered.Load(); got != before {
 		t.Errorf("%d more registrations for known schemas, want none", got-before)
+	}
+}
+
+// TestAvroMessages: a logical message's key and value as the converter
+// writes the decoded struct's fields (compat case messages avro): the key
+// and a string payload under their optional schemas, a payload object as
+// its record.
+func TestAvroMessages(t *testing.T) {
+	reg := newFakeRegistry(t)
+	o, err := decode.NewOutbox("", "logical message walstream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRouter(avroEncoding(reg.URL()), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(b []byte) (string, string) {
+		t.Helper()
+		var h sr.ConfluentHeader
+		id, body, err := h.DecodeID(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ss.SchemaByID(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkAvro(t, s.Schema, body)
+		return s.Schema, hex.EncodeToString(body)
+	}
+	for _, tc := range []struct {
+		content, schema, body string
+	}{
+		{`{"id": "m-1", "aggregatetype": "Msg", "aggregateid": "a-1", "payload": {"x": 1, "s": "t", "o": {"p": true}}}`,
+			`{"type":"record","name":"payload","fields":[{"name":"x","type":["null","int"],"default":null},{"name":"s","type":["null","string"],"default":null},` +
+				`{"name":"o","type":["null",{"type":"record","name":"o","namespace":"payload","fields":[{"name":"p","type":["null","boolean"],"default":null}],"connect.name":"payload.o"}],"default":null}],"connect.name":"payload"}`,
+			"02020202740202" + "01"},
+		{`{"id": "m-2", "aggregatetype": "Msg", "aggregateid": "a-1", "payload": "a string"}`, `["null","string"]`, "02106120737472696e67"},
+		{`{"id": "m-3", "aggregatetype": "Msg", "aggregateid": "a-1", "payload": {"empty": []}}`,
+			`{"type":"record","name":"payload","fields":[],"connect.name":"payload"}`, ""},
+	} {
+		ev := decode.Event{Identity: decode.Identity{ID: []byte("m"), Table: o.Name()}, Source: o, AggregateType: []byte("Msg"), Message: []byte(tc.content)}
+		rec, err := r.Record(context.Background(), &ev)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.content, err)
+		}
+		if s, b := read(rec.Key); s != `["null","string"]` || b != "0206612d31" {
+			t.Errorf("%s: key %s %s", tc.content, s, b)
+		}
+		if s, b := read(rec.Value); s != tc.schema || b != tc.body {
+			t.Errorf("%s: value\n got %s %s\nwant %s %s", tc.content, s, b, tc.schema, tc.body)
+		}
 	}
 }
 

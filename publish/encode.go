@@ -132,6 +132,9 @@ func ContextHeaders(logicalName, runID string) []kgo.RecordHeader {
 // bounds the schema registry's requests of the encoders that need it.
 type encoder interface {
 	encode(ctx context.Context, dst []byte, topic string, ev *decode.Event) ([]byte, error)
+	// node writes a value of a logical message's decoded struct (n, nil
+	// when absent, of schema s) as the key or the value.
+	node(ctx context.Context, topic string, n *jsonNode, s *connectSchema) ([]byte, error)
 }
 
 // Compile-time checks that each converter implements encoder.
@@ -189,6 +192,18 @@ func (binaryKey) encode(_ context.Context, dst []byte, _ string, ev *decode.Even
 	return nil, errNotBytes
 }
 
+func (binaryKey) node(_ context.Context, _ string, n *jsonNode, _ *connectSchema) ([]byte, error) {
+	return binaryNode(n)
+}
+
+// binaryNode: a message's fields are never bytes, and null is no bytes.
+func binaryNode(n *jsonNode) ([]byte, error) {
+	if null(n) {
+		return nil, nil
+	}
+	return nil, errNotBytes
+}
+
 // binaryValue is BinaryDataConverter as value.converter: a bytea payload
 // as its bytes, NULL as no value.
 type binaryValue struct{ payload }
@@ -204,6 +219,10 @@ func (v *binaryValue) encode(_ context.Context, dst []byte, _ string, ev *decode
 		dst = []byte{} // empty bytes are a value, not none
 	}
 	return append(dst, ev.Payload...), nil
+}
+
+func (v *binaryValue) node(_ context.Context, _ string, n *jsonNode, _ *connectSchema) ([]byte, error) {
+	return binaryNode(n)
 }
 
 // unnamedKey and unnamedPayload stand for the columns of an event that
@@ -240,6 +259,33 @@ func (k jsonKey) encode(_ context.Context, dst []byte, _ string, ev *decode.Even
 	dst = jsonSchema(append(dst, `{"schema":`...), col, "")
 	dst, err := connectJSON(append(dst, `,"payload":`...), col, ev.AggregateID)
 	return append(dst, '}'), err
+}
+
+func (stringKey) node(_ context.Context, _ string, n *jsonNode, s *connectSchema) ([]byte, error) {
+	return stringNode(n, s), nil
+}
+
+func (k jsonKey) node(_ context.Context, _ string, n *jsonNode, s *connectSchema) ([]byte, error) {
+	return jsonNodeOf(n, s, k.schemas), nil
+}
+
+// stringNode is a message's field under StringConverter: its toString,
+// no bytes for null.
+func stringNode(n *jsonNode, s *connectSchema) []byte {
+	if null(n) {
+		return nil
+	}
+	return n.javaStringAs(nil, s)
+}
+
+// jsonNodeOf is a message's field under JsonConverter, with its schema or
+// without.
+func jsonNodeOf(n *jsonNode, s *connectSchema, schemas bool) []byte {
+	if !schemas {
+		return n.jsonAs(nil, s)
+	}
+	dst := s.json([]byte(`{"schema":`), "")
+	return append(n.jsonAs(append(dst, `,"payload":`...), s), '}')
 }
 
 // payload is what every value encoder needs of an event: the payload's
@@ -289,12 +335,20 @@ func (v *stringValue) encode(_ context.Context, dst []byte, _ string, ev *decode
 	return javaString(dst, col, ev.Payload)
 }
 
+func (v *stringValue) node(_ context.Context, _ string, n *jsonNode, s *connectSchema) ([]byte, error) {
+	return stringNode(n, s), nil
+}
+
 // jsonValue is JsonConverter's value, with or without its schema.
 type jsonValue struct {
 	payload
 	withSchema bool
 	prefix     string
 	schemas    *envelopeSchemas // shared by the router's tables
+}
+
+func (v *jsonValue) node(_ context.Context, _ string, n *jsonNode, s *connectSchema) ([]byte, error) {
+	return jsonNodeOf(n, s, v.withSchema), nil
 }
 
 func (v *jsonValue) encode(_ context.Context, dst []byte, _ string, ev *decode.Event) ([]byte, error) {

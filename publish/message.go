@@ -2,7 +2,9 @@ package publish
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/walstream/walstream/decode"
@@ -53,8 +55,9 @@ func (m *message) field(name string) (n *jsonNode, s *connectSchema, ok bool) {
 	return m.root.member(name), s, true
 }
 
-// messageRecord encodes a message event's key, value and id header.
-func (t *tableRoute) messageRecord(ev *decode.Event) (key, value, id []byte, err error) {
+// messageRecord encodes a message event's key and value, bound for topic,
+// and its id header. A schema registry's failure is returned as it is.
+func (t *tableRoute) messageRecord(ctx context.Context, topic string, ev *decode.Event) (key, value, id []byte, err error) {
 	m, err := parseMessage(ev)
 	if err != nil {
 		return nil, nil, nil, &EncodingError{Column: "content", Err: err}
@@ -66,7 +69,10 @@ func (t *tableRoute) messageRecord(ev *decode.Event) (key, value, id []byte, err
 	if !ok || !ok2 || !ok3 {
 		return nil, nil, nil, &EncodingError{Column: "content", Err: fmt.Errorf("the message lacks %s, %s or %s", cols.AggregateID, cols.ID, cols.Payload)}
 	}
-	if key, err = encodeNode(t.format.Key, kn, ks); err != nil {
+	var re *RegistryError
+	if key, err = t.key.node(ctx, topic, kn, ks); errors.As(err, &re) {
+		return nil, nil, nil, err
+	} else if err != nil {
 		return nil, nil, nil, &EncodingError{Column: cols.AggregateID, Err: err}
 	}
 	if !null(in) {
@@ -84,33 +90,15 @@ func (t *tableRoute) messageRecord(ev *decode.Event) (key, value, id []byte, err
 			pn, ps = expanded, expanded.schema
 		}
 	}
-	if value, err = encodeNode(t.format.Value, pn, ps); err != nil {
+	if value, err = t.value.node(ctx, topic, pn, ps); errors.As(err, &re) {
+		return nil, nil, nil, err
+	} else if err != nil {
 		return nil, nil, nil, &EncodingError{Column: cols.Payload, Err: err}
 	}
 	return key, value, id, nil
 }
 
 func null(n *jsonNode) bool { return n == nil || n.kind == 'n' }
-
-// encodeNode writes a value of the decoded struct as a converter does.
-func encodeNode(f Format, n *jsonNode, s *connectSchema) ([]byte, error) {
-	switch f {
-	case FormatJSON:
-		return n.jsonAs(nil, s), nil
-	case FormatJSONSchema:
-		dst := s.json([]byte(`{"schema":`), "")
-		return append(n.jsonAs(append(dst, `,"payload":`...), s), '}'), nil
-	case FormatBinary:
-		if null(n) {
-			return nil, nil
-		}
-		return nil, errNotBytes
-	}
-	if null(n) {
-		return nil, nil // StringConverter writes null as no bytes
-	}
-	return n.javaStringAs(nil, s), nil
-}
 
 // headerString is the node as SimpleHeaderConverter writes a header: a
 // string as it is, a number or boolean as Java prints it, a struct or

@@ -188,7 +188,7 @@ func (r *Router) Record(ctx context.Context, ev *decode.Event) (*kgo.Record, err
 	id := &rec.Headers[len(dbz)]
 	*id = kgo.RecordHeader{Key: HeaderID}
 	if ev.Message != nil {
-		if rec.Key, rec.Value, id.Value, err = t.messageRecord(ev); err != nil {
+		if rec.Key, rec.Value, id.Value, err = t.messageRecord(ctx, rec.Topic, ev); err != nil {
 			return nil, err
 		}
 	} else {

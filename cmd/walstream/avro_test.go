@@ -255,13 +255,16 @@ func TestAvro(t *testing.T) {
 		}
 	})
 
-	phase("the config of docs/debezium.md", func(t *testing.T) {
-		cfg := filepath.Join(t.TempDir(), "walstream.yaml")
-		if err := os.WriteFile(cfg, []byte(docsBlock(t, "debezium.md", "## Avro and a schema registry", "```yaml")), 0o600); err != nil {
+	phase("the connector config of docs/debezium.md", func(t *testing.T) {
+		// The block as it is; the flags give what a test's servers are
+		// (Postgres, Kafka, the registry) and a slot from now on.
+		doc := docsBlock(t, "debezium.md", "## Avro and a schema registry", "```json")
+		cfg := filepath.Join(t.TempDir(), "connector.json")
+		if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		p := e.start([]string{"--config", cfg, "--slot", "walstream_doc"},
-			"PG_URL="+e.pg.URL("postgres", "postgres"), "KAFKA_BROKERS="+e.broker, "REGISTRY_URL="+reg.NativeURL()).streaming(t)
+		p := e.start([]string{"--config", cfg, "--slot", "walstream_doc", "--publication", "walstream_doc", "--schema-registry-url", reg.NativeURL()},
+			"DB_PASSWORD=unused").streaming(t)
 		e.pg.Exec("postgres", `INSERT INTO outbox (aggregatetype, aggregateid, type, payload) VALUES ('Doc', 'd-1', 'Placed', '{"n": 1}')`)
 		e.waitConfirmed("walstream_doc", e.currentLSN(), 60*time.Second, p)
 		if err := p.stop(); err != nil {
@@ -276,6 +279,27 @@ func TestAvro(t *testing.T) {
 		want := `{"type":"record","name":"Value","namespace":"dbz.public.outbox.Doc","fields":[{"name":"payload","type":{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}},{"name":"eventType","type":"string"}],"connect.name":"dbz.public.outbox.Doc.Value"}`
 		if m, ok := v.(map[string]any); k != "d-1" || !ok || m["payload"] != `{"n": 1}` || m["eventType"] != "Placed" || avr.texts[id] != want {
 			t.Errorf("key %#v, value %#v with schema %s; want d-1, the envelope, %s", k, v, avr.texts[id], want)
+		}
+		// README's excerpt is this config's.
+		var connector struct{ Config map[string]string }
+		if err := json.Unmarshal([]byte(doc), &connector); err != nil {
+			t.Fatal(err)
+		}
+		readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, excerpt, _ := strings.Cut(string(readme), "```properties\n")
+		excerpt, _, _ = strings.Cut(excerpt, "```")
+		lines := strings.Split(strings.TrimSpace(excerpt), "\n")
+		for _, l := range lines {
+			k, v, _ := strings.Cut(strings.TrimSpace(l), "=")
+			if got, ok := connector.Config[k]; !ok || got != v {
+				t.Errorf("README.md's %s=%s is not docs/debezium.md's (%q)", k, v, got)
+			}
+		}
+		if len(lines) < 5 {
+			t.Errorf("README.md's converter excerpt has %d lines:\n%s", len(lines), excerpt)
 		}
 	})
 

@@ -332,10 +332,17 @@ func (cc *connectorConfig) resolve(key, v string) (string, error) {
 type ignoredKey struct{ Key, Why string }
 
 // translation is what a connector config sets: flags by name (router
-// settings by their flags too) and the keys it ignores.
+// settings by their flags too), the key that set each, the schema
+// registry's secrets, which have no flags, and the keys it ignores.
 type translation struct {
-	flags   map[string]string
-	ignored []ignoredKey
+	flags, from map[string]string
+	registry    registryKeys
+	ignored     []ignoredKey
+}
+
+// set sets a flag from a key.
+func (tr *translation) set(key, flag, value string) {
+	tr.flags[flag], tr.from[flag] = value, key
 }
 
 // Why walstream ignores keys, by key or by prefix (ending in a dot).
@@ -432,8 +439,8 @@ var refusedKeys = map[string]struct {
 	"column.truncate.to.":                    {nil, "walstream truncates no columns"},
 	"predicates":                             {nil, "walstream applies the router to exactly the outbox tables it is given"},
 	"predicates.":                            {nil, "walstream applies the router to exactly the outbox tables it is given"},
-	"key.converter.":                         {nil, "walstream writes keys as the converter does with its defaults"},
-	"value.converter.":                       {nil, "walstream writes values as the converter does with its defaults"},
+	"key.converter.":                         {nil, "is not a converter setting walstream knows (it takes schemas.enable, and the Avro converters' schema registry settings)"},
+	"value.converter.":                       {nil, "is not a converter setting walstream knows (it takes schemas.enable, and the Avro converters' schema registry settings)"},
 	"header.converter.":                      {nil, "walstream writes headers as SimpleHeaderConverter does"},
 }
 
@@ -460,17 +467,13 @@ func byPrefix[V any](m map[string]V, key string) (V, bool) {
 	return zero, false
 }
 
-// Keys mapped onto walstream's flags as they are.
+// Keys mapped onto walstream's flags as they are, besides connectKeys,
+// which walstream's config file takes too.
 var connectorFlags = map[string]string{
-	"topic.prefix":                   "topic-prefix",
-	"slot.name":                      "slot",
-	"publication.name":               "publication",
-	"slot.failover":                  "failover-slot",
-	"extended.headers.enabled":       "extended-headers",
-	"key.converter":                  "key-converter",
-	"value.converter":                "value-converter",
-	"key.converter.schemas.enable":   "key-converter-schemas-enable",
-	"value.converter.schemas.enable": "value-converter-schemas-enable",
+	"slot.name":                "slot",
+	"publication.name":         "publication",
+	"slot.failover":            "failover-slot",
+	"extended.headers.enabled": "extended-headers",
 }
 
 // Debezium's defaults of the keys whose defaults differ from walstream's:
@@ -487,7 +490,7 @@ var workerConverters = []string{"key.converter", "value.converter"}
 
 // translate maps a connector config onto walstream's settings.
 func (cc *connectorConfig) translate() (*translation, error) {
-	tr := &translation{flags: make(map[string]string)}
+	tr := &translation{flags: make(map[string]string), from: make(map[string]string)}
 	var errs []error
 	refuse := func(key, why string) {
 		errs = append(errs, fmt.Errorf("%s: %s (see docs/debezium.md, Pasting a connector config)", cc.at(key), why))
@@ -560,7 +563,7 @@ func (st *translating) key(key, v string) {
 			if canon, err := decode.CanonicalRouterKey(key); err != nil {
 				st.refuse(key, err.Error())
 			} else {
-				tr.flags[routerFlagNames[canon]] = v
+				tr.set(key, routerFlagNames[canon], v)
 			}
 		case st.decoders[name] && rest == "fields.null.include":
 			tr.flags["message-fields-null-include"] = v
@@ -569,13 +572,21 @@ func (st *translating) key(key, v string) {
 		}
 		return
 	}
+	if known, err := tr.registry.add(key, v, func(flag, value string) { tr.set(key, flag, value) }); known {
+		if err != nil {
+			st.refuse(key, err.Error())
+		}
+		return
+	}
 	_, ignored := byPrefix(ignoredKeys, key)
 	refused, isRefused := byPrefix(refusedKeys, key)
 	switch {
 	case strings.HasPrefix(key, "database.") && !ignored && !isRefused:
 		st.db[strings.TrimPrefix(key, "database.")] = v
+	case connectKeys[key] != "":
+		tr.set(key, connectKeys[key], v)
 	case connectorFlags[key] != "":
-		tr.flags[connectorFlags[key]] = v
+		tr.set(key, connectorFlags[key], v)
 	case key == "table.include.list":
 		tables, err := includedTables(v)
 		if err != nil {
@@ -746,37 +757,23 @@ func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *conne
 			continue
 		}
 		if err := fs.Set(name, tr.flags[name]); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %q: %s", cc.keyOf(name), tr.flags[name], expected(f, err)))
+			at := fmt.Sprintf("connector config %s (--%s)", cc.path, name)
+			if key, ok := tr.from[name]; ok {
+				at = cc.at(key)
+			}
+			errs = append(errs, fmt.Errorf("%s: %q: %s", at, tr.flags[name], expected(f, err)))
 		}
 		set[name] = true
 	}
 	for _, k := range workerConverters {
-		if !set[connectorFlags[k]] {
-			errs = append(errs, fmt.Errorf("connector config %s: %s is not set: the connector takes the Kafka Connect worker's, which walstream cannot see; set it in the connector config or with --%s", cc.path, k, connectorFlags[k]))
+		if !set[connectKeys[k]] {
+			errs = append(errs, fmt.Errorf("connector config %s: %s is not set: the connector takes the Kafka Connect worker's, which walstream cannot see; set it in the connector config or with --%s", cc.path, k, connectKeys[k]))
 		}
 	}
+	c.registryPassword, c.registryToken = tr.registry.password, tr.registry.token
 	c.Ignored = tr.ignored
 	c.Connector = cc.form
 	return errors.Join(errs...)
-}
-
-// keyOf names the connector key a flag came from, for errors.
-func (cc *connectorConfig) keyOf(flagName string) string {
-	for k, f := range connectorFlags {
-		if f == flagName {
-			return cc.at(k)
-		}
-	}
-	for k, f := range routerFlagNames {
-		if f == flagName {
-			for key := range cc.values {
-				if canon, err := decode.CanonicalRouterKey(key); err == nil && canon == k {
-					return cc.at(key)
-				}
-			}
-		}
-	}
-	return fmt.Sprintf("connector config %s (--%s)", cc.path, flagName)
 }
 
 // printFromDebezium prints the walstream config file equivalent to a
@@ -818,6 +815,12 @@ func printFromDebezium(w io.Writer, path string) error {
 		if name == "pg-url" && password != "" {
 			fmt.Fprintln(w, "# the password is not copied: walstream reads it from $PGPASSWORD, ~/.pgpass or --pg-password-file")
 		}
+	}
+	if tr.registry.password != "" {
+		fmt.Fprintf(w, "# the schema registry's password is not copied: walstream reads it from --schema-registry-password-file or $%s\n", envRegistryPassword)
+	}
+	if tr.registry.token != "" {
+		fmt.Fprintf(w, "# the schema registry's token is not copied: walstream reads it from --schema-registry-token-file or $%s\n", envRegistryToken)
 	}
 	fmt.Fprintln(w, "kafka-brokers: ${KAFKA_BROKERS} # the Kafka Connect worker's bootstrap.servers")
 	if len(router) > 0 {

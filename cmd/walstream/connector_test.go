@@ -298,3 +298,120 @@ func TestInitFromDebezium(t *testing.T) {
 		}
 	}
 }
+
+// avroConnector is harnessConnector with Apicurio's AvroConverter, set as
+// Debezium's documentation sets it, for keys and values.
+var avroConnector = strings.NewReplacer(
+	`"key.converter": "org.apache.kafka.connect.json.JsonConverter",
+    "key.converter.schemas.enable": "false",`,
+	`"key.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+    "key.converter.apicurio.registry.url": "http://apicurio:8080/apis/registry/v2",
+    "key.converter.apicurio.registry.auto-register": "true",
+    "key.converter.apicurio.registry.find-latest": "true",
+    "key.converter.apicurio.registry.as-confluent": "true",
+    "key.converter.apicurio.registry.use-id": "contentId",
+    "key.converter.apicurio.registry.headers.enabled": "false",`,
+	`"value.converter": "org.apache.kafka.connect.json.JsonConverter",
+    "value.converter.schemas.enable": "false"`,
+	`"value.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+    "value.converter.apicurio.registry.url": "http://apicurio:8080/apis/registry/v2",
+    "value.converter.apicurio.registry.auto-register": "true",
+    "value.converter.apicurio.registry.find-latest": "true",
+    "value.converter.apicurio.registry.as-confluent": "true",
+    "value.converter.apicurio.registry.use-id": "contentId",
+    "value.converter.apicurio.registry.headers.enabled": "false"`).Replace(harnessConnector)
+
+// TestConnectorConfigAvro: a connector config with Apicurio's or
+// Confluent's AvroConverter runs as it is, its registry settings mapped as
+// walstream's config file maps them; settings walstream cannot honour are
+// refused naming the key.
+func TestConnectorConfigAvro(t *testing.T) {
+	if avroConnector == harnessConnector {
+		t.Fatal("the Avro converters were not put in the config")
+	}
+	parse := func(name, body string, args ...string) (*Config, error) {
+		return parseConfig(append([]string{"--config", writeNamed(t, name, body), "--kafka-brokers", "k:9092"}, args...), &bytes.Buffer{})
+	}
+	c, err := parse("connector.json", avroConnector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Encoding.Registry
+	if c.Encoding.Key != publish.FormatAvro || c.Encoding.Value != publish.FormatAvro {
+		t.Errorf("encoding %v/%v, want avro", c.Encoding.Key, c.Encoding.Value)
+	}
+	if len(r.URLs) != 1 || r.URLs[0] != "http://apicurio:8080/apis/ccompat/v7" || !r.AutoRegister || !r.UseLatest {
+		t.Errorf("registry %v, auto-register %v, use latest %v", r.URLs, r.AutoRegister, r.UseLatest)
+	}
+	if c, err := parse("connector.json", avroConnector, "--schema-registry-url", "http://other:8081"); err != nil || c.Encoding.Registry.URLs[0] != "http://other:8081" {
+		t.Errorf("the flag does not win over the file: %v, %v", c.Encoding.Registry.URLs, err)
+	}
+
+	// docs/debezium.md's Confluent converter settings, the secret's file in
+	// a test folder, and auto-registration off.
+	secrets := writeNamed(t, "sr.properties", "user-info=app:pa:ss\n")
+	block := docsBlock(t, "debezium.md", "## Avro and a schema registry", "```properties")
+	if !strings.Contains(block, "/etc/kafka/secrets/registry.properties") {
+		t.Fatalf("docs/debezium.md's Confluent settings read no secret from /etc/kafka/secrets/registry.properties:\n%s", block)
+	}
+	confluent := `connector.class=io.debezium.connector.postgresql.PostgresConnector
+database.hostname=db
+database.dbname=app
+topic.prefix=dbz
+table.include.list=public.outbox
+transforms=outbox
+transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
+` + strings.ReplaceAll(block, "/etc/kafka/secrets/registry.properties", secrets) + `value.converter.auto.register.schemas=false
+value.converter.use.latest.version=true
+`
+	if c, err = parse("connector.properties", confluent); err != nil {
+		t.Fatal(err)
+	}
+	r = c.Encoding.Registry
+	if len(r.URLs) != 1 || r.URLs[0] != "https://registry:8081" || r.User != "app" || r.Password != "pa:ss" {
+		t.Errorf("registry %v user %q password %q", r.URLs, r.User, r.Password)
+	}
+	if r.KeyStrategy != publish.SubjectTopic || r.ValueStrategy != publish.SubjectTopicRecord || r.AutoRegister || !r.UseLatest {
+		t.Errorf("strategies %v/%v, auto-register %v, use latest %v", r.KeyStrategy, r.ValueStrategy, r.AutoRegister, r.UseLatest)
+	}
+
+	for _, tc := range []struct{ old, new, want string }{
+		{`"value.converter.apicurio.registry.as-confluent": "true"`, `"value.converter.apicurio.registry.as-confluent": "false"`,
+			`value.converter.apicurio.registry.as-confluent: is "false"; walstream writes the Confluent wire format`},
+		{`"value.converter.apicurio.registry.url": "http://apicurio:8080/apis/registry/v2"`, `"value.converter.apicurio.registry.url": "http://other:8080/apis/registry/v2"`,
+			"one schema registry"},
+		{`"key.converter.apicurio.registry.auto-register": "true"`, `"key.converter.apicurio.registry.auto-register": "maybe"`,
+			`key.converter.apicurio.registry.auto-register: "maybe"`},
+		{`"value.converter.apicurio.registry.use-id": "contentId"`, `"value.converter.apicurio.registry.use-id": "contentId", "value.converter.apicurio.registry.check-period-ms": "1"`,
+			`value.converter.apicurio.registry.check-period-ms: "1": is not a converter setting walstream knows`},
+		{`"value.converter.apicurio.registry.use-id": "contentId"`, `"value.converter.apicurio.registry.use-id": "contentId", "value.converter.connect.meta.data": "false"`,
+			"connect.meta.data"},
+	} {
+		if !strings.Contains(avroConnector, tc.old) {
+			t.Fatalf("the config has no %s", tc.old)
+		}
+		if _, err := parse("c.json", strings.Replace(avroConnector, tc.old, tc.new, 1)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("with %s: %v, want an error naming %q", tc.new, err, tc.want)
+		}
+	}
+
+	// init --from-debezium leaves the registry's password out, and the
+	// printed config reads back as the connector config does.
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"init", "--from-debezium", writeNamed(t, "connector.properties", confluent)}, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "pa:ss") || !strings.Contains(out.String(), "$"+envRegistryPassword) {
+		t.Fatalf("the printed config holds the password, or does not say where it goes:\n%s", out.String())
+	}
+	t.Setenv("KAFKA_BROKERS", "k:9092")
+	t.Setenv(envRegistryPassword, "pa:ss")
+	printed, err := parseConfig([]string{"--config", writeFile(t, out.String())}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+	if p := printed.Encoding.Registry; p.URLs[0] != r.URLs[0] || p.User != r.User || p.Password != r.Password || p.ValueStrategy != r.ValueStrategy ||
+		p.AutoRegister != r.AutoRegister || p.UseLatest != r.UseLatest || printed.Encoding.Value != publish.FormatAvro {
+		t.Errorf("the printed config reads back otherwise: %+v\n%s", p, out.String())
+	}
+}

@@ -113,10 +113,9 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
 		}
 		return value, err == nil
 	}
-	apply := func(k, v *yaml.Node, flagName string, router bool) {
-		value, ok := scalar(k, v, router)
+	setFlag := func(k *yaml.Node, flagName, value string) {
 		switch f := fs.Lookup(flagName); {
-		case !ok || set[flagName]:
+		case set[flagName]:
 		case f == nil:
 			at(k, "unknown setting %q (settings are flag names, like kafka-brokers)", k.Value)
 		default:
@@ -126,8 +125,13 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
 			set[flagName] = true
 		}
 	}
+	apply := func(k, v *yaml.Node, flagName string, router bool) {
+		if value, ok := scalar(k, v, router); ok {
+			setFlag(k, flagName, value)
+		}
+	}
 	var tables []string
-	fromConverters := make(map[string]*yaml.Node) // the converter key that set a registry flag
+	var registry registryKeys
 	each(doc.Content[0], "want a mapping of settings", func(k, v *yaml.Node) {
 		switch k.Value {
 		case "config":
@@ -163,13 +167,18 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
 		default:
 			if f, ok := connectKeys[k.Value]; ok {
 				apply(k, v, f, false)
-			} else if f, ok := registryKey(k.Value); ok {
-				c.applyRegistryKey(k, v, f, scalar, apply, at, fromConverters)
-			} else {
+			} else if _, ok := converterSetting(k.Value); !ok {
 				apply(k, v, k.Value, false)
+			} else if value, ok := scalar(k, v, false); ok {
+				if known, err := registry.add(k.Value, value, func(f, value string) { setFlag(k, f, value) }); err != nil {
+					at(k, "%s %v", k.Value, err)
+				} else if !known {
+					at(k, "%s is not a converter setting walstream knows (it takes schemas.enable, and the Avro converters' schema registry settings)", k.Value)
+				}
 			}
 		}
 	})
+	c.registryPassword, c.registryToken = registry.password, registry.token
 	if len(tables) > 0 {
 		if set["table"] {
 			errs = append(errs, fmt.Errorf("config file %s: its tables section and --table ($%s, or table:) both name the outbox tables; keep one", c.ConfigFile, envName("table")))
@@ -177,102 +186,4 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
 		c.Table = strings.Join(tables, ",")
 	}
 	return errors.Join(errs...)
-}
-
-// connectKeys are Kafka Connect and Debezium connector settings a config
-// file may hold at its top level as a connector config has them, with the
-// flag each sets.
-var connectKeys = map[string]string{
-	"key.converter":                                                "key-converter",
-	"value.converter":                                              "value-converter",
-	"key.converter.schemas.enable":                                 "key-converter-schemas-enable",
-	"value.converter.schemas.enable":                               "value-converter-schemas-enable",
-	"topic.prefix":                                                 "topic-prefix",
-	"key.converter.key.subject.name.strategy":                      "key-subject-name-strategy",
-	"value.converter.value.subject.name.strategy":                  "value-subject-name-strategy",
-	"key.converter.apicurio.registry.artifact-resolver-strategy":   "key-subject-name-strategy",
-	"value.converter.apicurio.registry.artifact-resolver-strategy": "value-subject-name-strategy",
-}
-
-// registrySettings are the schema registry settings of Confluent's and
-// Apicurio's Avro converters, as a connector config has them under
-// key.converter. and value.converter., with the flag each sets: one
-// registry serves keys and values, so the two must agree.
-var registrySettings = map[string]string{
-	"schema.registry.url":             "schema-registry-url",
-	"apicurio.registry.url":           "schema-registry-url",
-	"auto.register.schemas":           "auto-register-schemas",
-	"apicurio.registry.auto-register": "auto-register-schemas",
-	"use.latest.version":              "use-latest-version",
-	"apicurio.registry.find-latest":   "use-latest-version",
-	"basic.auth.user.info":            "schema-registry-user", // user:password
-	"apicurio.registry.auth.username": "schema-registry-user",
-	"apicurio.registry.auth.password": "", // the password, which has no flag
-	"bearer.auth.token":               "", // the token, which has no flag
-	// Apicurio 2.x's converter writes the Confluent wire format only with
-	// these; 3.x writes it by default. walstream writes nothing else.
-	"apicurio.registry.as-confluent":    "=true",
-	"apicurio.registry.use-id":          "=contentId",
-	"apicurio.registry.headers.enabled": "=false",
-	// Apicurio 3.x registers a nested record (an expanded payload in an
-	// envelope) as a reference unless told not to; walstream writes it
-	// inline, as 2.x does.
-	"apicurio.registry.dereference-schema": "=true",
-	// Informational in a connector config.
-	"basic.auth.credentials.source":  "=USER_INFO",
-	"bearer.auth.credentials.source": "=STATIC_TOKEN",
-}
-
-// registryKey finds a converter's registry setting: its flag, or =value
-// for a setting walstream takes with that one value.
-func registryKey(key string) (string, bool) {
-	for _, prefix := range []string{"key.converter.", "value.converter."} {
-		if rest, ok := strings.CutPrefix(key, prefix); ok {
-			f, ok := registrySettings[rest]
-			return f, ok
-		}
-	}
-	return "", false
-}
-
-// applyRegistryKey applies one converter's registry setting from the
-// config file. Keys and values share walstream's one registry, so a
-// setting given for both must be given alike.
-func (c *Config) applyRegistryKey(k, v *yaml.Node, f string, scalar func(k, v *yaml.Node, router bool) (string, bool),
-	apply func(k, v *yaml.Node, flagName string, router bool), at func(n *yaml.Node, format string, a ...any), from map[string]*yaml.Node) {
-	value, ok := scalar(k, v, false)
-	if !ok {
-		return
-	}
-	rest := k.Value[strings.Index(k.Value, ".converter.")+len(".converter."):]
-	if want, only := strings.CutPrefix(f, "="); only {
-		if !strings.EqualFold(strings.TrimSpace(value), want) {
-			at(k, "%s is %q; walstream writes the Confluent wire format, which %s=%s gives", k.Value, value, rest, want)
-		}
-		return
-	}
-	if prev, ok := from[rest]; ok {
-		if prev.Value != v.Value {
-			at(k, "%s differs from the other converter's, line %d: walstream writes keys and values through one schema registry", k.Value, prev.Line)
-		}
-		return
-	}
-	from[rest] = v
-	switch rest {
-	case "basic.auth.user.info":
-		user, password, found := strings.Cut(value, ":")
-		if !found {
-			at(k, "%s: want user:password", k.Value)
-			return
-		}
-		c.registryPassword = password
-		v = &yaml.Node{Kind: yaml.ScalarNode, Value: user, Line: v.Line}
-	case "apicurio.registry.auth.password":
-		c.registryPassword = value
-		return
-	case "bearer.auth.token":
-		c.registryToken = value
-		return
-	}
-	apply(k, v, f, false)
 }

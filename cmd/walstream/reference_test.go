@@ -129,9 +129,9 @@ func settingsReference(*testing.T) string {
 	for key, name := range connectKeys {
 		connect[name] = append(connect[name], code(key))
 	}
-	for key, name := range registrySettings {
-		if name != "" && !strings.HasPrefix(name, "=") {
-			connect[name] = append(connect[name], code("{key,value}.converter."+key))
+	for key, s := range registrySettings {
+		if s.flag != "" {
+			connect[s.flag] = append(connect[s.flag], code("{key,value}.converter."+key))
 		}
 	}
 	var b strings.Builder

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -65,12 +66,14 @@ type ConnectConfig struct {
 }
 
 // Connect is a Kafka Connect worker with Debezium's Postgres connector
-// installed, as a JVM child process on loopback, installed by
-// scripts/deps.sh at the versions of scripts/java/versions.env. Its data
-// (the offsets file, its configs) stay in Dir across Stop and Start.
+// and Apicurio's AvroConverter installed, as a JVM child process on
+// loopback, installed by scripts/deps.sh at the versions of
+// scripts/java/versions.env. Its data (the offsets file, its configs) stay
+// in Dir across Stop and Start.
 type Connect struct {
 	Version  string // Kafka Connect's release
 	Debezium string // Debezium's release
+	Apicurio string // the AvroConverter's release
 	Dir      string
 	Port     int // the REST listener's
 	Mode     ConnectMode
@@ -108,13 +111,15 @@ func LaunchConnect(ctx context.Context, cfg ConnectConfig) (*Connect, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Connect{Version: versions["CONNECT_VERSION"], Debezium: versions["DEBEZIUM_VERSION"], Mode: cfg.Mode, out: cfg.Output,
-		http: &http.Client{Timeout: 30 * time.Second}, connectors: make(map[string]map[string]string)}
+	c := &Connect{Version: versions["CONNECT_VERSION"], Debezium: versions["DEBEZIUM_VERSION"], Apicurio: versions["APICURIO_VERSION"],
+		Mode: cfg.Mode, out: cfg.Output, http: &http.Client{Timeout: 30 * time.Second}, connectors: make(map[string]map[string]string)}
 	libs := filepath.Join(JavaDir(), "connect-"+c.Version)
 	plugins := filepath.Join(JavaDir(), "debezium-postgres-"+c.Debezium)
-	for _, d := range []string{libs, plugins} {
+	converter := filepath.Join(JavaDir(), "apicurio-converter-"+c.Apicurio)
+	for _, d := range []string{libs, plugins, converter} {
 		if _, err := os.Stat(filepath.Join(d, "installed")); err != nil {
-			return nil, fmt.Errorf("finding Kafka Connect %s with Debezium %s in %s (run scripts/deps.sh): %w", c.Version, c.Debezium, d, err)
+			return nil, fmt.Errorf("finding Kafka Connect %s with Debezium %s and Apicurio's AvroConverter %s in %s (run scripts/deps.sh): %w",
+				c.Version, c.Debezium, c.Apicurio, d, err)
 		}
 	}
 	java, err := javaBinary()
@@ -136,10 +141,12 @@ func LaunchConnect(ctx context.Context, cfg ConnectConfig) (*Connect, error) {
 	if jvm == nil {
 		jvm = []string{"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}
 	}
+	own := filepath.Join(c.Dir, "plugins")
 	log4j := filepath.Join(c.Dir, "log4j2.properties")
 	props := filepath.Join(c.Dir, "worker.properties")
-	err = errors.Join(os.WriteFile(log4j, []byte(connectLog4j), 0o644),
-		os.WriteFile(props, []byte(c.workerProps(cfg, plugins)), 0o644))
+	err = errors.Join(converterPlugin(filepath.Join(own, "apicurio-converter"), filepath.Join(converter, "libs")),
+		os.WriteFile(log4j, []byte(connectLog4j), 0o644),
+		os.WriteFile(props, []byte(c.workerProps(cfg, plugins+","+own)), 0o644))
 	if err != nil {
 		os.RemoveAll(c.Dir)
 		return nil, fmt.Errorf("writing Kafka Connect's configuration: %w", err)
@@ -158,11 +165,45 @@ func LaunchConnect(ctx context.Context, cfg ConnectConfig) (*Connect, error) {
 	return c, nil
 }
 
-// workerProps is the worker's configuration: REST on loopback, Debezium's
-// folder as the plugin path (its libs/ is the plugin), plugins found by
-// their ServiceLoader manifests (scanning every class instead
-// takes seconds and doubles the worker's memory), JsonConverter as in
-// Kafka's sample configs, offsets flushed every second.
+// converterPlugin makes dir a Kafka Connect plugin of Apicurio's
+// AvroConverter: links to the jars in libs, and a jar holding the
+// ServiceLoader manifest the converter's 2.6 jar lacks, without which a
+// worker that finds plugins by their manifests does not see it (the
+// manifest Kafka's connect-plugin-path.sh sync-manifests would add).
+func converterPlugin(dir, libs string) error {
+	jars, err := filepath.Glob(filepath.Join(libs, "*.jar"))
+	if err != nil || len(jars) == 0 {
+		return fmt.Errorf("finding Apicurio's AvroConverter in %s (run scripts/deps.sh): %v", libs, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("making the AvroConverter plugin: %w", err)
+	}
+	for _, j := range jars {
+		if err := os.Symlink(j, filepath.Join(dir, filepath.Base(j))); err != nil {
+			return fmt.Errorf("making the AvroConverter plugin: %w", err)
+		}
+	}
+	f, err := os.Create(filepath.Join(dir, "walstream-converter-manifest.jar"))
+	if err != nil {
+		return fmt.Errorf("making the AvroConverter plugin: %w", err)
+	}
+	z := zip.NewWriter(f)
+	w, err := z.Create("META-INF/services/org.apache.kafka.connect.storage.Converter")
+	if err == nil {
+		_, err = io.WriteString(w, "io.apicurio.registry.utils.converter.AvroConverter\n")
+	}
+	if err = errors.Join(err, z.Close(), f.Close()); err != nil {
+		return fmt.Errorf("writing the AvroConverter's manifest: %w", err)
+	}
+	return nil
+}
+
+// workerProps is the worker's configuration: REST on loopback, the plugin
+// path plugins (Debezium's folder, whose libs/ is the plugin, and the
+// AvroConverter's), plugins found by their ServiceLoader manifests
+// (scanning every class instead takes seconds and doubles the worker's
+// memory), JsonConverter as in Kafka's sample configs, offsets flushed
+// every second.
 func (c *Connect) workerProps(cfg ConnectConfig, plugins string) string {
 	props := map[string]string{
 		"bootstrap.servers":        cfg.Kafka,
