@@ -60,6 +60,10 @@ type cutoverCase struct {
 	// supervisor would, and kills it once more: a standalone worker then
 	// publishes again what it had published past its stored offset.
 	again bool
+	// rollback, once walstream has streamed a while, stops it, moves the
+	// stopped connector's offset to the slot's position and resumes it, as
+	// the runbook's way back.
+	rollback bool
 	// ci runs the case in make test.
 	ci bool
 }
@@ -73,6 +77,8 @@ var cutoverCases = []cutoverCase{
 	{name: "distributed_sigterm", mode: testenv.ConnectDistributed, stop: sigterm, from: fromTopic},
 	{name: "standalone_killed_twice", mode: testenv.ConnectStandalone, stop: sigkill, from: fromFile, again: true},
 	{name: "distributed_killed_twice", mode: testenv.ConnectDistributed, stop: sigkill, from: fromTopic, again: true},
+	{name: "standalone_rollback", mode: testenv.ConnectStandalone, stop: restStop, from: fromREST, rollback: true},
+	{name: "distributed_rollback", mode: testenv.ConnectDistributed, stop: restStop, from: fromTopic, rollback: true},
 }
 
 // TestCutover runs Debezium under load, stops it at a random moment,
@@ -240,6 +246,40 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 		}
 	}
 	time.Sleep(2 * time.Second) // rows committed while walstream streams
+	marks := []map[string]map[int32]int64{mark}
+	if c.rollback {
+		// The way back: walstream stopped cleanly (it confirms what Kafka
+		// committed), the connector started again from the slot.
+		if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		back, err := endOffsets(ctx, e.kafka.Addr(), topics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		marks = append(marks, back)
+		// Debezium refuses to start from an offset behind its slot's
+		// position ("no longer available on the server"): the way back
+		// moves the offset to where walstream stopped.
+		confirmed, err := e.pg.SlotConfirmed(ctx, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lsn := json.Number(strconv.FormatUint(uint64(confirmed), 10))
+		streamed := w.Streamed(id)
+		err = w.AlterOffsets(ctx, id, []testenv.ConnectOffset{{Partition: map[string]any{"server": id},
+			Offset: map[string]any{"lsn": lsn, "lsn_proc": lsn, "lsn_commit": lsn, "ts_usec": time.Now().UnixMicro()}}})
+		if err == nil {
+			err = w.ResumeConnector(ctx, id)
+		}
+		if err == nil {
+			err = w.WaitStreaming(ctx, id, streamed, 2*time.Minute)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+	}
 	stopLoad()
 	wg.Wait()
 	if loadErr != nil {
@@ -249,32 +289,39 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if lsn, err := e.pg.SlotConfirmed(ctx, slot); err == nil && lsn >= end {
-			break
+	if c.rollback {
+		if err := waitPublished(ctx, conn, n.table, e.kafka.Addr(), topics); err != nil {
+			t.Fatalf("%v\n%s", err, w.LastLines(30))
 		}
-		if p.Exited() {
-			t.Fatalf("walstream exited:\n%s", p.LastLines(30))
+	} else {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			if lsn, err := e.pg.SlotConfirmed(ctx, slot); err == nil && lsn >= end {
+				break
+			}
+			if p.Exited() {
+				t.Fatalf("walstream exited:\n%s", p.LastLines(30))
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("walstream did not confirm %s within 2 minutes:\n%s", end, p.LastLines(30))
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("walstream did not confirm %s within 2 minutes:\n%s", end, p.LastLines(30))
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	r, err := e.checkCutover(ctx, conn, n.table, topics, mark)
+	w.Close() // before its slot is dropped
+	r, err := e.checkCutover(ctx, conn, n.table, topics, marks)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.skipped = skippedByWalstream(p.Log())
 	t.Logf("%s: %s", id, r)
-	if r.missing > 0 || r.walstreamDuplicates > 0 || r.outOfOrder > 0 {
-		t.Errorf("%s: %d rows missing, %d duplicates by walstream, %d keys out of order; examples: %s", id, r.missing, r.walstreamDuplicates, r.outOfOrder, strings.Join(r.examples, "; "))
+	if r.missing > 0 || r.dups[1] > 0 || r.outOfOrder > 0 {
+		t.Errorf("%s: %d rows missing, %d duplicates by walstream, %d keys out of order; examples: %s", id, r.missing, r.dups[1], r.outOfOrder, strings.Join(r.examples, "; "))
 	}
-	if r.skipped == 0 && r.debeziumRecords > 0 {
+	if r.skipped == 0 && r.records[0] > 0 {
 		t.Logf("%s: walstream found no event Debezium had published past its offset", id)
 	}
 	why := "no"
@@ -469,28 +516,33 @@ func endOffsets(ctx context.Context, broker string, topics []string) (map[string
 	return out, nil
 }
 
-// cutoverResult is what a cutover left in Kafka.
+// cutoverResult is what a cutover left in Kafka: Debezium's records, then
+// walstream's, then, after a rollback, Debezium's again.
 type cutoverResult struct {
-	rows                int
-	debeziumRecords     int
-	walstreamRecords    int
-	debeziumDuplicates  int // records of an event Debezium had published before
-	walstreamDuplicates int // walstream's records of an event already in Kafka
-	missing             int // committed rows in no record
-	outOfOrder          int // keys whose events are not in commit order
-	skipped             int // events walstream found already published
-	examples            []string
+	rows int
+	// records and dups count each part's records and those of an event
+	// already in Kafka (from an earlier part, or earlier in the same).
+	records, dups []int
+	missing       int // committed rows in no record
+	outOfOrder    int // keys whose events are not in commit order
+	skipped       int // events walstream found already published
+	examples      []string
 }
 
 func (r cutoverResult) String() string {
-	return fmt.Sprintf("%d rows; Debezium wrote %d records (%d duplicates of its own), walstream %d (%d duplicates) and skipped %d Debezium had published; %d missing, %d keys out of order",
-		r.rows, r.debeziumRecords, r.debeziumDuplicates, r.walstreamRecords, r.walstreamDuplicates, r.skipped, r.missing, r.outOfOrder)
+	s := fmt.Sprintf("%d rows; Debezium wrote %d records (%d duplicates of its own), walstream %d (%d duplicates) and skipped %d Debezium had published",
+		r.rows, r.records[0], r.dups[0], r.records[1], r.dups[1], r.skipped)
+	if len(r.records) > 2 {
+		s += fmt.Sprintf("; after the rollback Debezium wrote %d (%d duplicates)", r.records[2], r.dups[2])
+	}
+	return s + fmt.Sprintf("; %d missing, %d keys out of order", r.missing, r.outOfOrder)
 }
 
 // checkCutover reads the topics read_committed and checks them against
-// the table: records below mark are Debezium's, the others walstream's.
-func (e *env) checkCutover(ctx context.Context, conn *pgx.Conn, table string, topics []string, mark map[string]map[int32]int64) (cutoverResult, error) {
-	var r cutoverResult
+// the table. marks split each partition into parts: records below the
+// first mark are Debezium's, then walstream's, then Debezium's again.
+func (e *env) checkCutover(ctx context.Context, conn *pgx.Conn, table string, topics []string, marks []map[string]map[int32]int64) (cutoverResult, error) {
+	r := cutoverResult{records: make([]int, len(marks)+1), dups: make([]int, len(marks)+1)}
 	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT id::text FROM %s", table))
 	if err != nil {
 		return r, err
@@ -500,7 +552,7 @@ func (e *env) checkCutover(ctx context.Context, conn *pgx.Conn, table string, to
 		return r, err
 	}
 	r.rows = len(committed)
-	byDebezium, byWalstream := make(map[string]int), make(map[string]int)
+	seen := make(map[string]int)
 	for _, topic := range topics {
 		recs, err := testenv.ReadRecords(ctx, e.kafka.Addr(), topic)
 		if err != nil {
@@ -510,19 +562,18 @@ func (e *env) checkCutover(ctx context.Context, conn *pgx.Conn, table string, to
 		// writer commits them in seq order.
 		last := make(map[string]int64)
 		for _, rec := range recs {
+			part := 0
+			for part < len(marks) && rec.Offset >= marks[part][topic][rec.Partition] {
+				part++
+			}
 			id := rec.Header("id")
-			first := byDebezium[id]+byWalstream[id] == 0
-			if rec.Offset < mark[topic][rec.Partition] {
-				r.debeziumRecords++
-				byDebezium[id]++
-			} else {
-				r.walstreamRecords++
-				byWalstream[id]++
-				if !first {
+			r.records[part]++
+			seen[id]++
+			if seen[id] > 1 {
+				r.dups[part]++
+				if part == 1 {
 					r.examples = append(r.examples, fmt.Sprintf("event %s again at %s/%d offset %d", id, topic, rec.Partition, rec.Offset))
 				}
-			}
-			if !first {
 				continue
 			}
 			var v struct{ Seq int64 }
@@ -536,19 +587,6 @@ func (e *env) checkCutover(ctx context.Context, conn *pgx.Conn, table string, to
 			last[rec.Key] = v.Seq
 		}
 	}
-	seen := make(map[string]int)
-	for id, d := range byDebezium {
-		r.debeziumDuplicates += max(d-1, 0)
-		seen[id] += d
-	}
-	for id, w := range byWalstream {
-		if byDebezium[id] > 0 {
-			r.walstreamDuplicates += w
-		} else {
-			r.walstreamDuplicates += w - 1
-		}
-		seen[id] += w
-	}
 	for _, id := range committed {
 		if seen[id] == 0 {
 			r.missing++
@@ -561,6 +599,38 @@ func (e *env) checkCutover(ctx context.Context, conn *pgx.Conn, table string, to
 		r.examples = append(r.examples, fmt.Sprintf("%d events in Kafka, %d rows", len(seen), len(committed)))
 	}
 	return r, nil
+}
+
+// waitPublished waits up to two minutes until every row of table is in
+// one of topics.
+func waitPublished(ctx context.Context, conn *pgx.Conn, table, broker string, topics []string) error {
+	var rows int
+	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s", table)).Scan(&rows); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		// A reader gives up on a topic with a transaction open for 30 s:
+		// Debezium's, while it catches up; the deadline decides.
+		ids := make(map[string]bool)
+		var err error
+		for _, topic := range topics {
+			var recs []testenv.Record
+			if recs, err = testenv.ReadRecords(ctx, broker, topic); err != nil {
+				break
+			}
+			for _, r := range recs {
+				ids[r.Header("id")] = true
+			}
+		}
+		if err == nil && len(ids) >= rows {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d rows published after two minutes (%v)", len(ids), rows, err)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // skippedPattern is walstream's line at the end of a takeover.
