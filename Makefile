@@ -5,7 +5,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build deps test demo docs bench bench-e2e pgo fuzz lint chaos chaos-cluster compat image
+.PHONY: build deps test demo docs bench bench-e2e pgo fuzz lint chaos chaos-cluster compat cutover image
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/walstream ./cmd/walstream
@@ -66,12 +66,21 @@ chaos-cluster: deps
 		-chaos.duration=$(CHAOS_DURATION) -chaos.min-rows=$(CHAOS_MIN_ROWS) -chaos.report=$(CHAOS_CLUSTER_REPORT) $(CHAOS_FLAGS)
 
 # Debezium 3.6.1 (in Kafka Connect) and walstream on the whole
-# compatibility corpus, each record compared byte for byte (compat/);
-# `make test` runs a few of its cases. COMPAT_FLAGS adds flags, e.g.
+# compatibility corpus, each record compared byte for byte (compat/), the
+# shadow-mode diff and every cutover case once; `make test` runs a few. COMPAT_FLAGS adds flags, e.g.
 # COMPAT_FLAGS="-compat.mode=distributed -compat.dump=$(CURDIR)/compat/records".
 COMPAT_FLAGS ?=
 compat: deps
-	$(GO) test ./compat -run TestCompat -race -count=1 -timeout 40m -v -args -compat.all $(COMPAT_FLAGS)
+	$(GO) test ./compat -run 'TestCompat|TestCutover|TestShadowDiff' -race -count=1 -timeout 60m -v -args -compat.all $(COMPAT_FLAGS)
+
+# The cutover from Debezium (docs/debezium.md): Debezium under load,
+# stopped or killed at a random moment, in each Kafka Connect mode, and
+# walstream taking over its slot, CUTOVER_RUNS times each; every row must
+# be in Kafka once, besides Debezium's own duplicates, which are counted.
+# `make test` runs two of the cases once.
+CUTOVER_RUNS ?= 3
+cutover: deps
+	$(GO) test ./compat -run 'TestCutover' -race -count=1 -timeout 60m -v -args -compat.all -cutover.runs=$(CUTOVER_RUNS)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./decode ./publish
@@ -92,10 +101,12 @@ pgo: deps
 		-scenarios backlog,huge,latency -runs 1 -rows 500000 -huge-runs 1 -huge-rows 500000 \
 		-latency-runs 1 -latency-loads 1000x1,10000x10 -latency-duration 20s -max-load 1 -quiet-timeout 1m
 
-# The decoder, and the streams of in-progress transactions in front of it.
+# The decoder, the streams of in-progress transactions in front of it, and
+# the reader of a standalone Kafka Connect worker's offsets file.
 fuzz:
 	$(GO) test ./decode -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
 	$(GO) test ./decode -run '^$$' -fuzz FuzzStreams -fuzztime $(FUZZTIME)
+	$(GO) test ./debezium -run '^$$' -fuzz FuzzOffsetsFile -fuzztime $(FUZZTIME)
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -150,7 +150,65 @@ type Notes struct {
 	// Skipped is the last event an operator sent to the dead-letter topic
 	// by naming it, kept in every later checkpoint too.
 	Skipped *Skip `json:"skipped,omitempty"`
+	// Takeover is where the stream's first checkpoint came from when it
+	// went on where Debezium stopped, kept in every later checkpoint too.
+	Takeover *Takeover `json:"takeover,omitempty"`
 }
+
+// Takeover records a stream that went on where Debezium's Postgres
+// connector stopped, on its slot: the offset Kafka Connect stored for it,
+// where it was read, and the stretch of WAL whose events Debezium may
+// have published already, which walstream looks up in Kafka by event id
+// before publishing each.
+type Takeover struct {
+	// Source is where the offset was read: Kafka Connect's REST API,
+	// kafka:<offsets topic> or a file.
+	Source string `json:"source"`
+	// Connector and Server are the connector's name and its source
+	// partition's server (topic.prefix).
+	Connector string `json:"connector,omitempty"`
+	Server    string `json:"server,omitempty"`
+	// Offset is the offset as Debezium stored it.
+	Offset json.RawMessage `json:"offset"`
+	// Until is the server's WAL end when walstream took over: no event of
+	// a transaction committed at or after it can be in Kafka already.
+	Until pglogrepl.LSN `json:"-"`
+	// Since is the record timestamp from which the output topics are read
+	// for events already published.
+	Since time.Time `json:"since"`
+	Time  time.Time `json:"time"`
+}
+
+// takeoverJSON writes Until in Postgres' text form.
+type takeoverJSON struct {
+	*takeoverAlias
+	Until string `json:"until_lsn"`
+}
+
+type takeoverAlias Takeover
+
+// MarshalJSON writes the record's takeover, its LSN as text.
+func (t *Takeover) MarshalJSON() ([]byte, error) {
+	return json.Marshal(takeoverJSON{takeoverAlias: (*takeoverAlias)(t), Until: t.Until.String()})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (t *Takeover) UnmarshalJSON(b []byte) error {
+	v := takeoverJSON{takeoverAlias: (*takeoverAlias)(t)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	lsn, err := pglogrepl.ParseLSN(v.Until)
+	if err != nil {
+		return fmt.Errorf("decoding takeover until_lsn %q: %w", v.Until, err)
+	}
+	t.Until = lsn
+	return nil
+}
+
+// Overlaps reports whether events of the transaction committed at
+// commitLSN may be in Kafka already, published by Debezium.
+func (t *Takeover) Overlaps(commitLSN pglogrepl.LSN) bool { return t != nil && commitLSN < t.Until }
 
 // Skip is an event skipped by name: sent to the dead-letter topic with
 // its reason instead of stopping walstream.
@@ -221,8 +279,9 @@ type record struct {
 	Events           *uint64    `json:"events,omitempty"`
 	Gap              *gapRecord `json:"gap,omitempty"`
 	// Notes' fields, at the top level; absent from older records.
-	Tables  map[string]uint32 `json:"tables,omitempty"`
-	Skipped *Skip             `json:"skipped,omitempty"`
+	Tables   map[string]uint32 `json:"tables,omitempty"`
+	Skipped  *Skip             `json:"skipped,omitempty"`
+	Takeover *Takeover         `json:"takeover,omitempty"`
 }
 
 type gapRecord struct {
@@ -247,7 +306,7 @@ func (c Checkpoint) Encode(owner Owner, now time.Time) []byte {
 		r.PartialCommitLSN = c.PartialCommitLSN.String()
 	}
 	if c.Notes != nil {
-		r.Tables, r.Skipped = c.Notes.Tables, c.Notes.Skipped
+		r.Tables, r.Skipped, r.Takeover = c.Notes.Tables, c.Notes.Skipped, c.Notes.Takeover
 	}
 	if c.Counted {
 		r.Events = &c.Events
@@ -277,8 +336,8 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 		}
 		c.Ordinal = r.Ordinal
 	}
-	if len(r.Tables) > 0 || r.Skipped != nil {
-		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped}
+	if len(r.Tables) > 0 || r.Skipped != nil || r.Takeover != nil {
+		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped, Takeover: r.Takeover}
 	}
 	c.Identity = Identity{SystemID: r.SystemID, Timeline: r.Timeline, Database: r.Database}
 	c.Owner = Owner{Stream: r.Stream, Slot: r.Slot}

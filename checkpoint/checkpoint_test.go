@@ -100,6 +100,45 @@ func TestEncodeDecodeNotes(t *testing.T) {
 	}
 }
 
+// A takeover from Debezium round-trips, its LSN in Postgres' text form,
+// and says which transactions Debezium may have published.
+func TestEncodeDecodeTakeover(t *testing.T) {
+	now := time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC)
+	tk := &Takeover{Source: "kafka:connect-offsets", Connector: "outbox", Server: "dbz",
+		Offset: []byte(`{"lsn":26373424,"lsn_commit":26373240,"txId":733}`), Until: 0x1926D60, Since: now.Add(-time.Minute), Time: now}
+	cp := Checkpoint{LSN: 0x1926C78, Notes: &Notes{Takeover: tk}}
+	b := cp.Encode(Owner{Slot: "dbz_outbox"}, now)
+	for _, want := range []string{`"takeover":{"source":"kafka:connect-offsets","connector":"outbox","server":"dbz",` +
+		`"offset":{"lsn":26373424,"lsn_commit":26373240,"txId":733}`, `"until_lsn":"0/1926D60"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("record %s lacks %s", b, want)
+		}
+	}
+	got, _, err := Decode(b)
+	if err != nil || got.Notes == nil || got.Notes.Takeover == nil {
+		t.Fatalf("round trip of %s = %+v, %v", b, got, err)
+	}
+	g := got.Notes.Takeover
+	if g.Until != tk.Until || g.Source != tk.Source || g.Connector != tk.Connector || g.Server != tk.Server ||
+		string(g.Offset) != string(tk.Offset) || !g.Since.Equal(tk.Since) || !g.Time.Equal(tk.Time) {
+		t.Fatalf("takeover round trip = %+v, want %+v", g, tk)
+	}
+	for _, c := range []struct {
+		commit pglogrepl.LSN
+		want   bool
+	}{{0x1926D00, true}, {0x1926D60, false}, {0x1927000, false}} {
+		if got := g.Overlaps(c.commit); got != c.want {
+			t.Errorf("Overlaps(%s) = %v, want %v", c.commit, got, c.want)
+		}
+	}
+	if (*Takeover)(nil).Overlaps(1) {
+		t.Error("no takeover overlaps a transaction")
+	}
+	if _, _, err := Decode([]byte(`{"lsn":"0/1","takeover":{"source":"x","offset":{},"until_lsn":"x"}}`)); err == nil {
+		t.Error("a takeover with a bad until_lsn decoded")
+	}
+}
+
 func TestTrackerRefusesRegression(t *testing.T) {
 	tr := NewTracker(Checkpoint{LSN: 100}, true, 50)
 	tr.ServerWALEnd(200)

@@ -57,13 +57,32 @@ func TestMain(m *testing.M) {
 }
 
 // env is one Postgres, one Kafka, one Kafka Connect worker, walstream's
-// binary and, for the Avro cases, one Apicurio Registry.
+// binary and, for the Avro cases, one Apicurio Registry. The worker starts
+// at the first case that needs it: the cutover tests start workers of
+// their own, which they stop and kill.
 type env struct {
 	pg       *testenv.Postgres
 	kafka    testenv.Broker
-	connect  *testenv.Connect
 	bin      string
+	mode     testenv.ConnectMode
 	registry *testenv.Registry
+
+	connectOnce sync.Once
+	connect     *testenv.Connect
+	connectErr  error
+}
+
+// worker is the shared Kafka Connect worker, started at the first call; one
+// that cannot start skips the case, or fails it under CI.
+func (e *env) worker(t *testing.T) *testenv.Connect {
+	t.Helper()
+	e.connectOnce.Do(func() {
+		e.connect, e.connectErr = testenv.LaunchConnect(context.Background(), testenv.ConnectConfig{Mode: e.mode, Kafka: e.kafka.Addr()})
+	})
+	if e.connectErr != nil {
+		testenv.Unavailable(t, "%v", e.connectErr)
+	}
+	return e.connect
 }
 
 // sharedEnv starts the systems at the first case; one that cannot start
@@ -87,7 +106,7 @@ func launch() (*env, error) {
 	default:
 		return nil, fmt.Errorf("-compat.mode=%q is not standalone or distributed", *mode)
 	}
-	e := &env{}
+	e := &env{mode: m}
 	var wg sync.WaitGroup
 	var kerr, berr error
 	wg.Add(2)
@@ -103,10 +122,6 @@ func launch() (*env, error) {
 	wg.Wait()
 	e.pg = pg
 	if err := errors.Join(err, kerr, berr); err != nil {
-		e.close()
-		return nil, err
-	}
-	if e.connect, err = testenv.LaunchConnect(ctx, testenv.ConnectConfig{Mode: m, Kafka: e.kafka.Addr()}); err != nil {
 		e.close()
 		return nil, err
 	}
@@ -177,7 +192,7 @@ func caseNames(c Case) names {
 // connector is the case's connector config, as Kafka Connect gets it and
 // walstream reads it, with the registry's URL where the case names it.
 func (e *env) connector(t *testing.T, c Case, n names) map[string]string {
-	cfg := e.connect.DebeziumConnector(e.pg, "postgres", n.id, "dbz_"+n.id, "dbz_"+n.id, n.table)
+	cfg := e.worker(t).DebeziumConnector(e.pg, "postgres", n.id, "dbz_"+n.id, "dbz_"+n.id, n.table)
 	maps.Copy(cfg, c.Settings)
 	if usesRegistry(c) {
 		url := e.schemaRegistry(t).NativeURL()
@@ -370,7 +385,7 @@ func lastChange(ctx context.Context, conn *pgx.Conn, slot string) (pglogrepl.LSN
 // failed, and deletes it. It returns the failure's trace, "" when none.
 func (e *env) runDebezium(ctx context.Context, t *testing.T, name string, cfg map[string]string, last pglogrepl.LSN) string {
 	t.Helper()
-	c := e.connect
+	c := e.worker(t)
 	if err := c.CreateConnector(ctx, name, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -386,18 +401,27 @@ func (e *env) runDebezium(ctx context.Context, t *testing.T, name string, cfg ma
 				return trace
 			}
 		}
-		if offsets, err := c.Offsets(ctx, name); err == nil && len(offsets) == 1 {
-			if v, ok := offsets[0].Offset["lsn"].(json.Number); ok {
-				if lsn, err := strconv.ParseUint(v.String(), 10, 64); err == nil && pglogrepl.LSN(lsn) >= last {
-					return ""
-				}
-			}
+		if offsets, err := c.Offsets(ctx, name); err == nil && len(offsets) == 1 && offsetLSN(offsets[0]) >= last {
+			return ""
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("Debezium did not reach %s within 2 minutes:\n%s", last, c.LastLines(40))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// offsetLSN is the lsn of Debezium's offset: its last emitted record's.
+func offsetLSN(o testenv.ConnectOffset) pglogrepl.LSN {
+	v, ok := o.Offset["lsn"].(json.Number)
+	if !ok {
+		return 0
+	}
+	lsn, err := strconv.ParseUint(v.String(), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pglogrepl.LSN(lsn)
 }
 
 // runWalstream runs walstream with the connector config, on a slot and a

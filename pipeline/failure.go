@@ -31,12 +31,13 @@ const (
 	kindTopicMissing  = "topic_missing"
 	kindRegistry      = "schema_registry"
 	kindSchemaRefused = "schema_refused"
+	kindTakeover      = "takeover"
 )
 
 // failureKinds are every kind classifyFailure gives, the placement
 // verdicts among them.
 var failureKinds = []string{kindEpochBumped, kindBadInput, kindSlotAhead, kindSlotMissing, kindSetup, kindFenced,
-	kindAuthorization, kindTLS, kindKafka, kindSlotInUse, kindPostgres, kindSharedKey, kindTopicMissing,
+	kindAuthorization, kindTLS, kindKafka, kindSlotInUse, kindPostgres, kindSharedKey, kindTopicMissing, kindTakeover,
 	Phantoms.String(), OffHistory.String(), SystemChanged.String()}
 
 // Peers a failure is blamed on, the label of walstream_reconnects_total.
@@ -90,6 +91,10 @@ func classifyFailure(err error) failure {
 		return failure{peerPostgres, kindBadInput, true}
 	case errors.Is(err, ErrSlotAhead):
 		return failure{peerPostgres, kindSlotAhead, true}
+	case errors.Is(err, ErrTakeover):
+		// The operator is at hand during a cutover, and nothing retrying
+		// would change is better said at once.
+		return failure{peerPostgres, kindTakeover, true}
 	case errors.Is(err, replication.ErrSetup):
 		return failure{peerPostgres, kindSetup, true}
 	case errors.Is(err, publish.ErrFenced):

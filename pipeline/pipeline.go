@@ -40,6 +40,9 @@ type Config struct {
 	// FailoverSlot creates the slot as a failover slot where the server
 	// supports them.
 	FailoverSlot bool
+	// Takeover, when enabled, starts a stream Kafka holds no checkpoint
+	// of where Debezium's Postgres connector stopped, on its slot.
+	Takeover Takeover
 
 	// Stream names the stream in logs, metrics, status and checkpoint
 	// records; the checkpoint key and transactional id derive from it by

@@ -146,6 +146,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	}
 
 	cp, inKafka, err := resume(ctx, prod, slot, srv, history, cfg, s.log, s.metrics.phantoms)
+	if errors.Is(err, errNoCheckpoint) {
+		cp, err = takeOver(ctx, conn, cfg, slot, srv, s.log)
+	}
 	if err == nil && ownSystem(cp, srv) {
 		err = tables.sinceCheckpoint(cp, cfg.AcceptRecreated, s.log)
 	}
@@ -348,12 +351,19 @@ func (s *session) creatable(ctx context.Context, conn *pgx.Conn, srv replication
 	cfg := s.cfg
 	create := replication.Create{Publication: cfg.Create && !s.started, FailoverSlot: cfg.FailoverSlot}
 	_, exists, err := replication.LookupSlot(ctx, conn, cfg.Names.Slot)
-	if err != nil || exists {
+	if err != nil || exists && !cfg.Takeover.Enabled() {
 		return create, err
 	}
 	cp, at, found, err := publish.ReadCheckpoint(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
 	if err != nil {
 		return create, onKafka(err)
+	}
+	if cfg.Takeover.Enabled() && !found {
+		create.Publication = false
+		return create, takeoverObjects(ctx, conn, cfg.Names, exists)
+	}
+	if exists {
+		return create, nil
 	}
 	foreign := found && cp.Identity.Known() && cp.Identity.SystemID != srv.SystemID
 	switch {
@@ -405,9 +415,15 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, sr
 		return cp, false, onKafka(err)
 	}
 	own := checkpoint.Identity{SystemID: srv.SystemID, Timeline: srv.Timeline, Database: srv.Database}
-	if !found {
+	switch {
+	case !found && cfg.Takeover.Enabled():
+		return cp, false, errNoCheckpoint
+	case !found:
 		log.Info("no checkpoint in Kafka, starting where the slot is", "checkpoint_key", cfg.CheckpointKey, "lsn", slot.ConfirmedFlush.String())
 		return checkpoint.Checkpoint{LSN: slot.ConfirmedFlush, Identity: own}, false, nil
+	case cfg.Takeover.Enabled():
+		log.Info("Kafka holds this stream's checkpoint: the Debezium offset to take over from is not read again", "checkpoint_key", cfg.CheckpointKey,
+			"source", cfg.Takeover.Source.String())
 	}
 	pl := Place(cp, srv, history)
 	events := int64(-1)
@@ -459,6 +475,10 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, sr
 		"(was the slot dropped and recreated?); see docs/postgres.md, A slot ahead of the checkpoint, then restart allowing the slot to be ahead to accept the gap",
 		ErrSlotAhead, cfg.Names.Slot, slot.ConfirmedFlush, cfg.CheckpointKey, cfg.CheckpointTopic, next)
 }
+
+// errNoCheckpoint: Kafka holds no checkpoint, and the stream takes over
+// from Debezium.
+var errNoCheckpoint = errors.New("no checkpoint in Kafka")
 
 // confirmOnCommit is the tracker as the producer sees it: each commit in
 // Kafka also tells the stream, which confirms it to Postgres within its

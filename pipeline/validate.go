@@ -95,6 +95,9 @@ func (c *Config) Validate() error {
 			bad(d.field, fmt.Errorf("must be positive, got %s", d.v))
 		}
 	}
+	if c.Takeover.Enabled() && c.Takeover.Lookback < 0 {
+		bad("Takeover.Lookback", fmt.Errorf("must not be negative, got %s", c.Takeover.Lookback))
+	}
 	bad("Kafka.Brokers", c.Kafka.CheckBrokers())
 	bad("Kafka.SASLMechanism", c.Kafka.CheckSASL())
 	schemas := c.Encoding.Value == publish.FormatJSONSchema || c.Encoding.Value == publish.FormatAvro

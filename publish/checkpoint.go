@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -65,6 +66,36 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) 
 func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each func(value []byte) error) error {
 	ctx, cancel := context.WithTimeout(ctx, readDeadline)
 	defer cancel()
+	return scanTopic(ctx, connOpts, topic, time.Time{}, 0, func(r *kgo.Record) error {
+		if string(r.Key) == key {
+			return each(r.Value)
+		}
+		return nil
+	})
+}
+
+// ReadTopic calls each with every committed record of topic, oldest first,
+// read_committed, with a client of its own: Kafka Connect's offsets topic,
+// which holds a connector's position. A topic that does not exist holds
+// no records.
+func ReadTopic(ctx context.Context, kafka KafkaSettings, topic string, each func(key, value []byte)) error {
+	ctx, cancel := context.WithTimeout(ctx, readDeadline)
+	defer cancel()
+	return scanTopic(ctx, kafka.opts(), topic, time.Time{}, 0, func(r *kgo.Record) error {
+		each(r.Key, r.Value)
+		return nil
+	})
+}
+
+// scanTopic calls each with every committed record of topic, read_committed,
+// partition after partition in offset order, from the first record
+// timestamped at or after since (the log's start when since is zero) to
+// the last stable offset, with a client of its own. With stable > 0 it
+// first waits up to that long until no partition has a transaction open,
+// so that what an ended producer left open is committed or aborted before
+// the read decides what Kafka holds. A topic that does not exist holds no
+// records.
+func scanTopic(ctx context.Context, connOpts []kgo.Opt, topic string, since time.Time, stable time.Duration, each func(*kgo.Record) error) error {
 	// Fetch v12, the last that names topics rather than topic ids: the
 	// reader sends its own fetches.
 	cl, err := kgo.NewClient(append(connOpts[:len(connOpts):len(connOpts)], kgo.MaxVersions(kversion.V2_8_0()))...)
@@ -81,15 +112,19 @@ func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each fu
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("listing start offsets of checkpoint topic %s: %w", topic, err)
+		return fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
 	}
-	// The last stable offset: everything before it is committed or aborted.
-	ends, err := adm.ListCommittedOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	ends, err := stableOffsets(ctx, adm, topic, stable)
 	if err != nil {
-		return fmt.Errorf("listing committed offsets of checkpoint topic %s: %w", topic, err)
+		return err
+	}
+	if !since.IsZero() {
+		if starts, err = adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topic); err == nil {
+			err = starts.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("listing the offsets of topic %s at %s: %w", topic, since.UTC().Format(time.RFC3339Nano), err)
+		}
 	}
 	next := make(map[int32]int64)
 	until := make(map[int32]int64)
@@ -118,7 +153,7 @@ func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each fu
 			err = kerr.ErrorForCode(resp.ErrorCode)
 		}
 		if err != nil {
-			return fmt.Errorf("reading checkpoint topic %s: %w", topic, err)
+			return fmt.Errorf("reading topic %s: %w", topic, err)
 		}
 		progress := false
 		for _, t := range resp.Topics {
@@ -127,19 +162,20 @@ func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each fu
 				// A partition the principal may not read answers with an
 				// error code, which ProcessFetchPartition does not report.
 				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-					return fmt.Errorf("reading checkpoint topic %s partition %d: %w", topic, rp.Partition, err)
+					return fmt.Errorf("reading topic %s partition %d: %w", topic, rp.Partition, err)
 				}
 				fp, n := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
 					Offset: next[rp.Partition], IsolationLevel: kgo.ReadCommitted(), Topic: topic, Partition: rp.Partition,
 				}, rp, kgo.DefaultDecompressor(), nil)
 				if fp.Err != nil {
-					return fmt.Errorf("reading checkpoint topic %s partition %d: %w", topic, rp.Partition, fp.Err)
+					return fmt.Errorf("reading topic %s partition %d: %w", topic, rp.Partition, fp.Err)
 				}
 				for _, r := range fp.Records {
-					if string(r.Key) == key {
-						if err := each(r.Value); err != nil {
-							return err
-						}
+					if r.Offset >= until[rp.Partition] {
+						break
+					}
+					if err := each(r); err != nil {
+						return err
 					}
 				}
 				if n > next[rp.Partition] {
@@ -153,8 +189,57 @@ func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each fu
 		if progress {
 			stalls = 0
 		} else if stalls++; stalls > 100 { // each fetch waits up to 100ms for data
-			return fmt.Errorf("reading checkpoint topic %s: no progress at offsets %v, stable offsets %v", topic, next, until)
+			return fmt.Errorf("reading topic %s: no progress at offsets %v, stable offsets %v", topic, next, until)
 		}
 	}
 	return nil
 }
+
+// stableOffsets lists the topic's last stable offsets: everything before
+// them is committed or aborted. With wait > 0 it waits up to that long
+// until they reach the high watermarks, that is until no transaction is
+// open on any partition, and names the partitions that kept one open.
+func stableOffsets(ctx context.Context, adm *kadm.Client, topic string, wait time.Duration) (kadm.ListedOffsets, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		ends, err := adm.ListCommittedOffsets(ctx, topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing committed offsets of topic %s: %w", topic, err)
+		}
+		if wait <= 0 {
+			return ends, nil
+		}
+		hw, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = hw.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing end offsets of topic %s: %w", topic, err)
+		}
+		var open []string
+		hw.Each(func(o kadm.ListedOffset) {
+			if s, ok := ends.Lookup(topic, o.Partition); !ok || s.Offset < o.Offset {
+				open = append(open, fmt.Sprint(o.Partition))
+			}
+		})
+		if len(open) == 0 {
+			return ends, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: topic %s partitions %s kept a transaction open for %s", ErrOpenTransaction, topic, strings.Join(open, ", "), wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ErrOpenTransaction means a topic kept a transaction open longer than a
+// reader would wait: a producer that ended without committing or aborting
+// it, whose transaction the broker aborts after its transaction timeout.
+var ErrOpenTransaction = errors.New("a transaction is open")

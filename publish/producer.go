@@ -183,6 +183,10 @@ type Producer struct {
 	pos     checkpoint.Checkpoint // position once the open batch commits
 	notes   checkpoint.Notes      // what every checkpoint records besides pos
 	skip    *checkpoint.Skip      // the skip in the open batch, until it commits
+	// seen, while the stream reads transactions Debezium may have
+	// published before walstream took over its slot, finds their events
+	// in Kafka; nil otherwise.
+	seen *published
 
 	errMu      sync.Mutex
 	produceErr error
@@ -263,7 +267,12 @@ func (p *Producer) Start(pos positions) {
 	p.pos, p.tracker = pos.Resume(), pos
 	p.notes = checkpoint.Notes{Tables: p.cfg.Tables}
 	if n := p.pos.Notes; n != nil {
-		p.notes.Skipped = n.Skipped
+		p.notes.Skipped, p.notes.Takeover = n.Skipped, n.Takeover
+		if t := n.Takeover; t.Overlaps(p.pos.LSN) {
+			p.seen = newPublished(t, p.opts, p.log)
+			p.log.Info("taking over from Debezium: events of transactions committed before until_lsn are looked up in Kafka, and those Debezium published are not published again",
+				"until_lsn", t.Until.String(), "since", t.Since.UTC().Format(time.RFC3339Nano), "checkpoint", p.pos.String())
+		}
 	}
 	p.pos.Notes = nil
 }
@@ -329,6 +338,11 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 	if tx.Stop != nil {
 		return p.stuck(ctx, tx.Stop)
 	}
+	if p.seen != nil && tx.Xid != 0 && !p.seen.takeover.Overlaps(tx.CommitLSN) {
+		p.log.Info("past the takeover from Debezium: every later event is published", "until_lsn", p.seen.takeover.Until.String(),
+			"events_checked", p.seen.checked, "events_debezium_had_published", p.seen.found)
+		p.seen = nil
+	}
 	if n := len(tx.Events); n > 0 {
 		if p.records > 0 && (p.records+n > p.cfg.MaxBatchEvents || p.bytes+tx.Bytes > p.cfg.MaxBatchBytes) {
 			if err := p.flush(ctx); err != nil {
@@ -341,10 +355,23 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 		if p.records == 0 {
 			p.started = time.Now()
 		}
+		dup := 0
 		for i := range tx.Events {
 			rec, err := p.record(ctx, &tx.Events[i])
 			if err != nil {
 				return err
+			}
+			if p.seen != nil && rec.Topic != p.cfg.DeadLetterTopic && rec.Topic != p.cfg.SkipTopic {
+				found, err := p.seen.has(ctx, rec)
+				if err != nil {
+					return err
+				}
+				if found {
+					p.log.Debug("not publishing an event Debezium published", "event", tx.Events[i].Identity.String(), "topic", rec.Topic)
+					p.metrics.takenOver()
+					dup++
+					continue
+				}
 			}
 			if err := p.topics.ensure(ctx, rec.Topic); err != nil {
 				return p.markPermanent(fmt.Errorf("%s: %w", &tx.Events[i].Identity, err))
@@ -352,12 +379,12 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 			p.byTopic[rec.Topic]++
 			p.produce(ctx, rec, &tx.Events[i].Identity)
 		}
-		p.records += n
+		p.records += n - dup
 		p.bytes += tx.Bytes
 		p.batch = append(p.batch, tx)
 		// The checkpoint counts the events it covers, so that the events
 		// published past a point (a timeline's fork) can be told later.
-		p.pos = p.pos.Published(n)
+		p.pos = p.pos.Published(n - dup)
 		if !tx.Final {
 			p.pos = p.pos.Part(tx.CommitLSN, tx.Events[n-1].Ordinal)
 		}
@@ -719,6 +746,7 @@ type Metrics struct {
 	deadLetters  prometheus.Counter
 	registry     *registryMetrics
 	txnFailures  *prometheus.CounterVec
+	takeover     prometheus.Counter
 	// kafka are franz-go's client metrics. kprom allows one client at a
 	// time, so only the producer's client reports them.
 	kafka *kafkaMetrics
@@ -751,12 +779,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Kafka transaction operations that failed (initializing the producer, producing, committing), by cause: " +
 				"aborted_by_coordinator, fenced, not_enough_replicas, no_leader, coordinator_unavailable, concurrent_transactions, " +
 				"invalid_txn_state, transaction_abortable, commit_not_visible, timeout, unreachable, refused, other."}, []string{"cause"}),
+		takeover: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "walstream_takeover_events_skipped_total", Help: "Events not published again because Debezium had published them before walstream took over its slot."}),
 	}
 	m.transactions.WithLabelValues("committed")
 	m.transactions.WithLabelValues("aborted")
 	m.kafka = &kafkaMetrics{m: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))}
 	m.registry = newRegistryMetrics(reg)
-	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters, m.txnFailures)
+	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters, m.txnFailures, m.takeover)
 	return m
 }
 
@@ -797,6 +827,12 @@ func (m *Metrics) hooks() []kgo.Hook {
 func (m *Metrics) txnFailed(cause string) {
 	if m != nil {
 		m.txnFailures.WithLabelValues(cause).Inc()
+	}
+}
+
+func (m *Metrics) takenOver() {
+	if m != nil {
+		m.takeover.Inc()
 	}
 }
 

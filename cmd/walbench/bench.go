@@ -186,6 +186,13 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 			}
 		}
 	}
+	if cfg.Scenarios[ScenarioDebezium] {
+		for i := 1; i <= cfg.DebeziumRuns; i++ {
+			if err := b.debeziumRound(ctx, i, rep, save); err != nil {
+				return fmt.Errorf("debezium round %d: %w", i, err)
+			}
+		}
+	}
 	if cfg.Scenarios[ScenarioForeign] && cfg.ForeignRuns > 0 {
 		for _, streaming := range []bool{false, true} {
 			f, err := b.foreignRun(ctx, streaming)
@@ -225,6 +232,7 @@ type Machine struct {
 	Walstream   string `json:"walstream"`
 	Commit      string `json:"commit,omitempty"`
 	Broker      string `json:"broker"`
+	Debezium    string `json:"debezium,omitempty"`
 }
 
 func (b *bench) machine(ctx context.Context) (Machine, error) {
@@ -268,6 +276,9 @@ func (b *bench) machine(ctx context.Context) (Machine, error) {
 		}
 		m.Broker = fmt.Sprintf("Apache Kafka %s (one node, transaction version 2, JVM -Xmx1G %s)", versions["KAFKA_VERSION"], strings.Join(kafkaJVM, " "))
 	}
+	if b.cfg.Scenarios[ScenarioDebezium] {
+		m.Debezium = debeziumVersions()
+	}
 	return m, nil
 }
 
@@ -282,6 +293,8 @@ type Report struct {
 	Huge     []*BacklogRun  `json:"huge"`
 	Latency  []Latency      `json:"latency"`
 	Foreign  []*ForeignRun  `json:"foreign,omitempty"`
+	// Peers are the debezium scenario's runs: each tool in each round.
+	Peers []*PeerRun `json:"debezium,omitempty"`
 	// Profiled is the profiled run, left out of the summary: sampling
 	// costs CPU.
 	Profiled        *BacklogRun `json:"profiled,omitempty"`
@@ -289,16 +302,21 @@ type Report struct {
 }
 
 func reportConfig(c *Config) map[string]any {
-	return map[string]any{
+	out := map[string]any{
 		"rows": c.Rows, "rows_per_tx": c.RowsPerTx, "payload_bytes": c.PayloadBytes, "runs": c.Runs,
 		"huge_rows": c.HugeRows, "huge_runs": c.HugeRuns,
 		"latency_loads": c.LatencyLoads, "latency_seconds": c.LatencyFor.Seconds(), "latency_warmup_seconds": c.LatencyWarmup.Seconds(),
 		"latency_runs": c.LatencyRuns, "latency_writers": c.LatencyWriters,
 		"foreign_rows": c.ForeignRows, "foreign_runs": c.ForeignRuns,
+		"debezium_rows": c.DebeziumRows, "debezium_runs": c.DebeziumRuns, "debezium_modes": c.DebeziumModes,
 		"walstream_args": c.WalstreamArgs,
 		"partitions":     c.Partitions, "external_postgres": c.PGURL != "", "max_load": c.MaxLoad,
 		"broker": c.Broker,
 	}
+	if c.Scenarios[ScenarioDebezium] {
+		out["debezium"] = debeziumSettings()
+	}
+	return out
 }
 
 // write saves walbench.json and walbench.md in dir.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,9 @@ const (
 	DefaultPartitions      = 3
 	DefaultForeignRows     = 2_000_000
 	DefaultForeignRuns     = 20
+	DefaultDebeziumRows    = 1_000_000
+	DefaultDebeziumRuns    = 3
+	DefaultDebeziumModes   = "standalone,distributed"
 )
 
 // Scenario names for --scenarios.
@@ -45,6 +49,10 @@ const (
 	// publication, each followed by one outbox row; it runs with
 	// streaming of in-progress transactions off, then on.
 	ScenarioForeign = "foreign"
+	// ScenarioDebezium is Debezium's Postgres connector with the outbox
+	// router in Kafka Connect, the peer: the same backlog drain and live
+	// loads, walstream and Debezium alternating (debezium.go).
+	ScenarioDebezium = "debezium"
 )
 
 // Config is everything walbench is told.
@@ -62,6 +70,9 @@ type Config struct {
 	LatencyWriters int
 	ForeignRows    int
 	ForeignRuns    int
+	DebeziumRows   int
+	DebeziumRuns   int
+	DebeziumModes  []string
 	Scenarios      map[string]bool
 	Profile        bool
 	PGO            string // empty: no profile for profile-guided optimization
@@ -103,7 +114,10 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&cfg.LatencyWriters, "latency-writers", DefaultLatencyWriters, "Postgres connections inserting rows in the latency scenario")
 	fs.IntVar(&cfg.ForeignRows, "foreign-rows", DefaultForeignRows, "rows of each large transaction on a table outside the publication in the foreign scenario")
 	fs.IntVar(&cfg.ForeignRuns, "foreign-runs", DefaultForeignRuns, "large transactions, each followed by one outbox row, in the foreign scenario, with streaming of in-progress transactions off and then on")
-	scenarios := fs.String("scenarios", DefaultScenarios, "scenarios to run, comma-separated: backlog, huge, latency, foreign (Postgres 14 and later)")
+	fs.IntVar(&cfg.DebeziumRows, "debezium-rows", DefaultDebeziumRows, "rows of the debezium scenario's backlog, one per transaction; 0 skips the backlog")
+	fs.IntVar(&cfg.DebeziumRuns, "debezium-runs", DefaultDebeziumRuns, "rounds of the debezium scenario, each running every tool once, one after the other")
+	modes := fs.String("debezium-modes", DefaultDebeziumModes, "Kafka Connect modes of the debezium scenario, comma-separated: standalone (the producer idempotent), distributed (exactly-once)")
+	scenarios := fs.String("scenarios", DefaultScenarios, "scenarios to run, comma-separated: backlog, huge, latency, foreign (Postgres 14 and later), debezium (Debezium as the peer, on Apache Kafka)")
 	fs.BoolVar(&cfg.Profile, "profile", false, "add one profiled backlog run (perf for every process, a pprof CPU profile of the broker); its figures are not in the medians")
 	fs.StringVar(&cfg.PGO, "pgo", "", "write walstream's CPU profile over every measured phase, merged, to this file (cmd/walstream/default.pgo: see docs/benchmarks.md); walstream then runs with --pprof-addr, and the report names it")
 	fs.StringVar(&cfg.PGURL, "pg-url", "", "use this Postgres (superuser, wal_level=logical) instead of starting a throwaway cluster")
@@ -136,6 +150,11 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 		}
 	}
 	cfg.WalstreamArgs = strings.Fields(*extra)
+	for _, m := range strings.Split(*modes, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			cfg.DebeziumModes = append(cfg.DebeziumModes, m)
+		}
+	}
 	if cfg.RecvLogical == "" {
 		cfg.RecvLogical = filepath.Join(cfg.PGBin, "pg_recvlogical")
 		if _, err := exec.LookPath(cfg.RecvLogical); err != nil {
@@ -170,9 +189,25 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("-payload-bytes must be at least 200 (the JSON without padding), got %d", c.PayloadBytes))
 	}
 	for s := range c.Scenarios {
-		if s != ScenarioBacklog && s != ScenarioHuge && s != ScenarioLatency && s != ScenarioForeign {
+		if s != ScenarioBacklog && s != ScenarioHuge && s != ScenarioLatency && s != ScenarioForeign && s != ScenarioDebezium {
 			errs = append(errs, fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
+	}
+	for i, m := range c.DebeziumModes {
+		if m != "standalone" && m != "distributed" {
+			errs = append(errs, fmt.Errorf("-debezium-modes: %q is not standalone or distributed", m))
+		} else if slices.Contains(c.DebeziumModes[:i], m) {
+			errs = append(errs, fmt.Errorf("-debezium-modes: %q twice", m))
+		}
+	}
+	if c.Scenarios[ScenarioDebezium] && len(c.DebeziumModes) == 0 {
+		errs = append(errs, errors.New("-debezium-modes: none given for -scenarios debezium"))
+	}
+	if c.Scenarios[ScenarioDebezium] && c.Broker != BrokerKafka {
+		errs = append(errs, errors.New("-scenarios debezium runs on Apache Kafka only (-broker kafka): Kafka Connect's exactly-once mode needs it"))
+	}
+	if c.DebeziumRows < 0 || c.DebeziumRuns < 0 {
+		errs = append(errs, errors.New("-debezium-rows and -debezium-runs must not be negative"))
 	}
 	for _, l := range c.LatencyLoads {
 		if l.Rate <= 0 || l.RowsPerTx <= 0 || l.RowsPerTx > l.Rate {

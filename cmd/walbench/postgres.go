@@ -169,6 +169,9 @@ func (d *db) reset(ctx context.Context) error {
 	return d.exec(ctx, resetSQL)
 }
 
+// benchSlots are every slot walbench creates.
+var benchSlots = []string{slotRecvLogical, slotGoRecv, slotWalstream, slotWalstreamAvro, slotDbzStandalone, slotDbzDistributed}
+
 // dropSlots drops walbench's slots, waiting up to 30s for the walsenders
 // of clients that just left to release them.
 func (d *db) dropSlots(ctx context.Context) error {
@@ -176,7 +179,7 @@ func (d *db) dropSlots(ctx context.Context) error {
 	for {
 		var active int
 		err := d.conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY($1) AND active",
-			[]string{slotRecvLogical, slotGoRecv, slotWalstream, slotWalstreamAvro}).Scan(&active)
+			benchSlots).Scan(&active)
 		if err != nil {
 			return fmt.Errorf("reading walbench's slots: %w", err)
 		}
@@ -186,7 +189,7 @@ func (d *db) dropSlots(ctx context.Context) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return d.exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = ANY($1)",
-		[]string{slotRecvLogical, slotGoRecv, slotWalstream, slotWalstreamAvro})
+		benchSlots)
 }
 
 // createSlot creates a pgoutput slot and returns its consistent point.

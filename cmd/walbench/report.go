@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -178,6 +179,7 @@ func (r *Report) summarize() []Figure {
 			figure(scenario, "walstream peak RSS", "MB", ms(func(l Latency) float64 { return float64(l.WalstreamPeakRSSBytes) / 1e6 }), nil),
 		)
 	}
+	out = append(out, r.peerFigures()...)
 	// Targets of issue 29: with streaming of in-progress transactions, an
 	// outbox row committed right after a large transaction on another
 	// table is visible within 1 s (p99), and nothing is spilled for it.
@@ -251,6 +253,37 @@ func (r *Report) markdown() string {
 				l.kafkaTxnRate(), l.KafkaClientCPUMicrosPerRow, l.MinimalClientCPUMicrosPerRow, l.RecvLogicalCPUMicrosPerRow, quiet(l.Machine))
 		}
 	}
+	if len(r.Peers) > 0 {
+		fmt.Fprintf(&b, "\n### Debezium runs\n\n%s. Connector settings changed from Debezium's defaults, besides the connection and the slot: %s; in the distributed worker exactly.once.support=required. Worker settings: %s, %s. JVM: %s.\n\n",
+			r.Machine.Debezium, settings(debeziumChanged), settings(debeziumWorker), debeziumHarness, strings.Join(debeziumJVMFlags(), " "))
+		fmt.Fprintf(&b, "| round | tool | backlog rows/s | CPU µs/row | peak RSS MB | walsender CPU µs/row | worker start s | records counted | load avg before |")
+		loads := r.peerLoads()
+		for _, l := range loads {
+			fmt.Fprintf(&b, " %s p50 / p99 / max ms | %s CPU µs/row | %s achieved |", l, l, l)
+		}
+		fmt.Fprintf(&b, "\n|---|---|---:|---:|---:|---:|---:|---:|---|%s\n", strings.Repeat("---:|---:|---:|", len(loads)))
+		for _, p := range r.Peers {
+			fmt.Fprintf(&b, "| %d | %s |", p.Round, p.Tool)
+			if d := p.Backlog; d != nil {
+				start := "" // walstream has no worker
+				if d.WorkerStartSeconds > 0 {
+					start = fmt.Sprintf("%.1f", d.WorkerStartSeconds)
+				}
+				fmt.Fprintf(&b, " %s | %.2f | %.0f | %.2f | %s | %d | %s |", num(d.RowsPerSec), d.CPUMicrosPerRow, float64(d.PeakRSSBytes)/1e6,
+					d.WalsenderCPUSeconds*1e6/float64(d.Rows), start, d.RecordsCounted, quiet(d.Machine))
+			} else {
+				fmt.Fprintf(&b, " | | | | | | |")
+			}
+			for _, load := range loads {
+				if l, ok := peerLatency(p, load); ok {
+					fmt.Fprintf(&b, " %.1f / %.1f / %.1f | %.1f | %.0f |", l.P50Ms, l.P99Ms, l.MaxMs, l.CPUMicrosPerRow, l.AchievedRate)
+				} else {
+					fmt.Fprintf(&b, " | | |")
+				}
+			}
+			fmt.Fprintln(&b)
+		}
+	}
 	if len(r.Foreign) > 0 {
 		fmt.Fprintf(&b, "\n### Foreign runs\n\n")
 		fmt.Fprintf(&b, "| streaming | rows/tx | repetitions | p50 ms | p99 ms | max ms | spilled MB (txns) | streamed MB (txns) | load avg before |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
@@ -260,6 +293,156 @@ func (r *Report) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// settings lists properties as k=v, sorted.
+func settings(m map[string]string) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, k+"="+m[k])
+	}
+	return strings.Join(out, ", ")
+}
+
+// peerValues are, for each round that has both, a figure of tool and of
+// walstream.
+func (r *Report) peerValues(tool string, fn func(*PeerRun) (float64, bool)) (own, walstream []float64) {
+	byRound := map[int]map[string]*PeerRun{}
+	for _, p := range r.Peers {
+		if byRound[p.Round] == nil {
+			byRound[p.Round] = map[string]*PeerRun{}
+		}
+		byRound[p.Round][p.Tool] = p
+	}
+	for _, round := range slices.Sorted(maps.Keys(byRound)) {
+		t, w := byRound[round][tool], byRound[round][toolWalstream]
+		if t == nil || w == nil {
+			continue
+		}
+		a, ok1 := fn(t)
+		b, ok2 := fn(w)
+		if ok1 && ok2 {
+			own, walstream = append(own, a), append(walstream, b)
+		}
+	}
+	return own, walstream
+}
+
+// peerTools are the debezium scenario's tools in its report.
+func (r *Report) peerTools() []string {
+	var out []string
+	for _, p := range r.Peers {
+		if !slices.Contains(out, p.Tool) {
+			out = append(out, p.Tool)
+		}
+	}
+	return out
+}
+
+// peerLoads are the loads the debezium scenario held.
+func (r *Report) peerLoads() []Load {
+	var out []Load
+	for _, p := range r.Peers {
+		for _, l := range p.Latency {
+			if !slices.Contains(out, l.Load) {
+				out = append(out, l.Load)
+			}
+		}
+	}
+	return out
+}
+
+func peerLatency(p *PeerRun, load Load) (PeerLatency, bool) {
+	for _, l := range p.Latency {
+		if l.Load == load {
+			return l, true
+		}
+	}
+	return PeerLatency{}, false
+}
+
+// peerFigures are the debezium scenario's figures: each tool's, then the
+// issue's targets as ratios of Debezium's to walstream's within a round.
+func (r *Report) peerFigures() []Figure {
+	if len(r.Peers) == 0 {
+		return nil
+	}
+	var out []Figure
+	drain := func(fn func(PeerDrain) float64) func(*PeerRun) (float64, bool) {
+		return func(p *PeerRun) (float64, bool) {
+			if p.Backlog == nil {
+				return 0, false
+			}
+			return fn(*p.Backlog), true
+		}
+	}
+	live := func(load Load, fn func(PeerLatency) float64) func(*PeerRun) (float64, bool) {
+		return func(p *PeerRun) (float64, bool) {
+			l, ok := peerLatency(p, load)
+			return fn(l), ok
+		}
+	}
+	type fig struct {
+		scenario, name, unit string
+		value                func(*PeerRun) (float64, bool)
+		// ratio is Debezium's over walstream's (or walstream's over
+		// Debezium's when inverted), with its target; nil for none.
+		ratio    *target
+		inverted bool
+	}
+	figs := []fig{
+		{"debezium backlog", "drain", "rows/s", drain(func(d PeerDrain) float64 { return d.RowsPerSec }), &target{atLeast: true, bound: 5}, true},
+		{"debezium backlog", "CPU per row", "µs", drain(func(d PeerDrain) float64 { return d.CPUMicrosPerRow }), &target{atLeast: true, bound: 5}, false},
+		{"debezium backlog", "peak RSS", "MB", drain(func(d PeerDrain) float64 { return float64(d.PeakRSSBytes) / 1e6 }), &target{atLeast: true, bound: 5}, false},
+		{"debezium backlog", "walsender CPU per row", "µs", drain(func(d PeerDrain) float64 { return d.WalsenderCPUSeconds * 1e6 / float64(d.Rows) }), nil, false},
+		{"debezium backlog", "walsender busy", "fraction", drain(func(d PeerDrain) float64 { return d.WalsenderCPUSeconds / d.Seconds }), nil, false},
+	}
+	for _, load := range r.peerLoads() {
+		sc := fmt.Sprintf("debezium latency %d rows/s, %d/tx", load.Rate, load.RowsPerTx)
+		figs = append(figs,
+			fig{sc, "achieved load", "rows/s", live(load, func(l PeerLatency) float64 { return l.AchievedRate }), nil, false},
+			fig{sc, "insert → visible p50", "ms", live(load, func(l PeerLatency) float64 { return l.P50Ms }), nil, false},
+			fig{sc, "insert → visible p99", "ms", live(load, func(l PeerLatency) float64 { return l.P99Ms }), &target{atLeast: true, bound: 10}, false},
+			fig{sc, "insert → visible max", "ms", live(load, func(l PeerLatency) float64 { return l.MaxMs }), nil, false},
+			fig{sc, "CPU per row", "µs", live(load, func(l PeerLatency) float64 { return l.CPUMicrosPerRow }), &target{atLeast: true, bound: 3}, false},
+			fig{sc, "peak RSS", "MB", live(load, func(l PeerLatency) float64 { return float64(l.PeakRSSBytes) / 1e6 }), nil, false},
+		)
+	}
+	tools := r.peerTools()
+	for _, f := range figs {
+		for _, tool := range tools {
+			var vals []float64
+			for _, p := range r.Peers {
+				if v, ok := f.value(p); ok && p.Tool == tool {
+					vals = append(vals, v)
+				}
+			}
+			out = append(out, figure(f.scenario, tool+" "+f.name, f.unit, vals, nil))
+		}
+		if f.ratio == nil {
+			continue
+		}
+		for _, tool := range tools {
+			if tool == toolWalstream {
+				continue
+			}
+			own, ws := r.peerValues(tool, f.value)
+			var ratios []float64
+			for i := range own {
+				if f.inverted && own[i] > 0 {
+					ratios = append(ratios, ws[i]/own[i])
+				} else if !f.inverted && ws[i] > 0 {
+					ratios = append(ratios, own[i]/ws[i])
+				}
+			}
+			name := fmt.Sprintf("%s: %s's / walstream's, same round", f.name, tool)
+			if f.inverted {
+				name = fmt.Sprintf("%s: walstream's / %s's, same round", f.name, tool)
+			}
+			out = append(out, figure(f.scenario, name, "×", ratios, f.ratio))
+		}
+	}
+	return out
 }
 
 // runName is a run's number, or "profiled" for run 0.

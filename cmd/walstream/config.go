@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
 	"github.com/walstream/walstream/publish"
@@ -66,6 +67,9 @@ type Config struct {
 	// registryPassword and registryToken are the secrets a config file's
 	// converter settings give, which have no flags.
 	registryPassword, registryToken string
+	// takeoverName is the connector's name --from-debezium-offset's URL
+	// gives.
+	takeoverName string
 }
 
 // setting is one flag; its environment variable (envName) and its config
@@ -106,6 +110,10 @@ func (c *Config) settings() []setting {
 		{"allow-slot-ahead", &c.AllowSlotAhead, nil, "", "start even though the slot is ahead of the checkpoint in Kafka, creating a missing slot (events may be missing; see docs/postgres.md, Recovery)"},
 		{"accept-phantoms", &c.Accept.Phantoms, nil, "", "go on after phantom events (published from WAL the server's history lacks), from where the histories part (see docs/postgres.md, Phantom events)"},
 		{"accept-system-change", &c.Accept.SystemChange, nil, "", "go on from the slot when the server is another cluster than the checkpoint's (see docs/postgres.md, Another cluster)"},
+		{"from-debezium-offset", &parsed{parse: c.takeoverSource}, nil, "",
+			"take over from Debezium's Postgres connector on its slot and publication (--slot, --publication) at a first start, when Kafka holds no checkpoint of the stream: its offset is read from Kafka Connect's REST API (http://connect:8083), its offsets topic (kafka:<offset.storage.topic>) or a file (the REST answer saved, or a standalone worker's offsets file), and the events it had published are not published again (see docs/debezium.md, Cutover: from Debezium to walstream)"},
+		{"debezium-connector", &c.Takeover.Selector.Connector, nil, "", "Kafka Connect's name of the connector --from-debezium-offset takes over from (a connector config's name); its topic.prefix is --topic-prefix"},
+		{"debezium-lookback", &c.Takeover.Lookback, pipeline.DefaultTakeoverLookback, "Takeover.Lookback", "with --from-debezium-offset, how long before the commit of the offset's last transaction the output topics are read for events Debezium published; raise it when table.field.event.timestamp takes record timestamps from a column set long before the commit"},
 		{"failover-slot", &c.FailoverSlot, true, "", "create the slot as a failover slot where the server supports it (Postgres 17 and later)"},
 		{"checkpoint-topic", &c.CheckpointTopic, pipeline.DefaultCheckpointTopic, "CheckpointTopic", "compacted topic holding checkpoints, created when missing"},
 		{"stream", &c.Stream, nil, "Stream", "name of this stream, shown in logs, metrics and status, and the default of its checkpoint key and transactional id; default <database>/<slot>, which a failover or restore keeps: give each stream sharing a Kafka cluster its own (see docs/kafka.md, Many streams on one Kafka cluster)"},
@@ -314,6 +322,17 @@ func (c *Config) build() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log-format", fmt.Errorf("%q is not text or json", c.LogFormat))
 	}
+	c.Takeover.Selector.Server = c.Encoding.SchemaPrefix
+	switch name := c.takeoverName; {
+	case name == "":
+	case c.Takeover.Selector.Connector == "":
+		c.Takeover.Selector.Connector = name
+	case c.Takeover.Selector.Connector != name:
+		bad("debezium-connector", fmt.Errorf("%q, but --from-debezium-offset names connector %q", c.Takeover.Selector.Connector, name))
+	}
+	if c.Takeover.Enabled() && c.Takeover.Source.Kind == debezium.SourceREST && c.Takeover.Selector.Connector == "" {
+		bad("from-debezium-offset", errors.New("reading the offset from Kafka Connect's REST API needs the connector's name: --debezium-connector, or the URL of the connector (http://connect:8083/connectors/<name>)"))
+	}
 	c.Hook = pipeline.CrashHook(os.Getenv("WALSTREAM_CRASH_AT"))
 	for _, err := range unjoin(c.Validate()) {
 		var se *pipeline.SettingError
@@ -402,6 +421,21 @@ func (c *Config) format(name, converter, schemasName, schemas string) (publish.F
 		return 0, fmt.Errorf("--%s ($%s): %w", name, envName(name), err)
 	}
 	return f, nil
+}
+
+// takeoverSource reads --from-debezium-offset; a connector's REST URL
+// names the connector too, unless --debezium-connector does.
+func (c *Config) takeoverSource(s string) error {
+	if strings.TrimSpace(s) == "" {
+		c.Takeover.Source = debezium.Source{}
+		return nil
+	}
+	src, name, err := debezium.ParseSource(s)
+	if err != nil {
+		return err
+	}
+	c.Takeover.Source, c.takeoverName = src, name
+	return nil
 }
 
 // acceptRecreated reads --accept-recreated-table: schema.table=oid entries.

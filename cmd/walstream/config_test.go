@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
 	"github.com/walstream/walstream/publish"
@@ -68,6 +69,41 @@ func TestConfigSkipAndAccept(t *testing.T) {
 	}
 	if a := pc.AcceptRecreated; len(a) != 2 || a["public.outbox"] != 16454 || a["billing.outbox"] != 17000 {
 		t.Errorf("accepted %v", a)
+	}
+}
+
+// --from-debezium-offset reads its source, the connector's name from a
+// connector's URL, and --topic-prefix selects the connector's partition.
+func TestConfigTakeover(t *testing.T) {
+	base := []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--slot", "dbz", "--publication", "dbz_publication"}
+	for _, c := range []struct {
+		args []string
+		want pipeline.Takeover
+		err  string
+	}{
+		{args: []string{"--from-debezium-offset", "http://connect:8083/connectors/outbox", "--topic-prefix", "dbserver1"},
+			want: pipeline.Takeover{Source: debezium.Source{Kind: debezium.SourceREST, URL: "http://connect:8083"},
+				Selector: debezium.Selector{Connector: "outbox", Server: "dbserver1"}, Lookback: pipeline.DefaultTakeoverLookback}},
+		{args: []string{"--from-debezium-offset", "kafka:connect-offsets", "--debezium-connector", "outbox", "--debezium-lookback", "30m"},
+			want: pipeline.Takeover{Source: debezium.Source{Kind: debezium.SourceTopic, Topic: "connect-offsets"},
+				Selector: debezium.Selector{Connector: "outbox"}, Lookback: 30 * time.Minute}},
+		{args: []string{"--from-debezium-offset", "offsets.json"},
+			want: pipeline.Takeover{Source: debezium.Source{Kind: debezium.SourceFile, Path: "offsets.json"}, Lookback: pipeline.DefaultTakeoverLookback}},
+		{args: []string{"--from-debezium-offset", "http://connect:8083"}, err: "--from-debezium-offset ($WALSTREAM_FROM_DEBEZIUM_OFFSET): reading the offset from Kafka Connect's REST API needs the connector's name"},
+		{args: []string{"--from-debezium-offset", "http://connect:8083/connectors/a", "--debezium-connector", "b"}, err: `--debezium-connector ($WALSTREAM_DEBEZIUM_CONNECTOR): "b", but --from-debezium-offset names connector "a"`},
+		{args: []string{"--from-debezium-offset", "kafka:"}, err: "--from-debezium-offset"},
+		{args: []string{"--from-debezium-offset", "f", "--debezium-lookback", "-1m"}, err: "--debezium-lookback ($WALSTREAM_DEBEZIUM_LOOKBACK): must not be negative"},
+	} {
+		got, err := parseConfig(append(base[:len(base):len(base)], c.args...), &bytes.Buffer{})
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: %v, want an error naming %q", c.args, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got.Takeover != c.want {
+			t.Errorf("%q: %+v, %v; want %+v", c.args, got.Takeover, err, c.want)
+		}
 	}
 }
 

@@ -347,7 +347,6 @@ func (tr *translation) set(key, flag, value string) {
 
 // Why walstream ignores keys, by key or by prefix (ending in a dot).
 var ignoredKeys = map[string]string{
-	"name":                                "Kafka Connect's name of the connector; walstream's checkpoint is named by --checkpoint-key (default: the slot)",
 	"tasks.max":                           "Debezium's Postgres connector runs one task, as walstream runs one stream",
 	"tombstones.on.delete":                "the outbox router drops deletes",
 	"heartbeat.interval.ms":               "walstream confirms an idle slot's position by itself (--idle-interval, --status-interval) and writes no heartbeat records",
@@ -470,6 +469,7 @@ func byPrefix[V any](m map[string]V, key string) (V, bool) {
 // Keys mapped onto walstream's flags as they are, besides connectKeys,
 // which walstream's config file takes too.
 var connectorFlags = map[string]string{
+	"name":                     "debezium-connector",
 	"slot.name":                "slot",
 	"publication.name":         "publication",
 	"slot.failover":            "failover-slot",

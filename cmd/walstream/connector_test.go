@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
 	"go.yaml.in/yaml/v3"
@@ -162,8 +163,13 @@ spec:
 			for _, k := range c.Ignored {
 				ignored = append(ignored, k.Key)
 			}
-			if got := strings.Join(ignored, ","); got != "name,publication.autocreate.mode,snapshot.mode,tasks.max,tombstones.on.delete" {
+			if got := strings.Join(ignored, ","); got != "publication.autocreate.mode,snapshot.mode,tasks.max,tombstones.on.delete" {
 				t.Errorf("ignored keys %s", got)
+			}
+			// The connector's name is what --from-debezium-offset reads the
+			// offset of.
+			if c.Takeover.Selector != (debezium.Selector{Connector: "placements_json", Server: "placements_json"}) || c.Takeover.Enabled() {
+				t.Errorf("takeover %+v: the connector named, no takeover unless asked for", c.Takeover)
 			}
 		})
 	}

@@ -156,7 +156,7 @@ func walstreamFlags(t *testing.T) (flags, env map[string]bool) {
 	for _, v := range envOnly {
 		env[v] = true
 	}
-	for _, cmd := range []string{"run", "init", "status"} {
+	for _, cmd := range []string{"run", "init", "status", "diff"} {
 		var out bytes.Buffer
 		if err := run(context.Background(), []string{cmd, "--help"}, &out, &out); err == nil || !strings.HasPrefix(out.String(), "Usage:") {
 			t.Fatalf("walstream %s --help: %v\n%s", cmd, err, out.String())

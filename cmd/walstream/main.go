@@ -39,6 +39,7 @@ Commands:
   run       stream the outbox into Kafka (walstream run --help lists the settings)
   status    print the slot's state and the checkpoint in Kafka (--json for JSON)
   init      print, apply (--apply) or check (--check) the Postgres setup
+  diff      compare Debezium's topics with walstream's shadow topics, event by event
   version   print the version (also --version)
 
 walstream <command> --help lists the flags of a command.
@@ -60,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runInit(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
+	case "diff":
+		return runDiff(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "walstream", version)
 		return nil

@@ -553,6 +553,19 @@ func (c *Connect) ResumeConnector(ctx context.Context, name string) error {
 	return nil
 }
 
+// AlterOffsets sets the stopped connector's source offsets (PATCH
+// /connectors/<name>/offsets, KIP-875), as an operator moves a connector
+// to where another reader of its slot stopped.
+func (c *Connect) AlterOffsets(ctx context.Context, name string, offsets []ConnectOffset) error {
+	err := retry(ctx, time.Minute, func() (int, error) {
+		return c.do(ctx, http.MethodPatch, "/connectors/"+name+"/offsets", map[string]any{"offsets": offsets}, nil)
+	})
+	if err != nil {
+		return fmt.Errorf("altering the offsets of connector %s: %w", name, err)
+	}
+	return nil
+}
+
 // Status is the connector's status.
 func (c *Connect) Status(ctx context.Context, name string) (ConnectorStatus, error) {
 	var s ConnectorStatus

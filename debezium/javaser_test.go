@@ -1,0 +1,61 @@
+package debezium
+
+import (
+	"errors"
+	"os"
+	"testing"
+)
+
+// testdata/connect.offsets was written as FileOffsetBackingStore writes a
+// standalone worker's offsets (a HashMap<byte[],byte[]> through Java 17's
+// ObjectOutputStream): two connectors' offsets and a reset one's null.
+func TestParseOffsetsFile(t *testing.T) {
+	b, err := os.ReadFile("testdata/connect.offsets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !IsOffsetsFile(b) {
+		t.Fatal("IsOffsetsFile = false")
+	}
+	entries, err := readOffsetsFile(b)
+	if err != nil || len(entries) != 3 {
+		t.Fatalf("readOffsetsFile = %d entries, %v; want 3", len(entries), err)
+	}
+	o, err := ParseFile(b, Selector{Connector: "dbz-outbox"}, "testdata/connect.offsets")
+	if err != nil || o.Commit != 26373240 || o.LSN != 26373424 || o.TxID != 733 || o.Server != "dbz" || o.MessageType != "MESSAGE" {
+		t.Fatalf("dbz-outbox's offset = %+v, %v", o, err)
+	}
+	if o, err = ParseFile(b, Selector{Server: "bill"}, "f"); err != nil || o.Connector != "billing" || o.Commit != 26650224 {
+		t.Fatalf("topic.prefix bill's offset = %+v, %v", o, err)
+	}
+	if _, err := ParseFile(b, Selector{Connector: "reset"}, "f"); !errors.Is(err, ErrNoOffset) {
+		t.Errorf("a reset connector: %v, want ErrNoOffset", err)
+	}
+	if _, err := ParseFile(b, Selector{}, "f"); err == nil {
+		t.Error("two connectors and no name: no error")
+	}
+	// Every truncation and every flipped byte is an error or a parse, never
+	// a panic.
+	for i := range len(b) {
+		_, _ = readOffsetsFile(b[:i])
+		c := append([]byte(nil), b...)
+		c[i] ^= 0xFF
+		_, _ = readOffsetsFile(c)
+	}
+	for i := 4; i < len(b); i++ {
+		if _, err := readOffsetsFile(b[:i]); err == nil {
+			t.Fatalf("readOffsetsFile of the first %d of %d bytes succeeded", i, len(b))
+		}
+	}
+}
+
+func FuzzOffsetsFile(f *testing.F) {
+	b, err := os.ReadFile("testdata/connect.offsets")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = ParseOffsetsFile(b, Selector{}, "fuzz")
+	})
+}

@@ -1,0 +1,178 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/debezium"
+	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/replication"
+)
+
+// Takeover says where Debezium's Postgres connector stopped, for a stream
+// that goes on from there on the connector's slot and publication
+// (Config.Names) instead of from a slot of its own: its first checkpoint
+// is made from the offset Kafka Connect stored, and the events Debezium
+// published past that offset are found in Kafka and not published again.
+// It applies only while Kafka holds no checkpoint of the stream.
+type Takeover struct {
+	// Source is where the offset is read; the zero Source takes over
+	// nothing.
+	Source debezium.Source
+	// Selector names the connector (Kafka Connect's name, its
+	// topic.prefix).
+	Selector debezium.Selector
+	// Lookback is how long before the commit time of the offset's last
+	// transaction the output topics are read for events Debezium
+	// published: record timestamps are Debezium's processing time, later
+	// than the commit, unless table.field.event.timestamp takes them from
+	// a column, whose times may lie before the commit.
+	Lookback time.Duration
+}
+
+// DefaultTakeoverLookback covers clocks of Kafka Connect and Postgres
+// minutes apart, and event timestamp columns set that long before their
+// transaction's commit.
+const DefaultTakeoverLookback = 5 * time.Minute
+
+// Enabled reports whether a takeover was asked for.
+func (t Takeover) Enabled() bool { return t.Source.Kind != 0 }
+
+// ErrTakeover means a takeover from Debezium cannot start: the offset
+// cannot be read, or it cannot be gone on from without losing events.
+var ErrTakeover = errors.New("cannot take over from Debezium")
+
+// TakeoverError says why, with the offset and the slot's position.
+type TakeoverError struct {
+	Slot   string
+	Source debezium.Source
+	Offset debezium.Offset // zero when it could not be read
+	Err    error
+}
+
+func (e *TakeoverError) Error() string {
+	return fmt.Sprintf("%v on slot %q from the offset in %s: %v", ErrTakeover, e.Slot, e.Source, e.Err)
+}
+
+func (e *TakeoverError) Unwrap() []error { return []error{ErrTakeover, e.Err} }
+
+// topicReader reads Kafka Connect's offsets topic from the cluster the
+// stream writes to.
+type topicReader struct{ kafka publish.KafkaSettings }
+
+var _ debezium.TopicReader = topicReader{}
+
+func (r topicReader) ReadTopic(ctx context.Context, topic string, each func(key, value []byte)) error {
+	return publish.ReadTopic(ctx, r.kafka, topic, each)
+}
+
+// takeOver reads Debezium's offset and makes the stream's first checkpoint
+// of it. It runs once the session holds the slot: the connector can no
+// longer move it, and the server's WAL flush position bounds everything
+// the connector can have read.
+func takeOver(ctx context.Context, conn *pgx.Conn, cfg *Config, slot replication.Slot, srv replication.Server, log *slog.Logger) (checkpoint.Checkpoint, error) {
+	t := cfg.Takeover
+	fail := func(off debezium.Offset, err error) (checkpoint.Checkpoint, error) {
+		return checkpoint.Checkpoint{}, &TakeoverError{Slot: cfg.Names.Slot, Source: t.Source, Offset: off, Err: err}
+	}
+	off, err := t.Source.Read(ctx, t.Selector, topicReader{cfg.Kafka}, nil)
+	if errors.Is(err, debezium.ErrNoOffset) {
+		err = fmt.Errorf("%w; Kafka Connect stores a connector's offset every offset.flush.interval.ms and when the connector stops cleanly: "+
+			"start the connector again, stop it cleanly (PUT /connectors/<name>/stop, or the worker with SIGTERM), then take over", err)
+	}
+	if err != nil {
+		return fail(off, err)
+	}
+	var text string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text").Scan(&text); err != nil {
+		return fail(off, fmt.Errorf("reading the server's WAL flush position: %w", err))
+	}
+	until, err := pglogrepl.ParseLSN(text)
+	if err != nil {
+		return fail(off, fmt.Errorf("reading the server's WAL flush position %q: %w", text, err))
+	}
+	own := checkpoint.Identity{SystemID: srv.SystemID, Timeline: srv.Timeline, Database: srv.Database}
+	cp, err := fromOffset(off, t, slot.ConfirmedFlush, until, cfg.AllowSlotAhead, own, time.Now())
+	if err != nil {
+		return fail(off, err)
+	}
+	log.Info("taking over from Debezium: its offset is the first checkpoint", "source", t.Source.String(), "connector", off.Connector,
+		"topic_prefix", off.Server, "offset", off.String(), "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String(),
+		"until_lsn", until.String())
+	if cp.Gap.Kind == checkpoint.GapSlotAhead {
+		log.Warn("the slot is ahead of Debezium's offset; going on from the slot because a slot ahead is allowed: events in between are in Kafka only if Debezium published them",
+			"offset_lsn_commit", off.Commit.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())
+	}
+	return cp, nil
+}
+
+// fromOffset is the first checkpoint of a takeover from off, on a slot
+// that confirmed slotConfirmed, on a server whose WAL was flushed up to
+// until; or why the offset cannot be gone on from.
+func fromOffset(off debezium.Offset, t Takeover, slotConfirmed, until pglogrepl.LSN, allowSlotAhead bool, own checkpoint.Identity, now time.Time) (checkpoint.Checkpoint, error) {
+	if off.Snapshot {
+		return checkpoint.Checkpoint{}, fmt.Errorf("the offset (%s) is a snapshot's, which Debezium had not finished: "+
+			"walstream takes no snapshot; let the connector finish it, then stop it and take over", off)
+	}
+	resume := off.Resume()
+	if resume == 0 {
+		return checkpoint.Checkpoint{}, fmt.Errorf("the offset (%s) names no position", off)
+	}
+	if resume > until {
+		return checkpoint.Checkpoint{}, fmt.Errorf("the offset (%s) is past the server's WAL flush position %s: "+
+			"the offset is another server's or a restored database's, and going on from it would skip transactions this server commits", off, until)
+	}
+	since := time.Time{}
+	if !off.CommitTime.IsZero() {
+		since = off.CommitTime.Add(-t.Lookback)
+	}
+	cp := checkpoint.Checkpoint{LSN: resume, Identity: own, Notes: &checkpoint.Notes{Takeover: &checkpoint.Takeover{
+		Source: t.Source.String(), Connector: off.Connector, Server: off.Server, Offset: off.Raw, Until: until, Since: since, Time: now.UTC()}}}
+	if slotConfirmed <= resume {
+		// The server sends from the slot's position; transactions that
+		// committed before the offset's are skipped as in Kafka.
+		return cp, nil
+	}
+	// The slot is past every transaction the offset says is in Kafka:
+	// Postgres no longer sends those in between. Debezium confirms to its
+	// slot only what Kafka acknowledged, but a worker killed after it
+	// confirmed and before it stored its next offset leaves its last
+	// stored offset behind the slot, and so does an offset older than
+	// the connector's last.
+	if !allowSlotAhead {
+		return checkpoint.Checkpoint{}, fmt.Errorf("%w: slot confirmed_flush_lsn %s, Debezium's offset lsn_commit %s (%s): transactions committed between them "+
+			"are not sent again, and are in Kafka only if Debezium published them, which its offset does not say. A connector killed after confirming "+
+			"a position to its slot and before storing its next offset leaves this; start the connector again and stop it cleanly "+
+			"(PUT /connectors/<name>/stop, or the worker with SIGTERM), which stores its offset, then take over. "+
+			"To go on from the slot instead, accepting that events in between may be missing, restart allowing the slot to be ahead "+
+			"(see docs/debezium.md, Cutover: from Debezium to walstream)", ErrSlotAhead, slotConfirmed, resume, off)
+	}
+	cp.LSN = slotConfirmed
+	cp.Gap = checkpoint.Gap{Kind: checkpoint.GapSlotAhead, From: resume, To: slotConfirmed, Events: -1, At: now.UTC()}
+	return cp, nil
+}
+
+// takeoverObjects checks, before setup, that the slot and publication a
+// takeover goes on from exist: either made now would start past the rows
+// Debezium did not publish.
+func takeoverObjects(ctx context.Context, conn *pgx.Conn, names replication.Names, slotExists bool) error {
+	var pub bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1)", names.Publication).Scan(&pub); err != nil {
+		return fmt.Errorf("looking up publication %q: %w", names.Publication, err)
+	}
+	switch {
+	case !slotExists:
+		return fmt.Errorf("slot %q does not exist: taking over from Debezium goes on from its slot (slot.name), which must still exist; "+
+			"a new slot starts after the rows Debezium did not publish", names.Slot)
+	case !pub:
+		return fmt.Errorf("publication %q does not exist: taking over from Debezium goes on with its publication (publication.name); "+
+			"a publication made now would not publish the rows committed before it", names.Publication)
+	}
+	return nil
+}
