@@ -742,8 +742,8 @@ func TestKafkaCommitRefused(t *testing.T) {
 	}
 	failed := grepLines(p.Log(), "Kafka transaction failed")
 	for _, want := range []string{
-		`Kafka transaction failed: the transaction coordinator refused the transaction's state change" slot=walstream cause=invalid_txn_state`,
-		`Kafka transaction failed: the broker asked for the transaction to be aborted" slot=walstream cause=transaction_abortable`,
+		`Kafka transaction failed: the transaction coordinator refused the transaction's state change" stream=postgres/walstream slot=walstream cause=invalid_txn_state`,
+		`Kafka transaction failed: the broker asked for the transaction to be aborted" stream=postgres/walstream slot=walstream cause=transaction_abortable`,
 	} {
 		if !strings.Contains(failed, want) {
 			t.Errorf("no %q logged:\n%s", want, failed)
