@@ -50,6 +50,16 @@ func startConfirmWatch(broker, pgURL, slot string) (*confirmWatch, error) {
 		cl.Close()
 		return nil, fmt.Errorf("connecting the confirm poller: %w", err)
 	}
+	// walstream's checkpoint key at its defaults is its stream name,
+	// <database>/<slot>.
+	var database string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&database); err != nil {
+		cancel()
+		cl.Close()
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("reading the database name: %w", err)
+	}
+	key := database + "/" + slot
 	w := &confirmWatch{cancel: cancel}
 	w.wg.Add(2)
 	go func() {
@@ -62,7 +72,7 @@ func startConfirmWatch(broker, pgURL, slot string) (*confirmWatch, error) {
 				return
 			}
 			fs.EachRecord(func(r *kgo.Record) {
-				if string(r.Key) != slot {
+				if string(r.Key) != key {
 					return
 				}
 				cp, _, err := checkpoint.Decode(r.Value)

@@ -332,6 +332,11 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	if err != nil {
 		return l, err
 	}
+	if len(confirms)+unconfirmed == 0 {
+		// walstream committed under load, so a watch that saw no
+		// checkpoint read the wrong key or topic: no figure from it.
+		return l, fmt.Errorf("no checkpoint of slot %s became visible in %s while the load ran", slotWalstream, checkpointTopic)
+	}
 	l.ConfirmSamples, l.ConfirmUnconfirmed = len(confirms), unconfirmed
 	l.ConfirmP50Ms, l.ConfirmP99Ms = percentile(confirms, 0.50)/1e3, percentile(confirms, 0.99)/1e3
 	if len(confirms) > 0 {
