@@ -55,6 +55,7 @@ var causeText = map[string]string{
 // partitions that cannot take writes, and errors no retry can fix are
 // marked. Each failure is logged once with its cause, and counted.
 func (p *Producer) fail(ctx context.Context, err error) error {
+	p.failed = true
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return err // a stop, or the session ending for another reason
 	}

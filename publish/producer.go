@@ -309,10 +309,11 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 			err = p.flush(ctx)
 		}
 		if err != nil {
-			// A schema registry that failed leaves the Kafka client as it
-			// was: the open transaction can be aborted, and is.
-			var re *RegistryError
-			p.failed = !errors.As(err, &re)
+			// Only a failed Kafka operation (fail) leaves the client in
+			// a state abort must not touch; after bad input, a schema
+			// registry that failed or a stop, the open transaction is
+			// aborted, so that read_committed readers of its partitions
+			// do not wait for Kafka's transaction timeout.
 			return err
 		}
 	}

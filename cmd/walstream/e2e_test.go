@@ -628,14 +628,19 @@ func TestSharedTransactionalID(t *testing.T) {
 
 // TestBadRowStops: an outbox row with a NULL aggregate type stops
 // walstream before anything past it is confirmed, naming the LSN, the
-// table, the event id and the column.
+// table, the event id and the column. The Kafka transaction open at the
+// stop, which holds the row before it, is aborted: read_committed readers
+// of its partition do not wait for Kafka's transaction timeout.
 func TestBadRowStops(t *testing.T) {
 	e := newEnv(t)
 	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL")
-	p := e.start(nil).streaming(t)
+	// A long linger keeps the good row's Kafka transaction open when the
+	// bad row arrives.
+	p := e.start([]string{"--linger", "3s"}).streaming(t)
 	seq := 0
 	e.insertTx("Order", 3, 2, &seq, false)
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.insertTx("Order", 1, 1, &seq, false)
 	e.pg.Exec("postgres", `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
 		VALUES ('00000000-0000-0000-0000-0000000000aa', NULL, 'a-1', 'Created', '{"seq": 99}')`)
 	after := e.currentLSN()
@@ -644,6 +649,14 @@ func TestBadRowStops(t *testing.T) {
 		"column aggregatetype", "aggregate type is NULL")
 	if got := e.confirmedLSN("walstream"); got >= after {
 		t.Fatalf("confirmed_flush_lsn %s reached %s, past a row that was not delivered", got, after)
+	}
+	// Kafka's timeout would end the open transaction 20 s after it began
+	// at the earliest (twice the tests' --commit-timeout of 10 s);
+	// walstream's abort ends it at its stop.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := testenv.WaitStable(ctx, e.broker, "outbox.event.Order"); err != nil {
+		t.Fatalf("outbox.event.Order still has a transaction open after walstream stopped: %v", err)
 	}
 }
 
