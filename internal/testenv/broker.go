@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -199,18 +200,27 @@ func LaunchKfake(opts ...kfake.Opt) (*Kfake, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating kfake's directory: %w", err)
 	}
-	port, err := PickPort()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+	// A port picked free can be taken before kfake binds it (another test
+	// package's server, started in parallel): nothing knows the port yet,
+	// so a new broker moves to another one.
+	for attempt := 1; ; attempt++ {
+		port, err := PickPort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		b := &Kfake{dir: dir, opts: append(KfakeOpts(port, 3, dir), opts...)}
+		err = b.Start()
+		if errors.Is(err, syscall.EADDRINUSE) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		b.addr = b.c.ListenAddrs()[0]
+		return b, nil
 	}
-	b := &Kfake{dir: dir, opts: append(KfakeOpts(port, 3, dir), opts...)}
-	if err := b.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	b.addr = b.c.ListenAddrs()[0]
-	return b, nil
 }
 
 // Close closes the broker and removes its state.
