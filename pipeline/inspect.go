@@ -261,17 +261,17 @@ func explainLag(before, after *replication.DecodingStats, walsender *replication
 	if !after.StatsReset.IsZero() {
 		since = "since " + after.StatsReset.UTC().Format(time.RFC3339)
 	}
-	history := fmt.Sprintf("Postgres has spilled %s of %d transactions for this slot %s", humanBytes(after.SpillBytes), after.SpillTxns, since)
+	history := fmt.Sprintf("Postgres has spilled %s of %d transactions for this slot %s", HumanBytes(after.SpillBytes), after.SpillTxns, since)
 	switch {
 	case spilled > 0:
 		return fmt.Sprintf("Postgres is decoding a transaction larger than logical_decoding_work_mem (%s) and spilling it to disk (%s in %s): "+
-			"it is decoded again at its commit, and everything committed after it waits for that; %s", after.WorkMem, humanBytes(spilled), sample, history)
+			"it is decoded again at its commit, and everything committed after it waits for that; %s", after.WorkMem, HumanBytes(spilled), sample, history)
 	case walsender != nil && strings.HasPrefix(walsender.WaitEvent, "IO/ReorderBuffer"):
 		return fmt.Sprintf("the walsender reads a transaction it spilled to disk back at its commit (wait event %s): "+
 			"everything committed after it waits for that; %s", walsender.WaitEvent, history)
 	case streamed > 0:
 		return fmt.Sprintf("Postgres streams a large transaction in progress (%s in %s): walstream keeps its outbox rows until it commits, "+
-			"and nothing committed after it waits for it", humanBytes(streamed), sample)
+			"and nothing committed after it waits for it", HumanBytes(streamed), sample)
 	case after.SpillTxns > 0:
 		return fmt.Sprintf("%s, each larger than logical_decoding_work_mem (%s): such a transaction holds up everything committed after it "+
 			"while Postgres decodes it again at its commit", history, after.WorkMem)
@@ -279,8 +279,8 @@ func explainLag(before, after *replication.DecodingStats, walsender *replication
 	return ""
 }
 
-// humanBytes is a size for people, in binary units.
-func humanBytes(n int64) string {
+// HumanBytes is a size for people, in binary units.
+func HumanBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))

@@ -84,7 +84,7 @@ func printStatus(w io.Writer, r *statusReport) {
 		}
 		retained := "none (restart_lsn is NULL)"
 		if s.RetainedWALBytes != nil {
-			retained = bytesText(*s.RetainedWALBytes)
+			retained = pipeline.HumanBytes(*s.RetainedWALBytes)
 		}
 		line("  plugin", "%s", s.Plugin)
 		line("  wal_status", "%s", s.WALStatus)
@@ -93,7 +93,7 @@ func printStatus(w io.Writer, r *statusReport) {
 			line("  confirmed_flush_lsn", "none yet: the slot is not consistent until it is created (server at %s)", s.CurrentLSN)
 		} else {
 			line("  confirmed_flush_lsn", "%s (server at %s)", s.ConfirmedFlush, s.CurrentLSN)
-			line("  lag", "%s", bytesText(s.LagBytes))
+			line("  lag", "%s", pipeline.HumanBytes(s.LagBytes))
 			line("  caught up", "%s", caughtUpText(s.CaughtUp, s.LagBytes, s.FlushLagSeconds))
 			if s.BehindBecause != "" {
 				line("  behind because", "%s", s.BehindBecause)
@@ -101,15 +101,15 @@ func printStatus(w io.Writer, r *statusReport) {
 		}
 		line("  retained WAL", "%s", retained)
 		if s.SafeWALSizeBytes != nil {
-			line("  safe_wal_size", "%s", bytesText(*s.SafeWALSizeBytes))
+			line("  safe_wal_size", "%s", pipeline.HumanBytes(*s.SafeWALSizeBytes))
 		}
 		if s.FlushLagSeconds != nil {
 			line("  lag in seconds", "%.3f s (pg_stat_replication.flush_lag)", *s.FlushLagSeconds)
 		}
 		if d := s.Decoding; d != nil {
 			line("  decoding", "spilled %s of %d transactions to disk, streamed %s of %d in progress, decoded %s of %d (logical_decoding_work_mem %s%s)",
-				bytesText(d.SpilledBytes), d.SpilledTransactions, bytesText(d.StreamedBytes), d.StreamedTransactions,
-				bytesText(d.DecodedBytes), d.DecodedTransactions, d.WorkMem, resetText(d.StatsReset))
+				pipeline.HumanBytes(d.SpilledBytes), d.SpilledTransactions, pipeline.HumanBytes(d.StreamedBytes), d.StreamedTransactions,
+				pipeline.HumanBytes(d.DecodedBytes), d.DecodedTransactions, d.WorkMem, resetText(d.StatsReset))
 		}
 	} else {
 		line("  exists", "no")
@@ -180,9 +180,9 @@ func caughtUpText(caughtUp bool, lag int64, lagSeconds *float64) string {
 		return "yes"
 	}
 	if lagSeconds == nil {
-		return fmt.Sprintf("no, %s behind", bytesText(lag))
+		return fmt.Sprintf("no, %s behind", pipeline.HumanBytes(lag))
 	}
-	return fmt.Sprintf("no, %s and %.3f s behind", bytesText(lag), *lagSeconds)
+	return fmt.Sprintf("no, %s and %.3f s behind", pipeline.HumanBytes(lag), *lagSeconds)
 }
 
 // resetText says since when pg_stat_replication_slots counts.
@@ -191,16 +191,4 @@ func resetText(at *time.Time) string {
 		return ""
 	}
 	return "; since " + at.UTC().Format(time.RFC3339)
-}
-
-func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
