@@ -168,9 +168,12 @@ var (
 		"event-id-column", "event-key-column", "payload-column", "route-by-column", "timestamp-column",
 		"additional-placement", "additional-error-on-missing", "failover-slot",
 		"stream", "kafka-brokers", "checkpoint-topic", "transactional-id", "on-error", "dlq-topic", "topic-creation", "topic-template"}
-	statusSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "stream", "checkpoint-topic", "checkpoint-key",
-		"transactional-id", "on-error", "dlq-topic",
-		"kafka-brokers", "kafka-tls", "kafka-tls-ca-file", "kafka-tls-cert-file", "kafka-tls-key-file", "kafka-tls-server-name",
+	statusSettings = slices.Concat([]string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "stream", "checkpoint-topic",
+		"checkpoint-key", "transactional-id", "on-error", "dlq-topic"}, kafkaConnection, []string{"blocking-query-text"})
+	// diff reads the Kafka connection only.
+	diffSettings = slices.Concat([]string{"config"}, kafkaConnection)
+	// kafkaConnection are the settings of a connection to Kafka.
+	kafkaConnection = []string{"kafka-brokers", "kafka-tls", "kafka-tls-ca-file", "kafka-tls-cert-file", "kafka-tls-key-file", "kafka-tls-server-name",
 		"kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password-file", "kafka-oauth-token-file", "kafka-oauth-token-url",
-		"kafka-oauth-client-id", "kafka-oauth-client-secret-file", "kafka-oauth-scope", "blocking-query-text"}
+		"kafka-oauth-client-id", "kafka-oauth-client-secret-file", "kafka-oauth-scope"}
 )

@@ -16,11 +16,6 @@ import (
 // ErrDifferent is what `walstream diff` exits non-zero with.
 var ErrDifferent = errors.New("the topics differ")
 
-// diffSettings are the shared settings diff reads: the Kafka connection.
-var diffSettings = []string{"config", "kafka-brokers", "kafka-tls", "kafka-tls-ca-file", "kafka-tls-cert-file", "kafka-tls-key-file",
-	"kafka-tls-server-name", "kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password-file", "kafka-oauth-token-file",
-	"kafka-oauth-token-url", "kafka-oauth-client-id", "kafka-oauth-client-secret-file", "kafka-oauth-scope"}
-
 // runDiff compares Debezium's topics with walstream's shadow topics event
 // by event; it exits non-zero when an event's records differ.
 func runDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error {
