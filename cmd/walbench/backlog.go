@@ -134,12 +134,7 @@ func (b *bench) backlogRun(ctx context.Context, scenario string, run int, rows, 
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err := broker.stop(); err != nil {
-			b.logf("%s: stopping the broker: %v", name, err)
-		}
-		_ = os.RemoveAll(filepath.Join(b.workDir, name+"-kafka"))
-	}()
+	defer b.closeBroker(name, broker)
 	topics := []string{topicFor(aggTypeBacklog)}
 	if b.cfg.Avro {
 		topics = append(topics, avroTopicPrefix+aggTypeBacklog)

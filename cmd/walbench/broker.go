@@ -124,10 +124,11 @@ var kafkaJVM = []string{"-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-
 // brokerProc is a running broker: Apache Kafka (kafka) or walbench's kfake
 // child process (p, with its output line by line).
 type brokerProc struct {
-	addr  string
-	kafka *testenv.Kafka
-	p     *testenv.Process
-	lines chan string
+	addr    string
+	dataDir string // kfake's; a Kafka keeps its data in a directory of its own
+	kafka   *testenv.Kafka
+	p       *testenv.Process
+	lines   chan string
 }
 
 // startBroker starts the broker -broker names on free loopback ports with
@@ -144,7 +145,7 @@ func (b *bench) startBroker(ctx context.Context, dataDir, profileDir, logPath st
 			logf.Close()
 			return nil, err
 		}
-		return &brokerProc{addr: k.Addr(), kafka: k}, nil
+		return &brokerProc{addr: k.Addr(), dataDir: dataDir, kafka: k}, nil
 	}
 	port, err := testenv.PickPort()
 	if err != nil {
@@ -152,7 +153,7 @@ func (b *bench) startBroker(ctx context.Context, dataDir, profileDir, logPath st
 		return nil, err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	bp := &brokerProc{addr: addr, lines: make(chan string, 16)}
+	bp := &brokerProc{addr: addr, dataDir: dataDir, lines: make(chan string, 16)}
 	bp.p, err = testenv.StartProcess(testenv.ProcessConfig{Name: "broker", Path: b.exe, Output: logf,
 		Args: []string{brokerCommand, "-addr", addr, "-data-dir", dataDir, "-partitions", strconv.Itoa(b.cfg.Partitions), "-profile-dir", profileDir},
 		OnLine: func(l string) {
@@ -220,6 +221,15 @@ func (b *brokerProc) stopProfile(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("signalling the broker to write its profile: %w", err)
 	}
 	return b.waitLine(ctx, brokerProfileWritten, 30*time.Second)
+}
+
+// closeBroker stops the broker, logging a failure under name, and removes its
+// data: what a phase defers once its broker has started.
+func (b *bench) closeBroker(name string, bp *brokerProc) {
+	if err := bp.stop(); err != nil {
+		b.logf("%s: %v", name, err)
+	}
+	_ = os.RemoveAll(bp.dataDir)
 }
 
 // stop sends SIGTERM and waits; the broker is killed if it does not exit

@@ -327,12 +327,7 @@ func (b *bench) peerDrain(ctx context.Context, p peer, rows int64, logPrefix str
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err := broker.stop(); err != nil {
-			b.logf("stopping the broker: %v", err)
-		}
-		_ = os.RemoveAll(logPrefix + "-kafka-data")
-	}()
+	defer b.closeBroker(filepath.Base(logPrefix), broker)
 	topic := topicFor(aggTypeBacklog)
 	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topic); err != nil {
 		return nil, err
@@ -427,12 +422,7 @@ func (b *bench) peerLatency(ctx context.Context, round int, p peer) ([]PeerLaten
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err := broker.stop(); err != nil {
-			b.logf("%s: stopping the broker: %v", name, err)
-		}
-		_ = os.RemoveAll(prefix + "-kafka-data")
-	}()
+	defer b.closeBroker(name, broker)
 	var topics []string
 	for _, l := range b.cfg.LatencyLoads {
 		topics = append(topics, topicFor(latencyAggType(l)))

@@ -101,17 +101,11 @@ func (b *bench) foreignRun(ctx context.Context, streaming bool) (*ForeignRun, er
 	if _, err := b.db.createSlot(ctx, slotWalstream); err != nil {
 		return nil, err
 	}
-	kafkaDir := filepath.Join(b.workDir, name+"-kafka")
-	broker, err := b.startBroker(ctx, kafkaDir, dir, filepath.Join(dir, "broker.log"))
+	broker, err := b.startBroker(ctx, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"))
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err := broker.stop(); err != nil {
-			b.logf("%s: stopping the broker: %v", name, err)
-		}
-		_ = os.RemoveAll(kafkaDir)
-	}()
+	defer b.closeBroker(name, broker)
 	topic := topicFor(aggTypeForeign)
 	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topic); err != nil {
 		return nil, err

@@ -116,17 +116,11 @@ func (b *bench) latencyRun(ctx context.Context, run int, profile bool) ([]Latenc
 	if _, err := b.db.createSlot(ctx, slotWalstream); err != nil {
 		return nil, err
 	}
-	kafkaDir := filepath.Join(b.workDir, name+"-kafka")
-	broker, err := b.startBroker(ctx, kafkaDir, dir, filepath.Join(dir, "broker.log"))
+	broker, err := b.startBroker(ctx, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"))
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err := broker.stop(); err != nil {
-			b.logf("%s: stopping the broker: %v", name, err)
-		}
-		_ = os.RemoveAll(kafkaDir)
-	}()
+	defer b.closeBroker(name, broker)
 	var topics []string
 	for _, l := range b.cfg.LatencyLoads {
 		topics = append(topics, topicFor(latencyAggType(l)))
