@@ -137,15 +137,7 @@ func (r *javaReader) classDesc() (*classDesc, error) {
 	case tcNull:
 		return nil, nil
 	case tcReference:
-		v, err := r.reference()
-		if err != nil {
-			return nil, err
-		}
-		cd, ok := v.(*classDesc)
-		if !ok {
-			return nil, fmt.Errorf("reference at byte %d names no class description", r.off-4)
-		}
-		return cd, nil
+		return referenced[*classDesc](r, "class description")
 	case tcClassDesc:
 	default:
 		return nil, fmt.Errorf("type code %#x at byte %d where a class description belongs", tc, r.off-1)
@@ -207,6 +199,21 @@ func primitiveSize(c byte) (int, error) {
 	return 0, fmt.Errorf("field type code %q", c)
 }
 
+// referenced reads a reference to a T read before, what naming it in the
+// error when the reference names something else.
+func referenced[T any](r *javaReader, what string) (T, error) {
+	var zero T
+	v, err := r.reference()
+	if err != nil {
+		return zero, err
+	}
+	t, ok := v.(T)
+	if !ok {
+		return zero, fmt.Errorf("reference at byte %d names no %s", r.off-4, what)
+	}
+	return t, nil
+}
+
 // bytesOrNull reads a byte[] (new or a reference to one read before) or
 // null.
 func (r *javaReader) bytesOrNull(tc byte) ([]byte, error) {
@@ -214,15 +221,7 @@ func (r *javaReader) bytesOrNull(tc byte) ([]byte, error) {
 	case tcNull:
 		return nil, nil
 	case tcReference:
-		v, err := r.reference()
-		if err != nil {
-			return nil, err
-		}
-		b, ok := v.([]byte)
-		if !ok {
-			return nil, fmt.Errorf("reference at byte %d names no byte array", r.off-4)
-		}
-		return b, nil
+		return referenced[[]byte](r, "byte array")
 	case tcArray:
 	default:
 		return nil, fmt.Errorf("type code %#x at byte %d where a byte array belongs", tc, r.off-1)

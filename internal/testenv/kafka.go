@@ -205,17 +205,7 @@ type KafkaNode struct {
 // under CI.
 func StartKafka(t testing.TB, cfg KafkaConfig) *Kafka {
 	t.Helper()
-	k, err := LaunchKafka(context.Background(), cfg)
-	if err != nil {
-		Unavailable(t, "%v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			k.logNodes(t)
-		}
-		k.Close()
-	})
-	return k
+	return StartKafkaAsync(t, cfg)()
 }
 
 // logNodes shows the end of each node's log, for a failed test.
