@@ -64,10 +64,6 @@ func TestShadowDiff(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	p := testenv.StartWalstream(t, e.bin, []string{"run", "--config", writeConnector(t, JSON, id, cfg), "--kafka-brokers", e.kafka.Addr(),
-		"--slot", slots[1], "--publication", slots[1], "--topic-template", "shadow.outbox.event.${routedByValue}",
-		"--http-addr", "", "--status-interval", "1s", "--idle-interval", "500ms"})
-	defer func() { _ = p.Stop(syscall.SIGTERM, 30*time.Second) }() // before its slot is dropped
 	for i := range 60 {
 		run(fmt.Sprintf(`INSERT INTO %s (aggregatetype, aggregateid, type, payload)
 			SELECT 'shadow_' || (ARRAY['a','b'])[1 + g %% 2], 'k' || (g %% 7), 'Seq', jsonb_build_object('seq', g)
@@ -81,6 +77,11 @@ func TestShadowDiff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// walstream starts after the peek: a slot in use cannot be peeked.
+	p := testenv.StartWalstream(t, e.bin, []string{"run", "--config", writeConnector(t, JSON, id, cfg), "--kafka-brokers", e.kafka.Addr(),
+		"--slot", slots[1], "--publication", slots[1], "--topic-template", "shadow.outbox.event.${routedByValue}",
+		"--http-addr", "", "--status-interval", "1s", "--idle-interval", "500ms"})
+	defer func() { _ = p.Stop(syscall.SIGTERM, 30*time.Second) }() // before its slot is dropped
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		dbz, _ := e.pg.SlotConfirmed(ctx, slots[0])
