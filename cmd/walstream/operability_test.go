@@ -156,19 +156,28 @@ func TestStatusKafkaDown(t *testing.T) {
 	t.Logf("status with Kafka down took %s; error field: %s", time.Since(start).Round(100*time.Millisecond), r.Error)
 }
 
-// TestGOGC: walstream runs the collector at defaultGOGC unless GOGC is in
-// the environment, and its first log line says which.
+// TestGOGC: walstream runs the collector at defaultGOGC, and under a soft
+// memory limit of its queue and three batches, unless GOGC or GOMEMLIMIT
+// is in the environment, and its first log line says which.
 func TestGOGC(t *testing.T) {
 	e := newEnv(t)
-	for _, tc := range []struct{ env, want string }{
-		{"GOGC=", fmt.Sprintf("gogc=%d", defaultGOGC)},
-		{"GOGC=50", "gogc=50"},
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		want []string
+	}{
+		{nil, []string{"GOGC=", "GOMEMLIMIT="}, []string{fmt.Sprintf("gogc=%d", defaultGOGC), fmt.Sprintf("gomemlimit=%d", 64<<20)}},
+		{[]string{"--queue-bytes", "1048576", "--max-batch-bytes", "2097152"}, []string{"GOGC=50", "GOMEMLIMIT="},
+			[]string{"gogc=50", fmt.Sprintf("gomemlimit=%d", 7<<20)}},
+		{nil, []string{"GOMEMLIMIT=off"}, []string{"gomemlimit=off"}},
 	} {
-		p := e.start([]string{"--create=false"}, tc.env)
+		p := e.start(append([]string{"--create=false"}, tc.args...), tc.env...)
 		exitMessage(t, p)
 		first, _, _ := strings.Cut(p.Log(), "\n")
-		if !strings.Contains(first, "msg=starting") || !strings.Contains(first, tc.want) {
-			t.Errorf("with %s the first log line is %q, want the starting line with %s", tc.env, first, tc.want)
+		for _, want := range tc.want {
+			if !strings.Contains(first, "msg=starting") || !strings.Contains(first, want) {
+				t.Errorf("with %s %s the first log line is %q, want the starting line with %s", tc.env, tc.args, first, want)
+			}
 		}
 	}
 }

@@ -31,6 +31,19 @@ import (
 // more peak RSS (docs/benchmarks.md).
 const defaultGOGC = 200
 
+// memoryLimit is the collector's soft ceiling when GOMEMLIMIT is not in
+// the environment: what walstream holds by design, its queue and three
+// batches (franz-go's buffer of two, and the one being built). At
+// GOGC=200 alone the heap may grow to three times what is live, so peak
+// RSS followed the rows' size (135 MB draining 439-byte rows, 177 MB for
+// 32 KiB ones); with this ceiling it follows the settings, 88-90 MB at the
+// defaults for both (docs/benchmarks.md). Go's collector never spends more
+// than about half the CPU to keep under it: a heap that must outgrow it
+// costs throughput, not a crash.
+func memoryLimit(cfg *Config) int64 {
+	return int64(cfg.QueueBytes) + 3*int64(max(cfg.MaxBatchBytes, cfg.MaxRecordBytes))
+}
+
 // runStream streams until ctx ends or a permanent error, which it also
 // logs as an ERROR record, so that a log pipeline reading the structured
 // log sees why walstream stopped.
@@ -54,13 +67,18 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 		debug.SetGCPercent(defaultGOGC)
 		gogc = strconv.Itoa(defaultGOGC)
 	}
+	memLimit := os.Getenv("GOMEMLIMIT")
+	if memLimit == "" {
+		debug.SetMemoryLimit(memoryLimit(cfg))
+		memLimit = strconv.FormatInt(memoryLimit(cfg), 10)
+	}
 	pg, kafka := cfg.Postgres, cfg.Kafka
 	// Whether Postgres speaks TLS is known once connected: the streaming
 	// line says so (pg_tls); sslmode is what was asked for.
 	log.Info("starting", "version", version, "host", pg.Host, "port", pg.Port, "database", pg.Database,
 		"user", pg.User, "pg_sslmode", sslMode(cfg.PGURL), "brokers", cfg.Brokers,
 		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID,
-		"gogc", gogc)
+		"gogc", gogc, "gomemlimit", memLimit)
 
 	for _, k := range cfg.Ignored {
 		log.Info("ignoring a key of the Debezium connector config", "key", k.Key, "reason", k.Why)
