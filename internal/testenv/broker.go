@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -200,9 +199,7 @@ func LaunchKfake(opts ...kfake.Opt) (*Kfake, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating kfake's directory: %w", err)
 	}
-	// A port picked free can be taken before kfake binds it (another test
-	// package's server, started in parallel): nothing knows the port yet,
-	// so a new broker moves to another one.
+	// A new broker whose port was taken moves to another (portTaken).
 	for attempt := 1; ; attempt++ {
 		port, err := PickPort()
 		if err != nil {
@@ -211,7 +208,7 @@ func LaunchKfake(opts ...kfake.Opt) (*Kfake, error) {
 		}
 		b := &Kfake{dir: dir, opts: append(KfakeOpts(port, 3, dir), opts...)}
 		err = b.Start()
-		if errors.Is(err, syscall.EADDRINUSE) && attempt < 5 {
+		if portTaken(err) && attempt < 3 {
 			continue
 		}
 		if err != nil {

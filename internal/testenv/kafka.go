@@ -317,7 +317,7 @@ func (k *Kafka) firstStart(ctx context.Context) error {
 		if err == nil {
 			err = k.Start()
 		}
-		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+		if attempt == 3 || !portTaken(err) {
 			return err
 		}
 		k.Stop(syscall.SIGKILL)

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -211,7 +212,7 @@ func (pg *Postgres) LogFile() string { return filepath.Join(pg.Dir, "log") }
 func (pg *Postgres) firstStart(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
 		err := pg.start(ctx)
-		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+		if attempt == 3 || !portTaken(err) {
 			return err
 		}
 		port, perr := PickPort()
@@ -389,6 +390,13 @@ func FreePort(t testing.TB) int {
 		t.Fatal(err)
 	}
 	return port
+}
+
+// portTaken reports whether a server failed to start because a port
+// picked for it was taken before it bound it (see PickPort). Nothing knows
+// a new server's port yet, so its caller starts it again on another.
+func portTaken(err error) bool {
+	return err != nil && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "Address already in use"))
 }
 
 // PickPort is FreePort for harnesses that run outside a test (walbench)

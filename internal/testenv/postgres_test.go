@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -156,6 +157,31 @@ func TestPickPortOutsideEphemeral(t *testing.T) {
 		}
 		if port >= lo {
 			t.Fatalf("picked port %d, inside the ephemeral range from %d", port, lo)
+		}
+	}
+}
+
+// TestPortTaken: a taken port is told apart from other failures, as Go's
+// bind reports it and as the servers' logs word it.
+func TestPortTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, bindErr := net.Listen("tcp", ln.Addr().String())
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{bindErr, true},
+		{fmt.Errorf("starting kfake: %w", bindErr), true},
+		{errors.New(`LOG:  could not bind IPv4 address "127.0.0.1": Address already in use`), true},
+		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), false},
+		{nil, false},
+	} {
+		if got := portTaken(tc.err); got != tc.want {
+			t.Errorf("portTaken(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
