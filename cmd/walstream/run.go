@@ -37,9 +37,9 @@ const defaultGOGC = 200
 // GOGC=200 alone the heap may grow to three times what is live, so peak
 // RSS followed the rows' size (135 MB draining 439-byte rows, 177 MB for
 // 32 KiB ones); with this ceiling it follows the settings, 88-90 MB at the
-// defaults for both (docs/benchmarks.md). Go's collector never spends more
-// than about half the CPU to keep under it: a heap that must outgrow it
-// costs throughput, not a crash.
+// defaults for both (docs/benchmarks.md). Go's collector spends at most
+// about half the CPU to keep under it: a heap that must outgrow it costs
+// throughput, and the limit itself stops nothing.
 func memoryLimit(cfg *Config) int64 {
 	return int64(cfg.QueueBytes) + 3*int64(max(cfg.MaxBatchBytes, cfg.MaxRecordBytes))
 }
@@ -69,8 +69,9 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 	}
 	memLimit := os.Getenv("GOMEMLIMIT")
 	if memLimit == "" {
-		debug.SetMemoryLimit(memoryLimit(cfg))
-		memLimit = strconv.FormatInt(memoryLimit(cfg), 10)
+		limit := memoryLimit(cfg)
+		debug.SetMemoryLimit(limit)
+		memLimit = strconv.FormatInt(limit, 10)
 	}
 	pg, kafka := cfg.Postgres, cfg.Kafka
 	// Whether Postgres speaks TLS is known once connected: the streaming
