@@ -21,6 +21,16 @@ import (
 	"github.com/walstream/walstream/replication"
 )
 
+// StreamName is a stream's name when none is given: <database>/<slot>, or
+// the slot's name alone when the database is not known. The checkpoint
+// key and the transactional id derive from it.
+func StreamName(database, slot string) string {
+	if database == "" {
+		return slot
+	}
+	return database + "/" + slot
+}
+
 // Config is what a pipeline is told. It names no flags: the command that
 // builds it maps its own settings onto it.
 type Config struct {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/pipeline"
 )
 
 // checkpointTopic is walstream's default checkpoint topic; walbench leaves
@@ -50,8 +51,7 @@ func startConfirmWatch(broker, pgURL, slot string) (*confirmWatch, error) {
 		cl.Close()
 		return nil, fmt.Errorf("connecting the confirm poller: %w", err)
 	}
-	// walstream's checkpoint key at its defaults is its stream name,
-	// <database>/<slot>.
+	// walstream's checkpoint key at its defaults is its stream name.
 	var database string
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&database); err != nil {
 		cancel()
@@ -59,7 +59,7 @@ func startConfirmWatch(broker, pgURL, slot string) (*confirmWatch, error) {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("reading the database name: %w", err)
 	}
-	key := database + "/" + slot
+	key := pipeline.StreamName(database, slot)
 	w := &confirmWatch{cancel: cancel}
 	w.wg.Add(2)
 	go func() {

@@ -358,10 +358,7 @@ func (c *Config) streamNames() {
 				db = c.Postgres.User // libpq's default database
 			}
 		}
-		c.Stream = c.Slot
-		if db != "" {
-			c.Stream = db + "/" + c.Slot
-		}
+		c.Stream = pipeline.StreamName(db, c.Slot)
 	}
 	if c.CheckpointKey == "" {
 		c.CheckpointKey = c.Stream
