@@ -199,7 +199,7 @@ func primitiveSize(c byte) (int, error) {
 	return 0, fmt.Errorf("field type code %q", c)
 }
 
-// referenced reads a reference to a T read before, what naming it in the
+// referenced reads a reference to a T read before; what names a T in the
 // error when the reference names something else.
 func referenced[T any](r *javaReader, what string) (T, error) {
 	var zero T
