@@ -54,10 +54,14 @@ type Checkpoint struct {
 // Owner names the stream a checkpoint record belongs to: what survives a
 // failover or a restore of its database, unlike the system identifier.
 // Fields are empty in records written before walstream recorded them
-// (Stream) or when unknown.
+// (Stream, TransactionalID) or when unknown.
 type Owner struct {
 	Stream string
 	Slot   string
+	// TransactionalID is the transactional id of the producer that wrote
+	// the record, which the next instance of the stream fences should it
+	// be deployed under another one.
+	TransactionalID string
 }
 
 func (o Owner) String() string {
@@ -269,6 +273,7 @@ func (c Checkpoint) String() string {
 type record struct {
 	Stream           string     `json:"stream,omitempty"`
 	Slot             string     `json:"slot"`
+	TransactionalID  string     `json:"transactional_id,omitempty"`
 	LSN              string     `json:"lsn"`
 	PartialCommitLSN string     `json:"partial_commit_lsn,omitempty"`
 	Ordinal          uint64     `json:"ordinal,omitempty"`
@@ -300,7 +305,7 @@ type gapRecord struct {
 
 // Encode returns the checkpoint record's value, written by owner.
 func (c Checkpoint) Encode(owner Owner, now time.Time) []byte {
-	r := record{Stream: owner.Stream, Slot: owner.Slot, LSN: c.LSN.String(), Ordinal: c.Ordinal, Time: now.UTC(),
+	r := record{Stream: owner.Stream, Slot: owner.Slot, TransactionalID: owner.TransactionalID, LSN: c.LSN.String(), Ordinal: c.Ordinal, Time: now.UTC(),
 		SystemID: c.Identity.SystemID, Timeline: c.Identity.Timeline, Database: c.Identity.Database}
 	if c.PartialCommitLSN != 0 {
 		r.PartialCommitLSN = c.PartialCommitLSN.String()
@@ -340,7 +345,7 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped, Takeover: r.Takeover}
 	}
 	c.Identity = Identity{SystemID: r.SystemID, Timeline: r.Timeline, Database: r.Database}
-	c.Owner = Owner{Stream: r.Stream, Slot: r.Slot}
+	c.Owner = Owner{Stream: r.Stream, Slot: r.Slot, TransactionalID: r.TransactionalID}
 	if r.Events != nil {
 		c.Events, c.Counted = *r.Events, true
 	}

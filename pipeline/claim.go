@@ -2,7 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/walstream/walstream/checkpoint"
@@ -20,19 +24,27 @@ type SharedKeyError struct {
 	Other                  checkpoint.Owner
 	OtherIdentity          checkpoint.Identity
 	SystemID               string // this stream's server
+	// Open: the other stream's record is in a transaction still open.
+	Open bool
 }
 
 func (e *SharedKeyError) Error() string {
+	open := ""
+	if e.Open {
+		open = ", in a transaction still open"
+	}
 	return fmt.Sprintf("two streams claim checkpoint key %q in topic %s: this stream (stream %s: database %s, slot %s, system %s) "+
-		"and the one whose checkpoint is there (%s: %s); each stream sharing a Kafka cluster needs its own stream name, "+
+		"and the one whose checkpoint is there (%s: %s%s); each stream sharing a Kafka cluster needs its own stream name, "+
 		"which keys its checkpoints and transactional id (see docs/kafka.md, Many streams on one Kafka cluster)",
-		e.Key, e.Topic, e.Stream, e.Database, e.Slot, e.SystemID, e.Other, e.OtherIdentity)
+		e.Key, e.Topic, e.Stream, e.Database, e.Slot, e.SystemID, e.Other, e.OtherIdentity, open)
 }
 
-// claim reads the checkpoint under the stream's key once, before the first
+// claim reads the checkpoint under the stream's key before the first
 // session fences anything, and refuses one another stream wrote. A stream
 // whose key holds nothing, but whose checkpoint an earlier version wrote
-// under the slot's name, keeps that key and its transactional id.
+// under the slot's name, keeps that key (and, when its transactional id is
+// left to its default, the one earlier versions used). resume checks the
+// key again at every session, before and after fencing.
 func (s *session) claim(ctx context.Context, srv replication.Server) error {
 	cfg := s.cfg
 	cp, at, found, legacy, err := findCheckpoint(ctx, cfg, srv.Database)
@@ -40,24 +52,35 @@ func (s *session) claim(ctx context.Context, srv replication.Server) error {
 		return onKafka(err)
 	}
 	if legacy {
-		s.log.Info("this stream's checkpoint is under the key earlier versions used: keeping that key and transactional id "+
-			"(see docs/kafka.md, Many streams on one Kafka cluster)", "checkpoint_key", cfg.LegacyKey,
-			"transactional_id", cfg.LegacyTransactionalID, "checkpoint", cp.String(), "written_at", at)
-		cfg.CheckpointKey, cfg.TransactionalID = cfg.LegacyKey, cfg.LegacyTransactionalID
+		if cfg.LegacyTransactionalID != "" {
+			cfg.TransactionalID = cfg.LegacyTransactionalID
+		}
+		cfg.CheckpointKey = cfg.LegacyKey
+		s.log.Info("this stream's checkpoint is under the key earlier versions used: keeping that key (see docs/kafka.md, Many streams on one Kafka cluster)",
+			"checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID, "checkpoint", cp.String(), "written_at", at)
 	}
 	if found {
-		if err := owned(cp, cfg, srv); err != nil {
+		if err := claimed(cp, cfg, srv); err != nil {
 			return err
-		}
-		// Same names, another system: a second cluster's stream or a
-		// restore. Stop before fencing, which would abort the other
-		// stream's open transaction were it the first.
-		if cp.Identity.Known() && cp.Identity.SystemID != srv.SystemID && !cfg.Accept.SystemChange {
-			return &DivergedError{Placement: Placement{Verdict: SystemChanged}, Checkpoint: cp, Server: srv, Events: -1,
-				Slot: cfg.Names.Slot, CheckpointKey: cfg.CheckpointKey, Stream: cfg.Stream}
 		}
 	}
 	s.claimed = true
+	return nil
+}
+
+// claimed refuses a checkpoint of another stream, before anything is
+// fenced: another slot or database (SharedKeyError), or the same names on
+// another system, a second cluster's stream or a restore, unless an
+// operator accepted the change. Fencing would abort the other stream's
+// open transaction were it the first.
+func claimed(cp checkpoint.Checkpoint, cfg *Config, srv replication.Server) error {
+	if err := owned(cp, cfg, srv); err != nil {
+		return err
+	}
+	if cp.Identity.Known() && cp.Identity.SystemID != srv.SystemID && !cfg.Accept.SystemChange {
+		return &DivergedError{Placement: Placement{Verdict: SystemChanged}, Checkpoint: cp, Server: srv, Events: -1,
+			Slot: cfg.Names.Slot, CheckpointKey: cfg.CheckpointKey, Stream: cfg.Stream}
+	}
 	return nil
 }
 
@@ -86,7 +109,7 @@ func findCheckpoint(ctx context.Context, cfg *Config, database string) (cp check
 // database. Its stream name is not compared: a stream renamed with its
 // key kept is still the stream. One of the same slot and database from
 // another system is a second cluster or a restore, which nothing tells
-// apart (claim).
+// apart (claimed).
 func owned(cp checkpoint.Checkpoint, cfg *Config, srv replication.Server) error {
 	o := cp.Owner
 	if (o.Slot == "" || o.Slot == cfg.Names.Slot) && (cp.Identity.Database == "" || cp.Identity.Database == srv.Database) {
@@ -94,4 +117,133 @@ func owned(cp checkpoint.Checkpoint, cfg *Config, srv replication.Server) error 
 	}
 	return &SharedKeyError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, Stream: cfg.Stream, Slot: cfg.Names.Slot,
 		Database: srv.Database, SystemID: srv.SystemID, Other: o, OtherIdentity: cp.Identity}
+}
+
+// fenceAndRead fences the older instances of the stream and reads its
+// checkpoint, which is final only once none of them can commit. The key is
+// checked to be this stream's before anything is fenced (claimed), at
+// every session: another stream deployed with the same names may have
+// written it since the last one. Besides its own transactional id it
+// fences those that wrote the stream's checkpoints under another name, its
+// predecessors, found in the key's last record and in records of
+// transactions still open. A checkpoint older than floor, the last one
+// this process committed, is refused: resuming from it would publish again
+// what Kafka holds.
+func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv replication.Server, floor checkpoint.Checkpoint, log *slog.Logger) (publish.Read, error) {
+	rd, err := src.ReadCheckpoint(ctx)
+	if err != nil {
+		return rd, onKafka(err)
+	}
+	if rd.Found {
+		if err := claimed(rd.Checkpoint, cfg, srv); err != nil {
+			return rd, err
+		}
+	}
+	ids := predecessors(rd, cfg, srv, nil)
+	fenced := []string{cfg.TransactionalID}
+	if err := src.Fence(ctx); err != nil {
+		return rd, onKafka(err)
+	}
+	// Another round covers a predecessor the last read could not see: one
+	// that committed under the key in between.
+	for round := 0; ; round++ {
+		if len(ids) > 0 {
+			log.Warn("fencing transactional ids that wrote this stream's checkpoints under another name, so that an instance still running "+
+				"under one of them commits nothing more (see docs/kafka.md, Many streams on one Kafka cluster)",
+				"transactional_ids", strings.Join(ids, ","), "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID)
+			if err := src.FenceOthers(ctx, ids); err != nil {
+				return rd, onKafka(err)
+			}
+			fenced = append(fenced, ids...)
+		}
+		if rd, err = src.ReadCheckpoint(ctx); err != nil {
+			return rd, onKafka(err)
+		}
+		if ids = predecessors(rd, cfg, srv, fenced); len(ids) == 0 || round == 2 {
+			break
+		}
+	}
+	if rd.Found {
+		if err := owned(rd.Checkpoint, cfg, srv); err != nil {
+			return rd, err
+		}
+	}
+	for _, o := range rd.Open {
+		var sk *SharedKeyError
+		if err := owned(o.Checkpoint, cfg, srv); errors.As(err, &sk) {
+			sk.Open = true
+			return rd, err
+		}
+	}
+	if len(rd.Open) > 0 {
+		return rd, onKafka(&OpenCheckpointError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, TransactionalID: cfg.TransactionalID, Open: rd.Open})
+	}
+	if done := floor; done != (checkpoint.Checkpoint{}) && (!rd.Found || rd.Checkpoint.Less(done)) {
+		return rd, onKafka(&RegressedError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, Read: rd.Checkpoint, Found: rd.Found, Committed: done})
+	}
+	return rd, nil
+}
+
+// predecessors are the transactional ids, other than those fenced already,
+// that wrote this stream's last checkpoint or hold records under its key
+// in open transactions.
+func predecessors(rd publish.Read, cfg *Config, srv replication.Server, fenced []string) []string {
+	var ids []string
+	add := func(id string, cp checkpoint.Checkpoint) {
+		if id != "" && !slices.Contains(fenced, id) && !slices.Contains(ids, id) && owned(cp, cfg, srv) == nil {
+			ids = append(ids, id)
+		}
+	}
+	if rd.Found {
+		add(rd.Writer, rd.Checkpoint)
+	}
+	for _, o := range rd.Open {
+		add(o.TransactionalID, o.Checkpoint)
+	}
+	return ids
+}
+
+// OpenCheckpointError means checkpoint records under the stream's key are
+// in transactions still open after this instance fenced its transactional
+// id and every predecessor it could name: a producer the transaction
+// coordinator does not name writes the key. Kafka aborts such a
+// transaction after its timeout; a new session reads the key again.
+type OpenCheckpointError struct {
+	Key, Topic, TransactionalID string
+	Open                        []publish.OpenRecord
+}
+
+func (e *OpenCheckpointError) Error() string {
+	var open []string
+	for _, o := range e.Open {
+		open = append(open, o.String())
+	}
+	return fmt.Sprintf("checkpoint key %q in topic %s holds records in transactions still open after transactional id %s was fenced: %s; "+
+		"another producer writes this stream's key (an instance of the stream under a transactional id the coordinator does not name, "+
+		"or another stream with the same checkpoint key); walstream waits until Kafka ends the transaction, at its timeout at the latest "+
+		"(see docs/kafka.md, Many streams on one Kafka cluster)", e.Key, e.Topic, e.TransactionalID, strings.Join(open, "; "))
+}
+
+// RegressedError means Kafka returned a checkpoint older than one this
+// process committed under the key, its commit marker read back: resuming
+// from it would publish again what Kafka holds. Kafka lost records (the
+// checkpoint topic deleted, a partition truncated by an unclean leader
+// election), or answered from a replica behind. A new session reads it
+// again; a new process resumes from whatever Kafka holds.
+type RegressedError struct {
+	Key, Topic string
+	Read       checkpoint.Checkpoint
+	Found      bool
+	Committed  checkpoint.Checkpoint
+}
+
+func (e *RegressedError) Error() string {
+	read := "no checkpoint"
+	if e.Found {
+		read = "checkpoint " + e.Read.String()
+	}
+	return fmt.Sprintf("Kafka returned %s under key %q in topic %s, older than checkpoint %s that this process committed there: "+
+		"resuming from it would publish again what Kafka holds, so walstream reads it again; if Kafka lost the records (the topic deleted, "+
+		"a partition truncated by an unclean leader election), restart walstream to resume from what Kafka holds (see docs/kafka.md, "+
+		"When a commit does not become visible)", read, e.Key, e.Topic, e.Committed)
 }

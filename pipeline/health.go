@@ -26,6 +26,9 @@ type metrics struct {
 	skipped    prometheus.Counter
 	phantoms   prometheus.Gauge // set when a start finds phantom events
 	spooled    prometheus.Gauge // bytes of streamed transactions kept until they end
+	// held is, for each transaction holding back the last stable offset of
+	// a checkpoint topic partition, how long it has been open.
+	held *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, st *state) metrics {
@@ -47,6 +50,11 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 		spooled: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walstream_stream_spool_bytes",
 			Help: "Messages of transactions Postgres streams while in progress, kept in temporary files until each commits (then published) or aborts (then dropped)."}),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "walstream_checkpoint_topic_held_seconds",
+			Help: "How long the transaction holding back the last stable offset of a checkpoint topic partition has been open, by partition and holder " +
+				"(its transactional id, or producer id): read_committed readers of the topic see no later checkpoint until it ends; walstream reads past it."},
+			[]string{"partition", "holder"}),
 	}
 	// Every known label starts at zero, so that a healthy stream draws a
 	// flat line rather than no data, and rate() sees the first error.
@@ -56,7 +64,7 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 	for _, peer := range []string{peerPostgres, peerKafka} {
 		m.reconnects.WithLabelValues(peer)
 	}
-	reg.MustRegister(m.reconnects, m.errors, m.standby, m.skipped, m.phantoms, m.spooled,
+	reg.MustRegister(m.reconnects, m.errors, m.standby, m.skipped, m.phantoms, m.spooled, m.held,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walstream_replication_lag_seconds",
 			Help: "Now minus the Postgres commit time of the newest published transaction while transactions wait; 0 when idle and caught up."},
@@ -100,6 +108,9 @@ type state struct {
 	// nanoseconds).
 	kafkaFailed atomic.Pointer[failedAt]
 	committed   atomic.Int64
+	// held are the transactions the last Kafka probe found holding back
+	// the checkpoint topic's last stable offset.
+	held atomic.Pointer[[]publish.Hold]
 }
 
 // probeResult is one Kafka probe: when it ended, and its error.
@@ -178,16 +189,23 @@ func (p *Pipeline) probeKafka(ctx context.Context) (stop func()) {
 		defer pr.Close()
 		t := time.NewTicker(kafkaProbeInterval)
 		defer t.Stop()
+		told := make(map[holdKey]publish.Hold)
 		for {
 			pctx, pcancel := context.WithTimeout(ctx, kafkaProbeTimeout)
 			err := pr.Probe(pctx)
 			var unwritable []string
+			var held []publish.Hold
+			var herr error
 			if err == nil {
 				// An error here is no answer about the partitions, which
 				// the probe's own answer already covers.
 				unwritable, _ = pr.Unwritable(pctx, p.cfg.CheckpointTopic)
+				held, herr = pr.Holds(pctx, p.cfg.CheckpointTopic)
 			}
 			pcancel()
+			if err == nil && herr == nil {
+				p.tellHolds(held, told)
+			}
 			if ctx.Err() != nil {
 				return
 			}
@@ -207,6 +225,55 @@ func (p *Pipeline) probeKafka(ctx context.Context) (stop func()) {
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// holdKey is one transaction holding one partition.
+type holdKey struct {
+	partition int32
+	stable    int64
+}
+
+// tellHolds records the transactions that hold back the checkpoint
+// topic's last stable offset, for readiness, status and the metric, and
+// logs each when it is first seen and when it ends. told is what was
+// logged, kept by the probing goroutine.
+func (p *Pipeline) tellHolds(held []publish.Hold, told map[holdKey]publish.Hold) {
+	p.state.held.Store(&held)
+	p.metrics.held.Reset()
+	now := time.Now()
+	seen := make(map[holdKey]bool)
+	for _, h := range held {
+		p.metrics.held.WithLabelValues(fmt.Sprint(h.Partition), h.Holder()).Set(now.Sub(h.Since).Seconds())
+		k := holdKey{h.Partition, h.Stable}
+		seen[k] = true
+		if _, ok := told[k]; !ok {
+			told[k] = h
+			p.log.Warn("a transaction holds back the checkpoint topic: read_committed readers of it see no checkpoint of any stream written after it began, "+
+				"until Kafka ends it, at its timeout at the latest; walstream reads past it and goes on (see docs/kafka.md, A transaction holding the checkpoint topic)",
+				"hold", h.String(), "holder", h.Holder(), "producer_id", h.ProducerID, "partition", h.Partition, "stable_offset", h.Stable,
+				"open_seconds", now.Sub(h.Since).Seconds())
+		}
+	}
+	for k, h := range told {
+		if !seen[k] {
+			delete(told, k)
+			p.log.Info("the transaction holding back the checkpoint topic ended", "holder", h.Holder(), "partition", h.Partition,
+				"stable_offset", h.Stable, "held_seconds", now.Sub(h.Since).Seconds())
+		}
+	}
+}
+
+// holdsText says what holds back the checkpoint topic, empty when nothing.
+func (st *state) holdsText(now time.Time) string {
+	held := st.held.Load()
+	if held == nil || len(*held) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, h := range *held {
+		parts = append(parts, h.Describe(now))
+	}
+	return "the checkpoint topic " + strings.Join(parts, "; ") + ": read_committed readers of it see no later checkpoint until it ends; walstream reads past it"
 }
 
 // since returns a gauge of the seconds since the time pick takes from the
@@ -287,10 +354,15 @@ func (p *Pipeline) readiness(now time.Time, standbyOK bool) (code int, body stri
 			return http.StatusServiceUnavailable, "streaming, but " + kafka
 		case p.state.kafkaFailing(now, 2*p.cfg.CommitTimeout) != "":
 			return http.StatusServiceUnavailable, "streaming, but " + p.state.kafkaFailing(now, 2*p.cfg.CommitTimeout)
-		case standbyOK:
-			return http.StatusOK, "streaming"
 		}
-		return http.StatusOK, "ready"
+		body := "ready"
+		if standbyOK {
+			body = "streaming"
+		}
+		if held := p.state.holdsText(now); held != "" {
+			body += "; " + held
+		}
+		return http.StatusOK, body
 	}
 	why := "not streaming"
 	if w := p.state.waiting.Load(); w != nil {

@@ -49,6 +49,9 @@ type Inspection struct {
 	// KafkaErr is why the checkpoint could not be read; the slot's state
 	// is still known then.
 	KafkaErr error
+	// Held are the transactions that hold back the last stable offset of
+	// the checkpoint topic.
+	Held []publish.Hold
 	// CheckpointKey and TransactionalID are the stream's: its own, or
 	// those of earlier versions where its checkpoint was found there.
 	CheckpointKey, TransactionalID string
@@ -153,7 +156,10 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 		in.Problems = append(in.Problems, in.KafkaErr.Error())
 	}
 	if legacy {
-		cfg.CheckpointKey, cfg.TransactionalID = cfg.LegacyKey, cfg.LegacyTransactionalID
+		if cfg.LegacyTransactionalID != "" {
+			cfg.TransactionalID = cfg.LegacyTransactionalID
+		}
+		cfg.CheckpointKey = cfg.LegacyKey
 	}
 	in.CheckpointKey, in.TransactionalID = cfg.CheckpointKey, cfg.TransactionalID
 	if cfg.Encoding.UsesRegistry() {
@@ -181,6 +187,17 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 	case len(unwritable) > 0:
 		in.Problems = append(in.Problems, "Kafka cannot take walstream's writes, so no transaction can commit until it can: "+strings.Join(unwritable, "; ")+
 			" (see docs/kafka.md, When Kafka cannot take writes)")
+	}
+	if in.KafkaErr == nil {
+		held, err := publish.Holds(kctx, cfg.Kafka, cfg.CheckpointTopic)
+		if err != nil {
+			in.Warnings = append(in.Warnings, fmt.Sprintf("checking for transactions that hold back the checkpoint topic: %v", err))
+		}
+		for _, h := range held {
+			in.Warnings = append(in.Warnings, "the checkpoint topic "+h.String()+": read_committed readers of it see no checkpoint written after it began "+
+				"until Kafka ends it, at its timeout at the latest; walstream reads past it (see docs/kafka.md, A transaction holding the checkpoint topic)")
+		}
+		in.Held = held
 	}
 	if in.Found && identified {
 		in.Placement = Place(in.Checkpoint, in.Server, history)

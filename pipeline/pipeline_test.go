@@ -110,8 +110,12 @@ type fakeSource struct {
 var _ checkpointSource = (*fakeSource)(nil)
 
 func (f *fakeSource) Fence(ctx context.Context) error { return f.fence(ctx) }
-func (f *fakeSource) ReadCheckpoint(ctx context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
-	return f.read(ctx)
+func (f *fakeSource) FenceOthers(context.Context, []string) error {
+	return errors.New("no transactional id but the stream's own wrote its checkpoints")
+}
+func (f *fakeSource) ReadCheckpoint(ctx context.Context) (publish.Read, error) {
+	cp, at, found, err := f.read(ctx)
+	return publish.Read{Checkpoint: cp, At: at, Found: found}, err
 }
 func (f *fakeSource) CheckpointHistory(context.Context) ([]checkpoint.Checkpoint, error) {
 	return f.history, nil
@@ -175,7 +179,10 @@ func TestResume(t *testing.T) {
 				var de *DivergedError
 				return errors.As(err, &de) && classifyFailure(err).kind == "system_changed" && classifyFailure(err).permanent
 			}},
-		{name: "fencing fails on Kafka", src: &fakeSource{fence: func(context.Context) error { return kerr.CoordinatorNotAvailable }},
+		{name: "fencing fails on Kafka", src: &fakeSource{fence: func(context.Context) error { return kerr.CoordinatorNotAvailable },
+			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
+				return checkpoint.Checkpoint{}, time.Time{}, false, nil
+			}},
 			wantErr: func(err error) bool { var ke *kafkaError; return errors.As(err, &ke) }},
 		{name: "read fails on Kafka", src: &fakeSource{fence: func(context.Context) error { return nil },
 			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
@@ -186,7 +193,7 @@ func TestResume(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "s", CheckpointTopic: "cp", AllowSlotAhead: tc.allowAhead, Accept: tc.accept}
 			phantoms := prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"})
-			cp, inKafka, err := resume(context.Background(), tc.src, slot, srv, history, cfg, discard, phantoms)
+			cp, inKafka, err := resume(context.Background(), tc.src, slot, srv, history, cfg, checkpoint.Checkpoint{}, discard, phantoms)
 			var m dto.Metric
 			if err := phantoms.Write(&m); err != nil {
 				t.Fatal(err)

@@ -65,6 +65,10 @@ type Report struct {
 		Phantoms  *PhantomsReport `json:"phantoms,omitempty"`
 		// Gap is the last discontinuity an operator accepted.
 		Gap *GapReport `json:"gap,omitempty"`
+		// HeldBy are the transactions holding back the checkpoint topic's
+		// last stable offset: read_committed readers of the topic see no
+		// checkpoint written after each began.
+		HeldBy []HoldReport `json:"held_by,omitempty"`
 	} `json:"checkpoint"`
 	Server struct {
 		Host     string `json:"host"`
@@ -94,6 +98,19 @@ type Report struct {
 	// Error is why part of the report could not be read, e.g. Kafka
 	// unreachable; the rest is still reported.
 	Error string `json:"error,omitempty"`
+}
+
+// HoldReport is a transaction holding back the last stable offset of a
+// checkpoint topic partition.
+type HoldReport struct {
+	Partition       int32   `json:"partition"`
+	StableOffset    int64   `json:"stable_offset"`
+	EndOffset       int64   `json:"end_offset"`
+	Holder          string  `json:"holder"`
+	ProducerID      int64   `json:"producer_id"`
+	TransactionalID string  `json:"transactional_id,omitempty"`
+	OpenSeconds     float64 `json:"open_seconds"`
+	TimeoutSeconds  float64 `json:"timeout_seconds,omitempty"`
 }
 
 // DecodingReport is what the server did decoding for the slot, since
@@ -184,6 +201,11 @@ func (in *Inspection) Report(cfg Config, now time.Time) *Report {
 		if in.RegistryErr != nil {
 			r.SchemaRegistry.Error = in.RegistryErr.Error()
 		}
+	}
+	for _, h := range in.Held {
+		hr := HoldReport{Partition: h.Partition, StableOffset: h.Stable, EndOffset: h.End, Holder: h.Holder(), ProducerID: h.ProducerID,
+			TransactionalID: h.TransactionalID, OpenSeconds: now.Sub(h.Since).Seconds(), TimeoutSeconds: h.Timeout.Seconds()}
+		r.Checkpoint.HeldBy = append(r.Checkpoint.HeldBy, hr)
 	}
 	sv := &r.Server
 	sv.Host, sv.SystemID, sv.Timeline, sv.WALEnd, sv.Database = in.Host, in.Server.SystemID, in.Server.Timeline, in.Server.XLogPos.String(), in.Server.Database

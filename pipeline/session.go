@@ -33,6 +33,10 @@ type session struct {
 	warnedHosts bool
 	// claimed: the checkpoint key was found to be this stream's (claim).
 	claimed bool
+	// committed is the last checkpoint a session of this process
+	// committed in Kafka: the next session never resumes from an older
+	// one (fenceAndRead).
+	committed checkpoint.Checkpoint
 }
 
 func (s *session) run(ctx context.Context) (streamed bool, err error) {
@@ -145,7 +149,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 
-	cp, inKafka, err := resume(ctx, prod, slot, srv, history, cfg, s.log, s.metrics.phantoms)
+	cp, inKafka, err := resume(ctx, prod, slot, srv, history, cfg, s.committed, s.log, s.metrics.phantoms)
 	if errors.Is(err, errNoCheckpoint) {
 		cp, err = takeOver(ctx, conn, cfg, slot, srv, s.log)
 	}
@@ -237,6 +241,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if cerr := stream.Close(cctx, tracker); cerr != nil && ctx.Err() != nil {
 		s.log.Warn("sending the last status update", "err", cerr)
 	}
+	if done, _ := tracker.InKafka(); s.committed.Less(done) {
+		s.committed = done
+	}
 	committed, confirmed := tracker.Positions()
 	s.log.Info("session ended", "checkpoint", committed.String(), "confirmed_lsn", confirmed.String(), "replayed_events_skipped", in.dec.Skipped())
 	return true, err
@@ -325,7 +332,8 @@ var ErrSlotMissing = errors.New("slot is missing but Kafka holds a checkpoint")
 // and this one wrote, and its history.
 type checkpointSource interface {
 	Fence(ctx context.Context) error
-	ReadCheckpoint(ctx context.Context) (cp checkpoint.Checkpoint, at time.Time, found bool, err error)
+	FenceOthers(ctx context.Context, transactionalIDs []string) error
+	ReadCheckpoint(ctx context.Context) (publish.Read, error)
 	CheckpointHistory(ctx context.Context) ([]checkpoint.Checkpoint, error)
 }
 
@@ -401,19 +409,18 @@ func (s *session) warnFailover(ctx context.Context, conn *pgx.Conn) {
 }
 
 // resume fences older instances, then reads the checkpoint, which is final
-// only once no older instance can commit. It places the checkpoint in the
-// server's history and refuses what would skip or misplace rows: another
-// system, a checkpoint past the server's fork or WAL end, a slot that has
-// confirmed more than Kafka holds; unless the operator accepted it.
+// only once no older instance can commit (fenceAndRead). It places the
+// checkpoint in the server's history and refuses what would skip or
+// misplace rows: another system, a checkpoint past the server's fork or
+// WAL end, a slot that has confirmed more than Kafka holds; unless the
+// operator accepted it.
 func resume(ctx context.Context, src checkpointSource, slot replication.Slot, srv replication.Server, history []replication.HistoryEntry,
-	cfg *Config, log *slog.Logger, phantoms prometheus.Gauge) (cp checkpoint.Checkpoint, inKafka bool, err error) {
-	if err := src.Fence(ctx); err != nil {
-		return cp, false, onKafka(err)
-	}
-	cp, at, found, err := src.ReadCheckpoint(ctx)
+	cfg *Config, floor checkpoint.Checkpoint, log *slog.Logger, phantoms prometheus.Gauge) (cp checkpoint.Checkpoint, inKafka bool, err error) {
+	rd, err := fenceAndRead(ctx, src, cfg, srv, floor, log)
 	if err != nil {
-		return cp, false, onKafka(err)
+		return cp, false, err
 	}
+	cp, at, found := rd.Checkpoint, rd.At, rd.Found
 	own := checkpoint.Identity{SystemID: srv.SystemID, Timeline: srv.Timeline, Database: srv.Database}
 	switch {
 	case !found && cfg.Takeover.Enabled():

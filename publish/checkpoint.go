@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,63 +16,209 @@ import (
 	"github.com/walstream/walstream/checkpoint"
 )
 
-// ReadCheckpoint returns the last committed checkpoint for this producer's
-// checkpoint key, creating the checkpoint topic if it is missing and
-// warning if it is weaker than wanted (EnsureCheckpointTopic). found is
-// false when no checkpoint was ever committed. Call it after Fence: only
-// then can no older instance still commit one.
-func (p *Producer) ReadCheckpoint(ctx context.Context) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
+// Read is what a read of a stream's checkpoint key found.
+type Read struct {
+	// Checkpoint is the last committed checkpoint under the key, At the
+	// time its record was written; Found is false when none was ever
+	// committed.
+	Checkpoint checkpoint.Checkpoint
+	At         time.Time
+	Found      bool
+	// Writer is the transactional id that committed it: as the record
+	// names it or, in a record of an earlier version, as the transaction
+	// coordinator knows its producer id; empty when neither tells.
+	Writer string
+	// Open are the checkpoint records under the key in transactions still
+	// open when the read reached the end of the partition.
+	Open []OpenRecord
+}
+
+// OpenRecord is a checkpoint record in a transaction still open.
+type OpenRecord struct {
+	Partition  int32
+	Offset     int64
+	ProducerID int64
+	// TransactionalID is the producer's, as the transaction coordinator
+	// knows it; empty when it does not say.
+	TransactionalID string
+	// Checkpoint is the record decoded, zero when it does not decode.
+	Checkpoint checkpoint.Checkpoint
+}
+
+func (o OpenRecord) String() string {
+	who := fmt.Sprintf("producer id %d", o.ProducerID)
+	if o.TransactionalID != "" {
+		who = fmt.Sprintf("transactional id %s (%s)", o.TransactionalID, who)
+	}
+	return fmt.Sprintf("%s at partition %d offset %d, written by %s", o.Checkpoint.Owner, o.Partition, o.Offset, who)
+}
+
+// ReadCheckpoint reads this producer's checkpoint key, creating the
+// checkpoint topic if it is missing and warning if it is weaker than
+// wanted (EnsureCheckpointTopic). Call it after Fence: only then can no
+// older instance under this transactional id still commit one.
+func (p *Producer) ReadCheckpoint(ctx context.Context) (Read, error) {
 	topic := p.cfg.CheckpointTopic
 	if _, err := ensureCheckpointTopic(ctx, p.client, topic, p.cfg.TopicCreation, p.log); err != nil {
-		return cp, at, false, p.markPermanent(err)
+		return Read{}, p.markPermanent(err)
 	}
-	cp, at, found, err = readCheckpoint(ctx, p.opts, topic, p.cfg.CheckpointKey)
-	return cp, at, found, p.markPermanent(err)
+	r, err := readCheckpoint(ctx, p.opts, topic, p.cfg.CheckpointKey, true)
+	return r, p.markPermanent(err)
 }
 
 // ReadCheckpoint reads the last checkpoint committed under key in topic,
-// read_committed, with clients of its own. It changes nothing, so an
-// operator's tool may call it while walstream runs.
+// with clients of its own; records of transactions still open are left
+// out. It changes nothing, so an operator's tool may call it while
+// walstream runs.
 func ReadCheckpoint(ctx context.Context, kafka KafkaSettings, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
-	return readCheckpoint(ctx, kafka.opts(), topic, key)
+	r, err := readCheckpoint(ctx, kafka.opts(), topic, key, false)
+	return r.Checkpoint, r.At, r.Found, err
 }
 
 // readDeadline bounds reading the checkpoint; an error is better than a
 // start that hangs.
 const readDeadline = time.Minute
 
-func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
-	var last []byte
-	err = scanKey(ctx, connOpts, topic, key, func(v []byte) error {
-		last = append(last[:0], v...)
+// readCheckpoint reads the last checkpoint committed under key and the
+// records under it in open transactions; with writers, it also asks the
+// transaction coordinator for the transactional ids that records written
+// by earlier versions do not name.
+func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string, writers bool) (Read, error) {
+	var last *kgo.Record
+	open, err := scanKey(ctx, connOpts, topic, key, func(r *kgo.Record) error {
+		last = r
 		return nil
 	})
 	if errors.Is(err, kerr.TopicAuthorizationFailed) {
 		err = fmt.Errorf("%w: the principal needs the Read ACL on checkpoint topic %s: %w", ErrAuthorization, topic, err)
 	}
-	err = authorization(err)
-	if err != nil || last == nil {
-		return cp, at, false, err
+	if err = authorization(err); err != nil {
+		return Read{}, err
 	}
-	cp, at, err = checkpoint.Decode(last)
-	if err != nil {
-		return cp, at, false, fmt.Errorf("checkpoint key %s in topic %s: %w", key, topic, err)
+	var r Read
+	if last != nil {
+		if r.Checkpoint, r.At, err = checkpoint.Decode(last.Value); err != nil {
+			return Read{}, fmt.Errorf("checkpoint key %s in topic %s, offset %d: %w", key, topic, last.Offset, err)
+		}
+		r.Found, r.Writer = true, r.Checkpoint.Owner.TransactionalID
 	}
-	return cp, at, true, nil
+	for _, rec := range open {
+		o := OpenRecord{Partition: rec.Partition, Offset: rec.Offset, ProducerID: rec.ProducerID}
+		o.Checkpoint, _, _ = checkpoint.Decode(rec.Value)
+		o.TransactionalID = o.Checkpoint.Owner.TransactionalID
+		r.Open = append(r.Open, o)
+	}
+	if !writers || (r.Writer != "" || last == nil || !last.Attrs.IsTransactional()) && len(open) == 0 {
+		return r, nil
+	}
+	var pids []int64
+	if r.Writer == "" && last != nil && last.Attrs.IsTransactional() {
+		pids = append(pids, last.ProducerID)
+	}
+	for _, o := range r.Open {
+		if o.TransactionalID == "" {
+			pids = append(pids, o.ProducerID)
+		}
+	}
+	ids := transactionalIDs(ctx, connOpts, pids)
+	if r.Writer == "" && last != nil {
+		r.Writer = ids[last.ProducerID]
+	}
+	for i := range r.Open {
+		if r.Open[i].TransactionalID == "" {
+			r.Open[i].TransactionalID = ids[r.Open[i].ProducerID]
+		}
+	}
+	return r, nil
 }
 
-// scanKey calls each with the value of every committed record under key
-// in topic, oldest first, read_committed, with a client of its own. A topic
-// that does not exist holds no records.
-func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each func(value []byte) error) error {
+// transactionalIDs asks the transaction coordinators which transactional
+// ids hold the producer ids (ListTransactions, KIP-664). A coordinator
+// forgets a transactional id unused for transactional.id.expiration.ms
+// (seven days by default), and answers only for the ids the principal
+// may describe: ids it does not name are missing from the map.
+func transactionalIDs(ctx context.Context, connOpts []kgo.Opt, pids []int64) map[int64]string {
+	ids := make(map[int64]string)
+	if len(pids) == 0 {
+		return ids
+	}
+	cl, err := kgo.NewClient(connOpts...)
+	if err != nil {
+		return ids
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	listed, _ := kadm.NewClient(cl).ListTransactions(ctx, pids, nil)
+	for _, t := range listed.Sorted() {
+		ids[t.ProducerID] = t.TxnID
+	}
+	return ids
+}
+
+// scanKey calls each with every committed record under key in topic,
+// partition after partition, oldest first, with clients of its own:
+// read_committed up to each partition's last stable offset, and past it
+// read_uncommitted, each record decided by its transaction's marker
+// (decided.go), so that another producer's open transaction hides nothing
+// committed after it began. It returns the records under key whose
+// transactions were still open when the read reached the high watermark.
+// A topic that does not exist holds no records.
+func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each func(*kgo.Record) error) (open []*kgo.Record, err error) {
 	ctx, cancel := context.WithTimeout(ctx, readDeadline)
 	defer cancel()
-	return scanTopic(ctx, connOpts, topic, time.Time{}, 0, func(r *kgo.Record) error {
-		if string(r.Key) == key {
-			return each(r.Value)
+	r, err := newPartitionReader(connOpts)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	starts, err := r.adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
+	}
+	stable, err := stableOffsets(ctx, r.adm, topic, 0)
+	if err != nil {
+		return nil, err
+	}
+	ends, err := r.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing end offsets of topic %s: %w", topic, err)
+	}
+	ours := func(rec *kgo.Record) bool { return string(rec.Key) == key }
+	var parts []int32
+	stable.Each(func(o kadm.ListedOffset) { parts = append(parts, o.Partition) })
+	slices.Sort(parts)
+	for _, p := range parts {
+		start, _ := starts.Lookup(topic, p)
+		lso, _ := stable.Lookup(topic, p)
+		end, _ := ends.Lookup(topic, p)
+		if err := r.committedUntil(ctx, topic, p, start.Offset, lso.Offset, func(rec *kgo.Record) error {
+			if ours(rec) {
+				return each(rec)
+			}
+			return nil
+		}); err != nil {
+			return nil, err
 		}
-		return nil
-	})
+		if lso.Offset >= end.Offset {
+			continue
+		}
+		undecided, err := r.pastStable(ctx, topic, p, max(lso.Offset, start.Offset), end.Offset, ours, each)
+		if err != nil {
+			return nil, err
+		}
+		open = append(open, undecided...)
+	}
+	return open, nil
 }
 
 // ReadTopic calls each with every committed record of topic, oldest first,

@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // Causes of a failed Kafka transaction operation, the label of
@@ -44,7 +43,7 @@ var causeText = map[string]string{
 	causeTimeout:      "Kafka did not complete the operation within the commit timeout",
 	causeUnreachable:  "a broker could not be reached, or closed the connection at once (a proxy in front of a broker that is down, or TLS or SASL not matching)",
 	causeRefused:      "the broker refused access or a record",
-	causeInvisible:    "a commit Kafka acknowledged did not become visible to read_committed readers",
+	causeInvisible:    "a commit Kafka acknowledged was not decided on the checkpoint partition: aborted, or no marker within the commit timeout",
 	causeOther:        "the Kafka operation failed",
 }
 
@@ -240,17 +239,18 @@ func transactionTimeout(commitTimeout time.Duration) time.Duration {
 	return max(commitTimeout*2, 10*time.Second)
 }
 
-// visible waits until the checkpoint record of the transaction Kafka just
-// acknowledged as committed is visible to read_committed readers, and only
-// then is the position confirmed to Postgres. Kafka writes the commit
-// markers after EndTxn returns, within milliseconds. A record that stays
-// behind the partition's last stable offset belongs to a transaction still
-// open on that partition, another producer's or one Kafka left hanging
-// (its coordinator no longer knows it); a record read_committed readers
-// skip was aborted although Kafka acknowledged its commit. Confirming
-// either would let Postgres drop rows no reader sees, lost for good once
-// the transaction is aborted. It reads the record back, read_committed,
-// with a client of its own that names topics in its fetches.
+// visible waits until the transaction Kafka just acknowledged as
+// committed is decided on the checkpoint partition, its COMMIT marker
+// after the checkpoint record, and only then is the position confirmed to
+// Postgres. Kafka writes the markers after EndTxn returns, within
+// milliseconds. A record followed by an ABORT marker was aborted although
+// Kafka acknowledged its commit; one with no marker within the commit
+// timeout belongs to a transaction Kafka left hanging. Confirming either
+// would let Postgres drop rows no reader sees, lost for good once the
+// transaction is aborted. It reads the partition read_uncommitted from the
+// record on (decided.go), so that another producer's transaction open on
+// the partition, which holds back its last stable offset and with it what
+// read_committed readers see, neither delays nor fails the confirmation.
 func (p *Producer) visible(ctx context.Context) error {
 	p.errMu.Lock()
 	at := p.written
@@ -259,80 +259,60 @@ func (p *Producer) visible(ctx context.Context) error {
 		return nil // no acknowledgement carried an offset: nothing to wait for
 	}
 	if p.reader == nil {
-		cl, err := kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)], kgo.MaxVersions(kversion.V2_8_0()))...)
+		r, err := newPartitionReader(p.opts)
 		if err != nil {
-			return fmt.Errorf("creating Kafka client: %w", err)
+			return err
 		}
-		p.reader = cl
+		p.reader = r
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
 	defer cancel()
-	var stable int64 = -1
+	topic := p.cfg.CheckpointTopic
+	pid, next, stable := int64(-1), at.offset, int64(-1)
 	var ferr error
-	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
-		var found bool
-		var next int64
-		found, next, stable, ferr = p.readBack(ctx, at)
-		switch {
-		case ferr == nil && found:
-			return nil
-		case ferr == nil && next > at.offset:
-			return &InvisibleError{Checkpoint: p.pos.String(), Topic: p.cfg.CheckpointTopic, At: at, Stable: stable, Aborted: true}
+	for ctx.Err() == nil {
+		// The first fetch returns the record at once; later ones wait at
+		// the broker for what follows it, the marker above all.
+		f, err := p.reader.fetch(ctx, topic, at.partition, next, false, 500*time.Millisecond)
+		if err != nil {
+			ferr = err
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
 		}
-		select {
-		case <-ctx.Done():
-			return &InvisibleError{Checkpoint: p.pos.String(), Topic: p.cfg.CheckpointTopic, At: at, Stable: stable,
-				Waited: p.cfg.CommitTimeout, Err: errors.Join(ctx.Err(), ferr)}
-		case <-time.After(delay):
+		stable = f.lso
+		for _, r := range f.records {
+			switch fa, marker := markerFate(r); {
+			case r.Offset == at.offset:
+				pid = r.ProducerID
+			case pid < 0 || !marker || r.ProducerID != pid:
+			case fa == fateCommitted:
+				return nil
+			default:
+				return &InvisibleError{Checkpoint: p.pos.String(), Topic: topic, At: at, Stable: f.lso, Aborted: true}
+			}
 		}
+		if pid < 0 && f.next > at.offset {
+			return &InvisibleError{Checkpoint: p.pos.String(), Topic: topic, At: at, Stable: f.lso,
+				Err: fmt.Errorf("the partition holds no record at offset %d", at.offset)}
+		}
+		next = max(next, f.next)
 	}
+	return &InvisibleError{Checkpoint: p.pos.String(), Topic: topic, At: at, Stable: stable, Waited: p.cfg.CommitTimeout, Err: errors.Join(ctx.Err(), ferr)}
 }
 
-// readBack fetches the checkpoint partition from the record at, read
-// committed: found when that record is among the committed records,
-// next the offset the read got to (past at when the record was aborted),
-// stable the partition's last stable offset.
-func (p *Producer) readBack(ctx context.Context, at recordAt) (found bool, next, stable int64, err error) {
-	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 0, 1, 1<<20
-	req.IsolationLevel = 1 // read_committed
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic = p.cfg.CheckpointTopic
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = at.partition, at.offset, 1<<20
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, p.reader)
-	if err != nil {
-		return false, 0, -1, err
-	}
-	if len(resp.Topics) == 0 || len(resp.Topics[0].Partitions) == 0 {
-		return false, 0, -1, fmt.Errorf("no answer for %s-%d", p.cfg.CheckpointTopic, at.partition)
-	}
-	part := &resp.Topics[0].Partitions[0]
-	fp, n := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
-		Offset: at.offset, IsolationLevel: kgo.ReadCommitted(), Topic: p.cfg.CheckpointTopic, Partition: at.partition,
-	}, part, kgo.DefaultDecompressor(), nil)
-	if fp.Err != nil {
-		return false, 0, part.LastStableOffset, fp.Err
-	}
-	for _, r := range fp.Records {
-		if r.Offset == at.offset {
-			return true, n, part.LastStableOffset, nil
-		}
-	}
-	return false, n, part.LastStableOffset, nil
-}
-
-// InvisibleError is a commit Kafka acknowledged whose checkpoint record
-// read_committed readers do not see: aborted, or not visible within the
-// commit timeout. Nothing of it was confirmed to Postgres.
+// InvisibleError is a commit Kafka acknowledged that the checkpoint
+// partition does not show decided: its record followed by an ABORT
+// marker, or by no marker within the commit timeout. Nothing of it was
+// confirmed to Postgres.
 type InvisibleError struct {
 	Checkpoint string
 	Topic      string
 	At         recordAt
-	Stable     int64 // -1 when it could not be read
-	// Aborted: readers skip the record, its transaction aborted.
+	Stable     int64 // the partition's last stable offset; -1 when it could not be read
+	// Aborted: an ABORT marker follows the record.
 	Aborted bool
 	Waited  time.Duration
 	Err     error
@@ -340,13 +320,13 @@ type InvisibleError struct {
 
 func (e *InvisibleError) Error() string {
 	if e.Aborted {
-		return fmt.Sprintf("Kafka acknowledged the commit of checkpoint %s, but read_committed readers skip its record (%s-%d at offset %d): "+
+		return fmt.Sprintf("Kafka acknowledged the commit of checkpoint %s, but an ABORT marker follows its record (%s-%d at offset %d): "+
 			"its transaction was aborted; nothing of it is confirmed to Postgres (see docs/kafka.md, When a commit does not become visible)",
 			e.Checkpoint, e.Topic, e.At.partition, e.At.offset)
 	}
-	return fmt.Sprintf("Kafka acknowledged the commit of checkpoint %s, but its record (%s-%d at offset %d) was not visible to read_committed readers "+
-		"within %s (last stable offset %d): a transaction still open on that partition holds it back, another producer's or one Kafka left "+
-		"hanging; nothing past the last visible checkpoint is confirmed to Postgres (see docs/kafka.md, When a commit does not become visible): %v",
+	return fmt.Sprintf("Kafka acknowledged the commit of checkpoint %s, but no commit marker followed its record (%s-%d at offset %d) "+
+		"within %s (last stable offset %d): Kafka left the transaction undecided; nothing of it is confirmed to Postgres, and the next session "+
+		"fences the transactional id, which completes or aborts it (see docs/kafka.md, When a commit does not become visible): %v",
 		e.Checkpoint, e.Topic, e.At.partition, e.At.offset, e.Waited, e.Stable, e.Err)
 }
 

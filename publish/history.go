@@ -24,8 +24,8 @@ func CheckpointHistory(ctx context.Context, kafka KafkaSettings, topic, key stri
 
 func checkpointHistory(ctx context.Context, connOpts []kgo.Opt, topic, key string) ([]checkpoint.Checkpoint, error) {
 	var h []checkpoint.Checkpoint
-	err := scanKey(ctx, connOpts, topic, key, func(v []byte) error {
-		cp, _, err := checkpoint.Decode(v)
+	_, err := scanKey(ctx, connOpts, topic, key, func(r *kgo.Record) error {
+		cp, _, err := checkpoint.Decode(r.Value)
 		if err != nil {
 			return fmt.Errorf("checkpoint key %s in topic %s, record %d: %w", key, topic, len(h), err)
 		}

@@ -17,6 +17,7 @@ import (
 type Prober struct {
 	client   *kgo.Client
 	writable *writability
+	holds    *holds
 }
 
 // NewProber creates a prober for the stream of transactionalID; it
@@ -26,7 +27,7 @@ func NewProber(conn KafkaSettings, transactionalID string, log *slog.Logger) (*P
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}
-	return &Prober{client: cl, writable: newWritability(cl, transactionalID)}, nil
+	return &Prober{client: cl, writable: newWritability(cl, transactionalID), holds: newHolds(cl)}, nil
 }
 
 // Probe sends one metadata request for no topic and reports whether a

@@ -193,9 +193,9 @@ type Producer struct {
 	// written is where the open transaction's checkpoint record was
 	// written, once Kafka acknowledged it.
 	written recordAt
-	// reader reads checkpoint records back (visible), created at the
-	// first commit.
-	reader *kgo.Client
+	// reader reads the checkpoint partition after each commit (visible),
+	// created at the first.
+	reader *partitionReader
 }
 
 // recordAt is a record's partition and offset; offset -1 while unknown.
@@ -245,7 +245,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 func (p *Producer) Close() {
 	p.client.Close()
 	if p.reader != nil {
-		p.reader.Close()
+		p.reader.close()
 	}
 }
 
@@ -521,7 +521,7 @@ func (p *Producer) flush(ctx context.Context) error {
 	p.produce(ctx, &kgo.Record{
 		Topic: p.cfg.CheckpointTopic,
 		Key:   []byte(p.cfg.CheckpointKey),
-		Value: cp.Encode(checkpoint.Owner{Stream: p.cfg.Stream, Slot: p.cfg.Slot}, start),
+		Value: cp.Encode(checkpoint.Owner{Stream: p.cfg.Stream, Slot: p.cfg.Slot, TransactionalID: p.cfg.TransactionalID}, start),
 	}, nil)
 	p.hook("after-produce")
 

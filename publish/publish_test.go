@@ -178,8 +178,8 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err := p.Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, found, err := p.ReadCheckpoint(ctx); err != nil || found {
-		t.Fatalf("fresh broker: found=%v err=%v, want no checkpoint", found, err)
+	if rd, err := p.ReadCheckpoint(ctx); err != nil || rd.Found {
+		t.Fatalf("fresh broker: found=%v err=%v, want no checkpoint", rd.Found, err)
 	}
 	// Each checkpoint counts the events published up to it.
 	whole := checkpoint.Checkpoint{LSN: 0x2000, Events: 2, Counted: true}
@@ -202,16 +202,16 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err := next.Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, _, found, err := next.ReadCheckpoint(ctx)
-	if partial.Owner = (checkpoint.Owner{Slot: "slot-a"}); err != nil || !found || got != partial {
-		t.Fatalf("ReadCheckpoint = %v found=%v err=%v, want %v", got, found, err, partial)
+	rd, err := next.ReadCheckpoint(ctx)
+	if partial.Owner = (checkpoint.Owner{Slot: "slot-a", TransactionalID: "tx-a"}); err != nil || !rd.Found || rd.Checkpoint != partial || len(rd.Open) > 0 {
+		t.Fatalf("ReadCheckpoint = %+v err=%v, want %v", rd, err, partial)
 	}
 	// The zombie can no longer commit, and the checkpoint stays.
 	if err := zombie.client.EndTransaction(ctx, kgo.TryCommit); err == nil {
 		t.Fatal("a fenced producer committed")
 	}
-	if got, _, _, err := next.ReadCheckpoint(ctx); err != nil || got != partial {
-		t.Fatalf("after the zombie's commit attempt: ReadCheckpoint = %v, %v; want %v", got, err, partial)
+	if rd, err := next.ReadCheckpoint(ctx); err != nil || rd.Checkpoint != partial {
+		t.Fatalf("after the zombie's commit attempt: ReadCheckpoint = %+v, %v; want %v", rd, err, partial)
 	}
 	// The history holds every committed record, oldest first, and not the
 	// aborted one.
@@ -240,9 +240,9 @@ func TestCheckpointKeysAreSeparate(t *testing.T) {
 	runUntil(t, a, checkpoint.Checkpoint{LSN: 0x100}, decode.Marker(0x100))
 	runUntil(t, b, checkpoint.Checkpoint{LSN: 0x900}, decode.Marker(0x900))
 	for p, want := range map[*Producer]checkpoint.Checkpoint{a: {LSN: 0x100}, b: {LSN: 0x900}} {
-		got, _, found, err := p.ReadCheckpoint(ctx)
-		if want.Owner = (checkpoint.Owner{Slot: p.cfg.Slot}); err != nil || !found || got != want {
-			t.Fatalf("%s: ReadCheckpoint = %v found=%v err=%v, want %v", p.cfg.CheckpointKey, got, found, err, want)
+		rd, err := p.ReadCheckpoint(ctx)
+		if want.Owner = (checkpoint.Owner{Slot: p.cfg.Slot, TransactionalID: p.cfg.TransactionalID}); err != nil || !rd.Found || rd.Checkpoint != want {
+			t.Fatalf("%s: ReadCheckpoint = %+v err=%v, want %v", p.cfg.CheckpointKey, rd, err, want)
 		}
 	}
 }

@@ -100,8 +100,9 @@ func TestTakeoverSkipsPublished(t *testing.T) {
 	if want := []string{"old", "a", "b", "c", "old", "a"}; !slices.Equal(ids, want) {
 		t.Fatalf("topic holds events %q, want %q", ids, want)
 	}
-	cp, _, found, err := p.ReadCheckpoint(ctx)
-	if err != nil || !found || cp.Notes == nil || cp.Notes.Takeover == nil || cp.Notes.Takeover.Until != 0x5000 {
+	rd, err := p.ReadCheckpoint(ctx)
+	cp := rd.Checkpoint
+	if err != nil || !rd.Found || cp.Notes == nil || cp.Notes.Takeover == nil || cp.Notes.Takeover.Until != 0x5000 {
 		t.Fatalf("checkpoint in Kafka %+v, %v: want the takeover recorded", cp, err)
 	}
 }

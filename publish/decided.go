@@ -1,0 +1,279 @@
+package publish
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+)
+
+// Reading past the last stable offset.
+//
+// A read_committed read of a partition stops at its last stable offset
+// (LSO), the first offset of the oldest transaction still open there. The
+// checkpoint topic is shared by every stream of a cluster, so one open
+// transaction on it (another stream's, a paused walstream's, any
+// producer's) hides every later checkpoint of every stream until it ends,
+// which may take the broker's transaction.max.timeout.ms (15 minutes by
+// default). A stream that took the last checkpoint before it for its own
+// would publish again what it had committed since.
+//
+// What decides a transaction on a partition is its marker: the coordinator
+// writes a COMMIT or ABORT control record after the transaction's last
+// record there, with the producer id of its records, before the records
+// count as committed or aborted. So walstream reads past the LSO
+// read_uncommitted, keeping control records, and decides each record by
+// the first marker of its producer id that follows it: committed, aborted,
+// or, without one yet, open. The log cleaner never cleans past the LSO, so
+// those markers are all in the log. Before the LSO everything is decided,
+// and walstream reads it as Kafka's own consumers do: read_committed, with
+// the broker's index of aborted transactions.
+
+// Control record types (the key of a control record: version, type).
+const (
+	controlAbort  = 0
+	controlCommit = 1
+)
+
+// fate is what became of a transactional record.
+type fate int8
+
+const (
+	fateOpen fate = iota
+	fateCommitted
+	fateAborted
+)
+
+// markerFate returns what the control record r decides for the records of
+// its producer before it; ok is false for a record that is no marker.
+func markerFate(r *kgo.Record) (f fate, ok bool) {
+	if !r.Attrs.IsControl() || len(r.Key) < 4 {
+		return fateOpen, false
+	}
+	switch binary.BigEndian.Uint16(r.Key[2:4]) {
+	case controlAbort:
+		return fateAborted, true
+	case controlCommit:
+		return fateCommitted, true
+	}
+	return fateOpen, false
+}
+
+// partitionReader fetches one partition at a time from its leader, with a
+// client of its own: Fetch v12, the last that names topics rather than
+// topic ids, since the reader sends its own fetches. A fetch sent to any
+// broker but the leader is refused.
+type partitionReader struct {
+	cl      *kgo.Client
+	adm     *kadm.Client
+	leaders map[string]map[int32]int32
+}
+
+func newPartitionReader(connOpts []kgo.Opt) (*partitionReader, error) {
+	cl, err := kgo.NewClient(append(connOpts[:len(connOpts):len(connOpts)], kgo.MaxVersions(kversion.V2_8_0()))...)
+	if err != nil {
+		return nil, fmt.Errorf("creating Kafka client: %w", err)
+	}
+	return &partitionReader{cl: cl, adm: kadm.NewClient(cl), leaders: make(map[string]map[int32]int32)}, nil
+}
+
+func (r *partitionReader) close() { r.cl.Close() }
+
+// fetched is one fetch of a partition: its records from the offset asked
+// for, the offset to fetch next, and the partition's high watermark and
+// last stable offset when the broker answered.
+type fetched struct {
+	records    []*kgo.Record
+	next       int64
+	end, lso   int64
+	logStart   int64
+	fetchedAll bool // next reached the high watermark
+}
+
+// fetch reads partition p of topic from offset, read_committed when
+// committed is set, else read_uncommitted with control records. It waits
+// up to wait for a record at or past offset.
+func (r *partitionReader) fetch(ctx context.Context, topic string, p int32, offset int64, committed bool, wait time.Duration) (fetched, error) {
+	leader, err := r.leader(ctx, topic, p)
+	if err != nil {
+		return fetched{}, err
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, int32(wait.Milliseconds()), 1, 16<<20
+	if committed {
+		req.IsolationLevel = 1
+	}
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, offset, 16<<20
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, r.cl.Broker(int(leader)))
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		delete(r.leaders[topic], p)
+		return fetched{}, fmt.Errorf("fetching topic %s partition %d from broker %d: %w", topic, p, leader, err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return fetched{}, fmt.Errorf("fetching topic %s partition %d: the broker answered for no such partition", topic, p)
+	}
+	part := &resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
+		// A moved leader (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH) is
+		// asked for again at the next fetch.
+		delete(r.leaders[topic], p)
+		return fetched{}, fmt.Errorf("fetching topic %s partition %d from broker %d: %w", topic, p, leader, err)
+	}
+	iso := kgo.ReadUncommitted()
+	if committed {
+		iso = kgo.ReadCommitted()
+	}
+	fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+		KeepControlRecords: !committed, Offset: offset, IsolationLevel: iso, Topic: topic, Partition: p,
+	}, part, kgo.DefaultDecompressor(), nil)
+	if fp.Err != nil {
+		return fetched{}, fmt.Errorf("reading topic %s partition %d at offset %d: %w", topic, p, offset, fp.Err)
+	}
+	f := fetched{records: fp.Records, next: max(next, offset), end: part.HighWatermark, lso: part.LastStableOffset, logStart: part.LogStartOffset}
+	limit := f.end
+	if committed {
+		limit = f.lso
+	}
+	f.fetchedAll = f.next >= limit
+	return f, nil
+}
+
+// leader returns the broker leading partition p of topic, from metadata
+// asked for once and again after a fetch failed.
+func (r *partitionReader) leader(ctx context.Context, topic string, p int32) (int32, error) {
+	if l, ok := r.leaders[topic][p]; ok {
+		return l, nil
+	}
+	md, err := r.adm.Metadata(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("asking for the leader of topic %s partition %d: %w", topic, p, err)
+	}
+	td, ok := md.Topics[topic]
+	if !ok || td.Err != nil {
+		return 0, fmt.Errorf("asking for the leader of topic %s partition %d: %w", topic, p, errors.Join(td.Err, kerr.UnknownTopicOrPartition))
+	}
+	leaders := make(map[int32]int32)
+	for _, pd := range td.Partitions {
+		if pd.Err == nil && pd.Leader >= 0 {
+			leaders[pd.Partition] = pd.Leader
+		}
+	}
+	r.leaders[topic] = leaders
+	l, ok := leaders[p]
+	if !ok {
+		return 0, fmt.Errorf("topic %s partition %d has no leader: %w", topic, p, kerr.LeaderNotAvailable)
+	}
+	return l, nil
+}
+
+// pastStable reads partition p of topic read_uncommitted from from (its
+// last stable offset) to end (its high watermark), and calls committed
+// with each record for which want is true once the marker of its
+// transaction says it committed, in offset order. It returns such records
+// whose transaction is still open at end. Records outside transactions
+// (no producer id) count as committed as they come.
+func (r *partitionReader) pastStable(ctx context.Context, topic string, p int32, from, end int64, want func(*kgo.Record) bool,
+	committed func(*kgo.Record) error) (open []*kgo.Record, err error) {
+	pending := make(map[int64][]*kgo.Record) // by producer id, awaiting a marker
+	var done []*kgo.Record
+	stalls := 0
+	for next := from; next < end; {
+		f, err := r.fetch(ctx, topic, p, next, false, 100*time.Millisecond)
+		if err != nil {
+			if stalls++; stalls > 100 || ctx.Err() != nil {
+				return nil, err
+			}
+			continue
+		}
+		for _, rec := range f.records {
+			if rec.Offset >= end {
+				break
+			}
+			if fa, ok := markerFate(rec); ok {
+				if fa == fateCommitted {
+					done = append(done, pending[rec.ProducerID]...)
+				}
+				delete(pending, rec.ProducerID)
+				continue
+			}
+			switch {
+			case rec.Attrs.IsControl() || !want(rec):
+			case !rec.Attrs.IsTransactional() || rec.ProducerID < 0:
+				done = append(done, rec)
+			default:
+				pending[rec.ProducerID] = append(pending[rec.ProducerID], rec)
+			}
+		}
+		if f.next > next {
+			next, stalls = f.next, 0
+		} else if stalls++; stalls > 100 {
+			return nil, fmt.Errorf("reading topic %s partition %d: no progress at offset %d, high watermark %d", topic, p, next, end)
+		}
+	}
+	slices.SortFunc(done, func(a, b *kgo.Record) int { return cmpOffset(a.Offset, b.Offset) })
+	for _, rec := range done {
+		if err := committed(rec); err != nil {
+			return nil, err
+		}
+	}
+	for _, recs := range pending {
+		open = append(open, recs...)
+	}
+	slices.SortFunc(open, func(a, b *kgo.Record) int { return cmpOffset(a.Offset, b.Offset) })
+	return open, nil
+}
+
+func cmpOffset(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// committedUntil calls each with every committed record of partition p of
+// topic from from to until (a last stable offset), read_committed.
+func (r *partitionReader) committedUntil(ctx context.Context, topic string, p int32, from, until int64, each func(*kgo.Record) error) error {
+	stalls := 0
+	for next := from; next < until; {
+		f, err := r.fetch(ctx, topic, p, next, true, 100*time.Millisecond)
+		if err != nil {
+			if stalls++; stalls > 100 || ctx.Err() != nil {
+				return err
+			}
+			continue
+		}
+		for _, rec := range f.records {
+			if rec.Offset >= until {
+				break
+			}
+			if err := each(rec); err != nil {
+				return err
+			}
+		}
+		if f.next > next {
+			next, stalls = f.next, 0
+		} else if stalls++; stalls > 100 {
+			return fmt.Errorf("reading topic %s partition %d: no progress at offset %d, last stable offset %d", topic, p, next, until)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package publish
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/internal/testenv"
+)
+
+// openForeign opens a transaction of another producer on the checkpoint
+// topic, with a record under key, and leaves it open: a stream frozen
+// mid-commit, a paused pod. end ends it.
+func openForeign(t *testing.T, broker, txid, key string) (end func(kgo.TransactionEndTry)) {
+	t.Helper()
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.TransactionalID(txid), kgo.TransactionTimeout(5*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	value := checkpoint.Checkpoint{LSN: 0x7777}.Encode(checkpoint.Owner{Stream: "other", Slot: "other-slot", TransactionalID: txid}, time.Now())
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "walstream.checkpoints", Key: []byte(key), Value: value}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	ended := false
+	end = func(try kgo.TransactionEndTry) {
+		if ended {
+			return
+		}
+		ended = true
+		if err := cl.EndTransaction(ctx, try); err != nil {
+			t.Errorf("ending the foreign transaction: %v", err)
+		}
+		cl.Close()
+	}
+	t.Cleanup(func() { end(kgo.TryAbort) })
+	return end
+}
+
+// Another producer's transaction open on the checkpoint partition holds
+// back its last stable offset, and with it what read_committed readers
+// see. A stream must neither wait for it (its commits are confirmed by
+// their markers) nor, at its next start, read the checkpoint before it as
+// its own, which would publish again what it committed since. On Apache
+// Kafka: the broker computes the last stable offset and writes the markers.
+func TestForeignTransactionOnCheckpointPartition(t *testing.T) {
+	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
+	ctx := context.Background()
+	p := newProducerWith(t, broker, "tx-a", func(c *Config) { c.CommitTimeout = 3 * time.Second })
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// As a session does: this creates the checkpoint topic, of one
+	// partition, which every stream's checkpoints share.
+	if _, err := p.ReadCheckpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runUntil(t, p, checkpoint.Checkpoint{LSN: 0x100}, decode.Marker(0x100))
+
+	end := openForeign(t, broker, "tx-foreign", "another-stream")
+	// Commits past the open transaction, each confirmed at once: before,
+	// each waited the commit timeout for read_committed visibility and
+	// failed the session.
+	start := time.Now()
+	runUntil(t, p, checkpoint.Checkpoint{LSN: 0x2000}, &decode.Tx{CommitLSN: 0x1000, EndLSN: 0x2000, Final: true, Events: []decode.Event{event(1, "a")}, Bytes: 5})
+	runUntil(t, p, checkpoint.Checkpoint{LSN: 0x3000}, decode.Marker(0x3000))
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("two commits behind an open foreign transaction took %s", d)
+	}
+	want := checkpoint.Checkpoint{LSN: 0x3000, Events: 1, Counted: true, Owner: checkpoint.Owner{Slot: "slot-a", TransactionalID: "tx-a"}}
+	check := func(when string) {
+		t.Helper()
+		next := newProducer(t, broker, "tx-a")
+		if err := next.Fence(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rd, err := next.ReadCheckpoint(ctx)
+		if err != nil || !rd.Found || rd.Checkpoint != want || rd.Writer != "tx-a" || len(rd.Open) > 0 {
+			t.Fatalf("%s: ReadCheckpoint = %+v, %v; want %v written by tx-a, nothing open", when, rd, err, want)
+		}
+		cp, _, found, err := ReadCheckpoint(ctx, KafkaSettings{Brokers: []string{broker}}, "walstream.checkpoints", "slot-a")
+		if err != nil || !found || cp != want {
+			t.Fatalf("%s: ReadCheckpoint = %v, %v, %v; want %v", when, cp, found, err, want)
+		}
+		next.Close()
+	}
+	check("while the foreign transaction is open")
+	end(kgo.TryAbort)
+	check("after it aborted")
+}
+
+// A record under the stream's own key in another producer's open
+// transaction is reported open, with the producer's transactional id, and
+// is no checkpoint until its marker says it committed.
+func TestOpenRecordUnderKey(t *testing.T) {
+	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
+	ctx := context.Background()
+	p := newProducer(t, broker, "tx-a")
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ReadCheckpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runUntil(t, p, checkpoint.Checkpoint{LSN: 0x100}, decode.Marker(0x100))
+	end := openForeign(t, broker, "tx-shared", "slot-a")
+	rd, err := p.ReadCheckpoint(ctx)
+	if err != nil || !rd.Found || rd.Checkpoint.LSN != 0x100 || len(rd.Open) != 1 {
+		t.Fatalf("ReadCheckpoint = %+v, %v; want 0/100 with one open record", rd, err)
+	}
+	if o := rd.Open[0]; o.TransactionalID != "tx-shared" || o.Checkpoint.Owner.Slot != "other-slot" ||
+		!strings.Contains(o.String(), "transactional id tx-shared") {
+		t.Errorf("open record %+v (%s)", o, o)
+	}
+	end(kgo.TryCommit)
+	rd, err = p.ReadCheckpoint(ctx)
+	if err != nil || rd.Checkpoint.LSN != 0x7777 || rd.Writer != "tx-shared" || len(rd.Open) != 0 {
+		t.Fatalf("after the commit: ReadCheckpoint = %+v, %v; want the other producer's 0/7777", rd, err)
+	}
+}

@@ -1,0 +1,190 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Hold is a transaction open on a partition of the checkpoint topic that
+// holds back the partition's last stable offset: read_committed readers
+// of the topic (an operator's tools, anything consuming checkpoints) see
+// no record past its first one until it ends, and Kafka ends it at its
+// timeout at the latest. walstream itself reads past it (decided.go).
+type Hold struct {
+	Topic     string
+	Partition int32
+	// Stable is the partition's last stable offset, End its high
+	// watermark.
+	Stable, End int64
+	// ProducerID is the producer whose transaction starts at Stable; -1
+	// when the partition leader could not be asked.
+	ProducerID int64
+	// TransactionalID is the producer's, empty when its coordinator does
+	// not name it.
+	TransactionalID string
+	// Since is when the transaction started, as its coordinator says, or
+	// else the first time this process saw the offset held.
+	Since time.Time
+	// Timeout is the transaction's timeout; zero when unknown.
+	Timeout time.Duration
+}
+
+// Holder names the producer: its transactional id, or its producer id.
+func (h Hold) Holder() string {
+	switch {
+	case h.TransactionalID != "":
+		return h.TransactionalID
+	case h.ProducerID >= 0:
+		return fmt.Sprintf("producer id %d", h.ProducerID)
+	}
+	return "an unknown producer"
+}
+
+// String says it in words as of now.
+func (h Hold) String() string { return h.Describe(time.Now()) }
+
+// Describe says it in words as of now.
+func (h Hold) Describe(now time.Time) string {
+	who := fmt.Sprintf("transactional id %s (producer id %d)", h.TransactionalID, h.ProducerID)
+	if h.TransactionalID == "" {
+		who = h.Holder()
+	}
+	timeout := ""
+	if h.Timeout > 0 {
+		timeout = fmt.Sprintf(" of its %s timeout", h.Timeout)
+	}
+	return fmt.Sprintf("%s-%d is held at offset %d (end %d) by the open transaction of %s, open %s%s",
+		h.Topic, h.Partition, h.Stable, h.End, who, now.Sub(h.Since).Round(time.Second), timeout)
+}
+
+// holdAfter is how long a transaction must have been open before it
+// counts as a hold: every stream's commits keep the offset held for
+// milliseconds.
+const holdAfter = 5 * time.Second
+
+// holds watches the partitions of a topic for transactions that hold
+// their last stable offset back.
+type holds struct {
+	adm *kadm.Client
+	// seen is when each partition was first seen held at its offset.
+	seen map[int32]seenAt
+}
+
+type seenAt struct {
+	offset int64
+	at     time.Time
+}
+
+func newHolds(cl *kgo.Client) *holds {
+	return &holds{adm: kadm.NewClient(cl), seen: make(map[int32]seenAt)}
+}
+
+// check returns the transactions open for holdAfter or longer that hold
+// the last stable offset of a partition of topic. Who holds it is asked
+// of the partition's leader (DescribeProducers) and of the transaction
+// coordinators (ListTransactions, DescribeTransactions); what cannot be
+// asked (an ACL, an old broker) is left out of the hold, not the hold.
+func (h *holds) check(ctx context.Context, topic string, now time.Time, after time.Duration) ([]Hold, error) {
+	stable, err := h.adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = stable.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing the last stable offsets of topic %s: %w", topic, err)
+	}
+	ends, err := h.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing the end offsets of topic %s: %w", topic, err)
+	}
+	var held []Hold
+	stable.Each(func(o kadm.ListedOffset) {
+		end, _ := ends.Lookup(topic, o.Partition)
+		if o.Offset >= end.Offset {
+			delete(h.seen, o.Partition)
+			return
+		}
+		if s, ok := h.seen[o.Partition]; !ok || s.offset != o.Offset {
+			h.seen[o.Partition] = seenAt{o.Offset, now}
+		}
+		held = append(held, Hold{Topic: topic, Partition: o.Partition, Stable: o.Offset, End: end.Offset, ProducerID: -1,
+			Since: h.seen[o.Partition].at})
+	})
+	for p := range h.seen {
+		if _, ok := stable.Lookup(topic, p); !ok {
+			delete(h.seen, p)
+		}
+	}
+	if len(held) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(held, func(a, b Hold) int { return int(a.Partition - b.Partition) })
+	h.name(ctx, held)
+	return slices.DeleteFunc(held, func(x Hold) bool { return now.Sub(x.Since) < after }), nil
+}
+
+// name fills in who holds each partition and since when.
+func (h *holds) name(ctx context.Context, held []Hold) {
+	set := make(kadm.TopicsSet)
+	for _, x := range held {
+		set.Add(x.Topic, x.Partition)
+	}
+	described, _ := h.adm.DescribeProducers(ctx, set) // a partial answer names what it can
+	var pids []int64
+	described.EachProducer(func(dp kadm.DescribedProducer) {
+		for i := range held {
+			if x := &held[i]; x.Topic == dp.Topic && x.Partition == dp.Partition && x.Stable == dp.CurrentTxnStartOffset {
+				x.ProducerID = dp.ProducerID
+				pids = append(pids, dp.ProducerID)
+			}
+		}
+	})
+	if len(pids) == 0 {
+		return
+	}
+	listed, _ := h.adm.ListTransactions(ctx, pids, nil)
+	ids := make(map[int64]string)
+	var txids []string
+	for _, t := range listed.Sorted() {
+		ids[t.ProducerID] = t.TxnID
+		txids = append(txids, t.TxnID)
+	}
+	var txns kadm.DescribedTransactions
+	if len(txids) > 0 {
+		txns, _ = h.adm.DescribeTransactions(ctx, txids...)
+	}
+	for i := range held {
+		x := &held[i]
+		if x.TransactionalID = ids[x.ProducerID]; x.TransactionalID == "" {
+			continue
+		}
+		if t, ok := txns[x.TransactionalID]; ok && t.Err == nil && t.ProducerID == x.ProducerID && t.StartTimestamp > 0 {
+			x.Since, x.Timeout = time.UnixMilli(t.StartTimestamp), time.Duration(t.TimeoutMillis)*time.Millisecond
+		}
+	}
+}
+
+// Holds returns the transactions open for some seconds that hold back the
+// last stable offset of a partition of the checkpoint topic.
+func (p *Prober) Holds(ctx context.Context, topic string) ([]Hold, error) {
+	return p.holds.check(ctx, topic, time.Now(), holdAfter)
+}
+
+// Holds is Prober.Holds for an operator's tool, with a client of its own,
+// which sees a partition only once: it reports the transactions whose
+// coordinator says they have been open for some seconds.
+func Holds(ctx context.Context, conn KafkaSettings, topic string) ([]Hold, error) {
+	cl, err := kgo.NewClient(conn.opts()...)
+	if err != nil {
+		return nil, fmt.Errorf("creating Kafka client: %w", err)
+	}
+	defer cl.Close()
+	return newHolds(cl).check(ctx, topic, time.Now(), holdAfter)
+}
