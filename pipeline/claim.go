@@ -139,8 +139,8 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 			return rd, err
 		}
 	}
-	ids := predecessors(rd, cfg, srv, nil)
 	fenced := []string{cfg.TransactionalID}
+	ids := predecessors(rd, cfg, srv, fenced)
 	if err := src.Fence(ctx); err != nil {
 		return rd, onKafka(err)
 	}

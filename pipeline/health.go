@@ -26,9 +26,6 @@ type metrics struct {
 	skipped    prometheus.Counter
 	phantoms   prometheus.Gauge // set when a start finds phantom events
 	spooled    prometheus.Gauge // bytes of streamed transactions kept until they end
-	// held is, for each transaction holding back the last stable offset of
-	// a checkpoint topic partition, how long it has been open.
-	held *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, st *state) metrics {
@@ -50,11 +47,6 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 		spooled: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walstream_stream_spool_bytes",
 			Help: "Messages of transactions Postgres streams while in progress, kept in temporary files until each commits (then published) or aborts (then dropped)."}),
-		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "walstream_checkpoint_topic_held_seconds",
-			Help: "How long the transaction holding back the last stable offset of a checkpoint topic partition has been open, by partition and holder " +
-				"(its transactional id, or producer id): read_committed readers of the topic see no later checkpoint until it ends; walstream reads past it."},
-			[]string{"partition", "holder"}),
 	}
 	// Every known label starts at zero, so that a healthy stream draws a
 	// flat line rather than no data, and rate() sees the first error.
@@ -64,7 +56,7 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 	for _, peer := range []string{peerPostgres, peerKafka} {
 		m.reconnects.WithLabelValues(peer)
 	}
-	reg.MustRegister(m.reconnects, m.errors, m.standby, m.skipped, m.phantoms, m.spooled, m.held,
+	reg.MustRegister(m.reconnects, m.errors, m.standby, m.skipped, m.phantoms, m.spooled,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walstream_replication_lag_seconds",
 			Help: "Now minus the Postgres commit time of the newest published transaction while transactions wait; 0 when idle and caught up."},
@@ -239,11 +231,10 @@ type holdKey struct {
 // logged, kept by the probing goroutine.
 func (p *Pipeline) tellHolds(held []publish.Hold, told map[holdKey]publish.Hold) {
 	p.state.held.Store(&held)
-	p.metrics.held.Reset()
 	now := time.Now()
+	p.metrics.pub.Held(held, now)
 	seen := make(map[holdKey]bool)
 	for _, h := range held {
-		p.metrics.held.WithLabelValues(fmt.Sprint(h.Partition), h.Holder()).Set(now.Sub(h.Since).Seconds())
 		k := holdKey{h.Partition, h.Stable}
 		seen[k] = true
 		if _, ok := told[k]; !ok {

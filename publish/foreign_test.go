@@ -120,8 +120,51 @@ func TestOpenRecordUnderKey(t *testing.T) {
 		t.Errorf("open record %+v (%s)", o, o)
 	}
 	end(kgo.TryCommit)
-	rd, err = p.ReadCheckpoint(ctx)
+	rd, err = decided(ctx, p)
 	if err != nil || rd.Checkpoint.LSN != 0x7777 || rd.Writer != "tx-shared" || len(rd.Open) != 0 {
 		t.Fatalf("after the commit: ReadCheckpoint = %+v, %v; want the other producer's 0/7777", rd, err)
+	}
+}
+
+// A checkpoint record of an earlier version does not name the
+// transactional id that wrote it; the transaction coordinator still knows
+// it by the record's producer id, and the read asks it.
+func TestWriterOfEarlierRecord(t *testing.T) {
+	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
+	ctx := context.Background()
+	p := newProducer(t, broker, "tx-new")
+	if _, err := p.ReadCheckpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.TransactionalID("walstream-slot-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	// As earlier versions wrote it: no transactional id in the record.
+	old := checkpoint.Checkpoint{LSN: 0x8888}.Encode(checkpoint.Owner{Slot: "slot-a"}, time.Now())
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "walstream.checkpoints", Key: []byte("slot-a"), Value: old}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := decided(ctx, p)
+	if err != nil || rd.Checkpoint.LSN != 0x8888 || rd.Checkpoint.Owner.TransactionalID != "" || rd.Writer != "walstream-slot-a" {
+		t.Fatalf("ReadCheckpoint = %+v, %v; want 0/8888 written by walstream-slot-a", rd, err)
+	}
+}
+
+// decided reads p's checkpoint once nothing under its key is open: under
+// transaction version 2, EndTxn returns before the coordinator writes the
+// markers, and until then a record is open.
+func decided(ctx context.Context, p *Producer) (rd Read, err error) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if rd, err = p.ReadCheckpoint(ctx); err != nil || len(rd.Open) == 0 || time.Now().After(deadline) {
+			return rd, err
+		}
 	}
 }

@@ -748,6 +748,7 @@ type Metrics struct {
 	registry     *registryMetrics
 	txnFailures  *prometheus.CounterVec
 	takeover     prometheus.Counter
+	held         *prometheus.GaugeVec
 	// kafka are franz-go's client metrics. kprom allows one client at a
 	// time, so only the producer's client reports them.
 	kafka *kafkaMetrics
@@ -782,12 +783,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 				"invalid_txn_state, transaction_abortable, commit_not_visible, timeout, unreachable, refused, other."}, []string{"cause"}),
 		takeover: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walstream_takeover_events_skipped_total", Help: "Events not published again because Debezium had published them before walstream took over its slot."}),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "walstream_checkpoint_topic_held_seconds",
+			Help: "How long the transaction holding back the last stable offset of a checkpoint topic partition has been open, by partition and holder " +
+				"(its transactional id, or producer id): read_committed readers of the topic see no later checkpoint until it ends; walstream reads past it."},
+			[]string{"partition", "holder"}),
 	}
 	m.transactions.WithLabelValues("committed")
 	m.transactions.WithLabelValues("aborted")
 	m.kafka = &kafkaMetrics{m: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))}
 	m.registry = newRegistryMetrics(reg)
-	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters, m.txnFailures, m.takeover)
+	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters, m.txnFailures, m.takeover, m.held)
 	return m
 }
 
@@ -828,6 +834,18 @@ func (m *Metrics) hooks() []kgo.Hook {
 func (m *Metrics) txnFailed(cause string) {
 	if m != nil {
 		m.txnFailures.WithLabelValues(cause).Inc()
+	}
+}
+
+// Held sets walstream_checkpoint_topic_held_seconds to the transactions
+// holding back the checkpoint topic now, and none else.
+func (m *Metrics) Held(holds []Hold, now time.Time) {
+	if m == nil {
+		return
+	}
+	m.held.Reset()
+	for _, h := range holds {
+		m.held.WithLabelValues(fmt.Sprint(h.Partition), h.Holder()).Set(now.Sub(h.Since).Seconds())
 	}
 }
 

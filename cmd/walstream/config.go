@@ -64,6 +64,10 @@ type Config struct {
 	// walstream has no use for, logged once at startup.
 	Connector string
 	Ignored   []ignoredKey
+	// NamesWarning, when set, says why the checkpoint key and the
+	// transactional id, one set and one derived, are fragile; logged at
+	// start.
+	NamesWarning string
 	// registryPassword and registryToken are the secrets a config file's
 	// converter settings give, which have no flags.
 	registryPassword, registryToken string
@@ -345,12 +349,16 @@ func (c *Config) build() error {
 
 // streamNames defaults the stream's name to <database>/<slot>, names that
 // a failover or a restore of the database keeps, and the checkpoint key
-// and transactional id to the stream's name. When all three are left to
-// their defaults, the key and transactional id earlier versions defaulted
-// to (the slot's name, walstream-<slot>) are where the stream's checkpoint
-// may still be (pipeline.Config.LegacyKey).
+// and transactional id to the stream's name. Earlier versions defaulted
+// the key to the slot's name and the transactional id to
+// walstream-<slot>: whichever of the two is left to its default, the
+// stream's checkpoint may still be under the earlier default
+// (pipeline.Config.LegacyKey), and a checkpoint found there keeps both.
+// A key and a transactional id named apart, one set and one derived, is
+// worth a warning (namesWarning): they must name the same stream.
 func (c *Config) streamNames() {
-	defaulted := c.Stream == "" && c.CheckpointKey == "" && c.TransactionalID == ""
+	keyDefaulted, idDefaulted := c.CheckpointKey == "", c.TransactionalID == ""
+	defer func() { c.NamesWarning = c.namesWarning(!keyDefaulted, !idDefaulted) }()
 	if c.Stream == "" {
 		db := ""
 		if c.Postgres != nil {
@@ -360,15 +368,30 @@ func (c *Config) streamNames() {
 		}
 		c.Stream = pipeline.StreamName(db, c.Slot)
 	}
-	if c.CheckpointKey == "" {
+	if keyDefaulted {
 		c.CheckpointKey = c.Stream
+		c.LegacyKey = c.Slot
 	}
-	if c.TransactionalID == "" {
+	if idDefaulted {
 		c.TransactionalID = "walstream-" + c.Stream
+		c.LegacyTransactionalID = "walstream-" + c.Slot
 	}
-	if defaulted {
-		c.LegacyKey, c.LegacyTransactionalID = c.Slot, "walstream-"+c.Slot
+}
+
+// namesWarning says, when one of --checkpoint-key and --transactional-id
+// is set and the other derived from the stream's name, why that is
+// fragile; empty otherwise.
+func (c *Config) namesWarning(keySet, idSet bool) string {
+	if keySet == idSet {
+		return ""
 	}
+	set, derived := "--checkpoint-key", "transactional id"
+	if idSet {
+		set, derived = "--transactional-id", "checkpoint key"
+	}
+	return fmt.Sprintf("%s is set, but the %s is derived from the stream's name (%s): two deployments that share one but not the other "+
+		"fence each other, or read each other's checkpoints; set --stream alone, from which both derive, or both (see docs/kafka.md, Many streams on one Kafka cluster)",
+		set, derived, c.Stream)
 }
 
 // named words an error of pipeline.Config.Validate with the flag of the

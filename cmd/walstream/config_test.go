@@ -44,9 +44,32 @@ func TestConfigFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.TransactionalID != "walstream-orders-eu" || c.CheckpointKey != "orders-eu" || c.LegacyKey != "" {
-		t.Errorf("with --stream: transactional id %q, checkpoint key %q, legacy key %q; want walstream-orders-eu, orders-eu and none",
-			c.TransactionalID, c.CheckpointKey, c.LegacyKey)
+	// Earlier versions defaulted key and transactional id from the slot:
+	// whichever is left to its default may still be found there.
+	if c.TransactionalID != "walstream-orders-eu" || c.CheckpointKey != "orders-eu" || c.LegacyKey != "orders" ||
+		c.LegacyTransactionalID != "walstream-orders" || c.NamesWarning != "" {
+		t.Errorf("with --stream: transactional id %q, checkpoint key %q, legacy %q and %q, warning %q; want walstream-orders-eu, orders-eu, orders, walstream-orders and none",
+			c.TransactionalID, c.CheckpointKey, c.LegacyKey, c.LegacyTransactionalID, c.NamesWarning)
+	}
+	for _, tc := range []struct {
+		args                []string
+		legacyKey, legacyID string
+		warn                string
+	}{
+		{[]string{"--checkpoint-key", "k"}, "", "walstream-flagwins", "--checkpoint-key is set, but the transactional id is derived"},
+		{[]string{"--transactional-id", "t"}, "flagwins", "", "--transactional-id is set, but the checkpoint key is derived"},
+		{[]string{"--checkpoint-key", "k", "--transactional-id", "t"}, "", "", ""},
+		{[]string{"--stream", "s", "--checkpoint-key", "k"}, "", "walstream-flagwins", "--checkpoint-key is set"},
+	} {
+		c, err := parseConfig(append([]string{"--slot", "flagwins"}, tc.args...), &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.LegacyKey != tc.legacyKey || c.LegacyTransactionalID != tc.legacyID || (tc.warn == "") != (c.NamesWarning == "") ||
+			!strings.Contains(c.NamesWarning, tc.warn) {
+			t.Errorf("%q: legacy key %q, legacy transactional id %q, warning %q; want %q, %q and one saying %q",
+				tc.args, c.LegacyKey, c.LegacyTransactionalID, c.NamesWarning, tc.legacyKey, tc.legacyID, tc.warn)
+		}
 	}
 	if o := c.Outboxes[0]; o.Name() != "public.outbox" || o.TopicReplacement != "outbox.event.${routedByValue}" {
 		t.Errorf("default topic template: %+v", o)

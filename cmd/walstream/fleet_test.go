@@ -1,13 +1,18 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -133,4 +138,125 @@ func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
 	p.waitLog(t, "the transaction holding back the checkpoint topic ended", 5*time.Second)
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
 	t.Logf("%d rows in %d-row transactions, each once", seq, 3)
+}
+
+// TestStreamNameClaimedAtEveryStart: two streams deployed with the same
+// --stream, on two databases of one cluster. The first waits in slot
+// creation, behind a transaction left open, while the second streams and
+// commits checkpoints under their shared key. Once the first has its slot,
+// it must stop naming both streams before it fences anything (the key was
+// empty when it first looked), never resume from the other's position; the
+// other streams on untouched.
+func TestStreamNameClaimedAtEveryStart(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pg.Exec("postgres", "CREATE DATABASE billing")
+	prepared(e, "billing", "billing")
+	long, err := pgx.Connect(ctx, e.pg.URL("postgres", "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Close(ctx)
+	if _, err := long.Exec(ctx, "BEGIN; SELECT txid_current()"); err != nil {
+		t.Fatal(err)
+	}
+	shared := []string{"--stream", "orders"}
+	waiting := e.start(shared)
+	waiting.waitLog(t, "waiting for 1 transaction to end", 30*time.Second)
+
+	seq := 0
+	other := e.start(append(shared, "--pg-url", e.pg.URL("postgres", "billing"), "--slot", "billing")).streaming(t)
+	e.insertTxIn("billing", "Invoice", 10, 2, &seq, false)
+	e.waitConfirmed("billing", e.currentLSN(), 30*time.Second, other)
+
+	if _, err := long.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	msg := exitMessage(t, waiting)
+	wantAll(t, msg, `two streams claim checkpoint key "orders"`, "this stream (stream orders: database postgres, slot walstream",
+		"stream orders, slot billing", "database billing", "--stream")
+	if strings.Contains(waiting.Log(), "resuming from checkpoint") || strings.Contains(waiting.Log(), "initializing producer id") {
+		t.Errorf("the stream resumed, or fenced, before it stopped:\n%s", waiting.Log())
+	}
+	e.insertTxIn("billing", "Invoice", 10, 2, &seq, false)
+	e.waitConfirmed("billing", e.currentLSN(), 30*time.Second, other)
+	if strings.Contains(other.Log(), "session ended") {
+		t.Errorf("the streaming stream was disturbed:\n%s", grepLines(other.Log(), "session ended"))
+	}
+	e.checkExactlyOnceIn("billing", e.readAll("Invoice"), "outbox.event.")
+}
+
+// TestUpgradeKeepsCheckpoint upgrades from the names earlier versions
+// defaulted to (checkpoint key: the slot's name; transactional id:
+// walstream-<slot>) for each way of setting --stream, --checkpoint-key and
+// --transactional-id, with a transaction split over Kafka transactions in
+// flight: the earlier instance is paused with its second part's Kafka
+// transaction open, its walsender cut, and resumed once the new instance
+// streams. The new one finds the checkpoint, fences the earlier
+// transactional id where it no longer uses it (so the paused instance
+// cannot commit its part), and every row reaches Kafka once.
+func TestUpgradeKeepsCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	for i, tc := range []struct {
+		name string
+		// args are the new instance's; key and id the earlier one's.
+		args                  []string
+		key, id               string
+		legacy, fence, warned bool
+	}{
+		{name: "all defaulted", legacy: true},
+		{name: "stream set", args: []string{"--stream", "renamed"}, legacy: true},
+		{name: "key set", args: []string{"--checkpoint-key", "k3"}, key: "k3", fence: true, warned: true},
+		{name: "transactional id set", args: []string{"--transactional-id", "t4"}, id: "t4", legacy: true, warned: true},
+		{name: "stream and key set", args: []string{"--stream", "renamed5", "--checkpoint-key", "k5"}, key: "k5", fence: true, warned: true},
+		{name: "stream and transactional id set", args: []string{"--stream", "renamed6", "--transactional-id", "t6"}, id: "t6", legacy: true, warned: true},
+		{name: "key and transactional id set", args: []string{"--checkpoint-key", "k7", "--transactional-id", "t7"}, key: "k7", id: "t7"},
+	} {
+		db, slot, typ := fmt.Sprintf("db%d", i), fmt.Sprintf("s%d", i), fmt.Sprintf("Upgrade%d", i)
+		e.pg.Exec("postgres", "CREATE DATABASE "+db)
+		prepared(e, db, slot)
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := &env{t: t, pg: e.pg, kafka: e.kafka, broker: e.broker}
+			key, id := cmp.Or(tc.key, slot), cmp.Or(tc.id, "walstream-"+slot)
+			common := []string{"--pg-url", e.pg.URL("postgres", db), "--slot", slot, "--max-batch-events", "10", "--idle-interval", "1h"}
+			earlier := append(slices.Clip(common), "--checkpoint-key", key, "--transactional-id", id)
+			seq := 0
+			old := e.start(earlier).streaming(t)
+			e.insertTxIn(db, typ, 5, 2, &seq, false)
+			e.waitConfirmed(slot, e.currentLSN(), 30*time.Second, old)
+			if err := old.stop(); err != nil {
+				t.Fatal(err)
+			}
+			// Paused with the second part of a 25-row transaction open.
+			old = e.start(earlier, "WALSTREAM_CRASH_AT=before-commit:2:stop").streaming(t)
+			e.insertTxIn(db, typ, 25, 3, &seq, false)
+			old.waitLog(t, "stop point before-commit reached", 30*time.Second)
+			e.pg.Exec("postgres", fmt.Sprintf("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '%s'", slot))
+
+			p := e.start(append(slices.Clip(common), tc.args...)).streaming(t)
+			e.insertTxIn(db, typ, 5, 2, &seq, false)
+			e.waitConfirmed(slot, e.currentLSN(), 30*time.Second, p)
+			old.Signal(syscall.SIGCONT)
+			old.waitLog(t, "session ended", 30*time.Second)
+			_ = old.stop()
+			if err := p.stop(); err != nil {
+				t.Fatal(err)
+			}
+			log := p.Log()
+			for what, want := range map[string]bool{
+				"this stream's checkpoint is under the key earlier versions used":                   tc.legacy,
+				"fencing transactional ids that wrote this stream's checkpoints under another name": tc.fence,
+				"is derived from the stream's name":                                                 tc.warned,
+			} {
+				if strings.Contains(log, what) != want {
+					t.Errorf("log says %q: %v, want %v\n%s", what, !want, want, log)
+				}
+			}
+			if strings.Contains(log, "no checkpoint in Kafka") {
+				t.Errorf("the new instance did not find the checkpoint:\n%s", log)
+			}
+			e.checkExactlyOnceIn(db, e.readAll(typ), "outbox.event.")
+		})
+	}
 }

@@ -84,6 +84,9 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 	for _, k := range cfg.Ignored {
 		log.Info("ignoring a key of the Debezium connector config", "key", k.Key, "reason", k.Why)
 	}
+	if cfg.NamesWarning != "" {
+		log.Warn(cfg.NamesWarning, "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID)
+	}
 
 	reg := newRegistry()
 	p := pipeline.New(cfg.Config, log, reg)
