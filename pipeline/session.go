@@ -181,21 +181,21 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 			return readCatalog(ctx, c, names, o, oid)
 		},
 	}
-	in.partitionOf = func(oid uint32) (*decode.Outbox, error) {
+	in.relationOf = func(oid uint32) (relationState, error) {
 		c, err := replication.Connect(ctx, cfg.Postgres)
 		if err != nil {
-			return nil, err
+			return relationState{}, err
 		}
 		defer c.Close(context.WithoutCancel(ctx))
-		t, ok, err := replication.PartitionRoot(ctx, c, names, oid)
-		if err != nil || !ok {
-			return nil, err
+		rs, err := replication.DescribeRelation(ctx, c, names, oid)
+		if err != nil {
+			return relationState{}, err
 		}
-		i := slices.IndexFunc(cfg.Outboxes, func(o *decode.Outbox) bool { return o.Name() == t.String() })
-		if i < 0 {
-			return nil, nil
+		st := relationState{exists: rs.Exists, published: rs.Published}
+		if i := slices.IndexFunc(cfg.Outboxes, func(o *decode.Outbox) bool { return o.Name() == rs.Root.String() }); rs.Partition && i >= 0 {
+			st.root = cfg.Outboxes[i]
 		}
-		return cfg.Outboxes[i], nil
+		return st, nil
 	}
 	if inProgress {
 		spooled := s.metrics.spooled
