@@ -124,6 +124,8 @@ func flagHints(err error) error {
 		return fmt.Errorf("%w (give each stream its own --stream, or check --transactional-id)", err)
 	case errors.As(err, &sharedKey):
 		return fmt.Errorf("%w (--stream)", err)
+	case errors.Is(err, pipeline.ErrRepeatedIDs):
+		return fmt.Errorf("%w (--debezium-accept-repeated-ids)", err)
 	case errors.Is(err, publish.ErrTopicMissing):
 		return fmt.Errorf("%w (create the topic, or let walstream create the topics it writes to with --topic-creation; see docs/kafka.md, Outbox and dead-letter topics)", err)
 	case errors.As(err, &recreated):
