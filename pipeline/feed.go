@@ -237,12 +237,14 @@ type relationState struct {
 //
 // A partition detached or dropped after its rows were written is no
 // partition to the catalog any more. Its rows are told from another
-// table's by two things at once: the publication does not publish it now
-// (no table of a publication leaves it while keeping its rows in the
-// stream, but a partition detached or dropped does), and its columns fit
-// an outbox table's mapping. Such rows stop the stream, or go to the
-// dead-letter topic, in commit order (decode.Decoder.Unattached). Rows of
-// a table the publication still publishes (FOR ALL TABLES, a schema, a
+// table's by two things at once: the publication does not publish the
+// relation now (it was dropped, detached, or removed from the publication
+// since the rows were written), and its columns fit an outbox table's
+// mapping. Such rows stop the stream, or go to the dead-letter topic, in
+// commit order (decode.Decoder.Unattached): so do the rows still in the
+// stream of a table that fits a mapping and was removed from the
+// publication, a bounded number that dead-letter mode takes. Rows of a
+// table the publication still publishes (FOR ALL TABLES, a schema, a
 // table added to it) are another table's, and ignored; so are those of a
 // table whose columns no outbox mapping fits.
 func (f *feed) classify(data []byte) error {
