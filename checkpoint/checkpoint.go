@@ -214,6 +214,16 @@ func (t *Takeover) UnmarshalJSON(b []byte) error {
 // commitLSN may be in Kafka already, published by Debezium.
 func (t *Takeover) Overlaps(commitLSN pglogrepl.LSN) bool { return t != nil && commitLSN < t.Until }
 
+// TakeoverAhead returns the takeover from Debezium the checkpoint records
+// when transactions Debezium may have published lie after it; nil
+// otherwise.
+func (c Checkpoint) TakeoverAhead() *Takeover {
+	if c.Notes == nil || !c.Notes.Takeover.Overlaps(c.LSN) {
+		return nil
+	}
+	return c.Notes.Takeover
+}
+
 // Skip is an event skipped by name: sent to the dead-letter topic with
 // its reason instead of stopping walstream.
 type Skip struct {
@@ -372,6 +382,12 @@ type Tracker struct {
 	// resume is where the session started; it never changes, so it is read
 	// without the lock.
 	resume Checkpoint
+	// takeover, while the session starts within the stretch of a takeover
+	// from Debezium, holds confirmation at the slot's own position until
+	// Kafka committed past the stretch: a session that starts again
+	// within it reads the stretch from its start, so that each of its
+	// events claims the record that holds it (publish/takeover.go).
+	takeover *Takeover
 
 	mu sync.Mutex
 	// committed only moves forward; it is what Kafka holds once inKafka.
@@ -400,7 +416,7 @@ type Tracker struct {
 // (inKafka) or the slot's position when Kafka holds none, with the slot's
 // confirmed_flush_lsn.
 func NewTracker(resume Checkpoint, inKafka bool, slotConfirmed pglogrepl.LSN) *Tracker {
-	t := &Tracker{resume: resume, committed: resume, inKafka: inKafka, confirmed: slotConfirmed}
+	t := &Tracker{resume: resume, takeover: resume.TakeoverAhead(), committed: resume, inKafka: inKafka, confirmed: slotConfirmed}
 	if inKafka {
 		t.committedAt = time.Now()
 	}
@@ -473,11 +489,12 @@ func (t *Tracker) ServerWALEnd(lsn pglogrepl.LSN) {
 
 // Confirm returns the LSN to send to Postgres as the flush position and
 // records it as sent: what Kafka committed, but never past the WAL end
-// the server reported. changed says it differs from the last one returned.
+// the server reported, and nothing new before Kafka committed past a
+// takeover's stretch. changed says it differs from the last one returned.
 func (t *Tracker) Confirm() (lsn pglogrepl.LSN, changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if c := min(t.committed.LSN, t.serverEnd); c > t.confirmed {
+	if c := min(t.committed.LSN, t.serverEnd); c > t.confirmed && !t.takeover.Overlaps(t.committed.LSN) {
 		t.confirmed = c
 	}
 	if t.confirmed != 0 {

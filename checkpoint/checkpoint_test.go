@@ -422,6 +422,35 @@ func TestTrackerNeverConfirmsPastServer(t *testing.T) {
 	}
 }
 
+// Within the stretch of a takeover from Debezium nothing new is
+// confirmed: a session started again there reads the stretch from its
+// start. Past it, Confirm confirms what Kafka committed.
+func TestTrackerHoldsWithinTakeover(t *testing.T) {
+	tk := &Takeover{Source: "file", Until: 0x5000}
+	resume := Checkpoint{LSN: 0x1000, Notes: &Notes{Takeover: tk}}
+	if resume.TakeoverAhead() != tk || (Checkpoint{LSN: 0x5000, Notes: &Notes{Takeover: tk}}).TakeoverAhead() != nil || (Checkpoint{LSN: 0x1000}).TakeoverAhead() != nil {
+		t.Fatal("TakeoverAhead: want the takeover only while until_lsn lies ahead of the checkpoint")
+	}
+	tr := NewTracker(resume, false, 0x800)
+	tr.ServerWALEnd(0x9000)
+	for _, step := range []struct {
+		committed, want pglogrepl.LSN
+	}{{0x1000, 0x800}, {0x4F00, 0x800}, {0x5000, 0x5000}, {0x6000, 0x6000}} {
+		if err := tr.Committed(Checkpoint{LSN: step.committed}, 1, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := tr.Confirm(); got != step.want {
+			t.Fatalf("Confirm() with %s committed = %s, want %s", step.committed, got, step.want)
+		}
+	}
+	// A session that resumes past the stretch holds nothing.
+	tr = NewTracker(Checkpoint{LSN: 0x5000, Notes: &Notes{Takeover: tk}}, true, 0x800)
+	tr.ServerWALEnd(0x9000)
+	if got, _ := tr.Confirm(); got != 0x5000 {
+		t.Fatalf("Confirm() past the stretch = %s, want 0/5000", got)
+	}
+}
+
 func TestTrackerLag(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	tr := NewTracker(Checkpoint{LSN: 100}, true, 100)

@@ -278,6 +278,11 @@ type relation struct {
 	// (PartitionOf); classified is set once it has.
 	msg        *pglogrepl.RelationMessage
 	classified bool
+	// unattached, when set, says the relation is no outbox table nor a
+	// partition of one now but fits outbox's mapping and may have been its
+	// partition when its rows were written (Unattached): each of its rows
+	// is an event of outbox, under the relation's own name, and bad.
+	unattached *UnattachedError
 }
 
 // extraColumn is an additional field the table has.
@@ -493,6 +498,62 @@ func (d *Decoder) PartitionOf(relID uint32, o *Outbox) {
 		rel.err = err
 	}
 	rel.msg = nil
+}
+
+// Unattached says that relation relID, which Unclassified returned, is no
+// partition of an outbox table now, but may have been one when its rows
+// were written: the catalog no longer has it (dropped is set), or the
+// publication no longer publishes it. Postgres sent its rows under its
+// own name, as a publication without publish_via_partition_root sends a
+// partition's, and the catalog can no longer say whose rows they are. It
+// returns the first outbox table whose mapping the relation's columns
+// fit: each of its rows is then decoded as that table's, under the
+// relation's name, as a bad event saying so, so that it is stopped at or
+// dead-lettered in commit order and never dropped. Nil when its columns
+// fit no outbox table's mapping: its rows could never have become events,
+// and are ignored as another table's.
+func (d *Decoder) Unattached(relID uint32, dropped bool) *Outbox {
+	rel := d.relations[relID]
+	if rel == nil || rel.outbox != nil || rel.msg == nil {
+		return nil
+	}
+	rel.classified = true
+	for _, o := range d.cfg.Outboxes {
+		fit := &relation{name: rel.name, columns: rel.columns, outbox: o, classified: true}
+		if fit.mapColumns(0, rel.msg, d.catalog(o)) != nil {
+			continue
+		}
+		fit.unattached = &UnattachedError{Relation: rel.name, OID: relID, Table: o.Name(), Dropped: dropped}
+		d.relations[relID] = fit
+		return o
+	}
+	rel.msg = nil
+	return nil
+}
+
+// UnattachedError is a row of a relation that fits an outbox table's
+// mapping and may have been its partition when the row was written, but
+// that the catalog no longer shows as one (Unattached).
+type UnattachedError struct {
+	Relation string // schema.table, as the Relation message named it
+	OID      uint32
+	Table    string // the outbox table whose mapping it fits
+	// Dropped says the catalog no longer has the relation; otherwise the
+	// publication no longer publishes it.
+	Dropped bool
+}
+
+func (e *UnattachedError) Error() string {
+	sent := fmt.Sprintf("its columns fit outbox table %s's mapping, and the publication sent this row under the relation's own name, "+
+		"as it sends a partition's when publish_via_partition_root is off", e.Table)
+	if e.Dropped {
+		return fmt.Sprintf("relation %s (OID %d) was dropped after this row was written; %s: the catalog can no longer tell whether it was a partition of %s. "+
+			"Dead-letter its rows, or name each to skip, and restart (see docs/busy-primaries.md, Partitioned outbox tables)", e.Relation, e.OID, sent, e.Table)
+	}
+	return fmt.Sprintf("relation %s (OID %d) is no partition of %s now and not in the publication; %s: it was detached, or removed from the publication, after this row was written. "+
+		"If it was a partition of %s, attach it again (ALTER TABLE %s ATTACH PARTITION %s FOR VALUES ...) and restart: its rows are then published as %s's; "+
+		"otherwise dead-letter its rows, or name each to skip (see docs/busy-primaries.md, Partitioned outbox tables)",
+		e.Relation, e.OID, e.Table, sent, e.Table, e.Table, e.Relation, e.Table)
 }
 
 // sameTable stops at an outbox table that comes with another OID than it
@@ -769,7 +830,11 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if rel.err != nil {
 		return d.hand(d.unmapped(rel, walStart, vals))
 	}
-	return d.hand(d.event(rel, walStart, vals))
+	ev := d.event(rel, walStart, vals)
+	if rel.unattached != nil {
+		ev.Bad = &Error{Event: ev.Identity, Reason: "row of a relation that is no partition of an outbox table now", Err: rel.unattached}
+	}
+	return d.hand(ev)
 }
 
 // unmapped is a row of a table that does not fit the mapping, as a bad

@@ -55,9 +55,10 @@ type feed struct {
 	catalog   func(o *decode.Outbox, oid uint32) (map[string]decode.Catalog, error)
 	relations map[string]bool // outbox tables whose Relation message came
 
-	// partitionOf, if not nil, returns the outbox table relation oid is a
-	// partition of, nil for none or when the catalog no longer has it.
-	partitionOf func(oid uint32) (*decode.Outbox, error)
+	// relationOf, if not nil, says what a relation whose rows came under
+	// its own name, no outbox table's, is now to the outbox tables and the
+	// publication.
+	relationOf func(oid uint32) (relationState, error)
 
 	// streams, when streaming of in-progress transactions is on, keeps
 	// each streamed transaction's messages until it ends; replay is a
@@ -216,6 +217,15 @@ func (f *feed) close() {
 	}
 }
 
+// relationState is what the catalog says now of a relation whose rows
+// came under its own name (replication.RelationState), its partition root
+// the outbox table of the mapping.
+type relationState struct {
+	root      *decode.Outbox // the outbox table it is a partition of; nil for none
+	exists    bool
+	published bool
+}
+
 // classify tells the decoder, at the first row of a table that is no
 // outbox table, whether it is a partition of one. Postgres sends a
 // partition's rows under the partition's name when the publication lacks
@@ -224,23 +234,47 @@ func (f *feed) close() {
 // turned on still come that way, and would be lost to walstream if it
 // took them for another table's. The startup check and the slot monitor
 // stop walstream on such a publication; this keeps what it had decoded.
+//
+// A partition detached or dropped after its rows were written is no
+// partition to the catalog any more. Its rows are told from another
+// table's by two things at once: the publication does not publish the
+// relation now (it was dropped, detached, or removed from the publication
+// since the rows were written), and its columns fit an outbox table's
+// mapping. Such rows stop the stream, or go to the dead-letter topic, in
+// commit order (decode.Decoder.Unattached): so do the rows still in the
+// stream of a table that fits a mapping and was removed from the
+// publication, a bounded number that dead-letter mode takes. Rows of a
+// table the publication still publishes (FOR ALL TABLES, a schema, a
+// table added to it) are another table's, and ignored; so are those of a
+// table whose columns no outbox mapping fits.
 func (f *feed) classify(data []byte) error {
-	if f.partitionOf == nil {
+	if f.relationOf == nil {
 		return nil
 	}
 	oid, name, ok := f.dec.Unclassified(data)
 	if !ok {
 		return nil
 	}
-	o, err := f.partitionOf(oid)
+	st, err := f.relationOf(oid)
 	if err != nil {
 		return fmt.Errorf("looking up whether table %s (OID %d) is a partition of an outbox table: %w", name, oid, err)
 	}
-	if o != nil {
+	switch {
+	case st.root != nil:
 		f.log.Warn("rows of a partitioned outbox table arrive under a partition's name (the publication did not publish via the partition root when they were written); publishing them as the table's",
-			"partition", name, "oid", oid, "table", o.Name())
+			"partition", name, "oid", oid, "table", st.root.Name())
+		f.dec.PartitionOf(oid, st.root)
+	case !st.exists || !st.published:
+		if o := f.dec.Unattached(oid, !st.exists); o != nil {
+			f.log.Error("rows arrive under the name of a relation that is no partition of an outbox table now and that the publication does not publish, "+
+				"although its columns fit the table's mapping: a partition detached or dropped after they were written; each is bad input",
+				"relation", name, "oid", oid, "dropped", !st.exists, "table", o.Name())
+			return nil
+		}
+		f.dec.PartitionOf(oid, nil)
+	default:
+		f.dec.PartitionOf(oid, nil)
 	}
-	f.dec.PartitionOf(oid, o)
 	return nil
 }
 

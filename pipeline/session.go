@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
@@ -167,11 +168,20 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	tracker.ServerWALEnd(srv.XLogPos)
 	prod.Start(confirmOnCommit{tracker, stream, s.state})
 	q := publish.NewQueue(int64(cfg.QueueBytes))
+	skip := tracker.Replayed
+	if tk := cp.TakeoverAhead(); tk != nil {
+		// Within the stretch of a takeover from Debezium, replays reach the
+		// producer, which claims their records in Kafka before it looks up
+		// a new event (publish/takeover.go).
+		skip = func(commitLSN pglogrepl.LSN, ordinal uint64) bool {
+			return !tk.Overlaps(commitLSN) && tracker.Replayed(commitLSN, ordinal)
+		}
+	}
 	in := &feed{
 		dec: decode.New(decode.Config{
 			Outboxes: cfg.Outboxes, MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
 			JSONText: cfg.Encoding.Value != publish.FormatString, OIDs: tables.oids, Recreated: tables.mayChange,
-			MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: tracker.Replayed,
+			MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: skip,
 		}),
 		out: q, received: tracker, log: s.log, skipped: s.metrics.skipped, hook: cfg.Hook,
 		catalog: func(o *decode.Outbox, oid uint32) (map[string]decode.Catalog, error) {
@@ -185,21 +195,21 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 			return readCatalog(ctx, c, names, o, oid)
 		},
 	}
-	in.partitionOf = func(oid uint32) (*decode.Outbox, error) {
+	in.relationOf = func(oid uint32) (relationState, error) {
 		c, err := replication.Connect(ctx, cfg.Postgres)
 		if err != nil {
-			return nil, err
+			return relationState{}, err
 		}
 		defer c.Close(context.WithoutCancel(ctx))
-		t, ok, err := replication.PartitionRoot(ctx, c, names, oid)
-		if err != nil || !ok {
-			return nil, err
+		rs, err := replication.DescribeRelation(ctx, c, names, oid)
+		if err != nil {
+			return relationState{}, err
 		}
-		i := slices.IndexFunc(cfg.Outboxes, func(o *decode.Outbox) bool { return o.Name() == t.String() })
-		if i < 0 {
-			return nil, nil
+		st := relationState{exists: rs.Exists, published: rs.Published}
+		if i := slices.IndexFunc(cfg.Outboxes, func(o *decode.Outbox) bool { return o.Name() == rs.Root.String() }); rs.Partition && i >= 0 {
+			st.root = cfg.Outboxes[i]
 		}
-		return cfg.Outboxes[i], nil
+		return st, nil
 	}
 	if inProgress {
 		spooled := s.metrics.spooled

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,22 +141,29 @@ func TestFeedStreamed(t *testing.T) {
 
 // Rows that arrive under a partition's name are asked about once per
 // Relation message, and published as the outbox table's when they are
-// its partition's; another table's rows stay ignored.
+// its partition's. A relation that is no partition now, whose columns
+// fit the mapping and that the publication does not publish (detached) or
+// the catalog no longer has (dropped), brings bad events naming it; a
+// table the publication publishes, or one no mapping fits, stays ignored.
 func TestFeedPartitionRows(t *testing.T) {
 	o := &decode.Outbox{Schema: "public", Table: "outbox", Columns: decode.DefaultColumns()}
 	var queued []*decode.Tx
 	var asked []uint32
+	states := map[uint32]relationState{
+		30: {root: o, exists: true, published: true}, // a partition now
+		31: {exists: true, published: true},          // another table of the publication
+		32: {exists: true},                           // detached
+		33: {},                                       // dropped
+		34: {},                                       // dropped, not fitting the mapping
+	}
 	f := &feed{
 		dec:      decode.New(decode.Config{Outboxes: []*decode.Outbox{o}, MaxPartEvents: 10, MaxPartBytes: 1 << 20}),
 		out:      &fakeQueue{tryPut: func(tx *decode.Tx) bool { queued = append(queued, tx); return true }},
 		received: receiverFunc(func(pglogrepl.LSN, time.Time) {}), log: slog.New(slog.DiscardHandler),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}),
-		partitionOf: func(oid uint32) (*decode.Outbox, error) {
+		relationOf: func(oid uint32) (relationState, error) {
 			asked = append(asked, oid)
-			if oid == 30 {
-				return o, nil
-			}
-			return nil, nil
+			return states[oid], nil
 		},
 	}
 	cols := []string{"id", "aggregatetype", "aggregateid", "type", "payload"}
@@ -163,7 +171,10 @@ func TestFeedPartitionRows(t *testing.T) {
 		beginMsg(0x200, 5),
 		relationMsg(30, "public", "outbox_2010", cols...),
 		relationMsg(31, "public", "audit", cols...),
-		insertMsg(30, 1), insertMsg(31, 2), insertMsg(30, 3), insertMsg(31, 4),
+		relationMsg(32, "public", "outbox_2009", cols...),
+		relationMsg(33, "public", "outbox_2008", cols...),
+		relationMsg(34, "public", "scratch", "a", "b", "c", "d", "e"),
+		insertMsg(30, 1), insertMsg(31, 2), insertMsg(34, 3), insertMsg(30, 4), insertMsg(32, 5), insertMsg(31, 6), insertMsg(33, 7), insertMsg(32, 8),
 		commitMsg(0x200, 0x208),
 	} {
 		if _, err := f.WAL(pglogrepl.LSN(0x100+i), m); err != nil {
@@ -174,10 +185,40 @@ func TestFeedPartitionRows(t *testing.T) {
 		t.Fatalf("queued %d transactions", len(queued))
 	}
 	evs := queued[0].Events
-	if len(evs) != 2 || evs[0].Table != "public.outbox" || evs[0].Source != o || string(evs[1].ID) != "00000000-0000-0000-0000-000000000003" {
-		t.Fatalf("events %+v, want the partition's two rows as public.outbox's", evs)
+	if len(evs) != 5 {
+		t.Fatalf("%d events, want 5: the partition's two rows, the detached one's two, the dropped one's", len(evs))
 	}
-	if len(asked) != 2 {
+	for i, want := range []struct {
+		table   string
+		seq     int
+		oid     uint32
+		dropped bool
+	}{{"public.outbox", 1, 0, false}, {"public.outbox", 4, 0, false}, {"public.outbox_2009", 5, 32, false}, {"public.outbox_2008", 7, 33, true}, {"public.outbox_2009", 8, 32, false}} {
+		ev := evs[i]
+		if ev.Table != want.table || ev.Source != o || string(ev.ID) != fmt.Sprintf("00000000-0000-0000-0000-%012d", want.seq) || ev.Ordinal != uint64(i+1) {
+			t.Fatalf("event %d: %+v, want row %d of %s as public.outbox's event %d", i, ev.Identity, want.seq, want.table, i+1)
+		}
+		var ue *decode.UnattachedError
+		switch {
+		case want.oid == 0 && ev.Bad != nil:
+			t.Fatalf("event %d of the partition is bad: %v", i, ev.Bad)
+		case want.oid == 0:
+		case ev.Bad == nil || !errors.As(ev.Bad, &ue) || ev.Bad.Unmapped:
+			t.Fatalf("event %d of relation %d: Bad = %v, want an UnattachedError that dead-letter mode takes", i, want.oid, ev.Bad)
+		case ue.OID != want.oid || ue.Relation != want.table || ue.Table != "public.outbox" || ue.Dropped != want.dropped:
+			t.Fatalf("event %d: %+v, want relation %s (OID %d) of public.outbox, dropped %v", i, ue, want.table, want.oid, want.dropped)
+		}
+	}
+	msg := evs[3].Bad.Error()
+	for _, s := range []string{"at LSN ", "table public.outbox_2008", "event id 00000000-0000-0000-0000-000000000007", "OID 33", "was dropped", "Dead-letter its rows", "docs/busy-primaries.md, Partitioned outbox tables"} {
+		if !strings.Contains(msg, s) {
+			t.Errorf("the dropped partition's row reads %q, missing %q", msg, s)
+		}
+	}
+	if msg := evs[2].Bad.Error(); !strings.Contains(msg, "ATTACH PARTITION public.outbox_2009") {
+		t.Errorf("the detached partition's row reads %q, want how to attach it again", msg)
+	}
+	if len(asked) != 5 {
 		t.Fatalf("asked about relations %v, want each once", asked)
 	}
 }

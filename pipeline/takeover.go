@@ -34,6 +34,12 @@ type Takeover struct {
 	// than the commit, unless table.field.event.timestamp takes them from
 	// a column, whose times may lie before the commit.
 	Lookback time.Duration
+	// AcceptRepeatedIDs takes over although an outbox table's event id
+	// column has no unique index, with a warning: the lookup counts the
+	// records of each event id (publish/takeover.go), and one that
+	// Debezium published before the stretch walstream reads again may
+	// excuse an event of that id Debezium never published.
+	AcceptRepeatedIDs bool
 }
 
 // DefaultTakeoverLookback covers clocks of Kafka Connect and Postgres
@@ -47,6 +53,10 @@ func (t Takeover) Enabled() bool { return t.Source.Kind != 0 }
 // ErrTakeover means a takeover from Debezium cannot start: the offset
 // cannot be read, or it cannot be gone on from without losing events.
 var ErrTakeover = errors.New("cannot take over from Debezium")
+
+// ErrRepeatedIDs means an outbox table's event ids may repeat: its event
+// id column has no unique index.
+var ErrRepeatedIDs = errors.New("event ids may repeat")
 
 // TakeoverError says why, with the offset and the slot's position.
 type TakeoverError struct {
@@ -89,6 +99,9 @@ func takeOver(ctx context.Context, conn *pgx.Conn, cfg *Config, slot replication
 	if err != nil {
 		return fail(off, err)
 	}
+	if err := uniqueIDs(ctx, conn, cfg, log); err != nil {
+		return fail(off, err)
+	}
 	var text string
 	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text").Scan(&text); err != nil {
 		return fail(off, fmt.Errorf("reading the server's WAL flush position: %w", err))
@@ -110,6 +123,35 @@ func takeOver(ctx context.Context, conn *pgx.Conn, cfg *Config, slot replication
 			"offset_lsn_commit", off.Commit.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())
 	}
 	return cp, nil
+}
+
+// uniqueIDs refuses a takeover from an outbox table whose event id column
+// has no unique index, unless AcceptRepeatedIDs says to warn instead. The
+// events Debezium published are found by event id, counted: a record of
+// an id written before the stretch walstream reads again (read because of
+// the lookback) is claimed by no event of the stretch, and excuses one of
+// that id that Debezium never published, which is then lost.
+func uniqueIDs(ctx context.Context, conn *pgx.Conn, cfg *Config, log *slog.Logger) error {
+	for _, o := range cfg.Outboxes {
+		t := replication.Table{Schema: o.Schema, Name: o.Table}
+		unique, err := replication.UniqueColumn(ctx, conn, t, o.Columns.ID)
+		if err != nil {
+			return err
+		}
+		if unique {
+			continue
+		}
+		if !cfg.Takeover.AcceptRepeatedIDs {
+			return fmt.Errorf("%w: the event id column %s of table %s has no unique index on it alone, and the events Debezium published are found by id: "+
+				"an event of an id Debezium published shortly before its offset may be taken for one it did not publish, and not published. "+
+				"Create one (CREATE UNIQUE INDEX ON %s (%s)) or, when the ids never repeat (generated UUIDs, for example; a partitioned table's unique keys "+
+				"include its partition key, so none is on the id alone), take over accepting ids that may repeat (see docs/debezium.md, How the takeover avoids loss and duplicates)",
+				ErrRepeatedIDs, o.Columns.ID, t.SQL(), t.SQL(), pgx.Identifier{o.Columns.ID}.Sanitize())
+		}
+		log.Warn("taking over although the event id column has no unique index: an event whose id Debezium published shortly before its offset may not be published",
+			"table", t.SQL(), "column", o.Columns.ID)
+	}
+	return nil
 }
 
 // fromOffset is the first checkpoint of a takeover from off, on a slot

@@ -1,14 +1,24 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/debezium"
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/publish"
 )
 
 // fromOffset makes the first checkpoint of a takeover, or refuses what
@@ -80,5 +90,142 @@ func TestTakeoverErrorsArePermanent(t *testing.T) {
 	}
 	if f := classifyFailure(&TakeoverError{Err: errors.New("x")}); f.kind != kindTakeover {
 		t.Errorf("kind = %s, want %s", f.kind, kindTakeover)
+	}
+}
+
+// A takeover from Debezium on a table whose event ids repeat and may be
+// null: refused without a unique index unless accepted; then, across a
+// session that stops within the stretch Debezium may have published
+// (at a bad row) and one that goes on, every row is in Kafka exactly once.
+// Debezium published the first transaction's two events, whose id and
+// whose key and value come again later; walstream's own x comes again too.
+// The slot is not confirmed past the takeover's start until Kafka holds
+// the whole stretch, so that the second session reads the stretch again
+// and each event claims its record.
+func TestTakeoverRepeatedIDs(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	broker := testenv.StartKfake(t).Addr()
+	ctx := context.Background()
+	conn := pg.Connect("postgres")
+	pg.Exec("postgres", `CREATE TABLE public.outbox (id text, aggregatetype text, aggregateid text, type text, payload jsonb);
+		CREATE PUBLICATION walstream_outbox FOR TABLE public.outbox WITH (publish = 'insert, update')`)
+	pg.Exec("postgres", "SELECT pg_create_logical_replication_slot('walstream', 'pgoutput')")
+	query := func(sql string) pglogrepl.LSN {
+		t.Helper()
+		var text string
+		if err := conn.QueryRow(ctx, sql).Scan(&text); err != nil {
+			t.Fatal(err)
+		}
+		l, err := pglogrepl.ParseLSN(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	lsn := func() pglogrepl.LSN { return query("SELECT pg_current_wal_insert_lsn()::text") }
+	slotConfirmed := func() pglogrepl.LSN {
+		return query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walstream'")
+	}
+	offset := lsn()
+	for _, rows := range []string{
+		`('r', 'Order', 'o-1', 'Created', '{"n": 1}'), (NULL, 'Order', 'k', 'Created', '"same"')`, // Debezium published these
+		`('x', 'Order', 'o-1', 'Created', '{"n": 2}')`,
+		`('bad', NULL, 'o-1', 'Created', '{"n": 3}')`, // no aggregatetype: the first session stops here
+		`('r', 'Order', 'o-1', 'Created', '{"n": 4}')`,
+		`(NULL, 'Order', 'k', 'Created', '"same"')`,
+		`('x', 'Order', 'o-1', 'Created', '{"n": 6}')`,
+		`('r', 'Order', 'o-1', 'Created', '{"n": 7}')`,
+	} {
+		pg.Exec("postgres", "INSERT INTO public.outbox VALUES "+rows)
+	}
+	// Everything committed is flushed, and so was sent to Debezium (the
+	// server may run with synchronous_commit off).
+	written := lsn()
+	waitFor(t, "the rows flushed", func() bool {
+		var flushed bool
+		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn() >= $1::text::pg_lsn", written.String()).Scan(&flushed); err != nil {
+			t.Fatal(err)
+		}
+		return flushed
+	})
+	// Debezium's records of the first transaction, as StringConverter
+	// writes them, with its processing time.
+	dbz, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbz.Close()
+	if err := dbz.ProduceSync(ctx,
+		&kgo.Record{Topic: "outbox.event.Order", Key: []byte("o-1"), Value: []byte(`{"n": 1}`), Headers: []kgo.RecordHeader{{Key: publish.HeaderID, Value: []byte("r")}}},
+		&kgo.Record{Topic: "outbox.event.Order", Key: []byte("k"), Value: []byte(`"same"`), Headers: []kgo.RecordHeader{{Key: publish.HeaderID}}},
+	).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "offsets.json")
+	answer := fmt.Sprintf(`{"offsets":[{"partition":{"server":"dbz"},"offset":{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":1,"ts_usec":%d}}]}`,
+		offset, offset, offset, time.Now().UnixMicro())
+	if err := os.WriteFile(file, []byte(answer), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, pg, broker)
+	cfg.Encoding = publish.Encoding{Key: publish.FormatString, Value: publish.FormatString}
+	cfg.Takeover = Takeover{Source: debezium.Source{Kind: debezium.SourceFile, Path: file}, Selector: debezium.Selector{Server: "dbz"}, Lookback: time.Minute}
+	cfg.MaxBatchEvents = 1 // a Kafka transaction per event: x is in Kafka when the first session stops
+	run := func(cfg Config, done func() bool) error {
+		t.Helper()
+		p := New(cfg, slog.New(slog.NewTextHandler(testWriter{t}, nil)), nil)
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() { errc <- p.Run(rctx) }()
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+			select {
+			case err := <-errc:
+				return err
+			case <-time.After(100 * time.Millisecond):
+			}
+			if done() {
+				cancel()
+				return <-errc
+			}
+		}
+		t.Fatal("Run went on for 30s")
+		return nil
+	}
+	never := func() bool { return false }
+
+	// No unique index on id: refused, saying how to go on.
+	err = run(cfg, never)
+	if !errors.Is(err, ErrRepeatedIDs) || !strings.Contains(err.Error(), `table "public"."outbox"`) || !strings.Contains(err.Error(), "CREATE UNIQUE INDEX") {
+		t.Fatalf("Run = %v, want a refusal naming the table's id column without a unique index", err)
+	}
+
+	cfg.Takeover.AcceptRepeatedIDs = true
+	err = run(cfg, never)
+	var bad *decode.Error
+	if !errors.As(err, &bad) || string(bad.Event.ID) != "bad" {
+		t.Fatalf("Run = %v, want a stop at the row without aggregatetype", err)
+	}
+	if got := slotConfirmed(); got > offset {
+		t.Fatalf("slot confirmed %s within the stretch, past the takeover's start %s", got, offset)
+	}
+	until := lsn()
+
+	cfg.SkipEvent, cfg.SkipTopic = bad.Event.Ref(), "walstream.dlq"
+	// Confirmed past the stretch once Kafka holds all of it.
+	if err := run(cfg, func() bool { return slotConfirmed() >= until }); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	recs, err := testenv.ReadRecords(ctx, broker, "outbox.event.Order")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make(map[string]int)
+	for _, r := range recs {
+		ids[strings.TrimPrefix(r.Headers, "id=")]++
+	}
+	// Debezium's r and null, walstream's x, r, null, x, r: each row once.
+	if want := map[string]int{"r": 3, "": 2, "x": 2}; !maps.Equal(ids, want) {
+		t.Fatalf("records by id %v, want %v", ids, want)
 	}
 }

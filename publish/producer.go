@@ -181,6 +181,7 @@ type Producer struct {
 	byTopic map[string]int        // events per topic in the open transaction
 	started time.Time             // when the open Kafka transaction got its first event
 	pos     checkpoint.Checkpoint // position once the open batch commits
+	resume  checkpoint.Checkpoint // where the session started
 	notes   checkpoint.Notes      // what every checkpoint records besides pos
 	skip    *checkpoint.Skip      // the skip in the open batch, until it commits
 	// seen, while the stream reads transactions Debezium may have
@@ -264,12 +265,15 @@ func (p *Producer) Fence(ctx context.Context) error {
 // Kafka holds no checkpoint yet, Run commits one for the resume position at
 // once, so that a slot recreated later is caught as being ahead of it.
 func (p *Producer) Start(pos positions) {
-	p.pos, p.tracker = pos.Resume(), pos
+	p.pos, p.resume, p.tracker = pos.Resume(), pos.Resume(), pos
 	p.notes = checkpoint.Notes{Tables: p.cfg.Tables}
 	if n := p.pos.Notes; n != nil {
 		p.notes.Skipped, p.notes.Takeover = n.Skipped, n.Takeover
-		if t := n.Takeover; t.Overlaps(p.pos.LSN) {
-			p.seen = newPublished(t, p.opts, p.log)
+		if t := p.pos.TakeoverAhead(); t != nil {
+			p.seen = newPublished(t, p.opts, func(ctx context.Context) (int64, error) {
+				id, _, err := p.client.ProducerID(ctx)
+				return id, err
+			}, p.log)
 			p.log.Info("taking over from Debezium: events of transactions committed before until_lsn are looked up in Kafka, and those Debezium published are not published again",
 				"until_lsn", t.Until.String(), "since", t.Since.UTC().Format(time.RFC3339Nano), "checkpoint", p.pos.String())
 		}
@@ -344,7 +348,11 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 			"events_checked", p.seen.checked, "events_debezium_had_published", p.seen.found)
 		p.seen = nil
 	}
-	if n := len(tx.Events); n > 0 {
+	first, err := p.replays(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if n := len(tx.Events) - first; n > 0 {
 		if p.records > 0 && (p.records+n > p.cfg.MaxBatchEvents || p.bytes+tx.Bytes > p.cfg.MaxBatchBytes) {
 			if err := p.flush(ctx); err != nil {
 				return err
@@ -357,7 +365,7 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 			p.started = time.Now()
 		}
 		dup := 0
-		for i := range tx.Events {
+		for i := first; i < len(tx.Events); i++ {
 			rec, err := p.record(ctx, &tx.Events[i])
 			if err != nil {
 				return err
@@ -387,14 +395,14 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 		// published past a point (a timeline's fork) can be told later.
 		p.pos = p.pos.Published(n - dup)
 		if !tx.Final {
-			p.pos = p.pos.Part(tx.CommitLSN, tx.Events[n-1].Ordinal)
+			p.pos = p.pos.Part(tx.CommitLSN, tx.Events[len(tx.Events)-1].Ordinal)
 		}
 	}
 	// completes: the Final part of a transaction whose other parts are in
 	// Kafka and that brought no events of its own, as after a resume from
 	// a checkpoint at its last event. Its checkpoint goes out at once, not
 	// after IdleInterval: the transaction is done, and the slot waits on it.
-	completes := tx.Final && len(tx.Events) == 0 && p.records == 0 &&
+	completes := tx.Final && len(tx.Events) == first && p.records == 0 &&
 		p.pos.PartialCommitLSN != 0 && p.pos.PartialCommitLSN == tx.CommitLSN
 	if tx.Final && tx.EndLSN > p.pos.LSN {
 		p.pos = p.pos.At(tx.EndLSN)
@@ -403,6 +411,42 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 		return p.flush(ctx)
 	}
 	return nil
+}
+
+// replays claims, for the lookup of a takeover from Debezium, the records
+// of the events of tx the checkpoint the session resumed from covers, and
+// returns the index of tx's first event to publish. Only the stretch of a
+// takeover hands such events on (the decoder drops every other replay):
+// each was published by Debezium or by this stream before, and claims the
+// record that holds it, so that the record excuses no later event with
+// the same identity. An event that went to the dead-letter topic, or that
+// cannot be routed or encoded now, claims nothing.
+func (p *Producer) replays(ctx context.Context, tx *decode.Tx) (int, error) {
+	first := 0
+	for first < len(tx.Events) && p.resume.Skip(tx.CommitLSN, tx.Events[first].Ordinal) {
+		first++
+	}
+	if p.seen == nil {
+		return first, nil
+	}
+	for i := range tx.Events[:first] {
+		ev := &tx.Events[i]
+		if ev.Bad != nil {
+			continue
+		}
+		rec, err := p.router.Record(ctx, ev)
+		var regErr *RegistryError
+		switch {
+		case errors.As(err, &regErr):
+			return 0, err
+		case err != nil:
+			continue
+		}
+		if _, err := p.seen.claim(ctx, rec); err != nil {
+			return 0, err
+		}
+	}
+	return first, nil
 }
 
 // record returns the event's record, or its dead letter when the event

@@ -21,6 +21,37 @@ import (
 // timestamp, never before the row's commit) and what this stream
 // committed since the takeover. Events are told apart by their id header,
 // or by key and value where the id is null.
+//
+// Identities may repeat (an id column without a unique index, null ids
+// with equal keys and values), so the lookup counts, never asks whether an
+// identity is there at all: each record excuses at most one event, and an
+// event is skipped only while a record of its identity is left unclaimed.
+// Which records are copies of one event and which are events of their own
+// is told by who wrote them:
+//
+//   - One run of Debezium's task (one producer id: a standalone worker's
+//     idempotent producer gets a new one at each start, an exactly-once
+//     task keeps its transactional one) publishes each event at most once.
+//     At least once, a run that follows a crash publishes again, from the
+//     stored offset, what an earlier run had published: copies of the
+//     same events under another producer id. So Debezium's records of one
+//     identity count as the most any one producer id wrote of it: two
+//     copies written by two runs excuse one event, two written by one run
+//     two. A distinct event of a repeated identity that two runs wrote one
+//     each (a run killed with records in flight to another partition) is
+//     then published once more: a duplicate, never a loss.
+//   - walstream's own records since the takeover (a session restarted
+//     within the stretch) each count, and the events of the stretch the
+//     restart reads again from the slot claim them first, in commit order,
+//     before any new event is looked up: the slot is not confirmed past
+//     the takeover's start until the stream is past until_lsn (see
+//     checkpoint.Tracker.Confirm), so that every event of the stretch
+//     claims its record whichever session handled it.
+//
+// Records of events committed before the slot's position, read because of
+// the lookback, are claimed by no event: one of them excuses a later event
+// of the same identity, which is why a takeover asks for a unique index on
+// the event id column (pipeline).
 
 // takeoverWait is how long the lookup waits for a topic's open
 // transaction to end: a killed exactly-once task leaves one open until the
@@ -36,53 +67,132 @@ type published struct {
 	takeover *checkpoint.Takeover
 	opts     []kgo.Opt
 	log      *slog.Logger
-	// ids are the event identities each topic read holds.
-	ids map[string]map[string]struct{}
+	// own returns the producer id this stream writes under.
+	own func(ctx context.Context) (int64, error)
+	// tallies are, for each topic read, the records of each event identity.
+	tallies map[string]map[string]*tally
 	// found counts the events found already published, checked those
 	// looked up.
 	found, checked int
 }
 
-func newPublished(t *checkpoint.Takeover, opts []kgo.Opt, log *slog.Logger) *published {
-	return &published{takeover: t, opts: opts, log: log, ids: make(map[string]map[string]struct{})}
+func newPublished(t *checkpoint.Takeover, opts []kgo.Opt, own func(context.Context) (int64, error), log *slog.Logger) *published {
+	return &published{takeover: t, opts: opts, own: own, log: log, tallies: make(map[string]map[string]*tally)}
 }
 
-// has reports whether rec's event is among its topic's records.
-func (p *published) has(ctx context.Context, rec *kgo.Record) (bool, error) {
-	ids, ok := p.ids[rec.Topic]
+// tally is what a topic holds of one event identity.
+type tally struct {
+	own     int   // records this stream wrote
+	runs    []run // every other producer's
+	claimed int
+}
+
+// run counts the records one producer id wrote.
+type run struct {
+	pid int64
+	n   int
+}
+
+// add counts a record written by producer id pid; own is this stream's.
+func (t *tally) add(pid, own int64) {
+	if pid == own {
+		t.own++
+		return
+	}
+	for i := range t.runs {
+		if t.runs[i].pid == pid {
+			t.runs[i].n++
+			return
+		}
+	}
+	t.runs = append(t.runs, run{pid: pid, n: 1})
+}
+
+// copies is how many events the records excuse: the most any one of
+// Debezium's runs wrote, and every record of this stream.
+func (t *tally) copies() int {
+	most := 0
+	for _, r := range t.runs {
+		most = max(most, r.n)
+	}
+	return t.own + most
+}
+
+// claim takes one of the records for an event, when one is left.
+func (t *tally) claim() bool {
+	if t == nil || t.claimed >= t.copies() {
+		return false
+	}
+	t.claimed++
+	return true
+}
+
+// claim reports whether rec's event is in its topic, and claims the record
+// that holds it: no other event is excused by it.
+func (p *published) claim(ctx context.Context, rec *kgo.Record) (bool, error) {
+	tallies, ok := p.tallies[rec.Topic]
 	if !ok {
 		var err error
-		if ids, err = p.read(ctx, rec.Topic); err != nil {
+		if tallies, err = p.read(ctx, rec.Topic); err != nil {
 			return false, err
 		}
-		p.ids[rec.Topic] = ids
+		p.tallies[rec.Topic] = tallies
+	}
+	return tallies[eventKey(rec)].claim(), nil
+}
+
+// has claims rec's record as claim does, for an event to publish unless
+// found, and counts it.
+func (p *published) has(ctx context.Context, rec *kgo.Record) (bool, error) {
+	found, err := p.claim(ctx, rec)
+	if err != nil {
+		return false, err
 	}
 	p.checked++
-	_, found := ids[eventKey(rec)]
 	if found {
 		p.found++
 	}
 	return found, nil
 }
 
-// read collects the event identities of topic's records from Since on.
-func (p *published) read(ctx context.Context, topic string) (map[string]struct{}, error) {
+// read counts the records of each event identity in topic from Since on.
+func (p *published) read(ctx context.Context, topic string) (map[string]*tally, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, takeoverReadDeadline)
 	defer cancel()
-	ids := make(map[string]struct{})
+	own, err := p.own(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("looking up the events Debezium published to topic %s: reading this stream's producer id: %w", topic, err)
+	}
+	tallies := make(map[string]*tally)
 	n := 0
-	err := scanTopic(ctx, p.opts, topic, p.takeover.Since, takeoverWait, func(r *kgo.Record) error {
-		ids[eventKey(r)] = struct{}{}
+	err = scanTopic(ctx, p.opts, topic, p.takeover.Since, takeoverWait, func(r *kgo.Record) error {
+		k := eventKey(r)
+		t := tallies[k]
+		if t == nil {
+			t = &tally{}
+			tallies[k] = t
+		}
+		t.add(r.ProducerID, own)
 		n++
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("looking up the events Debezium published to topic %s since %s: %w", topic, p.takeover.Since.UTC().Format(time.RFC3339), err)
 	}
-	p.log.Info("read the events Debezium may have published before the takeover", "topic", topic, "records", n, "events", len(ids),
-		"since", p.takeover.Since.UTC().Format(time.RFC3339Nano), "seconds", time.Since(start).Seconds())
-	return ids, nil
+	repeated := 0
+	producers := make(map[int64]bool)
+	for _, t := range tallies {
+		if t.copies() > 1 {
+			repeated++
+		}
+		for _, r := range t.runs {
+			producers[r.pid] = true
+		}
+	}
+	p.log.Info("read the events Debezium may have published before the takeover", "topic", topic, "records", n, "events", len(tallies),
+		"identities_excusing_several_events", repeated, "other_producers", len(producers), "since", p.takeover.Since.UTC().Format(time.RFC3339Nano), "seconds", time.Since(start).Seconds())
+	return tallies, nil
 }
 
 // eventKey identifies a record's event: its id header, or where that is

@@ -2,11 +2,13 @@ package publish
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
@@ -118,5 +120,160 @@ func TestEventKey(t *testing.T) {
 	c := eventKey(&kgo.Record{Key: []byte{}, Value: []byte("v")})
 	if a == b || b != c {
 		t.Errorf("keys of null and empty key: %q, %q, %q", a, b, c)
+	}
+}
+
+// The records of one identity are counted, by who wrote them: two runs of
+// Debezium count as the one that wrote most (a run after a crash publishes
+// again what the run before published), walstream's own records each
+// count, and the events a restarted session reads again claim their
+// records before any new event is looked up. Every event is then in Kafka
+// exactly once: ids that repeat, null ids with equal key and value,
+// Debezium's own duplicates, across a session restart within the stretch.
+func TestTakeoverCountsCopies(t *testing.T) {
+	broker := testenv.StartKfake(t).Addr()
+	ctx := context.Background()
+	now := time.Now()
+	const topic = "outbox.event.Order"
+	nullID := func(ordinal uint64) decode.Event {
+		ev := event(ordinal, "")
+		ev.ID, ev.AggregateID, ev.Payload = nil, []byte("k"), []byte(`"same"`)
+		return ev
+	}
+	tk := &checkpoint.Takeover{Source: "kafka:connect-offsets", Connector: "outbox", Offset: []byte(`{"lsn":1}`), Until: 0x9000,
+		Since: now.Add(-time.Hour), Time: now}
+	p := newProducer(t, broker, "tx-counts")
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Debezium's records, as walstream writes them: run A published r
+	// twice (two events with that id), d, and the null id's event; run B,
+	// after a crash, d and the null id's event again.
+	for _, run := range [][]decode.Event{{event(1, "r"), event(2, "r"), event(3, "d"), nullID(4)}, {event(3, "d"), nullID(4)}} {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.AllowAutoTopicCreation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range run {
+			rec, err := p.router.Record(ctx, &run[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.Timestamp = now
+			if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cl.Close()
+	}
+	tx := func(commit pglogrepl.LSN, evs ...decode.Event) *decode.Tx {
+		return &decode.Tx{Xid: uint32(commit), CommitLSN: commit, EndLSN: commit + 0x100, Final: true, Events: evs, Bytes: len(evs)}
+	}
+	stretch := []*decode.Tx{
+		tx(0x2000, event(1, "r"), event(2, "d"), nullID(3)), // Debezium's
+		tx(0x3000, event(1, "x")),                           // not in Kafka
+		tx(0x4000, event(1, "r")),                           // Debezium's second r
+		// The session restarts here.
+		tx(0x5000, event(1, "r")),                // a third r: not Debezium's
+		tx(0x6000, event(1, "d")),                // Debezium's d was one event written twice
+		tx(0x7000, nullID(1)),                    // Debezium's null id event was one
+		tx(0x8000, event(1, "x")),                // a second x: walstream's x is the first one's
+		tx(0xA000, event(1, "r"), event(2, "d")), // past until_lsn
+	}
+	session := func(resume checkpoint.Checkpoint, want pglogrepl.LSN, txs ...*decode.Tx) {
+		t.Helper()
+		p := newProducer(t, broker, "tx-counts")
+		if err := p.Fence(ctx); err != nil {
+			t.Fatal(err)
+		}
+		reached := make(chan struct{})
+		p.Start(&fakePositions{resume: resume, at: time.Now(), committed: func(cp checkpoint.Checkpoint) {
+			if cp.LSN == want {
+				close(reached)
+			}
+		}})
+		q := NewQueue(1 << 20)
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() { errc <- p.Run(rctx, q) }()
+		for _, tx := range txs {
+			if err := q.Put(rctx, tx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case <-reached:
+		case err := <-errc:
+			t.Fatalf("Run = %v before checkpoint %s", err, want)
+		}
+		cancel()
+		<-errc
+	}
+	session(checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Takeover: tk}}, 0x4100, stretch[:3]...)
+	resume, _, found, err := p.ReadCheckpoint(ctx)
+	if err != nil || !found || resume.LSN != 0x4100 || resume.TakeoverAhead() == nil {
+		t.Fatalf("checkpoint after the first session: %s, %v, %v; want 0/4100 with the takeover ahead", resume, found, err)
+	}
+	// The next session reads the stretch again from the slot: the decoder
+	// hands on its replays.
+	session(resume, 0xA100, stretch...)
+
+	recs, err := testenv.ReadRecords(ctx, broker, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[string]int)
+	for _, r := range recs {
+		got[r.Header("id")]++
+	}
+	// Debezium's r, r, d, d, null, null; walstream's x, r, d, null, x, r, d.
+	if want := map[string]int{"r": 4, "d": 4, "": 3, "x": 2}; !maps.Equal(got, want) {
+		t.Fatalf("records by id %v, want %v", got, want)
+	}
+	last, _, _, err := p.ReadCheckpoint(ctx)
+	if err != nil || last.Events != 7 {
+		t.Fatalf("last checkpoint %s counts %d events (%v), want the 7 walstream published", last, last.Events, err)
+	}
+}
+
+// The count of an identity's records: the most any one run of Debezium
+// wrote, and every record walstream wrote; each claims one.
+func TestTally(t *testing.T) {
+	const own = 7
+	for _, c := range []struct {
+		name string
+		pids []int64
+		want int
+	}{
+		{"one record", []int64{1}, 1},
+		{"two events of one run", []int64{1, 1}, 2},
+		{"one event written by two runs", []int64{1, 2}, 1},
+		{"two events of one run, one written again by the next", []int64{1, 1, 2}, 2},
+		{"walstream's own", []int64{own, own}, 2},
+		{"Debezium's and walstream's", []int64{1, 2, own}, 2},
+		{"non-idempotent producers (no producer id)", []int64{-1, -1}, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var tl tally
+			for _, pid := range c.pids {
+				tl.add(pid, own)
+			}
+			if got := tl.copies(); got != c.want {
+				t.Fatalf("copies = %d, want %d", got, c.want)
+			}
+			for i := range c.want {
+				if !tl.claim() {
+					t.Fatalf("claim %d refused", i+1)
+				}
+			}
+			if tl.claim() {
+				t.Fatalf("claim %d granted, want at most %d", c.want+1, c.want)
+			}
+		})
+	}
+	var none *tally
+	if none.claim() {
+		t.Fatal("an identity without records claimed one")
 	}
 }

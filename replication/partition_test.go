@@ -71,9 +71,24 @@ func TestPartitionedOutbox(t *testing.T) {
 		return infos[0].OID
 	}
 	before := oid()
+	// What the catalog says of a partition as it is detached and dropped,
+	// for rows still coming under its name.
+	var part uint32
+	if err := admin.QueryRow(ctx, "SELECT 'public.outbox_2000'::regclass::oid").Scan(&part); err != nil {
+		t.Fatal(err)
+	}
+	relation := func(what string, want RelationState) {
+		t.Helper()
+		if got, err := DescribeRelation(ctx, admin, names, part); err != nil || got != want {
+			t.Fatalf("DescribeRelation of the partition %s = %+v, %v; want %+v", what, got, err, want)
+		}
+	}
+	relation("attached", RelationState{Root: Table{"public", "outbox"}, Partition: true, Exists: true, Published: true})
 	exec("CREATE TABLE public.outbox_2100 PARTITION OF public.outbox FOR VALUES FROM ('2100-01-01') TO ('2200-01-01')")
 	exec("ALTER TABLE public.outbox DETACH PARTITION public.outbox_2000")
+	relation("detached", RelationState{Exists: true})
 	exec("DROP TABLE public.outbox_2000")
+	relation("dropped", RelationState{})
 	if after := oid(); after != before {
 		t.Fatalf("the outbox table's OID changed from %d to %d as partitions came and went", before, after)
 	}

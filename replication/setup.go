@@ -152,7 +152,7 @@ func (n Names) ViaRootSQL() string {
 // outbox tables' rows under their partitions' names. Postgres decodes WAL
 // with the publication as it was when the WAL was written, so rows
 // committed before the fix keep arriving under those names; the decoder
-// is told which tables are partitions of an outbox table (PartitionRoot)
+// is told which tables are partitions of an outbox table (DescribeRelation)
 // and publishes them as the table's.
 func (n Names) viaRootError(partitioned []Table) error {
 	return &SetupError{Object: fmt.Sprintf("publication %q", n.Publication),

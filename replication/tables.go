@@ -2,7 +2,6 @@ package replication
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -137,23 +136,64 @@ func (n Names) RecreateAdvice(t Table) string {
 		t.SQL(), n.addTablesSQL([]Table{t}))
 }
 
-// PartitionRoot returns which of the outbox tables relation oid is a
-// partition of, at any depth, as the catalog has it now; ok is false for
-// none, and for a relation the catalog no longer has.
-func PartitionRoot(ctx context.Context, conn *pgx.Conn, n Names, oid uint32) (t Table, ok bool, err error) {
-	var ord *int64
-	err = conn.QueryRow(ctx, `SELECT t.ord FROM unnest($2::text[]) WITH ORDINALITY AS t(name, ord)
-		JOIN pg_partition_ancestors($1::oid::regclass) a ON a.relid = to_regclass(t.name)
-		WHERE a.relid <> $1::oid::regclass LIMIT 1`, oid, sqlNames(n.Tables)).Scan(&ord)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Table{}, false, nil
-	}
+// RelationState is what the catalog says now of a relation whose rows
+// came under its own name, no outbox table's: whether it is a partition of
+// one, and otherwise whether it could have been one when its rows were
+// written without the catalog showing it any more.
+type RelationState struct {
+	// Root is the outbox table the relation is a partition of, at any
+	// depth, when Partition is set.
+	Root      Table
+	Partition bool
+	// Exists says the catalog still has the relation: a dropped one is
+	// gone, with its place in any partition tree.
+	Exists bool
+	// Published says the publication publishes the relation's rows now,
+	// as its own or as an ancestor's: a table it names, one in a schema it
+	// covers, every table. A relation whose rows came although the
+	// publication does not publish it now was in it when they were written,
+	// as a partition of a published table or as itself, and left it since.
+	Published bool
+}
+
+// DescribeRelation says, as the catalog has it now, what relation oid is
+// to the outbox tables and to the publication.
+func DescribeRelation(ctx context.Context, conn *pgx.Conn, n Names, oid uint32) (RelationState, error) {
+	// pg_partition_ancestors lists a partition with its ancestors, and
+	// nothing for a table that is no partition, or no longer exists.
+	var (
+		st  RelationState
+		ord *int64
+	)
+	err := conn.QueryRow(ctx, `WITH rel AS (SELECT $1::oid AS relid UNION SELECT relid FROM pg_partition_ancestors($1::oid::regclass))
+		SELECT EXISTS (SELECT FROM pg_class WHERE oid = $1::oid),
+			(SELECT t.ord FROM unnest($2::text[]) WITH ORDINALITY AS t(name, ord) JOIN rel ON rel.relid = to_regclass(t.name)
+				WHERE rel.relid <> $1::oid ORDER BY t.ord LIMIT 1),
+			EXISTS (SELECT FROM rel JOIN pg_class c ON c.oid = rel.relid JOIN pg_namespace s ON s.oid = c.relnamespace
+				JOIN pg_publication_tables pt ON pt.pubname = $3 AND pt.schemaname = s.nspname AND pt.tablename = c.relname)`,
+		oid, sqlNames(n.Tables), n.Publication).Scan(&st.Exists, &ord, &st.Published)
 	if err != nil {
-		return Table{}, false, fmt.Errorf("looking up the partition root of relation %d: %w", oid, err)
+		return RelationState{}, fmt.Errorf("looking up relation %d in the catalog and publication %q: %w", oid, n.Publication, err)
 	}
-	tables := n.byOrdinal([]int64{*ord})
-	if len(tables) == 0 {
-		return Table{}, false, nil
+	if ord != nil {
+		if tables := n.byOrdinal([]int64{*ord}); len(tables) == 1 {
+			st.Root, st.Partition = tables[0], true
+		}
 	}
-	return tables[0], true, nil
+	return st, nil
+}
+
+// UniqueColumn reports whether table t has a unique index on exactly its
+// column (a primary key is one): a valid one, not partial, on no
+// expression. A unique index over more columns, as a partitioned table's
+// keys must include its partition key, does not make one column unique.
+func UniqueColumn(ctx context.Context, conn *pgx.Conn, t Table, column string) (bool, error) {
+	var unique bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = $2 AND NOT a.attisdropped
+		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
+			AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum)`, t.SQL(), column).Scan(&unique)
+	if err != nil {
+		return false, fmt.Errorf("looking up a unique index on column %s of table %s: %w", column, t.SQL(), err)
+	}
+	return unique, nil
 }

@@ -98,4 +98,25 @@ func TestDescribeTables(t *testing.T) {
 	if p := describe()[1]; p.Exists() || len(p.Columns) != 0 {
 		t.Errorf("dropped table described as %+v", p)
 	}
+
+	// A takeover asks whether the event id column is unique: a unique
+	// index on exactly the column, a primary key included, and no other
+	// kind (over more columns, partial, on an expression).
+	exec(`CREATE TABLE pk (id uuid PRIMARY KEY, n int);
+		CREATE TABLE plain (id text, n int, m int);
+		CREATE INDEX ON plain (id);
+		CREATE UNIQUE INDEX ON plain (id, n);
+		CREATE UNIQUE INDEX ON plain (id) WHERE n > 0;
+		CREATE UNIQUE INDEX ON plain (lower(id));
+		CREATE UNIQUE INDEX ON plain (m) INCLUDE (id);
+		CREATE TABLE uniq (id text UNIQUE)`)
+	for _, c := range []struct {
+		table, column string
+		want          bool
+	}{{"pk", "id", true}, {"pk", "n", false}, {"plain", "id", false}, {"plain", "m", true}, {"uniq", "id", true}, {"missing", "id", false}} {
+		got, err := UniqueColumn(ctx, admin, Table{"public", c.table}, c.column)
+		if err != nil || got != c.want {
+			t.Errorf("UniqueColumn(%s, %s) = %v, %v; want %v", c.table, c.column, got, err, c.want)
+		}
+	}
 }

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walstream/walstream/decode"
 )
 
 // partitionedOutboxDDL is an outbox table range-partitioned by time, the
@@ -168,6 +171,19 @@ func TestPartitionedOutbox(t *testing.T) {
 	for id := range want {
 		if seen[id] != 1 {
 			t.Errorf("row %s published %d times, want once", id, seen[id])
+		}
+	}
+}
+
+// A stop at a row of a partition no longer attached ends with the flags
+// that go on past it: one event, or every such row.
+func TestUnattachedHint(t *testing.T) {
+	bad := &decode.Error{Event: decode.Identity{CommitLSN: 0x200, Ordinal: 3}, Reason: "row",
+		Err: &decode.UnattachedError{Relation: "public.outbox_2010", OID: 7, Table: "public.outbox", Dropped: true}}
+	msg := flagHints(fmt.Errorf("slot walstream: %w", bad)).Error()
+	for _, s := range []string{"--skip-event 0/200:3", "--on-error=dead-letter", "OID 7"} {
+		if !strings.Contains(msg, s) {
+			t.Errorf("%q does not say %q", msg, s)
 		}
 	}
 }

@@ -115,6 +115,7 @@ func flagHints(err error) error {
 	var diverged *pipeline.DivergedError
 	var recreated *decode.TableRecreatedError
 	var bad *decode.Error
+	var unattached *decode.UnattachedError
 	switch {
 	case errors.Is(err, pipeline.ErrSlotAhead), errors.Is(err, pipeline.ErrSlotMissing):
 		return fmt.Errorf("%w (--allow-slot-ahead)", err)
@@ -126,10 +127,14 @@ func flagHints(err error) error {
 		return fmt.Errorf("%w (give each stream its own --stream, or check --transactional-id)", err)
 	case errors.As(err, &sharedKey):
 		return fmt.Errorf("%w (--stream)", err)
+	case errors.Is(err, pipeline.ErrRepeatedIDs):
+		return fmt.Errorf("%w (--debezium-accept-repeated-ids)", err)
 	case errors.Is(err, publish.ErrTopicMissing):
 		return fmt.Errorf("%w (create the topic, or let walstream create the topics it writes to with --topic-creation; see docs/kafka.md, Outbox and dead-letter topics)", err)
 	case errors.As(err, &recreated):
 		return fmt.Errorf("%w (--accept-recreated-table %s=%d)", err, recreated.Table, recreated.NewOID)
+	case errors.As(err, &bad) && bad.Event.CommitLSN != 0 && errors.As(err, &unattached):
+		return fmt.Errorf("%w (to send this one event to --dlq-topic and go on: --skip-event %s; every row of the relation, with any other bad row: --on-error=dead-letter)", err, bad.Event.Ref())
 	case errors.As(err, &bad) && bad.Event.CommitLSN != 0:
 		return fmt.Errorf("%w (to send this one event to --dlq-topic and go on: --skip-event %s; see docs/outbox.md, Bad input)", err, bad.Event.Ref())
 	}
