@@ -211,7 +211,8 @@ func TestTakeoverCountsCopies(t *testing.T) {
 		<-errc
 	}
 	session(checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Takeover: tk}}, 0x4100, stretch[:3]...)
-	resume, _, found, err := p.ReadCheckpoint(ctx)
+	rd, err := p.ReadCheckpoint(ctx)
+	resume, found := rd.Checkpoint, rd.Found
 	if err != nil || !found || resume.LSN != 0x4100 || resume.TakeoverAhead() == nil {
 		t.Fatalf("checkpoint after the first session: %s, %v, %v; want 0/4100 with the takeover ahead", resume, found, err)
 	}
@@ -231,9 +232,9 @@ func TestTakeoverCountsCopies(t *testing.T) {
 	if want := map[string]int{"r": 4, "d": 4, "": 3, "x": 2}; !maps.Equal(got, want) {
 		t.Fatalf("records by id %v, want %v", got, want)
 	}
-	last, _, _, err := p.ReadCheckpoint(ctx)
-	if err != nil || last.Events != 7 {
-		t.Fatalf("last checkpoint %s counts %d events (%v), want the 7 walstream published", last, last.Events, err)
+	rd, err = p.ReadCheckpoint(ctx)
+	if last := rd.Checkpoint; err != nil || last.Events != 7 {
+		t.Fatalf("last checkpoint %s counts %d events (%v), want the 7 walstream published", last, rd.Checkpoint.Events, err)
 	}
 }
 
