@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -226,7 +227,7 @@ func (r *partitionReader) pastStable(ctx context.Context, topic string, p int32,
 			return nil, fmt.Errorf("reading topic %s partition %d: no progress at offset %d, high watermark %d", topic, p, next, end)
 		}
 	}
-	slices.SortFunc(done, func(a, b *kgo.Record) int { return cmpOffset(a.Offset, b.Offset) })
+	slices.SortFunc(done, byOffset)
 	for _, rec := range done {
 		if err := committed(rec); err != nil {
 			return nil, err
@@ -235,19 +236,11 @@ func (r *partitionReader) pastStable(ctx context.Context, topic string, p int32,
 	for _, recs := range pending {
 		open = append(open, recs...)
 	}
-	slices.SortFunc(open, func(a, b *kgo.Record) int { return cmpOffset(a.Offset, b.Offset) })
+	slices.SortFunc(open, byOffset)
 	return open, nil
 }
 
-func cmpOffset(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
+func byOffset(a, b *kgo.Record) int { return cmp.Compare(a.Offset, b.Offset) }
 
 // committedUntil calls each with every committed record of partition p of
 // topic from from to until (a last stable offset), read_committed.
