@@ -175,6 +175,22 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 			return rd, err
 		}
 	}
+	// A record of a transactional id fenced above that is still open has
+	// no marker to come: the coordinator ended that id's transactions,
+	// writing markers to every partition it knew of, before the fencing
+	// returned. It is a hanging transaction (Kafka lost track of the
+	// partition, as after a broker crash), never committed; it holds the
+	// partition's last stable offset until an operator aborts it.
+	rd.Open = slices.DeleteFunc(rd.Open, func(o publish.OpenRecord) bool {
+		if !slices.Contains(fenced, o.TransactionalID) {
+			return false
+		}
+		log.Warn("a checkpoint record of a fenced transactional id is in a transaction Kafka left hanging: it never committed, and walstream "+
+			"goes on without it; read_committed readers of the partition wait until it is aborted (see docs/kafka.md, A transaction holding the checkpoint topic)",
+			"record", o.String(), "abort", fmt.Sprintf("kafka-transactions.sh --bootstrap-server <broker> abort --topic %s --partition %d --start-offset %d",
+				cfg.CheckpointTopic, o.Partition, o.Offset))
+		return true
+	})
 	if len(rd.Open) > 0 {
 		return rd, onKafka(&OpenCheckpointError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, TransactionalID: cfg.TransactionalID, Open: rd.Open})
 	}

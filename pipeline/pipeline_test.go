@@ -105,6 +105,7 @@ type fakeSource struct {
 	fence   func(ctx context.Context) error
 	read    func(ctx context.Context) (checkpoint.Checkpoint, time.Time, bool, error)
 	history []checkpoint.Checkpoint
+	open    []publish.OpenRecord // records in open transactions every read finds
 }
 
 var _ checkpointSource = (*fakeSource)(nil)
@@ -115,7 +116,35 @@ func (f *fakeSource) FenceOthers(context.Context, []string) error {
 }
 func (f *fakeSource) ReadCheckpoint(ctx context.Context) (publish.Read, error) {
 	cp, at, found, err := f.read(ctx)
-	return publish.Read{Checkpoint: cp, At: at, Found: found}, err
+	return publish.Read{Checkpoint: cp, At: at, Found: found, Open: f.open}, err
+}
+
+// A record of the stream's own transactional id still open after the
+// stream fenced it is a hanging transaction: it never commits, and the
+// stream goes on without it. One of a producer it does not know stays a
+// reason to wait.
+func TestHangingOwnRecord(t *testing.T) {
+	srv := replication.Server{SystemID: "7", Timeline: 1, XLogPos: 0x10000, Database: "d"}
+	own := checkpoint.Checkpoint{LSN: 0x500, Identity: checkpoint.Identity{SystemID: "7", Timeline: 1, Database: "d"}}
+	cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "k", CheckpointTopic: "cp", TransactionalID: "walstream-d/s"}
+	for _, tc := range []struct {
+		writer string
+		ok     bool
+	}{{"walstream-d/s", true}, {"", false}} {
+		src := &fakeSource{fence: func(context.Context) error { return nil },
+			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) { return own, time.Now(), true, nil },
+			open: []publish.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: tc.writer,
+				Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Owner: checkpoint.Owner{Slot: "s", TransactionalID: tc.writer}}}}}
+		cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, checkpoint.Checkpoint{},
+			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
+		var open *OpenCheckpointError
+		switch {
+		case tc.ok && (err != nil || cp.LSN != 0x500):
+			t.Errorf("writer %q: resume = %v, %v; want 0/500, the hanging record left out", tc.writer, cp, err)
+		case !tc.ok && !errors.As(err, &open):
+			t.Errorf("writer %q: resume error %v, want an OpenCheckpointError", tc.writer, err)
+		}
+	}
 }
 func (f *fakeSource) CheckpointHistory(context.Context) ([]checkpoint.Checkpoint, error) {
 	return f.history, nil
