@@ -199,6 +199,12 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			}
 		}
 		if f.permanent {
+			// The stream stays stopped: the health endpoints and
+			// walstream_stopped say so while other streams of the process go on.
+			m.standby.Set(0)
+			p.waits.done("standby", "no longer waiting for the slot as a standby")
+			msg := oneLine(err)
+			p.state.stopped.Store(&msg)
 			return err
 		}
 		var wait time.Duration
