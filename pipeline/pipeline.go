@@ -154,6 +154,9 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) *Pipeline {
 	return &Pipeline{cfg: cfg, log: log, metrics: newMetrics(reg, st), state: st, waits: &waits{log: log, state: st, every: cfg.ProgressInterval}}
 }
 
+// Log is the pipeline's logger, scoped to its stream.
+func (p *Pipeline) Log() *slog.Logger { return p.log }
+
 // MetricLabels are the labels of every metric of the stream: its name,
 // slot and database, so that one dashboard tells streams apart without
 // relabelling.
