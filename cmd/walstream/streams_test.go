@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/walstream/walstream/publish"
+	"go.yaml.in/yaml/v3"
 )
 
 // fleetFile is a config file of three streams: the top level shared, each
@@ -166,5 +167,70 @@ func TestConfigStreamsErrors(t *testing.T) {
 			}
 			wantAll(t, err.Error(), tc.want...)
 		})
+	}
+}
+
+// TestFleetManifest: the fleet example's config is what walstream reads:
+// three streams, each with its password from its mounted file and none in
+// a URL, one of them the connector config beside it.
+func TestFleetManifest(t *testing.T) {
+	b, err := os.ReadFile("../../docs/fleet/walstream.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type doc struct {
+		Kind       string
+		Data       map[string]string
+		StringData map[string]string `yaml:"stringData"`
+	}
+	dir := t.TempDir()
+	docs := map[string]doc{}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var d doc
+		if err := dec.Decode(&d); err != nil {
+			break
+		}
+		docs[d.Kind] = d
+	}
+	files := docs["ConfigMap"].Data
+	if files["fleet.yaml"] == "" || files["inventory-connector.json"] == "" {
+		t.Fatalf("ConfigMap holds %d files, want fleet.yaml and inventory-connector.json", len(files))
+	}
+	secrets := docs["Secret"].StringData
+	for name, body := range secrets {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, body := range files {
+		for secret, value := range secrets {
+			if strings.Contains(body, value) {
+				t.Errorf("%s holds the secret %s", name, secret)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.ReplaceAll(body, "/etc/walstream/secrets", dir)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs, err := parseRun(t, "--config", filepath.Join(dir, "fleet.yaml"))
+	if err != nil {
+		t.Fatalf("fleet.yaml: %v", err)
+	}
+	want := map[string]struct{ host, db, password string }{
+		"orders":    {"postgres-a.example.internal", "orders", secrets["orders-pg-password"]},
+		"billing":   {"postgres-a.example.internal", "billing", secrets["billing-pg-password"]},
+		"inventory": {"postgres-b.example.internal", "inventory", secrets["inventory-pg-password"]},
+	}
+	if len(cs) != len(want) {
+		t.Fatalf("%d streams, want %d", len(cs), len(want))
+	}
+	for _, c := range cs {
+		w, ok := want[c.Stream]
+		if !ok || c.Postgres.Host != w.host || c.Postgres.Database != w.db || c.Postgres.Password != w.password ||
+			c.Kafka.SASLPassword != secrets["kafka-sasl-password"] || c.Create || c.HTTPAddr != "0.0.0.0:9187" {
+			t.Errorf("stream %q: host %q database %q, its password from its file %v, Kafka's %v, create %v, http %q",
+				c.Stream, c.Postgres.Host, c.Postgres.Database, c.Postgres.Password == w.password, c.Kafka.SASLPassword == secrets["kafka-sasl-password"], c.Create, c.HTTPAddr)
+		}
 	}
 }
