@@ -262,3 +262,48 @@ func TestFleetOneStopsOthersGoOn(t *testing.T) {
 		t.Fatal("Fleet.Run did not return")
 	}
 }
+
+// Two processes of the same two streams: the second stands by for each
+// stream's slot on its own, and takes over the one stream whose instance
+// stops while it stands by for the other.
+func TestFleetStandbyStreamByStream(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	broker := testenv.StartKfake(t)
+	pg.Exec("postgres", `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`)
+	var cfgs []Config
+	for _, name := range []string{"orders", "billing"} {
+		c := testConfig(t, pg, broker.Addr())
+		c.Stream, c.CheckpointKey, c.TransactionalID = name, name, "walstream-"+name
+		c.Names.Slot, c.Names.Publication = name, name
+		cfgs = append(cfgs, c)
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	streaming := func(p *Pipeline) bool { _, ok := p.state.streaming(time.Now()); return ok }
+	standing := func(p *Pipeline) bool { return p.state.standbyAt.Load() != 0 && !streaming(p) }
+	// The first process's streams run apart, so that one can stop alone.
+	var first []*Pipeline
+	var stops []context.CancelFunc
+	for _, c := range cfgs {
+		p := New(c, log.With("process", "first", "stream", c.Stream), prometheus.NewRegistry())
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = p.Run(ctx) }()
+		stops = append(stops, func() { cancel(); <-done })
+		t.Cleanup(stops[len(stops)-1])
+		first = append(first, p)
+		waitFor(t, "the first process streaming "+c.Stream, func() bool { return streaming(p) })
+	}
+	reg := prometheus.NewRegistry()
+	second := []*Pipeline{New(cfgs[0], log.With("process", "second", "stream", "orders"), reg), New(cfgs[1], log.With("process", "second", "stream", "billing"), reg)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewFleet(second...).Run(ctx, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the second process standing by for both streams", func() bool { return standing(second[0]) && standing(second[1]) })
+
+	stops[0]() // the first process's orders stops
+	waitFor(t, "the second process taking orders over", func() bool { return streaming(second[0]) })
+	if !standing(second[1]) || !streaming(first[1]) {
+		t.Fatalf("billing: second process standing by %v, first streaming %v; want billing left where it was", standing(second[1]), streaming(first[1]))
+	}
+}
