@@ -94,8 +94,9 @@ type state struct {
 	started time.Time
 	tracker atomic.Pointer[checkpoint.Tracker]
 	last    atomic.Pointer[checkpoint.Status] // of the last session, so that lag does not drop to 0 between sessions
-	// standbyAt is when (Unix nanoseconds) an attempt to take the slot last
-	// reached Postgres and found it held by another walsender.
+	// standbyAt is when (Unix nanoseconds) an attempt to take the slot, or
+	// a standby's read of its holder, last found it held by another
+	// walsender.
 	standbyAt atomic.Int64
 	// kafka is the last Kafka probe's result.
 	kafka atomic.Pointer[probeResult]
@@ -344,10 +345,11 @@ func (p *Pipeline) health(now time.Time) (code int, body string) {
 // partitions of the checkpoint topic and of the transaction coordinator
 // have a leader and enough in-sync replicas), and no Kafka transaction
 // failed lately without one committing since. With ?standby=1 it also
-// succeeds on a standby that could take over: within readyWindow, its last
-// attempt at the slot reached Postgres and found the slot held by another
-// walsender, and Kafka answered. Otherwise it answers 503 and why, on one
-// line.
+// succeeds on a standby that could take over: within readyWindow, it read
+// on Postgres that another walsender holds the slot (its attempt at the
+// slot, or its wait, see awaitSlot), and Kafka answered. A stream stopped
+// on a permanent error is never ready. Otherwise it answers 503 and why,
+// on one line.
 func (p *Pipeline) Readyz(w http.ResponseWriter, r *http.Request) {
 	standby := r.URL.Query().Get("standby")
 	code, body := p.readiness(time.Now(), standby == "1" || standby == "true")

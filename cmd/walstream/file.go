@@ -128,20 +128,33 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool, f *configFile,
 	l := &loader{c: c, fs: fs, set: set, path: f.path, cli: maps.Clone(set), streams: f.streams != nil}
 	var tables []string
 	var own, shared registryKeys
+	// named refuses a layer that names its tables both ways, or whose
+	// tables: the command line's --table would silently replace.
+	named := func(tables []string, tableKey bool) {
+		if len(tables) > 0 && (tableKey || l.cli["table"]) {
+			l.errs = append(l.errs, fmt.Errorf("config file %s: its tables section and --table ($%s, or table:) both name the outbox tables; keep one", f.path, envName("table")))
+		}
+	}
 	if stream >= 0 {
 		l.layer = fmt.Sprintf("streams[%d]", stream)
+		var tableKey bool
 		var connector *yaml.Node
-		tables, connector = l.mapping(f.streams[stream], &own)
+		tables, tableKey, connector = l.mapping(f.streams[stream], &own)
+		named(tables, tableKey)
 		if connector != nil {
 			l.connector(connector)
 		}
-		// A stream's table: (or its connector's table.include.list)
-		// names its tables over the top level's tables: section.
-		l.tablesSet = l.tablesSet || set["table"] && !l.cli["table"]
+		// A stream's tables (its tables:, table: or connector's
+		// table.include.list) are named over the top level's.
+		l.tablesSet = len(tables) > 0 || set["table"] && !l.cli["table"]
+		if len(tables) > 0 {
+			set["table"] = true
+		}
 		l.layer = ""
 	}
-	topTables, _ := l.mapping(f.top, &shared)
-	if tables == nil {
+	topTables, tableKey, _ := l.mapping(f.top, &shared)
+	named(topTables, tableKey)
+	if len(tables) == 0 {
 		tables = topTables
 	}
 	if l.connectorPath != "" {
@@ -150,9 +163,6 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool, f *configFile,
 	// A stream's own secrets, then its connector config's, then the shared.
 	c.registryPassword, c.registryToken = cmp.Or(own.password, c.registryPassword, shared.password), cmp.Or(own.token, c.registryToken, shared.token)
 	if len(tables) > 0 {
-		if set["table"] {
-			l.errs = append(l.errs, fmt.Errorf("config file %s: its tables section and --table ($%s, or table:) both name the outbox tables; keep one", f.path, envName("table")))
-		}
 		c.Table = strings.Join(tables, ",")
 	}
 	return errors.Join(l.errs...)
@@ -254,9 +264,9 @@ func (l *loader) apply(k, v *yaml.Node, flagName string, router bool) {
 }
 
 // mapping applies one mapping of settings: the file's top level or a
-// stream's entry. It returns the outbox tables it names, and a stream's
+// stream's entry. It returns the outbox tables its tables: section names, whether it has a table: key, and a stream's
 // connector: value, which its caller applies after the stream's own keys.
-func (l *loader) mapping(n *yaml.Node, registry *registryKeys) (tables []string, connector *yaml.Node) {
+func (l *loader) mapping(n *yaml.Node, registry *registryKeys) (tables []string, tableKey bool, connector *yaml.Node) {
 	l.each(n, "want a mapping of settings", func(k, v *yaml.Node) {
 		switch {
 		case k.Value == "streams" && l.layer == "":
@@ -288,7 +298,6 @@ func (l *loader) mapping(n *yaml.Node, registry *registryKeys) (tables []string,
 			}
 			l.tablesSet = true
 			l.c.TableSettings = make(map[string]map[string]string)
-			tables = []string{}
 			l.each(v, "tables must map each outbox table to its outbox settings", func(name, settings *yaml.Node) {
 				tables = append(tables, name.Value)
 				own := make(map[string]string)
@@ -303,6 +312,7 @@ func (l *loader) mapping(n *yaml.Node, registry *registryKeys) (tables []string,
 				})
 			})
 		default:
+			tableKey = tableKey || k.Value == "table"
 			if f, ok := connectKeys[k.Value]; ok {
 				l.apply(k, v, f, false)
 			} else if _, ok := converterSetting(k.Value); !ok {
@@ -316,7 +326,7 @@ func (l *loader) mapping(n *yaml.Node, registry *registryKeys) (tables []string,
 			}
 		}
 	})
-	return tables, connector
+	return tables, tableKey, connector
 }
 
 // connector applies a stream's Debezium connector config: pasted as a

@@ -110,13 +110,21 @@ func runStream(ctx context.Context, cfgs []*Config, stderr io.Writer) (err error
 	}
 	defer stopHTTP()
 	ran = true
-	return flagHints(fleet.Run(ctx, func(p *pipeline.Pipeline, err error) {
-		if len(cfgs) == 1 {
-			return // logged as the process stops
-		}
+	if len(cfgs) == 1 {
+		return flagHints(fleet.Run(ctx, nil)) // logged as the process stops
+	}
+	err = fleet.Run(ctx, func(p *pipeline.Pipeline, err error) {
 		peer, kind := pipeline.Describe(err)
 		p.Log().Error("stream stopped on a permanent error; the other streams go on", "err", flagHints(err), "peer", peer, "kind", kind)
-	}))
+	})
+	// Each stream's error, with the flag that changes its outcome.
+	errs := slices.Clone(unjoin(err))
+	for i, e := range errs {
+		if se := (*pipeline.StreamError)(nil); errors.As(e, &se) {
+			errs[i] = &pipeline.StreamError{Stream: se.Stream, Err: flagHints(se.Err)}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // newRegistry is the registry /metrics serves, holding Go's and the
@@ -128,19 +136,8 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// flagHints adds the flag that changes the outcome to errors that have one,
-// and to each stream's of a process of several.
+// flagHints adds the flag that changes the outcome to errors that have one.
 func flagHints(err error) error {
-	if errs := slices.Clone(unjoin(err)); len(errs) > 1 {
-		for i, e := range errs {
-			errs[i] = flagHints(e)
-		}
-		return errors.Join(errs...)
-	}
-	var stream *pipeline.StreamError
-	if errors.As(err, &stream) {
-		return &pipeline.StreamError{Stream: stream.Stream, Err: flagHints(stream.Err)}
-	}
 	var shared *pipeline.SharedIDError
 	var sharedKey *pipeline.SharedKeyError
 	var diverged *pipeline.DivergedError

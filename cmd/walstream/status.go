@@ -36,11 +36,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	reports := make([]*statusReport, len(cfgs))
 	for i, cfg := range cfgs {
-		in, err := pipeline.Inspect(ctx, cfg.Config)
+		ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		in, err := pipeline.Inspect(ictx, cfg.Config)
+		cancel()
 		if err != nil {
 			if len(cfgs) > 1 {
 				err = fmt.Errorf("stream %s: %w", cfg.Stream, err)

@@ -135,6 +135,49 @@ func TestConfigStreamConnectorFile(t *testing.T) {
 	}
 }
 
+// A stream's tables, named either way, replace the top level's, named
+// either way; within one place, or with --table, both ways are refused.
+func TestConfigStreamTables(t *testing.T) {
+	body := `kafka-brokers: k:9092
+table: shared.outbox
+streams:
+  - pg-url: postgres://db/a
+    tables:
+      a.outbox:
+        route.by.field: kind
+  - pg-url: postgres://db/b
+    slot: b
+  - pg-url: postgres://db/c
+    slot: c
+    table: c.outbox
+`
+	cs, err := parseRun(t, "--config", writeFile(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{cs[0].Table, cs[1].Table, cs[2].Table}; got[0] != "a.outbox" || got[1] != "shared.outbox" || got[2] != "c.outbox" {
+		t.Errorf("tables %q, want a.outbox, shared.outbox (the top level's) and c.outbox", got)
+	}
+	if c := cs[0].Outboxes[0].Columns.AggregateType; c != "kind" {
+		t.Errorf("a.outbox's route.by.field = %q, want its own kind", c)
+	}
+	shared := "kafka-brokers: k:9092\ntables:\n  shared.outbox:\nstreams:\n  - pg-url: postgres://db/a\n    table: a.outbox\n"
+	if cs, err := parseRun(t, "--config", writeFile(t, shared)); err != nil || cs[0].Table != "a.outbox" {
+		t.Errorf("a stream's table: over the top level's tables: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		body string
+		args []string
+	}{
+		"both ways in a stream":              {"kafka-brokers: k:9092\nstreams:\n  - pg-url: postgres://db/a\n    table: x.outbox\n    tables:\n      a.outbox:\n", nil},
+		"--table and the top level's tables": {shared, []string{"--table", "cli.outbox"}},
+	} {
+		if _, err := parseRun(t, append([]string{"--config", writeFile(t, tc.body)}, tc.args...)...); err == nil || !strings.Contains(err.Error(), "both name the outbox tables") {
+			t.Errorf("%s: %v, want both named refused", name, err)
+		}
+	}
+}
+
 func TestConfigStreamsErrors(t *testing.T) {
 	two := "kafka-brokers: k:9092\nstreams:\n  - pg-url: postgres://db/a\n  - pg-url: postgres://db/b\n    slot: b\n"
 	for _, tc := range []struct {
