@@ -177,18 +177,30 @@ func streamGauge(t *testing.T, reg *prometheus.Registry, name, stream string) fl
 	return 0
 }
 
+// outboxDDL is the pipeline tests' outbox table.
+const outboxDDL = `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`
+
+// TestStandbyAndFleet runs standbys and fleets of streams on one Postgres
+// and one kfake, each case on slots of its own; the last restarts
+// Postgres.
+func TestStandbyAndFleet(t *testing.T) {
+	pg := testenv.StartPostgres(t, testenv.Settings("log_connections = on"))
+	broker := testenv.StartKfake(t)
+	pg.Exec("postgres", outboxDDL)
+	t.Run("one stops, the others go on", func(t *testing.T) { fleetOneStops(t, pg, broker.Addr()) })
+	t.Run("standby stream by stream", func(t *testing.T) { fleetStandbyStreamByStream(t, pg, broker.Addr()) })
+	t.Run("standby keeps one connection", func(t *testing.T) { standbyKeepsOneConnection(t, pg, broker.Addr()) })
+}
+
 // Two streams of one process, in two databases, on one registry: bad input
 // stops one, and the other goes on streaming; each stream's metrics,
 // franz-go's included, are series of their own.
-func TestFleetOneStopsOthersGoOn(t *testing.T) {
-	pg := testenv.StartPostgres(t)
-	broker := testenv.StartKfake(t)
-	const ddl = `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`
+func fleetOneStops(t *testing.T, pg *testenv.Postgres, broker string) {
 	var cfgs []Config
 	for _, db := range []string{"orders", "billing"} {
 		pg.Exec("postgres", "CREATE DATABASE "+db)
-		pg.Exec(db, ddl)
-		c := testConfig(t, pg, broker.Addr())
+		pg.Exec(db, outboxDDL)
+		c := testConfig(t, pg, broker)
 		var err error
 		if c.Postgres, err = pgx.ParseConfig(pg.URL("postgres", db)); err != nil {
 			t.Fatal(err)
@@ -266,13 +278,10 @@ func TestFleetOneStopsOthersGoOn(t *testing.T) {
 // Two processes of the same two streams: the second stands by for each
 // stream's slot on its own, and takes over the one stream whose instance
 // stops while it stands by for the other.
-func TestFleetStandbyStreamByStream(t *testing.T) {
-	pg := testenv.StartPostgres(t)
-	broker := testenv.StartKfake(t)
-	pg.Exec("postgres", `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`)
+func fleetStandbyStreamByStream(t *testing.T, pg *testenv.Postgres, broker string) {
 	var cfgs []Config
-	for _, name := range []string{"orders", "billing"} {
-		c := testConfig(t, pg, broker.Addr())
+	for _, name := range []string{"inventory", "shipping"} {
+		c := testConfig(t, pg, broker)
 		c.Stream, c.CheckpointKey, c.TransactionalID = name, name, "walstream-"+name
 		c.Names.Slot, c.Names.Publication = name, name
 		cfgs = append(cfgs, c)
@@ -294,16 +303,16 @@ func TestFleetStandbyStreamByStream(t *testing.T) {
 		waitFor(t, "the first process streaming "+c.Stream, func() bool { return streaming(p) })
 	}
 	reg := prometheus.NewRegistry()
-	second := []*Pipeline{New(cfgs[0], log.With("process", "second", "stream", "orders"), reg), New(cfgs[1], log.With("process", "second", "stream", "billing"), reg)}
+	second := []*Pipeline{New(cfgs[0], log.With("process", "second", "stream", "inventory"), reg), New(cfgs[1], log.With("process", "second", "stream", "shipping"), reg)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- NewFleet(second...).Run(ctx, nil) }()
 	t.Cleanup(func() { cancel(); <-done })
 	waitFor(t, "the second process standing by for both streams", func() bool { return standing(second[0]) && standing(second[1]) })
 
-	stops[0]() // the first process's orders stops
-	waitFor(t, "the second process taking orders over", func() bool { return streaming(second[0]) })
+	stops[0]() // the first process's inventory stops
+	waitFor(t, "the second process taking inventory over", func() bool { return streaming(second[0]) })
 	if !standing(second[1]) || !streaming(first[1]) {
-		t.Fatalf("billing: second process standing by %v, first streaming %v; want billing left where it was", standing(second[1]), streaming(first[1]))
+		t.Fatalf("shipping: second process standing by %v, first streaming %v; want shipping left where it was", standing(second[1]), streaming(first[1]))
 	}
 }

@@ -15,11 +15,9 @@ import (
 // A standby waits on one connection it keeps, not a new one a second; a
 // Postgres restart breaks it, and it connects again and goes on waiting
 // (or takes the slot); when the instance streaming stops, it takes over.
-func TestStandbyKeepsOneConnection(t *testing.T) {
-	pg := testenv.StartPostgres(t, testenv.Settings("log_connections = on"))
-	broker := testenv.StartKfake(t)
-	pg.Exec("postgres", `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`)
-	cfg := testConfig(t, pg, broker.Addr())
+// pg logs connections, and is restarted.
+func standbyKeepsOneConnection(t *testing.T, pg *testenv.Postgres, broker string) {
+	cfg := testConfig(t, pg, broker)
 	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	type instance struct {
 		p      *Pipeline
@@ -45,7 +43,7 @@ func TestStandbyKeepsOneConnection(t *testing.T) {
 		return len(regexp.MustCompile(`connection authorized: .*application_name=walstream`).FindAll(b, -1))
 	}
 	// steady checks that once the instances settled (no connection opened
-	// for 1.5 s), none opens for 3 s: three reads of a waiting standby.
+	// for 1.5 s), none opens for 2 s: two reads of a waiting standby.
 	// A standby that tried a session every second opened two a second.
 	steady := func(when string) {
 		t.Helper()
@@ -56,9 +54,9 @@ func TestStandbyKeepsOneConnection(t *testing.T) {
 			}
 			return time.Since(since) > 1500*time.Millisecond
 		})
-		time.Sleep(3 * time.Second)
+		time.Sleep(2 * time.Second)
 		if n := opened(); n != last {
-			t.Fatalf("%s: walstream opened %d connections in 3 s", when, n-last)
+			t.Fatalf("%s: walstream opened %d connections in 2 s", when, n-last)
 		}
 	}
 
