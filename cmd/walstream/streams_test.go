@@ -102,6 +102,10 @@ func TestConfigStreams(t *testing.T) {
 		!strings.Contains(err.Error(), "lists 3 streams and walstream run takes one: name it with --stream (orders/walstream, billing, inventory/inventory)") {
 		t.Errorf("one stream of three without --stream: %v", err)
 	}
+	initCmd := command{name: "init", uses: initSettings, needs: func() (bool, bool) { return false, false }}
+	if c, err := parseCommand(initCmd, []string{"--config", path, "--stream", "inventory/inventory"}, &bytes.Buffer{}); err != nil || c.Slot != "inventory" {
+		t.Errorf("init --stream inventory/inventory: %v", err)
+	}
 	if _, err := parseRun(t, "--config", path, "--stream", "nope"); err == nil || !strings.Contains(err.Error(), `--stream "nope": config file`) {
 		t.Errorf("--stream nope: %v", err)
 	}
