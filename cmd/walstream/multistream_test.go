@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +19,10 @@ import (
 // The stopped stream says so on /readyz and walstream_stopped, the process
 // goes on, and the other two streams publish every row exactly once
 // (read back read_committed); the stream on the Postgres that kept running
-// never restarts its session. SIGTERM then exits non-zero, naming the
-// stopped stream, and `walstream status` lists all three.
+// never restarts its session. `walstream status` lists all three. A second
+// process of the same streams, with the fix of the stopped one's bad event
+// in its entry, takes that stream over and stands by for the other two.
+// SIGTERM then exits the first non-zero, naming the stopped stream.
 func TestStreamsInOneProcess(t *testing.T) {
 	e := newEnv(t) // orders and billing, in two databases of one server
 	other := &env{t: t, pg: testenv.StartPostgres(t), kafka: e.kafka, broker: e.broker}
@@ -29,7 +32,8 @@ func TestStreamsInOneProcess(t *testing.T) {
 		e.pg.Exec(db, outboxDDL)
 	}
 	e.pg.Exec("orders", "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL")
-	config := writeFile(t, fmt.Sprintf(`
+	fleet := func(ordersExtra string) string {
+		return writeFile(t, fmt.Sprintf(`
 kafka-brokers: %s
 http-addr: 127.0.0.1:0
 status-interval: 1s
@@ -38,7 +42,7 @@ commit-timeout: 10s
 streams:
   - stream: orders
     pg-url: %s
-    slot: orders
+    slot: orders%s
     outbox:
       route.topic.replacement: orders.${routedByValue}
   - stream: billing
@@ -50,7 +54,9 @@ streams:
     pg-url: %s
     outbox:
       route.topic.replacement: inventory.${routedByValue}
-`, e.broker, e.pg.URL("postgres", "orders"), e.pg.URL("postgres", "billing"), other.pg.URL("postgres", "postgres")))
+`, e.broker, e.pg.URL("postgres", "orders"), ordersExtra, e.pg.URL("postgres", "billing"), other.pg.URL("postgres", "postgres")))
+	}
+	config := fleet("")
 	p := &proc{testenv.StartWalstream(t, binary, []string{"run", "--config", config})}
 	addr := p.httpAddr(t)
 	eventually(t, 90*time.Second, "three streams streaming", func() bool {
@@ -118,13 +124,10 @@ streams:
 		t.Error("billing's session ended although its Postgres ran on")
 	}
 
-	// Every row of each stream once, in order per aggregate: orders' up to
-	// its bad row, which is taken out of the table it is checked against.
-	e.pg.Exec("orders", "DELETE FROM outbox WHERE aggregatetype IS NULL")
-	e.checkExactlyOnceIn("orders", e.kcat("orders.Order"), "orders.")
+	// Every row of billing and inventory once, in order per aggregate.
 	e.checkExactlyOnceIn("billing", e.kcat("billing.Order"), "billing.")
 	other.checkExactlyOnceIn("postgres", other.kcat("inventory.Item"), "inventory.")
-	if *seqs["billing"] != 200 || *seqs["inventory"] != 200 || *seqs["orders"] != 100 {
+	if *seqs["billing"] != 200 || *seqs["inventory"] != 200 {
 		t.Fatalf("rows inserted: %v", seqs)
 	}
 
@@ -137,6 +140,33 @@ streams:
 	if len(reports) != 3 || reports[0].Stream != "orders" || reports[1].Stream != "billing" || reports[2].Stream != "inventory" ||
 		!reports[1].Slot.Active || reports[0].Slot.Active {
 		t.Errorf("status --json: %d reports, want orders (its slot idle), billing and inventory streaming", len(reports))
+	}
+
+	// A second process with the fix in orders' entry (its bad event to the
+	// dead-letter topic) takes orders' free slot, and stands by for the
+	// two streams the first process streams: ready as a standby.
+	skip := regexp.MustCompile(`--skip-event (\S+);`).FindStringSubmatch(p.Log())
+	if skip == nil {
+		t.Fatal("the stop names no --skip-event")
+	}
+	fixed := &proc{testenv.StartWalstream(t, binary, []string{"run", "--config", fleet("\n    skip-event: " + skip[1])})}
+	fixed.waitLog(t, `msg=streaming stream=orders`, 60*time.Second)
+	fixedAddr := fixed.httpAddr(t)
+	eventually(t, 30*time.Second, "the second process ready, as the standby of billing and inventory", func() bool {
+		body := httpBody(fixedAddr, "/readyz?standby=1")
+		return strings.Contains(body, "orders: streaming\nbilling: standby\ninventory: standby\n")
+	})
+	insert("orders", 50)
+	e.waitConfirmed("orders", e.currentLSN(), 60*time.Second, fixed)
+	if dlq := e.kcat("walstream.dlq"); len(dlq) != 1 || !strings.Contains(dlq[0].Headers, "id=00000000-0000-0000-0000-0000000000b1") {
+		t.Errorf("dead letters %+v, want the bad row alone", dlq)
+	}
+	// Every row of orders once but the bad one, dead-lettered, which is
+	// taken out of the table the topic is checked against.
+	e.pg.Exec("orders", "DELETE FROM outbox WHERE aggregatetype IS NULL")
+	e.checkExactlyOnceIn("orders", e.kcat("orders.Order"), "orders.")
+	if *seqs["orders"] != 150 {
+		t.Fatalf("rows inserted: %v", seqs)
 	}
 
 	// Stopped by a signal, the process says which stream had stopped.
