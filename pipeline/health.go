@@ -68,6 +68,15 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 			Name: "walstream_last_confirm_age_seconds", Help: "Time since a position was last confirmed to Postgres (since start, before the first)."},
 			st.since(func(s checkpoint.Status) time.Time { return s.LastConfirm })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "walstream_stopped",
+			Help: "1 once the stream stopped on a permanent error; in a process of several streams the others go on (see docs/operations.md, Many streams in one process)."},
+			func() float64 {
+				if st.stopped.Load() != nil {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "walstream_streaming", Help: "1 while this instance holds the slot and streams."},
 			func() float64 {
 				if st.tracker.Load() != nil {
@@ -85,13 +94,15 @@ type state struct {
 	started time.Time
 	tracker atomic.Pointer[checkpoint.Tracker]
 	last    atomic.Pointer[checkpoint.Status] // of the last session, so that lag does not drop to 0 between sessions
-	// standbyAt is when (Unix nanoseconds) an attempt to take the slot last
-	// reached Postgres and found it held by another walsender.
+	// standbyAt is when (Unix nanoseconds) an attempt to take the slot, or
+	// a standby's read of its holder, last found it held by another
+	// walsender.
 	standbyAt atomic.Int64
 	// kafka is the last Kafka probe's result.
 	kafka atomic.Pointer[probeResult]
-	// lastErr is the error that ended the last attempt, on one line.
-	lastErr atomic.Pointer[string]
+	// lastErr is the error that ended the last attempt, on one line;
+	// stopped, the permanent error that ended Run.
+	lastErr, stopped atomic.Pointer[string]
 	// waiting, when set, says what walstream waits for before it can
 	// stream: a slot being created, a slot another process holds.
 	waiting atomic.Pointer[string]
@@ -123,12 +134,15 @@ type failedAt struct {
 }
 
 func (st *state) setLastErr(err error, kafka bool) {
-	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	msg := oneLine(err)
 	st.lastErr.Store(&msg)
 	if kafka {
 		st.kafkaFailed.Store(&failedAt{time.Now(), msg})
 	}
 }
+
+// oneLine is an error's text on one line, for the health endpoints.
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
 
 // kafkaFailing says, when the last attempt ended on a Kafka error within
 // window of now and no Kafka transaction committed since, what it was.
@@ -306,14 +320,24 @@ func (st *state) streaming(now time.Time) (checkpoint.Status, bool) {
 // Kafka commit may hold it up for CommitTimeout. Between sessions it is
 // healthy: the supervisor is retrying.
 func (p *Pipeline) Healthz(w http.ResponseWriter, _ *http.Request) {
-	wedged := 2*p.cfg.StatusInterval + p.cfg.CommitTimeout
-	if s, ok := p.state.streaming(time.Now()); ok {
-		if age := time.Since(s.LastConfirm); age > wedged {
-			http.Error(w, fmt.Sprintf("streaming loop silent for %s", age.Round(time.Second)), http.StatusServiceUnavailable)
-			return
-		}
+	if code, body := p.health(time.Now()); code != http.StatusOK {
+		http.Error(w, body, code)
+		return
 	}
 	_, _ = io.WriteString(w, "ok\n")
+}
+
+func (p *Pipeline) health(now time.Time) (code int, body string) {
+	wedged := 2*p.cfg.StatusInterval + p.cfg.CommitTimeout
+	if s, ok := p.state.streaming(now); ok {
+		if age := now.Sub(s.LastConfirm); age > wedged {
+			return http.StatusServiceUnavailable, fmt.Sprintf("streaming loop silent for %s", age.Round(time.Second))
+		}
+	}
+	if e := p.state.stopped.Load(); e != nil {
+		return http.StatusOK, "stopped: " + *e
+	}
+	return http.StatusOK, "ok"
 }
 
 // Readyz succeeds while this instance streams, confirmed a position within
@@ -321,10 +345,11 @@ func (p *Pipeline) Healthz(w http.ResponseWriter, _ *http.Request) {
 // partitions of the checkpoint topic and of the transaction coordinator
 // have a leader and enough in-sync replicas), and no Kafka transaction
 // failed lately without one committing since. With ?standby=1 it also
-// succeeds on a standby that could take over: within readyWindow, its last
-// attempt at the slot reached Postgres and found the slot held by another
-// walsender, and Kafka answered. Otherwise it answers 503 and why, on one
-// line.
+// succeeds on a standby that could take over: within readyWindow, it read
+// on Postgres that another walsender holds the slot (its attempt at the
+// slot, or its wait, see awaitSlot), and Kafka answered. A stream stopped
+// on a permanent error is never ready. Otherwise it answers 503 and why,
+// on one line.
 func (p *Pipeline) Readyz(w http.ResponseWriter, r *http.Request) {
 	standby := r.URL.Query().Get("standby")
 	code, body := p.readiness(time.Now(), standby == "1" || standby == "true")
@@ -336,6 +361,9 @@ func (p *Pipeline) Readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Pipeline) readiness(now time.Time, standbyOK bool) (code int, body string) {
+	if e := p.state.stopped.Load(); e != nil {
+		return http.StatusServiceUnavailable, "stopped: " + *e
+	}
 	kafka := p.state.kafkaProblem(now)
 	if s, ok := p.state.streaming(now); ok {
 		switch age := now.Sub(s.LastConfirm); {

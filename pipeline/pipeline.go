@@ -8,7 +8,6 @@ package pipeline
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -155,6 +154,9 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) *Pipeline {
 	return &Pipeline{cfg: cfg, log: log, metrics: newMetrics(reg, st), state: st, waits: &waits{log: log, state: st, every: cfg.ProgressInterval}}
 }
 
+// Log is the pipeline's logger, scoped to its stream.
+func (p *Pipeline) Log() *slog.Logger { return p.log }
+
 // MetricLabels are the labels of every metric of the stream: its name,
 // slot and database, so that one dashboard tells streams apart without
 // relabelling.
@@ -167,9 +169,6 @@ func (c *Config) MetricLabels() prometheus.Labels {
 	}
 	return prometheus.Labels{"stream": c.Stream, "slot": c.Names.Slot, "database": db}
 }
-
-// standbyPoll is how often a standby tries to take the slot.
-const standbyPoll = time.Second
 
 // Run streams until ctx ends or a permanent error. Every transient failure
 // tears the session down and starts again from what Kafka holds, after a
@@ -194,30 +193,38 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		f := classifyFailure(err)
 		m.errors.WithLabelValues(f.kind).Inc()
 		p.state.setLastErr(err, f.peer == peerKafka)
-		if f.permanent {
-			return err
-		}
 		if f.kind == kindEpochBumped {
 			// One bump follows a broker restart; a run of them means
 			// another instance, on another slot, shares the transactional id.
 			if n, shared := bumps.add(time.Now()); shared {
-				return &SharedIDError{TransactionalID: p.cfg.TransactionalID, Slot: p.cfg.Names.Slot, Fencings: n, Window: bumpWindow, Err: err}
+				err = &SharedIDError{TransactionalID: p.cfg.TransactionalID, Slot: p.cfg.Names.Slot, Fencings: n, Window: bumpWindow, Err: err}
+				f.permanent = true
 			}
+		}
+		if f.permanent {
+			// The stream stays stopped: the health endpoints and
+			// walstream_stopped say so while other streams of the process go on.
+			m.standby.Set(0)
+			p.waits.done("standby", "no longer waiting for the slot as a standby")
+			msg := oneLine(err)
+			p.state.stopped.Store(&msg)
+			return err
 		}
 		var wait time.Duration
 		if replication.SlotInUse(err) {
-			// A standby polls the slot at a steady pace so that it takes
-			// over within a second or two, and says who holds it at the
-			// progress interval.
-			m.standby.Set(1)
-			p.state.standbyAt.Store(time.Now().UnixNano())
-			wait = standbyPoll
-			attrs := []any{"err", err}
-			var held *replication.SlotHeldError
-			if errors.As(err, &held) {
-				attrs = []any{"holder_pid", held.Holder.PID, "holder_application", held.Holder.Application}
+			// A standby waits on one connection it keeps, and tries a
+			// session again only once the slot looks free.
+			p.standingBy(err)
+			werr := p.awaitSlot(ctx, err)
+			if ctx.Err() != nil {
+				log.Info("stopped")
+				return nil
 			}
-			p.waits.waiting("standby", "standby: "+err.Error(), attrs...)
+			if werr == nil {
+				continue
+			}
+			wait = b.NextBackOff()
+			log.Warn("standby: reading who holds the slot failed; trying the slot again", "err", werr, "backoff", wait.Round(time.Millisecond))
 		} else {
 			m.standby.Set(0)
 			p.state.standbyAt.Store(0)

@@ -238,3 +238,39 @@ func DescribeHeld(ctx context.Context, conn *pgx.Conn, slot string, err error) e
 	}
 	return held
 }
+
+// SlotHolder is what a standby waiting for a slot reads on the connection
+// it keeps: which process holds the slot, and whether the server is still
+// a primary.
+type SlotHolder struct {
+	// Exists is false when the server has no such slot.
+	Exists bool
+	// PID is the process holding the slot, 0 when none does.
+	PID int32
+	// Recovery: the server is a standby now (it was demoted, or the
+	// connection reached another host), so its slots say nothing of the
+	// primary's.
+	Recovery bool
+}
+
+// Free reports whether a session may try to take the slot: nothing holds
+// it, it is gone, or the server is no primary; the session then says why,
+// or takes it.
+func (h SlotHolder) Free() bool { return !h.Exists || h.PID == 0 || h.Recovery }
+
+// ReadSlotHolder reads the slot's holder in one catalog read of shared
+// memory (pg_replication_slots), cheap enough to repeat every second on a
+// connection kept open.
+func ReadSlotHolder(ctx context.Context, conn *pgx.Conn, slot string) (SlotHolder, error) {
+	var h SlotHolder
+	var pid *int32
+	err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery(), EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1),
+			(SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1)`, slot).Scan(&h.Recovery, &h.Exists, &pid)
+	if err != nil {
+		return h, fmt.Errorf("reading the holder of slot %q: %w", slot, err)
+	}
+	if pid != nil {
+		h.PID = *pid
+	}
+	return h, nil
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/walstream/walstream/pipeline"
 )
 
 // command is a subcommand's settings: the flags it adds, the shared
@@ -29,12 +30,109 @@ type command struct {
 	needs func() (pg, kafka bool)
 }
 
-// parseCommand reads a command's flags, then fills every flag not given
-// from its environment variable, then from the config file. --help prints
-// to stdout and returns flag.ErrHelp; a bad flag is one error line.
+// parseCommand reads a command's settings for one stream: flags, then the
+// environment, then the config file. --help prints to stdout and returns
+// flag.ErrHelp; a bad flag is one error line. A config file with a
+// streams: list needs --stream to name the one.
 func parseCommand(cmd command, args []string, stdout io.Writer) (*Config, error) {
-	var c Config
-	fs := flag.NewFlagSet("walstream "+cmd.name, flag.ContinueOnError)
+	cs, err := parseStreams(cmd, args, stdout)
+	if err == nil && len(cs) > 1 {
+		return nil, fmt.Errorf("config file %s lists %d streams and walstream %s takes one: name it with --stream (%s)", cs[0].ConfigFile, len(cs), cmd.name, streamNames(cs))
+	}
+	if len(cs) == 0 {
+		return nil, err
+	}
+	return cs[0], err
+}
+
+// parseStreams reads a command's settings for every stream the config
+// file lists under streams:, or the one stream of the flags, the
+// environment and a file without such a list. With a list, --stream
+// names the one stream to read; the flags and the environment set every
+// stream's settings, over the file's top level, and none of a stream's
+// own entry (see docs/configuration.md, Many streams in one process).
+func parseStreams(cmd command, args []string, stdout io.Writer) ([]*Config, error) {
+	c, fs, set, err := parseFlags(cmd, args, stdout)
+	if err != nil {
+		return nil, err
+	}
+	if c.ConfigFile == "" {
+		return []*Config{c}, c.finish(cmd)
+	}
+	f, err := readConfigFile(c.ConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	if f.streams == nil {
+		if err := c.applyFile(fs, set, f, -1); err != nil {
+			return nil, err
+		}
+		return []*Config{c}, c.finish(cmd)
+	}
+	var errs []error
+	for _, name := range streamOnly {
+		if set[name] && name != "stream" {
+			errs = append(errs, fmt.Errorf("--%s ($%s) names one stream, and config file %s lists streams: set it in the stream's entry", name, envName(name), f.path))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	pick := ""
+	if set["stream"] {
+		pick = c.Stream
+	}
+	var all, picked []*Config
+	for i := range f.streams {
+		// Each stream reads the command line and the environment anew:
+		// flags fill the Config they are bound to.
+		sc, sfs, sset, _ := parseFlags(cmd, args, io.Discard)
+		if sset["stream"] {
+			sc.Stream = ""
+			delete(sset, "stream")
+		}
+		err := sc.applyFile(sfs, sset, f, i)
+		if err == nil {
+			err = sc.finish(cmd)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stream %d of %s (streams[%d]):\n%w", i+1, f.path, i, err))
+		}
+		all = append(all, sc)
+		if pick == "" || sc.Stream == pick {
+			picked = append(picked, sc)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(picked) == 0 {
+		return nil, fmt.Errorf("--stream %q: config file %s has no such stream (%s)", pick, f.path, streamNames(all))
+	}
+	var cfgs []pipeline.Config
+	for _, sc := range all {
+		cfgs = append(cfgs, sc.Config)
+	}
+	if err := pipeline.CheckFleet(cfgs); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", f.path, err)
+	}
+	return picked, nil
+}
+
+// streamNames lists the streams' names.
+func streamNames(cs []*Config) string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Stream
+	}
+	return strings.Join(names, ", ")
+}
+
+// parseFlags reads a command's flags, then fills every flag not given from
+// its environment variable; set are the flags either gave.
+func parseFlags(cmd command, args []string, stdout io.Writer) (c *Config, fs *flag.FlagSet, set map[string]bool, err error) {
+	c = new(Config)
+	fs = flag.NewFlagSet("walstream "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	c.flags(fs)
@@ -46,14 +144,14 @@ func parseCommand(cmd command, args []string, stdout io.Writer) (*Config, error)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(stdout, fs, cmd, own)
-			return nil, flag.ErrHelp
+			return nil, nil, nil, flag.ErrHelp
 		}
-		return nil, fmt.Errorf("%s; walstream %s --help lists the flags", flagError(fs, err), cmd.name)
+		return nil, nil, nil, fmt.Errorf("%s; walstream %s --help lists the flags", flagError(fs, err), cmd.name)
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q; walstream %s --help lists the flags", fs.Arg(0), cmd.name)
+		return nil, nil, nil, fmt.Errorf("unexpected argument %q; walstream %s --help lists the flags", fs.Arg(0), cmd.name)
 	}
-	set := make(map[string]bool)
+	set = make(map[string]bool)
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -64,15 +162,13 @@ func parseCommand(cmd command, args []string, stdout io.Writer) (*Config, error)
 			set[f.Name] = true
 		}
 	})
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	if c.ConfigFile != "" {
-		if err := c.applyFile(fs, set); err != nil {
-			return nil, err
-		}
-	}
-	errs = []error{c.build()}
+	return c, fs, set, errors.Join(errs...)
+}
+
+// finish parses and checks the settings once every source was read, and
+// requires the connections the command needs.
+func (c *Config) finish(cmd command) error {
+	errs := []error{c.build()}
 	needPG, needKafka := cmd.needs()
 	if needPG && c.PGURL == "" {
 		errs = append([]error{fmt.Errorf("--pg-url ($%s): is required", envName("pg-url"))}, errs...)
@@ -80,7 +176,7 @@ func parseCommand(cmd command, args []string, stdout io.Writer) (*Config, error)
 	if needKafka && len(c.Kafka.Brokers) == 0 {
 		errs = append([]error{fmt.Errorf("--kafka-brokers ($%s): is required", envName("kafka-brokers"))}, errs...)
 	}
-	return &c, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // printUsage lists the command's own flags and the shared settings it uses.

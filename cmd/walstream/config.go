@@ -242,12 +242,17 @@ func (p *parsed) Set(s string) error {
 	return p.parse(s)
 }
 
-// parseConfig reads the settings of `walstream run`: flags, then the
-// environment, then the config file. Help goes to stdout.
+// parseConfig reads the settings of `walstream run` for one stream: flags,
+// then the environment, then the config file. Help goes to stdout.
 func parseConfig(args []string, stdout io.Writer) (*Config, error) {
-	return parseCommand(command{name: "run", about: "Streams an outbox table from a Postgres logical replication slot into Kafka, exactly once.",
-		needs: func() (pg, kafka bool) { return true, true }}, args, stdout)
+	return parseCommand(runCommand, args, stdout)
 }
+
+// runCommand is `walstream run`, which runs every stream a config file's
+// streams: list names (see parseStreams).
+var runCommand = command{name: "run", about: "Streams an outbox table from a Postgres logical replication slot into Kafka, exactly once; " +
+	"several streams at once when the config file lists them under streams: (see docs/configuration.md, Many streams in one process).",
+	needs: func() (pg, kafka bool) { return true, true }}
 
 // build parses the settings held as text into pipeline.Config and reports
 // those that do not parse; pipeline.Config.Validate checks the rest.

@@ -765,14 +765,21 @@ func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *conne
 		}
 		set[name] = true
 	}
-	for _, k := range workerConverters {
-		if !set[connectKeys[k]] {
-			errs = append(errs, fmt.Errorf("connector config %s: %s is not set: the connector takes the Kafka Connect worker's, which walstream cannot see; set it in the connector config or with --%s", cc.path, k, connectKeys[k]))
-		}
-	}
 	c.registryPassword, c.registryToken = tr.registry.password, tr.registry.token
 	c.Ignored = tr.ignored
 	c.Connector = cc.form
+	return errors.Join(errs...)
+}
+
+// unsetConverters refuses a connector config's stream whose converters
+// nothing set: set are the flags set once every source was read.
+func unsetConverters(set map[string]bool, path string) error {
+	var errs []error
+	for _, k := range workerConverters {
+		if !set[connectKeys[k]] {
+			errs = append(errs, fmt.Errorf("connector config %s: %s is not set: the connector takes the Kafka Connect worker's, which walstream cannot see; set it in the connector config or with --%s", path, k, connectKeys[k]))
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/walstream/walstream/decode"
@@ -41,9 +45,70 @@ func expandEnv(s string) (string, error) {
 	return out, nil
 }
 
+// configFile is a config file as read: a Debezium connector config, or
+// walstream's YAML, whose streams: list, when it has one, makes each entry
+// a stream of its own.
+type configFile struct {
+	path string
+	// connector is set when the file is a Debezium connector config.
+	connector *connectorConfig
+	// top is the YAML's top mapping, nil for an empty file; streams the
+	// entries of its streams: list.
+	top     *yaml.Node
+	streams []*yaml.Node
+}
+
+// readConfigFile reads and parses path; its settings are applied by
+// applyFile.
+func readConfigFile(path string) (*configFile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config file: %w", err)
+	}
+	f := &configFile{path: path}
+	if cc, ok, err := readConnector(path, b); err != nil {
+		return nil, err
+	} else if ok {
+		f.connector = cc
+		return f, nil
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	if len(doc.Content) == 0 { // an empty file
+		return f, nil
+	}
+	f.top = doc.Content[0]
+	if f.top.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("config file %s, line %d: want a mapping of settings", path, f.top.Line)
+	}
+	if list := mappingValue(f.top, "streams"); list != nil {
+		if list.Kind != yaml.SequenceNode || len(list.Content) == 0 {
+			return nil, fmt.Errorf("config file %s, line %d: streams must be a list of streams, each a mapping of its settings", path, list.Line)
+		}
+		f.streams = list.Content
+	}
+	return f, nil
+}
+
+// Settings of a config file with a streams: list that only a stream's
+// entry may give (each names one stream: two streams with one would take
+// each other's place, or skip another's event), and those only the top
+// level, the command line or the environment may give (the process has
+// one of each).
+var (
+	streamOnly  = []string{"stream", "checkpoint-key", "transactional-id", "skip-event", "accept-recreated-table", "from-debezium-offset", "debezium-connector"}
+	processWide = []string{"config", "http-addr", "http-config-file", "pprof-addr", "log-level", "log-format"}
+)
+
 // applyFile sets every flag the command line and the environment left
-// unset from the YAML config file: flags win over the environment, the
-// environment over the file.
+// unset from the config file: flags win over the environment, the
+// environment over the file. For the stream at index stream of its
+// streams: list (-1: a file without one), the stream's entry comes first,
+// then the Debezium connector config it names (connector:), then the
+// file's top level, which every stream shares; a setting the command line
+// or the environment gives may not be in a stream's entry too.
 //
 //	pg-url: ${PG_URL}              # any flag, by its name
 //	kafka-brokers: kafka:9092
@@ -53,137 +118,256 @@ func expandEnv(s string) (string, error) {
 //	  orders.outbox: {}
 //	  billing.outbox:
 //	    table.field.event.key: invoice_id
-func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool) error {
-	b, err := os.ReadFile(c.ConfigFile)
-	if err != nil {
-		return fmt.Errorf("reading config file: %w", err)
+func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool, f *configFile, stream int) error {
+	if f.connector != nil {
+		return errors.Join(c.applyConnector(fs, set, f.connector), unsetConverters(set, f.connector.path))
 	}
-	if cc, ok, err := readConnector(c.ConfigFile, b); err != nil {
-		return err
-	} else if ok {
-		return c.applyConnector(fs, set, cc)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return fmt.Errorf("config file %s: %w", c.ConfigFile, err)
-	}
-	if len(doc.Content) == 0 { // an empty file
+	if f.top == nil {
 		return nil
 	}
-	var errs []error
-	at := func(n *yaml.Node, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("config file %s, line %d: %s", c.ConfigFile, n.Line, fmt.Sprintf(format, a...)))
-	}
-	// each calls f with every key of mapping n and its value. yaml.v3
-	// refuses a duplicate key only when decoding into a map or a struct,
-	// not into a Node: without this check the first value would win.
-	each := func(n *yaml.Node, notMapping string, f func(k, v *yaml.Node)) {
-		if n.Kind != yaml.MappingNode {
-			at(n, "%s", notMapping)
-			return
-		}
-		seen := make(map[string]*yaml.Node)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			if first, ok := seen[k.Value]; ok {
-				at(k, "%s is set twice, first at line %d", k.Value, first.Line)
-				continue
-			}
-			seen[k.Value] = k
-			f(k, n.Content[i+1])
-		}
-	}
-	// scalar reads one value, expanding ${VAR} but in the settings whose
-	// ${...} refer to regex groups, ${routedByValue} above all.
-	scalar := func(k, v *yaml.Node, router bool) (string, bool) {
-		if v.Kind != yaml.ScalarNode {
-			at(v, "%s: want a single value", k.Value)
-			return "", false
-		}
-		key := k.Value
-		if router {
-			key, _ = decode.CanonicalRouterKey(key)
-		}
-		if key == "topic-template" || key == "route.topic.replacement" {
-			return v.Value, true
-		}
-		value, err := expandEnv(v.Value)
-		if err != nil {
-			at(v, "%s: %v", k.Value, err)
-		}
-		return value, err == nil
-	}
-	setFlag := func(k *yaml.Node, flagName, value string) {
-		switch f := fs.Lookup(flagName); {
-		case set[flagName]:
-		case f == nil:
-			at(k, "unknown setting %q (settings are flag names, like kafka-brokers)", k.Value)
-		default:
-			if err := fs.Set(flagName, value); err != nil {
-				at(k, "%s=%q: %s", k.Value, value, expected(f, err))
-			}
-			set[flagName] = true
-		}
-	}
-	apply := func(k, v *yaml.Node, flagName string, router bool) {
-		if value, ok := scalar(k, v, router); ok {
-			setFlag(k, flagName, value)
-		}
-	}
+	l := &loader{c: c, fs: fs, set: set, path: f.path, cli: maps.Clone(set), streams: f.streams != nil}
 	var tables []string
-	var registry registryKeys
-	each(doc.Content[0], "want a mapping of settings", func(k, v *yaml.Node) {
-		switch k.Value {
-		case "config":
-			at(k, "a config file cannot name another")
-		case "outbox":
-			each(v, "outbox must be a mapping of settings", func(k, v *yaml.Node) {
+	var own, shared registryKeys
+	// named refuses a layer that names its tables both ways, or whose
+	// tables: the command line's --table would silently replace.
+	named := func(tables []string, tableKey bool) {
+		if len(tables) > 0 && (tableKey || l.cli["table"]) {
+			l.errs = append(l.errs, fmt.Errorf("config file %s: its tables section and --table ($%s, or table:) both name the outbox tables; keep one", f.path, envName("table")))
+		}
+	}
+	if stream >= 0 {
+		l.layer = fmt.Sprintf("streams[%d]", stream)
+		var tableKey bool
+		var connector *yaml.Node
+		tables, tableKey, connector = l.mapping(f.streams[stream], &own)
+		named(tables, tableKey)
+		if connector != nil {
+			l.connector(connector)
+		}
+		// A stream's tables (its tables:, table: or connector's
+		// table.include.list) are named over the top level's.
+		l.tablesSet = len(tables) > 0 || set["table"] && !l.cli["table"]
+		if len(tables) > 0 {
+			set["table"] = true
+		}
+		l.layer = ""
+	}
+	topTables, tableKey, _ := l.mapping(f.top, &shared)
+	named(topTables, tableKey)
+	if len(tables) == 0 {
+		tables = topTables
+	}
+	if l.connectorPath != "" {
+		l.errs = append(l.errs, unsetConverters(set, l.connectorPath))
+	}
+	// A stream's own secrets, then its connector config's, then the shared.
+	c.registryPassword, c.registryToken = cmp.Or(own.password, c.registryPassword, shared.password), cmp.Or(own.token, c.registryToken, shared.token)
+	if len(tables) > 0 {
+		c.Table = strings.Join(tables, ",")
+	}
+	return errors.Join(l.errs...)
+}
+
+// loader applies the mappings of one config file to one stream's flags.
+type loader struct {
+	c    *Config
+	fs   *flag.FlagSet
+	set  map[string]bool
+	path string
+	// cli are the flags the command line and the environment set; layer
+	// is the stream entry being applied ("streams[1]"), empty for the top
+	// level.
+	cli   map[string]bool
+	layer string
+	errs  []error
+	// streams: the file has a streams: list.
+	streams bool
+	// tablesSet: a layer applied before named the outbox tables, which
+	// later ones then leave alone.
+	tablesSet bool
+	// connectorPath is the connector config a stream's entry named.
+	connectorPath string
+}
+
+// at records an error at node n.
+func (l *loader) at(n *yaml.Node, format string, a ...any) {
+	where := ""
+	if l.layer != "" {
+		where = " (" + l.layer + ")"
+	}
+	l.errs = append(l.errs, fmt.Errorf("config file %s, line %d%s: %s", l.path, n.Line, where, fmt.Sprintf(format, a...)))
+}
+
+// each calls f with every key of mapping n and its value. yaml.v3 refuses
+// a duplicate key only when decoding into a map or a struct, not into a
+// Node: without this check the first value would win.
+func (l *loader) each(n *yaml.Node, notMapping string, f func(k, v *yaml.Node)) {
+	if n.Kind != yaml.MappingNode {
+		l.at(n, "%s", notMapping)
+		return
+	}
+	seen := make(map[string]*yaml.Node)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if first, ok := seen[k.Value]; ok {
+			l.at(k, "%s is set twice, first at line %d", k.Value, first.Line)
+			continue
+		}
+		seen[k.Value] = k
+		f(k, n.Content[i+1])
+	}
+}
+
+// scalar reads one value, expanding ${VAR} but in the settings whose ${...}
+// refer to regex groups, ${routedByValue} above all.
+func (l *loader) scalar(k, v *yaml.Node, router bool) (string, bool) {
+	if v.Kind != yaml.ScalarNode {
+		l.at(v, "%s: want a single value", k.Value)
+		return "", false
+	}
+	key := k.Value
+	if router {
+		key, _ = decode.CanonicalRouterKey(key)
+	}
+	if key == "topic-template" || key == "route.topic.replacement" {
+		return v.Value, true
+	}
+	value, err := expandEnv(v.Value)
+	if err != nil {
+		l.at(v, "%s: %v", k.Value, err)
+	}
+	return value, err == nil
+}
+
+// setFlag sets a flag that nothing more specific set: in a stream's entry,
+// one the command line or the environment set too is an error, since it
+// would be lost without a word.
+func (l *loader) setFlag(k *yaml.Node, flagName, value string) {
+	switch f := l.fs.Lookup(flagName); {
+	case l.layer != "" && l.cli[flagName]:
+		l.at(k, "%s is also set by --%s or $%s, which a stream's own settings cannot override; keep one", k.Value, flagName, envName(flagName))
+	case l.set[flagName]:
+	case f == nil:
+		l.at(k, "unknown setting %q (settings are flag names, like kafka-brokers)", k.Value)
+	default:
+		if err := l.fs.Set(flagName, value); err != nil {
+			l.at(k, "%s=%q: %s", k.Value, value, expected(f, err))
+		}
+		l.set[flagName] = true
+	}
+}
+
+func (l *loader) apply(k, v *yaml.Node, flagName string, router bool) {
+	if value, ok := l.scalar(k, v, router); ok {
+		l.setFlag(k, flagName, value)
+	}
+}
+
+// mapping applies one mapping of settings: the file's top level or a
+// stream's entry. It returns the outbox tables its tables: section names, whether it has a table: key, and a stream's
+// connector: value, which its caller applies after the stream's own keys.
+func (l *loader) mapping(n *yaml.Node, registry *registryKeys) (tables []string, tableKey bool, connector *yaml.Node) {
+	l.each(n, "want a mapping of settings", func(k, v *yaml.Node) {
+		switch {
+		case k.Value == "streams" && l.layer == "":
+			// Each entry is applied as a stream of its own.
+		case k.Value == "streams", k.Value == "config":
+			l.at(k, "a config file cannot name another here (a stream's Debezium connector config goes under connector:)")
+		case k.Value == "connector" && l.layer != "":
+			connector = v
+		case l.layer != "" && slices.Contains(processWide, k.Value):
+			l.at(k, "%s is the process's, not a stream's: set it at the top level", k.Value)
+		case l.layer == "" && l.streams && slices.Contains(streamOnly, k.Value):
+			l.at(k, "%s names one stream: set it in the stream's entry under streams:", k.Value)
+		case k.Value == "outbox":
+			l.each(v, "outbox must be a mapping of settings", func(k, v *yaml.Node) {
 				// type, or transforms.<name>.type in a copied connector config.
 				if k.Value == "type" || strings.HasPrefix(k.Value, "transforms.") && strings.HasSuffix(k.Value, ".type") && strings.Count(k.Value, ".") == 2 {
-					if value, ok := scalar(k, v, false); ok && value != decode.RouterType {
-						at(k, "%s is %q; walstream is %s", k.Value, value, decode.RouterType)
+					if value, ok := l.scalar(k, v, false); ok && value != decode.RouterType {
+						l.at(k, "%s is %q; walstream is %s", k.Value, value, decode.RouterType)
 					}
 				} else if key, err := decode.CanonicalRouterKey(k.Value); err != nil {
-					at(k, "%v (see docs/debezium.md, Refused settings)", err)
+					l.at(k, "%v (see docs/debezium.md, Refused settings)", err)
 				} else {
-					apply(k, v, routerFlagNames[key], true)
+					l.apply(k, v, routerFlagNames[key], true)
 				}
 			})
-		case "tables":
-			c.TableSettings = make(map[string]map[string]string)
-			each(v, "tables must map each outbox table to its outbox settings", func(name, settings *yaml.Node) {
+		case k.Value == "tables":
+			if l.tablesSet {
+				return // a stream's own tables
+			}
+			l.tablesSet = true
+			l.c.TableSettings = make(map[string]map[string]string)
+			l.each(v, "tables must map each outbox table to its outbox settings", func(name, settings *yaml.Node) {
 				tables = append(tables, name.Value)
 				own := make(map[string]string)
-				c.TableSettings[name.Value] = own
+				l.c.TableSettings[name.Value] = own
 				if settings.Kind == yaml.ScalarNode && (settings.Value == "" || settings.Tag == "!!null") {
 					return // a table with the shared settings
 				}
-				each(settings, "tables."+name.Value+" must be a mapping of settings", func(k, v *yaml.Node) {
-					if value, ok := scalar(k, v, true); ok {
+				l.each(settings, "tables."+name.Value+" must be a mapping of settings", func(k, v *yaml.Node) {
+					if value, ok := l.scalar(k, v, true); ok {
 						own[k.Value] = value
 					}
 				})
 			})
 		default:
+			tableKey = tableKey || k.Value == "table"
 			if f, ok := connectKeys[k.Value]; ok {
-				apply(k, v, f, false)
+				l.apply(k, v, f, false)
 			} else if _, ok := converterSetting(k.Value); !ok {
-				apply(k, v, k.Value, false)
-			} else if value, ok := scalar(k, v, false); ok {
-				if known, err := registry.add(k.Value, value, func(f, value string) { setFlag(k, f, value) }); err != nil {
-					at(k, "%s %v", k.Value, err)
+				l.apply(k, v, k.Value, false)
+			} else if value, ok := l.scalar(k, v, false); ok {
+				if known, err := registry.add(k.Value, value, func(f, value string) { l.setFlag(k, f, value) }); err != nil {
+					l.at(k, "%s %v", k.Value, err)
 				} else if !known {
-					at(k, "%s is not a converter setting walstream knows (it takes schemas.enable, and the Avro converters' schema registry settings)", k.Value)
+					l.at(k, "%s is not a converter setting walstream knows (it takes schemas.enable, and the Avro converters' schema registry settings)", k.Value)
 				}
 			}
 		}
 	})
-	c.registryPassword, c.registryToken = registry.password, registry.token
-	if len(tables) > 0 {
-		if set["table"] {
-			errs = append(errs, fmt.Errorf("config file %s: its tables section and --table ($%s, or table:) both name the outbox tables; keep one", c.ConfigFile, envName("table")))
+	return tables, tableKey, connector
+}
+
+// connector applies a stream's Debezium connector config: pasted as a
+// mapping of its keys, or the path of its file (.json, .properties or a
+// Strimzi KafkaConnector), relative to the config file's directory.
+func (l *loader) connector(n *yaml.Node) {
+	cc := &connectorConfig{path: l.path, form: "YAML", values: make(map[string]string), lines: make(map[string]int)}
+	switch n.Kind {
+	case yaml.MappingNode:
+		if err := cc.readYAML(n); err != nil {
+			l.errs = append(l.errs, err)
+			return
 		}
-		c.Table = strings.Join(tables, ",")
+	case yaml.ScalarNode:
+		path, err := expandEnv(n.Value)
+		if err != nil {
+			l.at(n, "connector: %v", err)
+			return
+		}
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(filepath.Dir(l.path), path)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			l.at(n, "connector: %v", err)
+			return
+		}
+		var ok bool
+		if cc, ok, err = readConnector(path, b); err != nil {
+			l.errs = append(l.errs, err)
+			return
+		} else if !ok {
+			l.at(n, "connector: %s is not a Debezium connector config (JSON, properties, or YAML with connector.class)", path)
+			return
+		}
+	default:
+		l.at(n, "connector: want a Debezium connector config's keys, or the path of its file")
+		return
 	}
-	return errors.Join(errs...)
+	// As with --config naming a connector config, the command line and
+	// the environment win over its keys.
+	l.connectorPath = cc.path
+	l.errs = append(l.errs, l.c.applyConnector(l.fs, l.set, cc))
 }

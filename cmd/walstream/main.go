@@ -52,11 +52,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch args[0] {
 	case "run":
-		cfg, err := parseConfig(args[1:], stdout)
+		cfgs, err := parseStreams(runCommand, args[1:], stdout)
 		if err != nil {
 			return err
 		}
-		return runStream(ctx, cfg, stderr)
+		return runStream(ctx, cfgs, stderr)
 	case "init":
 		return runInit(ctx, args[1:], stdout, stderr)
 	case "status":

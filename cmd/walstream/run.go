@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"time"
 
@@ -44,23 +45,30 @@ func memoryLimit(cfg *Config) int64 {
 	return int64(cfg.QueueBytes) + 3*int64(max(cfg.MaxBatchBytes, cfg.MaxRecordBytes))
 }
 
-// runStream streams until ctx ends or a permanent error, which it also
-// logs as an ERROR record, so that a log pipeline reading the structured
-// log sees why walstream stopped.
-func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
-	log, _ := cfg.logger(stderr) // validated
-	log = log.With("stream", cfg.Stream, "slot", cfg.Slot)
-	var ran bool // the error, if any, is the pipeline's
+// runStream streams every stream of cfgs until ctx ends, or until each
+// has stopped on a permanent error. A stream's permanent error is logged as
+// an ERROR record as it happens, so that a log pipeline reading the
+// structured log sees why it stopped; the others go on. The process-wide
+// settings (HTTP, pprof, logging) are the same in every stream's Config.
+func runStream(ctx context.Context, cfgs []*Config, stderr io.Writer) (err error) {
+	first := cfgs[0]
+	base, _ := first.logger(stderr) // validated
+	log := base
+	if len(cfgs) == 1 {
+		log = base.With("stream", first.Stream, "slot", first.Slot)
+	}
+	var ran bool // the error, if any, is the pipelines'
 	defer func() {
-		if err == nil {
-			return
-		}
-		attrs := []any{"err", err}
-		if ran {
+		switch {
+		case err == nil:
+		case len(cfgs) > 1 && ran:
+			log.Error("stopping; the streams that stopped on a permanent error were logged as they stopped", "streams_stopped", len(unjoin(err)), "streams", len(cfgs))
+		case ran:
 			peer, kind := pipeline.Describe(err)
-			attrs = append(attrs, "peer", peer, "kind", kind)
+			log.Error("stopping on a permanent error", "err", err, "peer", peer, "kind", kind)
+		default:
+			log.Error("stopping on a permanent error", "err", err)
 		}
-		log.Error("stopping on a permanent error", attrs...)
 	}()
 	gogc := os.Getenv("GOGC")
 	if gogc == "" {
@@ -69,34 +77,54 @@ func runStream(ctx context.Context, cfg *Config, stderr io.Writer) (err error) {
 	}
 	memLimit := os.Getenv("GOMEMLIMIT")
 	if memLimit == "" {
-		limit := memoryLimit(cfg)
+		var limit int64
+		for _, cfg := range cfgs {
+			limit += memoryLimit(cfg)
+		}
 		debug.SetMemoryLimit(limit)
 		memLimit = strconv.FormatInt(limit, 10)
 	}
-	pg, kafka := cfg.Postgres, cfg.Kafka
-	// Whether Postgres speaks TLS is known once connected: the streaming
-	// line says so (pg_tls); sslmode is what was asked for.
-	log.Info("starting", "version", version, "host", pg.Host, "port", pg.Port, "database", pg.Database,
-		"user", pg.User, "pg_sslmode", sslMode(cfg.PGURL), "brokers", cfg.Brokers,
-		"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID,
-		"gogc", gogc, "gomemlimit", memLimit)
-
-	for _, k := range cfg.Ignored {
-		log.Info("ignoring a key of the Debezium connector config", "key", k.Key, "reason", k.Why)
-	}
-	if cfg.NamesWarning != "" {
-		log.Warn(cfg.NamesWarning, "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID)
-	}
-
 	reg := newRegistry()
-	p := pipeline.New(cfg.Config, log, reg)
-	stopHTTP, err := serveHTTP(reg, p, cfg, log)
+	pipelines := make([]*pipeline.Pipeline, len(cfgs))
+	for i, cfg := range cfgs {
+		sl := base.With("stream", cfg.Stream, "slot", cfg.Slot)
+		pg, kafka := cfg.Postgres, cfg.Kafka
+		// Whether Postgres speaks TLS is known once connected: the streaming
+		// line says so (pg_tls); sslmode is what was asked for.
+		sl.Info("starting", "version", version, "host", pg.Host, "port", pg.Port, "database", pg.Database,
+			"user", pg.User, "pg_sslmode", sslMode(cfg.PGURL), "brokers", cfg.Brokers,
+			"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID,
+			"gogc", gogc, "gomemlimit", memLimit)
+		for _, k := range cfg.Ignored {
+			sl.Info("ignoring a key of the Debezium connector config", "key", k.Key, "reason", k.Why)
+		}
+		if cfg.NamesWarning != "" {
+			sl.Warn(cfg.NamesWarning, "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID)
+		}
+		pipelines[i] = pipeline.New(cfg.Config, sl, reg)
+	}
+	fleet := pipeline.NewFleet(pipelines...)
+	stopHTTP, err := serveHTTP(reg, fleet, first, log)
 	if err != nil {
 		return err
 	}
 	defer stopHTTP()
 	ran = true
-	return flagHints(p.Run(ctx))
+	if len(cfgs) == 1 {
+		return flagHints(fleet.Run(ctx, nil)) // logged as the process stops
+	}
+	err = fleet.Run(ctx, func(p *pipeline.Pipeline, err error) {
+		peer, kind := pipeline.Describe(err)
+		p.Log().Error("stream stopped on a permanent error; the other streams go on", "err", flagHints(err), "peer", peer, "kind", kind)
+	})
+	// Each stream's error, with the flag that changes its outcome.
+	errs := slices.Clone(unjoin(err))
+	for i, e := range errs {
+		if se := (*pipeline.StreamError)(nil); errors.As(e, &se) {
+			errs[i] = &pipeline.StreamError{Stream: se.Stream, Err: flagHints(se.Err)}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // newRegistry is the registry /metrics serves, holding Go's and the
@@ -141,10 +169,18 @@ func flagHints(err error) error {
 	return err
 }
 
+// health is what /healthz and /readyz answer from: every stream's.
+type health interface {
+	Healthz(http.ResponseWriter, *http.Request)
+	Readyz(http.ResponseWriter, *http.Request)
+}
+
+var _ health = (*pipeline.Fleet)(nil)
+
 // serveHTTP serves /metrics, and the pipeline's /healthz and /readyz, on
 // cfg.HTTPAddr, and pprof on cfg.PprofAddr; an empty address serves
 // nothing there. Either is served without the other.
-func serveHTTP(reg *prometheus.Registry, p *pipeline.Pipeline, cfg *Config, log *slog.Logger) (stop func(), err error) {
+func serveHTTP(reg *prometheus.Registry, p health, cfg *Config, log *slog.Logger) (stop func(), err error) {
 	stopMetrics, err := serveMetrics(cfg.HTTPAddr, reg, p, cfg.HTTPConfigFile, log)
 	if err != nil {
 		return nil, err
@@ -170,7 +206,7 @@ func serveHTTP(reg *prometheus.Registry, p *pipeline.Pipeline, cfg *Config, log 
 
 // serveMetrics serves /metrics, /healthz and /readyz on addr, with TLS and
 // basic auth when webConfig says so.
-func serveMetrics(addr string, reg *prometheus.Registry, p *pipeline.Pipeline, webConfig string, log *slog.Logger) (stop func(), err error) {
+func serveMetrics(addr string, reg *prometheus.Registry, p health, webConfig string, log *slog.Logger) (stop func(), err error) {
 	if addr == "" {
 		if webConfig != "" {
 			log.Warn("--http-config-file is not used: --http-addr is empty, so nothing listens for HTTP", "http_config_file", webConfig)

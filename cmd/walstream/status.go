@@ -20,39 +20,64 @@ var ErrUnhealthy = errors.New("unhealthy")
 // statusReport is `walstream status --json`.
 type statusReport = pipeline.Report
 
-// runStatus prints the slot's state and the checkpoint in Kafka, and
-// fails when the slot is lost or ahead of the checkpoint.
+// runStatus prints the slot's state and the checkpoint in Kafka of each
+// stream, and fails when a slot is lost or ahead of its checkpoint.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var asJSON bool
-	cfg, err := parseCommand(command{name: "status",
-		about: "Prints the slot's state and the checkpoint in Kafka; exits non-zero when the slot is lost, missing or ahead of the checkpoint, or Kafka cannot be read.",
-		extra: func(fs *flag.FlagSet) { fs.BoolVar(&asJSON, "json", false, "print JSON") },
+	cfgs, err := parseStreams(command{name: "status",
+		about: "Prints the slot's state and the checkpoint in Kafka of the stream, or of every stream a config file lists under streams: (--stream names one); " +
+			"exits non-zero when a slot is lost, missing or ahead of the checkpoint, or Kafka cannot be read.",
+		extra: func(fs *flag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, "print JSON: the stream's report, or a list of every stream's")
+		},
 		uses:  statusSettings,
 		needs: func() (pg, kafka bool) { return true, true },
 	}, args, stdout)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	in, err := pipeline.Inspect(ctx, cfg.Config)
-	if err != nil {
-		return err
+	reports := make([]*statusReport, len(cfgs))
+	for i, cfg := range cfgs {
+		ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		in, err := pipeline.Inspect(ictx, cfg.Config)
+		cancel()
+		if err != nil {
+			if len(cfgs) > 1 {
+				err = fmt.Errorf("stream %s: %w", cfg.Stream, err)
+			}
+			return err
+		}
+		reports[i] = in.Report(cfg.Config, time.Now())
 	}
-	r := in.Report(cfg.Config, time.Now())
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
+		var v any = reports
+		if len(reports) == 1 {
+			v = reports[0] // the shape of a single stream's status stays an object
+		}
+		if err := enc.Encode(v); err != nil {
 			return err
 		}
 	} else {
-		printStatus(stdout, r)
+		for i, r := range reports {
+			if i > 0 {
+				fmt.Fprintln(stdout)
+			}
+			printStatus(stdout, r)
+		}
 	}
-	if len(r.Problems) > 0 {
-		return fmt.Errorf("%w: %s", ErrUnhealthy, r.Problems[0])
+	var problems []error
+	for _, r := range reports {
+		if len(r.Problems) == 0 {
+			continue
+		}
+		if len(reports) == 1 {
+			return fmt.Errorf("%w: %s", ErrUnhealthy, r.Problems[0])
+		}
+		problems = append(problems, fmt.Errorf("%w: stream %s: %s", ErrUnhealthy, r.Stream, r.Problems[0]))
 	}
-	return nil
+	return errors.Join(problems...)
 }
 
 // count is an event count for people: "unknown" for -1.

@@ -1,0 +1,318 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/publish"
+)
+
+// fakeRunner runs until ctx ends, or returns err at once when it is set.
+type fakeRunner struct {
+	err     error
+	stopped chan struct{} // closed when Run returns
+}
+
+func (f *fakeRunner) Run(ctx context.Context) error {
+	defer close(f.stopped)
+	if f.err != nil {
+		return f.err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// One runner's permanent error stops it alone: its siblings keep running
+// until ctx ends, and every error comes back by index.
+func TestSuperviseAllKeepsSiblings(t *testing.T) {
+	bad := errors.New("bad input")
+	rs := []*fakeRunner{{stopped: make(chan struct{})}, {err: bad, stopped: make(chan struct{})}, {stopped: make(chan struct{})}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var told []int
+	done := make(chan []error)
+	go func() {
+		done <- superviseAll(ctx, []runner{rs[0], rs[1], rs[2]}, func(i int, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			told = append(told, i)
+		})
+	}()
+	<-rs[1].stopped
+	select {
+	case <-rs[0].stopped:
+		t.Fatal("runner 0 stopped when runner 1 failed")
+	case <-rs[2].stopped:
+		t.Fatal("runner 2 stopped when runner 1 failed")
+	case <-done:
+		t.Fatal("superviseAll returned while two runners run")
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	errs := <-done
+	if errs[0] != nil || errs[1] != bad || errs[2] != nil {
+		t.Fatalf("errors %v, want [nil bad input nil]", errs)
+	}
+	if len(told) != 1 || told[0] != 1 {
+		t.Fatalf("stopped called for %v, want [1]", told)
+	}
+}
+
+func fleetConfig(t *testing.T, stream, url, slot string) Config {
+	t.Helper()
+	pg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Stream: stream, Postgres: pg, CheckpointTopic: DefaultCheckpointTopic, CheckpointKey: stream, TransactionalID: "walstream-" + stream,
+		Kafka: publish.KafkaSettings{Brokers: []string{"kafka:9092"}}}
+	c.Names.Slot = slot
+	return c
+}
+
+func TestCheckFleet(t *testing.T) {
+	orders := fleetConfig(t, "orders", "postgres://db/orders", "orders")
+	billing := fleetConfig(t, "billing", "postgres://db/billing", "billing")
+	inventory := fleetConfig(t, "inventory", "postgres://other-db/inventory", "orders")
+	if err := CheckFleet([]Config{orders, billing, inventory}); err != nil {
+		t.Fatalf("a slot each on db, one on other-db: %v", err)
+	}
+	// Slots are the server's: two databases of one server cannot have one.
+	sameSlot := fleetConfig(t, "orders-2", "postgres://db/billing", "orders")
+	sameKey := fleetConfig(t, "billing-2", "postgres://db/billing", "other")
+	sameKey.CheckpointKey, sameKey.TransactionalID = "billing", "walstream-billing"
+	// The same key in another Kafka cluster is another key.
+	elsewhere := fleetConfig(t, "billing-3", "postgres://db/billing", "third")
+	elsewhere.CheckpointKey, elsewhere.TransactionalID = "billing", "walstream-billing"
+	elsewhere.Kafka.Brokers = []string{"other-kafka:9092"}
+	err := CheckFleet([]Config{orders, billing, sameSlot, sameKey, orders, elsewhere})
+	for _, want := range []string{
+		`streams orders and orders-2 have the same slot "orders" on db:5432`,
+		`streams billing and billing-2 have the same checkpoint key "billing" in topic walstream.checkpoints of Kafka kafka:9092`,
+		`streams billing and billing-2 have the same transactional id "walstream-billing" in Kafka kafka:9092`,
+		`streams orders and orders have the same name orders`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckFleet = %v, want %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "billing-3") {
+		t.Errorf("CheckFleet = %v: billing-3 writes to another Kafka cluster", err)
+	}
+}
+
+// A fleet's /healthz and /readyz answer for every stream, one line each:
+// a stopped stream fails readiness, not health, and ?stream= asks for one.
+func TestFleetHealth(t *testing.T) {
+	discard := slog.New(slog.DiscardHandler)
+	reg := prometheus.NewRegistry()
+	var ps []*Pipeline
+	for _, name := range []string{"orders", "billing"} {
+		c := fleetConfig(t, name, "postgres://db/"+name, "walstream")
+		c.StatusInterval, c.CommitTimeout, c.ReadyConfirmAge = time.Second, time.Second, time.Minute
+		ps = append(ps, New(c, discard, reg))
+	}
+	f := NewFleet(ps...)
+	msg := "stream stopped: bad input at LSN 0/1"
+	ps[1].state.stopped.Store(&msg)
+	get := func(h http.HandlerFunc, url string) (int, string) {
+		rec := httptest.NewRecorder()
+		h(rec, httptest.NewRequest(http.MethodGet, url, nil))
+		return rec.Code, rec.Body.String()
+	}
+	code, body := get(f.Healthz, "/healthz")
+	if want := "orders: ok\nbilling: stopped: " + msg + "\n"; code != http.StatusOK || body != want {
+		t.Errorf("/healthz = %d %q, want 200 %q", code, body, want)
+	}
+	code, body = get(f.Readyz, "/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "orders: not streaming") || !strings.Contains(body, "billing: stopped: "+msg) {
+		t.Errorf("/readyz = %d %q, want 503 with a line per stream", code, body)
+	}
+	code, body = get(f.Readyz, "/readyz?stream=billing")
+	if want := "stopped: " + msg + "\n"; code != http.StatusServiceUnavailable || body != want {
+		t.Errorf("/readyz?stream=billing = %d %q, want 503 %q", code, body, want)
+	}
+	if code, _ = get(f.Readyz, "/readyz?stream=nope"); code != http.StatusNotFound {
+		t.Errorf("/readyz?stream=nope = %d, want 404", code)
+	}
+	if got := streamGauge(t, reg, "walstream_stopped", "billing"); got != 1 {
+		t.Errorf("walstream_stopped{stream=billing} = %v, want 1", got)
+	}
+	if got := streamGauge(t, reg, "walstream_stopped", "orders"); got != 0 {
+		t.Errorf("walstream_stopped{stream=orders} = %v, want 0", got)
+	}
+}
+
+// streamGauge reads a gauge of stream from reg.
+func streamGauge(t *testing.T, reg *prometheus.Registry, name, stream string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stream" && l.GetValue() == stream {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{stream=%q}", name, stream)
+	return 0
+}
+
+// outboxDDL is the pipeline tests' outbox table.
+const outboxDDL = `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`
+
+// TestStandbyAndFleet runs standbys and fleets of streams on one Postgres
+// and one kfake, each case on slots of its own; the last restarts
+// Postgres.
+func TestStandbyAndFleet(t *testing.T) {
+	pg := testenv.StartPostgres(t, testenv.Settings("log_connections = on"))
+	broker := testenv.StartKfake(t)
+	pg.Exec("postgres", outboxDDL)
+	t.Run("one stops, the others go on", func(t *testing.T) { fleetOneStops(t, pg, broker.Addr()) })
+	t.Run("standby stream by stream", func(t *testing.T) { fleetStandbyStreamByStream(t, pg, broker.Addr()) })
+	t.Run("standby keeps one connection", func(t *testing.T) { standbyKeepsOneConnection(t, pg, broker.Addr()) })
+}
+
+// Two streams of one process, in two databases, on one registry: bad input
+// stops one, and the other goes on streaming; each stream's metrics,
+// franz-go's included, are series of their own.
+func fleetOneStops(t *testing.T, pg *testenv.Postgres, broker string) {
+	var cfgs []Config
+	for _, db := range []string{"orders", "billing"} {
+		pg.Exec("postgres", "CREATE DATABASE "+db)
+		pg.Exec(db, outboxDDL)
+		c := testConfig(t, pg, broker)
+		var err error
+		if c.Postgres, err = pgx.ParseConfig(pg.URL("postgres", db)); err != nil {
+			t.Fatal(err)
+		}
+		c.Stream, c.CheckpointKey, c.TransactionalID = db, db, "walstream-"+db
+		c.Names.Slot, c.Names.Publication = db, db
+		cfgs = append(cfgs, c)
+	}
+	if err := CheckFleet(cfgs); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	orders, billing := New(cfgs[0], log.With("stream", "orders"), reg), New(cfgs[1], log.With("stream", "billing"), reg)
+	f := NewFleet(orders, billing)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan string, 2)
+	errc := make(chan error, 1)
+	go func() { errc <- f.Run(ctx, func(p *Pipeline, err error) { stopped <- p.cfg.Stream }) }()
+	for _, p := range []*Pipeline{orders, billing} {
+		waitFor(t, p.cfg.Stream+" streaming", func() bool { _, ok := p.state.streaming(time.Now()); return ok })
+	}
+	pg.Exec("orders", `INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000b1', NULL, 'o-1', 'Created', '{}')`)
+	select {
+	case name := <-stopped:
+		if name != "orders" {
+			t.Fatalf("stream %s stopped, want orders", name)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("orders did not stop on its bad row")
+	}
+	for i := range 3 {
+		pg.Exec("billing", fmt.Sprintf(`INSERT INTO outbox VALUES ('00000000-0000-0000-0000-00000000000%d', 'Invoice', 'i-1', 'Created', '{}')`, i+1))
+	}
+	waitFor(t, "billing's rows published", func() bool { return published(t, reg, "outbox.event.Invoice") == 3 })
+	if _, ok := billing.state.streaming(time.Now()); !ok {
+		t.Fatal("billing stopped streaming when orders stopped")
+	}
+	if got := streamGauge(t, reg, "walstream_stopped", "orders"); got != 1 {
+		t.Errorf("walstream_stopped{stream=orders} = %v, want 1", got)
+	}
+	// franz-go's client metrics (kprom) of both producers, one series each.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gathering two streams' metrics: %v", err)
+	}
+	streams := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() == "walstream_kafka_write_bytes_total" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "stream" {
+						streams[l.GetValue()] = true
+					}
+				}
+			}
+		}
+	}
+	if !streams["billing"] {
+		t.Errorf("walstream_kafka_write_bytes_total has series of %v, want billing's", streams)
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		var se *StreamError
+		if !errors.As(err, &se) || se.Stream != "orders" || !strings.Contains(err.Error(), "stream orders: ") {
+			t.Fatalf("Fleet.Run = %v, want orders' error alone", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Fleet.Run did not return")
+	}
+}
+
+// Two processes of the same two streams: the second stands by for each
+// stream's slot on its own, and takes over the one stream whose instance
+// stops while it stands by for the other.
+func fleetStandbyStreamByStream(t *testing.T, pg *testenv.Postgres, broker string) {
+	var cfgs []Config
+	for _, name := range []string{"inventory", "shipping"} {
+		c := testConfig(t, pg, broker)
+		c.Stream, c.CheckpointKey, c.TransactionalID = name, name, "walstream-"+name
+		c.Names.Slot, c.Names.Publication = name, name
+		cfgs = append(cfgs, c)
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	streaming := func(p *Pipeline) bool { _, ok := p.state.streaming(time.Now()); return ok }
+	standing := func(p *Pipeline) bool { return p.state.standbyAt.Load() != 0 && !streaming(p) }
+	// The first process's streams run apart, so that one can stop alone.
+	var first []*Pipeline
+	var stops []context.CancelFunc
+	for _, c := range cfgs {
+		p := New(c, log.With("process", "first", "stream", c.Stream), prometheus.NewRegistry())
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = p.Run(ctx) }()
+		stops = append(stops, func() { cancel(); <-done })
+		t.Cleanup(stops[len(stops)-1])
+		first = append(first, p)
+		waitFor(t, "the first process streaming "+c.Stream, func() bool { return streaming(p) })
+	}
+	reg := prometheus.NewRegistry()
+	second := []*Pipeline{New(cfgs[0], log.With("process", "second", "stream", "inventory"), reg), New(cfgs[1], log.With("process", "second", "stream", "shipping"), reg)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewFleet(second...).Run(ctx, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the second process standing by for both streams", func() bool { return standing(second[0]) && standing(second[1]) })
+
+	stops[0]() // the first process's inventory stops
+	waitFor(t, "the second process taking inventory over", func() bool { return streaming(second[0]) })
+	if !standing(second[1]) || !streaming(first[1]) {
+		t.Fatalf("shipping: second process standing by %v, first streaming %v; want shipping left where it was", standing(second[1]), streaming(first[1]))
+	}
+}
