@@ -110,9 +110,11 @@ func Preflight(ctx context.Context, conn *pgx.Conn, n Names, role string, named 
 			problem("table %s: its schema does not exist; create it first (CREATE SCHEMA)", t.name)
 		case !t.exists && !t.mayCreate:
 			problem("table %s: may not create it: GRANT CREATE ON SCHEMA to %s, or create the table as its owner", t.name, srv.user)
-		case t.exists && !pubExists && !t.owns:
+		}
+		if t.exists && !pubExists && !t.owns {
 			problem("publication %q: only the owner of table %s (or a member of its owner's role) may publish it; run init as the table's owner", n.Publication, t.name)
-		case t.exists && role != "" && !t.mayGrant:
+		}
+		if t.exists && role != "" && !t.mayGrant {
 			problem("grant SELECT on %s: %s may not grant it (it needs to own the table or hold SELECT WITH GRANT OPTION)", t.name, srv.user)
 		}
 	}

@@ -139,7 +139,6 @@ func (cc *connectorConfig) readWorkerProviders(root *yaml.Node) error {
 // those the worker declares, then those it declares itself.
 func (cc *connectorConfig) resolver() (*resolver, error) {
 	decl := make(map[string]string)
-	maps.Copy(decl, cc.worker)
 	var lists []string
 	for _, m := range []map[string]string{cc.worker, cc.values} {
 		for k, v := range m {
@@ -534,6 +533,11 @@ func (cc *connectorConfig) translate() (*translation, error) {
 	values := make(map[string]string, len(cc.values))
 	for k, v := range cc.values {
 		if isProviderKey(k) { // the worker's, read by resolver
+			continue
+		}
+		// A key walstream ignores needs no secret fetched for it.
+		if _, ignored := byPrefix(ignoredKeys, k); ignored && k != "snapshot.mode" {
+			values[k] = v
 			continue
 		}
 		rv, err := res.resolve(v)

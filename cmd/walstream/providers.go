@@ -436,7 +436,7 @@ func (e providerEnv) kubernetes(ctx context.Context, resource, path string) (map
 	for k, v := range obj.Data {
 		b, err := base64.StdEncoding.DecodeString(v)
 		if err != nil {
-			return nil, fmt.Errorf("Secret %s/%s, key %s: %w", ns, name, k, err)
+			return nil, fmt.Errorf("key %s of Secret %s/%s: %w", k, ns, name, err)
 		}
 		data[k] = string(b)
 	}

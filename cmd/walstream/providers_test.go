@@ -101,6 +101,10 @@ func TestConfigProviders(t *testing.T) {
 		"config.providers=f", "config.providers.f.class="+classFile, "config.providers.f.param.allowed.paths="+mounted), env)
 	wantError(t, err, "is not under the provider's allowed.paths")
 
+	// A key walstream ignores is not resolved: nothing is fetched for it.
+	tr, err = translated(t, "c.properties", connectorWith("u", "p", "producer.override.sasl.jaas.config=${secretsmanager:msk/jaas:config}"), env)
+	wantDSN(t, tr, err, "user='u'")
+
 	// What walstream cannot resolve says why and what instead.
 	for _, c := range []struct {
 		value, more string
