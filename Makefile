@@ -75,7 +75,8 @@ compat: deps
 
 # The cutover from Debezium (docs/debezium.md): Debezium under load,
 # stopped or killed at a random moment, in each Kafka Connect mode, and
-# walstream taking over its slot, CUTOVER_RUNS times each; every row must
+# walstream taking over its slot (and, in two cases, the way back to Debezium
+# and a second cutover), CUTOVER_RUNS times each; every row must
 # be in Kafka once, besides Debezium's own duplicates, which are counted.
 # `make test` runs two of the cases once.
 CUTOVER_RUNS ?= 3

@@ -40,6 +40,9 @@ const (
 	// restStop stops the connector through the REST API (KIP-875), the
 	// worker going on.
 	restStop
+	// restDelete deletes the connector, as MSK Connect, which has no way
+	// to stop one, does; its offsets stay in the offsets topic.
+	restDelete
 )
 
 const (
@@ -64,6 +67,15 @@ type cutoverCase struct {
 	// stopped connector's offset to the slot's position and resumes it, as
 	// the runbook's way back.
 	rollback bool
+	// recreate takes the way back MSK Connect leaves, which cannot move a
+	// connector's offset: the connector is created again under another
+	// name, which has no stored offset, so that Debezium starts where its
+	// slot is.
+	recreate bool
+	// again2, once Debezium has streamed a while after the rollback,
+	// stops it as the first time and starts walstream as at the first
+	// cutover: a second cutover, from the offset Debezium stored since.
+	again2 bool
 	// ci runs the case in make test.
 	ci bool
 }
@@ -79,6 +91,12 @@ var cutoverCases = []cutoverCase{
 	{name: "distributed_killed_twice", mode: testenv.ConnectDistributed, stop: sigkill, from: fromTopic, again: true},
 	{name: "standalone_rollback", mode: testenv.ConnectStandalone, stop: restStop, from: fromREST, rollback: true},
 	{name: "distributed_rollback", mode: testenv.ConnectDistributed, stop: restStop, from: fromTopic, rollback: true},
+	// Strimzi's way: stopped (spec.state: stopped), the offset listed to
+	// a ConfigMap (a saved REST answer), back by altering the offset.
+	{name: "distributed_second_cutover_saved", mode: testenv.ConnectDistributed, stop: restStop, from: fromSaved, rollback: true, again2: true},
+	// MSK Connect's: deleted, the offsets topic read, back by a connector
+	// created again under another name.
+	{name: "distributed_second_cutover_deleted", mode: testenv.ConnectDistributed, stop: restDelete, from: fromTopic, rollback: true, recreate: true, again2: true},
 }
 
 // TestCutover runs Debezium under load, stops it at a random moment,
@@ -183,7 +201,13 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 
 	after := 2*time.Second + time.Duration(rng.Int64N(int64(6*time.Second)))
 	time.Sleep(after)
+	// streamed counts Debezium's starts, by its topic.prefix, which a
+	// deleted connector's name no longer tells.
+	streamed := w.Streamed(id)
 	e.stopDebezium(ctx, t, w, c, id)
+	// name is the connector Debezium runs as, which a rollback that
+	// creates it again changes.
+	name := id
 	if c.again {
 		if err := w.Start(ctx); err != nil {
 			t.Fatal(err)
@@ -199,7 +223,7 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	source := e.offsetSource(ctx, t, w, c, id)
+	source := e.offsetSource(ctx, t, w, c, id, id)
 	time.Sleep(500 * time.Millisecond) // rows committed while nothing streams
 
 	path := writeConnector(t, JSON, id, cfg)
@@ -237,7 +261,7 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 		if mark, err = endOffsets(ctx, e.kafka.Addr(), topics); err != nil {
 			t.Fatal(err)
 		}
-		p = testenv.StartWalstream(t, e.bin, args(e.offsetSource(ctx, t, w, c, id)))
+		p = testenv.StartWalstream(t, e.bin, args(e.offsetSource(ctx, t, w, c, id, id)))
 		if err := waitStreamingOrExit(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -258,27 +282,54 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 			t.Fatal(err)
 		}
 		marks = append(marks, back)
-		// Debezium refuses to start from an offset behind its slot's
-		// position ("no longer available on the server"): the way back
-		// moves the offset to where walstream stopped.
-		confirmed, err := e.pg.SlotConfirmed(ctx, slot)
-		if err != nil {
-			t.Fatal(err)
+		if !c.recreate {
+			streamed = w.Streamed(id)
 		}
-		lsn := json.Number(strconv.FormatUint(uint64(confirmed), 10))
-		streamed := w.Streamed(id)
-		err = w.AlterOffsets(ctx, id, []testenv.ConnectOffset{{Partition: map[string]any{"server": id},
-			Offset: map[string]any{"lsn": lsn, "lsn_proc": lsn, "lsn_commit": lsn, "ts_usec": time.Now().UnixMicro()}}})
-		if err == nil {
-			err = w.ResumeConnector(ctx, id)
+		if c.recreate {
+			// No offset under the new name: Debezium starts where its slot
+			// is, which walstream confirmed.
+			name = id + "_back"
+			err = w.CreateConnector(ctx, name, cfg)
+		} else {
+			// Debezium refuses to start from an offset behind its slot's
+			// position ("no longer available on the server"): the way back
+			// moves the offset to where walstream stopped.
+			confirmed, cerr := e.pg.SlotConfirmed(ctx, slot)
+			if cerr != nil {
+				t.Fatal(cerr)
+			}
+			lsn := json.Number(strconv.FormatUint(uint64(confirmed), 10))
+			err = w.AlterOffsets(ctx, id, []testenv.ConnectOffset{{Partition: map[string]any{"server": id},
+				Offset: map[string]any{"lsn": lsn, "lsn_proc": lsn, "lsn_commit": lsn, "ts_usec": time.Now().UnixMicro()}}})
+			if err == nil {
+				err = w.ResumeConnector(ctx, id)
+			}
 		}
 		if err == nil {
-			err = w.WaitStreaming(ctx, id, streamed, 2*time.Minute)
+			err = w.WaitStreaming(ctx, name, streamed, 2*time.Minute)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * time.Second)
+	}
+	if c.again2 {
+		// The second cutover: Debezium stopped again, and walstream started
+		// as at the first, from where Debezium's offset is now.
+		e.stopDebezium(ctx, t, w, c, name)
+		again, err := endOffsets(ctx, e.kafka.Addr(), topics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		marks = append(marks, again)
+		p = testenv.StartWalstream(t, e.bin, append(args(e.offsetSource(ctx, t, w, c, id, name)), "--debezium-connector", name))
+		if err := waitStreamingOrExit(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Exited() || !strings.Contains(p.Log(), "Debezium's offset is past this stream's checkpoint") {
+			t.Fatalf("walstream did not take over again:\n%s", p.LastLines(30))
+		}
+		time.Sleep(2 * time.Second) // rows committed while walstream streams again
 	}
 	stopLoad()
 	wg.Wait()
@@ -289,7 +340,7 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.rollback {
+	if c.rollback && !c.again2 {
 		if err := waitPublished(ctx, conn, n.table, e.kafka.Addr(), topics); err != nil {
 			t.Fatalf("%v\n%s", err, w.LastLines(30))
 		}
@@ -318,8 +369,8 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 	}
 	r.skipped = skippedByWalstream(p.Log())
 	t.Logf("%s: %s", id, r)
-	if r.missing > 0 || r.dups[1] > 0 || r.outOfOrder > 0 {
-		t.Errorf("%s: %d rows missing, %d duplicates by walstream, %d keys out of order; examples: %s", id, r.missing, r.dups[1], r.outOfOrder, strings.Join(r.examples, "; "))
+	if r.missing > 0 || r.walstreamDups() > 0 || r.outOfOrder > 0 {
+		t.Errorf("%s: %d rows missing, %d duplicates by walstream, %d keys out of order; examples: %s", id, r.missing, r.walstreamDups(), r.outOfOrder, strings.Join(r.examples, "; "))
 	}
 	if r.skipped == 0 && r.records[0] > 0 {
 		t.Logf("%s: walstream found no event Debezium had published past its offset", id)
@@ -389,11 +440,16 @@ func (e *env) stopDebezium(ctx context.Context, t *testing.T, w *testenv.Connect
 		if err := w.StopConnector(ctx, name, time.Minute); err != nil {
 			t.Fatal(err)
 		}
+	case restDelete:
+		if err := w.DeleteConnector(ctx, name); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
-// offsetSource is --from-debezium-offset as the case reads the offset.
-func (e *env) offsetSource(ctx context.Context, t *testing.T, w *testenv.Connect, c cutoverCase, name string) string {
+// offsetSource is --from-debezium-offset as the case reads the offset of
+// connector name, on the worker of case id.
+func (e *env) offsetSource(ctx context.Context, t *testing.T, w *testenv.Connect, c cutoverCase, id, name string) string {
 	t.Helper()
 	switch c.from {
 	case fromFile:
@@ -415,7 +471,7 @@ func (e *env) offsetSource(ctx context.Context, t *testing.T, w *testenv.Connect
 		}
 		return path
 	}
-	return "kafka:" + name + "-offsets"
+	return "kafka:" + id + "-offsets"
 }
 
 // load writes outbox rows in transactions of 1 to 20 rows, at about 400
@@ -517,7 +573,9 @@ func endOffsets(ctx context.Context, broker string, topics []string) (map[string
 }
 
 // cutoverResult is what a cutover left in Kafka: Debezium's records, then
-// walstream's, then, after a rollback, Debezium's again.
+// walstream's, then, after a rollback, Debezium's again, and after a
+// second cutover walstream's again: even parts are Debezium's, odd ones
+// walstream's.
 type cutoverResult struct {
 	rows int
 	// records and dups count each part's records and those of an event
@@ -530,12 +588,25 @@ type cutoverResult struct {
 }
 
 func (r cutoverResult) String() string {
-	s := fmt.Sprintf("%d rows; Debezium wrote %d records (%d duplicates of its own), walstream %d (%d duplicates) and skipped %d Debezium had published",
-		r.rows, r.records[0], r.dups[0], r.records[1], r.dups[1], r.skipped)
+	s := fmt.Sprintf("%d rows; Debezium wrote %d records (%d duplicates of its own), walstream %d (%d duplicates)",
+		r.rows, r.records[0], r.dups[0], r.records[1], r.dups[1])
 	if len(r.records) > 2 {
 		s += fmt.Sprintf("; after the rollback Debezium wrote %d (%d duplicates)", r.records[2], r.dups[2])
 	}
-	return s + fmt.Sprintf("; %d missing, %d keys out of order", r.missing, r.outOfOrder)
+	if len(r.records) > 3 {
+		s += fmt.Sprintf("; after the second cutover walstream wrote %d (%d duplicates)", r.records[3], r.dups[3])
+	}
+	return s + fmt.Sprintf("; walstream's last start skipped %d events Debezium had published; %d missing, %d keys out of order", r.skipped, r.missing, r.outOfOrder)
+}
+
+// walstreamDups are the records walstream wrote of events already in
+// Kafka.
+func (r cutoverResult) walstreamDups() int {
+	n := 0
+	for part := 1; part < len(r.dups); part += 2 {
+		n += r.dups[part]
+	}
+	return n
 }
 
 // checkCutover reads the topics read_committed and checks them against
@@ -571,8 +642,8 @@ func (e *env) checkCutover(ctx context.Context, conn *pgx.Conn, table string, to
 			seen[id]++
 			if seen[id] > 1 {
 				r.dups[part]++
-				if part == 1 {
-					r.examples = append(r.examples, fmt.Sprintf("event %s again at %s/%d offset %d", id, topic, rec.Partition, rec.Offset))
+				if part%2 == 1 {
+					r.examples = append(r.examples, fmt.Sprintf("event %s again at %s/%d offset %d (by walstream)", id, topic, rec.Partition, rec.Offset))
 				}
 				continue
 			}

@@ -35,10 +35,11 @@ const (
 )
 
 // failureKinds are every kind classifyFailure gives, the placement
-// verdicts among them.
-var failureKinds = []string{kindEpochBumped, kindBadInput, kindSlotAhead, kindSlotMissing, kindSetup, kindFenced,
-	kindAuthorization, kindTLS, kindKafka, kindSlotInUse, kindPostgres, kindSharedKey, kindTopicMissing, kindTakeover,
-	Phantoms.String(), OffHistory.String(), SystemChanged.String()}
+// verdicts among them: each has a series of walstream_errors_total from
+// the start (TestFailureKinds holds every kind constant to it).
+var failureKinds = []string{kindEpochBumped, kindTxnAborted, kindBadInput, kindSlotAhead, kindSlotMissing, kindSetup, kindFenced,
+	kindAuthorization, kindTLS, kindKafka, kindSlotInUse, kindPostgres, kindSharedKey, kindTopicMissing, kindRegistry,
+	kindSchemaRefused, kindTakeover, Phantoms.String(), OffHistory.String(), SystemChanged.String()}
 
 // Peers a failure is blamed on, the label of walstream_reconnects_total.
 const (
@@ -46,6 +47,10 @@ const (
 	peerKafka    = "kafka"
 	peerRegistry = "schema_registry"
 )
+
+// failurePeers are every peer, each with a series of
+// walstream_reconnects_total from the start.
+var failurePeers = []string{peerPostgres, peerKafka, peerRegistry}
 
 // failure is what the supervisor makes of the error that ended a session.
 type failure struct {

@@ -53,7 +53,7 @@ func newMetrics(reg prometheus.Registerer, st *state) metrics {
 	for _, kind := range failureKinds {
 		m.errors.WithLabelValues(kind)
 	}
-	for _, peer := range []string{peerPostgres, peerKafka} {
+	for _, peer := range failurePeers {
 		m.reconnects.WithLabelValues(peer)
 	}
 	reg.MustRegister(m.reconnects, m.errors, m.standby, m.skipped, m.phantoms, m.spooled,

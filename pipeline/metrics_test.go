@@ -44,7 +44,7 @@ func TestMetricLabels(t *testing.T) {
 	}
 	for name, want := range map[string][]string{
 		"walstream_errors_total":             failureKinds,
-		"walstream_reconnects_total":         {peerPostgres, peerKafka},
+		"walstream_reconnects_total":         failurePeers,
 		"walstream_kafka_transactions_total": {"committed", "aborted"},
 	} {
 		for _, l := range want {

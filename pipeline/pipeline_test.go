@@ -5,10 +5,15 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"log/slog"
 	"net"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +68,55 @@ func TestClassifyFailure(t *testing.T) {
 				t.Fatalf("classifyFailure(%v) = %+v, want %+v", tc.err, got, want)
 			}
 		})
+	}
+}
+
+// TestFailureKinds: every kind and peer constant of failure.go has a
+// series from the start (failureKinds, failurePeers), so that rate()
+// sees its first error, and the list of labels the metrics reference
+// generates from those series names it.
+func TestFailureKinds(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "failure.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					continue
+				}
+				v, _ := strconv.Unquote(lit.Value)
+				var list []string
+				switch {
+				case strings.HasPrefix(name.Name, "kind"):
+					list = failureKinds
+				case strings.HasPrefix(name.Name, "peer"):
+					list = failurePeers
+				default:
+					continue
+				}
+				found++
+				if !slices.Contains(list, v) {
+					t.Errorf("%s (%q) has no series from the start: add it to failureKinds or failurePeers", name.Name, v)
+				}
+			}
+		}
+	}
+	if found < 10 {
+		t.Fatalf("found %d kind and peer constants in failure.go: the parse is wrong", found)
+	}
+	for _, v := range []Verdict{Phantoms, OffHistory, SystemChanged} {
+		if !slices.Contains(failureKinds, v.String()) {
+			t.Errorf("verdict %s has no series from the start", v)
+		}
 	}
 }
 

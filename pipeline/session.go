@@ -151,8 +151,11 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	}
 
 	cp, inKafka, err := resume(ctx, prod, slot, srv, history, cfg, s.committed, s.log, s.metrics.phantoms)
-	if errors.Is(err, errNoCheckpoint) {
+	switch {
+	case errors.Is(err, errNoCheckpoint):
 		cp, err = takeOver(ctx, conn, cfg, slot, srv, s.log)
+	case cfg.Takeover.Enabled() && (err == nil || errors.Is(err, ErrSlotAhead)):
+		cp, inKafka, err = takeOverAgain(ctx, conn, cfg, slot, srv, cp, inKafka, err, s.log)
 	}
 	if err == nil && ownSystem(cp, srv) {
 		err = tables.sinceCheckpoint(cp, cfg.AcceptRecreated, s.log)
@@ -438,9 +441,6 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, sr
 	case !found:
 		log.Info("no checkpoint in Kafka, starting where the slot is", "checkpoint_key", cfg.CheckpointKey, "lsn", slot.ConfirmedFlush.String())
 		return checkpoint.Checkpoint{LSN: slot.ConfirmedFlush, Identity: own}, false, nil
-	case cfg.Takeover.Enabled():
-		log.Info("Kafka holds this stream's checkpoint: the Debezium offset to take over from is not read again", "checkpoint_key", cfg.CheckpointKey,
-			"source", cfg.Takeover.Source.String())
 	}
 	pl := Place(cp, srv, history)
 	events := int64(-1)
@@ -489,7 +489,8 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, sr
 		return next.At(slot.ConfirmedFlush), false, nil
 	}
 	return cp, true, fmt.Errorf("%w: slot %q confirmed_flush_lsn %s, checkpoint %q in topic %s at %s: events in between may be missing "+
-		"(was the slot dropped and recreated?); see docs/postgres.md, A slot ahead of the checkpoint, then restart allowing the slot to be ahead to accept the gap",
+		"(was the slot dropped and recreated? or did Debezium stream from it after a way back to Debezium: then take over from it again, "+
+		"see docs/debezium.md, A second cutover); see docs/postgres.md, A slot ahead of the checkpoint, then restart allowing the slot to be ahead to accept the gap",
 		ErrSlotAhead, cfg.Names.Slot, slot.ConfirmedFlush, cfg.CheckpointKey, cfg.CheckpointTopic, next)
 }
 

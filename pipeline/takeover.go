@@ -20,7 +20,9 @@ import (
 // (Config.Names) instead of from a slot of its own: its first checkpoint
 // is made from the offset Kafka Connect stored, and the events Debezium
 // published past that offset are found in Kafka and not published again.
-// It applies only while Kafka holds no checkpoint of the stream.
+// It applies while Kafka holds no checkpoint of the stream, and again when
+// Debezium's offset is past the stream's checkpoint: Debezium streamed
+// from the slot after the stream (a way back, then a second cutover).
 type Takeover struct {
 	// Source is where the offset is read; the zero Source takes over
 	// nothing.
@@ -87,38 +89,64 @@ func (r topicReader) ReadTopic(ctx context.Context, topic string, each func(key,
 // longer move it, and the server's WAL flush position bounds everything
 // the connector can have read.
 func takeOver(ctx context.Context, conn *pgx.Conn, cfg *Config, slot replication.Slot, srv replication.Server, log *slog.Logger) (checkpoint.Checkpoint, error) {
-	t := cfg.Takeover
-	fail := func(off debezium.Offset, err error) (checkpoint.Checkpoint, error) {
-		return checkpoint.Checkpoint{}, &TakeoverError{Slot: cfg.Names.Slot, Source: t.Source, Offset: off, Err: err}
+	off, err := readOffset(ctx, cfg)
+	if err != nil {
+		return checkpoint.Checkpoint{}, err
 	}
+	return takeOverFrom(ctx, conn, cfg, slot, srv, off, checkpoint.Checkpoint{}, log)
+}
+
+// readOffset reads Debezium's offset from the takeover's source.
+func readOffset(ctx context.Context, cfg *Config) (debezium.Offset, error) {
+	t := cfg.Takeover
 	off, err := t.Source.Read(ctx, t.Selector, topicReader{cfg.Kafka}, nil)
 	if errors.Is(err, debezium.ErrNoOffset) {
 		err = fmt.Errorf("%w; Kafka Connect stores a connector's offset every offset.flush.interval.ms and when the connector stops cleanly: "+
 			"start the connector again, stop it cleanly (PUT /connectors/<name>/stop, or the worker with SIGTERM), then take over", err)
 	}
 	if err != nil {
-		return fail(off, err)
+		return off, &TakeoverError{Slot: cfg.Names.Slot, Source: t.Source, Offset: off, Err: err}
+	}
+	return off, nil
+}
+
+// takeOverFrom makes the first checkpoint of a takeover from off. prev is
+// the stream's checkpoint before it, when Debezium streamed from the slot
+// after walstream (takeOverAgain): its count of events, the gap an
+// operator accepted and the event skipped by name go on.
+func takeOverFrom(ctx context.Context, conn *pgx.Conn, cfg *Config, slot replication.Slot, srv replication.Server, off debezium.Offset,
+	prev checkpoint.Checkpoint, log *slog.Logger) (checkpoint.Checkpoint, error) {
+	t := cfg.Takeover
+	fail := func(err error) (checkpoint.Checkpoint, error) {
+		return checkpoint.Checkpoint{}, &TakeoverError{Slot: cfg.Names.Slot, Source: t.Source, Offset: off, Err: err}
 	}
 	if err := uniqueIDs(ctx, conn, cfg, log); err != nil {
-		return fail(off, err)
+		return fail(err)
 	}
 	var text string
 	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text").Scan(&text); err != nil {
-		return fail(off, fmt.Errorf("reading the server's WAL flush position: %w", err))
+		return fail(fmt.Errorf("reading the server's WAL flush position: %w", err))
 	}
 	until, err := pglogrepl.ParseLSN(text)
 	if err != nil {
-		return fail(off, fmt.Errorf("reading the server's WAL flush position %q: %w", text, err))
+		return fail(fmt.Errorf("reading the server's WAL flush position %q: %w", text, err))
 	}
 	own := checkpoint.Identity{SystemID: srv.SystemID, Timeline: srv.Timeline, Database: srv.Database}
 	cp, err := fromOffset(off, t, slot.ConfirmedFlush, until, cfg.AllowSlotAhead, own, time.Now())
 	if err != nil {
-		return fail(off, err)
+		return fail(err)
+	}
+	cp.Events, cp.Counted = prev.Events, prev.Counted
+	if cp.Gap == (checkpoint.Gap{}) {
+		cp.Gap = prev.Gap
+	}
+	if prev.Notes != nil {
+		cp.Notes.Skipped = prev.Notes.Skipped
 	}
 	log.Info("taking over from Debezium: its offset is the first checkpoint", "source", t.Source.String(), "connector", off.Connector,
 		"topic_prefix", off.Server, "offset", off.String(), "checkpoint", cp.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String(),
 		"until_lsn", until.String())
-	if cp.Gap.Kind == checkpoint.GapSlotAhead {
+	if cp.Gap.Kind == checkpoint.GapSlotAhead && cp.Gap.From == off.Resume() {
 		log.Warn("the slot is ahead of Debezium's offset; going on from the slot because a slot ahead is allowed: events in between are in Kafka only if Debezium published them",
 			"offset_lsn_commit", off.Commit.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())
 	}
@@ -152,6 +180,36 @@ func uniqueIDs(ctx context.Context, conn *pgx.Conn, cfg *Config, log *slog.Logge
 			"table", t.SQL(), "column", o.Columns.ID)
 	}
 	return nil
+}
+
+// takeOverAgain decides, for a stream Kafka holds a checkpoint of and
+// that is told where Debezium's offset is, whether Debezium streamed from
+// the slot after that checkpoint: after the way back to Debezium, a
+// cutover again (docs/debezium.md, A second cutover). Then Debezium's
+// offset, past the checkpoint, is the first checkpoint of a new takeover,
+// and the events Debezium published past it are looked up as at the
+// first. Otherwise the checkpoint stands, with resumed, what resume made
+// of it (a slot ahead of it), and an offset that cannot be read (a
+// connector deleted since) is no reason to stop unless the slot is ahead.
+func takeOverAgain(ctx context.Context, conn *pgx.Conn, cfg *Config, slot replication.Slot, srv replication.Server,
+	cp checkpoint.Checkpoint, inKafka bool, resumed error, log *slog.Logger) (checkpoint.Checkpoint, bool, error) {
+	off, err := readOffset(ctx, cfg)
+	switch {
+	case err != nil && resumed != nil:
+		return cp, inKafka, errors.Join(resumed, fmt.Errorf("whether Debezium streamed from the slot since, its offset would say: %w", err))
+	case err != nil:
+		log.Info("Kafka holds this stream's checkpoint, and Debezium's offset cannot be read to see whether it streamed since: going on from the checkpoint",
+			"checkpoint_key", cfg.CheckpointKey, "checkpoint", cp.String(), "source", cfg.Takeover.Source.String(), "err", err)
+		return cp, inKafka, resumed
+	case off.Snapshot || off.Resume() <= reach(cp):
+		log.Info("Kafka holds this stream's checkpoint, at or past Debezium's offset: going on from the checkpoint",
+			"checkpoint_key", cfg.CheckpointKey, "checkpoint", cp.String(), "offset", off.String(), "source", cfg.Takeover.Source.String())
+		return cp, inKafka, resumed
+	}
+	log.Info("Debezium's offset is past this stream's checkpoint: Debezium streamed from the slot after this stream; taking over from it again",
+		"checkpoint", cp.String(), "offset", off.String(), "source", cfg.Takeover.Source.String())
+	next, err := takeOverFrom(ctx, conn, cfg, slot, srv, off, cp, log)
+	return next, false, err
 }
 
 // fromOffset is the first checkpoint of a takeover from off, on a slot

@@ -19,6 +19,7 @@ import (
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/internal/testenv"
 	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/replication"
 )
 
 // fromOffset makes the first checkpoint of a takeover, or refuses what
@@ -227,5 +228,48 @@ func TestTakeoverRepeatedIDs(t *testing.T) {
 	// Debezium's r and null, walstream's x, r, null, x, r: each row once.
 	if want := map[string]int{"r": 3, "": 2, "x": 2}; !maps.Equal(ids, want) {
 		t.Fatalf("records by id %v, want %v", ids, want)
+	}
+}
+
+// takeOverAgain keeps the stream's checkpoint when Debezium's offset is
+// at or behind it (the offset of the first takeover), or cannot be read
+// (a connector deleted since), unless the slot is ahead of the
+// checkpoint: then the offset's failure is said with the slot's.
+func TestTakeOverAgainKeepsTheCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	saved := filepath.Join(dir, "offsets.json")
+	if err := os.WriteFile(saved, []byte(`{"offsets":[{"partition":{"server":"dbz"},"offset":{"lsn":6144,"lsn_proc":6144,"lsn_commit":6144,"ts_usec":1}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{Names: replication.Names{Slot: "debezium"}, CheckpointKey: "app/debezium",
+		Takeover: Takeover{Source: debezium.Source{Kind: debezium.SourceFile, Path: saved}, Selector: debezium.Selector{Server: "dbz"}}}
+	log := slog.New(slog.DiscardHandler)
+	cp := checkpoint.Checkpoint{LSN: 0x1800, Events: 7, Counted: true}
+	slotAhead := fmt.Errorf("%w: slot", ErrSlotAhead)
+	for _, c := range []struct {
+		name    string
+		lsn     pglogrepl.LSN
+		source  string
+		resumed error
+		want    string // in the error; "" for none
+	}{
+		{name: "offset at the checkpoint", lsn: 0x1800, source: saved},
+		{name: "offset behind the checkpoint", lsn: 0x2000, source: saved},
+		{name: "offset behind, slot ahead", lsn: 0x2000, source: saved, resumed: slotAhead, want: "slot is ahead"},
+		{name: "no offset", lsn: 0x1800, source: filepath.Join(dir, "gone.json")},
+		{name: "no offset, slot ahead", lsn: 0x1800, source: filepath.Join(dir, "gone.json"), resumed: slotAhead, want: "whether Debezium streamed from the slot since, its offset would say"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg.Takeover.Source.Path = c.source
+			in := cp
+			in.LSN = c.lsn
+			got, inKafka, err := takeOverAgain(context.Background(), nil, cfg, replication.Slot{}, replication.Server{}, in, true, c.resumed, log)
+			if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+				t.Fatalf("takeOverAgain: %v, want an error saying %q", err, c.want)
+			}
+			if got.LSN != in.LSN || !inKafka || got.Notes != nil {
+				t.Errorf("takeOverAgain = %s, in Kafka %v; want the checkpoint %s kept", got, inKafka, in)
+			}
+		})
 	}
 }

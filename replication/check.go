@@ -20,19 +20,23 @@ type server struct {
 	// and providerValue its setting's value.
 	provider      *provider
 	providerValue string
+	// named is the privilege model an operator named, "" for none.
+	named Provider
 }
 
 // logical reports whether the server writes the WAL logical decoding needs.
 func (s server) logical() bool { return s.walLevel == "logical" }
 
 // mayStream reports whether the role may open a replication connection.
-func (s server) mayStream() bool { return s.canReplicate || s.superuser || s.rdsReplication }
+func (s server) mayStream() bool {
+	return s.canReplicate || s.superuser || s.model() == ProviderRDS && s.rdsReplication
+}
 
 // lookupServer reads wal_level, the connected role's attributes and the
-// settings that tell a managed service: the facts both Prepare and Check
-// start from.
-func lookupServer(ctx context.Context, conn *pgx.Conn) (server, error) {
-	var s server
+// settings that tell a managed service: the facts Prepare, Check and
+// Preflight start from. named is the privilege model an operator named.
+func lookupServer(ctx context.Context, conn *pgx.Conn, named Provider) (server, error) {
+	s := server{named: named}
 	values := make([]*string, len(providers))
 	dst := []any{&s.walLevel, &s.user, &s.superuser, &s.canReplicate, &s.rdsReplication}
 	for i := range values {
@@ -45,20 +49,6 @@ func lookupServer(ctx context.Context, conn *pgx.Conn) (server, error) {
 	}
 	s.recognise(values)
 	return s, nil
-}
-
-// CheckWALLevel fails with a SetupError when the server's wal_level is not
-// logical: nothing walstream creates can be used until it is, and a slot
-// cannot even be created.
-func CheckWALLevel(ctx context.Context, conn *pgx.Conn) error {
-	srv, err := lookupServer(ctx, conn)
-	if err != nil {
-		return err
-	}
-	if !srv.logical() {
-		return walLevelError(srv)
-	}
-	return nil
 }
 
 func walLevelError(srv server) error {
@@ -104,16 +94,20 @@ type TableColumns struct {
 // Check reports, requirement by requirement, whether the connected role can
 // stream n from this server: what Prepare requires, read without changing
 // anything, for an operator. It also warns of a superuser, which works but
-// is over-privileged.
-func Check(ctx context.Context, conn *pgx.Conn, n Names, tables []TableColumns) ([]Finding, error) {
+// is over-privileged. Fixes follow the privilege model p, or, when p is
+// "", the server's, recognised by its settings.
+func Check(ctx context.Context, conn *pgx.Conn, n Names, tables []TableColumns, p Provider) ([]Finding, error) {
 	var out []Finding
 	report := func(s Status, format string, a ...any) { out = append(out, Finding{s, fmt.Sprintf(format, a...)}) }
-	srv, err := lookupServer(ctx, conn)
+	srv, err := lookupServer(ctx, conn, p)
 	if err != nil {
 		return nil, err
 	}
 	if st, text := srv.providerFinding(); text != "" {
 		report(st, "%s", text)
+	}
+	if text := srv.modelFinding(); text != "" {
+		report(Fail, "%s", text)
 	}
 	if srv.logical() {
 		report(OK, "wal_level is logical")
@@ -122,10 +116,10 @@ func Check(ctx context.Context, conn *pgx.Conn, n Names, tables []TableColumns) 
 	}
 	switch {
 	case srv.superuser:
-		report(Warn, "role %s is a superuser: over-privileged; walstream needs only LOGIN REPLICATION and SELECT on the outbox tables (walstream init prints it)", srv.user)
+		report(Warn, "role %s is a superuser: over-privileged; walstream needs only to log in, to replicate and SELECT on the outbox tables (walstream init prints it)", srv.user)
 	case srv.canReplicate:
 		report(OK, "role %s has REPLICATION and is not a superuser", srv.user)
-	case srv.rdsReplication:
+	case srv.mayStream():
 		report(OK, "role %s is a member of rds_replication, which lets it replicate on Amazon RDS and Aurora", srv.user)
 	default:
 		report(Fail, "role %s lacks REPLICATION: %s", srv.user, srv.grantFix())
@@ -216,13 +210,19 @@ func checkTable(ctx context.Context, conn *pgx.Conn, t TableInfo, columns []stri
 // Step is one idempotent statement of the setup, with why it is there.
 // Name says what it makes, e.g. `publication "walstream_outbox"`, so that
 // a report of the statements run names each one.
-type Step struct{ Name, Why, SQL string }
+type Step struct {
+	Name, Why, SQL string
+	// Slot marks the step that creates the replication slot, which
+	// Postgres cannot run in a transaction that has written.
+	Slot bool
+}
 
 // SetupSteps is the idempotent SQL that creates the publication and the
 // slot Prepare would create, and, when role is not empty, a role with the
-// least walstream needs. The publication comes before the slot: pgoutput
+// least walstream needs, let replicate the way the privilege model p does
+// it ("" is Postgres's). The publication comes before the slot: pgoutput
 // cannot decode changes older than the publication it is asked for.
-func (n Names) SetupSteps(role string, failover bool) []Step {
+func (n Names) SetupSteps(role string, failover bool, p Provider) []Step {
 	// Whether an outbox table is partitioned is known only where the SQL
 	// runs: the block looks, as Prepare does.
 	var regclasses []string
@@ -230,9 +230,9 @@ func (n Names) SetupSteps(role string, failover bool) []Step {
 		regclasses = append(regclasses, "to_regclass("+quoteLiteral(t.SQL())+")")
 	}
 	steps := []Step{
-		{fmt.Sprintf("publication %q", n.Publication), "The publication: inserts into the outbox are decoded and sent to walstream; updates too, so that table.op.invalid.behavior sees them; " +
+		{Name: fmt.Sprintf("publication %q", n.Publication), Why: "The publication: inserts into the outbox are decoded and sent to walstream; updates too, so that table.op.invalid.behavior sees them; " +
 			"a partitioned outbox table's rows as the table's own (publish_via_partition_root), whichever partition holds them.",
-			fmt.Sprintf(`DO $$ BEGIN
+			SQL: fmt.Sprintf(`DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %s) THEN
         IF EXISTS (SELECT 1 FROM pg_class WHERE oid IN (%s) AND relkind = 'p') THEN
             %s;
@@ -246,16 +246,42 @@ END $$`, quoteLiteral(n.Publication), strings.Join(regclasses, ", "), n.Publicat
 	if role == "" {
 		return steps
 	}
-	r := pgx.Identifier{role}.Sanitize()
-	return append(steps,
-		Step{fmt.Sprintf("role %q", role), "A role for walstream with the least it needs: to log in and replicate (set its password with ALTER ROLE ... PASSWORD, or use a client certificate).",
-			fmt.Sprintf(`DO $$ BEGIN
+	return append(steps, roleStep(role, p),
+		Step{Name: fmt.Sprintf("grant SELECT on %s to %q", tableList(n.Tables), role), Why: "It reads the outbox tables and nothing else; run walstream as this role and let it create nothing.",
+			SQL: fmt.Sprintf("GRANT SELECT ON %s TO %s", tableList(n.Tables), pgx.Identifier{role}.Sanitize())})
+}
+
+// roleStep creates role, able to log in, and lets it replicate as the
+// privilege model p does; a role that exists keeps its attributes but is
+// let replicate.
+func roleStep(role string, p Provider) Step {
+	r, lit := pgx.Identifier{role}.Sanitize(), quoteLiteral(role)
+	why := "A role for walstream with the least it needs: to log in and replicate (set its password with ALTER ROLE ... PASSWORD, or use a client certificate)."
+	replicate := fmt.Sprintf(`    IF NOT (SELECT rolreplication FROM pg_roles WHERE rolname = %s) THEN
+        ALTER ROLE %s WITH REPLICATION;
+    END IF;`, lit, r)
+	switch p {
+	case ProviderRDS:
+		why += " Amazon RDS and Aurora let no role have the REPLICATION attribute: a member of rds_replication replicates."
+		replicate = fmt.Sprintf(`    IF NOT pg_has_role(%s, 'rds_replication', 'MEMBER') THEN
+        GRANT rds_replication TO %s;
+    END IF;`, lit, r)
+	case ProviderCloudSQL, ProviderAzure:
+		why += fmt.Sprintf(" %s lets a member of %s give a role the REPLICATION attribute with ALTER ROLE.", p, p.adminRole())
+	default:
+		return Step{Name: fmt.Sprintf("role %q", role), Why: why, SQL: fmt.Sprintf(`DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s) THEN
         CREATE ROLE %s LOGIN REPLICATION;
     END IF;
-END $$`, quoteLiteral(role), r)},
-		Step{fmt.Sprintf("grant SELECT on %s to %q", tableList(n.Tables), role), "It reads the outbox tables and nothing else; run walstream as this role and let it create nothing.",
-			fmt.Sprintf("GRANT SELECT ON %s TO %s", tableList(n.Tables), r)})
+%s
+END $$`, lit, r, replicate)}
+	}
+	return Step{Name: fmt.Sprintf("role %q", role), Why: why, SQL: fmt.Sprintf(`DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s) THEN
+        CREATE ROLE %s LOGIN;
+    END IF;
+%s
+END $$`, lit, r, replicate)}
 }
 
 // OutboxTableStep creates an outbox table in Debezium's layout, with the
@@ -281,12 +307,12 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // when failover is set.
 func (n Names) slotStep(failover bool) Step {
 	if !failover {
-		return Step{fmt.Sprintf("slot %q", n.Slot), "The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication.",
-			fmt.Sprintf("%s\nWHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s)", n.CreateSlotSQL(false), quoteLiteral(n.Slot))}
+		return Step{Name: fmt.Sprintf("slot %q", n.Slot), Slot: true, Why: "The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication.",
+			SQL: fmt.Sprintf("%s\nWHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s)", n.CreateSlotSQL(false), quoteLiteral(n.Slot))}
 	}
-	return Step{fmt.Sprintf("slot %q", n.Slot), "The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication; " +
+	return Step{Name: fmt.Sprintf("slot %q", n.Slot), Slot: true, Why: "The replication slot: Postgres keeps the WAL walstream has not confirmed. Created after the publication; " +
 		"on Postgres 17 and later as a failover slot, which standbys that sync slots keep a copy of (see the failover settings below).",
-		fmt.Sprintf(`DO $$ BEGIN
+		SQL: fmt.Sprintf(`DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s) THEN
         IF current_setting('server_version_num')::int >= %d THEN
             PERFORM %s;

@@ -28,7 +28,7 @@ func TestCheckAgreesWithPrepare(t *testing.T) {
 		}
 		return m
 	}
-	before, err := Check(ctx, admin, names, tables)
+	before, err := Check(ctx, admin, names, tables, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestCheckAgreesWithPrepare(t *testing.T) {
 		t.Fatal(err)
 	}
 	tables[0].Columns = tables[0].Columns[:4]
-	after, err := Check(ctx, admin, names, tables)
+	after, err := Check(ctx, admin, names, tables, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestCheckAgreesWithPrepare(t *testing.T) {
 	}
 	reader := connect(t, pg.URL("reader", "postgres"))
 	tables = append(tables, TableColumns{Table: Table{"billing", "outbox"}, Columns: []string{"id"}})
-	found, err := Check(ctx, reader, names, tables)
+	found, err := Check(ctx, reader, names, tables, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestSetupSteps(t *testing.T) {
 			if _, err := admin.Exec(ctx, outboxDDL); err != nil {
 				t.Fatal(err)
 			}
-			steps := names.SetupSteps("walstream", true)
+			steps := names.SetupSteps("walstream", true, "")
 			if len(steps) != 4 || !strings.Contains(steps[0].SQL, names.PublicationSQL(false)) ||
 				!strings.Contains(steps[1].SQL, strings.TrimPrefix(names.CreateSlotSQL(true), "SELECT ")) ||
 				!strings.Contains(steps[1].SQL, strings.TrimPrefix(names.CreateSlotSQL(false), "SELECT ")) {

@@ -52,7 +52,7 @@ func TestPartitionedOutbox(t *testing.T) {
 		t.Fatalf("poll of a set-up partitioned outbox: %+v, fatal %v", st, st.fatal(names))
 	}
 	tables := []TableColumns{{Table: Table{"public", "outbox"}, Columns: []string{"id", "aggregatetype", "aggregateid", "payload"}}}
-	findings, err := Check(ctx, admin, names, tables)
+	findings, err := Check(ctx, admin, names, tables, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestPartitionedOutbox(t *testing.T) {
 	if len(st.Missing) != 0 {
 		t.Errorf("the table published the wrong way also reads as missing from the publication: %v", st.Missing)
 	}
-	findings, err = Check(ctx, admin, names, tables)
+	findings, err = Check(ctx, admin, names, tables, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestPartitionedOutbox(t *testing.T) {
 	wantSetupError(t, Prepare(ctx, admin, names, Create{}), "publish_via_partition_root = true")
 
 	// init's SQL decides where it runs.
-	for _, s := range names.SetupSteps("", false)[:1] {
+	for _, s := range names.SetupSteps("", false, "")[:1] {
 		exec(s.SQL)
 	}
 	if err := admin.QueryRow(ctx, "SELECT pubviaroot FROM pg_publication WHERE pubname = 'walstream_outbox'").Scan(&viaRoot); err != nil || !viaRoot {

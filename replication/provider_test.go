@@ -28,7 +28,7 @@ func TestCheckManagedProviders(t *testing.T) {
 	tables := []TableColumns{{Table: Table{"public", "outbox"}, Columns: []string{"id"}}}
 	check := func(role string) string {
 		t.Helper()
-		findings, err := Check(ctx, connect(t, pg.URL(role, "postgres")), names, tables)
+		findings, err := Check(ctx, connect(t, pg.URL(role, "postgres")), names, tables, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,12 +57,15 @@ func TestCheckManagedProviders(t *testing.T) {
 	exec("ALTER DATABASE postgres SET cloudsql.logical_decoding = 'off'")
 	want(check("postgres"), "FAIL server is Google Cloud SQL: cloudsql.logical_decoding is off", "set the database flag cloudsql.logical_decoding = on",
 		"FAIL wal_level is replica: set the database flag cloudsql.logical_decoding = on")
+	// rds_replication lets a role replicate on RDS only.
+	want(check("app"), `FAIL role app lacks REPLICATION: ALTER ROLE "app" WITH REPLICATION (as a member of cloudsqlsuperuser)`)
 
 	exec("ALTER DATABASE postgres RESET cloudsql.logical_decoding")
 	exec("ALTER DATABASE postgres SET azure.extensions = 'pg_stat_statements'")
 	got := check("postgres")
 	want(got, "ok server is Azure Database for PostgreSQL flexible server (azure.extensions is set)",
 		"FAIL wal_level is replica: set the server parameter wal_level = logical and restart the server")
+	want(check("app"), `FAIL role app lacks REPLICATION: ALTER ROLE "app" WITH REPLICATION (as a member of azure_pg_admin)`)
 
 	exec("ALTER DATABASE postgres RESET azure.extensions")
 	got = check("postgres")

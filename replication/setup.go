@@ -199,7 +199,7 @@ type Create struct {
 // publication is created first: a slot must not start decoding before the
 // publication exists, or pgoutput fails on changes older than it.
 func Prepare(ctx context.Context, conn *pgx.Conn, n Names, create Create) error {
-	srv, err := lookupServer(ctx, conn)
+	srv, err := lookupServer(ctx, conn, "")
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +40,14 @@ type connectorConfig struct {
 	values     map[string]string
 	// lines are the keys' lines in the file, where the form has them.
 	lines map[string]int
+	// worker are the config.providers keys of a Strimzi KafkaConnect in
+	// the same file: the worker's declarations of the config providers
+	// the connector config refers to.
+	worker map[string]string
+	// env is what config providers read; local leaves references to
+	// remote stores unresolved (providers.go).
+	env   providerEnv
+	local bool
 }
 
 // at names a key and where it is, for errors.
@@ -54,7 +61,7 @@ func (cc *connectorConfig) at(key string) string {
 // readConnector reads path as a connector config. ok is false when the
 // file is walstream's own YAML config.
 func readConnector(path string, b []byte) (cc *connectorConfig, ok bool, err error) {
-	cc = &connectorConfig{path: path, values: make(map[string]string), lines: make(map[string]int)}
+	cc = &connectorConfig{path: path, values: make(map[string]string), lines: make(map[string]int), env: defaultProviderEnv()}
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".json":
 		cc.form = "JSON"
@@ -63,20 +70,91 @@ func readConnector(path string, b []byte) (cc *connectorConfig, ok bool, err err
 		cc.form = "properties"
 		return cc, true, cc.readProperties(b)
 	}
-	var doc yaml.Node
-	if yaml.Unmarshal(b, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil, false, nil // walstream's loader reports it
+	// Every document of the file: a KafkaConnector may come with the
+	// KafkaConnect that runs it, whose config declares the providers.
+	var roots []*yaml.Node
+	for dec := yaml.NewDecoder(bytes.NewReader(b)); ; {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, false, nil // walstream's loader reports it
+		}
+		if len(doc.Content) > 0 && doc.Content[0].Kind == yaml.MappingNode {
+			roots = append(roots, doc.Content[0])
+		}
 	}
-	root := doc.Content[0]
-	if kind := mappingValue(root, "kind"); kind != nil && kind.Value == "KafkaConnector" {
+	kind := func(n *yaml.Node) string {
+		if k := mappingValue(n, "kind"); k != nil {
+			return k.Value
+		}
+		return ""
+	}
+	for _, root := range roots {
+		if kind(root) != "KafkaConnector" {
+			continue
+		}
 		cc.form = "Strimzi KafkaConnector"
-		return cc, true, cc.readStrimzi(root)
+		var errs []error
+		for _, w := range roots {
+			if kind(w) == "KafkaConnect" {
+				errs = append(errs, cc.readWorkerProviders(w))
+			}
+		}
+		return cc, true, errors.Join(append(errs, cc.readStrimzi(root))...)
 	}
-	if mappingValue(root, "connector.class") != nil {
+	if len(roots) > 0 && mappingValue(roots[0], "connector.class") != nil {
 		cc.form = "YAML"
-		return cc, true, cc.readYAML(root)
+		return cc, true, cc.readYAML(roots[0])
 	}
 	return nil, false, nil
+}
+
+// readWorkerProviders keeps the config.providers keys of a KafkaConnect's
+// spec.config.
+func (cc *connectorConfig) readWorkerProviders(root *yaml.Node) error {
+	spec := mappingValue(root, "spec")
+	if spec == nil {
+		return nil
+	}
+	config := mappingValue(spec, "config")
+	if config == nil || config.Kind != yaml.MappingNode {
+		return nil
+	}
+	if cc.worker == nil {
+		cc.worker = make(map[string]string)
+	}
+	for i := 0; i+1 < len(config.Content); i += 2 {
+		if k, v := config.Content[i], config.Content[i+1]; isProviderKey(k.Value) {
+			if v.Kind != yaml.ScalarNode {
+				return fmt.Errorf("connector config %s, line %d: %s: want a single value", cc.path, v.Line, k.Value)
+			}
+			cc.worker[k.Value] = v.Value
+		}
+	}
+	return nil
+}
+
+// resolver is the config providers the connector config may refer to:
+// those the worker declares, then those it declares itself.
+func (cc *connectorConfig) resolver() (*resolver, error) {
+	decl := make(map[string]string)
+	var lists []string
+	for _, m := range []map[string]string{cc.worker, cc.values} {
+		for k, v := range m {
+			if k == "config.providers" {
+				lists = append(lists, v)
+			} else if isProviderKey(k) {
+				decl[k] = v
+			}
+		}
+	}
+	decl["config.providers"] = strings.Join(lists, ",")
+	declared, err := declaredProviders(decl)
+	if err != nil {
+		err = fmt.Errorf("connector config %s: %w", cc.path, err)
+	}
+	return &resolver{declared: declared, env: cc.env, local: cc.local}, err
 }
 
 func mappingValue(n *yaml.Node, key string) *yaml.Node {
@@ -283,51 +361,6 @@ func (cc *connectorConfig) readYAML(n *yaml.Node) error {
 	return errors.Join(errs...)
 }
 
-// providerRef is a Kafka config provider reference: ${provider:path:key}
-// or ${provider:key}.
-var providerRef = regexp.MustCompile(`\$\{([A-Za-z0-9_.-]+):([^}]*)\}`)
-
-// resolve replaces the references of the config providers walstream reads
-// itself: env (EnvVarConfigProvider, ${env:NAME}) and file
-// (FileConfigProvider, ${file:/path/to.properties:key}). Another provider
-// is refused, since its secret would be lost.
-func (cc *connectorConfig) resolve(key, v string) (string, error) {
-	var errs []error
-	out := providerRef.ReplaceAllStringFunc(v, func(ref string) string {
-		m := providerRef.FindStringSubmatch(ref)
-		switch m[1] {
-		case "env":
-			if s, ok := os.LookupEnv(m[2]); ok {
-				return s
-			}
-			errs = append(errs, fmt.Errorf("%s: environment variable %s is not set", cc.at(key), m[2]))
-		case "file":
-			path, name, ok := strings.Cut(m[2], ":")
-			if !ok {
-				errs = append(errs, fmt.Errorf("%s: ${file:...} wants a path and a key: ${file:/path/to.properties:key}", cc.at(key)))
-				break
-			}
-			b, err := os.ReadFile(path)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", cc.at(key), err))
-				break
-			}
-			props := &connectorConfig{path: path, values: make(map[string]string), lines: make(map[string]int)}
-			if err := props.readProperties(b); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", cc.at(key), err))
-			} else if s, ok := props.values[name]; ok {
-				return s
-			} else {
-				errs = append(errs, fmt.Errorf("%s: %s has no key %s", cc.at(key), path, name))
-			}
-		default:
-			errs = append(errs, fmt.Errorf("%s: config provider %q is not one walstream reads (env and file are)", cc.at(key), m[1]))
-		}
-		return ref
-	})
-	return out, errors.Join(errs...)
-}
-
 // ignoredKey is a connector key walstream has no use for, and why.
 type ignoredKey struct{ Key, Why string }
 
@@ -495,10 +528,22 @@ func (cc *connectorConfig) translate() (*translation, error) {
 	refuse := func(key, why string) {
 		errs = append(errs, fmt.Errorf("%s: %s (see docs/debezium.md, Pasting a connector config)", cc.at(key), why))
 	}
+	res, err := cc.resolver()
+	errs = append(errs, err)
 	values := make(map[string]string, len(cc.values))
 	for k, v := range cc.values {
-		rv, err := cc.resolve(k, v)
-		errs = append(errs, err)
+		if isProviderKey(k) { // the worker's, read by resolver
+			continue
+		}
+		// A key walstream ignores needs no secret fetched for it.
+		if _, ignored := byPrefix(ignoredKeys, k); ignored && k != "snapshot.mode" {
+			values[k] = v
+			continue
+		}
+		rv, err := res.resolve(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", cc.at(k), err))
+		}
 		values[k] = rv
 	}
 	if c := values["connector.class"]; strings.TrimSpace(c) != postgresConnector {
@@ -802,6 +847,10 @@ func printFromDebezium(w io.Writer, path string) error {
 	}
 	password := cc.values["database.password"]
 	delete(cc.values, "database.password")
+	// Secrets in the Kubernetes API or AWS stay there: the printed config
+	// says where, and walstream reads them when it runs with the connector
+	// config itself.
+	cc.local = true
 	tr, err := cc.translate()
 	if err != nil {
 		return err
@@ -818,6 +867,15 @@ func printFromDebezium(w io.Writer, path string) error {
 		fmt.Fprintf(w, "# connector %s\n", name)
 	}
 	for _, name := range slices.Sorted(maps.Keys(tr.flags)) {
+		if refs := providerRef.FindAllString(tr.flags[name], -1); len(refs) > 0 {
+			from := tr.from[name]
+			if name == "pg-url" {
+				from = "database.*"
+			}
+			fmt.Fprintf(w, "# %s: from %s, which refers to %s: walstream run --config %s reads it there; or give %s here\n",
+				name, from, strings.Join(refs, ", "), path, name)
+			continue
+		}
 		fmt.Fprintf(w, "%s: %s\n", name, yamlScalar(tr.flags[name]))
 		if name == "pg-url" && password != "" {
 			fmt.Fprintln(w, "# the password is not copied: walstream reads it from $PGPASSWORD, ~/.pgpass or --pg-password-file")

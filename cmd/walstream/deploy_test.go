@@ -1,42 +1,11 @@
 package main
 
 import (
-	"log/slog"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/walstream/walstream/pipeline"
 )
-
-// recorder notes the name of every metric registered through it.
-type recorder struct {
-	prometheus.Registerer
-	names map[string]bool
-}
-
-var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
-
-func (r *recorder) Register(c prometheus.Collector) error {
-	ch := make(chan *prometheus.Desc, 64)
-	go func() { c.Describe(ch); close(ch) }()
-	for d := range ch {
-		if m := fqName.FindStringSubmatch(d.String()); m != nil {
-			r.names[m[1]] = true
-		}
-	}
-	return r.Registerer.Register(c)
-}
-
-func (r *recorder) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			panic(err)
-		}
-	}
-}
 
 var walstreamMetric = regexp.MustCompile(`\bwalstream_[a-z0-9_]+\b`)
 
@@ -67,8 +36,7 @@ func usedMetrics(exprs []string, registered map[string]bool) []string {
 // Prometheus rules and checks that every walstream metric they use is one
 // walstream registers.
 func TestDeployUsesExportedMetrics(t *testing.T) {
-	rec := &recorder{Registerer: prometheus.NewRegistry(), names: make(map[string]bool)}
-	pipeline.New(pipeline.Config{}, slog.New(slog.DiscardHandler), rec)
+	names := metricNames(t)
 
 	var exprs []string
 	for _, p := range readDashboard(t).Panels {
@@ -79,9 +47,9 @@ func TestDeployUsesExportedMetrics(t *testing.T) {
 	for _, r := range alertRules(t) {
 		exprs = append(exprs, r.Expr)
 	}
-	used := usedMetrics(exprs, rec.names)
+	used := usedMetrics(exprs, names)
 	for _, m := range used {
-		if !rec.names[m] {
+		if !names[m] {
 			t.Errorf("deploy/ uses metric %s, which walstream does not export", m)
 		}
 	}

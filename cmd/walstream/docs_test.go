@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -38,7 +36,12 @@ import (
 //   - every WALSTREAM_ variable named is a flag's environment variable,
 //     one of envOnly, or one the test harness or the scripts read (named
 //     in internal/testenv or scripts/);
-//   - README.md stays a landing page, at most readmeMaxLines long.
+//   - README.md stays a landing page, at most readmeMaxLines long;
+//   - every walstream_ metric named is one walstream registers (a name
+//     ending in _* one that begins some), but for notMetrics;
+//   - every "README, Words" pointer in docs/ begins a heading of README.md;
+//   - what they say Docker Compose runs (Postgres N, Apache Kafka X.Y) is
+//     what docker-compose.yml runs.
 //
 // It also checks the pointers into docs/ that code, scripts and deploy/
 // give ("see docs/postgres.md, Phantom events"): the file exists, and the
@@ -71,6 +74,8 @@ func TestDocs(t *testing.T) {
 		"walbench":  sourceFlags(t, filepath.Join(root, "cmd/walbench")),
 		"devbroker": sourceFlags(t, filepath.Join(root, "cmd/devbroker")),
 	}
+	metrics := metricNames(t)
+	compose := composeVersions(t, root)
 	anchors := make(map[string]map[string]bool) // by clean path
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -114,6 +119,22 @@ func TestDocs(t *testing.T) {
 				t.Errorf("%s: %s is not a walstream environment variable", name, v)
 			}
 		}
+		for _, m := range metricName.FindAllString(doc, -1) {
+			if err := knownMetric(m, metrics); err != nil {
+				t.Errorf("%s: %s %v", name, m, err)
+			}
+		}
+		for _, m := range readmePointer.FindAllStringSubmatch(doc, -1) {
+			if !startsAHeading(t, filepath.Join(root, "README.md"), m[1]) {
+				t.Errorf("%s: %q: no heading of README.md begins %q; link to the section of docs/ that says it", name, m[0], m[1])
+			}
+		}
+		for _, m := range composeClaim.FindAllStringSubmatch(doc, -1) {
+			if got := (composeVersion{m[1], m[2]}); got != compose {
+				t.Errorf("%s: says Docker Compose runs Postgres %s and Apache Kafka %s; docker-compose.yml runs Postgres %s and Apache Kafka %s",
+					name, got.postgres, got.kafka, compose.postgres, compose.kafka)
+			}
+		}
 		if name == "README.md" {
 			if n := strings.Count(doc, "\n"); n > readmeMaxLines {
 				t.Errorf("README.md has %d lines; it is a landing page of at most %d: move the rest into docs/", n, readmeMaxLines)
@@ -126,11 +147,65 @@ func TestDocs(t *testing.T) {
 // readmeMaxLines is how long README.md may grow.
 const readmeMaxLines = 250
 
+var (
+	// metricName is a walstream metric's name, or the beginning of some
+	// ending in _*.
+	metricName = regexp.MustCompile(`\bwalstream_[a-z0-9_]*[a-z0-9](?:_\*)?`)
+	// readmePointer is a pointer to a section of README.md in words.
+	readmePointer = regexp.MustCompile(`\bREADME(?:\.md)?,\s+([A-Z][A-Za-z ]+)`)
+	// composeClaim is what a document says Docker Compose runs.
+	composeClaim = regexp.MustCompile(`docker compose up[^\n]*\n?[^\n]*?runs Postgres (\d+), Apache Kafka (\d+\.\d+)`)
+)
+
+// notMetrics are walstream_ names in the docs that are no metric: a
+// publication, a slot, a build tag.
+var notMetrics = map[string]bool{"walstream_outbox": true, "walstream_shadow": true, "walstream_faults": true}
+
+// knownMetric says why name is not a metric walstream registers, nil when
+// it is one, a histogram's series of one, or a name of notMetrics.
+func knownMetric(name string, metrics map[string]bool) error {
+	if prefix, ok := strings.CutSuffix(name, "*"); ok {
+		for m := range metrics {
+			if strings.HasPrefix(m, prefix) {
+				return nil
+			}
+		}
+		return errors.New("begins no metric walstream registers")
+	}
+	if metrics[name] || notMetrics[name] {
+		return nil
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok && metrics[base] {
+			return nil
+		}
+	}
+	return errors.New("is not a metric walstream registers (docs/metrics.md lists them)")
+}
+
+// composeVersion is the Postgres major and Apache Kafka release
+// docker-compose.yml runs.
+type composeVersion struct{ postgres, kafka string }
+
+// composeVersions reads the images of docker-compose.yml.
+func composeVersions(t *testing.T, root string) composeVersion {
+	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := regexp.MustCompile(`(?m)^\s*image: postgres:(\d+)`).FindSubmatch(b)
+	kafka := regexp.MustCompile(`(?m)^\s*image: apache/kafka:(\d+\.\d+)`).FindSubmatch(b)
+	if pg == nil || kafka == nil {
+		t.Fatal("docker-compose.yml runs no postgres:N or apache/kafka:X.Y image: the pattern is wrong")
+	}
+	return composeVersion{string(pg[1]), string(kafka[1])}
+}
+
 // otherPrograms are programs whose --flags are their own, not walstream's.
 var otherPrograms = map[string]bool{
 	"docker": true, "kubectl": true, "psql": true, "pg_recvlogical": true, "kcat": true, "curl": true,
 	"kafka-configs.sh": true, "kafka-reassign-partitions.sh": true, "kafka-console-consumer.sh": true,
-	"kafka-acls.sh": true, "kafka-topics.sh": true, "kafka-transactions.sh": true, "perf": true, "git": true,
+	"kafka-acls.sh": true, "kafka-topics.sh": true, "kafka-transactions.sh": true, "perf": true, "git": true, "aws": true,
 }
 
 // envOnly are walstream's environment variables without a flag.
@@ -156,14 +231,10 @@ func walstreamFlags(t *testing.T) (flags, env map[string]bool) {
 	for _, v := range envOnly {
 		env[v] = true
 	}
-	for _, cmd := range []string{"run", "init", "status", "diff"} {
-		var out bytes.Buffer
-		if err := run(context.Background(), []string{cmd, "--help"}, &out, &out); err == nil || !strings.HasPrefix(out.String(), "Usage:") {
-			t.Fatalf("walstream %s --help: %v\n%s", cmd, err, out.String())
-		}
-		for _, m := range regexp.MustCompile(`(?m)^  -(\S+)`).FindAllStringSubmatch(out.String(), -1) {
-			flags[m[1]] = true
-			env[envName(m[1])] = true
+	for _, cmd := range subcommands {
+		for _, f := range helpFlags(t, cmd) {
+			flags[f.name] = true
+			env[envName(f.name)] = true
 		}
 	}
 	return flags, env

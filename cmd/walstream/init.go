@@ -17,16 +17,18 @@ var ErrCheckFailed = errors.New("setup check failed")
 // runInit prints the idempotent SQL that prepares a database for walstream
 // (the outbox tables in their mappings' layout, then replication's own
 // setup: publication, slot and, unless --role is empty, a least-privilege
-// role), applies it, or checks the setup.
+// role), applies it, or checks the setup, each the way the server's
+// provider lets a role replicate.
 func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var apply, check, acls bool
-	var role, principal, fromDebezium string
+	var role, principal, fromDebezium, providerName string
 	cfg, err := parseCommand(command{name: "init",
-		about: "Prints the SQL that prepares Postgres for walstream: the outbox table, the publication, the slot and a least-privilege role.\n--apply runs it (idempotent); --check validates an existing setup and reports what is wrong, line by line.\n--from-debezium prints the walstream config equivalent to a Debezium connector config instead.",
+		about: "Prints the SQL that prepares Postgres for walstream: the outbox table, the publication, the slot and a least-privilege role.\n--apply runs it (idempotent, checking first that it can run every statement, the slot last and the rest in one transaction); --check validates an existing setup and reports what is wrong, line by line.\n--from-debezium prints the walstream config equivalent to a Debezium connector config instead.",
 		extra: func(fs *flag.FlagSet) {
 			fs.BoolVar(&apply, "apply", false, "run the SQL (as a role that may create them)")
 			fs.BoolVar(&check, "check", false, "check the setup instead, as the role walstream runs as")
 			fs.StringVar(&role, "role", "walstream", "least-privilege role to create; empty: none")
+			fs.StringVar(&providerName, "provider", "", "how the server lets a role replicate: postgres, rds (Amazon RDS and Aurora: GRANT rds_replication), cloudsql (Google Cloud SQL) or azure (Azure Database for PostgreSQL); default: recognised from the server's settings with --apply and --check, postgres for the printed SQL (see docs/postgres.md, Managed Postgres)")
 			fs.BoolVar(&acls, "kafka-acls", false, "print the least-privilege Kafka ACLs of the stream instead, as a table and as kafka-acls.sh commands")
 			fs.StringVar(&principal, "kafka-principal", "User:walstream", "the Kafka principal --kafka-acls grants to")
 			fs.StringVar(&fromDebezium, "from-debezium", "", "print the walstream config equivalent to this Debezium Postgres connector config (.json, .properties or a Strimzi KafkaConnector) and exit")
@@ -44,25 +46,16 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		printACLs(stdout, cfg, principal)
 		return nil
 	}
-	var steps []replication.Step
+	named, err := replication.ParseProvider(providerName)
+	if err != nil {
+		return fmt.Errorf("--provider: %w", err)
+	}
 	var tables []replication.TableColumns
 	for _, o := range cfg.Outboxes {
-		t := replication.Table{Schema: o.Schema, Name: o.Table}
-		steps = append(steps, replication.OutboxTableStep(t, o.Columns.ID, o.Columns.AggregateType, o.Columns.AggregateID, o.Columns.Payload))
-		tables = append(tables, replication.TableColumns{Table: t, Columns: o.RequiredColumns()})
+		tables = append(tables, replication.TableColumns{Table: replication.Table{Schema: o.Schema, Name: o.Table}, Columns: o.RequiredColumns()})
 	}
-	steps = append(steps, cfg.Names.SetupSteps(role, cfg.FailoverSlot)...)
 	if !apply && !check {
-		for _, s := range steps {
-			fmt.Fprintf(stdout, "-- %s\n%s;\n\n", s.Why, s.SQL)
-		}
-		if cfg.FailoverSlot {
-			db := "app"
-			if cfg.Postgres != nil && cfg.Postgres.Database != "" {
-				db = cfg.Postgres.Database
-			}
-			fmt.Fprintln(stdout, cfg.Names.FailoverSetup(db))
-		}
+		printSetup(stdout, cfg, role, named)
 		return nil
 	}
 	// The check and the connection are bounded; applying is not: creating
@@ -77,7 +70,7 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer conn.Close(context.WithoutCancel(ctx))
 	if check {
 		ctx = cctx
-		findings, err := replication.Check(ctx, conn, cfg.Names, tables)
+		findings, err := replication.Check(ctx, conn, cfg.Names, tables, named)
 		if err != nil {
 			return err
 		}
@@ -93,30 +86,59 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return nil
 	}
-	// Nothing walstream creates is of use without logical decoding, and
-	// the slot cannot be created: fail before creating anything.
-	if err := replication.CheckWALLevel(ctx, conn); err != nil {
+	// Everything the setup needs is checked before anything is created:
+	// wal_level (nothing walstream creates is of use without logical
+	// decoding), and what the role may create under the server's
+	// privilege model.
+	model, err := replication.Preflight(cctx, conn, cfg.Names, role, named)
+	if err != nil {
 		return err
+	}
+	if model != replication.ProviderPostgres {
+		fmt.Fprintf(stdout, "setup for %s\n", model)
 	}
 	// Creating the slot waits for the transactions open when it begins:
 	// say which, as run does.
-	slotStep := fmt.Sprintf("slot %q", cfg.Names.Slot)
 	watch := replication.Create{WatchInterval: initWaitInterval, Watch: func(w replication.SlotWait) {
 		fmt.Fprintf(stdout, "wait  %s\n", w)
 	}}
-	for _, s := range steps {
-		var err error
-		if s.Name == slotStep {
-			err = replication.ExecWatched(ctx, conn, cfg.Names.Slot, s.SQL, watch)
-		} else {
-			_, err = conn.Exec(ctx, s.SQL)
-		}
-		if err != nil {
-			return fmt.Errorf("creating %s: %w", s.Name, err)
-		}
+	return replication.Apply(ctx, conn, setupSteps(cfg, role, model), cfg.Names.Slot, watch, func(s replication.Step) {
 		fmt.Fprintf(stdout, "ok    %s\n", s.Name)
+	})
+}
+
+// setupSteps are the outbox tables in their mappings' layout, then
+// replication's own setup: publication, slot and, unless role is empty,
+// a least-privilege role let replicate as the privilege model does it.
+func setupSteps(cfg *Config, role string, model replication.Provider) []replication.Step {
+	var steps []replication.Step
+	for _, o := range cfg.Outboxes {
+		t := replication.Table{Schema: o.Schema, Name: o.Table}
+		steps = append(steps, replication.OutboxTableStep(t, o.Columns.ID, o.Columns.AggregateType, o.Columns.AggregateID, o.Columns.Payload))
 	}
-	return nil
+	return append(steps, cfg.Names.SetupSteps(role, cfg.FailoverSlot, model)...)
+}
+
+// printSetup prints the setup's SQL, explained, for the privilege model
+// named (Postgres's when none is).
+func printSetup(w io.Writer, cfg *Config, role string, named replication.Provider) {
+	model := named
+	if model == "" {
+		model = replication.ProviderPostgres
+		if role != "" {
+			fmt.Fprintf(w, "-- For Postgres as released. On Amazon RDS or Aurora, Google Cloud SQL or Azure, print it the service's way: walstream init --provider rds, cloudsql or azure.\n\n")
+		}
+	}
+	for _, s := range setupSteps(cfg, role, model) {
+		fmt.Fprintf(w, "-- %s\n%s;\n\n", s.Why, s.SQL)
+	}
+	if cfg.FailoverSlot {
+		db := "app"
+		if cfg.Postgres != nil && cfg.Postgres.Database != "" {
+			db = cfg.Postgres.Database
+		}
+		fmt.Fprintln(w, cfg.Names.FailoverSetup(db))
+	}
 }
 
 // initWaitInterval is how often init --apply says what the creation of

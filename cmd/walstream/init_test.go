@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -188,5 +189,157 @@ func TestInitFailoverSlot(t *testing.T) {
 	out, _ = walstreamCmd(t, "init", "--pg-url", admin, "--check")
 	if !strings.Contains(out, `WARN  slot "walstream" is not a failover slot`) || !strings.Contains(out, "ALTER_REPLICATION_SLOT walstream (FAILOVER true)") {
 		t.Errorf("init --check of a plain slot on Postgres 17:\n%s", out)
+	}
+}
+
+// TestInitManagedProviders: init --apply prepares a database the way each
+// managed service lets a role replicate, recognised by its settings, and
+// --check then passes as the role it made. The services' roles and
+// settings are simulated on Postgres 16, where a role with CREATEROLE and
+// REPLICATION may give REPLICATION to the roles it creates, as Cloud SQL's
+// and Azure's administrators may: rds_superuser, rds_replication and the
+// master user; cloudsqlsuperuser and its postgres user; azure_pg_admin
+// and its administrator; the services' switches of logical decoding are
+// custom settings of each database. A setup init cannot run whole is
+// refused before anything is created, or rolled back.
+func TestInitManagedProviders(t *testing.T) {
+	registerSecret("init-Sekr1t")
+	pg := testenv.StartPostgres(t, testenv.Version(16))
+	ctx := context.Background()
+	super := pg.Connect("postgres")
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := super.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	for _, sql := range []string{
+		"CREATE ROLE rds_superuser NOLOGIN CREATEROLE", "CREATE ROLE rds_replication NOLOGIN",
+		"GRANT rds_replication TO rds_superuser WITH ADMIN OPTION",
+		// RDS lets rds_superuser create slots through rds_replication;
+		// here the master user has REPLICATION for that.
+		"CREATE ROLE rdsmaster LOGIN CREATEROLE REPLICATION IN ROLE rds_superuser",
+		"CREATE ROLE cloudsqlsuperuser NOLOGIN CREATEROLE CREATEDB",
+		"CREATE ROLE cloudsqladmin LOGIN CREATEROLE REPLICATION IN ROLE cloudsqlsuperuser",
+		"CREATE ROLE azure_pg_admin NOLOGIN",
+		"CREATE ROLE azureadmin LOGIN CREATEROLE REPLICATION IN ROLE azure_pg_admin",
+		// An administrator Azure's model admits but this server refuses
+		// REPLICATION to give, and one of no service.
+		"CREATE ROLE azurenorepl LOGIN CREATEROLE IN ROLE azure_pg_admin",
+		"CREATE ROLE plainadmin LOGIN CREATEROLE",
+	} {
+		exec(sql)
+	}
+	for db, owner := range map[string]string{"rds": "rdsmaster", "cloudsql": "cloudsqladmin", "azure": "azureadmin",
+		"azure_refused": "azurenorepl", "plain": "plainadmin"} {
+		exec(fmt.Sprintf("CREATE DATABASE %s OWNER %s", db, owner))
+	}
+	exec("ALTER DATABASE rds SET rds.logical_replication = 'on'")
+	exec("ALTER DATABASE cloudsql SET cloudsql.logical_decoding = 'on'")
+	exec("ALTER DATABASE azure SET azure.extensions = 'pg_stat_statements'")
+	exec("ALTER DATABASE azure_refused SET azure.extensions = 'pg_stat_statements'")
+
+	for _, c := range []struct {
+		db, admin, service string
+		replicates         string // how the role made replicates
+	}{
+		{"rds", "rdsmaster", "Amazon RDS or Aurora", "member of rds_replication"},
+		{"cloudsql", "cloudsqladmin", "Google Cloud SQL", "REPLICATION"},
+		{"azure", "azureadmin", "Azure Database for PostgreSQL", "REPLICATION"},
+	} {
+		t.Run(c.db, func(t *testing.T) {
+			role, slot := "walstream_"+c.db, "walstream_"+c.db
+			args := []string{"init", "--pg-url", pg.URL(c.admin, c.db), "--slot", slot, "--role", role}
+			out, err := walstreamCmd(t, append(args, "--apply")...)
+			if err != nil || strings.Count(out, "ok    ") != 5 || !strings.Contains(out, "setup for "+c.service) {
+				t.Fatalf("init --apply as %s: %v\n%s", c.admin, err, out)
+			}
+			t.Logf("init --apply as %s:\n%s", c.admin, out)
+			var attr, member bool
+			if err := super.QueryRow(ctx, `SELECT rolreplication, pg_has_role(oid, 'rds_replication', 'MEMBER') FROM pg_roles WHERE rolname = $1`, role).Scan(&attr, &member); err != nil {
+				t.Fatal(err)
+			}
+			if got := map[bool]string{true: "member of rds_replication", false: "REPLICATION"}[member]; got != c.replicates || attr == member {
+				t.Errorf("role %s: REPLICATION %v, member of rds_replication %v; want it to replicate as a %s", role, attr, member, c.replicates)
+			}
+			pg.Exec("postgres", fmt.Sprintf("ALTER ROLE %s PASSWORD 'init-Sekr1t'", role))
+			url := strings.Replace(pg.URL(role, c.db), role+"@", role+":init-Sekr1t@", 1)
+			out, err = walstreamCmd(t, "init", "--pg-url", url, "--slot", slot, "--check")
+			if err != nil || strings.Contains(out, "WARN") || strings.Contains(out, "FAIL") {
+				t.Fatalf("init --check as %s: %v\n%s", role, err, out)
+			}
+			if !strings.Contains(out, "ok    server is "+c.service) {
+				t.Errorf("init --check does not name the service %s:\n%s", c.service, out)
+			}
+		})
+	}
+
+	// Naming another provider than the server's is refused.
+	out, err := walstreamCmd(t, "init", "--pg-url", pg.URL("rdsmaster", "rds"), "--slot", "walstream_rds", "--role", "walstream_rds", "--check", "--provider", "azure")
+	if err == nil || !strings.Contains(out, "FAIL  the server is Amazon RDS or Aurora (rds.logical_replication is set), but Azure Database for PostgreSQL was named as its provider") {
+		t.Errorf("init --check --provider azure on RDS: %v\n%s", err, out)
+	}
+
+	nothing := func(db, role string) {
+		t.Helper()
+		var tables, pubs, slots, roles int
+		if err := pg.Connect(db).QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_tables WHERE tablename = 'outbox'), (SELECT count(*) FROM pg_publication),
+			(SELECT count(*) FROM pg_replication_slots WHERE database = current_database()), (SELECT count(*) FROM pg_roles WHERE rolname = $1)`, role).Scan(&tables, &pubs, &slots, &roles); err != nil {
+			t.Fatal(err)
+		}
+		if tables+pubs+slots+roles != 0 {
+			t.Errorf("database %s: %d outbox tables, %d publications, %d slots and %d roles %s after a refused setup, want none", db, tables, pubs, slots, roles, role)
+		}
+	}
+	// A plain Postgres administrator that is no superuser and lacks
+	// REPLICATION can neither create the slot nor give the role
+	// REPLICATION: both are said, and nothing is created.
+	out, err = walstreamCmd(t, "init", "--pg-url", pg.URL("plainadmin", "plain"), "--slot", "walstream_plain", "--role", "walstream_plain", "--apply")
+	wantAll(t, out, "role plainadmin cannot run the setup; nothing was changed",
+		`slot "walstream_plain": may not create a replication slot: ALTER ROLE "plainadmin" WITH REPLICATION`,
+		`role "walstream_plain": may not give it REPLICATION: a role needs CREATEROLE and REPLICATION itself to do that; plainadmin lacks one`)
+	if err == nil {
+		t.Error("init --apply as plainadmin succeeded")
+	}
+	t.Logf("init --apply as plainadmin:\n%s", out)
+	nothing("plain", "walstream_plain")
+
+	// Azure's model admits its administrator, but this server refuses it
+	// REPLICATION to give: the transaction that creates the table, the
+	// publication and the role is rolled back. The slot exists already,
+	// so that only Postgres refuses.
+	pg.Exec("azure_refused", "SELECT pg_create_logical_replication_slot('walstream_refused', 'pgoutput')")
+	out, err = walstreamCmd(t, "init", "--pg-url", pg.URL("azurenorepl", "azure_refused"), "--slot", "walstream_refused", "--role", "walstream_refused", "--apply")
+	wantAll(t, out, `creating role "walstream_refused"`, "nothing was changed: the setup runs in one transaction, which was rolled back")
+	if err == nil || strings.Contains(out, "ok    ") {
+		t.Errorf("init --apply as azurenorepl: %v\n%s", err, out)
+	}
+	t.Logf("init --apply as azurenorepl:\n%s", out)
+	pg.Exec("azure_refused", "SELECT pg_drop_replication_slot('walstream_refused')")
+	nothing("azure_refused", "walstream_refused")
+}
+
+// TestInitPrintsProviders: the printed setup follows the privilege model
+// named, Postgres's when none is, and an unknown one is refused.
+func TestInitPrintsProviders(t *testing.T) {
+	for provider, want := range map[string][]string{
+		"":         {"-- For Postgres as released", `CREATE ROLE "walstream" LOGIN REPLICATION`},
+		"rds":      {`CREATE ROLE "walstream" LOGIN;`, `GRANT rds_replication TO "walstream"`, "a member of rds_replication replicates"},
+		"cloudsql": {`CREATE ROLE "walstream" LOGIN;`, `ALTER ROLE "walstream" WITH REPLICATION`, "a member of cloudsqlsuperuser"},
+		"azure":    {`CREATE ROLE "walstream" LOGIN;`, `ALTER ROLE "walstream" WITH REPLICATION`, "a member of azure_pg_admin"},
+	} {
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{"init", "--provider", provider}, &out, &out); err != nil {
+			t.Fatalf("init --provider %q: %v", provider, err)
+		}
+		wantAll(t, out.String(), want...)
+		if provider == "rds" && strings.Contains(out.String(), "REPLICATION;") {
+			t.Errorf("init --provider rds gives the role REPLICATION, which RDS refuses:\n%s", out.String())
+		}
+	}
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"init", "--provider", "aurora"}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), `--provider: "aurora" is not a provider walstream knows: postgres, rds (Amazon RDS and Aurora)`) {
+		t.Errorf("init --provider aurora: %v", err)
 	}
 }

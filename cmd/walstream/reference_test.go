@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -8,7 +11,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -44,6 +49,8 @@ type generatedPart struct {
 var generatedParts = []generatedPart{
 	{"configuration.md", "settings", settingsReference},
 	{"configuration.md", "router settings", routerReference},
+	{"configuration.md", "command flags", commandsReference},
+	{"metrics.md", "labels", labelsReference},
 	{"metrics.md", "metrics", metricsReference},
 }
 
@@ -193,15 +200,27 @@ func routerReference(t *testing.T) string {
 
 // registrar passes collectors on to a registry and keeps them, so that
 // their vectors can be given a child: a vector with none is not
-// gathered.
+// gathered. It keeps what each describes too: a collector may gather
+// nothing until the stream has run (the slot's decoding counters).
 type registrar struct {
 	prometheus.Registerer
 	collectors []prometheus.Collector
-	gather     prometheus.Gatherer // what Registerer registers on
+	described  map[string]*prometheus.Desc // by name
+	gather     prometheus.Gatherer         // what Registerer registers on
 }
 
 func (r *registrar) Register(c prometheus.Collector) error {
 	r.collectors = append(r.collectors, c)
+	ch := make(chan *prometheus.Desc)
+	go func() { c.Describe(ch); close(ch) }()
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			if r.described == nil {
+				r.described = make(map[string]*prometheus.Desc)
+			}
+			r.described[m[1]] = d
+		}
+	}
 	return r.Registerer.Register(c)
 }
 
@@ -212,6 +231,15 @@ func (r *registrar) MustRegister(cs ...prometheus.Collector) {
 		}
 	}
 }
+
+// fqName, descHelp and descLabels read a Desc's String(), the only way
+// the client library shows its parts.
+var (
+	fqName     = regexp.MustCompile(`fqName: "([^"]+)"`)
+	descHelp   = regexp.MustCompile(`help: "((?:[^"\\]|\\.)*)"`)
+	descLabels = regexp.MustCompile(`(?:constLabels|variableLabels): \{([^}]*)\}`)
+	labelName  = regexp.MustCompile(`(?:^|,)([a-zA-Z_][a-zA-Z0-9_]*)`)
+)
 
 // withChildren gives every vector a child, trying label counts until its
 // own fits.
@@ -239,11 +267,11 @@ func child[M any](t *testing.T, get func(...string) (M, error)) {
 	t.Fatal("a metric vector with more than 9 labels")
 }
 
-// metricsReference lists walstream's metrics as `walstream run` registers
-// them: the pipeline's on the registry /metrics serves, and franz-go's
-// client metrics (kprom), which a session's producer registers when it
-// creates its Kafka client.
-func metricsReference(t *testing.T) string {
+// registries are the registries `walstream run` registers its metrics on:
+// the pipeline's, which /metrics serves, and the one a session's producer
+// registers franz-go's client metrics (kprom) on when it creates its
+// Kafka client; nothing is gathered from them yet.
+func registries(t *testing.T) (pipe, client *registrar) {
 	log := slog.New(slog.DiscardHandler)
 	c, err := parseConfig([]string{"--pg-url", "postgres://walstream@db/app", "--kafka-brokers", "127.0.0.1:9"}, io.Discard)
 	if err != nil {
@@ -252,25 +280,28 @@ func metricsReference(t *testing.T) string {
 	// Both record the collectors inside the stream's labels, as
 	// pipeline.New adds them, so that vectors get children.
 	reg := newRegistry()
-	rec := &registrar{Registerer: reg, gather: reg}
-	pipeline.New(c.Config, log, rec)
+	pipe = &registrar{Registerer: reg, gather: reg}
+	pipeline.New(c.Config, log, pipe)
 
 	// The producer's client, created as a session creates it; creating a
 	// client connects to nothing.
 	kreg := prometheus.NewRegistry()
-	krec := &registrar{Registerer: prometheus.WrapRegistererWith(c.MetricLabels(), kreg), gather: kreg}
+	client = &registrar{Registerer: prometheus.WrapRegistererWith(c.MetricLabels(), kreg), gather: kreg}
 	prod, err := publish.New(publish.Config{Kafka: c.Kafka, TransactionalID: c.TransactionalID, CheckpointTopic: c.CheckpointTopic,
 		CheckpointKey: c.CheckpointKey, Slot: c.Slot, Outboxes: c.Outboxes, MaxBatchEvents: c.MaxBatchEvents, MaxBatchBytes: c.MaxBatchBytes,
 		CommitTimeout: c.CommitTimeout, MaxRecordBytes: c.MaxRecordBytes, Encoding: c.Encoding, Compression: c.Compression},
-		log, publish.NewMetrics(krec), nil)
+		log, publish.NewMetrics(client), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer prod.Close()
+	t.Cleanup(prod.Close)
+	return pipe, client
+}
 
+// walstreamFamilies gathers the walstream_ metric families of regs.
+func walstreamFamilies(t *testing.T, regs ...*registrar) map[string]*dto.MetricFamily {
 	families := make(map[string]*dto.MetricFamily)
-	for _, r := range []*registrar{rec, krec} {
-		r.withChildren(t)
+	for _, r := range regs {
 		mfs, err := r.gather.Gather()
 		if err != nil {
 			t.Fatal(err)
@@ -281,17 +312,170 @@ func metricsReference(t *testing.T) string {
 			}
 		}
 	}
-	var b strings.Builder
-	b.WriteString("| metric | type | labels | help |\n|---|---|---|---|\n")
-	for _, name := range slices.Sorted(maps.Keys(families)) {
-		mf := families[name]
+	return families
+}
+
+// metric is one row of the metrics reference.
+type metricRow struct {
+	name, typ, help string
+	labels          []string
+}
+
+// metricRows are walstream's metrics as `walstream run` registers them,
+// with every vector given a child, and the metrics its collectors
+// describe but have no value of before the stream runs. Those are
+// counters by their name's _total, as Prometheus names them; any other
+// would need its type said here, and fails.
+func metricRows(t *testing.T) map[string]metricRow {
+	pipe, client := registries(t)
+	pipe.withChildren(t)
+	client.withChildren(t)
+	rows := make(map[string]metricRow)
+	for name, mf := range walstreamFamilies(t, pipe, client) {
 		var labels []string
 		if len(mf.GetMetric()) > 0 {
 			for _, l := range mf.GetMetric()[0].GetLabel() {
-				labels = append(labels, code(l.GetName()))
+				labels = append(labels, l.GetName())
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", code(name), strings.ToLower(mf.GetType().String()), strings.Join(labels, ", "), cell(mf.GetHelp()))
+		rows[name] = metricRow{name, strings.ToLower(mf.GetType().String()), mf.GetHelp(), labels}
+	}
+	for _, r := range []*registrar{pipe, client} {
+		for name, d := range r.described {
+			if _, ok := rows[name]; ok || !strings.HasPrefix(name, "walstream_") {
+				continue
+			}
+			if !strings.HasSuffix(name, "_total") {
+				t.Fatalf("metric %s has no value before the stream runs and is not a counter by its name: the reference cannot tell its type", name)
+			}
+			help, err := strconv.Unquote(`"` + descHelp.FindStringSubmatch(d.String())[1] + `"`)
+			if err != nil {
+				t.Fatalf("reading the help of %s from %s: %v", name, d, err)
+			}
+			var labels []string
+			for _, m := range descLabels.FindAllStringSubmatch(d.String(), -1) {
+				for _, l := range labelName.FindAllStringSubmatch(m[1], -1) {
+					labels = append(labels, l[1])
+				}
+			}
+			slices.Sort(labels)
+			rows[name] = metricRow{name, "counter", help, labels}
+		}
+	}
+	return rows
+}
+
+// metricNames are the names of every metric walstream registers.
+func metricNames(t *testing.T) map[string]bool {
+	names := make(map[string]bool)
+	for name := range metricRows(t) {
+		names[name] = true
+	}
+	return names
+}
+
+// metricsReference lists walstream's metrics as `walstream run` registers
+// them: the pipeline's on the registry /metrics serves, and franz-go's
+// client metrics (kprom), which a session's producer registers when it
+// creates its Kafka client.
+func metricsReference(t *testing.T) string {
+	rows := metricRows(t)
+	var b strings.Builder
+	b.WriteString("| metric | type | labels | help |\n|---|---|---|---|\n")
+	for _, name := range slices.Sorted(maps.Keys(rows)) {
+		m := rows[name]
+		var labels []string
+		for _, l := range m.labels {
+			labels = append(labels, code(l))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", code(name), m.typ, strings.Join(labels, ", "), cell(m.help))
 	}
 	return b.String()
+}
+
+// streamLabels are the labels every walstream series carries.
+var streamLabels = []string{"stream", "slot", "database"}
+
+// labelsReference lists the label values that have a series from the
+// start, as /metrics serves them before anything happened: every error
+// kind, every peer, both transaction results, every wal_status.
+func labelsReference(t *testing.T) string {
+	pipe, _ := registries(t)
+	families := walstreamFamilies(t, pipe)
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(families)) {
+		var label string
+		var values []string
+		for _, m := range families[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if !slices.Contains(streamLabels, l.GetName()) {
+					label = l.GetName()
+					values = append(values, code(l.GetValue()))
+				}
+			}
+		}
+		if label != "" {
+			fmt.Fprintf(&b, "- `%s{%s}`: %s\n", name, label, strings.Join(values, ", "))
+		}
+	}
+	return b.String()
+}
+
+// commandsReference lists each command's own flags, as its --help shows
+// them: the flags that are not settings of the settings table or the
+// outbox router's.
+func commandsReference(t *testing.T) string {
+	shared := commandFlags()
+	var b strings.Builder
+	b.WriteString("| command | flag | default | what |\n|---|---|---|---|\n")
+	for _, cmd := range subcommands {
+		for _, f := range helpFlags(t, cmd) {
+			if shared.Lookup(f.name) != nil {
+				continue
+			}
+			fmt.Fprintf(&b, "| `walstream %s` | %s | %s | %s |\n", cmd, code("--"+f.name), code(f.def), cell(f.usage))
+		}
+	}
+	return b.String()
+}
+
+// subcommands are walstream's commands that take flags.
+var subcommands = []string{"run", "init", "status", "diff"}
+
+// helpFlag is a flag as a command's --help lists it.
+type helpFlag struct{ name, def, usage string }
+
+// helpEntry is one flag of flag.PrintDefaults: its name and type, then its
+// usage, indented, with its default last.
+var (
+	helpEntry   = regexp.MustCompile(`(?m)^  -(\S+)(?: \S+)?\n((?:    \t.*(?:\n|$))+)`)
+	helpDefault = regexp.MustCompile(` \(default (.*)\)$`)
+)
+
+// helpFlags are the flags `walstream cmd --help` lists.
+func helpFlags(t *testing.T, cmd string) []helpFlag {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{cmd, "--help"}, &out, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("walstream %s --help: %v\n%s", cmd, err, out.String())
+	}
+	var flags []helpFlag
+	for _, m := range helpEntry.FindAllStringSubmatch(out.String(), -1) {
+		var lines []string
+		for _, l := range strings.Split(strings.TrimRight(m[2], "\n"), "\n") {
+			lines = append(lines, strings.TrimPrefix(l, "    \t"))
+		}
+		f := helpFlag{name: m[1], usage: strings.Join(lines, " ")}
+		if d := helpDefault.FindStringSubmatch(f.usage); d != nil {
+			f.usage = strings.TrimSuffix(f.usage, d[0])
+			f.def = d[1]
+			if v, err := strconv.Unquote(d[1]); err == nil {
+				f.def = v
+			}
+		}
+		flags = append(flags, f)
+	}
+	if len(flags) == 0 {
+		t.Fatalf("walstream %s --help lists no flag:\n%s", cmd, out.String())
+	}
+	return flags
 }

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// translated reads body as the connector config name and maps it, with
+// env as what its config providers read.
+func translated(t *testing.T, name, body string, env providerEnv) (*translation, error) {
+	t.Helper()
+	cc, ok, err := readConnector(filepath.Join(t.TempDir(), name), []byte(body))
+	if err != nil || !ok {
+		t.Fatalf("reading %s: %v, a connector config: %v", name, err, ok)
+	}
+	cc.env = env
+	return cc.translate()
+}
+
+// connectorWith is a minimal connector config, as properties, whose
+// database.user and database.password are user and password.
+func connectorWith(user, password string, more ...string) string {
+	return strings.Join(append([]string{"connector.class=" + postgresConnector,
+		"database.hostname=db", "database.dbname=app", "database.user=" + user, "database.password=" + password,
+		"topic.prefix=dbz", "table.include.list=public.outbox", "transforms=outbox", "transforms.outbox.type=io.debezium.transforms.outbox.EventRouter",
+		"key.converter=org.apache.kafka.connect.storage.StringConverter", "value.converter=org.apache.kafka.connect.storage.StringConverter"}, more...), "\n")
+}
+
+// wantDSN checks the connection string a translation made.
+func wantDSN(t *testing.T, tr *translation, err error, parts ...string) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		if !strings.Contains(tr.flags["pg-url"], p) {
+			t.Errorf("pg-url %q lacks %q", tr.flags["pg-url"], p)
+		}
+	}
+}
+
+func wantError(t *testing.T, err error, parts ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error; want one saying %q", parts)
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("error %q does not say %q", err, p)
+		}
+	}
+}
+
+// TestConfigProviders: Kafka's env, file and directory providers and
+// Strimzi's aliases of them, by the alias's declared class or, undeclared,
+// by the platforms' aliases; their parameters (allowlist.pattern,
+// allowed.paths); and what walstream cannot resolve, explained.
+func TestConfigProviders(t *testing.T) {
+	dir := t.TempDir()
+	props := filepath.Join(dir, "db.properties")
+	if err := os.WriteFile(props, []byte("user=from-file\npassword=pw:with:colons\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mounted := filepath.Join(dir, "db-secret")
+	os.Mkdir(mounted, 0o700)
+	if err := os.WriteFile(filepath.Join(mounted, "password"), []byte("mounted-pw"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"WS_DB_USER": "from-env", "OTHER_USER": "other"}
+	env := defaultProviderEnv()
+	env.getenv = func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+
+	tr, err := translated(t, "c.properties", connectorWith("${env:WS_DB_USER}", "${file:"+props+":password}"), env)
+	wantDSN(t, tr, err, "user='from-env'", "password='pw:with:colons'")
+	tr, err = translated(t, "c.properties", connectorWith("${strimzienv:WS_DB_USER}", "${directory:"+mounted+":password}"), env)
+	wantDSN(t, tr, err, "user='from-env'", "password='mounted-pw'")
+
+	// An alias is its declared class's, whatever its name.
+	tr, err = translated(t, "c.properties", connectorWith("${mine:"+props+":user}", "${env:"+mounted+":password}",
+		"config.providers=mine,env", "config.providers.mine.class="+classFile, "config.providers.env.class="+classDirectory), env)
+	wantDSN(t, tr, err, "user='from-file'", "password='mounted-pw'")
+
+	// The parameters of Kafka's providers.
+	_, err = translated(t, "c.properties", connectorWith("${e:OTHER_USER}", "x",
+		"config.providers=e", "config.providers.e.class="+classEnv, "config.providers.e.param.allowlist.pattern=^WS_"), env)
+	wantError(t, err, "line 4: database.user", "environment variable OTHER_USER does not match allowlist.pattern \"^WS_\"")
+	_, err = translated(t, "c.properties", connectorWith("u", "${strimzidir:"+mounted+":password}"), env)
+	wantError(t, err, "is not under the provider's allowed.paths (/opt/kafka)")
+	_, err = translated(t, "c.properties", connectorWith("u", "${f:"+props+":password}",
+		"config.providers=f", "config.providers.f.class="+classFile, "config.providers.f.param.allowed.paths="+mounted), env)
+	wantError(t, err, "is not under the provider's allowed.paths")
+
+	// A key walstream ignores is not resolved: nothing is fetched for it.
+	tr, err = translated(t, "c.properties", connectorWith("u", "p", "producer.override.sasl.jaas.config=${secretsmanager:msk/jaas:config}"), env)
+	wantDSN(t, tr, err, "user='u'")
+
+	// What walstream cannot resolve says why and what instead.
+	for _, c := range []struct {
+		value, more string
+		want        []string
+	}{
+		{"${vault:secret/db:password}", "", []string{`config provider "vault" is not declared`, "config.providers=vault"}},
+		{"${v:secret/db:password}", "config.providers=v\nconfig.providers.v.class=io.confluent.csid.config.provider.vault.VaultConfigProvider",
+			[]string{"walstream does not know the class of provider v"}},
+		{"${s3import:us-west-2:bucket/truststore.jks}", "config.providers=s3import\nconfig.providers.s3import.class=" + classS3Import,
+			[]string{"S3 import provider downloads a file", "give walstream its path"}},
+		{"${env:NOT_SET}", "", []string{"environment variable NOT_SET is not set"}},
+		{"${file:" + props + ":missing}", "", []string{props + " has no key missing"}},
+		{"${secrets:db-creds:password}", "", []string{"does not run in a pod (KUBERNETES_SERVICE_HOST is not set)", "mount the Secret", "${directory:"}},
+		{"x", "config.providers=y", []string{"config.providers lists y, but config.providers.y.class is not set"}},
+	} {
+		_, err := translated(t, "c.properties", connectorWith("u", c.value, strings.Split(c.more, "\n")...), env)
+		wantError(t, err, c.want...)
+	}
+}
+
+// fakeKubernetes is the Kubernetes API of a pod: the Secrets and
+// ConfigMaps it serves to the service account token "pod-token", and the
+// environment and service account directory of a pod.
+func fakeKubernetes(t *testing.T) (providerEnv, *[]string) {
+	var mu sync.Mutex
+	var paths []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		if r.Header.Get("Authorization") != "Bearer pod-token" {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		b64 := base64.StdEncoding.EncodeToString
+		switch r.URL.Path {
+		case "/api/v1/namespaces/app/secrets/db-creds":
+			json.NewEncoder(w).Encode(map[string]any{"kind": "Secret", "data": map[string]string{"user": b64([]byte("k8s-user")), "password": b64([]byte("k8s-pw"))}})
+		case "/api/v1/namespaces/kafka/configmaps/db-settings":
+			json.NewEncoder(w).Encode(map[string]any{"kind": "ConfigMap", "data": map[string]string{"host": "db.internal"}})
+		case "/api/v1/namespaces/app/secrets/locked":
+			http.Error(w, `{"kind":"Status","reason":"Forbidden"}`, http.StatusForbidden)
+		default:
+			http.Error(w, `{"kind":"Status","reason":"NotFound"}`, http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	sa := t.TempDir()
+	for name, content := range map[string][]byte{"token": []byte("pod-token\n"), "namespace": []byte("app"),
+		"ca.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})} {
+		if err := os.WriteFile(filepath.Join(sa, name), content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, _ := url.Parse(srv.URL)
+	vars := map[string]string{"KUBERNETES_SERVICE_HOST": u.Hostname(), "KUBERNETES_SERVICE_PORT": u.Port()}
+	env := defaultProviderEnv()
+	env.getenv = func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	env.serviceAccount = sa
+	return env, &paths
+}
+
+// TestStrimziProviders: a KafkaConnector pasted with the KafkaConnect
+// that declares its providers reads Secrets and ConfigMaps through the
+// Kubernetes API with the pod's service account, in the pod's namespace
+// unless the path names one, each once; a Secret the service account may
+// not read says which Role it needs.
+func TestStrimziProviders(t *testing.T) {
+	env, paths := fakeKubernetes(t)
+	connect := `apiVersion: kafka.strimzi.io/v1beta2
+kind: KafkaConnect
+metadata:
+  name: connect
+spec:
+  config:
+    group.id: connect
+    config.providers: k8s,cm
+    config.providers.k8s.class: io.strimzi.kafka.KubernetesSecretConfigProvider
+    config.providers.cm.class: io.strimzi.kafka.KubernetesConfigMapConfigProvider
+---
+`
+	connector := func(user, password, host string) string {
+		return `apiVersion: kafka.strimzi.io/v1beta2
+kind: KafkaConnector
+metadata:
+  name: outbox
+  labels:
+    strimzi.io/cluster: connect
+spec:
+  class: io.debezium.connector.postgresql.PostgresConnector
+  tasksMax: 1
+  config:
+    database.hostname: "` + host + `"
+    database.dbname: app
+    database.user: "` + user + `"
+    database.password: "` + password + `"
+    topic.prefix: dbz
+    table.include.list: public.outbox
+    transforms: outbox
+    transforms.outbox.type: io.debezium.transforms.outbox.EventRouter
+    key.converter: org.apache.kafka.connect.storage.StringConverter
+    value.converter: org.apache.kafka.connect.storage.StringConverter
+`
+	}
+	tr, err := translated(t, "connector.yaml", connect+connector("${k8s:db-creds:user}", "${k8s:app/db-creds:password}", "${cm:kafka/db-settings:host}"), env)
+	wantDSN(t, tr, err, "host='db.internal'", "user='k8s-user'", "password='k8s-pw'")
+	// Strimzi's own alias, undeclared, and Strimzi's documented one.
+	tr, err = translated(t, "connector.yaml", connector("${strimzisecrets:db-creds:user}", "${secrets:db-creds:password}", "db"), env)
+	wantDSN(t, tr, err, "user='k8s-user'", "password='k8s-pw'")
+	if got := strings.Join(*paths, " "); strings.Count(got, "/api/v1/namespaces/app/secrets/db-creds") != 4 || !strings.Contains(got, "/api/v1/namespaces/kafka/configmaps/db-settings") {
+		t.Errorf("the Kubernetes API was asked for %s; want each (alias, Secret) once and the ConfigMap", got)
+	}
+	_, err = translated(t, "connector.yaml", connector("u", "${secrets:locked:password}", "db"), env)
+	wantError(t, err, "the pod's service account may not get Secret app/locked", "a Role with get on secrets, resourceNames [locked]", "or mount the Secret")
+	_, err = translated(t, "connector.yaml", connector("u", "${secrets:gone:password}", "db"), env)
+	wantError(t, err, "Secret app/gone does not exist")
+	_, err = translated(t, "connector.yaml", connector("u", "${secrets:db-creds:nope}", "db"), env)
+	wantError(t, err, "Secret db-creds has no key nope")
+
+	// init --from-debezium prints no secret and fetches none: the flag that
+	// refers to one is a comment saying where it is read.
+	before := len(*paths)
+	path := filepath.Join(t.TempDir(), "connector.yaml")
+	if err := os.WriteFile(path, []byte(connect+connector("${k8s:db-creds:user}", "${k8s:db-creds:password}", "db")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := printFromDebezium(&out, path); err != nil {
+		t.Fatal(err)
+	}
+	if len(*paths) != before || strings.Contains(out.String(), "k8s-user") || !strings.Contains(out.String(), "# pg-url: from database.*, which refers to ${k8s:db-creds:user}") {
+		t.Errorf("init --from-debezium asked the Kubernetes API %d times, or printed:\n%s", len(*paths)-before, out.String())
+	}
+}
+
+// TestMSKProviders: MSK Connect's Secrets Manager and Parameter Store
+// providers, through the AWS SDK with the default credential chain, signed,
+// against a stand-in of both services at the providers' endpoint
+// parameter: a secret's JSON fields, a URL-encoded ARN, the whole secret,
+// a decrypted parameter, and NotFoundStrategy.
+func TestMSKProviders(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDWALSTREAMTEST")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "walstream-test-secret")
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	var mu sync.Mutex
+	var calls []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		target := r.Header.Get("X-Amz-Target")
+		mu.Lock()
+		calls = append(calls, target+" "+string(body))
+		mu.Unlock()
+		if auth := r.Header.Get("Authorization"); !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 Credential=AKIDWALSTREAMTEST/") || !strings.Contains(auth, "/eu-west-1/") {
+			http.Error(w, "unsigned: "+auth, http.StatusForbidden)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		var in struct{ SecretId, Name string }
+		json.Unmarshal(body, &in)
+		secrets := map[string]string{
+			"prod/db": `{"username":"msk-user","password":"msk-pw","port":5432}`,
+			"arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/db-AbCdEf": `{"username":"arn-user","password":"arn-pw"}`,
+			"raw": "not json",
+		}
+		switch target {
+		case "secretsmanager.GetSecretValue":
+			if s, ok := secrets[in.SecretId]; ok {
+				json.NewEncoder(w).Encode(map[string]any{"Name": in.SecretId, "SecretString": s})
+				return
+			}
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"__type":"ResourceNotFoundException","Message":"Secrets Manager can't find the specified secret."}`)
+		case "AmazonSSM.GetParameter":
+			if in.Name == "/msk/db/user" {
+				json.NewEncoder(w).Encode(map[string]any{"Parameter": map[string]any{"Name": in.Name, "Type": "SecureString", "Value": "ssm-user"}})
+				return
+			}
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"__type":"ParameterNotFound","message":"not found"}`)
+		default:
+			http.Error(w, "unknown target "+target, http.StatusBadRequest)
+		}
+	}))
+	defer srv.Close()
+	declare := []string{"config.providers=secretsmanager,ssm",
+		"config.providers.secretsmanager.class=" + classSecretsManager, "config.providers.secretsmanager.param.region=eu-west-1",
+		"config.providers.secretsmanager.param.endpoint=" + srv.URL,
+		"config.providers.ssm.class=" + classSSM, "config.providers.ssm.param.region=eu-west-1", "config.providers.ssm.param.endpoint=" + srv.URL}
+	env := defaultProviderEnv()
+
+	tr, err := translated(t, "c.properties", connectorWith("${secretsmanager:prod/db:username}", "${secretsmanager:prod/db:password?ttl=300000}",
+		append(declare, "database.port=${secretsmanager:prod/db:port}")...), env)
+	wantDSN(t, tr, err, "user='msk-user'", "password='msk-pw'", "port='5432'")
+	if n := strings.Count(strings.Join(calls, "\n"), "secretsmanager.GetSecretValue"); n != 1 {
+		t.Errorf("%d GetSecretValue calls for one secret's three keys, want 1:\n%s", n, strings.Join(calls, "\n"))
+	}
+	arn := url.QueryEscape("arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/db-AbCdEf")
+	tr, err = translated(t, "c.properties", connectorWith("${ssm::/msk/db/user}", "${secretsmanager:"+arn+":password}", declare...), env)
+	wantDSN(t, tr, err, "user='ssm-user'", "password='arn-pw'")
+	tr, err = translated(t, "c.properties", connectorWith("u", "${secretsmanager:raw}", declare...), env)
+	wantDSN(t, tr, err, "password='not json'")
+
+	_, err = translated(t, "c.properties", connectorWith("u", "${secretsmanager:gone:password}", declare...), env)
+	wantError(t, err, "reading secret gone from AWS Secrets Manager (region eu-west-1)", "ResourceNotFoundException")
+	_, err = translated(t, "c.properties", connectorWith("${ssm::/msk/gone}", "p", declare...), env)
+	wantError(t, err, "reading parameter /msk/gone from AWS Systems Manager Parameter Store (region eu-west-1)", "ParameterNotFound")
+	tr, err = translated(t, "c.properties", connectorWith("u", "${secretsmanager:gone:password}",
+		append(declare, "config.providers.secretsmanager.param.NotFoundStrategy=ignore")...), env)
+	wantDSN(t, tr, err, "password=''")
+	// Without a region there is no endpoint to ask.
+	_, err = translated(t, "c.properties", connectorWith("u", "${secretsmanager:prod/db:password}"), env)
+	wantError(t, err, "no AWS region: set the provider's param.region, or AWS_REGION")
+}
