@@ -128,7 +128,10 @@ func (p *Producer) addChunk(ctx context.Context, tx *decode.Tx) error {
 	}
 	n := len(recs)
 	if n > 0 {
-		if p.records > 0 && (p.records+n > p.cfg.MaxBatchEvents || p.bytes+tx.Bytes > p.cfg.MaxBatchBytes) {
+		// Live events in the open transaction are committed before the
+		// chunk joins it, so that they wait for one chunk at most; chunks
+		// alone may share one.
+		if p.records > p.reemitted || p.records > 0 && (p.records+n > p.cfg.MaxBatchEvents || p.bytes+tx.Bytes > p.cfg.MaxBatchBytes) {
 			if err := p.flush(ctx); err != nil {
 				return err
 			}
