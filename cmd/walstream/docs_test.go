@@ -27,7 +27,7 @@ import (
 //     names, by GitHub's rules for heading anchors (so do the links of
 //     examples/inbox/README.md);
 //   - every --flag named is a flag of a walstream command (run's
-//     settings, the outbox router's, init's and status's own, --help and
+//     settings, the outbox router's, init's, status's and reemit's own, --help and
 //     --version), except in a command line of another program: a code
 //     span or a line of a code block whose program, after any VAR=value
 //     words, is one of otherPrograms;
@@ -156,7 +156,7 @@ func walstreamFlags(t *testing.T) (flags, env map[string]bool) {
 	for _, v := range envOnly {
 		env[v] = true
 	}
-	for _, cmd := range []string{"run", "init", "status", "diff"} {
+	for _, cmd := range []string{"run", "init", "status", "diff", "reemit"} {
 		var out bytes.Buffer
 		if err := run(context.Background(), []string{cmd, "--help"}, &out, &out); err == nil || !strings.HasPrefix(out.String(), "Usage:") {
 			t.Fatalf("walstream %s --help: %v\n%s", cmd, err, out.String())
