@@ -391,17 +391,19 @@ func (f *faults) kill(ctx context.Context, point string) string {
 		return fmt.Sprintf("#%d", p.id)
 	}
 	n := 1 + f.rng.IntN(20)
-	if point == "mid-transaction" || point == "mid-stream" {
+	switch point {
+	case "mid-transaction", "mid-stream":
 		n = 1 + f.rng.IntN(2000)
-	}
-	crashAt := fmt.Sprintf("%s:%d", point, n)
-	if point == "mid-chunk" {
-		// A request the restarted walstream meets, whose chunks it
-		// crashes in.
-		if _, err := f.request(ctx, f.predicate()); err != nil {
+	case "mid-chunk":
+		// A request of an aggregate type, a third of the table, which the
+		// restarted walstream meets and crashes within one of its first
+		// chunks.
+		n = 1 + f.rng.IntN(3)
+		if _, err := f.request(ctx, typePredicate(aggregateTypes[f.rng.IntN(len(aggregateTypes))])); err != nil {
 			f.note("a re-emit request before the mid-chunk crash: %v", err)
 		}
 	}
+	crashAt := fmt.Sprintf("%s:%d", point, n)
 	f.mu.Lock()
 	f.rep.CrashesArmed[point]++
 	f.mu.Unlock()

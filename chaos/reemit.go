@@ -68,8 +68,7 @@ func (rs *reemits) all() []*reemitRequest {
 func (f *faults) predicate() reemitPredicate {
 	switch f.rng.IntN(4) {
 	case 0:
-		typ := aggregateTypes[f.rng.IntN(len(aggregateTypes))]
-		return reemitPredicate{SQL: fmt.Sprintf("aggregatetype = '%s'", typ), match: func(r record) bool { return r.Topic == "outbox.event."+typ }}
+		return typePredicate(aggregateTypes[f.rng.IntN(len(aggregateTypes))])
 	case 1:
 		aggs := make(map[string]bool)
 		var lits []string
@@ -88,6 +87,11 @@ func (f *faults) predicate() reemitPredicate {
 	hi := fmt.Sprintf("%x", f.rng.IntN(4)+12)
 	return reemitPredicate{SQL: fmt.Sprintf("id >= '%s0000000-0000-0000-0000-000000000000' AND id < '%s0000000-0000-0000-0000-000000000000'", lo, hi),
 		match: func(r record) bool { return r.ID >= lo && r.ID < hi }}
+}
+
+// typePredicate selects the rows of one aggregate type.
+func typePredicate(typ string) reemitPredicate {
+	return reemitPredicate{SQL: fmt.Sprintf("aggregatetype = '%s'", typ), match: func(r record) bool { return r.Topic == "outbox.event."+typ }}
 }
 
 // request makes a re-emit request as walstream reemit writes one, from
@@ -267,8 +271,8 @@ func judgeReemits(recs []record, reqs []*reemitRequest, states map[string]checkp
 			v.Failed++
 			if !strings.Contains(st.Error, "does not exist") && !strings.Contains(st.Error, "is not in publication") {
 				v.NotSelected++ // counted as a failure: nothing but a dropped table may fail a request
-				v.example("request %s failed: %s", q.ID, st.Error)
 			}
+			v.example("request %s failed: %s", q.ID, st.Error)
 		}
 		seen := make(map[string]bool)
 		for _, r := range got {
