@@ -350,14 +350,17 @@ func (e *ReemitError) Unwrap() error { return e.Err }
 // FaultOfRequest reports whether err is Postgres refusing what a query
 // asked rather than failing to answer: a predicate that does not parse or
 // names what the table lacks, a value it cannot take, a privilege the role
-// lacks. Trying again cannot help.
+// lacks. Trying again cannot help. A relation that does not exist is not
+// the request's fault: a partition dropped, or the table recreated, while
+// a chunk was read; a table missing when a request starts is a
+// ReemitError.
 func FaultOfRequest(err error) bool {
 	var re *ReemitError
 	if errors.As(err, &re) {
 		return true
 	}
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || len(pe.Code) < 2 {
+	if !errors.As(err, &pe) || len(pe.Code) < 2 || pe.Code == "42P01" {
 		return false
 	}
 	switch pe.Code[:2] {
