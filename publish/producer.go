@@ -367,16 +367,8 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 		return err
 	}
 	if n := len(tx.Events) - first; n > 0 {
-		if p.records > 0 && (p.records+n > p.cfg.MaxBatchEvents || p.bytes+tx.Bytes > p.cfg.MaxBatchBytes) {
-			if err := p.flush(ctx); err != nil {
-				return err
-			}
-		}
-		if err := p.begin(); err != nil {
+		if err := p.room(ctx, n, tx.Bytes, false); err != nil {
 			return err
-		}
-		if p.records == 0 {
-			p.started = time.Now()
 		}
 		dup := 0
 		for i := first; i < len(tx.Events); i++ {
@@ -464,6 +456,24 @@ func (p *Producer) replays(ctx context.Context, tx *decode.Tx) (int, error) {
 		}
 	}
 	return first, nil
+}
+
+// room makes the open Kafka transaction ready for n more records of bytes
+// bytes: it commits the open one first when they would not fit, or when
+// commitFirst, and begins one when none is open.
+func (p *Producer) room(ctx context.Context, n, bytes int, commitFirst bool) error {
+	if p.records > 0 && (commitFirst || p.records+n > p.cfg.MaxBatchEvents || p.bytes+bytes > p.cfg.MaxBatchBytes) {
+		if err := p.flush(ctx); err != nil {
+			return err
+		}
+	}
+	if err := p.begin(); err != nil {
+		return err
+	}
+	if p.records == 0 {
+		p.started = time.Now()
+	}
+	return nil
 }
 
 // record returns the event's record, or its dead letter when the event

@@ -131,16 +131,8 @@ func (p *Producer) addChunk(ctx context.Context, tx *decode.Tx) error {
 		// Live events in the open transaction are committed before the
 		// chunk joins it, so that they wait for one chunk at most; chunks
 		// alone may share one.
-		if p.records > p.reemitted || p.records > 0 && (p.records+n > p.cfg.MaxBatchEvents || p.bytes+tx.Bytes > p.cfg.MaxBatchBytes) {
-			if err := p.flush(ctx); err != nil {
-				return err
-			}
-		}
-		if err := p.begin(); err != nil {
+		if err := p.room(ctx, n, tx.Bytes, p.records > p.reemitted); err != nil {
 			return err
-		}
-		if p.records == 0 {
-			p.started = time.Now()
 		}
 		for j, rec := range recs {
 			if err := p.topics.ensure(ctx, rec.Topic); err != nil {
