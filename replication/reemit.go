@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -192,42 +193,50 @@ func (rt *ReemitTable) explain(ctx context.Context, conn *pgx.Conn, query string
 	return rows, nil
 }
 
+// countTimeout bounds counting a request's rows; past it the planner's
+// estimate stands in.
+const countTimeout = 5 * time.Second
+
 // Bounds returns the key of the last row that satisfies the predicate, in
-// key order (nil when none does), and the planner's estimate of the rows
-// up to it.
+// key order (nil when none does), and the number of rows up to it: counted
+// when that takes at most countTimeout, else the planner's estimate.
 func (rt *ReemitTable) Bounds(ctx context.Context, conn *pgx.Conn) (upper []string, estimate int64, err error) {
 	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT 1", rt.keyList("::text"), rt.Table.SQL(), rt.where(), rt.orderBy(" DESC"))
-	rows, err := conn.Query(ctx, q)
-	if err != nil {
-		return nil, 0, rt.readError("reading the last key", err)
+	vals := make([]*string, len(rt.Key))
+	ptrs := make([]any, len(vals))
+	for i := range vals {
+		ptrs[i] = &vals[i]
 	}
-	for rows.Next() {
-		vals := make([]*string, len(rt.Key))
-		ptrs := make([]any, len(vals))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, 0, rt.readError("reading the last key", err)
-		}
-		for _, v := range vals {
-			if v == nil {
-				return nil, 0, &ReemitError{Table: rt.Table, Reason: "a primary key column is NULL"}
-			}
-			upper = append(upper, *v)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, rt.readError("reading the last key", err)
-	}
-	if upper == nil {
+	switch err := conn.QueryRow(ctx, q).Scan(ptrs...); {
+	case errors.Is(err, pgx.ErrNoRows):
 		return nil, 0, nil
+	case err != nil:
+		return nil, 0, rt.readError("reading the last key", err)
+	}
+	for _, v := range vals {
+		if v == nil {
+			return nil, 0, &ReemitError{Table: rt.Table, Reason: "a primary key column is NULL"}
+		}
+		upper = append(upper, *v)
 	}
 	args := make([]any, len(upper))
 	for i, v := range upper {
 		args[i] = v
 	}
-	estimate, err = rt.explain(ctx, conn, fmt.Sprintf("SELECT 1 FROM %s WHERE %s AND (%s) <= %s", rt.Table.SQL(), rt.where(), rt.keyList(""), rt.keyParams(1)), args...)
+	matching := fmt.Sprintf("FROM %s WHERE %s AND (%s) <= %s", rt.Table.SQL(), rt.where(), rt.keyList(""), rt.keyParams(1))
+	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", countTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, "SELECT count(*) "+matching, args...).Scan(&estimate)
+	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "57014" { // canceled by the timeout
+		estimate, err = rt.explain(ctx, conn, "SELECT 1 "+matching, args...)
+	}
+	if err != nil && !errors.As(err, new(*ReemitError)) {
+		err = rt.readError("counting the rows", err)
+	}
 	return upper, estimate, err
 }
 
