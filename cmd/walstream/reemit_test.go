@@ -18,9 +18,9 @@ import (
 	"github.com/walstream/walstream/pipeline"
 )
 
-// reemitAll runs TestReemitCrash at every crash point; by default it runs
-// two of them (make chaos runs them all).
-var reemitAll = flag.Bool("reemit.all", false, "run TestReemitCrash at every crash point")
+// reemitAll crashes a re-emit request at every crash point in TestReemit;
+// by default at two of them (make chaos runs them all).
+var reemitAll = flag.Bool("reemit.all", false, "crash a re-emit request at every crash point in TestReemit")
 
 // reemitEnv is a stream with a live load, against which re-emit requests
 // are made and their records counted.
@@ -44,7 +44,7 @@ func newReemitEnv(t *testing.T, streamArgs []string, opts ...testenv.Option) *re
 	e.pg.Exec("postgres", signalDDL)
 	e.pg.Exec("postgres", "CREATE PUBLICATION walstream_outbox FOR TABLE public.outbox, public.debezium_signal "+publicationOptions("insert, update"))
 	e.args = []string{"--pg-url", e.pg.URL("postgres", "postgres"), "--kafka-brokers", e.broker}
-	e.p = e.start(append([]string{"--signal-table", "public.debezium_signal", "--http-addr", "127.0.0.1:0"}, streamArgs...)).streaming(t)
+	e.p = e.start(append([]string{"--http-addr", "127.0.0.1:0"}, streamArgs...)).streaming(t)
 	seq := 0
 	for range 3 {
 		e.insertTx("Order", 500, 17, &seq, false)
@@ -252,9 +252,14 @@ func (e *reemitEnv) checkLive(t *testing.T, live []record) map[string]record {
 // by Debezium's stop-snapshot, publishes what it published before the
 // cancel once and nothing after; /readyz and status show a running
 // request; requests the stream cannot carry out are refused with the
-// reason.
+// reason. Then walstream is killed at crash points while a request runs,
+// and started again: the request goes on after the last chunk Kafka
+// committed and publishes each row once (reemitCrashes).
 func TestReemit(t *testing.T) {
-	e := newReemitEnv(t, []string{"--reemit-chunk-rows", "100", "--reemit-rate", "2000"})
+	args := []string{"--signal-table", "public.debezium_signal", "--reemit-chunk-rows", "100", "--reemit-rate", "2000"}
+	// Transactions over 64 kB are streamed in progress, for the mid-stream
+	// crash point.
+	e := newReemitEnv(t, args, testenv.Settings("logical_decoding_work_mem = '64kB'"))
 	e.liveLoad(t)
 	type made struct {
 		id        string
@@ -301,6 +306,8 @@ func TestReemit(t *testing.T) {
 	running := e.wait(t, func(r pipeline.ReemitReport) bool { return r.ID == id && r.RowsPerSecond > 0 }, "running", time.Minute)
 	if code, body := httpGet(addr, "/readyz"); code != 200 || !strings.Contains(body, "re-emit "+id+" of public.outbox running: ") {
 		t.Errorf("/readyz while %s runs = %d %q", id, code, body)
+	} else {
+		t.Logf("/readyz while %s runs: %s", id, body)
 	}
 	if out, err := e.reemit(t, "--cancel", id); err != nil || !strings.Contains(out, "cancel of re-emit request "+id) {
 		t.Fatalf("walstream reemit --cancel %s: %v\n%s", id, err, out)
@@ -309,6 +316,9 @@ func TestReemit(t *testing.T) {
 		t.Errorf("running request: %+v, want rows remaining and a rate", running)
 	}
 	cancelled := e.wait(t, byID(id), "cancelled", time.Minute)
+	if out, err := e.reemit(t, "--list"); err == nil {
+		t.Logf("walstream reemit --list:\n%s", out)
+	}
 	out, _, err := runCLI(t, append([]string{"status"}, e.args...)...)
 	if !strings.Contains(out, "re-emit "+id) || !strings.Contains(out, "cancelled of public.outbox") || !strings.Contains(out, "published") {
 		t.Errorf("status once %s was cancelled (%v):\n%s", id, err, out)
@@ -344,14 +354,22 @@ func TestReemit(t *testing.T) {
 		t.Errorf("--dry-run: %v\n%s", err, out)
 	}
 
+	crashed := e.reemitCrashes(t, args)
+
 	e.stop()
 	live, reemitted := e.records(t)
 	byEvent := e.checkLive(t, live)
+	everything := e.outboxRows(t, "true")
 	for _, r := range requests {
 		checkRequest(t, r.id, reemitted[r.id], r.want, r.may, byEvent)
 		delete(reemitted, r.id)
 	}
-	everything := e.outboxRows(t, "true")
+	for id, before := range crashed {
+		// Rows inserted while a request runs may be met by it or not; those
+		// there before it are all.
+		checkRequest(t, id, reemitted[id], before, everything, byEvent)
+		delete(reemitted, id)
+	}
 	for _, c := range []pipeline.ReemitReport{cancelled, stopped} {
 		final := e.wait(t, byID(c.ID), "cancelled", time.Second)
 		checkRequest(t, c.ID, reemitted[c.ID], nil, everything, byEvent)
@@ -368,25 +386,16 @@ func TestReemit(t *testing.T) {
 	}
 }
 
-// TestReemitCrash kills walstream at a crash point while a re-emit request
-// runs under a live load, and starts it again: the request goes on after
-// the last chunk Kafka committed and publishes each row once, and every
-// live row is published once. Streaming of in-progress transactions is
-// made to happen, for the mid-stream point.
-func TestReemitCrash(t *testing.T) {
+// reemitCrashes kills walstream at crash points while a request of every
+// row runs under the live load, and starts it again with args, until the
+// request is done; it returns each request's rows when it was made.
+func (e *reemitEnv) reemitCrashes(t *testing.T, args []string) map[string]map[string]bool {
 	points := []string{"mid-chunk:3", "after-commit:4"}
 	if *reemitAll {
 		points = append(points, "after-produce:4", "before-commit:4", "mid-transaction:100", "mid-stream:50")
 	}
-	args := []string{"--signal-table", "public.debezium_signal", "--reemit-chunk-rows", "100", "--reemit-rate", "2000", "--max-batch-events", "300"}
-	e := newReemitEnv(t, args, testenv.Settings("logical_decoding_work_mem = '64kB'"))
-	e.liveLoad(t)
 	seq := 10_000_000
-	type made struct {
-		id     string
-		before map[string]bool
-	}
-	var requests []made
+	out := make(map[string]map[string]bool)
 	for _, point := range points {
 		// Made while walstream is down, the request runs from the start
 		// of the next one, which crashes while it runs.
@@ -395,7 +404,7 @@ func TestReemitCrash(t *testing.T) {
 		}
 		before := e.outboxRows(t, "true")
 		id := e.request(t)
-		requests = append(requests, made{id, before})
+		out[id] = before
 		e.p = e.start(args, "WALSTREAM_CRASH_AT="+point)
 		if strings.HasPrefix(point, "mid-stream") {
 			// A transaction larger than logical_decoding_work_mem, which
@@ -411,16 +420,5 @@ func TestReemitCrash(t *testing.T) {
 		e.p = e.start(args).streaming(t)
 		e.wait(t, byID(id), "done", time.Minute)
 	}
-	e.stop()
-	live, reemitted := e.records(t)
-	byEvent := e.checkLive(t, live)
-	all := e.outboxRows(t, "true")
-	for _, r := range requests {
-		// Rows inserted while a request runs may be met by it or not; those
-		// there before it are all.
-		checkRequest(t, r.id, reemitted[r.id], r.before, all, byEvent)
-	}
-	if err := e.p.stop(); err != nil {
-		t.Errorf("walstream exit after SIGTERM: %v", err)
-	}
+	return out
 }
