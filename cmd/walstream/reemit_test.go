@@ -370,11 +370,13 @@ func TestReemit(t *testing.T) {
 		checkRequest(t, id, reemitted[id], before, everything, byEvent)
 		delete(reemitted, id)
 	}
+	// A cancelled request moves no more; the checkpoints keep the last
+	// five ended requests only, so its figures are those read when it
+	// ended.
 	for _, c := range []pipeline.ReemitReport{cancelled, stopped} {
-		final := e.wait(t, byID(c.ID), "cancelled", time.Second)
 		checkRequest(t, c.ID, reemitted[c.ID], nil, everything, byEvent)
-		if got := int64(len(reemitted[c.ID])); got != final.Rows || got == 0 || got >= int64(len(everything)) {
-			t.Errorf("cancelled request %s published %d records; its checkpoint counts %d, of %d rows", c.ID, got, final.Rows, len(everything))
+		if got := int64(len(reemitted[c.ID])); got != c.Rows || got == 0 || got >= int64(len(everything)) {
+			t.Errorf("cancelled request %s published %d records; its checkpoint counts %d, of %d rows", c.ID, got, c.Rows, len(everything))
 		}
 		delete(reemitted, c.ID)
 	}
