@@ -44,14 +44,15 @@ docs:
 
 # The long chaos run: walstream killed, Postgres and the broker restarted and
 # the network cut for CHAOS_DURATION under load, then every row checked, on
-# one Apache Kafka 4.x node. `make test` runs a short variant of the same
-# suite. CHAOS_FLAGS adds flags, e.g. CHAOS_FLAGS=-chaos.skip=broker-restart-sigkill,
+# one Apache Kafka 4.x node, after a re-emit request crashed at every crash
+# point (TestReemit -reemit.all). `make test` runs a short variant of both. CHAOS_FLAGS adds flags, e.g. CHAOS_FLAGS=-chaos.skip=broker-restart-sigkill,
 # or CHAOS_FLAGS=-chaos.broker=devbroker for the local broker (kfake).
 CHAOS_DURATION ?= 10m
 CHAOS_MIN_ROWS ?= 200000
 CHAOS_REPORT   ?= $(CURDIR)/chaos/chaos-report.json
 CHAOS_FLAGS    ?=
 chaos: deps
+	$(GO) test ./cmd/walstream -run '^TestReemit$$' -race -count=1 -timeout 20m -v -args -reemit.all
 	$(GO) test ./chaos -run TestChaos -count=1 -timeout 40m -v -args \
 		-chaos.duration=$(CHAOS_DURATION) -chaos.min-rows=$(CHAOS_MIN_ROWS) -chaos.report=$(CHAOS_REPORT) $(CHAOS_FLAGS)
 
@@ -67,11 +68,12 @@ chaos-cluster: deps
 
 # Debezium 3.6.1 (in Kafka Connect) and walstream on the whole
 # compatibility corpus, each record compared byte for byte (compat/), the
-# shadow-mode diff and every cutover case once; `make test` runs a few. COMPAT_FLAGS adds flags, e.g.
+# shadow-mode diff, every cutover case once, and a re-emit beside
+# Debezium's incremental snapshot; `make test` runs a few. COMPAT_FLAGS adds flags, e.g.
 # COMPAT_FLAGS="-compat.mode=distributed -compat.dump=$(CURDIR)/compat/records".
 COMPAT_FLAGS ?=
 compat: deps
-	$(GO) test ./compat -run 'TestCompat|TestCutover|TestShadowDiff' -race -count=1 -timeout 60m -v -args -compat.all $(COMPAT_FLAGS)
+	$(GO) test ./compat -run 'TestCompat|TestCutover|TestShadowDiff|TestReemitBesideDebezium' -race -count=1 -timeout 60m -v -args -compat.all $(COMPAT_FLAGS)
 
 # The cutover from Debezium (docs/debezium.md): Debezium under load,
 # stopped or killed at a random moment, in each Kafka Connect mode, and

@@ -160,7 +160,7 @@ func TestChaos(t *testing.T) {
 	t.Cleanup(func() { stopCons(); bg.Wait(); cons.close() })
 
 	wsPG := fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", px.pg.Listen) // through the proxy
-	sup := newSupervisor(wsBin, dir, []string{
+	sup := newSupervisor(wsBin, dir, append([]string{
 		"--pg-url", wsPG,
 		"--kafka-brokers", px.kafkaAddrs(),
 		"--http-addr", "127.0.0.1:0",
@@ -168,7 +168,7 @@ func TestChaos(t *testing.T) {
 		"--idle-interval", "500ms",
 		"--commit-timeout", commitTimeout.String(),
 		"--max-batch-events", fmt.Sprint(*flagMaxBatch),
-	})
+	}, reemitArgs...))
 	t.Cleanup(sup.close)
 	first, err := sup.start("")
 	if err != nil {
@@ -228,6 +228,10 @@ func TestChaos(t *testing.T) {
 	caughtUp := waitConfirmed(ctx, pg, end, catchUpLimit)
 	catchUp := time.Since(faultsStopped)
 	logf("slot confirmed %s: %v after %s", end, caughtUp, catchUp.Round(10*time.Millisecond))
+	// The re-emit requests made run to their end; the checker judges them.
+	reemitWait := time.Now()
+	cons.waitReemits(ctx, 2*time.Minute)
+	logf("re-emit requests ended %s after the catch-up", time.Since(reemitWait).Round(10*time.Millisecond))
 	stopSampler()
 	smpDone.Wait()
 
@@ -290,6 +294,21 @@ func TestChaos(t *testing.T) {
 	if n := v.failures(); n > 0 {
 		fail("kcat read %d records: %d duplicates, %d lost, %d not in the ledger (%d known rolled back), %d order violations, %d aggregates in several partitions, %d disagreeing with the ledger:\n  %s",
 			v.Records, v.Duplicates, v.Lost, v.NotInLedger, v.RolledBackSeen, v.OrderViolations, v.PartitionViolations, v.Mismatches, strings.Join(v.Examples, "\n  "))
+	}
+	rv, err := judgeReemits(recs, fl.reemits.all(), cons.reemitStates(), ledger, func(where string) (map[string]bool, error) {
+		return presentRows(ctx, pgURL, where)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rv.failures(); n > 0 {
+		fail("re-emit requests: %d of %d done, %d cancelled, %d failed, %d never met, %d not ended; %d records: %d duplicates within a request, "+
+			"%d rows missed, %d records not selected (or failed requests), %d requests not as counted, %d records of unknown requests:\n  %s",
+			rv.Done, rv.Requests, rv.Cancelled, rv.Failed, rv.NeverMet, rv.NotEnded, rv.Records, rv.Duplicates, rv.Missing, rv.NotSelected,
+			rv.RecordsCountMismatch, rv.Unknown, strings.Join(rv.Examples, "\n  "))
+	}
+	if rv.Done == 0 {
+		fail("no re-emit request ran to its end (%d made, %d cancelled, %d failed, %d never met)", rv.Requests, rv.Cancelled, rv.Failed, rv.NeverMet)
 	}
 	if diff := sameRecords(recs, cons.all()); diff != "" && !kcatFailed {
 		fail("the continuous consumer and kcat disagree: %s", diff)
@@ -355,7 +374,7 @@ func TestChaos(t *testing.T) {
 		Load: st, Faults: fr, FaultsLeftOut: slices.Sorted(maps.Keys(skip)), CrashPointsReached: crashes,
 		WalstreamProcesses: procs, SessionRestarts: sup.sessionRestarts(), KafkaTxnFailures: sup.txnFailures(),
 		ReplaysSkippedLogged: skippedLogged, ReplaysSkippedScraped: skippedScraped,
-		Verdict: v, Atomicity: atom, Checkpoints: smp,
+		Verdict: v, Reemits: rv, Atomicity: atom, Checkpoints: smp,
 		CatchUpSeconds: catchUp.Seconds(), LogDir: dir,
 	}
 	b, _ := json.MarshalIndent(rep, "", "  ")
@@ -387,6 +406,7 @@ type report struct {
 	ReplaysSkippedLogged  int64          `json:"replays_skipped_logged"`
 	ReplaysSkippedScraped int64          `json:"replays_skipped_metrics"`
 	Verdict               verdict        `json:"verdict"`
+	Reemits               reemitVerdict  `json:"reemits"`
 	Atomicity             *atomicity     `json:"atomicity"`
 	Checkpoints           *sampler       `json:"checkpoint_vs_slot"`
 	CatchUpSeconds        float64        `json:"catch_up_seconds"`
@@ -407,11 +427,14 @@ func (r *report) summary(path string) string {
 	}
 	return fmt.Sprintf("chaos %s %s on %s: %d rows committed, %d rolled back; %d faults (%s); %d crash points reached; "+
 		"replays skipped %d (logged) / %d (metrics); duplicates %d, lost %d (and %d of %d in named recreation gaps), not in ledger %d, order violations %d, "+
-		"atomicity violations %d in %d snapshots (%d settled), checkpoint violations %d in %d samples (%d past the WAL end); Postgres streamed %d transactions in progress and spilled %d; caught up in %.1fs; report %s",
+		"atomicity violations %d in %d snapshots (%d settled), checkpoint violations %d in %d samples (%d past the WAL end); "+
+		"re-emit requests %d (%d done, %d cancelled, %d failed), %d records re-emitted, %d duplicates within a request, %d rows missed; "+
+		"Postgres streamed %d transactions in progress and spilled %d; caught up in %.1fs; report %s",
 		verdict, r.Duration, r.Broker, r.Load.RowsCommitted, r.Load.RowsRolledBack, total, strings.Join(kinds, " "), crashes,
 		r.ReplaysSkippedLogged, r.ReplaysSkippedScraped, r.Verdict.Duplicates, r.Verdict.Lost, r.Verdict.LostInGap, r.Faults.GapRows, r.Verdict.NotInLedger,
 		r.Verdict.OrderViolations, r.Atomicity.Violations, r.Atomicity.Snapshots, r.Atomicity.Settled, r.Checkpoints.Violations, r.Checkpoints.Samples,
-		r.Checkpoints.PastWALEnd, r.Checkpoints.StreamTxns, r.Checkpoints.SpillTxns, r.CatchUpSeconds, path)
+		r.Checkpoints.PastWALEnd, r.Reemits.Requests, r.Reemits.Done, r.Reemits.Cancelled, r.Reemits.Failed, r.Reemits.Records, r.Reemits.Duplicates,
+		r.Reemits.Missing, r.Checkpoints.StreamTxns, r.Checkpoints.SpillTxns, r.CatchUpSeconds, path)
 }
 
 // sameRecords compares two reads of the outbox topics by position and id.

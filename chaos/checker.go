@@ -42,12 +42,15 @@ type record struct {
 	Offset    int64
 	Key       string
 	ID        string // header id
-	Payload   payload
-	BadValue  string // set when the value is not a payload
+	// Reemit is the walstream.reemit header: the re-emit request that
+	// published the record again; empty on a live record.
+	Reemit   string
+	Payload  payload
+	BadValue string // set when the value is not a payload
 }
 
-func parseRecord(topic string, partition int32, offset int64, key, id string, value []byte) record {
-	r := record{Topic: topic, Partition: partition, Offset: offset, Key: key, ID: id}
+func parseRecord(topic string, partition int32, offset int64, key, id, reemit string, value []byte) record {
+	r := record{Topic: topic, Partition: partition, Offset: offset, Key: key, ID: id, Reemit: reemit}
 	if err := json.Unmarshal(value, &r.Payload); err != nil {
 		r.BadValue = string(value)
 	}
@@ -82,14 +85,15 @@ func (v *verdict) example(format string, args ...any) {
 	}
 }
 
-// judge checks records against the ledger: each committed event id
-// exactly once, on the topic, key and payload the ledger implies; nothing
-// that is not in the ledger (rolledBack names the ids known to have rolled
-// back); each aggregate in one partition with its sequence numbers strictly
-// increasing along it. A ledger row in gap, lost in a named recreation gap,
-// may be missing, never duplicated.
+// judge checks the live records against the ledger: each committed event
+// id exactly once, on the topic, key and payload the ledger implies;
+// nothing that is not in the ledger (rolledBack names the ids known to
+// have rolled back); each aggregate in one partition with its sequence
+// numbers strictly increasing along it. A ledger row in gap, lost in a
+// named recreation gap, may be missing, never duplicated. Re-emitted
+// records are judgeReemits'.
 func judge(recs []record, ledger map[string]ledgerRow, rolledBack, gap map[string]bool) verdict {
-	recs = slices.Clone(recs)
+	recs = slices.DeleteFunc(slices.Clone(recs), func(r record) bool { return r.Reemit != "" })
 	slices.SortFunc(recs, func(a, b record) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
 			return c
@@ -198,7 +202,7 @@ func (a *atomicity) snapshot(newly []record, settled bool) {
 	}
 	for _, r := range newly {
 		tx, n := r.Payload.Tx, r.Payload.N
-		if tx == "" || n > a.maxBatch {
+		if tx == "" || n > a.maxBatch || r.Reemit != "" {
 			continue
 		}
 		a.visible[tx]++
@@ -354,13 +358,16 @@ func (c *consumer) take(topic string, rp *kmsg.FetchResponseTopicPartition) {
 			c.cps = append(c.cps, cpRecord{r.Offset, cp})
 			continue
 		}
-		var id string
+		var id, reemit string
 		for _, h := range r.Headers {
-			if h.Key == "id" {
+			switch h.Key {
+			case "id":
 				id = string(h.Value)
+			case "walstream.reemit":
+				reemit = string(h.Value)
 			}
 		}
-		c.recs[k] = append(c.recs[k], parseRecord(topic, r.Partition, r.Offset, string(r.Key), id, r.Value))
+		c.recs[k] = append(c.recs[k], parseRecord(topic, r.Partition, r.Offset, string(r.Key), id, reemit, r.Value))
 	}
 }
 
@@ -731,7 +738,7 @@ func kcatRead(ctx context.Context, brokerAddr, topic string) ([]record, error) {
 	}
 	recs := make([]record, 0, len(rs))
 	for _, r := range rs {
-		recs = append(recs, parseRecord(topic, r.Partition, r.Offset, r.Key, r.Header("id"), []byte(r.Value)))
+		recs = append(recs, parseRecord(topic, r.Partition, r.Offset, r.Key, r.Header("id"), r.Header("walstream.reemit"), []byte(r.Value)))
 	}
 	return recs, nil
 }

@@ -2,7 +2,10 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+
+	"github.com/walstream/walstream/checkpoint"
 )
 
 // fixture is a small correct run: two writer transactions over two
@@ -127,5 +130,57 @@ func TestJudgeGap(t *testing.T) {
 	dup.Offset = 8
 	if v := judge(append(recs, dup), ledger, nil, gap); v.Duplicates != 1 {
 		t.Fatalf("gap row delivered twice: duplicates = %d, want 1", v.Duplicates)
+	}
+}
+
+// judgeReemits counts what a wrong re-emit would publish: a row twice in a
+// request, a row its request does not select, a row it misses, records
+// its checkpoint does not count, records of a request nobody made; and the
+// live judge leaves re-emitted copies alone.
+func TestJudgeReemits(t *testing.T) {
+	recs, ledger := fixture()
+	orders := reemitPredicate{SQL: "aggregatetype = 'Order'", match: func(r record) bool { return r.Topic == "outbox.event.Order" }}
+	copyOf := func(r record, req string, offset int64) record {
+		r.Reemit, r.Offset = req, offset
+		return r
+	}
+	reqs := []*reemitRequest{{ID: "r1", Pred: orders, before: map[string]bool{"a1": true, "a2": true, "a3": true}}}
+	done := map[string]checkpoint.Reemit{"r1": {ID: "r1", State: checkpoint.ReemitDone, Rows: 3}}
+	present := func(string) (map[string]bool, error) { return map[string]bool{"a1": true, "a2": true, "a3": true}, nil }
+	good := append(slices.Clone(recs), copyOf(recs[0], "r1", 10), copyOf(recs[1], "r1", 11), copyOf(recs[3], "r1", 12))
+	if v := judge(good, ledger, nil, nil); v.failures() != 0 {
+		t.Fatalf("the live judge counts re-emitted copies: %+v", v)
+	}
+	v, err := judgeReemits(good, reqs, done, ledger, present)
+	if err != nil || v.failures() != 0 || v.Done != 1 || v.Records != 3 {
+		t.Fatalf("a correct re-emit: %+v, %v", v, err)
+	}
+	for _, tc := range []struct {
+		name  string
+		recs  []record
+		state checkpoint.Reemit
+		want  func(reemitVerdict) int
+	}{
+		{"twice", append(slices.Clone(good), copyOf(recs[0], "r1", 13)), checkpoint.Reemit{State: checkpoint.ReemitDone, Rows: 3}, func(v reemitVerdict) int { return v.Duplicates }},
+		{"not selected", append(slices.Clone(good), copyOf(recs[2], "r1", 13)), checkpoint.Reemit{State: checkpoint.ReemitDone, Rows: 4}, func(v reemitVerdict) int { return v.NotSelected }},
+		{"missed", good[:len(good)-1], checkpoint.Reemit{State: checkpoint.ReemitDone, Rows: 2}, func(v reemitVerdict) int { return v.Missing }},
+		{"not counted", good, checkpoint.Reemit{State: checkpoint.ReemitDone, Rows: 2}, func(v reemitVerdict) int { return v.RecordsCountMismatch }},
+		{"unknown request", append(slices.Clone(good), copyOf(recs[0], "r9", 13)), checkpoint.Reemit{State: checkpoint.ReemitDone, Rows: 3}, func(v reemitVerdict) int { return v.Unknown }},
+		{"still running", good, checkpoint.Reemit{State: checkpoint.ReemitRunning, Rows: 3}, func(v reemitVerdict) int { return v.NotEnded }},
+		{"failed", good, checkpoint.Reemit{State: checkpoint.ReemitFailed, Rows: 3, Error: "the predicate does not plan"}, func(v reemitVerdict) int { return v.NotSelected }},
+	} {
+		tc.state.ID = "r1"
+		v, err := judgeReemits(tc.recs, reqs, map[string]checkpoint.Reemit{"r1": tc.state}, ledger, present)
+		if err != nil || tc.want(v) == 0 || v.failures() == 0 {
+			t.Errorf("%s: %+v, %v", tc.name, v, err)
+		}
+	}
+	// A cancelled request need not publish every row, nor one a dropped
+	// table failed.
+	for _, st := range []checkpoint.Reemit{{State: checkpoint.ReemitCancelled, Rows: 2}, {State: checkpoint.ReemitFailed, Rows: 2, Error: `relation "public.outbox" does not exist`}} {
+		st.ID = "r1"
+		if v, err := judgeReemits(good[:len(good)-1], reqs, map[string]checkpoint.Reemit{"r1": st}, ledger, present); err != nil || v.failures() != 0 {
+			t.Errorf("%s: %+v, %v", st.State, v, err)
+		}
 	}
 }

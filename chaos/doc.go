@@ -23,15 +23,18 @@
 // The load (load.go) writes outbox rows in transactions of 1 to 500 rows,
 // some rolled back, some rolled back to a savepoint, some with rows deleted
 // again, and records every committed event id in a ledger table in the same
-// transaction. The checker (checker.go) reads the outbox topics
+// transaction. Re-emit requests (reemit.go) are made under the load, some
+// cancelled, and the kill armed with the mid-chunk crash point makes one
+// first. The checker (checker.go) reads the outbox topics
 // read_committed, continuously and at the end (with kcat), and requires:
 // every ledger id exactly once, nothing else, sequence numbers strictly
 // increasing per aggregate along its partition, every transaction that fits
 // in one Kafka transaction visible whole or not at all once Kafka has
 // written its commit markers, and, every 100 ms, the slot's
 // confirmed_flush_lsn neither past the server's WAL end nor past the
-// checkpoint committed in Kafka. After the faults stop, the slot must
-// confirm the end of the load within 30 s.
+// checkpoint committed in Kafka; and of each re-emit request, every row
+// it selected once, none twice, nothing else. After the faults stop, the
+// slot must confirm the end of the load within 30 s.
 //
 // TestChaos runs a short variant (one round of every fault, about two
 // minutes on one node) as part of `go test ./...`. `make chaos` and `make

@@ -48,8 +48,9 @@ const (
 	faultBrokerCutOff       = "kafka-broker-cut-off"
 )
 
-// crashPoints are walstream's named crash points (cmd/walstream/faults_on.go).
-var crashPoints = []string{"after-produce", "before-commit", "after-commit", "mid-transaction", "mid-stream"}
+// crashPoints are walstream's named crash points (pipeline.CrashHook);
+// mid-chunk is within a re-emit request's chunk.
+var crashPoints = []string{"after-produce", "before-commit", "after-commit", "mid-transaction", "mid-stream", "mid-chunk"}
 
 // walSenderTimeout is Postgres' wal_sender_timeout in the suite; a
 // blackhole lasts longer.
@@ -67,7 +68,7 @@ type fault struct {
 // time is up. A cluster's deck has its broker faults instead of the one
 // broker's restarts and network faults. Kinds in skip are left out.
 func deck(long, cluster bool, skip map[string]bool) []fault {
-	d := []fault{{kind: faultTerm}, {kind: faultPause}, {kind: faultPartitions}}
+	d := []fault{{kind: faultTerm}, {kind: faultPause}, {kind: faultPartitions}, {kind: faultReemit}}
 	if cluster {
 		d = append(d, fault{kind: faultCoordinatorKill}, fault{kind: faultOutboxLeaderKill}, fault{kind: faultCheckpointLeadKill},
 			fault{kind: faultControllerKill}, fault{kind: faultTwoBrokersDown}, fault{kind: faultBrokerCutOff})
@@ -82,7 +83,7 @@ func deck(long, cluster bool, skip map[string]bool) []fault {
 		d = append(d, fault{kind: faultKill, crashAt: p})
 	}
 	if long {
-		d = append(d, fault{kind: faultKill}, fault{kind: faultKill}, fault{kind: faultKill}, fault{kind: faultPartitions})
+		d = append(d, fault{kind: faultKill}, fault{kind: faultKill}, fault{kind: faultKill}, fault{kind: faultPartitions}, fault{kind: faultReemit})
 		if !cluster {
 			d = append(d, fault{kind: faultPGImmediate}, fault{kind: faultTerminateSender})
 		}
@@ -124,6 +125,8 @@ type faults struct {
 	gap map[string]bool
 	// partitions counts the partitions attached so far, which names them.
 	partitions int
+	// reemits are the re-emit requests made, which the checker judges.
+	reemits reemits
 }
 
 // faultReport is what the faults did, for the report.
@@ -280,6 +283,8 @@ func (f *faults) inject(ctx context.Context, ft fault) string {
 		return f.partition(ctx)
 	case faultPause:
 		return f.pause(ctx)
+	case faultReemit:
+		return f.reemit(ctx)
 	case faultCoordinatorKill, faultOutboxLeaderKill, faultCheckpointLeadKill, faultControllerKill:
 		return f.killNode(ctx, ft.kind)
 	case faultTwoBrokersDown:
@@ -386,8 +391,17 @@ func (f *faults) kill(ctx context.Context, point string) string {
 		return fmt.Sprintf("#%d", p.id)
 	}
 	n := 1 + f.rng.IntN(20)
-	if point == "mid-transaction" || point == "mid-stream" {
+	switch point {
+	case "mid-transaction", "mid-stream":
 		n = 1 + f.rng.IntN(2000)
+	case "mid-chunk":
+		// A request of an aggregate type, a third of the table, which the
+		// restarted walstream meets and crashes within one of its first
+		// chunks.
+		n = 1 + f.rng.IntN(3)
+		if _, err := f.request(ctx, typePredicate(aggregateTypes[f.rng.IntN(len(aggregateTypes))])); err != nil {
+			f.note("a re-emit request before the mid-chunk crash: %v", err)
+		}
 	}
 	crashAt := fmt.Sprintf("%s:%d", point, n)
 	f.mu.Lock()

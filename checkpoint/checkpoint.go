@@ -157,6 +157,9 @@ type Notes struct {
 	// Takeover is where the stream's first checkpoint came from when it
 	// went on where Debezium stopped, kept in every later checkpoint too.
 	Takeover *Takeover `json:"takeover,omitempty"`
+	// Reemits are the re-emit requests the stream met: those queued or
+	// running, with their progress, and the last ones that ended.
+	Reemits Reemits `json:"reemits,omitempty"`
 }
 
 // Takeover records a stream that went on where Debezium's Postgres
@@ -297,6 +300,7 @@ type record struct {
 	Tables   map[string]uint32 `json:"tables,omitempty"`
 	Skipped  *Skip             `json:"skipped,omitempty"`
 	Takeover *Takeover         `json:"takeover,omitempty"`
+	Reemits  Reemits           `json:"reemits,omitempty"`
 }
 
 type gapRecord struct {
@@ -321,7 +325,7 @@ func (c Checkpoint) Encode(owner Owner, now time.Time) []byte {
 		r.PartialCommitLSN = c.PartialCommitLSN.String()
 	}
 	if c.Notes != nil {
-		r.Tables, r.Skipped, r.Takeover = c.Notes.Tables, c.Notes.Skipped, c.Notes.Takeover
+		r.Tables, r.Skipped, r.Takeover, r.Reemits = c.Notes.Tables, c.Notes.Skipped, c.Notes.Takeover, c.Notes.Reemits
 	}
 	if c.Counted {
 		r.Events = &c.Events
@@ -351,8 +355,8 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 		}
 		c.Ordinal = r.Ordinal
 	}
-	if len(r.Tables) > 0 || r.Skipped != nil || r.Takeover != nil {
-		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped, Takeover: r.Takeover}
+	if len(r.Tables) > 0 || r.Skipped != nil || r.Takeover != nil || len(r.Reemits) > 0 {
+		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped, Takeover: r.Takeover, Reemits: r.Reemits}
 	}
 	c.Identity = Identity{SystemID: r.SystemID, Timeline: r.Timeline, Database: r.Database}
 	c.Owner = Owner{Stream: r.Stream, Slot: r.Slot, TransactionalID: r.TransactionalID}

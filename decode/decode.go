@@ -54,6 +54,10 @@ type Config struct {
 	// routed as Messages says (default: the first outbox).
 	MessagePrefix string
 	Messages      *Outbox
+	// SignalTable, when set, is Debezium's signal table (schema.table,
+	// signal.data.collection): its rows are re-emit requests and cancels
+	// (SignalRequests), handed on with their transaction.
+	SignalTable string
 	// Skip reports whether the event with the given ordinal (1-based) of
 	// the transaction committed at commitLSN was handed on before, by an
 	// earlier run: a replay to drop. It must skip every smaller ordinal of
@@ -213,6 +217,13 @@ type Tx struct {
 	// decoded before it, so that the first problem in commit order is the
 	// one reported; nothing follows it.
 	Stop error
+	// Requests are the re-emit requests and cancels the transaction made,
+	// in its order; only its Final part carries them, so that they are
+	// recorded once with the checkpoint that completes it.
+	Requests []Request
+	// Chunk, when set, makes the Tx a chunk of rows a re-emit request
+	// read (Events), not a transaction: it moves no position.
+	Chunk *Chunk
 }
 
 // IgnoredUpdate is an UPDATE of an outbox row that was skipped: an outbox
@@ -283,6 +294,8 @@ type relation struct {
 	// partition when its rows were written (Unattached): each of its rows
 	// is an event of outbox, under the relation's own name, and bad.
 	unattached *UnattachedError
+	// signal is set on Debezium's signal table.
+	signal bool
 }
 
 // extraColumn is an additional field the table has.
@@ -306,6 +319,8 @@ type Decoder struct {
 	ordinal uint64
 	vals    []value // reused by every INSERT; events keep only the bytes
 	skipped uint64
+	// requests are those of the open transaction, for its last part.
+	requests []Request
 }
 
 // New returns a decoder that drops every event cfg.Skip says to.
@@ -385,6 +400,7 @@ func (d *Decoder) open(xid uint32, commitLSN pglogrepl.LSN, commitTime time.Time
 	d.tx = &Tx{Xid: xid, CommitLSN: commitLSN, CommitTime: commitTime}
 	d.skipTx = d.cfg.Skip(commitLSN, math.MaxUint64)
 	d.ordinal = 0
+	d.requests = nil
 }
 
 func (d *Decoder) commit(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
@@ -415,6 +431,7 @@ func (d *Decoder) close(endLSN pglogrepl.LSN) *Tx {
 	}
 	tx.EndLSN = endLSN
 	tx.Final = true
+	tx.Requests, d.requests = d.requests, nil
 	return tx
 }
 
@@ -447,6 +464,8 @@ func (d *Decoder) relation(walStart pglogrepl.LSN, data []byte) (err error) {
 	}
 	if rel.outbox == nil {
 		rel.msg = &m
+		rel.signal = d.cfg.SignalTable != "" && rel.name == d.cfg.SignalTable
+		rel.classified = rel.signal
 		return nil
 	}
 	// Postgres sends a Relation message with WAL position 0/0, just before
@@ -800,6 +819,9 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	rel := d.relations[relID]
 	if rel == nil {
 		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("INSERT into relation %d before its Relation message", relID)}
+	}
+	if rel.signal {
+		return nil, d.signal(rel, walStart, data)
 	}
 	if rel.outbox == nil {
 		return nil, nil

@@ -38,6 +38,9 @@ func (d *Decoder) message(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if uint64(n) != uint64(len(content)) {
 		return nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("logical message content is %d bytes, its length says %d", len(content), n)}
 	}
+	if prefix == ControlPrefix {
+		return d.control(lsn, transactional, content)
+	}
 	if d.cfg.MessagePrefix == "" || prefix != d.cfg.MessagePrefix && d.cfg.MessagePrefix != AllPrefixes {
 		return nil, nil
 	}

@@ -381,6 +381,9 @@ func (p *Pipeline) readiness(now time.Time, standbyOK bool) (code int, body stri
 		if held := p.state.holdsText(now); held != "" {
 			body += "; " + held
 		}
+		if r := describeReemits(reemitsOf(s.Committed)); r != "" {
+			body += "; " + r
+		}
 		return http.StatusOK, body
 	}
 	why := "not streaming"

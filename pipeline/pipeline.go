@@ -131,9 +131,12 @@ type Config struct {
 	// ReadyConfirmAge is how long Readyz tolerates no confirmed position.
 	ReadyConfirmAge time.Duration
 
+	// Reemit is how re-emit requests read their rows.
+	Reemit ReemitSettings
+
 	// Hook, if not nil, is called at named points (after-produce,
-	// before-commit, after-commit, mid-transaction, mid-stream) so that
-	// crash tests can kill the process there.
+	// before-commit, after-commit, mid-transaction, mid-stream, mid-chunk)
+	// so that crash tests can kill the process there.
 	Hook func(point string)
 }
 

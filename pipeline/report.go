@@ -89,6 +89,9 @@ type Report struct {
 		Checked []string `json:"checked"`
 		Missing []string `json:"missing"`
 	} `json:"topics"`
+	// Reemits are the re-emit requests the checkpoint records: those
+	// queued or running and the last ones that ended.
+	Reemits []ReemitReport `json:"reemits"`
 	// SchemaRegistry is the registry keys or values need; absent when
 	// none does.
 	SchemaRegistry *RegistryReport `json:"schema_registry,omitempty"`
@@ -187,6 +190,57 @@ type GapReport struct {
 	At               time.Time `json:"at"`
 }
 
+// ReemitReport is a re-emit request and where it stands, with the
+// figures an operator reads: rows done and remaining (estimated), rate and
+// time left.
+type ReemitReport struct {
+	ID     string   `json:"id"`
+	Table  string   `json:"table"`
+	Where  string   `json:"where"`
+	Origin string   `json:"origin"`
+	LSN    string   `json:"lsn"`
+	State  string   `json:"state"`
+	Key    []string `json:"key,omitempty"`
+	// Rows are those published; Remaining the estimate of those left, -1
+	// before the first chunk; Estimate the planner's estimate of the
+	// matching rows at the start.
+	Rows      int64 `json:"rows"`
+	Remaining int64 `json:"remaining_estimated"`
+	Estimate  int64 `json:"estimate"`
+	// RowsPerSecond is the rate from the first chunk to the last, and
+	// ETASeconds the time left at it; zero when unknown.
+	RowsPerSecond float64    `json:"rows_per_second"`
+	ETASeconds    float64    `json:"eta_seconds"`
+	LastKey       []string   `json:"last_key,omitempty"`
+	UpperKey      []string   `json:"upper_key,omitempty"`
+	Accepted      time.Time  `json:"accepted"`
+	Started       *time.Time `json:"started,omitempty"`
+	Updated       *time.Time `json:"updated,omitempty"`
+	Ended         *time.Time `json:"ended,omitempty"`
+	Error         string     `json:"error,omitempty"`
+}
+
+// ReemitReports are the figures of the requests cp records.
+func ReemitReports(cp checkpoint.Checkpoint) []ReemitReport {
+	out := []ReemitReport{}
+	for _, q := range reemitsOf(cp) {
+		r := ReemitReport{ID: q.ID, Table: q.Table, Where: q.Where, Origin: q.Origin, LSN: q.LSN.String(), State: string(q.State), Key: q.Key,
+			Rows: q.Rows, Remaining: q.Remaining(), Estimate: q.Estimate, RowsPerSecond: q.Rate(), ETASeconds: q.ETA().Seconds(),
+			LastKey: q.Last, UpperKey: q.Upper, Accepted: q.Accepted, Error: q.Error}
+		for _, t := range []struct {
+			dst **time.Time
+			v   time.Time
+		}{{&r.Started, q.Started}, {&r.Updated, q.Updated}, {&r.Ended, q.Ended}} {
+			if !t.v.IsZero() {
+				v := t.v
+				*t.dst = &v
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
 // Report computes what an operator reads from the inspection of cfg's
 // stream, the checkpoint's age as of now.
 func (in *Inspection) Report(cfg Config, now time.Time) *Report {
@@ -265,6 +319,7 @@ func (in *Inspection) Report(cfg Config, now time.Time) *Report {
 	}
 
 	c := &r.Checkpoint
+	r.Reemits = ReemitReports(in.Checkpoint)
 	r.Stream, r.TransactionalID = cfg.Stream, cmp.Or(in.TransactionalID, cfg.TransactionalID)
 	r.Topics.Checked, r.Topics.Missing = append([]string{}, in.Topics...), append([]string{}, in.MissingTopics...)
 	c.Topic, c.Key = cfg.CheckpointTopic, cmp.Or(in.CheckpointKey, cfg.CheckpointKey)

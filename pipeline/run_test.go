@@ -34,6 +34,7 @@ func testConfig(t *testing.T, pg *testenv.Postgres, broker string) Config {
 		MaxBatchEvents: 100, MaxBatchBytes: 1 << 20, QueueBytes: 1 << 20,
 		Linger: time.Millisecond, IdleInterval: 100 * time.Millisecond, CommitTimeout: 10 * time.Second,
 		StatusInterval: time.Second, SlotPollInterval: time.Second, ReadyConfirmAge: time.Minute,
+		Reemit: ReemitSettings{ChunkRows: 100},
 	}
 }
 

@@ -92,6 +92,10 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		err = replication.Prepare(ctx, conn, names, create)
 		s.waits.done("slot", "slot created")
 	}
+	if err == nil && cfg.Reemit.SignalTable != "" {
+		t, _ := replication.ParseTable(cfg.Reemit.SignalTable) // Validate parsed it
+		err = replication.CheckSignalTable(ctx, conn, names, t)
+	}
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
@@ -169,7 +173,8 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	// ever confirmed.
 	tracker := checkpoint.NewTracker(cp, inKafka, slot.ConfirmedFlush)
 	tracker.ServerWALEnd(srv.XLogPos)
-	prod.Start(confirmOnCommit{tracker, stream, s.state})
+	reemitWake := make(chan struct{}, 1)
+	prod.Start(confirmOnCommit{tracker, stream, s.state, reemitWake})
 	q := publish.NewQueue(int64(cfg.QueueBytes))
 	skip := tracker.Replayed
 	if tk := cp.TakeoverAhead(); tk != nil {
@@ -180,11 +185,14 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 			return !tk.Overlaps(commitLSN) && tracker.Replayed(commitLSN, ordinal)
 		}
 	}
+	rm := &reemitter{cfg: cfg, log: s.log, out: q, wake: reemitWake,
+		committed: func() checkpoint.Reemits { cp, _ := tracker.InKafka(); return reemitsOf(cp) },
+		connect:   func(ctx context.Context) (*pgx.Conn, error) { return replication.ConnectReader(ctx, cfg.Postgres) }}
 	in := &feed{
 		dec: decode.New(decode.Config{
 			Outboxes: cfg.Outboxes, MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
 			JSONText: cfg.Encoding.Value != publish.FormatString, OIDs: tables.oids, Recreated: tables.mayChange,
-			MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: skip,
+			MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: skip, SignalTable: cfg.Reemit.SignalTable,
 		}),
 		out: q, received: tracker, log: s.log, skipped: s.metrics.skipped, hook: cfg.Hook,
 		catalog: func(o *decode.Outbox, oid uint32) (map[string]decode.Catalog, error) {
@@ -237,6 +245,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return onKafka(prod.Run(gctx, q)) })
 	g.Go(func() error { return stream.Run(gctx, in, tracker) })
+	g.Go(func() error { return rm.Run(gctx) })
 	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot, OIDs: tables.watched(),
 		CheckTable: func(info replication.TableInfo) error { return checkMapping(cfg.Outboxes, info, "while streaming") }}
 	g.Go(func() error { return mon.Run(gctx) })
@@ -505,6 +514,9 @@ type confirmOnCommit struct {
 	*checkpoint.Tracker
 	stream *replication.Stream
 	state  *state // told when, for readiness
+	// reemit wakes the reemitter, which reads where requests stand in
+	// what Kafka committed.
+	reemit chan struct{}
 }
 
 func (c confirmOnCommit) Committed(cp checkpoint.Checkpoint, events int, newest time.Time) error {
@@ -513,6 +525,7 @@ func (c confirmOnCommit) Committed(cp checkpoint.Checkpoint, events int, newest 
 	}
 	c.state.committed.Store(time.Now().UnixNano())
 	c.stream.ConfirmSoon()
+	nudge(c.reemit)
 	return nil
 }
 

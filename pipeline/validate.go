@@ -7,6 +7,7 @@ import (
 
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/replication"
 )
 
 // Defaults of Config's fields, named so that a command's help and the
@@ -29,6 +30,7 @@ const (
 	DefaultCommitTimeout    = 30 * time.Second
 	DefaultSlotPollInterval = 5 * time.Second
 	DefaultReadyConfirmAge  = time.Minute
+	DefaultReemitChunkRows  = 1024
 )
 
 // Upper bounds of sizes: far above any useful value, and low enough that
@@ -94,6 +96,25 @@ func (c *Config) Validate() error {
 		if d.v <= 0 {
 			bad(d.field, fmt.Errorf("must be positive, got %s", d.v))
 		}
+	}
+	if r := c.Reemit.ChunkRows; r < 1 || r > c.MaxBatchEvents {
+		bad("Reemit.ChunkRows", fmt.Errorf("must be from 1 to the events of a Kafka transaction (%d), got %d", c.MaxBatchEvents, r))
+	}
+	if c.Reemit.Rate < 0 {
+		bad("Reemit.Rate", fmt.Errorf("must not be negative, got %d", c.Reemit.Rate))
+	}
+	if t := c.Reemit.SignalTable; t != "" {
+		if _, err := replication.ParseTable(t); err != nil {
+			bad("Reemit.SignalTable", err)
+		}
+		for _, o := range c.Outboxes {
+			if o.Name() == t {
+				bad("Reemit.SignalTable", fmt.Errorf("%s is an outbox table", t))
+			}
+		}
+	}
+	if c.MessagePrefix == decode.ControlPrefix {
+		bad("MessagePrefix", fmt.Errorf("%q is the prefix of walstream's re-emit requests", c.MessagePrefix))
 	}
 	if c.Takeover.Enabled() && c.Takeover.Lookback < 0 {
 		bad("Takeover.Lookback", fmt.Errorf("must not be negative, got %s", c.Takeover.Lookback))

@@ -21,7 +21,8 @@ func validConfig(t *testing.T) Config {
 		Kafka: publish.KafkaSettings{Brokers: []string{"k:9092"}}, CheckpointTopic: DefaultCheckpointTopic, Outboxes: []*decode.Outbox{o},
 		MaxBatchEvents: DefaultMaxBatchEvents, MaxBatchBytes: DefaultMaxBatchBytes, QueueBytes: DefaultQueueBytes, MaxRecordBytes: DefaultMaxRecordBytes,
 		Linger: DefaultLinger, StatusInterval: DefaultStatusInterval, ConfirmInterval: DefaultConfirmInterval, ProgressInterval: DefaultProgressInterval,
-		IdleInterval: DefaultIdleInterval, CommitTimeout: DefaultCommitTimeout, SlotPollInterval: DefaultSlotPollInterval, ReadyConfirmAge: DefaultReadyConfirmAge}
+		IdleInterval: DefaultIdleInterval, CommitTimeout: DefaultCommitTimeout, SlotPollInterval: DefaultSlotPollInterval, ReadyConfirmAge: DefaultReadyConfirmAge,
+		Reemit: ReemitSettings{ChunkRows: DefaultReemitChunkRows}}
 }
 
 // Each refused field is named as Config names it, never by a flag.
@@ -47,6 +48,11 @@ func TestValidate(t *testing.T) {
 		{"Kafka.Brokers", `port "0"`, func(c *Config) { c.Kafka.Brokers = []string{"k:0"} }},
 		{"Kafka.SASLMechanism", "needs a user and a password", func(c *Config) { c.Kafka.SASLMechanism = "PLAIN" }},
 		{"Encoding.SchemaPrefix", "is required", func(c *Config) { c.Encoding.Value = publish.FormatJSONSchema }},
+		{"Reemit.ChunkRows", "to the events of a Kafka transaction (10000), got 10001", func(c *Config) { c.Reemit.ChunkRows = c.MaxBatchEvents + 1 }},
+		{"Reemit.Rate", "must not be negative", func(c *Config) { c.Reemit.Rate = -1 }},
+		{"Reemit.SignalTable", "public.outbox is an outbox table", func(c *Config) { c.Reemit.SignalTable = "public.outbox" }},
+		{"Reemit.SignalTable", "must be schema-qualified", func(c *Config) { c.Reemit.SignalTable = "signals" }},
+		{"MessagePrefix", "re-emit requests", func(c *Config) { c.MessagePrefix = decode.ControlPrefix }},
 	} {
 		c := validConfig(t)
 		tc.change(&c)

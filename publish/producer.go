@@ -184,6 +184,12 @@ type Producer struct {
 	resume  checkpoint.Checkpoint // where the session started
 	notes   checkpoint.Notes      // what every checkpoint records besides pos
 	skip    *checkpoint.Skip      // the skip in the open batch, until it commits
+	// dirty says the notes changed since the last commit (a re-emit
+	// request met or moved on), which the next commit must record even
+	// when it publishes nothing; reemitted counts the re-emitted records
+	// of the open transaction (reemit.go).
+	dirty     bool
+	reemitted int
 	// seen, while the stream reads transactions Debezium may have
 	// published before walstream took over its slot, finds their events
 	// in Kafka; nil otherwise.
@@ -268,7 +274,7 @@ func (p *Producer) Start(pos positions) {
 	p.pos, p.resume, p.tracker = pos.Resume(), pos.Resume(), pos
 	p.notes = checkpoint.Notes{Tables: p.cfg.Tables}
 	if n := p.pos.Notes; n != nil {
-		p.notes.Skipped, p.notes.Takeover = n.Skipped, n.Takeover
+		p.notes.Skipped, p.notes.Takeover, p.notes.Reemits = n.Skipped, n.Takeover, n.Reemits
 		if t := p.pos.TakeoverAhead(); t != nil {
 			p.seen = newPublished(t, p.opts, func(ctx context.Context) (int64, error) {
 				id, _, err := p.client.ProducerID(ctx)
@@ -279,6 +285,7 @@ func (p *Producer) Start(pos positions) {
 		}
 	}
 	p.pos.Notes = nil
+	p.metrics.reemitCommitted(0, p.notes.Reemits)
 }
 
 // Run publishes transactions from q until ctx ends or publishing fails. A
@@ -333,6 +340,10 @@ func (p *Producer) flushAt() (time.Time, bool) {
 	if p.records > 0 {
 		return p.started.Add(p.cfg.Linger), true
 	}
+	if p.dirty {
+		// A request met, refused or cancelled: its requester waits.
+		return time.Now(), true
+	}
 	if done, at := p.tracker.InKafka(); done.Less(p.pos) {
 		return at.Add(p.cfg.IdleInterval), true
 	}
@@ -342,6 +353,9 @@ func (p *Producer) flushAt() (time.Time, bool) {
 func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 	if tx.Stop != nil {
 		return p.stuck(ctx, tx.Stop)
+	}
+	if tx.Chunk != nil {
+		return p.addChunk(ctx, tx)
 	}
 	if p.seen != nil && tx.Xid != 0 && !p.seen.takeover.Overlaps(tx.CommitLSN) {
 		p.log.Info("past the takeover from Debezium: every later event is published", "until_lsn", p.seen.takeover.Until.String(),
@@ -353,16 +367,8 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 		return err
 	}
 	if n := len(tx.Events) - first; n > 0 {
-		if p.records > 0 && (p.records+n > p.cfg.MaxBatchEvents || p.bytes+tx.Bytes > p.cfg.MaxBatchBytes) {
-			if err := p.flush(ctx); err != nil {
-				return err
-			}
-		}
-		if err := p.begin(); err != nil {
+		if err := p.room(ctx, n, tx.Bytes, false); err != nil {
 			return err
-		}
-		if p.records == 0 {
-			p.started = time.Now()
 		}
 		dup := 0
 		for i := first; i < len(tx.Events); i++ {
@@ -407,6 +413,9 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 	if tx.Final && tx.EndLSN > p.pos.LSN {
 		p.pos = p.pos.At(tx.EndLSN)
 	}
+	if len(tx.Requests) > 0 {
+		p.requests(tx)
+	}
 	if completes || p.records >= p.cfg.MaxBatchEvents || p.bytes >= p.cfg.MaxBatchBytes {
 		return p.flush(ctx)
 	}
@@ -449,31 +458,39 @@ func (p *Producer) replays(ctx context.Context, tx *decode.Tx) (int, error) {
 	return first, nil
 }
 
+// room makes the open Kafka transaction ready for n more records of bytes
+// bytes: it commits the open one first when they would not fit, or when
+// commitFirst, and begins one when none is open.
+func (p *Producer) room(ctx context.Context, n, bytes int, commitFirst bool) error {
+	if p.records > 0 && (commitFirst || p.records+n > p.cfg.MaxBatchEvents || p.bytes+bytes > p.cfg.MaxBatchBytes) {
+		if err := p.flush(ctx); err != nil {
+			return err
+		}
+	}
+	if err := p.begin(); err != nil {
+		return err
+	}
+	if p.records == 0 {
+		p.started = time.Now()
+	}
+	return nil
+}
+
 // record returns the event's record, or its dead letter when the event
 // cannot be published: a bad row, a topic name Kafka rejects, a record over
 // MaxRecordBytes. Without a dead-letter topic, or for a row of a table that
 // does not fit the mapping, that is an error naming the event, unless
 // SkipEvent names it.
 func (p *Producer) record(ctx context.Context, ev *decode.Event) (*kgo.Record, error) {
-	bad := ev.Bad
-	if bad == nil {
-		rec, err := p.router.Record(ctx, ev)
-		var encErr *EncodingError
-		switch {
-		case errors.As(err, &encErr):
-			bad = &decode.Error{Event: ev.Identity, Column: encErr.Column, Reason: "encoding the record", Err: encErr.Err}
-		case err != nil:
-			return nil, fmt.Errorf("%s: %w", ev.Identity, err)
-		case ValidTopic(rec.Topic) != nil:
-			bad = &decode.Error{Event: ev.Identity, Reason: "no valid topic for the aggregate type", Err: ValidTopic(rec.Topic)}
-		case recordSize(rec) > p.cfg.MaxRecordBytes:
-			bad = &decode.Error{Event: ev.Identity, Reason: fmt.Sprintf("the record is %d bytes, over the %d bytes allowed", recordSize(rec), p.cfg.MaxRecordBytes)}
-		default:
-			if p.named(ev) {
-				p.log.Warn("the event named to skip is not bad input: publishing it", "event", ev.Ref().String(), "lsn", ev.LSN.String(), "table", ev.Table, "event_id", string(ev.ID))
-			}
-			return rec, nil
+	rec, bad, err := p.encode(ctx, ev)
+	switch {
+	case err != nil:
+		return nil, err
+	case bad == nil:
+		if p.named(ev) {
+			p.log.Warn("the event named to skip is not bad input: publishing it", "event", ev.Ref().String(), "lsn", ev.LSN.String(), "table", ev.Table, "event_id", string(ev.ID))
 		}
+		return rec, nil
 	}
 	topic := p.cfg.DeadLetterTopic
 	switch {
@@ -487,6 +504,28 @@ func (p *Producer) record(ctx context.Context, ev *decode.Event) (*kgo.Record, e
 		"column", bad.Column, "reason", bad.Reason, "topic", topic)
 	p.dead++
 	return deadLetter(topic, ev, bad, p.cfg.MaxRecordBytes), nil
+}
+
+// encode returns the event's record, or why the event cannot be published:
+// a bad row, a topic name Kafka rejects, a record over MaxRecordBytes. An
+// error is no fault of the event (the schema registry failed).
+func (p *Producer) encode(ctx context.Context, ev *decode.Event) (*kgo.Record, *decode.Error, error) {
+	if ev.Bad != nil {
+		return nil, ev.Bad, nil
+	}
+	rec, err := p.router.Record(ctx, ev)
+	var encErr *EncodingError
+	switch {
+	case errors.As(err, &encErr):
+		return nil, &decode.Error{Event: ev.Identity, Column: encErr.Column, Reason: "encoding the record", Err: encErr.Err}, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("%s: %w", ev.Identity, err)
+	case ValidTopic(rec.Topic) != nil:
+		return nil, &decode.Error{Event: ev.Identity, Reason: "no valid topic for the aggregate type", Err: ValidTopic(rec.Topic)}, nil
+	case recordSize(rec) > p.cfg.MaxRecordBytes:
+		return nil, &decode.Error{Event: ev.Identity, Reason: fmt.Sprintf("the record is %d bytes, over the %d bytes allowed", recordSize(rec), p.cfg.MaxRecordBytes)}, nil
+	}
+	return rec, nil, nil
 }
 
 // named reports whether ev is the one event SkipEvent names.
@@ -546,7 +585,7 @@ func (p *Producer) begin() error {
 // flush commits the open batch with a checkpoint at p.pos and then tells
 // the tracker, which is what lets the position be confirmed to Postgres.
 func (p *Producer) flush(ctx context.Context) error {
-	if done, _ := p.tracker.InKafka(); p.records == 0 && !done.Less(p.pos) {
+	if done, _ := p.tracker.InKafka(); p.records == 0 && !p.dirty && !done.Less(p.pos) {
 		return nil
 	}
 	start := time.Now()
@@ -590,10 +629,14 @@ func (p *Producer) flush(ctx context.Context) error {
 	if len(p.batch) > 0 {
 		newest = p.batch[len(p.batch)-1].CommitTime
 	}
-	if err := p.tracker.Committed(p.pos, p.records, newest); err != nil {
+	// The tracker keeps the notes too: they tell where re-emit requests
+	// stand in Kafka. Re-emitted records are no events of the stream's
+	// positions, whose lag the tracker measures.
+	if err := p.tracker.Committed(cp, p.records-p.reemitted, newest); err != nil {
 		return err
 	}
 	p.metrics.committed(p.byTopic, p.dead, p.bytes, time.Since(start), p.pos.LSN)
+	p.metrics.reemitCommitted(p.reemitted, p.notes.Reemits)
 	if p.skip != nil {
 		p.notes.Skipped = p.skip
 	}
@@ -603,8 +646,8 @@ func (p *Producer) flush(ctx context.Context) error {
 
 // reset empties the batch bookkeeping once its transaction has ended.
 func (p *Producer) reset() {
-	p.records, p.bytes, p.dead = 0, 0, 0
-	p.skip = nil
+	p.records, p.bytes, p.dead, p.reemitted = 0, 0, 0, 0
+	p.skip, p.dirty = nil, false
 	clear(p.batch)
 	p.batch = p.batch[:0]
 	clear(p.byTopic)
@@ -793,6 +836,7 @@ type Metrics struct {
 	txnFailures  *prometheus.CounterVec
 	takeover     prometheus.Counter
 	held         *prometheus.GaugeVec
+	reemit       *reemitMetrics
 	// kafka are franz-go's client metrics. kprom allows one client at a
 	// time, so only the producer's client reports them.
 	kafka *kafkaMetrics
@@ -837,6 +881,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.transactions.WithLabelValues("aborted")
 	m.kafka = &kafkaMetrics{m: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))}
 	m.registry = newRegistryMetrics(reg)
+	m.reemit = newReemitMetrics(reg)
 	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters, m.txnFailures, m.takeover, m.held)
 	return m
 }

@@ -112,18 +112,23 @@ type Stream struct {
 	lastStatus time.Time
 }
 
+// renderSettings sets the session settings column values are rendered in.
+// The walsender renders them in its session's settings; these make
+// timestamps ISO and UTC whatever postgresql.conf says, so that decode can
+// read table.field.event.timestamp, and intervals the text form Debezium's
+// pgjdbc parses. A re-emit reads rows in the same (ConnectReader).
+func renderSettings(params map[string]string) {
+	params["DateStyle"] = "ISO"
+	params["IntervalStyle"] = "postgres"
+	params["TimeZone"] = "UTC"
+}
+
 // Dial opens a replication connection (replication=database).
 func Dial(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
 	cfg = cfg.Copy()
 	named(cfg.RuntimeParams)
 	cfg.RuntimeParams["replication"] = "database"
-	// The walsender renders column values in its session's settings; these
-	// make timestamps ISO and UTC whatever postgresql.conf says, so that
-	// decode can read table.field.event.timestamp.
-	cfg.RuntimeParams["DateStyle"] = "ISO"
-	// Intervals in the text form Debezium's pgjdbc parses.
-	cfg.RuntimeParams["IntervalStyle"] = "postgres"
-	cfg.RuntimeParams["TimeZone"] = "UTC"
+	renderSettings(cfg.RuntimeParams)
 	cfg.DialFunc = dialLowat(cfg.DialFunc)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {

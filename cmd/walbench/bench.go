@@ -205,6 +205,18 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 			}
 		}
 	}
+	if cfg.Scenarios[ScenarioReemit] {
+		for i := 1; i <= cfg.ReemitRuns; i++ {
+			r, err := b.reemitRun(ctx, i)
+			if err != nil {
+				return fmt.Errorf("reemit run %d: %w", i, err)
+			}
+			rep.Reemit = append(rep.Reemit, r)
+			if err := save(); err != nil {
+				return err
+			}
+		}
+	}
 	rep.Finished = time.Now().UTC()
 	if err := save(); err != nil {
 		return err
@@ -293,6 +305,7 @@ type Report struct {
 	Huge     []*BacklogRun  `json:"huge"`
 	Latency  []Latency      `json:"latency"`
 	Foreign  []*ForeignRun  `json:"foreign,omitempty"`
+	Reemit   []*ReemitRun   `json:"reemit,omitempty"`
 	// Peers are the debezium scenario's runs: each tool in each round.
 	Peers []*PeerRun `json:"debezium,omitempty"`
 	// Profiled is the profiled run, left out of the summary: sampling
@@ -309,6 +322,7 @@ func reportConfig(c *Config) map[string]any {
 		"latency_runs": c.LatencyRuns, "latency_writers": c.LatencyWriters,
 		"foreign_rows": c.ForeignRows, "foreign_runs": c.ForeignRuns,
 		"debezium_rows": c.DebeziumRows, "debezium_runs": c.DebeziumRuns, "debezium_modes": c.DebeziumModes,
+		"reemit_rows": c.ReemitRows, "reemit_load": c.ReemitLoad, "reemit_runs": c.ReemitRuns,
 		"walstream_args": c.WalstreamArgs,
 		"partitions":     c.Partitions, "external_postgres": c.PGURL != "", "max_load": c.MaxLoad,
 		"broker": c.Broker,

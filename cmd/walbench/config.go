@@ -38,6 +38,9 @@ const (
 	DefaultDebeziumRows    = 1_000_000
 	DefaultDebeziumRuns    = 3
 	DefaultDebeziumModes   = "standalone,distributed"
+	DefaultReemitRows      = 1_000_000
+	DefaultReemitLoad      = "1000x1"
+	DefaultReemitRuns      = 1
 )
 
 // Scenario names for --scenarios.
@@ -53,6 +56,9 @@ const (
 	// router in Kafka Connect, the peer: the same backlog drain and live
 	// loads, walstream and Debezium alternating (debezium.go).
 	ScenarioDebezium = "debezium"
+	// ScenarioReemit re-emits a backlog of outbox rows with walstream
+	// reemit while a live load runs (reemit.go).
+	ScenarioReemit = "reemit"
 )
 
 // Config is everything walbench is told.
@@ -73,6 +79,9 @@ type Config struct {
 	DebeziumRows   int
 	DebeziumRuns   int
 	DebeziumModes  []string
+	ReemitRows     int
+	ReemitLoad     Load
+	ReemitRuns     int
 	Scenarios      map[string]bool
 	Profile        bool
 	PGO            string // empty: no profile for profile-guided optimization
@@ -117,7 +126,10 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&cfg.DebeziumRows, "debezium-rows", DefaultDebeziumRows, "rows of the debezium scenario's backlog, one per transaction; 0 skips the backlog")
 	fs.IntVar(&cfg.DebeziumRuns, "debezium-runs", DefaultDebeziumRuns, "rounds of the debezium scenario, each running every tool once, one after the other")
 	modes := fs.String("debezium-modes", DefaultDebeziumModes, "Kafka Connect modes of the debezium scenario, comma-separated: standalone (the producer idempotent), distributed (exactly-once)")
-	scenarios := fs.String("scenarios", DefaultScenarios, "scenarios to run, comma-separated: backlog, huge, latency, foreign (Postgres 14 and later), debezium (Debezium as the peer, on Apache Kafka)")
+	fs.IntVar(&cfg.ReemitRows, "reemit-rows", DefaultReemitRows, "rows the reemit scenario re-emits with one request")
+	reemitLoad := fs.String("reemit-load", DefaultReemitLoad, "live load during the reemit scenario's request, RATExROWS as in -latency-loads")
+	fs.IntVar(&cfg.ReemitRuns, "reemit-runs", DefaultReemitRuns, "runs of the reemit scenario")
+	scenarios := fs.String("scenarios", DefaultScenarios, "scenarios to run, comma-separated: backlog, huge, latency, foreign (Postgres 14 and later), debezium (Debezium as the peer, on Apache Kafka), reemit (a re-emit request beside a live load)")
 	fs.BoolVar(&cfg.Profile, "profile", false, "add one profiled backlog run (perf for every process, a pprof CPU profile of the broker); its figures are not in the medians")
 	fs.StringVar(&cfg.PGO, "pgo", "", "write walstream's CPU profile over every measured phase, merged, to this file (cmd/walstream/default.pgo: see docs/benchmarks.md); walstream then runs with --pprof-addr, and the report names it")
 	fs.StringVar(&cfg.PGURL, "pg-url", "", "use this Postgres (superuser, wal_level=logical) instead of starting a throwaway cluster")
@@ -142,6 +154,11 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	var err error
 	if cfg.LatencyLoads, err = parseLoads(*loads); err != nil {
 		return nil, fmt.Errorf("-latency-loads: %w", err)
+	}
+	if l, err := parseLoads(*reemitLoad); err != nil || len(l) != 1 {
+		return nil, fmt.Errorf("-reemit-load %q: one load, RATExROWS: %v", *reemitLoad, err)
+	} else {
+		cfg.ReemitLoad = l[0]
 	}
 	cfg.Scenarios = make(map[string]bool)
 	for _, s := range strings.Split(*scenarios, ",") {
@@ -189,7 +206,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("-payload-bytes must be at least 200 (the JSON without padding), got %d", c.PayloadBytes))
 	}
 	for s := range c.Scenarios {
-		if s != ScenarioBacklog && s != ScenarioHuge && s != ScenarioLatency && s != ScenarioForeign && s != ScenarioDebezium {
+		if s != ScenarioBacklog && s != ScenarioHuge && s != ScenarioLatency && s != ScenarioForeign && s != ScenarioDebezium && s != ScenarioReemit {
 			errs = append(errs, fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
@@ -205,6 +222,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Scenarios[ScenarioDebezium] && c.Broker != BrokerKafka {
 		errs = append(errs, errors.New("-scenarios debezium runs on Apache Kafka only (-broker kafka): Kafka Connect's exactly-once mode needs it"))
+	}
+	if c.ReemitRows <= 0 || c.ReemitRuns < 0 || c.ReemitLoad.Rate <= 0 || c.ReemitLoad.RowsPerTx <= 0 {
+		errs = append(errs, errors.New("-reemit-rows and the rate and rows of -reemit-load must be positive, -reemit-runs not negative"))
 	}
 	if c.DebeziumRows < 0 || c.DebeziumRuns < 0 {
 		errs = append(errs, errors.New("-debezium-rows and -debezium-runs must not be negative"))

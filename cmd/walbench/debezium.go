@@ -560,6 +560,7 @@ type counter struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	n      atomic.Int64
+	last   atomic.Int64 // when a record was last seen, Unix nanoseconds
 	failed atomic.Pointer[error]
 }
 
@@ -582,7 +583,10 @@ func startCounter(broker, topic string) (*counter, error) {
 				e := fmt.Errorf("consuming %s partition %d: %w", t, p, err)
 				c.failed.CompareAndSwap(nil, &e)
 			})
-			c.n.Add(int64(fs.NumRecords()))
+			if n := fs.NumRecords(); n > 0 {
+				c.n.Add(int64(n))
+				c.last.Store(time.Now().UnixNano())
+			}
 		}
 	}()
 	return c, nil

@@ -198,6 +198,33 @@ func (r *Report) summarize() []Figure {
 			figure(scenario, "large transaction's insert", "s", of(f.Reps, func(r ForeignRep) float64 { return r.InsertSeconds }), nil),
 		)
 	}
+	out = append(out, r.reemitFigures()...)
+	return out
+}
+
+// reemitFigures are the reemit scenario's, with issue 35's targets: the
+// re-emit at half walstream's backlog drain rate or more (the median of
+// the backlog runs of the same invocation, when there are some), the live
+// load's p99 within 50 ms while it runs.
+func (r *Report) reemitFigures() []Figure {
+	if len(r.Reemit) == 0 {
+		return nil
+	}
+	l := r.Reemit[0].Load
+	scenario := fmt.Sprintf("reemit %d rows, live %d rows/s", r.Reemit[0].Rows, l.Rate)
+	out := []Figure{
+		figure(scenario, "re-emit rate", "rows/s", of(r.Reemit, func(x *ReemitRun) float64 { return x.RowsPerSec }), nil),
+		figure(scenario, "live insert → visible p50, during the re-emit", "ms", of(r.Reemit, func(x *ReemitRun) float64 { return x.LiveP50Ms }), nil),
+		figure(scenario, "live insert → visible p99, during the re-emit", "ms", of(r.Reemit, func(x *ReemitRun) float64 { return x.LiveP99Ms }), &target{bound: 50}),
+		figure(scenario, "live insert → visible p99, before the request", "ms", of(r.Reemit, func(x *ReemitRun) float64 { return x.BeforeP99Ms }), nil),
+		figure(scenario, "walstream CPU per re-emitted row", "µs", of(r.Reemit, func(x *ReemitRun) float64 { return x.WalstreamCPUSeconds * 1e6 / float64(x.Rows) }), nil),
+		figure(scenario, "walstream peak RSS", "MB", of(r.Reemit, func(x *ReemitRun) float64 { return float64(x.WalstreamPeakRSSBytes) / 1e6 }), nil),
+	}
+	if len(r.Backlog) > 0 {
+		drain := figure("", "", "", of(r.Backlog, func(b *BacklogRun) float64 { return b.Walstream.RowsPerSec }), nil).Median
+		out = append(out, figure(scenario, "re-emit rate / backlog drain rate (median of this invocation's backlog runs)", "ratio",
+			of(r.Reemit, func(x *ReemitRun) float64 { return x.RowsPerSec / drain }), &target{atLeast: true, bound: 0.5}))
+	}
 	return out
 }
 

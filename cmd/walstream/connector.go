@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -418,9 +419,9 @@ var ignoredKeys = map[string]string{
 	"publication.autocreate.mode":         "walstream creates its publication for its tables when it is missing (--create)",
 	"read.only":                           "walstream never writes to the database",
 	"query.fetch.size":                    "walstream takes no snapshot",
-	"incremental.snapshot.":               "walstream takes no snapshot",
+	"incremental.snapshot.":               "walstream's re-emit requests read by primary key in chunks of --reemit-chunk-rows (see docs/reemit.md)",
 	"snapshot.":                           "walstream takes no snapshot",
-	"signal.":                             "walstream takes no signals",
+	"signal.":                             "walstream reads signals from the table signal.data.collection names only (see docs/reemit.md)",
 	"notification.":                       "walstream sends no notifications",
 	"producer.override.":                  "walstream's producer is its own: transactional, acks=all (the --kafka-* flags connect it)",
 	"consumer.override.":                  "walstream's Kafka client is its own (the --kafka-* flags connect it)",
@@ -469,8 +470,6 @@ var refusedKeys = map[string]struct {
 	"datatype.propagate.source.type":         {nil, "walstream writes no source type parameters in schemas"},
 	"column.mask.":                           {nil, "walstream masks no columns"},
 	"column.truncate.to.":                    {nil, "walstream truncates no columns"},
-	"predicates":                             {nil, "walstream applies the router to exactly the outbox tables it is given"},
-	"predicates.":                            {nil, "walstream applies the router to exactly the outbox tables it is given"},
 	"key.converter.":                         {nil, "is not a converter setting walstream knows (it takes schemas.enable, and the Avro converters' schema registry settings)"},
 	"value.converter.":                       {nil, "is not a converter setting walstream knows (it takes schemas.enable, and the Avro converters' schema registry settings)"},
 	"header.converter.":                      {nil, "walstream writes headers as SimpleHeaderConverter does"},
@@ -507,6 +506,9 @@ var connectorFlags = map[string]string{
 	"publication.name":         "publication",
 	"slot.failover":            "failover-slot",
 	"extended.headers.enabled": "extended-headers",
+	// Debezium's incremental snapshots are walstream's re-emit requests.
+	"signal.data.collection":          "signal-table",
+	"incremental.snapshot.chunk.size": "reemit-chunk-rows",
 }
 
 // Debezium's defaults of the keys whose defaults differ from walstream's:
@@ -551,6 +553,7 @@ func (cc *connectorConfig) translate() (*translation, error) {
 	}
 	st := &translating{tr: tr, db: make(map[string]string), refuse: refuse}
 	st.routers, st.decoders = cc.transforms(values, refuse)
+	st.predicates(values)
 	for _, key := range slices.Sorted(maps.Keys(values)) {
 		if key != "connector.class" && key != "transforms" { // checked above
 			st.key(key, values[key])
@@ -574,6 +577,11 @@ func (cc *connectorConfig) translate() (*translation, error) {
 		}
 		tr.flags["pg-url"] = dsn
 	}
+	if st.channels != nil && !slices.ContainsFunc(st.channels, func(c string) bool { return strings.TrimSpace(c) == "source" }) && tr.flags["signal-table"] != "" {
+		// Debezium reads no signal table unless its source channel is on.
+		tr.ignored = append(tr.ignored, ignoredKey{"signal.data.collection", "signal.enabled.channels lacks source, so Debezium reads no signal table either"})
+		delete(tr.flags, "signal-table")
+	}
 	switch prefixes := st.prefixes; {
 	case len(st.decoders) == 0:
 		// Debezium would publish logical messages as change events to
@@ -594,6 +602,7 @@ type translating struct {
 	tr                *translation
 	db                map[string]string // the database.* keys, less the prefix
 	prefixes          []string          // message.prefix.include.list
+	channels          []string          // signal.enabled.channels; nil: Debezium's default, source
 	routers, decoders map[string]bool   // the transforms, by name
 	refuse            func(key, why string)
 }
@@ -604,6 +613,7 @@ func (st *translating) key(key, v string) {
 	if name, rest, ok := transformKey(key); ok {
 		switch {
 		case rest == "type": // checked by transforms
+		case st.routers[name] && (rest == "predicate" || rest == "negate"): // checked by predicates
 		case st.routers[name]:
 			if canon, err := decode.CanonicalRouterKey(key); err != nil {
 				st.refuse(key, err.Error())
@@ -616,6 +626,9 @@ func (st *translating) key(key, v string) {
 			st.refuse(key, "not a setting of DecodeLogicalDecodingMessageContent")
 		}
 		return
+	}
+	if key == "predicates" || strings.HasPrefix(key, "predicates.") {
+		return // checked by predicates
 	}
 	if known, err := tr.registry.add(key, v, func(flag, value string) { tr.set(key, flag, value) }); known {
 		if err != nil {
@@ -652,6 +665,8 @@ func (st *translating) key(key, v string) {
 		st.refuse(key, "skips inserts, which are the outbox's events")
 	case key == "skipped.operations":
 		tr.ignored = append(tr.ignored, ignoredKey{key, "the outbox router publishes inserts only"})
+	case key == "signal.enabled.channels":
+		st.channels = strings.Split(v, ",")
 	case key == "message.prefix.include.list":
 		st.prefixes = strings.Split(v, ",")
 	case key == "message.prefix.exclude.list":
@@ -724,6 +739,65 @@ func (cc *connectorConfig) transforms(values map[string]string, refuse func(key,
 		}
 	}
 	return routers, decoders
+}
+
+// topicNameMatches is Kafka Connect's predicate on a record's topic.
+const topicNameMatches = "org.apache.kafka.connect.transforms.predicates.TopicNameMatches"
+
+// predicates checks the outbox router's predicate. A config with a signal
+// table needs one: Debezium publishes the signal table's rows as change
+// events, which would stop the router, so the router is limited to the
+// outbox tables' topics with Kafka Connect's TopicNameMatches. walstream
+// routes every outbox table and publishes nothing of other tables, so the
+// predicate must let every outbox table's records through; the change
+// events of the tables it leaves out (the signal table's) are the
+// difference, noted as ignored.
+func (st *translating) predicates(values map[string]string) {
+	used := make(map[string]bool)
+	for router := range st.routers {
+		key := "transforms." + router + ".predicate"
+		name := strings.TrimSpace(values[key])
+		negate := strings.EqualFold(strings.TrimSpace(values["transforms."+router+".negate"]), "true")
+		if name == "" {
+			if _, ok := values["transforms."+router+".negate"]; ok {
+				st.refuse("transforms."+router+".negate", "negates no predicate")
+			}
+			continue
+		}
+		used[name] = true
+		if !slices.Contains(splitList(values["predicates"]), name) {
+			st.refuse(key, fmt.Sprintf("predicate %s is not in predicates=%s", name, values["predicates"]))
+			continue
+		}
+		if typ := strings.TrimSpace(values["predicates."+name+".type"]); typ != topicNameMatches {
+			st.refuse("predicates."+name+".type", fmt.Sprintf("is %q; walstream takes %s on the outbox router only", typ, topicNameMatches))
+			continue
+		}
+		pattern := values["predicates."+name+".pattern"]
+		re, err := regexp.Compile(`^(?:` + pattern + `)$`)
+		if err != nil {
+			st.refuse("predicates."+name+".pattern", fmt.Sprintf("%q is not a regular expression walstream reads: %v", pattern, err))
+			continue
+		}
+		tables, _ := includedTables(values["table.include.list"])
+		for _, t := range splitList(tables) {
+			topic := strings.TrimSpace(values["topic.prefix"]) + "." + t
+			if re.MatchString(topic) == negate {
+				st.refuse(key, fmt.Sprintf("leaves out the records of outbox table %s (topic %s), which walstream routes as it does every outbox table's", t, topic))
+			}
+		}
+		st.tr.ignored = append(st.tr.ignored, ignoredKey{key, "walstream publishes the outbox tables' events only; Debezium also publishes the change events of the tables the predicate leaves out (such as the signal table's)"})
+	}
+	for _, name := range splitList(values["predicates"]) {
+		if !used[name] {
+			st.refuse("predicates", fmt.Sprintf("predicate %s is not the outbox router's; walstream applies no other transform", name))
+		}
+	}
+	for key := range values {
+		if name, _, ok := strings.Cut(strings.TrimPrefix(key, "predicates."), "."); ok && strings.HasPrefix(key, "predicates.") && !slices.Contains(splitList(values["predicates"]), name) {
+			st.refuse(key, fmt.Sprintf("predicate %s is not in predicates=%s", name, values["predicates"]))
+		}
+	}
 }
 
 // includedTables reads table.include.list, a list of regular expressions

@@ -421,3 +421,51 @@ value.converter.use.latest.version=true
 		t.Errorf("the printed config reads back otherwise: %+v\n%s", p, out.String())
 	}
 }
+
+// TestConnectorConfigSignals: a connector config with Debezium's signal
+// table sets walstream's, with its incremental snapshots' chunk size; the
+// router's TopicNameMatches predicate, which such configs need, is taken
+// when it lets every outbox table's records through, and refused when it
+// does not; without the source channel there is no signal table.
+func TestConnectorConfigSignals(t *testing.T) {
+	const signals = `"tasks.max": "1",
+    "signal.data.collection": "c_placements_json.debezium_signal",
+    "incremental.snapshot.chunk.size": "512",
+    "transforms.outbox.predicate": "isOutbox",
+    "predicates": "isOutbox",
+    "predicates.isOutbox.type": "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+    "predicates.isOutbox.pattern": "placements_json\\.c_placements_json\\.outbox",`
+	parse := func(body string) (*Config, error) {
+		return parseConfig([]string{"--config", writeNamed(t, "c.json", body), "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
+	}
+	withSignals := strings.Replace(harnessConnector, `"tasks.max": "1",`, signals, 1)
+	cfg, err := parse(withSignals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Reemit.SignalTable != "c_placements_json.debezium_signal" || cfg.Reemit.ChunkRows != 512 {
+		t.Errorf("signal table %q, chunk rows %d", cfg.Reemit.SignalTable, cfg.Reemit.ChunkRows)
+	}
+	noted := false
+	for _, k := range cfg.Ignored {
+		noted = noted || k.Key == "transforms.outbox.predicate"
+	}
+	if !noted {
+		t.Errorf("the predicate is not noted: %+v", cfg.Ignored)
+	}
+	for _, tc := range []struct{ old, new, want string }{
+		{`"placements_json\\.c_placements_json\\.outbox"`, `"placements_json\\.c_placements_json\\.debezium_signal"`, "leaves out the records of outbox table c_placements_json.outbox"},
+		{`"predicates.isOutbox.type": "org.apache.kafka.connect.transforms.predicates.TopicNameMatches"`,
+			`"predicates.isOutbox.type": "org.apache.kafka.connect.transforms.predicates.HasHeaderKey"`, "TopicNameMatches on the outbox router only"},
+		{`"predicates": "isOutbox",`, `"predicates": "isOutbox,other", "predicates.other.type": "x",`, "predicate other is not the outbox router's"},
+		{`"transforms.outbox.predicate": "isOutbox",`, `"transforms.outbox.predicate": "missing",`, "predicate missing is not in predicates=isOutbox"},
+	} {
+		if _, err := parse(strings.Replace(withSignals, tc.old, tc.new, 1)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("with %s: %v, want an error naming %q", tc.new, err, tc.want)
+		}
+	}
+	cfg, err = parse(strings.Replace(withSignals, `"predicates": "isOutbox",`, `"predicates": "isOutbox", "signal.enabled.channels": "kafka",`, 1))
+	if err != nil || cfg.Reemit.SignalTable != "" {
+		t.Errorf("without the source channel: signal table %q, %v", cfg.Reemit.SignalTable, err)
+	}
+}

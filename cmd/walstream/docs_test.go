@@ -25,7 +25,7 @@ import (
 //     names, by GitHub's rules for heading anchors (so do the links of
 //     examples/inbox/README.md);
 //   - every --flag named is a flag of a walstream command (run's
-//     settings, the outbox router's, init's and status's own, --help and
+//     settings, the outbox router's, init's, status's and reemit's own, --help and
 //     --version), except in a command line of another program: a code
 //     span or a line of a code block whose program, after any VAR=value
 //     words, is one of otherPrograms;

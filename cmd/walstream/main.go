@@ -40,6 +40,7 @@ Commands:
   status    print the slot's state and the checkpoint in Kafka (--json for JSON)
   init      print, apply (--apply) or check (--check) the Postgres setup
   diff      compare Debezium's topics with walstream's shadow topics, event by event
+  reemit    publish outbox rows again, exactly once per request (--list, --cancel ID)
   version   print the version (also --version)
 
 walstream <command> --help lists the flags of a command.
@@ -63,6 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runStatus(ctx, args[1:], stdout, stderr)
 	case "diff":
 		return runDiff(ctx, args[1:], stdout, stderr)
+	case "reemit":
+		return runReemit(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "walstream", version)
 		return nil

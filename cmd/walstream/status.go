@@ -176,6 +176,7 @@ func printStatus(w io.Writer, r *statusReport) {
 				g.Kind, g.At.Format(time.RFC3339), g.FromLSN, g.ToLSN, g.PreviousSystemID, g.PreviousTimeline, count(g.Events))
 		}
 	}
+	printReemits(tw, r.Reemits)
 	if sr := r.SchemaRegistry; sr != nil {
 		answers := "yes"
 		if !sr.Answers {

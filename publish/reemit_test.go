@@ -1,0 +1,137 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/internal/testenv"
+)
+
+// The producer records a request in the checkpoint that covers its
+// transaction and leaves another stream's alone; it publishes a request's
+// chunks with the header naming it, recording the progress in the same
+// Kafka transaction and moving no position; it drops a chunk that does
+// not continue the request's progress, ends a request where a cancel is
+// met, and fails one at a row it cannot publish while live events go on.
+func TestReemitRequests(t *testing.T) {
+	broker := testenv.StartKfake(t).Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := newProducerWith(t, broker, "tx-r", func(c *Config) { c.Stream = "s" })
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	committed := make(chan checkpoint.Checkpoint, 100)
+	p.Start(&fakePositions{at: time.Now(), committed: func(cp checkpoint.Checkpoint) { committed <- cp }})
+	q := NewQueue(1 << 20)
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, q) }()
+	put := func(tx *decode.Tx) {
+		t.Helper()
+		if err := q.Put(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// until waits for a committed checkpoint whose requests satisfy ok.
+	until := func(what string, ok func(checkpoint.Reemits) bool) checkpoint.Checkpoint {
+		t.Helper()
+		for {
+			select {
+			case cp := <-committed:
+				if cp.Notes != nil && ok(cp.Notes.Reemits) {
+					return cp
+				}
+			case err := <-errc:
+				t.Fatalf("Run ended waiting for %s: %v", what, err)
+			case <-ctx.Done():
+				t.Fatalf("no checkpoint with %s", what)
+			}
+		}
+	}
+	state := func(rs checkpoint.Reemits, id string) checkpoint.Reemit {
+		if i := rs.Find(id); i >= 0 {
+			return rs[i]
+		}
+		return checkpoint.Reemit{}
+	}
+	reemit := func(id, stream, bad string) decode.Request {
+		return decode.Request{Action: decode.ActionReemit, ID: id, Stream: stream, Table: "public.outbox", Origin: decode.OriginCLI, Err: bad}
+	}
+	chunk := func(id string, after, last []string, done bool, evs ...decode.Event) *decode.Tx {
+		tx := &decode.Tx{Chunk: &decode.Chunk{Request: id, After: after, Last: last, Done: done, Key: []string{"id"}, Upper: []string{"z"}}, Events: evs}
+		for i := range evs {
+			tx.Bytes += evs[i].Size()
+		}
+		return tx
+	}
+
+	put(&decode.Tx{CommitLSN: 0x100, EndLSN: 0x110, Final: true, Requests: []decode.Request{
+		reemit("r1", "s", ""), reemit("elsewhere", "t", ""), reemit("refused", "", "the predicate closes a parenthesis")}})
+	cp := until("r1 queued", func(rs checkpoint.Reemits) bool { return state(rs, "r1").State == checkpoint.ReemitQueued })
+	if rs := cp.Notes.Reemits; rs.Find("elsewhere") >= 0 || state(rs, "refused").State != checkpoint.ReemitFailed || cp.LSN != 0x110 || state(rs, "r1").LSN != 0x100 {
+		t.Fatalf("requests met at %s: %+v", cp, rs)
+	}
+	put(chunk("r1", nil, []string{"b"}, false, event(0, "a"), event(0, "b")))
+	put(chunk("r1", []string{"x"}, []string{"y"}, false, event(0, "stale"))) // not after b: dropped
+	put(&decode.Tx{CommitLSN: 0x200, EndLSN: 0x210, Final: true, Events: []decode.Event{event(1, "live-1")}, Bytes: 10})
+	put(chunk("r1", []string{"b"}, []string{"c"}, true, event(0, "c")))
+	cp = until("r1 done", func(rs checkpoint.Reemits) bool { return state(rs, "r1").State == checkpoint.ReemitDone })
+	if r := state(cp.Notes.Reemits, "r1"); r.Rows != 3 || !slices.Equal(r.Last, []string{"c"}) || !slices.Equal(r.Upper, []string{"z"}) || cp.LSN != 0x210 || cp.Events != 1 {
+		t.Fatalf("r1 done at %s (%d events): %+v", cp, cp.Events, r)
+	}
+
+	// A cancel met before a chunk ends the request: the chunk is dropped.
+	put(&decode.Tx{CommitLSN: 0x300, EndLSN: 0x310, Final: true, Requests: []decode.Request{
+		reemit("r2", "", ""), {Action: decode.ActionCancel, ID: "r2"}}})
+	put(chunk("r2", nil, []string{"a"}, false, event(0, "a")))
+	// A row that cannot be published fails the request, with none of its
+	// chunk; the live events after it are published.
+	bad := event(0, "bad")
+	bad.Bad = &decode.Error{Reason: "aggregate type is NULL"}
+	put(&decode.Tx{CommitLSN: 0x400, EndLSN: 0x410, Final: true, Requests: []decode.Request{reemit("r3", "", "")}})
+	put(chunk("r3", nil, []string{"b"}, false, event(0, "a"), bad))
+	put(&decode.Tx{CommitLSN: 0x500, EndLSN: 0x510, Final: true, Events: []decode.Event{event(1, "live-2")}, Bytes: 10})
+	cp = until("r3 failed", func(rs checkpoint.Reemits) bool { return state(rs, "r3").State == checkpoint.ReemitFailed })
+	if r2 := state(cp.Notes.Reemits, "r2"); r2.State != checkpoint.ReemitCancelled || r2.Rows != 0 {
+		t.Errorf("r2: %+v", r2)
+	}
+	if r3 := state(cp.Notes.Reemits, "r3"); r3.Rows != 0 || r3.Error == "" {
+		t.Errorf("r3: %+v", r3)
+	}
+	until("the live event after the failure", func(checkpoint.Reemits) bool { return true })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v", err)
+	}
+
+	byRequest := make(map[string][]string)
+	for _, r := range readTopic(t, broker, "outbox.event.Order") {
+		var id, req string
+		for i, h := range r.Headers {
+			switch h.Key {
+			case HeaderID:
+				id = string(h.Value)
+			case HeaderReemit:
+				req = string(h.Value)
+				if i != len(r.Headers)-1 {
+					t.Errorf("the %s header of %s is not the last", HeaderReemit, id)
+				}
+			}
+		}
+		byRequest[req] = append(byRequest[req], id)
+	}
+	if got := byRequest["r1"]; !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("r1 published %v, want a, b, c", got)
+	}
+	if got := byRequest[""]; !slices.Equal(got, []string{"live-1", "live-2"}) {
+		t.Errorf("live events %v", got)
+	}
+	if len(byRequest) != 2 {
+		t.Errorf("records by request: %v", byRequest)
+	}
+}
