@@ -205,7 +205,7 @@ func (r *reemitter) chunk(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		read, err := cur.table.ReadChunk(ctx, conn, cur.after, cur.upper, r.cfg.Reemit.ChunkRows, r.chunkBytes())
+		read, err := cur.table.ReadChunk(ctx, conn, cur.after, cur.upper, min(r.cfg.Reemit.ChunkRows, r.cfg.MaxBatchEvents), r.chunkBytes())
 		if replication.FaultOfRequest(err) {
 			return r.fail(ctx, cur.req, err.Error())
 		}

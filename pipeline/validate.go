@@ -97,8 +97,8 @@ func (c *Config) Validate() error {
 			bad(d.field, fmt.Errorf("must be positive, got %s", d.v))
 		}
 	}
-	if r := c.Reemit.ChunkRows; r < 1 || r > c.MaxBatchEvents {
-		bad("Reemit.ChunkRows", fmt.Errorf("must be from 1 to the events of a Kafka transaction (%d), got %d", c.MaxBatchEvents, r))
+	if r := c.Reemit.ChunkRows; r < 1 {
+		bad("Reemit.ChunkRows", fmt.Errorf("must be at least 1, got %d", r))
 	}
 	if c.Reemit.Rate < 0 {
 		bad("Reemit.Rate", fmt.Errorf("must not be negative, got %d", c.Reemit.Rate))

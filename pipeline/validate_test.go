@@ -48,7 +48,7 @@ func TestValidate(t *testing.T) {
 		{"Kafka.Brokers", `port "0"`, func(c *Config) { c.Kafka.Brokers = []string{"k:0"} }},
 		{"Kafka.SASLMechanism", "needs a user and a password", func(c *Config) { c.Kafka.SASLMechanism = "PLAIN" }},
 		{"Encoding.SchemaPrefix", "is required", func(c *Config) { c.Encoding.Value = publish.FormatJSONSchema }},
-		{"Reemit.ChunkRows", "to the events of a Kafka transaction (10000), got 10001", func(c *Config) { c.Reemit.ChunkRows = c.MaxBatchEvents + 1 }},
+		{"Reemit.ChunkRows", "must be at least 1, got 0", func(c *Config) { c.Reemit.ChunkRows = 0 }},
 		{"Reemit.Rate", "must not be negative", func(c *Config) { c.Reemit.Rate = -1 }},
 		{"Reemit.SignalTable", "public.outbox is an outbox table", func(c *Config) { c.Reemit.SignalTable = "public.outbox" }},
 		{"Reemit.SignalTable", "must be schema-qualified", func(c *Config) { c.Reemit.SignalTable = "signals" }},
