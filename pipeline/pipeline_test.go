@@ -186,7 +186,9 @@ func TestHangingOwnRecord(t *testing.T) {
 		ok     bool
 	}{{"walstream-d/s", true}, {"", false}} {
 		src := &fakeSource{fence: func(context.Context) error { return nil },
-			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) { return own, time.Now(), true, nil },
+			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
+				return own, time.Now(), true, nil
+			},
 			open: []publish.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: tc.writer,
 				Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Owner: checkpoint.Owner{Slot: "s", TransactionalID: tc.writer}}}}}
 		cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, checkpoint.Checkpoint{},
