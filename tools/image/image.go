@@ -43,6 +43,17 @@ const (
 	Source     = "https://github.com/walstream/walstream"
 )
 
+// Env returns the environment the image sets.
+func Env() []string {
+	return []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"SSL_CERT_FILE=" + CABundle,
+		// In a container loopback is the container's own: /metrics,
+		// /healthz and /readyz listen on every interface of it.
+		"WALSTREAM_HTTP_ADDR=0.0.0.0:9187",
+	}
+}
+
 // Options are what an image is made of.
 type Options struct {
 	// Version and Commit stamp the labels, as the binaries are stamped.
@@ -131,17 +142,11 @@ func platformImage(o Options, labels map[string]string, osName, arch string, bas
 	cf.OS, cf.Architecture, cf.Created = osName, arch, created
 	cf.Author = ""
 	cf.Config = v1.Config{
-		User:       User,
-		Entrypoint: []string{Binary},
-		Cmd:        []string{"run"},
-		WorkingDir: "/home/nonroot",
-		Env: []string{
-			"PATH=/usr/local/bin:/usr/bin:/bin",
-			"SSL_CERT_FILE=" + CABundle,
-			// In a container loopback is the container's own: /metrics,
-			// /healthz and /readyz listen on every interface of it.
-			"WALSTREAM_HTTP_ADDR=0.0.0.0:9187",
-		},
+		User:         User,
+		Entrypoint:   []string{Binary},
+		Cmd:          []string{"run"},
+		WorkingDir:   "/home/nonroot",
+		Env:          Env(),
 		ExposedPorts: map[string]struct{}{HTTPPort: {}},
 		Labels:       labels,
 	}
