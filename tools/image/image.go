@@ -255,14 +255,19 @@ func layer(files []file, created time.Time) (v1.Layer, error) {
 	}, tarball.WithMediaType(types.OCILayer))
 }
 
-// RefName is the annotation that names an image in an OCI layout, as
-// skopeo, podman and crane read it (oci:dir:tag).
-const RefName = "org.opencontainers.image.ref.name"
+// The annotations that name an image in an OCI layout: the OCI one, which
+// podman load takes as the image's name and skopeo as the archive's
+// reference (oci-archive:file:name), and containerd's, which docker load
+// reads.
+const (
+	RefName        = "org.opencontainers.image.ref.name"
+	ContainerdName = "io.containerd.image.name"
+)
 
-// WriteArchive writes idx as an OCI image layout, tagged tag, in a tar
-// archive at file: what `podman load`, `skopeo copy --all oci-archive:` and
-// Docker 25 and later read. Every entry is dated created.
-func WriteArchive(file string, idx v1.ImageIndex, tag string, created time.Time) error {
+// WriteArchive writes idx as an OCI image layout in a tar archive at file,
+// named ref (ghcr.io/walstream/walstream:v0.1.0): what `podman load` and
+// `skopeo copy --all oci-archive:` read. Every entry is dated created.
+func WriteArchive(file string, idx v1.ImageIndex, ref string, created time.Time) error {
 	dir, err := os.MkdirTemp("", "walstream-oci-")
 	if err != nil {
 		return err
@@ -272,7 +277,7 @@ func WriteArchive(file string, idx v1.ImageIndex, tag string, created time.Time)
 	if err != nil {
 		return fmt.Errorf("writing the OCI layout: %w", err)
 	}
-	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{RefName: tag})); err != nil {
+	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{RefName: ref, ContainerdName: ref})); err != nil {
 		return fmt.Errorf("writing the OCI layout: %w", err)
 	}
 	return tarDir(file, dir, created)

@@ -100,7 +100,7 @@ func buildArchive(t *testing.T, created time.Time) string {
 		if digests[i], err = idx.Digest(); err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteArchive(file, idx, *version, created); err != nil {
+		if err := WriteArchive(file, idx, Repository+":"+*version, created); err != nil {
 			t.Fatal(err)
 		}
 		b, err := os.ReadFile(file)
@@ -164,8 +164,8 @@ func loadArchive(t *testing.T, file string, created time.Time) v1.ImageIndex {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tm.Manifests) != 1 || tm.Manifests[0].Annotations[RefName] != *version {
-		t.Fatalf("index.json %+v: want one index named %s", tm.Manifests, *version)
+	if ref := Repository + ":" + *version; len(tm.Manifests) != 1 || tm.Manifests[0].Annotations[RefName] != ref || tm.Manifests[0].Annotations[ContainerdName] != ref {
+		t.Fatalf("index.json %+v: want one index named %s", tm.Manifests, ref)
 	}
 	idx, err := top.ImageIndex(tm.Manifests[0].Digest)
 	if err != nil {

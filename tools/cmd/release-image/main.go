@@ -59,7 +59,7 @@ func run(args []string) error {
 	}
 	ref := *repo + ":" + *version
 	file := filepath.Join(*dist, "walstream_"+strings.TrimPrefix(*version, "v")+"_oci.tar")
-	if err := image.WriteArchive(file, idx, *version, created); err != nil {
+	if err := image.WriteArchive(file, idx, ref, created); err != nil {
 		return fmt.Errorf("writing %s: %w", file, err)
 	}
 	fmt.Println(file, ref)
