@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -286,7 +285,7 @@ func deref(b *bool) bool { return b != nil && *b }
 var binDir string
 
 var walstreamBin = sync.OnceValues(func() (string, error) {
-	return build.Walstream(context.Background(), build.Root, binDir, runtime.GOOS, runtime.GOARCH, "v0.0.0-charttest", "chart")
+	return build.Host(context.Background(), build.Root, binDir)
 })
 
 func TestMain(m *testing.M) {

@@ -1,5 +1,5 @@
-// Package build builds walstream's binary as a release does, for the
-// tests of what a release ships.
+// Package build builds walstream's binary for the tests of what a release
+// ships: as a release does (Walstream), or as the repository's tests do (Host).
 package build
 
 import (
@@ -30,6 +30,23 @@ func Walstream(ctx context.Context, root, dir, goos, goarch, version, commit str
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("building walstream for %s/%s: %w: %s", goos, goarch, err, stderr.Bytes())
+	}
+	return out, nil
+}
+
+// Host builds cmd/walstream of the repository at root for this machine
+// into dir, as the repository's own tests build it (internal/testenv: no
+// flags, cgo as the environment has it), so that with a build cache warm
+// from them it is a link only; for tests that run walstream here and need
+// no release binary.
+func Host(ctx context.Context, root, dir string) (string, error) {
+	out := filepath.Join(dir, "walstream")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/walstream")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building walstream: %w: %s", err, stderr.Bytes())
 	}
 	return out, nil
 }
