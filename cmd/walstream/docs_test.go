@@ -149,8 +149,9 @@ const readmeMaxLines = 250
 
 var (
 	// metricName is a walstream metric's name, or the beginning of some
-	// ending in _*.
-	metricName = regexp.MustCompile(`\bwalstream_[a-z0-9_]*[a-z0-9](?:_\*)?`)
+	// ending in _*. A name goes on with a letter after walstream_: a
+	// release's files (walstream_0.1.0_linux_amd64.tar.gz) are no metric.
+	metricName = regexp.MustCompile(`\bwalstream_[a-z][a-z0-9_]*[a-z0-9](?:_\*)?`)
 	// readmePointer is a pointer to a section of README.md in words.
 	readmePointer = regexp.MustCompile(`\bREADME(?:\.md)?,\s+([A-Z][A-Za-z ]+)`)
 	// composeClaim is what a document says Docker Compose runs.
