@@ -185,7 +185,8 @@ func TestValidate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("validate: %v", err)
 	}
-	want := `settings valid: stream "orders", slot "walstream", Postgres db.example:5433 database "app" as "walstream", 2 Kafka brokers; memory limit 67108864 bytes (the queue and three batches)` + "\n"
+	want := `settings valid: stream "orders", slot "walstream", Postgres db.example:5433 database "app" as "walstream", 2 Kafka brokers` + "\n" +
+		"memory limit 67108864 bytes (the streams' queues and batches)\n"
 	if out != want {
 		t.Errorf("validate printed %q, want %q", out, want)
 	}

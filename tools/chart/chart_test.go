@@ -57,9 +57,9 @@ type valueSet struct {
 	file string // under testdata/, or a path; empty: the chart's defaults
 	// configMaps are the ConfigMaps the cluster holds besides the chart's.
 	configMaps map[string]map[string]string
-	// What walstream validate must print: the stream, the Kafka brokers'
+	// What walstream validate must print: the streams, the Kafka brokers'
 	// count, the memory limit in bytes and where it comes from.
-	stream    string
+	streams   []string
 	brokers   int
 	memLimit  int64
 	memFrom   string
@@ -69,14 +69,15 @@ type valueSet struct {
 }
 
 var valueSets = []valueSet{
-	{name: "defaults", stream: "app-outbox", brokers: 1, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB"},
-	{name: "kubernetes", file: manifestsDir + "/values.yaml", stream: "app-outbox", brokers: 3, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB", monitored: true},
-	{name: "msk-iam", file: "testdata/msk-iam.yaml", stream: "orders", brokers: 2, memLimit: 1228 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "1228MiB"},
-	{name: "mtls-oauth", file: "testdata/mtls-oauth.yaml", stream: "payments", brokers: 1, memLimit: 300 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "300MiB"},
-	{name: "connector", file: "testdata/connector.yaml", stream: "dbz-outbox", brokers: 2, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB"},
+	{name: "defaults", streams: []string{"app-outbox"}, brokers: 1, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB"},
+	{name: "kubernetes", file: manifestsDir + "/values.yaml", streams: []string{"app-outbox"}, brokers: 3, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB", monitored: true},
+	{name: "msk-iam", file: "testdata/msk-iam.yaml", streams: []string{"orders"}, brokers: 2, memLimit: 1228 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "1228MiB"},
+	{name: "mtls-oauth", file: "testdata/mtls-oauth.yaml", streams: []string{"payments"}, brokers: 1, memLimit: 300 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "300MiB"},
+	{name: "connector", file: "testdata/connector.yaml", streams: []string{"dbz-outbox"}, brokers: 2, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB"},
 	{name: "existing-configmap", file: "testdata/existing-configmap.yaml",
 		configMaps: map[string]map[string]string{"my-walstream": {"walstream.yaml": "stream: from-configmap\nlinger: 20ms\n"}},
-		stream:     "from-configmap", brokers: 1, memLimit: 64 << 20, memFrom: "the queue and three batches", replicas: 3},
+		streams:    []string{"from-configmap"}, brokers: 1, memLimit: 64 << 20, memFrom: "the streams' queues and batches", replicas: 3},
+	{name: "streams", file: "testdata/streams.yaml", streams: []string{"orders", "billing"}, brokers: 1, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB"},
 }
 
 func (vs valueSet) values(t *testing.T) map[string]any {
@@ -117,11 +118,18 @@ func TestChart(t *testing.T) {
 			dep := deps[0].Value.(*appsv1.Deployment)
 			checkDeployment(t, vs, dep)
 			checkCompanions(t, vs, dep, byKind)
-			out := validate(t, dep, byKind["ConfigMap"], vs.configMaps)
-			want := fmt.Sprintf("settings valid: stream %q, ", vs.stream)
-			tail := fmt.Sprintf(", %d Kafka brokers; memory limit %d bytes (%s)\n", vs.brokers, vs.memLimit, vs.memFrom)
-			if !strings.HasPrefix(out, want) || !strings.HasSuffix(out, tail) {
-				t.Errorf("walstream validate: %q, want %q...%q", out, want, tail)
+			lines := strings.Split(strings.TrimSuffix(validate(t, dep, byKind["ConfigMap"], vs.configMaps), "\n"), "\n")
+			if len(lines) != len(vs.streams)+1 {
+				t.Fatalf("walstream validate printed %q, want a line for each of the streams %q and the memory limit", lines, vs.streams)
+			}
+			for i, name := range vs.streams {
+				want, tail := fmt.Sprintf("settings valid: stream %q, ", name), fmt.Sprintf(", %d Kafka brokers", vs.brokers)
+				if !strings.HasPrefix(lines[i], want) || !strings.HasSuffix(lines[i], tail) {
+					t.Errorf("walstream validate: %q, want %q...%q", lines[i], want, tail)
+				}
+			}
+			if got, want := lines[len(lines)-1], fmt.Sprintf("memory limit %d bytes (%s)", vs.memLimit, vs.memFrom); got != want {
+				t.Errorf("walstream validate: %q, want %q", got, want)
 			}
 		})
 	}
