@@ -1,6 +1,9 @@
-# Multi-stage build: a static walstream binary on a distroless base, non-root.
+# Multi-stage build of this tree with Docker: a static walstream binary on a
+# distroless base, non-root. A release's image is made without Docker, from
+# the release's binaries (make release; docs/development.md, Releases); this
+# builds one under the same name, e.g. for docker-compose.yml:
 #
-#   docker build --build-arg VERSION=v0.1.0 -t walstream:v0.1.0 .    (or: make image)
+#   docker build --build-arg VERSION=v0.1.0 -t ghcr.io/walstream/walstream:v0.1.0 .    (or: make image)
 #
 # .dockerignore keeps .git out of the context, so the version comes from the
 # VERSION build argument (`walstream version` prints it), not from git.

@@ -1,18 +1,19 @@
 # walstream: `make demo` runs the whole product locally, `make test` runs every test.
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -X main.version=$(VERSION)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build deps test demo docs bench bench-e2e pgo fuzz lint chaos chaos-cluster compat cutover image
+.PHONY: build deps test demo docs notices manifests release bench bench-e2e pgo fuzz lint chaos chaos-cluster compat cutover image
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/walstream ./cmd/walstream
 	$(GO) build -o bin/devbroker ./cmd/devbroker
 
-# The container image, tagged and stamped with VERSION. Push it to your
-# registry under the tag deploy/kubernetes/walstream.yaml names, e.g.
+# The container image of this tree, with Docker, tagged and stamped with
+# VERSION. The release's image is made without Docker by make release.
 #   make image VERSION=v0.1.0 IMAGE=registry.example.com/walstream && docker push registry.example.com/walstream:v0.1.0
 IMAGE ?= walstream
 image:
@@ -29,8 +30,16 @@ deps:
 # cmd/walstream/default.pgo: the profile changes no behaviour, and compiling
 # every dependency again for it made a run with an empty build cache
 # minutes longer.
+#
+# The second line runs the tests of tools/, a module of its own (Helm,
+# Kubernetes' API types and the image libraries stay out of walstream's
+# go.mod): THIRD_PARTY_NOTICES and the licences, the OCI image, the Helm
+# chart (helm lint, rendering, strict decoding, walstream validate on the
+# rendered Deployment), deploy/kubernetes and CHANGELOG.md. They only
+# decode and build: no -race.
 test: deps
 	GOFLAGS="$(strip $(GOFLAGS) -pgo=off)" $(GO) test -race -count=1 -timeout 20m ./...
+	GOFLAGS="$(strip $(GOFLAGS) -pgo=off)" $(GO) test -C tools -count=1 -timeout 10m ./...
 
 demo: deps
 	bash scripts/demo.sh
@@ -41,6 +50,23 @@ demo: deps
 # (TestReference); TestDocs checks every link, anchor and flag in docs/.
 docs:
 	$(GO) test ./cmd/walstream -run '^TestReference$$' -count=1 -update
+
+# THIRD_PARTY_NOTICES, from the modules walstream links; make test fails
+# while it is stale, or when a module's licence is not a permissive one.
+notices:
+	$(GO) test -C tools ./notices -run '^TestNotices$$' -count=1 -update
+
+# deploy/kubernetes/{walstream,monitoring}.yaml: the Helm chart rendered
+# with deploy/kubernetes/values.yaml; make test fails while they are stale.
+manifests:
+	$(GO) test -C tools ./chart -run '^TestManifests$$' -count=1 -update
+
+# The release into dist/ from a clean tree: archives for linux/amd64,
+# linux/arm64 and darwin/arm64, SBOMs, the OCI image, the Helm chart,
+# release notes and SHA256SUMS, reproducibly (scripts/release.sh;
+# docs/development.md, Releases).
+release:
+	bash scripts/release.sh
 
 # The long chaos run: walstream killed, Postgres and the broker restarted and
 # the network cut for CHAOS_DURATION under load, then every row checked, on
@@ -115,3 +141,5 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) vet -C tools ./...
+	cd tools && $(GO) run $(STATICCHECK) ./...

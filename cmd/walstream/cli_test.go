@@ -176,3 +176,25 @@ func TestEveryInterface(t *testing.T) {
 		}
 	}
 }
+
+// TestValidate: validate accepts what run accepts and names what it does
+// not, without connecting, and reports the memory limit run would set.
+func TestValidate(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "")
+	out, _, err := runCLI(t, "validate", "--pg-url", "postgres://walstream@db.example:5433/app", "--kafka-brokers", "k1:9092,k2:9092", "--stream", "orders")
+	if err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	want := `settings valid: stream "orders", slot "walstream", Postgres db.example:5433 database "app" as "walstream", 2 Kafka brokers` + "\n" +
+		"memory limit 67108864 bytes (the streams' queues and batches)\n"
+	if out != want {
+		t.Errorf("validate printed %q, want %q", out, want)
+	}
+	_, _, err = runCLI(t, "validate", "--pg-url", "postgres://db.example/app", "--kafka-brokers", "k1:9092", "--linger", "5")
+	if err == nil || !strings.Contains(err.Error(), "--linger") {
+		t.Errorf("validate --linger 5: %v, want an error naming --linger", err)
+	}
+	if _, _, err := runCLI(t, "validate", "--kafka-brokers", "k1:9092"); err == nil || !strings.Contains(err.Error(), "--pg-url") {
+		t.Errorf("validate without --pg-url: %v, want it required", err)
+	}
+}

@@ -149,8 +149,9 @@ const readmeMaxLines = 250
 
 var (
 	// metricName is a walstream metric's name, or the beginning of some
-	// ending in _*.
-	metricName = regexp.MustCompile(`\bwalstream_[a-z0-9_]*[a-z0-9](?:_\*)?`)
+	// ending in _*. A name goes on with a letter after walstream_: a
+	// release's files (walstream_0.1.0_linux_amd64.tar.gz) are no metric.
+	metricName = regexp.MustCompile(`\bwalstream_[a-z][a-z0-9_]*[a-z0-9](?:_\*)?`)
 	// readmePointer is a pointer to a section of README.md in words.
 	readmePointer = regexp.MustCompile(`\bREADME(?:\.md)?,\s+([A-Z][A-Za-z ]+)`)
 	// composeClaim is what a document says Docker Compose runs.
@@ -206,6 +207,7 @@ var otherPrograms = map[string]bool{
 	"docker": true, "kubectl": true, "psql": true, "pg_recvlogical": true, "kcat": true, "curl": true,
 	"kafka-configs.sh": true, "kafka-reassign-partitions.sh": true, "kafka-console-consumer.sh": true,
 	"kafka-acls.sh": true, "kafka-topics.sh": true, "kafka-transactions.sh": true, "perf": true, "git": true, "aws": true,
+	"helm": true, "podman": true, "skopeo": true, "sha256sum": true,
 }
 
 // envOnly are walstream's environment variables without a flag.

@@ -13,8 +13,9 @@ import (
 	"syscall"
 )
 
-// version is stamped at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are stamped at build time with -ldflags
+// "-X main.version=... -X main.commit=...".
+var version, commit = "dev", ""
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -41,6 +42,7 @@ Commands:
   init      print, apply (--apply) or check (--check) the Postgres setup
   diff      compare Debezium's topics with walstream's shadow topics, event by event
   reemit    publish outbox rows again, exactly once per request (--list, --cancel ID)
+  validate  check run's settings (flags, environment, --config) without connecting
   version   print the version (also --version)
 
 walstream <command> --help lists the flags of a command.
@@ -66,7 +68,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDiff(ctx, args[1:], stdout, stderr)
 	case "reemit":
 		return runReemit(ctx, args[1:], stdout, stderr)
+	case "validate":
+		return runValidate(args[1:], stdout)
 	case "version", "-version", "--version":
+		if commit != "" {
+			fmt.Fprintf(stdout, "walstream %s (commit %s)\n", version, commit)
+			return nil
+		}
 		fmt.Fprintln(stdout, "walstream", version)
 		return nil
 	case "help", "-h", "--help":

@@ -45,6 +45,16 @@ func memoryLimit(cfg *Config) int64 {
 	return int64(cfg.QueueBytes) + 3*int64(max(cfg.MaxBatchBytes, cfg.MaxRecordBytes))
 }
 
+// streamsMemoryLimit is the soft ceiling of a process running cfgs: the
+// sum of each stream's.
+func streamsMemoryLimit(cfgs []*Config) int64 {
+	var limit int64
+	for _, cfg := range cfgs {
+		limit += memoryLimit(cfg)
+	}
+	return limit
+}
+
 // runStream streams every stream of cfgs until ctx ends, or until each
 // has stopped on a permanent error. A stream's permanent error is logged as
 // an ERROR record as it happens, so that a log pipeline reading the
@@ -77,10 +87,7 @@ func runStream(ctx context.Context, cfgs []*Config, stderr io.Writer) (err error
 	}
 	memLimit := os.Getenv("GOMEMLIMIT")
 	if memLimit == "" {
-		var limit int64
-		for _, cfg := range cfgs {
-			limit += memoryLimit(cfg)
-		}
+		limit := streamsMemoryLimit(cfgs)
 		debug.SetMemoryLimit(limit)
 		memLimit = strconv.FormatInt(limit, 10)
 	}

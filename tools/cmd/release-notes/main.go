@@ -1,0 +1,34 @@
+// Command release-notes prints a release's notes from CHANGELOG.md: the
+// section of the version, or with -snapshot the Unreleased one.
+//
+//	release-notes -changelog CHANGELOG.md -version v0.1.0 > dist/RELEASE_NOTES.md
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/walstream/walstream/tools/changelog"
+)
+
+func main() {
+	file := flag.String("changelog", "CHANGELOG.md", "the changelog")
+	version := flag.String("version", "", "the version, as tagged (v0.1.0)")
+	snapshot := flag.Bool("snapshot", false, "a build that is no release: the Unreleased section")
+	flag.Parse()
+	b, err := os.ReadFile(*file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "release-notes:", err)
+		os.Exit(1)
+	}
+	notes, err := changelog.Notes(string(b), *version)
+	if *snapshot {
+		notes, err = changelog.Snapshot(string(b), *version)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "release-notes:", err)
+		os.Exit(1)
+	}
+	fmt.Print(notes)
+}
