@@ -489,11 +489,8 @@ func avroNode(ctx context.Context, ids *schemaIDs, topic string, n *jsonNode, s 
 // envelope fields, named as jsonValue names it.
 type avroValue struct {
 	payload
-	schemas *schemaIDs
-	prefix  string
-	// envelopes is Debezium's cache of envelope schemas (see
-	// envelopeSchemas), holding their Avro text.
-	envelopes *envelopeSchemas
+	schemas   *schemaIDs
+	prefix    string
 	name, key []byte // scratch; the producer's goroutine owns them
 }
 
@@ -506,9 +503,12 @@ func (v *avroValue) encode(ctx context.Context, dst []byte, topic string, ev *de
 		return nil, nil // AvroConverter writes a null value as no value
 	}
 	col, expanded, err := v.read(ev)
+	if errors.Is(err, errNoSchema) && !v.envelope {
+		return v.anything(ctx, dst, topic, ev.Payload)
+	}
 	if err != nil {
-		// The inferred schema does not hold the payload: JsonConverter
-		// may still write it without a schema, AvroConverter cannot.
+		// The inferred schema does not hold the payload, which stays a
+		// string: AvroData refuses it.
 		return nil, err
 	}
 	text := v.schemas.scratch()
@@ -519,6 +519,9 @@ func (v *avroValue) encode(ctx context.Context, dst []byte, topic string, ev *de
 		text, err = expanded.schema.avro(text, "")
 	default:
 		text, err = avroColumn(text, col, &avroScope{})
+	}
+	if err == nil {
+		err = checkNesting(expanded, text)
 	}
 	if err != nil {
 		return nil, err
@@ -538,6 +541,29 @@ func (v *avroValue) encode(ctx context.Context, dst []byte, topic string, ev *de
 		return expanded.avro(dst, expanded.schema), nil
 	}
 	return avroPayload(dst, col, ev)
+}
+
+// anythingSchema is AvroData's schema of a value that has no Connect
+// schema, as the converter registers it: a record of one optional field
+// per type.
+const anythingSchema = `{"type":"record","name":"Anything","namespace":"io.confluent.connect.avro","fields":[` +
+	`{"name":"boolean","type":["null","boolean"],"default":null},{"name":"bytes","type":["null","bytes"],"default":null},` +
+	`{"name":"double","type":["null","double"],"default":null},{"name":"float","type":["null","float"],"default":null},` +
+	`{"name":"int","type":["null","int"],"default":null},{"name":"long","type":["null","long"],"default":null},` +
+	`{"name":"string","type":["null","string"],"default":null},` +
+	`{"name":"array","type":["null",{"type":"array","items":"Anything"}],"default":null},` +
+	`{"name":"map","type":["null",{"type":"array","items":{"type":"record","name":"MapEntry","fields":[{"name":"key","type":"Anything"},{"name":"value","type":"Anything"}]}}],"default":null}]}`
+
+// anything writes a payload the router left a string with no schema (a
+// top-level [] it did not expand) as AvroData writes a schemaless string:
+// the Anything record with its string field set, every other null.
+func (v *avroValue) anything(ctx context.Context, dst []byte, topic string, payload []byte) ([]byte, error) {
+	dst, err := v.schemas.header(ctx, dst, topic, append(v.schemas.scratch(), anythingSchema...))
+	if err != nil {
+		return nil, err
+	}
+	dst = append(dst, branch0, branch0, branch0, branch0, branch0, branch0, branch1) // boolean to long null, string set
+	return append(appendAvroBytes(dst, payload), branch0, branch0), nil              // array, map null
 }
 
 // cachedEnvelope appends the envelope record's schema as Debezium's router
