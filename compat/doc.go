@@ -31,5 +31,5 @@
 //
 // -compat.mode=distributed runs Debezium in a distributed exactly-once
 // worker instead of a standalone one; -compat.dump=DIR writes each case's
-// records from both tools to DIR, in hex.
+// records from both tools to DIR, in hex, with what Debezium warned of.
 package compat

@@ -173,12 +173,15 @@ type Record struct {
 }
 
 // Run is what one tool did with a case: its records, in each partition's
-// order, when it stopped on the corpus, why, and the schemas it
-// registered that the registry did not hold before it ran.
+// order, when it stopped on the corpus, why, the schemas it registered
+// that the registry did not hold before it ran, and, of Debezium, what it
+// warned of (a payload it did not expand, say) with the exception's first
+// line.
 type Run struct {
 	Records    []Record
 	Stopped    string
 	Registered []string
+	Warnings   []string
 }
 
 // runHeader is the header whose value differs per run of the connector
@@ -299,7 +302,9 @@ func (e *env) run(t *testing.T, c Case) (dbz, ws Run) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	logged := len(e.worker(t).Log())
 	dbz.Stopped = e.runDebezium(ctx, t, n.id, cfg, last)
+	dbz.Warnings = warnings(e.worker(t).Log()[logged:], n.id)
 	mid, err := e.marks(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -333,6 +338,27 @@ func (e *env) run(t *testing.T, c Case) (dbz, ws Run) {
 		writeDump(t, filepath.Join(*dump, n.id+".txt"), c, dbz, ws, e.schemaTexts(ctx, c, dbz, ws))
 	}
 	return dbz, ws
+}
+
+// warnings are the WARN and ERROR lines of the worker's log that name the
+// connector (Debezium's logical name, or Connect's context of its task),
+// each with the line after it: the exception that a warning carries.
+func warnings(log, name string) []string {
+	var out []string
+	lines := strings.Split(log, "\n")
+	for i, l := range lines {
+		if !strings.Contains(l, "["+name+"]") && !strings.Contains(l, "["+name+"|") {
+			continue
+		}
+		if !strings.Contains(l, "] WARN [") && !strings.Contains(l, "] ERROR [") {
+			continue
+		}
+		if i+1 < len(lines) && !strings.HasPrefix(lines[i+1], "[") {
+			l += "\n    " + lines[i+1]
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // dropSlots drops a case's slots once their tools let go of them: the
@@ -882,6 +908,9 @@ func writeDump(t *testing.T, path string, c Case, dbz, ws Run, schemas []string)
 		fmt.Fprintf(&b, "== %s (%d records)\n", side.name, len(side.run.Records))
 		if side.run.Stopped != "" {
 			fmt.Fprintf(&b, "stopped: %s\n", firstLines(side.run.Stopped, 2))
+		}
+		for _, w := range side.run.Warnings {
+			fmt.Fprintf(&b, "warned: %s\n", w)
 		}
 		for _, r := range side.run.Records {
 			fmt.Fprintf(&b, "%s\n  key hex=%x\n  value hex=%x\n", r, r.Key, r.Value)

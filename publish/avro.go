@@ -90,7 +90,7 @@ func avroType(dst []byte, col *decode.Column, scope *avroScope) ([]byte, error) 
 	case decimal:
 		dst = fmt.Appendf(dst, `,"connect.parameters":{"scale":"%d","connect.decimal.precision":"%d"}`, scale, precision)
 	case col.Enum():
-		dst = append(jsonString(append(dst, `,"connect.parameters":{"allowed":`...), []byte(col.Labels)), '}')
+		dst = append(avroSchemaString(append(dst, `,"connect.parameters":{"allowed":`...), []byte(col.Labels)), '}')
 	}
 	if col.Default != nil {
 		var err error
@@ -99,7 +99,7 @@ func avroType(dst []byte, col *decode.Column, scope *avroScope) ([]byte, error) 
 		}
 	}
 	if name != "" {
-		dst = jsonString(append(dst, `,"connect.name":`...), []byte(name))
+		dst = avroSchemaString(append(dst, `,"connect.name":`...), []byte(name))
 	}
 	if typ == "int16" {
 		dst = append(dst, `,"connect.type":"int16"`...)
@@ -132,7 +132,7 @@ func avroField(dst []byte, name string, col *decode.Column, scope *avroScope) ([
 	if err := avroName(name); err != nil {
 		return nil, err
 	}
-	dst = append(jsonString(append(dst, `{"name":`...), []byte(name)), `,"type":`...)
+	dst = append(avroSchemaString(append(dst, `{"name":`...), []byte(name)), `,"type":`...)
 	dst, err := avroColumn(dst, col, scope)
 	switch {
 	case err != nil:
@@ -147,7 +147,9 @@ func avroField(dst []byte, name string, col *decode.Column, scope *avroScope) ([
 
 // avroDefault appends a column's default as AvroData writes a Connect
 // default in JSON: bytes and decimals as a string of one ISO-8859-1
-// character per byte, everything else as JsonConverter writes the value.
+// character per byte, everything else as JsonConverter writes the value,
+// but for the characters outside the Basic Multilingual Plane, which the
+// schema's text keeps whole (avroSchemaString).
 func avroDefault(dst []byte, col *decode.Column) ([]byte, error) {
 	var b []byte
 	switch col.Type {
@@ -163,13 +165,18 @@ func avroDefault(dst []byte, col *decode.Column) ([]byte, error) {
 			return nil, fmt.Errorf("reading default %q of bytea column %s: %w", col.Default, col.Name, err)
 		}
 	default:
-		return connectJSON(dst, col, col.Default)
+		start := len(dst)
+		dst, err := connectJSON(dst, col, col.Default)
+		if err != nil {
+			return nil, err
+		}
+		return wholePairs(dst, start), nil
 	}
 	latin1 := make([]byte, 0, 2*len(b))
 	for _, c := range b {
 		latin1 = utf8.AppendRune(latin1, rune(c))
 	}
-	return jsonString(dst, latin1), nil
+	return avroSchemaString(dst, latin1), nil
 }
 
 // avroName applies Avro's rule for names (Java's NameValidator.UTF_VALIDATOR):
@@ -204,9 +211,9 @@ func avroRecordName(full string) (space, name string, err error) {
 // appendRecordName writes a record's name and, as Avro's Schema.toString
 // does, its namespace only where it differs from the enclosing one.
 func appendRecordName(dst []byte, space, name, enclosing string) []byte {
-	dst = jsonString(append(dst, `{"type":"record","name":`...), []byte(name))
+	dst = avroSchemaString(append(dst, `{"type":"record","name":`...), []byte(name))
 	if space != enclosing {
-		dst = jsonString(append(dst, `,"namespace":`...), []byte(space))
+		dst = avroSchemaString(append(dst, `,"namespace":`...), []byte(space))
 	}
 	return dst
 }
@@ -238,13 +245,13 @@ func (s *connectSchema) avro(dst []byte, enclosing string) ([]byte, error) {
 			if err := avroName(f.name); err != nil {
 				return nil, err
 			}
-			dst = append(jsonString(append(dst, `{"name":`...), []byte(f.name)), `,"type":`...)
+			dst = append(avroSchemaString(append(dst, `{"name":`...), []byte(f.name)), `,"type":`...)
 			if dst, err = f.schema.avroOptional(dst, space); err != nil {
 				return nil, err
 			}
 			dst = append(dst, `,"default":null}`...)
 		}
-		return append(jsonString(append(dst, `],"connect.name":`...), []byte(s.name)), '}'), nil
+		return append(avroSchemaString(append(dst, `],"connect.name":`...), []byte(s.name)), '}'), nil
 	case "array":
 		dst, err = s.items.avroOptional(append(dst, `{"type":"array","items":`...), enclosing)
 		return append(dst, '}'), err
@@ -482,11 +489,8 @@ func avroNode(ctx context.Context, ids *schemaIDs, topic string, n *jsonNode, s 
 // envelope fields, named as jsonValue names it.
 type avroValue struct {
 	payload
-	schemas *schemaIDs
-	prefix  string
-	// envelopes is Debezium's cache of envelope schemas (see
-	// envelopeSchemas), holding their Avro text.
-	envelopes *envelopeSchemas
+	schemas   *schemaIDs
+	prefix    string
 	name, key []byte // scratch; the producer's goroutine owns them
 }
 
@@ -499,9 +503,12 @@ func (v *avroValue) encode(ctx context.Context, dst []byte, topic string, ev *de
 		return nil, nil // AvroConverter writes a null value as no value
 	}
 	col, expanded, err := v.read(ev)
+	if errors.Is(err, errNoSchema) && !v.envelope {
+		return v.anything(ctx, dst, topic, ev.Payload)
+	}
 	if err != nil {
-		// The inferred schema does not hold the payload: JsonConverter
-		// may still write it without a schema, AvroConverter cannot.
+		// The inferred schema does not hold the payload, which stays a
+		// string: AvroData refuses it.
 		return nil, err
 	}
 	text := v.schemas.scratch()
@@ -512,6 +519,9 @@ func (v *avroValue) encode(ctx context.Context, dst []byte, topic string, ev *de
 		text, err = expanded.schema.avro(text, "")
 	default:
 		text, err = avroColumn(text, col, &avroScope{})
+	}
+	if err == nil {
+		err = checkNesting(expanded, text)
 	}
 	if err != nil {
 		return nil, err
@@ -531,6 +541,29 @@ func (v *avroValue) encode(ctx context.Context, dst []byte, topic string, ev *de
 		return expanded.avro(dst, expanded.schema), nil
 	}
 	return avroPayload(dst, col, ev)
+}
+
+// anythingSchema is AvroData's schema of a value that has no Connect
+// schema, as the converter registers it: a record of one optional field
+// per type.
+const anythingSchema = `{"type":"record","name":"Anything","namespace":"io.confluent.connect.avro","fields":[` +
+	`{"name":"boolean","type":["null","boolean"],"default":null},{"name":"bytes","type":["null","bytes"],"default":null},` +
+	`{"name":"double","type":["null","double"],"default":null},{"name":"float","type":["null","float"],"default":null},` +
+	`{"name":"int","type":["null","int"],"default":null},{"name":"long","type":["null","long"],"default":null},` +
+	`{"name":"string","type":["null","string"],"default":null},` +
+	`{"name":"array","type":["null",{"type":"array","items":"Anything"}],"default":null},` +
+	`{"name":"map","type":["null",{"type":"array","items":{"type":"record","name":"MapEntry","fields":[{"name":"key","type":"Anything"},{"name":"value","type":"Anything"}]}}],"default":null}]}`
+
+// anything writes a payload the router left a string with no schema (a
+// top-level [] it did not expand) as AvroData writes a schemaless string:
+// the Anything record with its string field set, every other null.
+func (v *avroValue) anything(ctx context.Context, dst []byte, topic string, payload []byte) ([]byte, error) {
+	dst, err := v.schemas.header(ctx, dst, topic, append(v.schemas.scratch(), anythingSchema...))
+	if err != nil {
+		return nil, err
+	}
+	dst = append(dst, branch0, branch0, branch0, branch0, branch0, branch0, branch1) // boolean to long null, string set
+	return append(appendAvroBytes(dst, payload), branch0, branch0), nil              // array, map null
 }
 
 // cachedEnvelope appends the envelope record's schema as Debezium's router
@@ -567,7 +600,7 @@ func (v *avroValue) envelopeSchema(dst []byte, col *decode.Column, ev *decode.Ev
 	// record Value, in the namespace before it.
 	v.name = append(append(append(append(append(v.name[:0], v.prefix...), '.'), ev.Table...), '.'), ev.AggregateType...)
 	space := v.name
-	dst = append(jsonString(append(dst, `{"type":"record","name":"Value","namespace":`...), space), `,"fields":[`...)
+	dst = append(avroSchemaString(append(dst, `{"type":"record","name":"Value","namespace":`...), space), `,"fields":[`...)
 	var err error
 	var scope avroScope
 	if expanded != nil {
@@ -592,7 +625,7 @@ func (v *avroValue) envelopeSchema(dst []byte, col *decode.Column, ev *decode.Ev
 		dst = append(append(dst, `,"connect.version":`...), ev.SchemaVersion...)
 	}
 	v.name = append(v.name, ".Value"...)
-	return append(jsonString(append(dst, `,"connect.name":`...), v.name), '}'), nil
+	return append(avroSchemaString(append(dst, `,"connect.name":`...), v.name), '}'), nil
 }
 
 func (v *avroValue) envelopeBody(dst []byte, col *decode.Column, ev *decode.Event, expanded *jsonNode) ([]byte, error) {

@@ -537,3 +537,79 @@ func TestSubjectStrategy(t *testing.T) {
 		}
 	}
 }
+
+// TestAvroAstralAndUnexpandable: what AvroConverter wrote behind Debezium
+// 3.6.1 (compat cases "astral avro" and "expand unexpandable avro").
+// Avro's schema text keeps characters outside the Basic Multilingual Plane
+// as they are, in an enum's labels and in defaults, where JsonConverter
+// escapes them; a payload Debezium does not expand is its jsonb string;
+// a top-level [] it leaves with no schema, which AvroData writes as its
+// Anything record.
+func TestAvroAstralAndUnexpandable(t *testing.T) {
+	reg := newFakeRegistry(t)
+	ss, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := &decode.Column{Name: "aggregateid", Type: decode.TypeText, TypMod: -1}
+	mood := &decode.Column{Name: "mood", Type: decode.TypeText, TypMod: -1, Labels: "😀,ok"}
+	note := &decode.Column{Name: "note", Type: decode.TypeText, TypMod: -1, Default: []byte("😀 default")}
+	env := outbox("public", func(o *decode.Outbox) { o.Additional = placement(t, "mood:envelope,note:envelope,type:envelope:kind") })
+	exp := outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })
+	const a1 = `{"n": 1, "emoji": "😀", "nested": {"list": ["🎉", "x", "é"], "deeper": {"text": "a😀b 🚀 𝄞 🎉"}}}`
+	for _, tc := range []struct {
+		name, schema, body string
+		ev                 decode.Event
+	}{
+		{"astral envelope", `{"type":"record","name":"Value","namespace":"dbz.public.outbox.Astral","fields":[` +
+			`{"name":"payload","type":["null",{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}],"default":null},` +
+			`{"name":"mood","type":["null",{"type":"string","connect.version":1,"connect.parameters":{"allowed":"😀,ok"},"connect.name":"io.debezium.data.Enum"}],"default":null},` +
+			`{"name":"note","type":[{"type":"string","connect.default":"😀 default"},"null"],"default":"😀 default"},` +
+			`{"name":"kind","type":["null","string"],"default":null}],"connect.name":"dbz.public.outbox.Astral.Value"}`,
+			"02de017b226e223a20312c2022656d6f6a69223a2022f09f9880222c20226e6573746564223a207b226c697374223a205b22f09f8e89222c202278222c2022c3a9225d2c2022646565706572223a207b2274657874223a202261f09f98806220f09f9a8020f09d849e20f09f8e89227d7d7d0208f09f98800018f09f98802064656661756c74021af09f9a80206c61756e63686564",
+			decode.Event{Identity: decode.Identity{ID: []byte("a1"), Table: "public.outbox"}, Source: env, AggregateType: []byte("Astral"),
+				AggregateID: []byte("😀-1"), KeyColumn: text, PayloadColumn: jsonbColumn, Payload: []byte(a1), Fields: []decode.Field{
+					{Name: "mood", Placement: decode.PlaceEnvelope, Column: mood, Value: []byte("😀")},
+					{Name: "note", Placement: decode.PlaceEnvelope, Column: note, Value: []byte("😀 default")},
+					{Name: "kind", Placement: decode.PlaceEnvelope, Column: text, Value: []byte("🚀 launched")}}}},
+		{"the issue's payload", `["null",{"type":"string","connect.version":1,"connect.name":"io.debezium.data.Json"}]`,
+			"025a7b2262223a205b312c20322e35302c20302e302c20313030303030303030303030303030303030303030305d7d",
+			decode.Event{Identity: decode.Identity{ID: []byte("p1"), Table: "public.outbox"}, Source: exp, AggregateType: []byte("Payload"),
+				AggregateID: []byte("k-1"), KeyColumn: text, PayloadColumn: jsonbColumn, Payload: []byte(`{"b": [1, 2.50, 0.0, 1000000000000000000000]}`)}},
+		{"a top-level []", `{"type":"record","name":"Anything","namespace":"io.confluent.connect.avro","fields":[` +
+			`{"name":"boolean","type":["null","boolean"],"default":null},{"name":"bytes","type":["null","bytes"],"default":null},` +
+			`{"name":"double","type":["null","double"],"default":null},{"name":"float","type":["null","float"],"default":null},` +
+			`{"name":"int","type":["null","int"],"default":null},{"name":"long","type":["null","long"],"default":null},` +
+			`{"name":"string","type":["null","string"],"default":null},{"name":"array","type":["null",{"type":"array","items":"Anything"}],"default":null},` +
+			`{"name":"map","type":["null",{"type":"array","items":{"type":"record","name":"MapEntry","fields":[{"name":"key","type":"Anything"},{"name":"value","type":"Anything"}]}}],"default":null}]}`,
+			"00000000000002045b5d0000",
+			decode.Event{Identity: decode.Identity{ID: []byte("p12"), Table: "public.outbox"}, Source: exp, AggregateType: []byte("Payload"),
+				AggregateID: []byte("k-12"), KeyColumn: text, PayloadColumn: jsonbColumn, Payload: []byte(`[]`)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := NewRouter(avroEncoding(reg.URL()), tc.ev.Source)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := r.Record(context.Background(), &tc.ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var h sr.ConfluentHeader
+			id, body, err := h.DecodeID(rec.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ss.SchemaByID(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Schema != tc.schema {
+				t.Errorf("schema\n got %s\nwant %s", got.Schema, tc.schema)
+			}
+			if got := hex.EncodeToString(body); got != tc.body {
+				t.Errorf("body\n got %s\nwant %s", got, tc.body)
+			}
+		})
+	}
+}

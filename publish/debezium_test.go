@@ -3,6 +3,8 @@ package publish
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -374,6 +376,185 @@ func TestDebeziumExpandFallbacks(t *testing.T) {
 			if got != f.want {
 				t.Errorf("%s under %v = %s, want %s", tc.payload, f.format, got, f.want)
 			}
+		}
+	}
+}
+
+// jsonbColumn is a nullable jsonb payload column, and textColumn a
+// nullable text column.
+var (
+	jsonbColumn = &decode.Column{Name: "payload", Type: decode.TypeJSONB, TypMod: -1}
+	textColumn  = &decode.Column{Name: "aggregateid", Type: decode.TypeText, TypMod: -1}
+)
+
+// astralEvent is an event of compat's astral cases: key, payload as
+// Postgres sends the jsonb, and the type column as the eventType header.
+func astralEvent(o *decode.Outbox, id, key, eventType, payload string) decode.Event {
+	return decode.Event{Source: o, Identity: decode.Identity{ID: []byte(id)}, AggregateType: []byte("Astral"),
+		AggregateID: []byte(key), KeyColumn: textColumn, Payload: []byte(payload), PayloadColumn: jsonbColumn,
+		Fields: []decode.Field{{Name: "eventType", Placement: decode.PlaceHeader, Column: textColumn, Value: []byte(eventType)}}}
+}
+
+// Characters outside the Basic Multilingual Plane, as Debezium 3.6.1 on
+// Kafka Connect 4.3.1 wrote them (compat cases "astral json", "astral
+// expand json", "astral expand json schemas"): JsonConverter's Jackson
+// escapes each as its surrogate pair, in keys, string values, expanded
+// payloads' values, field names and struct names alike;
+// SimpleHeaderConverter and StringConverter write their UTF-8 bytes.
+func TestDebeziumAstral(t *testing.T) {
+	const a1 = `{"n": 1, "emoji": "😀", "nested": {"list": ["🎉", "x", "é"], "deeper": {"text": "a😀b 🚀 𝄞 🎉"}}}`
+	const a4 = `{"😀key": {"🚀": [1]}}`
+	plain := outbox("public", nil)
+	expanded := outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })
+	for _, tc := range []struct {
+		name                       string
+		o                          *decode.Outbox
+		enc                        Encoding
+		key, payload               string
+		wantKey, wantValue, header string
+	}{
+		{"json", plain, Encoding{Key: FormatJSON, Value: FormatJSON}, "😀-1", a1, `"\uD83D\uDE00-1"`,
+			`"{\"n\": 1, \"emoji\": \"\uD83D\uDE00\", \"nested\": {\"list\": [\"\uD83C\uDF89\", \"x\", \"é\"], \"deeper\": {\"text\": \"a\uD83D\uDE00b \uD83D\uDE80 \uD834\uDD1E \uD83C\uDF89\"}}}"`, "🚀 launched"},
+		{"expanded json", expanded, Encoding{Key: FormatJSON, Value: FormatJSON}, "😀-1", a1, `"\uD83D\uDE00-1"`,
+			`{"n":1,"emoji":"\uD83D\uDE00","nested":{"list":["\uD83C\uDF89","x","é"],"deeper":{"text":"a\uD83D\uDE00b \uD83D\uDE80 \uD834\uDD1E \uD83C\uDF89"}}}`, "🚀 launched"},
+		{"expanded json, a field name", expanded, Encoding{Key: FormatJSON, Value: FormatJSON}, "𝄞", a4, `"\uD834\uDD1E"`,
+			`{"\uD83D\uDE00key":{"\uD83D\uDE80":[1]}}`, "plain"},
+		{"expanded json with schemas, a field name", expanded, Encoding{Key: FormatJSONSchema, Value: FormatJSONSchema}, "k-4", a4,
+			`{"schema":{"type":"string","optional":true},"payload":"k-4"}`,
+			`{"schema":{"type":"struct","fields":[{"type":"struct","fields":[{"type":"array","items":{"type":"int32","optional":true},"optional":true,"field":"\uD83D\uDE80"}],` +
+				`"optional":true,"name":"payload.\uD83D\uDE00key","field":"\uD83D\uDE00key"}],"optional":true,"name":"payload"},"payload":{"\uD83D\uDE00key":{"\uD83D\uDE80":[1]}}}`, "plain"},
+		{"expanded string", expanded, Encoding{}, "😀-1", a1, "😀-1",
+			`Struct{n=1,emoji=😀,nested=Struct{list=[🎉, x, é],deeper=Struct{text=a😀b 🚀 𝄞 🎉}}}`, "🚀 launched"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := NewRouter(tc.enc, tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := astralEvent(tc.o, "a1", tc.key, tc.header, tc.payload)
+			rec, err := r.Record(context.Background(), &ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(rec.Key) != tc.wantKey || string(rec.Value) != tc.wantValue {
+				t.Errorf("key %s value %s\nwant key %s value %s", rec.Key, rec.Value, tc.wantKey, tc.wantValue)
+			}
+			if h := rec.Headers[len(rec.Headers)-1]; h.Key != "eventType" || string(h.Value) != tc.header {
+				t.Errorf("header %s=%s, want eventType=%s", h.Key, h.Value, tc.header)
+			}
+		})
+	}
+}
+
+// Payloads Debezium 3.6.1 does not expand, as it wrote them (compat cases
+// "expand unexpandable string", "... json", "... json schemas"): the
+// router logs "JSON expansion failed" and publishes the payload as a
+// string with its column's schema, whatever came before. The first is the
+// issue's {"b": [1, 2.50, 0.0, 1e21]} as jsonb sends it: an array of an
+// int and doubles (and an integer beyond 64 bits), which toConnectSchema
+// refuses before anything looks at the big integer.
+func TestDebeziumUnexpandable(t *testing.T) {
+	deep := strings.Repeat(`{"a": `, 1000) + `{"n": 1}` + strings.Repeat("}", 1000)
+	long := `{"n": 1` + strings.Repeat("0", 1000) + `}`
+	o := outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })
+	for _, payload := range []string{`{"b": [1, 2.50, 0.0, 1000000000000000000000]}`, `{"a": [1, 123456789012345678901234567890]}`,
+		`{"a": [{"x": 1}, 2]}`, `{"a": [null]}`, `{"b": [3000000000, 1]}`, long, deep} {
+		for _, f := range []struct {
+			format Format
+			want   string
+		}{
+			{FormatString, payload},
+			{FormatJSON, jsonText(payload)},
+			{FormatJSONSchema, `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":` + jsonText(payload) + `}`},
+		} {
+			r, err := NewRouter(Encoding{Value: f.format}, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := astralEvent(o, "p1", "k-1", "T", payload)
+			rec, err := r.Record(context.Background(), &ev)
+			if err != nil {
+				t.Errorf("%.60s under %v: %v", payload, f.format, err)
+				continue
+			}
+			if string(rec.Value) != f.want {
+				t.Errorf("%.60s under %v = %.200s, want %.200s", payload, f.format, rec.Value, f.want)
+			}
+		}
+	}
+	// The first as Debezium wrote it, not through jsonText.
+	r, err := NewRouter(Encoding{Value: FormatJSON}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := astralEvent(o, "p1", "k-1", "T", `{"b": [1, 2.50, 0.0, 1000000000000000000000]}`)
+	if rec, err := r.Record(context.Background(), &ev); err != nil || string(rec.Value) != `"{\"b\": [1, 2.50, 0.0, 1000000000000000000000]}"` {
+		t.Errorf("the issue's payload: %s, %v", rec.Value, err)
+	}
+}
+
+// Debezium's router keeps one envelope schema per
+// table.field.event.schema.version, made for the first event of the
+// version (compat case "expand schema version json schemas"): a later
+// event of that version whose expanded payload has another schema stops
+// Debezium (Struct.put: "Struct schemas do not match"), so walstream
+// stops there too; the records before it are Debezium's.
+func TestDebeziumSchemaVersionPayloads(t *testing.T) {
+	o := outbox("public", func(o *decode.Outbox) {
+		o.ExpandJSONPayload = true
+		o.Columns.SchemaVersion = "version"
+		o.Additional = placement(t, "type:envelope")
+	})
+	r, err := NewRouter(Encoding{Key: FormatJSONSchema, Value: FormatJSONSchema, SchemaPrefix: "p"}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := func(field string, v int) string {
+		return fmt.Sprintf(`{"schema":{"type":"struct","fields":[{"type":"struct","fields":[{"type":"int32","optional":true,"field":"%s"}],"optional":true,"name":"payload","field":"payload"},`+
+			`{"type":"string","optional":true,"field":"type"}],"optional":false,"name":"p.public.outbox.Payload.Value","version":%d},"payload":{"payload":`, field, v)
+	}
+	for i, tc := range []struct{ payload, version, want string }{
+		{`{"a": 1}`, "1", schema("a", 1) + `{"a":1},"type":"T"}}`},
+		{`{"a": 2}`, "1", schema("a", 1) + `{"a":2},"type":"T"}}`},
+		{`{"n": 1}`, "2", schema("n", 2) + `{"n":1},"type":"T"}}`},
+		{`{"b": "x"}`, "1", ""},
+	} {
+		ev := decode.Event{Source: o, Identity: decode.Identity{ID: []byte("v"), Table: "public.outbox"}, AggregateType: []byte("Payload"), AggregateID: []byte("k"),
+			Payload: []byte(tc.payload), PayloadColumn: jsonbColumn, SchemaVersion: []byte(tc.version),
+			Fields: []decode.Field{{Name: "type", Placement: decode.PlaceEnvelope, Column: textColumn, Value: []byte("T")}}}
+		rec, err := r.Record(context.Background(), &ev)
+		var ve *VersionSchemaError
+		switch {
+		case tc.want == "" && !errors.As(err, &ve):
+			t.Errorf("event %d: %v, want a VersionSchemaError", i+1, err)
+		case tc.want != "" && err != nil:
+			t.Errorf("event %d: %v", i+1, err)
+		case tc.want != "" && string(rec.Value) != tc.want:
+			t.Errorf("event %d:\n got %s\nwant %s", i+1, rec.Value, tc.want)
+		}
+	}
+}
+
+// Jackson writes nothing nested deeper than 1,000 (compat cases "expand
+// deep ..."): with schemas, a payload object nested 499 deep is written
+// and one 500 deep stops Debezium; without, 1,000 deep is written, and one
+// 1,001 deep Jackson does not read, so it stays a string.
+func TestDebeziumExpandDepth(t *testing.T) {
+	deep := func(n int) string { return strings.Repeat(`{"a": `, n-1) + `{"n": 1}` + strings.Repeat("}", n-1) }
+	o := outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })
+	for _, tc := range []struct {
+		format Format
+		depth  int
+		ok     bool
+	}{{FormatJSONSchema, 499, true}, {FormatJSONSchema, 500, false}, {FormatJSON, 1000, true}, {FormatJSON, 1001, true}} {
+		r, err := NewRouter(Encoding{Value: tc.format}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := astralEvent(o, "p1", "k-1", "T", deep(tc.depth))
+		_, err = r.Record(context.Background(), &ev)
+		if (err == nil) != tc.ok {
+			t.Errorf("%d deep under %v: %v, want ok %v", tc.depth, tc.format, err, tc.ok)
 		}
 	}
 }

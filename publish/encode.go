@@ -152,7 +152,7 @@ var (
 // newEncoders is the one place that decides how an outbox table's keys
 // and values are written.
 func newEncoders(enc Encoding, o *decode.Outbox, schemas *envelopeSchemas, reg *registry) (key, value encoder) {
-	p := payload{outbox: o, envelope: o.HasEnvelope()}
+	p := payload{outbox: o, envelope: o.HasEnvelope(), envelopes: schemas}
 	switch enc.Key {
 	case FormatJSON, FormatJSONSchema:
 		key = jsonKey{schemas: enc.Key == FormatJSONSchema}
@@ -165,12 +165,11 @@ func newEncoders(enc Encoding, o *decode.Outbox, schemas *envelopeSchemas, reg *
 	}
 	switch enc.Value {
 	case FormatJSON, FormatJSONSchema:
-		value = &jsonValue{payload: p, withSchema: enc.Value == FormatJSONSchema, prefix: enc.SchemaPrefix, schemas: schemas}
+		value = &jsonValue{payload: p, withSchema: enc.Value == FormatJSONSchema, prefix: enc.SchemaPrefix}
 	case FormatBinary:
 		value = &binaryValue{p}
 	case FormatAvro:
-		value = &avroValue{payload: p, schemas: newSchemaIDs(reg, false, enc.Registry.ValueStrategy), prefix: enc.SchemaPrefix,
-			envelopes: schemas}
+		value = &avroValue{payload: p, schemas: newSchemaIDs(reg, false, enc.Registry.ValueStrategy), prefix: enc.SchemaPrefix}
 	default:
 		value = &stringValue{p}
 	}
@@ -289,15 +288,19 @@ func jsonNodeOf(n *jsonNode, s *connectSchema, schemas bool) []byte {
 }
 
 // payload is what every value encoder needs of an event: the payload's
-// column, the payload as Debezium may expand it, and whether the value is
-// an envelope of the payload and additional fields (it is when any field
-// is placed in the envelope: EventRouterDelegate's
-// onlyHeadersInOutputMessage is false).
+// column, the payload as Debezium may expand it, whether the value is an
+// envelope of the payload and additional fields (it is when any field is
+// placed in the envelope: EventRouterDelegate's onlyHeadersInOutputMessage
+// is false), and the router's envelope schemas.
 type payload struct {
-	outbox   *decode.Outbox
-	envelope bool
+	outbox    *decode.Outbox
+	envelope  bool
+	envelopes *envelopeSchemas // shared by the router's tables
 }
 
+// read is the payload as the router has it. With an envelope and a schema
+// version, it is checked against the version's envelope schema, as the
+// router's Struct.put checks it whatever the converter.
 func (p payload) read(ev *decode.Event) (col *decode.Column, expanded *jsonNode, err error) {
 	col = ev.PayloadColumn
 	if col == nil {
@@ -305,6 +308,9 @@ func (p payload) read(ev *decode.Event) (col *decode.Column, expanded *jsonNode,
 	}
 	if p.outbox.ExpandJSONPayload && ev.Payload != nil && !ev.PayloadBinary {
 		expanded, err = expand(ev.Payload, p.outbox)
+	}
+	if err == nil && p.envelope && p.outbox.Columns.SchemaVersion != "" {
+		err = p.envelopes.versionPayload(ev.SchemaVersion, payloadSchema(col, expanded))
 	}
 	return col, expanded, err
 }
@@ -344,7 +350,6 @@ type jsonValue struct {
 	payload
 	withSchema bool
 	prefix     string
-	schemas    *envelopeSchemas // shared by the router's tables
 }
 
 func (v *jsonValue) node(_ context.Context, _ string, n *jsonNode, s *connectSchema) ([]byte, error) {
@@ -355,6 +360,7 @@ func (v *jsonValue) encode(_ context.Context, dst []byte, _ string, ev *decode.E
 	if ev.Tombstone {
 		return nil, nil
 	}
+	start := len(dst)
 	col, expanded, err := v.read(ev)
 	if errors.Is(err, errNoSchema) && !v.envelope {
 		// The payload stays a string with a null schema.
@@ -371,7 +377,9 @@ func (v *jsonValue) encode(_ context.Context, dst []byte, _ string, ev *decode.E
 		return nil, err
 	}
 	if v.withSchema {
-		dst = v.schema(append(dst, `{"schema":`...), col, ev, expanded)
+		if dst, err = v.schema(append(dst, `{"schema":`...), col, ev, expanded); err != nil {
+			return nil, err
+		}
 		dst = append(dst, `,"payload":`...)
 	}
 	switch {
@@ -385,6 +393,9 @@ func (v *jsonValue) encode(_ context.Context, dst []byte, _ string, ev *decode.E
 	if err == nil && v.withSchema {
 		dst = append(dst, '}')
 	}
+	if err == nil {
+		err = checkNesting(expanded, dst[start:])
+	}
 	return dst, err
 }
 
@@ -392,25 +403,20 @@ func (v *jsonValue) encode(_ context.Context, dst []byte, _ string, ev *decode.E
 // payload's, or the envelope struct's, named after the after-struct's
 // schema with the route-by value spliced in
 // (EventRouterDelegate.getSchemaName).
-func (v *jsonValue) schema(dst []byte, col *decode.Column, ev *decode.Event, expanded *jsonNode) []byte {
+func (v *jsonValue) schema(dst []byte, col *decode.Column, ev *decode.Event, expanded *jsonNode) ([]byte, error) {
 	switch {
 	case !v.envelope && expanded != nil:
-		return expanded.schema.json(dst, "")
+		return expanded.schema.json(dst, ""), nil
 	case !v.envelope:
-		return jsonSchema(dst, col, "")
+		return jsonSchema(dst, col, ""), nil
 	}
-	var payloadSchema []byte
-	if expanded != nil {
-		payloadSchema = expanded.schema.json(nil, "")
-	} else {
-		payloadSchema = jsonSchema(nil, col, "")
-	}
-	cache, key := v.schemas.byPayload, string(payloadSchema)
+	payloadSchema := payloadSchema(col, expanded)
+	cache, key := v.envelopes.byPayload, string(payloadSchema)
 	if v.outbox.Columns.SchemaVersion != "" {
-		cache, key = v.schemas.byVersion, string(ev.SchemaVersion)
+		cache, key = v.envelopes.byVersion, string(ev.SchemaVersion)
 	}
 	if s, ok := cache[key]; ok {
-		return append(dst, s...)
+		return append(dst, s...), nil
 	}
 	start := len(dst)
 	dst = append(dst, `{"type":"struct","fields":[`...)
@@ -427,8 +433,17 @@ func (v *jsonValue) schema(dst []byte, col *decode.Column, ev *decode.Event, exp
 		dst = append(append(dst, `,"version":`...), ev.SchemaVersion...)
 	}
 	dst = append(dst, '}')
-	v.schemas.put(cache, key, dst[start:])
-	return dst
+	v.envelopes.put(cache, key, dst[start:])
+	return dst, nil
+}
+
+// payloadSchema is the payload's Connect schema in JsonConverter's JSON:
+// the expanded payload's, or its column's.
+func payloadSchema(col *decode.Column, expanded *jsonNode) []byte {
+	if expanded != nil {
+		return expanded.schema.json(nil, "")
+	}
+	return jsonSchema(nil, col, "")
 }
 
 // envelopeSchemas are Debezium's outbox router's caches of envelope value
@@ -441,10 +456,52 @@ func (v *jsonValue) schema(dst []byte, col *decode.Column, ev *decode.Event, exp
 // and uses them from the producer's goroutine only.
 type envelopeSchemas struct {
 	byPayload, byVersion map[string][]byte
+	// payloads are the payload schemas (as JsonConverter writes them) of
+	// the envelopes in byVersion, by version.
+	payloads map[string]string
 }
 
 func newEnvelopeSchemas() *envelopeSchemas {
-	return &envelopeSchemas{byPayload: make(map[string][]byte), byVersion: make(map[string][]byte)}
+	return &envelopeSchemas{byPayload: make(map[string][]byte), byVersion: make(map[string][]byte), payloads: make(map[string]string)}
+}
+
+// VersionSchemaError is an event whose payload schema differs from that of
+// the first event of its table.field.event.schema.version: Debezium's
+// router made the version's envelope schema for that first event and
+// keeps it, so Struct.put refuses this payload ("Struct schemas do not
+// match", or a string where a struct was, and the reverse), and Debezium
+// stops. Under table.expand.json.payload the payload's schema is inferred
+// from each payload, so two payloads of one version that differ in shape
+// meet it.
+type VersionSchemaError struct {
+	Version       string // the version column's value, "" for NULL
+	First, Schema string // payload schemas, as JsonConverter writes them
+}
+
+func (e *VersionSchemaError) Error() string {
+	version := e.Version
+	if version == "" {
+		version = "NULL"
+	}
+	return fmt.Sprintf("the payload's schema %s differs from %s, that of the first event of schema version %s since the start: "+
+		"Debezium's router keeps the envelope schema of a version's first event, refuses this payload and stops here", e.Schema, e.First, version)
+}
+
+// versionPayload records the payload schema of the first event of a schema
+// version, and refuses an event of the same version with another.
+func (c *envelopeSchemas) versionPayload(version, payload []byte) error {
+	first, ok := c.payloads[string(version)]
+	if !ok {
+		if len(c.payloads) >= maxEnvelopeSchemas {
+			clear(c.payloads)
+		}
+		c.payloads[string(version)] = string(payload)
+		return nil
+	}
+	if first != string(payload) {
+		return &VersionSchemaError{Version: string(version), First: first, Schema: string(payload)}
+	}
+	return nil
 }
 
 // maxEnvelopeSchemas bounds each cache, as Debezium bounds its own (to

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/walstream/walstream/decode"
 )
@@ -17,10 +18,33 @@ import (
 // the payload's, but the Struct's: numbers as Java writes ints, longs and
 // doubles (10.50 is 10.5, 12345678.9 is 1.23456789E7), null fields and
 // empty arrays dropped unless table.json.payload.null.behavior and
-// table.json.payload.empty.array.behavior keep them. When any step fails
-// in Debezium (a payload not starting with { or [, a top-level array, a
-// mixed array, an integer beyond 64 bits), it logs a warning and keeps the
-// payload as a string; so does expand, by returning nil.
+// table.json.payload.empty.array.behavior keep them.
+//
+// EventRouterDelegate runs the three steps in one try block that logs
+// "JSON expansion failed" and goes on with what the steps had set by then,
+// so a payload Debezium does not expand ends one of three ways, each
+// found by running Debezium 3.6.1 (compat cases "expand unexpandable ..."):
+//
+//   - Jackson cannot read it (it does not start with { or [, is not JSON,
+//     is nested deeper than 1,000, or has a number of more than 1,000
+//     digits), or toConnectSchema throws (an array whose elements differ
+//     in JSON type or in number type: [1, 2.50], [1, 3000000000],
+//     [1, 123456789012345678901234567890], [{...}, 2]; an array of nulls):
+//     the payload stays a string with its column's schema, which every
+//     converter writes, in an envelope too. expand returns nil.
+//   - toConnectData throws (errExpansion): the schema was inferred but
+//     does not hold the values; an integer beyond 64 bits (a BigInteger,
+//     whose FLOAT64 field takes no BigDecimal), an array of objects whose
+//     fields differ in type, arrays of arrays whose elements do, or a
+//     top-level array (no struct). The payload stays a string, but with
+//     the inferred schema.
+//   - toConnectSchema returns null (errNoSchema): a top-level []. The
+//     payload stays a string with no schema.
+//
+// What each converter does with the last two is the encoders' (see
+// errExpansion). None depends on the payloads before: the outcome is the
+// payload's own, however many failed before it. What does depend on them
+// is an envelope with a schema version (VersionSchemaError).
 
 // connectSchema is an inferred Connect schema; all are optional.
 type connectSchema struct {
@@ -47,12 +71,13 @@ func (s *connectSchema) field(name string) *connectSchema {
 // jsonNode is a payload read as Jackson reads it, with its schema attached
 // at the top; object members keep their order.
 type jsonNode struct {
-	kind    byte // '{', '[', 's' string, 'i' int, 'l' long, 'd' double, 'b' bool, 'n' null
+	kind    byte // '{', '[', 's' string, 'i' int, 'l' long, 'd' double, 'B' BigInteger, 'b' bool, 'n' null
 	text    string
 	num     float64
 	members []member // objects
 	items   []*jsonNode
 	schema  *connectSchema // the top node's, set by expand
+	nesting int            // the top node's: objects and arrays nested, set by expand
 }
 
 type member struct {
@@ -60,43 +85,38 @@ type member struct {
 	value *jsonNode
 }
 
-var (
-	errNotExpandable = errors.New("not expandable")
-	errBigInteger    = errors.New("an integer beyond 64 bits")
+var errNotExpandable = errors.New("not expandable")
+
+// Jackson's StreamReadConstraints, which ObjectMapper.readTree applies: a
+// payload past them is not read, and stays a string.
+const (
+	jacksonMaxDepth     = 1000 // objects and arrays nested
+	jacksonMaxNumberLen = 1000 // digits of a number: integer, fraction and exponent
 )
 
-// Outcomes of an expansion Debezium does not complete. In
-// EventRouterDelegate the inferred schema replaces the payload column's
-// before the Struct is built, so a failure after that leaves the payload
-// a string with the inferred schema:
-//
-//   - errExpansion: the schema was inferred but does not hold the values
-//     (an integer beyond 64 bits, a top-level array, array elements whose
-//     fields differ in type). StringConverter, which ignores schemas,
-//     writes the string; JsonConverter and an envelope's Struct.put throw,
-//     and Debezium stops.
-//   - errNoSchema: a top-level [] gets no schema (null). Without an
-//     envelope JsonConverter writes the string with a null schema; an
-//     envelope cannot take a null field schema, and Debezium stops.
+// Payloads whose expansion Debezium leaves half done (see the top of the
+// file). Under StringConverter without an envelope Debezium writes the
+// string. Anywhere else it stops: with an envelope Struct.put refuses the
+// string (or a null field schema); JsonConverter's convertToJson throws
+// "Invalid type for STRUCT" (or ARRAY) on the string; AvroData refuses it.
+// One exception: a string with no schema (errNoSchema) JsonConverter
+// writes with "schema":null, and AvroConverter as its Anything record.
 var (
-	errExpansion = errors.New("table.expand.json.payload: Debezium's router stops at this payload: its inferred schema does not hold its values (an integer beyond 64 bits, a top-level array, or array elements whose fields differ in type)")
-	errNoSchema  = errors.New("table.expand.json.payload: Debezium's router stops at this payload: a top-level [] has no schema to place in the envelope")
+	errExpansion = errors.New("table.expand.json.payload: Debezium's router does not expand this payload and keeps it a string with the schema it inferred, which does not hold it " +
+		"(an integer beyond 64 bits, array elements whose fields differ in type, or a top-level array): only StringConverter writes it without an envelope, and Debezium stops here")
+	errNoSchema = errors.New("table.expand.json.payload: Debezium's router infers no schema for a top-level [] and keeps it a string with none, which an envelope cannot hold: Debezium stops here")
 )
 
 // expand returns the payload as Debezium expands it; nil when Debezium
-// keeps it a string with its column's schema (it does not start with { or
-// [, does not parse, or has an array Debezium infers no schema for); or
-// errExpansion or errNoSchema.
+// keeps it a string with its column's schema; or errExpansion or
+// errNoSchema.
 func expand(payload []byte, o *decode.Outbox) (*jsonNode, error) {
 	if len(payload) == 0 || payload[0] != '{' && payload[0] != '[' { // parseJsonPayload
 		return nil, nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
-	n, err := readNode(dec) // Jackson's readTree ignores what follows the first value
-	if errors.Is(err, errBigInteger) {
-		return nil, errExpansion
-	}
+	n, err := readNode(dec, 1) // Jackson's readTree ignores what follows the first value
 	if err != nil {
 		return nil, nil
 	}
@@ -110,17 +130,72 @@ func expand(payload []byte, o *decode.Outbox) (*jsonNode, error) {
 	case s.typ != "struct" || !fits(n, s):
 		return nil, errExpansion
 	}
-	n.schema = s
+	n.schema, n.nesting = s, nesting(n)
 	return n, nil
 }
 
-func readNode(dec *json.Decoder) (*jsonNode, error) {
+func nesting(n *jsonNode) int {
+	deepest := 0
+	for _, m := range n.members {
+		deepest = max(deepest, nesting(m.value))
+	}
+	for _, it := range n.items {
+		deepest = max(deepest, nesting(it))
+	}
+	if n.kind == '{' || n.kind == '[' {
+		return deepest + 1
+	}
+	return deepest
+}
+
+// errTooDeep: what the converter would write of an expanded payload (the
+// value's JSON, or the Avro schema's text) nests objects and arrays deeper
+// than Jackson writes (StreamWriteConstraints: 1,000), and Debezium stops.
+// A payload nested 500 deep meets it under JsonConverter with schemas,
+// 1,000 deep in an envelope, 251 deep under AvroConverter.
+var errTooDeep = errors.New("table.expand.json.payload: what the converter writes of this payload would nest deeper than Jackson's limit of 1000, and Debezium stops here")
+
+// checkNesting returns errTooDeep when the JSON text written of the
+// expanded payload n nests deeper than Jackson writes. Each level of the
+// payload adds at most four levels to any text written of it (an Avro
+// record in a field's union), so only a payload nested over 200 deep is
+// scanned.
+func checkNesting(n *jsonNode, text []byte) error {
+	if n == nil || n.nesting <= 200 {
+		return nil
+	}
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	if deepest > jacksonMaxDepth {
+		return errTooDeep
+	}
+	return nil
+}
+
+// readNode reads the next value, at nesting depth depth.
+func readNode(dec *json.Decoder, depth int) (*jsonNode, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
 	}
 	switch t := tok.(type) {
 	case json.Delim:
+		if depth > jacksonMaxDepth {
+			return nil, errNotExpandable
+		}
 		switch t {
 		case '{':
 			n := &jsonNode{kind: '{'}
@@ -129,7 +204,7 @@ func readNode(dec *json.Decoder) (*jsonNode, error) {
 				if err != nil {
 					return nil, err
 				}
-				v, err := readNode(dec)
+				v, err := readNode(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}
@@ -149,7 +224,7 @@ func readNode(dec *json.Decoder) (*jsonNode, error) {
 		case '[':
 			n := &jsonNode{kind: '['}
 			for dec.More() {
-				v, err := readNode(dec)
+				v, err := readNode(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}
@@ -173,25 +248,34 @@ func readNode(dec *json.Decoder) (*jsonNode, error) {
 	return nil, errNotExpandable
 }
 
-// number classifies a JSON number as Jackson does: an integer literal is an
-// int when it fits 32 bits, a long when it fits 64, else a BigInteger
-// (which JsonSchemaData cannot put into its FLOAT64 field); anything with a
-// fraction or exponent is a double.
+// number classifies a JSON number as Jackson does: an integer literal is
+// an int when it fits 32 bits, a long when it fits 64, else a BigInteger;
+// anything with a fraction or exponent is a double. Jackson refuses a
+// number of more than 1,000 digits.
 func number(s string) (*jsonNode, error) {
+	digits := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] >= '0' && s[i] <= '9' {
+			digits++
+		}
+	}
+	if digits > jacksonMaxNumberLen {
+		return nil, errNotExpandable
+	}
 	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
 		if i >= math.MinInt32 && i <= math.MaxInt32 {
 			return &jsonNode{kind: 'i', text: strconv.FormatInt(i, 10)}, nil
 		}
 		return &jsonNode{kind: 'l', text: strconv.FormatInt(i, 10)}, nil
 	}
-	if bytes.ContainsAny([]byte(s), ".eE") {
+	if strings.ContainsAny(s, ".eE") {
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil && !errors.Is(err, strconv.ErrRange) {
 			return nil, err
 		}
 		return &jsonNode{kind: 'd', num: f}, nil
 	}
-	return nil, errBigInteger
+	return &jsonNode{kind: 'B', text: s}, nil
 }
 
 type expander struct{ nulls, emptyArrays bool }
@@ -207,7 +291,9 @@ func (x expander) schema(key string, n *jsonNode) (*connectSchema, error) {
 		return &connectSchema{typ: "int32"}, nil
 	case 'l':
 		return &connectSchema{typ: "int64"}, nil
-	case 'd':
+	case 'd', 'B':
+		// A BigInteger is neither int nor long to toConnectSchema: FLOAT64,
+		// a field that toConnectData's BigDecimal does not fit.
 		return &connectSchema{typ: "double"}, nil
 	case 'n':
 		if x.nulls {
@@ -245,7 +331,9 @@ func (x expander) schema(key string, n *jsonNode) (*connectSchema, error) {
 }
 
 // arrayItems is toConnectSchemaWithCycles: the first non-null element sets
-// the type every other must have; object elements' schemas are merged.
+// the JSON type every other must have, and a number's schema every other
+// number's (a double and a BigInteger share FLOAT64); object elements'
+// schemas are merged.
 func (x expander) arrayItems(key string, n *jsonNode) (*connectSchema, error) {
 	var sample *jsonNode
 	for _, it := range n.items {
@@ -255,8 +343,7 @@ func (x expander) arrayItems(key string, n *jsonNode) (*connectSchema, error) {
 		if sample == nil {
 			sample = it
 		}
-		same := it.kind == sample.kind || isNumber(it.kind) && isNumber(sample.kind)
-		if !same || isNumber(it.kind) && it.kind != sample.kind {
+		if numberType(it.kind) != numberType(sample.kind) || numberType(it.kind) == "" && it.kind != sample.kind {
 			return nil, errors.New("not a homogenous array")
 		}
 	}
@@ -305,7 +392,19 @@ func (x expander) arrayItems(key string, n *jsonNode) (*connectSchema, error) {
 	return merged, nil
 }
 
-func isNumber(k byte) bool { return k == 'i' || k == 'l' || k == 'd' }
+// numberType is the Connect type toConnectSchema gives a number node; ""
+// for any other node.
+func numberType(k byte) string {
+	switch k {
+	case 'i':
+		return "int32"
+	case 'l':
+		return "int64"
+	case 'd', 'B':
+		return "double"
+	}
+	return ""
+}
 
 // fits is Struct.put's validation of the values toConnectData puts: a
 // merged array element schema can disagree with an element's value.

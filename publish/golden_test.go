@@ -276,10 +276,31 @@ func TestGoldenRecords(t *testing.T) {
 	}
 }
 
+// TestJSONStringEscapesLikeJackson: the bytes Kafka Connect 4.3.1's
+// JsonConverter (Jackson 2.21.2) wrote for these strings. A character
+// outside the Basic Multilingual Plane is its surrogate pair, each half
+// escaped in upper-case hex (compat case "astral json"); the rest of
+// non-ASCII is its UTF-8 bytes. Avro's schema text keeps the pair whole.
 func TestJSONStringEscapesLikeJackson(t *testing.T) {
-	in := "a\"b\\c\n\t\x01<&>é\u2028"
-	want := `"a\"b\\c\n\t\u0001<&>é` + "\u2028" + `"`
-	if got := string(jsonString(nil, []byte(in))); got != want {
-		t.Fatalf("jsonString(%q) = %s, want %s", in, got, want)
+	for _, tc := range []struct{ in, json, avro string }{
+		{"a\"b\\c\n\t\x01<&>é\u2028", `"a\"b\\c\n\t\u0001<&>é` + "\u2028" + `"`, ""},
+		{"😀", `"\uD83D\uDE00"`, `"😀"`},
+		{"a😀b🚀", `"a\uD83D\uDE00b\uD83D\uDE80"`, `"a😀b🚀"`},
+		{"\U0010FFFF\U00010000𝄞", `"\uDBFF\uDFFF\uD800\uDC00\uD834\uDD1E"`, ""},
+		{"é世\uffff\ufeff\x7f\x00\x1f/", `"é世` + "\uffff\ufeff\x7f" + `\u0000\u001F/"`, ""},
+		{"\\uD83D\\uDE00 😀", `"\\uD83D\\uDE00 \uD83D\uDE00"`, `"\\uD83D\\uDE00 😀"`},
+	} {
+		if got := string(jsonString(nil, []byte(tc.in))); got != tc.json {
+			t.Errorf("jsonString(%q) = %s, want %s", tc.in, got, tc.json)
+		}
+		if tc.avro == "" {
+			continue
+		}
+		if got := string(avroSchemaString(nil, []byte(tc.in))); got != tc.avro {
+			t.Errorf("avroSchemaString(%q) = %s, want %s", tc.in, got, tc.avro)
+		}
+		if got := string(wholePairs(jsonString([]byte("x"), []byte(tc.in)), 1)); got != "x"+tc.avro {
+			t.Errorf("wholePairs(jsonString(%q)) = %s, want x%s", tc.in, got, tc.avro)
+		}
 	}
 }

@@ -22,6 +22,11 @@ import (
 // JSON type, optional. Debezium writes no __debezium.context.* headers on
 // these records.
 
+// errMessageSchema: the schema the decoder infers from a message does not
+// hold its values (an integer beyond 64 bits, array elements whose fields
+// differ in type), or there is none (a top-level []).
+var errMessageSchema = errors.New("the decoder Debezium runs stops at this message: the schema it infers does not hold its values")
+
 // message is a message event's content as Debezium's decoder makes it.
 type message struct {
 	root   *jsonNode
@@ -31,7 +36,7 @@ type message struct {
 func parseMessage(ev *decode.Event) (*message, error) {
 	dec := json.NewDecoder(bytes.NewReader(ev.Message))
 	dec.UseNumber()
-	root, err := readNode(dec)
+	root, err := readNode(dec, 1)
 	if err != nil {
 		return nil, fmt.Errorf("reading the message as Debezium's decoder does: %w", err)
 	}
@@ -41,7 +46,7 @@ func parseMessage(ev *decode.Event) (*message, error) {
 		return nil, fmt.Errorf("the decoder Debezium runs stops at this message: %w", err)
 	}
 	if s == nil || !fits(root, s) {
-		return nil, errExpansion
+		return nil, errMessageSchema
 	}
 	return &message{root: root, schema: s}, nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/decode"
@@ -233,14 +235,54 @@ func (r *Router) Record(ctx context.Context, ev *decode.Event) (*kgo.Record, err
 	return rec, nil
 }
 
-// jsonString appends s as a JSON string escaped as Jackson, behind Kafka
-// Connect's JsonConverter, escapes it: quote, backslash and control
-// characters only, with upper-case hex; not HTML characters, not non-ASCII.
-func jsonString(dst, s []byte) []byte {
+// jsonString appends s as a JSON string as Jackson's UTF8JsonGenerator,
+// behind Kafka Connect's JsonConverter, writes it: quote, backslash and
+// control characters escaped, with upper-case hex; a character outside the
+// Basic Multilingual Plane (four bytes in UTF-8: an emoji) as its UTF-16
+// surrogate pair, each half escaped (😀 is \uD83D\uDE00), since Jackson 2
+// escapes every surrogate char unless its
+// COMBINE_UNICODE_SURROGATES_IN_UTF8 feature is on, and JsonConverter
+// leaves it off; HTML characters and the rest of non-ASCII as they are.
+func jsonString(dst, s []byte) []byte { return appendJacksonString(dst, s, true) }
+
+// avroSchemaString appends s as a string of an Avro schema's JSON text:
+// Avro's Schema.toString writes through Jackson's generator of characters,
+// which escapes as jsonString does but leaves surrogate pairs whole, so a
+// character outside the Basic Multilingual Plane stays its UTF-8 bytes.
+func avroSchemaString(dst, s []byte) []byte { return appendJacksonString(dst, s, false) }
+
+// wholePairs turns the escaped surrogate pairs jsonString wrote in
+// dst[start:] back into the UTF-8 bytes of their characters, in place.
+// jsonString escapes a backslash of the text as \\, so every \u in what it
+// wrote is an escape of its own.
+func wholePairs(dst []byte, start int) []byte {
+	out := start
+	for i := start; i < len(dst); {
+		if dst[i] == '\\' && i+1 < len(dst) {
+			if i+12 <= len(dst) && dst[i+1] == 'u' && dst[i+6] == '\\' && dst[i+7] == 'u' {
+				hi, err1 := strconv.ParseUint(string(dst[i+2:i+6]), 16, 16)
+				lo, err2 := strconv.ParseUint(string(dst[i+8:i+12]), 16, 16)
+				if r := utf16.DecodeRune(rune(hi), rune(lo)); err1 == nil && err2 == nil && r != utf8.RuneError {
+					out += utf8.EncodeRune(dst[out:], r) // 4 bytes where the escapes had 12
+					i += 12
+					continue
+				}
+			}
+			out += copy(dst[out:], dst[i:i+2])
+			i += 2
+			continue
+		}
+		dst[out] = dst[i]
+		out, i = out+1, i+1
+	}
+	return dst[:out]
+}
+
+func appendJacksonString(dst, s []byte, escapePairs bool) []byte {
 	const hex = "0123456789ABCDEF"
 	dst = append(dst, '"')
-	for _, c := range s {
-		switch {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
 		case c == '"' || c == '\\':
 			dst = append(dst, '\\', c)
 		case c == '\n':
@@ -255,6 +297,17 @@ func jsonString(dst, s []byte) []byte {
 			dst = append(dst, '\\', 'f')
 		case c < 0x20:
 			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+		case c >= 0xF0 && escapePairs:
+			r, size := utf8.DecodeRune(s[i:])
+			if size != 4 {
+				dst = append(dst, c) // not UTF-8: Postgres sends none in a UTF8 database
+				continue
+			}
+			hi, lo := utf16.EncodeRune(r)
+			for _, u := range [2]rune{hi, lo} {
+				dst = append(dst, '\\', 'u', hex[u>>12], hex[u>>8&0xF], hex[u>>4&0xF], hex[u&0xF])
+			}
+			i += size - 1
 		default:
 			dst = append(dst, c)
 		}
