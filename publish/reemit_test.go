@@ -103,7 +103,16 @@ func TestReemitRequests(t *testing.T) {
 	if r3 := state(cp.Notes.Reemits, "r3"); r3.Rows != 0 || r3.Error == "" {
 		t.Errorf("r3: %+v", r3)
 	}
-	until("the live event after the failure", func(checkpoint.Reemits) bool { return true })
+	// The live event after the failure commits with it or after it.
+	for cp.LSN < 0x510 {
+		select {
+		case cp = <-committed:
+		case err := <-errc:
+			t.Fatalf("Run ended waiting for the live event after the failure: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("no checkpoint with the live event after the failure: the last was %s", cp)
+		}
+	}
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
