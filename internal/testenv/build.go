@@ -28,14 +28,16 @@ var builds struct {
 }
 
 // Main runs the tests of a package that builds binaries or shares
-// servers (SharedBroker), and afterwards closes the servers and removes
-// the binaries: call it from TestMain as os.Exit(testenv.Main(m)).
+// servers (SharedBroker, StartPostgres's cluster templates), and
+// afterwards closes the servers and removes the binaries and templates:
+// call it from TestMain as os.Exit(testenv.Main(m)).
 func Main(m *testing.M) int {
 	shared.Lock()
 	shared.main = true
 	shared.Unlock()
 	code := m.Run()
 	closeShared()
+	removeTemplates()
 	builds.Lock()
 	defer builds.Unlock()
 	if builds.dir != "" {
