@@ -172,8 +172,9 @@ var threshold = regexp.MustCompile(`\s*(==|!=|>=|<=|>|<)\s*-?[0-9][0-9.e+]*`)
 // are (they must parse) and without their thresholds (the signal must
 // exist), and every rule must evaluate without error.
 func TestDeployPrometheus(t *testing.T) {
+	t.Parallel()
 	promBin := tool(t, "prometheus")
-	e := newEnv(t)
+	e := newSharedEnv(t)
 	args := []string{"--http-addr", "127.0.0.1:0", "--slot-poll-interval", "200ms"}
 	a := e.start(args).streaming(t)
 	addrA := a.httpAddr(t)
