@@ -776,8 +776,9 @@ func TestBadRowStops(t *testing.T) {
 }
 
 // TestSlotDroppedWhileStreaming: the walsender is terminated and the slot
-// dropped; walstream reconnects, finds no slot and stops instead of
-// recreating it, which would hide a gap.
+// dropped; walstream stops instead of recreating it, which would hide a
+// gap: it finds no slot when it reconnects, or its slot monitor, whose
+// first poll may come after the drop on a busy machine, finds it gone.
 func TestSlotDroppedWhileStreaming(t *testing.T) {
 	t.Parallel()
 	e := newSharedEnv(t)
@@ -796,7 +797,10 @@ func TestSlotDroppedWhileStreaming(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	msg := exitMessage(t, p)
-	wantAll(t, msg, `slot "walstream"`, "does not exist")
+	wantAll(t, msg, `slot "walstream"`, "events may be missing")
+	if !strings.Contains(msg, "does not exist") && !strings.Contains(msg, "was dropped while streaming") {
+		t.Errorf("message %q does not say the slot does not exist or was dropped", msg)
+	}
 	if e.confirmedLSN("walstream") != 0 {
 		t.Fatal("walstream recreated the dropped slot")
 	}
