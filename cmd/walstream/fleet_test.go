@@ -29,6 +29,7 @@ import (
 // the slot is confirmed as the load goes, /readyz, the metric and
 // `walstream status` name the holder, and every row reaches Kafka once.
 func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	// A commit timeout of 4 s: a commit that waited for read_committed
 	// visibility would fail within the hold.
@@ -148,6 +149,7 @@ func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
 // empty when it first looked), never resume from the other's position; the
 // other streams on untouched.
 func TestStreamNameClaimedAtEveryStart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.pg.Exec("postgres", "CREATE DATABASE billing")
@@ -196,6 +198,7 @@ func TestStreamNameClaimedAtEveryStart(t *testing.T) {
 // transactional id where it no longer uses it (so the paused instance
 // cannot commit its part), and every row reaches Kafka once.
 func TestUpgradeKeepsCheckpoint(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for i, tc := range []struct {
 		name string
