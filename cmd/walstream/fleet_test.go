@@ -29,6 +29,7 @@ import (
 // the slot is confirmed as the load goes, /readyz, the metric and
 // `walstream status` name the holder, and every row reaches Kafka once.
 func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	// A commit timeout of 4 s: a commit that waited for read_committed
 	// visibility would fail within the hold.

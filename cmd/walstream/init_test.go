@@ -208,6 +208,7 @@ func TestInitFailoverSlot(t *testing.T) {
 // custom settings of each database. A setup init cannot run whole is
 // refused before anything is created, or rolled back.
 func TestInitManagedProviders(t *testing.T) {
+	t.Parallel()
 	registerSecret("init-Sekr1t")
 	pg := testenv.StartPostgres(t, testenv.Version(16))
 	ctx := context.Background()

@@ -37,6 +37,7 @@ func tool(t *testing.T, name string) string {
 // TestDeployAlertRules runs promtool's syntax check and the unit tests of
 // every alert (deploy/prometheus/alerts_test.yml).
 func TestDeployAlertRules(t *testing.T) {
+	t.Parallel()
 	promtool := tool(t, "promtool")
 	for _, args := range [][]string{
 		{"check", "rules", "../../deploy/prometheus/alerts.yml"},
@@ -130,6 +131,7 @@ func readDashboard(t *testing.T) dashboard {
 // have, every panel on it, and every query filtered by the slot and
 // instance variables.
 func TestDashboardImportable(t *testing.T) {
+	t.Parallel()
 	d := readDashboard(t)
 	if len(d.Inputs) != 1 || d.Inputs[0].Name != "DS_PROMETHEUS" || d.Inputs[0].Type != "datasource" || d.Inputs[0].PluginID != "prometheus" {
 		t.Errorf("__inputs %+v, want one Prometheus datasource input DS_PROMETHEUS", d.Inputs)
