@@ -133,8 +133,9 @@ func httpBody(addr, path string) string {
 // Every record is read back by a registry-aware consumer and compared
 // with the rows.
 func TestAvro(t *testing.T) {
+	t.Parallel()
 	reg := testenv.StartRegistry(t)
-	e := newEnv(t)
+	e := newSharedEnv(t)
 	e.reader = []kgo.Opt{} // Avro is binary: read with franz-go, not kcat's text
 	args := []string{"--converter", "avro", "--schema-registry-url", reg.URL(), "--max-batch-events", "500", "--linger", "0s"}
 	seq := 0
@@ -155,8 +156,8 @@ func TestAvro(t *testing.T) {
 			return strings.Contains(httpBody(addr, "/readyz"), "schema registry at "+reg.URL())
 		})
 		var out, errOut bytes.Buffer
-		cmd := exec.Command(binary, "status", "--json", "--pg-url", e.pg.URL("postgres", "postgres"), "--kafka-brokers", e.broker,
-			"--converter", "avro", "--schema-registry-url", reg.URL())
+		cmd := exec.Command(binary, slices.Concat([]string{"status", "--json", "--pg-url", e.pg.URL("postgres", "postgres")}, e.kafkaArgs(),
+			[]string{"--converter", "avro", "--schema-registry-url", reg.URL()})...)
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		if err := cmd.Run(); err == nil {
 			t.Errorf("status with the registry down exited 0:\n%s", out.String())
@@ -224,7 +225,8 @@ func TestAvro(t *testing.T) {
 
 	avr := newAvroReader(t, reg.URL())
 	e.checkExactlyOnce(avr.plain(e.readAll("Order", "Customer")), "outbox.event.")
-	avr.oneVersionEach("outbox.event.Order-key", "outbox.event.Order-value", "outbox.event.Customer-key", "outbox.event.Customer-value")
+	order, customer := e.topic("outbox.event.Order"), e.topic("outbox.event.Customer")
+	avr.oneVersionEach(order+"-key", order+"-value", customer+"-key", customer+"-value")
 
 	phase("a payload its schema cannot hold", func(t *testing.T) {
 		// A slot of its own, from now on, with the payload expanded.
@@ -305,14 +307,15 @@ func TestAvro(t *testing.T) {
 
 	phase("schema refused by the compatibility rule", func(t *testing.T) {
 		ctx := context.Background()
-		if res := avr.cl.SetCompatibility(ctx, sr.SetCompatibility{Level: sr.CompatBackward}, "outbox.event.Order-value"); res[0].Err != nil {
+		subject := e.topic("outbox.event.Order") + "-value"
+		if res := avr.cl.SetCompatibility(ctx, sr.SetCompatibility{Level: sr.CompatBackward}, subject); res[0].Err != nil {
 			t.Fatal(res[0].Err)
 		}
 		// An envelope value is a record: not readable as the string before.
 		p := e.start(slices.Concat(args, []string{"--additional-placement", "type:envelope:eventType", "--topic-prefix", "dbz"}))
 		before := e.currentLSN()
 		e.insertTx("Order", 1, 1, &seq, false)
-		wantAll(t, exitMessage(t, p), "event ", "at LSN 0/", "subject outbox.event.Order-value", "compatibility level BACKWARD", "PUT /config/outbox.event.Order-value")
+		wantAll(t, exitMessage(t, p), "event ", "at LSN 0/", "subject "+subject, "compatibility level BACKWARD", "PUT /config/"+subject)
 		if got := e.confirmedLSN("walstream"); got > before {
 			t.Errorf("confirmed_flush_lsn %s moved past %s with the schema refused", got, before)
 		}

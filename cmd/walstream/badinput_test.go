@@ -45,9 +45,16 @@ var badRows = []struct {
 // walstream with an error naming the LSN and what is wrong, the slot does
 // not confirm the bad row's transaction, and a restart stops there again.
 func TestBadInputFails(t *testing.T) {
+	t.Parallel()
 	for _, tc := range badRows {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
+			t.Parallel()
+			e := newSharedEnv(t)
+			// The messages name the test's topics.
+			want := make([]string, len(tc.want))
+			for i, w := range tc.want {
+				want[i] = strings.ReplaceAll(w, "outbox.event.", e.topic("outbox.event."))
+			}
 			if tc.setup != "" {
 				e.pg.Exec("postgres", tc.setup)
 			}
@@ -58,7 +65,7 @@ func TestBadInputFails(t *testing.T) {
 			e.pg.Exec("postgres", tc.row)
 			after := e.currentLSN()
 			msg := exitMessage(t, p)
-			wantAll(t, msg, append([]string{"at LSN 0/"}, tc.want...)...)
+			wantAll(t, msg, append([]string{"at LSN 0/"}, want...)...)
 			// The slot may confirm a keepalive position inside the bad
 			// transaction (Postgres resends transactions committing after
 			// it), never its end.
@@ -66,7 +73,7 @@ func TestBadInputFails(t *testing.T) {
 				t.Fatalf("confirmed_flush_lsn %s reached %s, past a row that was not delivered", got, after)
 			}
 			// A restart stops at the same row: nothing is skipped silently.
-			wantAll(t, exitMessage(t, e.start(tc.args)), tc.want...)
+			wantAll(t, exitMessage(t, e.start(tc.args)), want...)
 		})
 	}
 }
@@ -77,7 +84,8 @@ func TestBadInputFails(t *testing.T) {
 // NULL payload is not bad: it is published with a null value, as Debezium
 // does.
 func TestBadInputDeadLetter(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL, ALTER COLUMN payload DROP NOT NULL")
 	p := e.start([]string{"--on-error", "dead-letter", "--max-record-bytes", "2000"}).streaming(t)
 	seq := 0
@@ -143,7 +151,8 @@ func between(s, from, to string) string {
 // stores text that is not valid UTF-8: such an aggregate id cannot be a key
 // that consumers decode as text.
 func TestInvalidUTF8(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	e.pg.Exec("postgres", "CREATE DATABASE ascii TEMPLATE template0 ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'")
 	e.pg.Exec("ascii", outboxDDL)
 	p := e.start([]string{"--pg-url", e.pg.URL("postgres", "ascii")}).streaming(t)

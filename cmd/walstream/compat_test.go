@@ -19,7 +19,8 @@ import (
 // NULL payload becomes a tombstone; read back with kcat from
 // zstd-compressed batches.
 func TestLogicalMessageOutboxJSON(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN payload DROP NOT NULL")
 	// zstd batches, which kcat (librdkafka) decompresses on its own.
 	p := e.start([]string{"--converter", "json", "--tombstone-on-empty-payload", "--compression", "zstd"}).streaming(t)
@@ -60,11 +61,13 @@ func TestLogicalMessageOutboxJSON(t *testing.T) {
 // converters Debezium users run: JsonConverter with schemas, and a string
 // key with a schemas-enabled JSON value (testDebeziumConverters).
 func TestDebeziumConfigFile(t *testing.T) {
+	t.Parallel()
 	t.Run("two tables, json without schemas", testTwoTablesJSON)
 	t.Run("converters", testDebeziumConverters)
 }
 
 func testTwoTablesJSON(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.pg.Exec("postgres", `CREATE SCHEMA orders; CREATE SCHEMA billing;
 		CREATE TABLE orders.outbox (LIKE public.outbox INCLUDING ALL);
@@ -170,6 +173,7 @@ tables:
 //     is the murmur2 hash of those bytes, as the Java producer behind
 //     Connect places it.
 func testDebeziumConverters(t *testing.T) {
+	t.Parallel()
 	const ddl = `CREATE SCHEMA dbz;
 		CREATE TABLE dbz.outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid bigint NOT NULL, type text,
 			payload jsonb, status text DEFAULT 'new')`
@@ -212,6 +216,7 @@ outbox:
 		}, "4711"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			e.pg.Exec("postgres", ddl)
 			cfg := filepath.Join(t.TempDir(), "walstream.yaml")
@@ -242,7 +247,8 @@ outbox:
 // the catalog then, as Debezium refreshes a table's schema; Struct.get then
 // gives a NULL the new default.
 func TestDebeziumDefaultChanged(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	e.pg.Exec("postgres", `ALTER TABLE outbox ADD COLUMN status text DEFAULT 'new'`)
 	p := e.start([]string{"--additional-placement", "status:header"}).streaming(t)
 	e.pg.Exec("postgres", `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, status)

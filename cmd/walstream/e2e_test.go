@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,14 +21,31 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/pipeline"
 )
 
 // binary is walstream built with the race detector and the
 // walstream_faults tag, so that tests can crash it at named points.
 var binary string
 
+// parallel is how many tests run at once here unless go test's -parallel
+// says otherwise. An end-to-end test mostly waits, for walstream, Postgres
+// and Kafka: 4 at a time keep two cores busy without starving walstream
+// (docs/development.md, The test suite's time).
+const parallel = 4
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	var err error
 	if binary, err = testenv.BuildBinary(testenv.WalstreamBuild(true, true)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -79,6 +99,12 @@ type env struct {
 	// reader, when set, makes tests read records with a franz-go consumer
 	// with these connection options instead of kcat.
 	reader []kgo.Opt
+	// ns, on a broker other tests share (newSharedEnv), prefixes every
+	// name this test's walstream gives Kafka: its outbox, checkpoint and
+	// dead-letter topics and its transactional ids (kafkaNames). The
+	// readers take the names walstream has by default and add it
+	// (topic), so a test reads "outbox.event.Order" on either broker.
+	ns string
 }
 
 // secrets are the passwords tests use; no walstream output may hold one.
@@ -110,6 +136,25 @@ func leakedSecret(out string) string {
 func newEnv(t *testing.T, opts ...testenv.Option) *env {
 	t.Helper()
 	return newEnvOn(t, testenv.TestBroker(), opts...)
+}
+
+// newSharedEnv is newEnv on the broker the tests of this binary share
+// (testenv.SharedBroker), under names of its own (env.ns), for a test
+// that needs nothing of a broker of its own: it does not stop or restart
+// it, change its settings or need its default names (a --config file
+// naming topics, the checkpoint or dead-letter topic, the transactional
+// id as walstream defaults it).
+func newSharedEnv(t *testing.T, opts ...testenv.Option) *env {
+	t.Helper()
+	return newSharedEnvWith(t, outboxDDL, opts...)
+}
+
+// newSharedEnvWith is newSharedEnv with an outbox table of its own.
+func newSharedEnvWith(t *testing.T, ddl string, opts ...testenv.Option) *env {
+	t.Helper()
+	e := startEnv(t, testenv.SharedBrokerAsync(t, testenv.TestBroker()), ddl, opts...)
+	e.ns = testenv.TopicPrefix(t)
+	return e
 }
 
 // newEnvOn is newEnv on a broker of the given kind.
@@ -150,7 +195,7 @@ func (e *env) start(args []string, environ ...string) *proc {
 		"--idle-interval", "500ms",
 		"--commit-timeout", "10s",
 		"--log-level", "debug",
-	}, args...), environ...)}
+	}, slices.Concat(e.kafkaNames(args), args)...), environ...)}
 	e.t.Cleanup(func() {
 		_ = p.stop()
 		if s := leakedSecret(p.Log()); s != "" {
@@ -159,6 +204,57 @@ func (e *env) start(args []string, environ ...string) *proc {
 	})
 	return p
 }
+
+// kafkaNames are the flags that give walstream the test's own names on a
+// shared broker (ownNames), except those args set.
+func (e *env) kafkaNames(args []string) []string {
+	if e.ns == "" {
+		return nil
+	}
+	slot := pipeline.DefaultSlot
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--slot="); ok {
+			slot = v
+		} else if a == "--slot" && i+1 < len(args) {
+			slot = args[i+1]
+		}
+	}
+	var out []string
+	for _, f := range e.ownNames(slot) {
+		if !slices.ContainsFunc(args, func(a string) bool { return a == f[0] || strings.HasPrefix(a, f[0]+"=") }) {
+			out = append(out, f[:]...)
+		}
+	}
+	return out
+}
+
+// ownNames are the flags and values of every name walstream gives Kafka
+// by default, prefixed with env.ns; the transactional id is the one of
+// the stream of slot. walstream status takes all but the last.
+func (e *env) ownNames(slot string) [][2]string {
+	return [][2]string{
+		{"--checkpoint-topic", e.topic(pipeline.DefaultCheckpointTopic)},
+		{"--dlq-topic", e.topic(pipeline.DefaultDeadLetterTopic)},
+		{"--transactional-id", e.ns + "walstream-" + slot},
+		{"--topic-template", e.topic(decode.DefaultTopicReplacement)},
+	}
+}
+
+// kafkaArgs are the flags of walstream status that reach Kafka where the
+// test's walstream writes.
+func (e *env) kafkaArgs() []string {
+	args := []string{"--kafka-brokers", e.broker}
+	if e.ns != "" {
+		for _, f := range e.ownNames(pipeline.DefaultSlot)[:3] {
+			args = append(args, f[:]...)
+		}
+	}
+	return args
+}
+
+// topic is the topic a test's walstream writes for the one it would
+// write by default (see env.ns).
+func (e *env) topic(name string) string { return e.ns + name }
 
 // stop sends SIGTERM and waits for a clean exit.
 func (p *proc) stop() error { return p.Stop(syscall.SIGTERM, 30*time.Second) }
@@ -225,7 +321,9 @@ func (e *env) waitConfirmed(slot string, lsn pglogrepl.LSN, within time.Duration
 // record is one record as kcat, a librdkafka client, read it.
 type record = testenv.Record
 
-// kcat reads a topic from the beginning to its end, read_committed.
+// kcat reads a topic from the beginning to its end, read_committed: the
+// topic walstream writes for the one named (env.topic), its records
+// under the name given.
 func (e *env) kcat(topic string) []record {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -233,7 +331,7 @@ func (e *env) kcat(topic string) []record {
 	var recs []record
 	var err error
 	if e.reader != nil {
-		recs, err = testenv.ReadRecords(ctx, e.broker, topic, e.reader...)
+		recs, err = testenv.ReadRecords(ctx, e.broker, e.topic(topic), e.reader...)
 	} else {
 		if _, lerr := exec.LookPath("kcat"); lerr != nil {
 			if os.Getenv("CI") != "" {
@@ -241,10 +339,13 @@ func (e *env) kcat(topic string) []record {
 			}
 			e.t.Skip("kcat is not installed")
 		}
-		recs, err = testenv.Kcat(ctx, e.broker, topic)
+		recs, err = testenv.Kcat(ctx, e.broker, e.topic(topic))
 	}
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	for i := range recs {
+		recs[i].Topic = topic
 	}
 	return recs
 }
@@ -348,8 +449,12 @@ func (e *env) insertTx(typ string, n, aggs int, seq *int, rollback bool) {
 	e.insertTxIn("postgres", typ, n, aggs, seq, rollback)
 }
 
-// insertTxIn is insertTx into the outbox of database db.
-func (e *env) insertTxIn(db, typ string, n, aggs int, seq *int, rollback bool) {
+// insertTxIn is insertTx into the outbox of database db. It returns a
+// position inside the transaction, before its commit: a slot confirmed
+// past it has confirmed the transaction, whatever other databases of the
+// cluster wrote since, where the cluster's current position may be out of
+// reach of a slot that writes no idle checkpoints.
+func (e *env) insertTxIn(db, typ string, n, aggs int, seq *int, rollback bool) pglogrepl.LSN {
 	e.t.Helper()
 	ctx := context.Background()
 	conn := e.pg.Connect(db)
@@ -363,6 +468,14 @@ func (e *env) insertTxIn(db, typ string, n, aggs int, seq *int, rollback bool) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	var inside string
+	if err := tx.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&inside); err != nil {
+		e.t.Fatal(err)
+	}
+	lsn, err := pglogrepl.ParseLSN(inside)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	if !rollback {
 		*seq += n
 		err = tx.Commit(ctx)
@@ -373,6 +486,7 @@ func (e *env) insertTxIn(db, typ string, n, aggs int, seq *int, rollback bool) {
 		e.t.Fatal(err)
 	}
 	conn.Close(ctx)
+	return lsn
 }
 
 // TestStreamsExactlyOnce: 10k rows in transactions from 1 to 2,500 rows,
@@ -381,13 +495,17 @@ func (e *env) insertTxIn(db, typ string, n, aggs int, seq *int, rollback bool) {
 // It runs on every supported Postgres major; the other tests run on
 // testenv.DefaultMajor.
 func TestStreamsExactlyOnce(t *testing.T) {
+	t.Parallel()
 	for _, major := range testenv.Majors() {
-		t.Run(fmt.Sprintf("pg%d", major), func(t *testing.T) { streamsExactlyOnce(t, major) })
+		t.Run(fmt.Sprintf("pg%d", major), func(t *testing.T) {
+			t.Parallel()
+			streamsExactlyOnce(t, major)
+		})
 	}
 }
 
 func streamsExactlyOnce(t *testing.T, major int) {
-	e := newEnv(t, testenv.Version(major))
+	e := newSharedEnv(t, testenv.Version(major))
 	p := e.start([]string{"--max-batch-events", "1000"}).streaming(t)
 	seq := 0
 	sizes := []int{1, 2, 7, 50, 100, 340, 1000, 2500, 1, 999, 3000, 1000, 1000}
@@ -417,8 +535,12 @@ func streamsExactlyOnce(t *testing.T, major int) {
 // transaction protocol walstream meets: Kafka 4.x with transaction version
 // 2, 1 and 0, and Kafka 3.9 (see crashKinds).
 func TestCrashBetweenKafkaCommitAndAck(t *testing.T) {
+	t.Parallel()
 	for _, kind := range crashKinds() {
-		t.Run(string(kind), func(t *testing.T) { crashBetweenKafkaCommitAndAck(t, kind) })
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			crashBetweenKafkaCommitAndAck(t, kind)
+		})
 	}
 }
 
@@ -493,7 +615,8 @@ func transactionVersion(t *testing.T, broker string) int16 {
 // TestIdleOutboxDoesNotPinWAL: while the outbox is quiet and another table
 // writes 50 MB of WAL, the slot's confirmed_flush_lsn moves past it.
 func TestIdleOutboxDoesNotPinWAL(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	p := e.start(nil).streaming(t)
 	seq := 0
 	e.insertTx("Order", 10, 3, &seq, false)
@@ -512,7 +635,8 @@ func TestIdleOutboxDoesNotPinWAL(t *testing.T) {
 // the first streams, takes over when the first dies, and no row is
 // duplicated or lost across the handover.
 func TestSecondInstanceWaits(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	first := e.start(nil).streaming(t)
 	second := e.start([]string{"--progress-interval", "1s"})
 	second.waitLog(t, "is active for PID", 30*time.Second)
@@ -572,7 +696,8 @@ func wantAll(t *testing.T, msg string, parts ...string) {
 // starts beyond what Kafka holds; walstream refuses it until told that the
 // gap is accepted.
 func TestSlotAheadOfCheckpoint(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	p := e.start(nil).streaming(t)
 	seq := 0
 	e.insertTx("Order", 5, 2, &seq, false)
@@ -600,9 +725,11 @@ func TestSlotAheadOfCheckpoint(t *testing.T) {
 // each first takes a fencing for a bumped epoch and restarts; the run of
 // fencings then stops them with a message naming the setting.
 func TestSharedTransactionalID(t *testing.T) {
-	e := newEnv(t)
-	first := e.start([]string{"--transactional-id", "shared"}).streaming(t)
-	second := e.start([]string{"--transactional-id", "shared", "--slot", "other", "--checkpoint-key", "other"}).streaming(t)
+	t.Parallel()
+	e := newSharedEnv(t)
+	id := e.ns + "shared"
+	first := e.start([]string{"--transactional-id", id}).streaming(t)
+	second := e.start([]string{"--transactional-id", id, "--slot", "other", "--checkpoint-key", "other"}).streaming(t)
 	seq := 0
 	for i := 0; i < 40; i++ {
 		e.insertTx("Order", 5, 2, &seq, false)
@@ -623,7 +750,7 @@ func TestSharedTransactionalID(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("neither instance stopped")
 	}
-	wantAll(t, exitMessage(t, p), "fenced", "transactional id shared was fenced 3 times", "check --transactional-id")
+	wantAll(t, exitMessage(t, p), "fenced", "transactional id "+id+" was fenced 3 times", "check --transactional-id")
 }
 
 // TestBadRowStops: an outbox row with a NULL aggregate type stops
@@ -632,7 +759,8 @@ func TestSharedTransactionalID(t *testing.T) {
 // stop, which holds the row before it, is aborted: read_committed readers
 // of its partition do not wait for Kafka's transaction timeout.
 func TestBadRowStops(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL")
 	// A long linger keeps the good row's Kafka transaction open when the
 	// bad row arrives.
@@ -655,16 +783,19 @@ func TestBadRowStops(t *testing.T) {
 	// walstream's abort ends it at its stop.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := testenv.WaitStable(ctx, e.broker, "outbox.event.Order"); err != nil {
+	if err := testenv.WaitStable(ctx, e.broker, e.topic("outbox.event.Order")); err != nil {
 		t.Fatalf("outbox.event.Order still has a transaction open after walstream stopped: %v", err)
 	}
 }
 
 // TestSlotDroppedWhileStreaming: the walsender is terminated and the slot
-// dropped; walstream reconnects, finds no slot and stops instead of
-// recreating it, which would hide a gap.
+// dropped; walstream stops instead of recreating it, which would hide a
+// gap: it finds no slot when it reconnects (with or without a checkpoint
+// in Kafka yet), or its slot monitor, whose first poll may come after the
+// drop on a busy machine, finds it gone.
 func TestSlotDroppedWhileStreaming(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	p := e.start(nil).streaming(t)
 	conn := e.pg.Connect("postgres")
 	ctx := context.Background()
@@ -680,7 +811,10 @@ func TestSlotDroppedWhileStreaming(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	msg := exitMessage(t, p)
-	wantAll(t, msg, `slot "walstream"`, "does not exist")
+	wantAll(t, msg, `slot "walstream"`)
+	if !strings.Contains(msg, "does not exist") && !strings.Contains(msg, "was dropped while streaming") {
+		t.Errorf("message %q does not say the slot does not exist or was dropped", msg)
+	}
 	if e.confirmedLSN("walstream") != 0 {
 		t.Fatal("walstream recreated the dropped slot")
 	}
@@ -691,6 +825,7 @@ func TestSlotDroppedWhileStreaming(t *testing.T) {
 // rows keep coming. walstream reconnects by itself and every row arrives
 // once.
 func TestSurvivesRestartsAndCuts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	restartBroker := func(sig syscall.Signal) func() {
 		return func() {
@@ -728,6 +863,7 @@ func TestSurvivesRestartsAndCuts(t *testing.T) {
 // It runs on kfake: only kfake can answer one request of walstream's with
 // an error.
 func TestKafkaCommitRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnvOn(t, testenv.BrokerKfake)
 	var answered atomic.Int32
 	refuse := func(code int16) func() {

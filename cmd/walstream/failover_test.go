@@ -337,6 +337,7 @@ func runArgs(url, broker string, extra ...string) []string {
 // standby is promoted: every row on the new primary reaches Kafka exactly
 // once, and nothing else does.
 func TestFailoverSafe(t *testing.T) {
+	t.Parallel()
 	primary := testenv.StartPostgres(t, testenv.Version(failoverMajor))
 	standby := testenv.StartStandby(t, primary, testenv.StandbyConfig{Slot: "standby1", SyncSlots: true})
 	primary.Exec("postgres", "ALTER SYSTEM SET synchronized_standby_slots = 'standby1'")
@@ -443,6 +444,7 @@ func status(t *testing.T, url, broker string, extra ...string) (string, error) {
 // the new timeline arrives, also those committed at LSNs below the old
 // checkpoint.
 func TestFailoverPhantoms(t *testing.T) {
+	t.Parallel()
 	primary := testenv.StartPostgres(t, testenv.Version(failoverMajor))
 	standby := testenv.StartStandby(t, primary, testenv.StandbyConfig{Slot: "standby1", SyncSlots: true})
 	primary.Exec("postgres", outboxDDL)
@@ -520,6 +522,7 @@ func TestFailoverPhantoms(t *testing.T) {
 // below the checkpoint. walstream refuses it, naming both system
 // identifiers; with --accept-system-change it goes on from the slot.
 func TestForeignCluster(t *testing.T) {
+	t.Parallel()
 	a := testenv.StartPostgres(t)
 	b := testenv.StartPostgres(t)
 	for _, pg := range []*testenv.Postgres{a, b} {
@@ -603,6 +606,7 @@ func TestForeignCluster(t *testing.T) {
 // meanwhile cannot be streamed. The error gives the safe procedure, and
 // --allow-slot-ahead creates it deliberately.
 func TestMissingSlotWithCheckpoint(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	pg.Exec("postgres", outboxDDL)
 	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
@@ -634,6 +638,7 @@ func TestMissingSlotWithCheckpoint(t *testing.T) {
 // it goes on from the slot and every row of the restored server arrives,
 // also those committed at LSNs the checkpoint covers.
 func TestRestoredServerBehindCheckpoint(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	pg.Exec("postgres", outboxDDL)
 	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
@@ -711,6 +716,7 @@ func TestRestoredServerBehindCheckpoint(t *testing.T) {
 // creating a slot past the rows committed meanwhile. Told to accept the
 // gap, it creates the slot and publishes what follows.
 func TestFailoverWithoutSlotCopy(t *testing.T) {
+	t.Parallel()
 	primary := testenv.StartPostgres(t, testenv.Version(failoverMajor))
 	standby := testenv.StartStandby(t, primary, testenv.StandbyConfig{Slot: "standby1"})
 	primary.Exec("postgres", outboxDDL)

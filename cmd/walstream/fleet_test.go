@@ -29,6 +29,7 @@ import (
 // the slot is confirmed as the load goes, /readyz, the metric and
 // `walstream status` name the holder, and every row reaches Kafka once.
 func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	// A commit timeout of 4 s: a commit that waited for read_committed
 	// visibility would fail within the hold.
@@ -148,6 +149,7 @@ func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
 // empty when it first looked), never resume from the other's position; the
 // other streams on untouched.
 func TestStreamNameClaimedAtEveryStart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.pg.Exec("postgres", "CREATE DATABASE billing")
@@ -196,6 +198,7 @@ func TestStreamNameClaimedAtEveryStart(t *testing.T) {
 // transactional id where it no longer uses it (so the paused instance
 // cannot commit its part), and every row reaches Kafka once.
 func TestUpgradeKeepsCheckpoint(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for i, tc := range []struct {
 		name string
@@ -223,8 +226,10 @@ func TestUpgradeKeepsCheckpoint(t *testing.T) {
 			earlier := append(slices.Clip(common), "--checkpoint-key", key, "--transactional-id", id)
 			seq := 0
 			old := e.start(earlier).streaming(t)
-			e.insertTxIn(db, typ, 5, 2, &seq, false)
-			e.waitConfirmed(slot, e.currentLSN(), 30*time.Second, old)
+			// The subtests write to other databases of the cluster
+			// meanwhile, and --idle-interval 1h writes no checkpoint for
+			// their WAL: the wait is for this transaction.
+			e.waitConfirmed(slot, e.insertTxIn(db, typ, 5, 2, &seq, false), 30*time.Second, old)
 			if err := old.stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -235,8 +240,7 @@ func TestUpgradeKeepsCheckpoint(t *testing.T) {
 			e.pg.Exec("postgres", fmt.Sprintf("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '%s'", slot))
 
 			p := e.start(append(slices.Clip(common), tc.args...)).streaming(t)
-			e.insertTxIn(db, typ, 5, 2, &seq, false)
-			e.waitConfirmed(slot, e.currentLSN(), 30*time.Second, p)
+			e.waitConfirmed(slot, e.insertTxIn(db, typ, 5, 2, &seq, false), 30*time.Second, p)
 			old.Signal(syscall.SIGCONT)
 			old.waitLog(t, "session ended", 30*time.Second)
 			_ = old.stop()

@@ -27,6 +27,7 @@ func walstreamCmd(t *testing.T, args ...string) (string, error) {
 // a bare database so that walstream streams as the least-privilege role;
 // --check passes for it and flags a superuser as over-privileged.
 func TestInit(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	admin := pg.URL("postgres", "postgres")
 
@@ -85,7 +86,7 @@ func TestInit(t *testing.T) {
 	}
 
 	// walstream streams as that role, creating nothing.
-	e := &env{t: t, pg: pg, kafka: testenv.StartBroker(t, testenv.TestBroker())}
+	e := &env{t: t, pg: pg, kafka: testenv.SharedBroker(t, testenv.TestBroker()), ns: testenv.TopicPrefix(t)}
 	e.broker = e.kafka.Addr()
 	p := e.start([]string{"--pg-url", least, "--create=false"}).streaming(t)
 	seq := 0
@@ -97,6 +98,7 @@ func TestInit(t *testing.T) {
 // TestInitCheckReportsProblems: --check on a database missing the
 // publication and the slot says so, line by line, and fails.
 func TestInitCheckReportsProblems(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	pg.Exec("postgres", "CREATE TABLE outbox (id uuid, aggregatetype text, payload jsonb)")
 	out, err := walstreamCmd(t, "init", "--pg-url", pg.URL("postgres", "postgres"), "--check")
@@ -115,6 +117,7 @@ func TestInitCheckReportsProblems(t *testing.T) {
 // with its own column names, one publication over them, and --check then
 // passes table by table.
 func TestInitSeveralTables(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	admin := pg.URL("postgres", "postgres")
 	pg.Exec("postgres", "CREATE SCHEMA orders; CREATE SCHEMA billing")
@@ -149,6 +152,7 @@ func TestInitSeveralTables(t *testing.T) {
 // TestInitApplyChecksWALLevel: on a server without wal_level=logical,
 // init --apply says so and creates nothing.
 func TestInitApplyChecksWALLevel(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t, testenv.Settings("wal_level = replica"))
 	out, err := walstreamCmd(t, "init", "--pg-url", pg.URL("postgres", "postgres"), "--apply")
 	if err == nil || !strings.Contains(out, "wal_level") || !strings.Contains(out, "logical") {
@@ -167,6 +171,7 @@ func TestInitApplyChecksWALLevel(t *testing.T) {
 // TestInitFailoverSlot: on Postgres 17 init --apply creates a failover
 // slot, and --check says so and warns that no standby slot is named.
 func TestInitFailoverSlot(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t, testenv.Version(17))
 	admin := pg.URL("postgres", "postgres")
 	if out, err := walstreamCmd(t, "init", "--pg-url", admin, "--apply"); err != nil {
@@ -203,6 +208,7 @@ func TestInitFailoverSlot(t *testing.T) {
 // custom settings of each database. A setup init cannot run whole is
 // refused before anything is created, or rolled back.
 func TestInitManagedProviders(t *testing.T) {
+	t.Parallel()
 	registerSecret("init-Sekr1t")
 	pg := testenv.StartPostgres(t, testenv.Version(16))
 	ctx := context.Background()

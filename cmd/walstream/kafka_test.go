@@ -28,6 +28,7 @@ const abortCleanup = "500"
 // transaction, counts it by cause, restarts its session from the
 // checkpoint, and every row arrives once.
 func TestKafkaAbortsTimedOutTransaction(t *testing.T) {
+	t.Parallel()
 	kafka := testenv.StartKafkaAsync(t, testenv.KafkaConfig{Props: map[string]string{
 		"transaction.abort.timed.out.transaction.cleanup.interval.ms": abortCleanup}})
 	e := startEnv(t, func() testenv.Broker { return kafka() }, outboxDDL)
@@ -65,6 +66,7 @@ func TestKafkaAbortsTimedOutTransaction(t *testing.T) {
 // partition shows the commit; every row arrives once. It runs on kfake:
 // only kfake can answer walstream's fetches as it is told.
 func TestCommitNotVisible(t *testing.T) {
+	t.Parallel()
 	e := newEnvOn(t, testenv.BrokerKfake)
 	p := e.start([]string{"--commit-timeout", "2s"}).streaming(t)
 	seq := 0

@@ -48,6 +48,7 @@ func adminOn(t *testing.T, k *testenv.Kafka) *kadm.Client {
 // renewed halfway through their life, and the stream goes on past the
 // first token's expiry in one session, every row once.
 func TestOAuthBearer(t *testing.T) {
+	t.Parallel()
 	const clientSecret = "oidc-client-Sekr1t"
 	registerSecret(clientSecret)
 	idp := testenv.StartOIDC(t, time.Hour, map[string]string{"walstream": clientSecret})
@@ -116,6 +117,7 @@ func TestOAuthBearer(t *testing.T) {
 // an error naming the operation and the resource, having confirmed nothing
 // past what Kafka holds; without the optional one it warns.
 func TestKafkaACLs(t *testing.T) {
+	t.Parallel()
 	const password, adminPassword = "walstream-acl-Sekr1t", "admin-acl-Sekr1t"
 	registerSecret(password)
 	startKafka := testenv.StartKafkaAsync(t, testenv.KafkaConfig{
@@ -141,8 +143,10 @@ func TestKafkaACLs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("walstream init --kafka-acls: %v\n%s", err, out)
 	}
-	t.Setenv("WALSTREAM_KAFKA_SASL_PASSWORD", password)
-	cfg, err := parseCommand(command{name: "init", needs: func() (bool, bool) { return false, false }}, initArgs[4:], &bytes.Buffer{})
+	// The ACLs init printed, as its settings give them; the password from
+	// a file, since the environment is the process's.
+	cfg, err := parseCommand(command{name: "init", needs: func() (bool, bool) { return false, false }},
+		append(initArgs[4:len(initArgs):len(initArgs)], "--kafka-sasl-password-file", secretFile(t, password)), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,6 +291,7 @@ func TestKafkaACLs(t *testing.T) {
 // dead-letter and checkpoint topics with the group's settings, and warns
 // about an existing topic whose settings differ.
 func TestTopicsWithoutAutoCreation(t *testing.T) {
+	t.Parallel()
 	startKafka := testenv.StartKafkaAsync(t, testenv.KafkaConfig{Props: map[string]string{"auto.create.topics.enable": "false"}})
 	e := &env{t: t, pg: testenv.StartPostgres(t)}
 	prepared(e, "postgres", "walstream")
@@ -360,6 +365,7 @@ func TestTopicsWithoutAutoCreation(t *testing.T) {
 // naming both streams and --stream; with a name of its own it streams. A's
 // stream goes on untouched; every row reaches its topic once.
 func TestManyStreams(t *testing.T) {
+	t.Parallel()
 	broker := testenv.StartBrokerAsync(t, testenv.TestBroker())
 	a := &env{t: t, pg: testenv.StartPostgres(t)}
 	b := &env{t: t, pg: testenv.StartPostgres(t)}

@@ -24,6 +24,7 @@ import (
 // in its entry, takes that stream over and stands by for the other two.
 // SIGTERM then exits the first non-zero, naming the stopped stream.
 func TestStreamsInOneProcess(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t) // orders and billing, in two databases of one server
 	other := &env{t: t, pg: testenv.StartPostgres(t), kafka: e.kafka, broker: e.broker}
 	other.pg.Exec("postgres", outboxDDL) // inventory

@@ -32,6 +32,7 @@ func httpGet(addr, path string) (int, string) {
 // plain /readyz answers 503. Once the broker is gone, both answer 503
 // within seconds, naming Kafka.
 func TestReadinessStates(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	http := []string{"--http-addr", "127.0.0.1:0"}
 	first := e.start(http).streaming(t)
@@ -69,7 +70,8 @@ func TestReadinessStates(t *testing.T) {
 // TestUnreachablePeers: a wrong Postgres or broker address says so plainly,
 // naming the address, and never speaks of a session or a checkpoint.
 func TestUnreachablePeers(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	port := testenv.FreePort(t)
 	nobody := fmt.Sprintf("127.0.0.1:%d", port)
 	for _, tc := range []struct {
@@ -101,7 +103,8 @@ func TestUnreachablePeers(t *testing.T) {
 // TestFatalErrorIsLogged: with --log-format=json the reason walstream stops
 // is an ERROR record with its fields, besides the plain stderr line.
 func TestFatalErrorIsLogged(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	p := e.start([]string{"--log-format", "json", "--create=false"})
 	last := exitMessage(t, p)
 	wantAll(t, last, "walstream: ", `publication "walstream_outbox"`, "does not exist")
@@ -126,6 +129,7 @@ func TestFatalErrorIsLogged(t *testing.T) {
 // TestStatusKafkaDown: status --json prints the slot's state with the
 // Kafka error in its error field, and exits non-zero.
 func TestStatusKafkaDown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := e.start(nil).streaming(t)
 	if err := p.stop(); err != nil {
@@ -160,7 +164,8 @@ func TestStatusKafkaDown(t *testing.T) {
 // memory limit of its queue and three batches, unless GOGC or GOMEMLIMIT
 // is in the environment, and its first log line says which.
 func TestGOGC(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	for _, tc := range []struct {
 		args []string
 		env  []string

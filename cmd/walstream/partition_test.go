@@ -60,7 +60,8 @@ func (e *env) partitionedRows(at string, n int, seq *int) map[string]string {
 // the partitions under their own names stops walstream, saying so and how
 // to fix it.
 func TestPartitionedOutbox(t *testing.T) {
-	e := newEnvWith(t, partitionedOutboxDDL)
+	t.Parallel()
+	e := newSharedEnvWith(t, partitionedOutboxDDL)
 	p := e.start([]string{"--slot-poll-interval", "200ms"}).streaming(t)
 	want := make(map[string]string)
 	add := func(m map[string]string) {

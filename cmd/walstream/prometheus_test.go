@@ -37,6 +37,7 @@ func tool(t *testing.T, name string) string {
 // TestDeployAlertRules runs promtool's syntax check and the unit tests of
 // every alert (deploy/prometheus/alerts_test.yml).
 func TestDeployAlertRules(t *testing.T) {
+	t.Parallel()
 	promtool := tool(t, "promtool")
 	for _, args := range [][]string{
 		{"check", "rules", "../../deploy/prometheus/alerts.yml"},
@@ -130,6 +131,7 @@ func readDashboard(t *testing.T) dashboard {
 // have, every panel on it, and every query filtered by the slot and
 // instance variables.
 func TestDashboardImportable(t *testing.T) {
+	t.Parallel()
 	d := readDashboard(t)
 	if len(d.Inputs) != 1 || d.Inputs[0].Name != "DS_PROMETHEUS" || d.Inputs[0].Type != "datasource" || d.Inputs[0].PluginID != "prometheus" {
 		t.Errorf("__inputs %+v, want one Prometheus datasource input DS_PROMETHEUS", d.Inputs)
@@ -172,8 +174,9 @@ var threshold = regexp.MustCompile(`\s*(==|!=|>=|<=|>|<)\s*-?[0-9][0-9.e+]*`)
 // are (they must parse) and without their thresholds (the signal must
 // exist), and every rule must evaluate without error.
 func TestDeployPrometheus(t *testing.T) {
+	t.Parallel()
 	promBin := tool(t, "prometheus")
-	e := newEnv(t)
+	e := newSharedEnv(t)
 	args := []string{"--http-addr", "127.0.0.1:0", "--slot-poll-interval", "200ms"}
 	a := e.start(args).streaming(t)
 	addrA := a.httpAddr(t)

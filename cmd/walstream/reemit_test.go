@@ -256,6 +256,7 @@ func (e *reemitEnv) checkLive(t *testing.T, live []record) map[string]record {
 // and started again: the request goes on after the last chunk Kafka
 // committed and publishes each row once (reemitCrashes).
 func TestReemit(t *testing.T) {
+	t.Parallel()
 	args := []string{"--signal-table", "public.debezium_signal", "--reemit-chunk-rows", "100", "--reemit-rate", "2000"}
 	// Transactions over 64 kB are streamed in progress, for the mid-stream
 	// crash point.

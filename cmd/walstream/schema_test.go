@@ -20,7 +20,8 @@ func (e *env) tableOID() int64 { return e.sqlInt("SELECT 'public.outbox'::regcla
 // stops again at startup (the checkpoint recorded the old OID), and goes
 // on once the new table is accepted.
 func TestTableRecreated(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	// A slow slot monitor: the stream, not the poll, must find it.
 	p := e.start([]string{"--slot-poll-interval", "1h"}).streaming(t)
 	seq := 0
@@ -70,7 +71,8 @@ func TestTableRecreated(t *testing.T) {
 // recreated table. Nothing is confirmed meanwhile. A first start without
 // a checkpoint only says the table is missing.
 func TestTableDroppedWhileStopped(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	e.pg.Exec("postgres", "DROP TABLE outbox")
 	msg := exitMessage(t, e.start(nil))
 	wantAll(t, msg, `table "public"."outbox": does not exist; create it, and add it to the publication in the same transaction`)
@@ -137,7 +139,8 @@ func TestTableDroppedWhileStopped(t *testing.T) {
 // transaction, with no row after it: no row flows to show it, and the slot
 // monitor, which reads the table's OID at each poll, stops walstream.
 func TestTableRecreatedIdle(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	p := e.start([]string{"--slot-poll-interval", "200ms"}).streaming(t)
 	oldOID := e.tableOID()
 	e.pg.Exec("postgres", "BEGIN; DROP TABLE outbox; "+outboxDDL+"; ALTER PUBLICATION walstream_outbox ADD TABLE outbox; COMMIT")
@@ -148,7 +151,8 @@ func TestTableRecreatedIdle(t *testing.T) {
 // SCHEMA, a recreated table is in it from its CREATE TABLE on, no row is
 // lost, and walstream goes on.
 func TestTableRecreatedSchemaPublication(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	e.pg.Exec("postgres", "CREATE PUBLICATION walstream_outbox FOR TABLES IN SCHEMA public "+publicationOptions("insert, update"))
 	p := e.start([]string{"--slot-poll-interval", "200ms"}).streaming(t)
 	seq := 0
@@ -170,7 +174,8 @@ func TestTableRecreatedSchemaPublication(t *testing.T) {
 // rejects) committed before a row decoding finds bad (a NULL aggregate
 // type): the stop names the first, where the stream is stuck.
 func TestFirstStuckRow(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL")
 	p := e.start(nil).streaming(t)
 	seq := 0
@@ -196,7 +201,8 @@ func TestFirstStuckRow(t *testing.T) {
 // the column; a required column renamed while the outbox is idle stops it
 // at the next slot poll.
 func TestMappingCheckedAtStartup(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	for _, tc := range []struct {
 		args []string
 		want []string
@@ -224,7 +230,8 @@ var skipHint = regexp.MustCompile(`--skip-event ([0-9A-F]+/[0-9A-F]+:[0-9]+)`)
 // reason, records the skip in the checkpoint and the log, publishes the
 // rows around it, and stops again at the next bad row.
 func TestSkipEvent(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL")
 	p := e.start(nil).streaming(t)
 	seq := 0
@@ -268,7 +275,8 @@ func TestSkipEvent(t *testing.T) {
 // exactly once; the stop names it by its LSN and ordinal 0, and
 // --skip-event sends it to the DLQ and goes on past it.
 func TestSkipNonTransactionalMessage(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	p := e.start(nil).streaming(t)
 	seq := 0
 	e.insertTx("Order", 2, 1, &seq, false)
@@ -302,7 +310,8 @@ func TestSkipNonTransactionalMessage(t *testing.T) {
 // hold bytes that are not UTF-8; under the JSON converter, with or without
 // expand, that row is bad input, never malformed JSON.
 func TestInvalidUTF8PayloadJSON(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	e.pg.Exec("postgres", "CREATE DATABASE ascii TEMPLATE template0 ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'")
 	e.pg.Exec("ascii", strings.Replace(outboxDDL, "payload jsonb", "payload text", 1))
 	for i, args := range [][]string{{"--converter", "json"}, {"--converter", "json", "--expand-json-payload"}} {

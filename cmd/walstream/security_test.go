@@ -94,6 +94,7 @@ func secureArgs(t *testing.T, e *env, ca *testenv.CA, host string) []string {
 // REPLICATION and SELECT on the outbox, TLS and SCRAM to Kafka; every row
 // arrives once and no password shows in any output.
 func TestSecureStreaming(t *testing.T) {
+	t.Parallel()
 	e, ca := newSecureEnv(t)
 	p := e.start(secureArgs(t, e, ca, "127.0.0.1"), "WALSTREAM_KAFKA_SASL_PASSWORD="+kafkaSecret).streaming(t)
 	seq := 0
@@ -120,6 +121,7 @@ func TestSecureStreaming(t *testing.T) {
 // TestSecureRefusals: a wrong CA, a wrong host name and a wrong password,
 // for Postgres and for Kafka, each stop walstream with an error that says so.
 func TestSecureRefusals(t *testing.T) {
+	t.Parallel()
 	e, ca := newSecureEnv(t)
 	otherCA := testenv.NewCA(t, "someone-elses-ca")
 	kafkaEnv := []string{"WALSTREAM_KAFKA_SASL_PASSWORD=" + kafkaSecret}
@@ -162,7 +164,8 @@ func TestSecureRefusals(t *testing.T) {
 // TestMetricsTLSAndAuth: with an exporter-toolkit web config, /metrics
 // needs TLS and basic auth; pprof serves only when asked, on loopback.
 func TestMetricsTLSAndAuth(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	ca := testenv.NewCA(t, "metrics-ca")
 	certFile, keyFile := ca.Issue(t, "metrics", "127.0.0.1")
 	hash, err := bcrypt.GenerateFromPassword([]byte("scrape-Sekr1t"), bcrypt.MinCost)

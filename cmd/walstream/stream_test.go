@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -64,7 +65,7 @@ func (e *env) published(typ string) int {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	recs, err := testenv.Kcat(ctx, e.broker, "outbox.event."+typ)
+	recs, err := testenv.Kcat(ctx, e.broker, e.topic("outbox.event."+typ))
 	if err != nil && strings.Contains(err.Error(), "Unknown topic") {
 		return 0
 	}
@@ -96,7 +97,8 @@ func (e *env) slotDecoding() (spillBytes, streamTxns, streamBytes int64) {
 // once, nothing rolled back arrives, and nothing arrives before its
 // transaction commits.
 func TestStreamedTransactions(t *testing.T) {
-	e := newEnv(t, smallWorkMem)
+	t.Parallel()
+	e := newSharedEnv(t, smallWorkMem)
 	args := []string{"--max-batch-events", "500"}
 	p := e.start(args).streaming(t)
 	var seqA, seqB, seqPlain, seqHuge int
@@ -166,7 +168,7 @@ func TestStreamedTransactions(t *testing.T) {
 	if got, want := len(recs), seqA+seqPlain+seqHuge; got != want {
 		t.Fatalf("%d records, want %d", got, want)
 	}
-	out, err := walstreamCmd(t, "status", "--json", "--pg-url", e.pg.URL("postgres", "postgres"), "--kafka-brokers", e.broker)
+	out, err := walstreamCmd(t, slices.Concat([]string{"status", "--json", "--pg-url", e.pg.URL("postgres", "postgres")}, e.kafkaArgs())...)
 	var r statusReport
 	if jerr := json.Unmarshal([]byte(out), &r); jerr != nil || r.Slot.Decoding == nil || r.Slot.Decoding.StreamedTransactions == 0 {
 		t.Errorf("status --json (%v, %v) shows no streamed transaction:\n%s", err, jerr, out)
@@ -192,7 +194,7 @@ func (e *env) visibleAfter(topic string, start time.Time, within time.Duration) 
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		n := 0
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := testenv.ReadCommitted(ctx, e.broker, topic, func(*kgo.Record) { n++ })
+		err := testenv.ReadCommitted(ctx, e.broker, e.topic(topic), func(*kgo.Record) { n++ })
 		cancel()
 		if err == nil && n > 0 {
 			return time.Since(start)
@@ -210,7 +212,8 @@ func (e *env) visibleAfter(topic string, start time.Time, within time.Duration) 
 // it as it goes, filtering its rows out, spills nothing, and status says
 // that nothing waits for it.
 func TestForeignBigTransaction(t *testing.T) {
-	e := newEnv(t, smallWorkMem)
+	t.Parallel()
+	e := newSharedEnv(t, smallWorkMem)
 	e.pg.Exec("postgres", "CREATE TABLE big (n int, pad text)")
 	// Streaming first: a session that starts again decodes the WAL since
 	// the slot's restart_lsn again, without streaming up to where it had
@@ -240,7 +243,7 @@ func TestForeignBigTransaction(t *testing.T) {
 			committed <- time.Now()
 		}()
 		time.Sleep(1500 * time.Millisecond)
-		out, err := walstreamCmd(t, "status", "--json", "--pg-url", e.pg.URL("postgres", "postgres"), "--kafka-brokers", e.broker)
+		out, err := walstreamCmd(t, slices.Concat([]string{"status", "--json", "--pg-url", e.pg.URL("postgres", "postgres")}, e.kafkaArgs())...)
 		var r statusReport
 		if jerr := json.Unmarshal([]byte(out), &r); jerr != nil {
 			t.Fatalf("status --json: %v, %v\n%s", err, jerr, out)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,7 +21,8 @@ import (
 // interval and on /readyz, and `walstream status` says the slot is being
 // created, not streamed. Once the transaction ends walstream streams.
 func TestSlotCreationWaitsNamed(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	e := newSharedEnv(t)
 	ctx := context.Background()
 	long, err := pgx.Connect(ctx, e.pg.URL("postgres", "postgres")+"&application_name=nightly_report")
 	if err != nil {
@@ -49,7 +51,7 @@ func TestSlotCreationWaitsNamed(t *testing.T) {
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "not streaming: creating slot") || !strings.Contains(body, "nightly_report") {
 		t.Errorf("/readyz while the slot waits: %d %q", code, body)
 	}
-	out, err := walstreamCmd(t, "status", "--json", "--pg-url", e.pg.URL("postgres", "postgres"), "--kafka-brokers", e.broker)
+	out, err := walstreamCmd(t, slices.Concat([]string{"status", "--json", "--pg-url", e.pg.URL("postgres", "postgres")}, e.kafkaArgs())...)
 	var r statusReport
 	if jerr := json.Unmarshal([]byte(out), &r); jerr != nil {
 		t.Fatalf("status --json (%v): %v\n%s", err, jerr, out)
@@ -58,7 +60,7 @@ func TestSlotCreationWaitsNamed(t *testing.T) {
 		r.Slot.Creating.WaitingFor[0].Application != "nightly_report" || r.Slot.CaughtUp || r.Slot.ConfirmedFlush != "" {
 		t.Errorf("status while the slot waits: streaming %v, slot %+v", r.Streaming, r.Slot)
 	}
-	out, _ = walstreamCmd(t, "status", "--pg-url", e.pg.URL("postgres", "postgres"), "--kafka-brokers", e.broker)
+	out, _ = walstreamCmd(t, slices.Concat([]string{"status", "--pg-url", e.pg.URL("postgres", "postgres")}, e.kafkaArgs())...)
 	wantAll(t, out, "waiting for 1 transaction to end", "nightly_report", "none yet")
 	if !regexpFind(`streaming\s+no, creating slot "walstream"`, out) || regexpFind(`streaming\s+yes`, out) {
 		t.Errorf("status calls a slot being created streaming:\n%s", out)
@@ -81,6 +83,7 @@ func TestSlotCreationWaitsNamed(t *testing.T) {
 // TestInitApplyWaitsNamed: init --apply creates the slot behind an open
 // transaction, printing what it waits for until the transaction ends.
 func TestInitApplyWaitsNamed(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	ctx := context.Background()
 	long, err := pgx.Connect(ctx, pg.URL("postgres", "postgres")+"&application_name=nightly_report")

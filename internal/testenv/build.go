@@ -27,10 +27,17 @@ var builds struct {
 	bins map[string]string
 }
 
-// Main runs the tests of a package that builds binaries and removes the
-// binaries afterwards: call it from TestMain as os.Exit(testenv.Main(m)).
+// Main runs the tests of a package that builds binaries or shares
+// servers (SharedBroker, StartPostgres's cluster templates), and
+// afterwards closes the servers and removes the binaries and templates:
+// call it from TestMain as os.Exit(testenv.Main(m)).
 func Main(m *testing.M) int {
+	shared.Lock()
+	shared.main = true
+	shared.Unlock()
 	code := m.Run()
+	closeShared()
+	removeTemplates()
 	builds.Lock()
 	defer builds.Unlock()
 	if builds.dir != "" {

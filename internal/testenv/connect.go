@@ -59,10 +59,29 @@ type ConnectConfig struct {
 	// JVM are the JVM's flags besides the heap; when nil the serial
 	// collector and only the quick first JIT tier (C1), which start the
 	// worker two to three times faster on a busy two-core machine and keep
-	// it near 200 MB. A benchmark passes what connect-distributed.sh uses.
+	// it near 200 MB, and the worker's class data archive (classArchive).
+	// A benchmark passes what connect-distributed.sh uses.
 	JVM []string
 	// Output, when set, gets the worker's log.
 	Output io.Writer
+}
+
+// connectJVM are a worker's JVM flags by default: the serial collector
+// and only the quick first JIT tier (C1), which start the worker two to
+// three times faster on a busy two-core machine and keep it near 200 MB.
+var connectJVM = []string{"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}
+
+// trainConnect starts a standalone worker writing to kafka with the JVM
+// flag dump and stops it cleanly, so that its JVM writes the class data
+// archive (classArchive) of the worker and its plugins.
+func trainConnect(ctx context.Context, kafka, dump string) error {
+	c, err := LaunchConnect(ctx, ConnectConfig{Kafka: kafka, JVM: append(slices.Clip(connectJVM), dump)})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.Stop(syscall.SIGTERM)
+	return nil
 }
 
 // Connect is a Kafka Connect worker with Debezium's Postgres connector
@@ -138,8 +157,14 @@ func LaunchConnect(ctx context.Context, cfg ConnectConfig) (*Connect, error) {
 		heap = "512m"
 	}
 	jvm := cfg.JVM
+	cp := filepath.Join(libs, "libs") + "/*"
 	if jvm == nil {
-		jvm = []string{"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}
+		jvm = connectJVM
+		archive := classArchive("connect-"+c.Version+"-debezium-"+c.Debezium, java, []string{filepath.Join(libs, "libs")}, []string{"-cp", cp},
+			func(dump string) error { return trainConnect(ctx, cfg.Kafka, dump) })
+		if archive != "" {
+			jvm = append(slices.Clip(jvm), archive)
+		}
 	}
 	own := filepath.Join(c.Dir, "plugins")
 	log4j := filepath.Join(c.Dir, "log4j2.properties")
@@ -157,7 +182,7 @@ func LaunchConnect(ctx context.Context, cfg ConnectConfig) (*Connect, error) {
 	}
 	c.java = append(append([]string{java, "-Xms" + heap, "-Xmx" + heap}, jvm...),
 		"-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true", "-Dlog4j2.configurationFile=file:"+log4j,
-		"-cp", filepath.Join(libs, "libs")+"/*", main, props)
+		"-cp", cp, main, props)
 	if err := c.Start(ctx); err != nil {
 		c.Close()
 		return nil, err

@@ -29,6 +29,8 @@ func TestConnect(t *testing.T) {
 	}
 	for _, mode := range []ConnectMode{ConnectStandalone, ConnectDistributed} {
 		t.Run(mode.String(), func(t *testing.T) {
+			// Each worker has its table, slot, connector and topics.
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			start := time.Now()

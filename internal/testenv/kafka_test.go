@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,20 +16,28 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// TestKafka: a one-node cluster and a three-node one start, serve a
-// transactional producer, keep their data across SIGTERM and SIGKILL
-// restarts, and report how long they took to start and how much memory
-// they hold.
+// kafkaCluster adds the three-node cluster to TestKafka; make
+// chaos-cluster, which runs on one, runs TestKafka with it first.
+var kafkaCluster = flag.Bool("testenv.kafka-cluster", false, "TestKafka also starts a three-node cluster")
+
+// TestKafka: a one-node cluster of the newest release and of 3.9, and with
+// -testenv.kafka-cluster a three-node one, start, serve a transactional
+// producer, keep their data across SIGTERM and SIGKILL restarts, and
+// report how long they took to start and how much memory they hold.
 func TestKafka(t *testing.T) {
-	for _, tc := range []struct {
+	type kafkaCase struct {
 		name string
 		cfg  KafkaConfig
-	}{
-		{"one node", KafkaConfig{}},
-		{"three nodes", KafkaConfig{Nodes: 3}},
-		{"3.9", KafkaConfig{Classic: true}},
-	} {
+	}
+	cases := []kafkaCase{{"one node", KafkaConfig{}}, {"3.9", KafkaConfig{Classic: true}}}
+	if *kafkaCluster {
+		cases = append(cases, kafkaCase{"three nodes", KafkaConfig{Nodes: 3}})
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			// A restart after SIGKILL mostly waits for the controller
+			// (broker.session.timeout.ms): the clusters wait together.
+			t.Parallel()
 			start := time.Now()
 			k := StartKafka(t, tc.cfg)
 			t.Logf("%s: started in %s, RSS %s", k, time.Since(start).Round(10*time.Millisecond), k.rss(t))

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -114,13 +115,20 @@ type Postgres struct {
 
 // StartPostgres initdbs and starts a cluster (Postgres DefaultMajor unless
 // Version says otherwise), stopped and removed at the end of the test.
+//
+// Under Main, the first cluster of each major a test starts (a top-level
+// test with its subtests) is a copy of one initdb'ed once per test binary,
+// which takes a fraction of initdb's time; such copies share their system
+// identifier. Every other cluster of the test is initdb'ed, so the
+// clusters one test starts are always distinct systems.
 func StartPostgres(t testing.TB, opts ...Option) *Postgres {
 	t.Helper()
 	var cfg PostgresConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
-	pg, err := LaunchPostgres(context.Background(), cfg)
+	cfg.defaults()
+	pg, err := launchPostgres(context.Background(), cfg, templateFor(t, cfg))
 	if err != nil {
 		Unavailable(t, "%v", err)
 	}
@@ -135,12 +143,23 @@ func StartPostgres(t testing.TB, opts ...Option) *Postgres {
 // LaunchPostgres is StartPostgres for callers outside a test (walbench):
 // it returns errors, and the caller stops the cluster with Close.
 func LaunchPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) {
+	cfg.defaults()
+	return launchPostgres(ctx, cfg, nil)
+}
+
+// defaults fills in the major and its server binaries' directory.
+func (cfg *PostgresConfig) defaults() {
 	if cfg.Major == 0 {
 		cfg.Major = DefaultMajor
 	}
 	if cfg.BinDir == "" {
 		cfg.BinDir = BinDir(cfg.Major)
 	}
+}
+
+// launchPostgres starts a cluster whose data directory is a copy of
+// template's, or initdb's when template is nil.
+func launchPostgres(ctx context.Context, cfg PostgresConfig, template *pgTemplate) (*Postgres, error) {
 	if _, err := os.Stat(filepath.Join(cfg.BinDir, "initdb")); err != nil {
 		return nil, fmt.Errorf("finding the Postgres %d server binaries in %s (run scripts/deps.sh as root): %w", cfg.Major, cfg.BinDir, err)
 	}
@@ -149,9 +168,14 @@ func LaunchPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) 
 		return nil, err
 	}
 	data := pg.DataDir()
-	if out, err := asPostgres(ctx, filepath.Join(pg.bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
+	if template == nil {
+		err = initdb(ctx, cfg, data)
+	} else {
+		err = template.copyTo(ctx, cfg, data)
+	}
+	if err != nil {
 		os.RemoveAll(pg.Dir)
-		return nil, fmt.Errorf("running initdb of Postgres %d: %w\n%s", cfg.Major, err, out)
+		return nil, err
 	}
 	conf := append(append(pg.ownSettings(), baseSettings[:]...), cfg.Settings...)
 	if err := appendFile(filepath.Join(data, "postgresql.conf"), conf); err != nil {
@@ -163,6 +187,106 @@ func LaunchPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) 
 		return nil, err
 	}
 	return pg, nil
+}
+
+// initdb makes a new cluster in data.
+func initdb(ctx context.Context, cfg PostgresConfig, data string) error {
+	if out, err := asPostgres(ctx, filepath.Join(cfg.BinDir, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
+		return fmt.Errorf("running initdb of Postgres %d: %w\n%s", cfg.Major, err, out)
+	}
+	return nil
+}
+
+// templates are the clusters initdb'ed once per test binary (under Main)
+// for StartPostgres to copy, by server binaries.
+var templates struct {
+	sync.Mutex
+	dir   string                 // holds them; Main removes it
+	byBin map[string]*pgTemplate // by BinDir
+	used  map[string]bool        // top-level test and BinDir: a copy was handed out
+}
+
+// pgTemplate is a data directory initdb'ed once, made by the first copy.
+type pgTemplate struct {
+	once sync.Once
+	data string
+	err  error
+}
+
+// templateFor is the template whose copy a test's new cluster of cfg's
+// servers may be (see StartPostgres), or nil.
+func templateFor(t testing.TB, cfg PostgresConfig) *pgTemplate {
+	shared.Lock()
+	main := shared.main
+	shared.Unlock()
+	if !main {
+		return nil
+	}
+	top, _, _ := strings.Cut(t.Name(), "/")
+	templates.Lock()
+	defer templates.Unlock()
+	if templates.used[top+"\x00"+cfg.BinDir] {
+		return nil
+	}
+	if templates.byBin == nil {
+		templates.byBin, templates.used = make(map[string]*pgTemplate), make(map[string]bool)
+	}
+	templates.used[top+"\x00"+cfg.BinDir] = true
+	tp := templates.byBin[cfg.BinDir]
+	if tp == nil {
+		tp = &pgTemplate{}
+		templates.byBin[cfg.BinDir] = tp
+	}
+	return tp
+}
+
+// copyTo copies the template into data, initdb'ing it first if it is the
+// first copy.
+func (tp *pgTemplate) copyTo(ctx context.Context, cfg PostgresConfig, data string) error {
+	tp.once.Do(func() {
+		templates.Lock()
+		if templates.dir == "" {
+			templates.dir, tp.err = os.MkdirTemp("", "walstream-pg-templates-")
+			if tp.err == nil {
+				tp.err = chownToPostgres(templates.dir)
+			}
+		}
+		dir := templates.dir
+		templates.Unlock()
+		if tp.err != nil {
+			tp.err = fmt.Errorf("creating the directory of cluster templates: %w", tp.err)
+			return
+		}
+		sub, err := os.MkdirTemp(dir, fmt.Sprintf("%d-", cfg.Major))
+		if err == nil {
+			err = chownToPostgres(sub)
+		}
+		if err != nil {
+			tp.err = fmt.Errorf("creating the directory of a cluster template: %w", err)
+			return
+		}
+		tp.data = filepath.Join(sub, "data")
+		tp.err = initdb(ctx, cfg, tp.data)
+	})
+	if tp.err != nil {
+		return tp.err
+	}
+	// cp -a keeps the owner (postgres, when run as root) and the modes
+	// Postgres checks.
+	if out, err := exec.CommandContext(ctx, "cp", "-a", tp.data, data).CombinedOutput(); err != nil {
+		return fmt.Errorf("copying the Postgres %d cluster template: %w\n%s", cfg.Major, err, out)
+	}
+	return nil
+}
+
+// removeTemplates removes the cluster templates, once the tests are done.
+func removeTemplates() {
+	templates.Lock()
+	defer templates.Unlock()
+	if templates.dir != "" {
+		os.RemoveAll(templates.dir)
+	}
+	templates.dir, templates.byBin, templates.used = "", nil, nil
 }
 
 // newCluster makes the directory of a cluster, owned by the postgres user,
