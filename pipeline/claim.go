@@ -163,6 +163,16 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 			break
 		}
 	}
+	// A record of a transactional id fenced above should be decided by
+	// now: the coordinator ends that id's transaction, writing markers to
+	// every partition it knew of, before the fencing returns. The chaos
+	// suite saw one still open after the fencing (its own id's, after a
+	// broker restart) and decided two seconds later, so such a record is
+	// waited for, up to the transaction timeout: resuming without a record
+	// that then commits would publish its events again.
+	if rd, err = awaitFenced(ctx, src, rd, fenced, cfg, log); err != nil {
+		return rd, err
+	}
 	if rd.Found {
 		if err := owned(rd.Checkpoint, cfg, srv); err != nil {
 			return rd, err
@@ -175,12 +185,9 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 			return rd, err
 		}
 	}
-	// A record of a transactional id fenced above that is still open has
-	// no marker to come: the coordinator ended that id's transactions,
-	// writing markers to every partition it knew of, before the fencing
-	// returned. It is a hanging transaction (Kafka lost track of the
-	// partition, as after a broker crash), never committed; it holds the
-	// partition's last stable offset until an operator aborts it.
+	// Past the wait it is a hanging transaction (Kafka lost track of the
+	// partition), never committed; it holds the partition's last stable
+	// offset until an operator aborts it.
 	rd.Open = slices.DeleteFunc(rd.Open, func(o publish.OpenRecord) bool {
 		if !slices.Contains(fenced, o.TransactionalID) {
 			return false
@@ -262,4 +269,42 @@ func (e *RegressedError) Error() string {
 		"resuming from it would publish again what Kafka holds, so walstream reads it again; if Kafka lost the records (the topic deleted, "+
 		"a partition truncated by an unclean leader election), restart walstream to resume from what Kafka holds (see docs/kafka.md, "+
 		"When a commit does not become visible)", read, e.Key, e.Topic, e.Committed)
+}
+
+// awaitFenced reads the checkpoint again until no record of a fenced
+// transactional id is in an open transaction, or for the transaction
+// timeout and 5 s (cfg.undecidedWait in tests); it returns the last read.
+func awaitFenced(ctx context.Context, src checkpointSource, rd publish.Read, fenced []string, cfg *Config, log *slog.Logger) (publish.Read, error) {
+	wait := cfg.undecidedWait
+	if wait == 0 {
+		wait = publish.TransactionTimeout(cfg.CommitTimeout) + 5*time.Second
+	}
+	undecided := func(rd publish.Read) int {
+		return slices.IndexFunc(rd.Open, func(o publish.OpenRecord) bool { return slices.Contains(fenced, o.TransactionalID) })
+	}
+	i := undecided(rd)
+	if i < 0 {
+		return rd, nil
+	}
+	log.Info("a checkpoint record of a fenced transactional id is in a transaction still open: waiting for Kafka to decide it before resuming",
+		"record", rd.Open[i].String(), "up_to", wait)
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return rd, ctx.Err()
+		case <-t.C:
+		}
+		next, err := src.ReadCheckpoint(ctx)
+		if err != nil {
+			return rd, onKafka(err)
+		}
+		rd = next
+		if undecided(rd) < 0 {
+			log.Info("Kafka decided the open transaction of the fenced transactional id", "checkpoint", rd.Checkpoint.String(), "found", rd.Found)
+			return rd, nil
+		}
+	}
+	return rd, nil
 }

@@ -138,6 +138,11 @@ type Config struct {
 	// before-commit, after-commit, mid-transaction, mid-stream, mid-chunk)
 	// so that crash tests can kill the process there.
 	Hook func(point string)
+
+	// undecidedWait bounds how long a session waits for Kafka to decide a
+	// transaction of a fenced transactional id that is still open after
+	// the fencing (fenceAndRead); zero is the transaction timeout and 5 s.
+	undecidedWait time.Duration
 }
 
 // Pipeline streams one slot into Kafka, session after session.

@@ -160,6 +160,11 @@ type fakeSource struct {
 	read    func(ctx context.Context) (checkpoint.Checkpoint, time.Time, bool, error)
 	history []checkpoint.Checkpoint
 	open    []publish.OpenRecord // records in open transactions every read finds
+	// decided, when set, is the number of reads that find open; the
+	// later ones find committed instead, as the checkpoint.
+	decided   int
+	committed checkpoint.Checkpoint
+	reads     int
 }
 
 var _ checkpointSource = (*fakeSource)(nil)
@@ -170,33 +175,43 @@ func (f *fakeSource) FenceOthers(context.Context, []string) error {
 }
 func (f *fakeSource) ReadCheckpoint(ctx context.Context) (publish.Read, error) {
 	cp, at, found, err := f.read(ctx)
+	if f.reads++; f.decided > 0 && f.reads > f.decided {
+		return publish.Read{Checkpoint: f.committed, At: at, Found: true}, err
+	}
 	return publish.Read{Checkpoint: cp, At: at, Found: found, Open: f.open}, err
 }
 
 // A record of the stream's own transactional id still open after the
-// stream fenced it is a hanging transaction: it never commits, and the
-// stream goes on without it. One of a producer it does not know stays a
-// reason to wait.
+// stream fenced it is waited for: when Kafka commits it, the stream
+// resumes from it; when it stays open, it is a hanging transaction that
+// never commits, and the stream goes on without it. One of a producer it
+// does not know stays a reason to wait.
 func TestHangingOwnRecord(t *testing.T) {
 	srv := replication.Server{SystemID: "7", Timeline: 1, XLogPos: 0x10000, Database: "d"}
-	own := checkpoint.Checkpoint{LSN: 0x500, Identity: checkpoint.Identity{SystemID: "7", Timeline: 1, Database: "d"}}
-	cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "k", CheckpointTopic: "cp", TransactionalID: "walstream-d/s"}
+	id := checkpoint.Identity{SystemID: "7", Timeline: 1, Database: "d"}
+	own := checkpoint.Checkpoint{LSN: 0x500, Identity: id}
+	later := checkpoint.Checkpoint{LSN: 0x900, Identity: id, Owner: checkpoint.Owner{Slot: "s", TransactionalID: "walstream-d/s"}}
+	cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "k", CheckpointTopic: "cp", TransactionalID: "walstream-d/s",
+		undecidedWait: 2 * time.Second}
 	for _, tc := range []struct {
-		writer string
-		ok     bool
-	}{{"walstream-d/s", true}, {"", false}} {
+		writer  string
+		decided int // reads that find the record open; 0: all
+		want    pglogrepl.LSN
+		ok      bool
+	}{{"walstream-d/s", 0, 0x500, true}, {"walstream-d/s", 3, 0x900, true}, {"", 0, 0, false}} {
 		src := &fakeSource{fence: func(context.Context) error { return nil },
 			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
 				return own, time.Now(), true, nil
 			},
 			open: []publish.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: tc.writer,
-				Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Owner: checkpoint.Owner{Slot: "s", TransactionalID: tc.writer}}}}}
+				Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Owner: checkpoint.Owner{Slot: "s", TransactionalID: tc.writer}}}},
+			decided: tc.decided, committed: later}
 		cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, checkpoint.Checkpoint{},
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
 		var open *OpenCheckpointError
 		switch {
-		case tc.ok && (err != nil || cp.LSN != 0x500):
-			t.Errorf("writer %q: resume = %v, %v; want 0/500, the hanging record left out", tc.writer, cp, err)
+		case tc.ok && (err != nil || cp.LSN != tc.want):
+			t.Errorf("writer %q, decided after %d reads: resume = %v, %v; want %s", tc.writer, tc.decided, cp, err, tc.want)
 		case !tc.ok && !errors.As(err, &open):
 			t.Errorf("writer %q: resume error %v, want an OpenCheckpointError", tc.writer, err)
 		}

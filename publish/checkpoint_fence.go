@@ -18,7 +18,7 @@ import (
 func (p *Producer) FenceOthers(ctx context.Context, ids []string) error {
 	for _, id := range ids {
 		cl, err := kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)], kgo.TransactionalID(id),
-			kgo.TransactionTimeout(transactionTimeout(p.cfg.CommitTimeout)))...)
+			kgo.TransactionTimeout(TransactionTimeout(p.cfg.CommitTimeout)))...)
 		if err != nil {
 			return fmt.Errorf("creating Kafka client: %w", err)
 		}

@@ -62,7 +62,7 @@ func (p *Producer) fail(ctx context.Context, err error) error {
 	// A transaction open past its timeout may have been aborted by the
 	// coordinator, whatever the error says: a process paused in the middle
 	// of a commit wakes up to its own deadline long passed.
-	outlived := p.inTxn && time.Since(p.began) > transactionTimeout(p.cfg.CommitTimeout)
+	outlived := p.inTxn && time.Since(p.began) > TransactionTimeout(p.cfg.CommitTimeout)
 	var explained error
 	if fenced || outlived {
 		explained = p.explainFencing(ctx, err, fenced)
@@ -202,7 +202,7 @@ func (p *Producer) explainFencing(ctx context.Context, err error, fenced bool) e
 	known := derr == nil && p.inTxn && p.epoch >= 0
 	switch {
 	case known && aborting && st.ProducerID == p.pid && st.ProducerEpoch == p.epoch+1:
-		return &AbortedError{TransactionalID: p.cfg.TransactionalID, Open: time.Since(p.began), Timeout: transactionTimeout(p.cfg.CommitTimeout),
+		return &AbortedError{TransactionalID: p.cfg.TransactionalID, Open: time.Since(p.began), Timeout: TransactionTimeout(p.cfg.CommitTimeout),
 			Epoch: p.epoch, Bumped: st.ProducerEpoch, Err: err}
 	case !fenced:
 		return nil
@@ -232,10 +232,10 @@ func (p *Producer) describeTransaction(ctx context.Context) (kmsg.DescribeTransa
 	return kmsg.DescribeTransactionsResponseTransactionState{}, fmt.Errorf("the coordinator did not describe transactional id %s", p.cfg.TransactionalID)
 }
 
-// transactionTimeout is the transaction timeout walstream asks the broker
+// TransactionTimeout is the transaction timeout walstream asks the broker
 // for: twice the commit timeout, at least 10 s, so that a commit that
 // times out on walstream's side is never cut short by the broker.
-func transactionTimeout(commitTimeout time.Duration) time.Duration {
+func TransactionTimeout(commitTimeout time.Duration) time.Duration {
 	return max(commitTimeout*2, 10*time.Second)
 }
 

@@ -225,7 +225,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 	p.opts = append(cfg.Kafka.opts(), kgo.WithLogger(newQuietLogger(kslog.New(log.With("component", "kafka")))))
 	p.client, err = kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)],
 		kgo.TransactionalID(cfg.TransactionalID),
-		kgo.TransactionTimeout(transactionTimeout(cfg.CommitTimeout)),
+		kgo.TransactionTimeout(TransactionTimeout(cfg.CommitTimeout)),
 		// Kafka's own murmur2 key hashing: the partition of an aggregate is
 		// the one any Java producer would pick.
 		kgo.RecordPartitioner(newPartitioner()),
