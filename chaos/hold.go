@@ -433,19 +433,24 @@ func (ps *pausing) holder() string {
 //
 // Each stream of a process counts its own commits to the stop point: a
 // process of several stops again at another stream's n-th commit, and is
-// resumed at once.
+// resumed at once, for as long as it runs.
 func (ps *pausing) end(ctx context.Context, f *faults, stopped time.Time) string {
 	sleep(ctx, time.Until(stopped.Add(ps.hold)))
 	np, st := ps.p, ps.st
 	sessions := len(reStreaming.FindAllString(np.Log(), -1))
 	np.Signal(syscall.SIGCONT)
-	resumed := 1
+	if len(st.sup.streams) > 1 {
+		go func() {
+			for resumed := 1; !np.Exited(); time.Sleep(200 * time.Millisecond) {
+				if n := strings.Count(np.Log(), stopPoint); n > resumed {
+					np.Signal(syscall.SIGCONT)
+					resumed = n
+				}
+			}
+		}()
+	}
 	outcome := "still not streaming after 60s"
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(200 * time.Millisecond) {
-		if n := strings.Count(np.Log(), stopPoint); n > resumed && len(st.sup.streams) > 1 {
-			np.Signal(syscall.SIGCONT)
-			resumed = n
-		}
 		if np.Exited() {
 			outcome = "exited"
 			break
