@@ -68,10 +68,15 @@ manifests:
 release:
 	bash scripts/release.sh
 
-# The long chaos run: walstream killed, Postgres and the broker restarted and
-# the network cut for CHAOS_DURATION under load, then every row checked, on
-# one Apache Kafka 4.x node, after a re-emit request crashed at every crash
-# point (TestReemit -reemit.all). `make test` runs a short variant of both. CHAOS_FLAGS adds flags, e.g. CHAOS_FLAGS=-chaos.skip=broker-restart-sigkill,
+# The long chaos run, after a re-emit request crashed at every crash point
+# (TestReemit -reemit.all): four streams (four databases, in three walstream
+# processes, one of them two streams) on one Apache Kafka 4.x node and one
+# checkpoint topic; walstream killed and paused mid-commit, another
+# producer's transaction left open on the checkpoint topic, re-emit
+# requests, Postgres and the broker restarted and the network cut for
+# CHAOS_DURATION under load, then every row of every stream checked.
+# CHAOS_MIN_ROWS counts the rows of all streams. `make test` runs a short
+# variant of both. CHAOS_FLAGS adds flags, e.g. CHAOS_FLAGS=-chaos.skip=broker-restart-sigkill,
 # or CHAOS_FLAGS=-chaos.broker=devbroker for the local broker (kfake).
 CHAOS_DURATION ?= 10m
 CHAOS_MIN_ROWS ?= 200000
@@ -86,8 +91,9 @@ chaos: deps
 # nodes), with the cluster's faults: the transaction coordinator, a
 # partition leader, the checkpoint topic's leader and the active controller
 # killed, two brokers down, one cut off; walstream killed and paused past
-# its transaction timeout. First the harness's own test of a three-node
-# cluster (start, restarts, data kept), which make test leaves out.
+# its transaction timeout, and the foreign transaction on the checkpoint
+# topic. First the harness's own test of a three-node cluster (start,
+# restarts, data kept), which make test leaves out.
 CHAOS_CLUSTER_REPORT ?= $(CURDIR)/chaos/chaos-cluster-report.json
 chaos-cluster: deps
 	$(GO) test ./internal/testenv -run 'TestKafka$$' -count=1 -v -args -testenv.kafka-cluster

@@ -44,19 +44,20 @@ type brokerRig struct {
 	adm    *kadm.Client         // direct, for the cluster's state
 	cl     *kgo.Client          // adm's client
 	out    io.WriteCloser       // the brokers' log
-	txnID  string               // walstream's transactional id
+	topics []string             // the outbox topics and the checkpoint topic
 	nodes  []*testenv.KafkaNode // the brokers, node 1 first; nil for the devbroker
 }
 
 // startBroker starts the broker of kind, with nodes brokers when it is
 // Kafka (3 adds two controller-only nodes, so that the quorum outlives two
-// brokers down), behind proxies added to px. Its log goes to dir.
-func startBroker(t testing.TB, ctx context.Context, kind string, nodes int, dir string, px *proxies) (*brokerRig, error) {
+// brokers down), behind proxies added to px, for the streams' topics. Its
+// log goes to dir.
+func startBroker(t testing.TB, ctx context.Context, kind string, nodes int, dir string, px *proxies, streams []*stream) (*brokerRig, error) {
 	out, err := os.Create(filepath.Join(dir, kind+".log"))
 	if err != nil {
 		return nil, err
 	}
-	r := &brokerRig{out: out, remap: make(map[string]string), txnID: "walstream-" + slotName}
+	r := &brokerRig{out: out, remap: make(map[string]string), topics: append(outboxTopics(streams), checkpointTopic)}
 	switch kind {
 	case brokerDevbroker:
 		bin := testenv.Binary(t, testenv.Build{Pkg: "cmd/devbroker"})
@@ -143,25 +144,25 @@ func (r *brokerRig) close() {
 	r.out.Close()
 }
 
-// coordinator is the broker that coordinates walstream's transactions
+// coordinator is the broker that coordinates the transactions of txnID
 // (FindCoordinator), and the partition of the transaction state topic
 // that holds them, whose leader it is.
-func (r *brokerRig) coordinator(ctx context.Context) (int32, error) {
+func (r *brokerRig) coordinator(ctx context.Context, txnID string) (int32, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req := kmsg.NewPtrFindCoordinatorRequest()
 	req.CoordinatorType = 1 // transaction
-	req.CoordinatorKey, req.CoordinatorKeys = r.txnID, []string{r.txnID}
+	req.CoordinatorKey, req.CoordinatorKeys = txnID, []string{txnID}
 	resp, err := req.RequestWith(ctx, r.cl)
 	if err != nil {
-		return -1, fmt.Errorf("finding the transaction coordinator of %s: %w", r.txnID, err)
+		return -1, fmt.Errorf("finding the transaction coordinator of %s: %w", txnID, err)
 	}
 	node, code := resp.NodeID, resp.ErrorCode // FindCoordinator before v4
 	if len(resp.Coordinators) > 0 {
 		node, code = resp.Coordinators[0].NodeID, resp.Coordinators[0].ErrorCode
 	}
 	if err := kerr.ErrorForCode(code); err != nil {
-		return -1, fmt.Errorf("finding the transaction coordinator of %s: %w", r.txnID, err)
+		return -1, fmt.Errorf("finding the transaction coordinator of %s: %w", txnID, err)
 	}
 	return node, nil
 }
@@ -210,7 +211,7 @@ func (r *brokerRig) activeController(ctx context.Context) (int32, error) {
 func (r *brokerRig) healthy(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	topics := append(outboxTopics(), checkpointTopic, "__transaction_state")
+	topics := append(slices.Clip(r.topics), "__transaction_state")
 	md, err := r.adm.Metadata(ctx, topics...)
 	if err != nil {
 		return err.Error()

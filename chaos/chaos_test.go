@@ -14,21 +14,23 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/walstream/walstream/internal/testenv"
 )
 
 var (
 	flagDuration = flag.Duration("chaos.duration", 60*time.Second, "how long load and faults run; 5m or more is the long variant (more faults per round, rounds until the time is up)")
 	flagReport   = flag.String("chaos.report", "", "path of the JSON report (default: chaos-report.json in the run's temp dir)")
-	flagWriters  = flag.Int("chaos.writers", 6, "concurrent writers")
-	flagRate     = flag.Float64("chaos.rate", 0, "rows per second over all writers (default: 300 short, 600 long)")
+	flagStreams  = flag.Int("chaos.streams", 4, "streams: databases, each with its own slot, outbox, topics and load, sharing Postgres, Kafka and the checkpoint topic")
+	flagShared   = flag.Int("chaos.shared", 2, "streams the last walstream process carries (a config file's streams: list); every other stream has a process of its own")
+	flagWriters  = flag.Int("chaos.writers", 2, "concurrent writers per stream")
+	flagRate     = flag.Float64("chaos.rate", 0, "rows per second over all writers of all streams (default: 300 short, 600 long)")
 	flagSeed     = flag.Uint64("chaos.seed", 0, "random seed (default: from the clock)")
-	flagMinRows  = flag.Int("chaos.min-rows", 0, "fail unless at least this many rows committed")
+	flagMinRows  = flag.Int("chaos.min-rows", 0, "fail unless at least this many rows committed, over all streams")
 	flagMaxBatch = flag.Int("chaos.max-batch-events", 250, "walstream --max-batch-events; larger writer transactions are split over Kafka transactions")
 	flagBinary   = flag.String("chaos.walstream", "", "walstream binary built with -tags walstream_faults (default: build ../cmd/walstream)")
 	flagKeep     = flag.Bool("chaos.keep", false, "keep the logs of a passing run (a long run always keeps them)")
@@ -45,9 +47,12 @@ const catchUpLimit = 30 * time.Second
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-// TestChaos runs walstream under load and faults and checks that every
-// committed outbox row reaches Kafka exactly once, in order per aggregate,
-// atomically per transaction, with the slot never confirmed past Kafka.
+// TestChaos runs several streams, each its own database, slot, outbox,
+// topics, load and walstream, on one Postgres, one Kafka and one
+// checkpoint topic, under faults, and checks that every committed outbox
+// row of every stream reaches Kafka exactly once, in order per aggregate,
+// atomically per transaction, with each slot never confirmed past its
+// stream's checkpoint in Kafka nor the server's WAL end.
 func TestChaos(t *testing.T) {
 	wall := time.Now()
 	long := *flagDuration >= 5*time.Minute
@@ -59,6 +64,9 @@ func TestChaos(t *testing.T) {
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
+	if *flagStreams < 1 {
+		t.Fatalf("-chaos.streams %d: want 1 or more", *flagStreams)
+	}
 	skip := make(map[string]bool)
 	partitioned := *flagOutbox == "partitioned"
 	if !partitioned && *flagOutbox != "plain" {
@@ -69,7 +77,7 @@ func TestChaos(t *testing.T) {
 	}
 	cluster := *flagBroker == brokerKafka && *flagNodes > 1
 	for _, k := range strings.FieldsFunc(*flagSkip, func(r rune) bool { return r == ',' }) {
-		if !slices.ContainsFunc(append(deck(true, false, nil), deck(true, true, nil)...), func(f fault) bool { return f.kind == k }) {
+		if !slices.ContainsFunc(append(deck(true, false, 1, nil), deck(true, true, 1, nil)...), func(f fault) bool { return f.kind == k }) {
 			t.Fatalf("-chaos.skip: unknown fault kind %q", k)
 		}
 		skip[k] = true
@@ -108,7 +116,8 @@ func TestChaos(t *testing.T) {
 	logf := func(format string, args ...any) {
 		t.Logf("%7.1fs "+format, append([]any{time.Since(wall).Seconds()}, args...)...)
 	}
-	logf("seed %d, duration %s, %d writers at %.0f rows/s, %s outbox, logs in %s", seed, *flagDuration, *flagWriters, rate, *flagOutbox, dir)
+	logf("seed %d, duration %s, %d streams (the last %d in one process), %d writers each, at %.0f rows/s in all, %s outbox, logs in %s",
+		seed, *flagDuration, *flagStreams, *flagShared, *flagWriters, rate, *flagOutbox, dir)
 
 	wsBin := walstreamBinary(t, *flagBinary)
 
@@ -122,21 +131,24 @@ func TestChaos(t *testing.T) {
 	pgURL := pg.URL("postgres", "postgres")
 	ctx, cancel := context.WithTimeout(context.Background(), *flagDuration+10*time.Minute)
 	defer cancel()
-	if err := createSchema(ctx, pgURL, outboxDDL(partitioned)); err != nil {
-		t.Fatal(err)
-	}
 
 	px, err := startProxies(fmt.Sprintf("127.0.0.1:%d", pg.Port))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(px.stop)
-	br, err := startBroker(t, ctx, *flagBroker, *flagNodes, dir, px)
+	streams := newStreams(*flagStreams, fmt.Sprintf("127.0.0.1:%d", pg.Port), px.pg.Listen)
+	for _, st := range streams {
+		if err := st.create(ctx, pgURL, outboxDDL(partitioned)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	br, err := startBroker(t, ctx, *flagBroker, *flagNodes, dir, px, streams)
 	if err != nil {
 		testenv.Unavailable(t, "the broker cannot start: %v", err)
 	}
 	t.Cleanup(br.close)
-	cons, err := newConsumer(br.direct, br.dialer())
+	cons, err := newConsumer(br.direct, br.dialer(), streams)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +162,7 @@ func TestChaos(t *testing.T) {
 	if br.kafka == nil {
 		rf = 1
 	}
-	if resp, err := cons.adm.CreateTopics(ctx, 3, rf, nil, outboxTopics()...); err != nil || resp.Error() != nil {
+	if resp, err := cons.adm.CreateTopics(ctx, 3, rf, nil, outboxTopics(streams)...); err != nil || resp.Error() != nil {
 		t.Fatalf("creating the outbox topics: %v", errors.Join(err, resp.Error()))
 	}
 	var bg sync.WaitGroup
@@ -159,52 +171,61 @@ func TestChaos(t *testing.T) {
 	go func() { defer bg.Done(); cons.run(consCtx) }()
 	t.Cleanup(func() { stopCons(); bg.Wait(); cons.close() })
 
-	wsPG := fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", px.pg.Listen) // through the proxy
-	sup := newSupervisor(wsBin, dir, append([]string{
-		"--pg-url", wsPG,
+	common := append([]string{
 		"--kafka-brokers", px.kafkaAddrs(),
 		"--http-addr", "127.0.0.1:0",
 		"--status-interval", "1s",
 		"--idle-interval", "500ms",
 		"--commit-timeout", commitTimeout.String(),
 		"--max-batch-events", fmt.Sprint(*flagMaxBatch),
-	}, reemitArgs...))
-	t.Cleanup(sup.close)
-	first, err := sup.start("")
-	if err != nil {
-		t.Fatal(err)
+	}, reemitArgs...)
+	var ids atomic.Int64
+	var sups []*supervisor
+	for _, hosted := range processes(streams, *flagShared) {
+		sup := newSupervisor(wsBin, dir, &ids, common, hosted...)
+		t.Cleanup(sup.close)
+		sups = append(sups, sup)
+		first, err := sup.start("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !first.streaming(60 * time.Second) {
+			t.Fatalf("walstream of %s did not start streaming:\n%s", sup, first.Log())
+		}
+		logf("walstream #%d streaming %s", first.id, sup)
 	}
-	if !first.streaming(60 * time.Second) {
-		t.Fatalf("walstream did not start streaming:\n%s", first.Log())
-	}
-	logf("walstream #%d streaming; Postgres %d, %s at %s, proxies %s and %s", first.id, pg.Port, br, br.direct, px.pg.Listen, px.kafkaAddrs())
+	logf("Postgres %d, %s at %s, proxies %s and %s", pg.Port, br, br.direct, px.pg.Listen, px.kafkaAddrs())
 
-	atom := newAtomicity(*flagMaxBatch)
-	smp := &sampler{pgURL: pgURL, cons: cons, atom: atom}
+	for _, st := range streams {
+		st.atom = newAtomicity(*flagMaxBatch)
+	}
+	smp := newSampler(pgURL, cons, streams)
 	smpCtx, stopSampler := context.WithCancel(ctx)
 	var smpDone sync.WaitGroup
 	smpDone.Add(1)
 	go func() { defer smpDone.Done(); smp.run(smpCtx, 100*time.Millisecond) }()
 	defer func() { stopSampler(); smpDone.Wait() }()
 
-	ld := newLoad(pgURL, *flagWriters, rate, *flagMaxBatch, seed)
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var loadDone sync.WaitGroup
-	loadDone.Add(1)
-	go func() { defer loadDone.Done(); ld.run(loadCtx) }()
+	for i, st := range streams {
+		st.load = newLoad(st.url, *flagWriters, rate/float64(len(streams)), *flagMaxBatch, seed+uint64(i)<<32)
+		loadDone.Add(1)
+		go func() { defer loadDone.Done(); st.load.run(loadCtx) }()
+	}
 	defer func() { stopLoad(); loadDone.Wait() }()
 
 	// Faults, after a short warm-up; the load runs on until the end.
 	until := time.Now().Add(*flagDuration)
-	fl := newFaults(&rig{pg: pg, pgURL: pgURL, broker: br, px: px, sup: sup, cons: cons, wsBin: wsBin,
-		statusArgs: []string{"status", "--pg-url", wsPG, "--kafka-brokers", px.kafkaAddrs()}, logf: logf, outboxDDL: outboxDDL(partitioned)}, seed, long, cluster, skip)
+	fl := newFaults(&rig{pg: pg, pgURL: pgURL, broker: br, px: px, streams: streams, cons: cons, smp: smp, wsBin: wsBin,
+		logf: logf, outboxDDL: outboxDDL(partitioned)}, seed, long, cluster, skip)
 	time.Sleep(3 * time.Second)
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); fl.run(ctx, until) }()
 	var stuck string
 	select {
 	case <-faultsDone:
-	case <-time.After(time.Until(until) + 3*time.Minute):
+	case <-time.After(time.Until(until) + 4*time.Minute):
 		// Every step is bounded; if one is not, say which rather than
 		// waiting for the test timeout.
 		stuck = fl.injecting()
@@ -217,17 +238,20 @@ func TestChaos(t *testing.T) {
 	stopLoad()
 	loadDone.Wait()
 	faultsStopped := time.Now()
-	st := ld.snapshot()
+	var st loadStats
+	for _, s := range streams {
+		st.add(s.load.snapshot())
+	}
 	logf("load stopped: %d rows in %d transactions committed", st.RowsCommitted, st.TxCommitted)
 
-	// Catch-up: the slot confirms everything written.
+	// Catch-up: every slot confirms everything written.
 	end, err := pg.CurrentLSN(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caughtUp := waitConfirmed(ctx, pg, end, catchUpLimit)
+	behind, _ := fl.waitConfirmed(ctx, streams, end, catchUpLimit)
 	catchUp := time.Since(faultsStopped)
-	logf("slot confirmed %s: %v after %s", end, caughtUp, catchUp.Round(10*time.Millisecond))
+	logf("slots confirmed %s after %s; behind: %q", end, catchUp.Round(10*time.Millisecond), names(behind))
 	// The re-emit requests made run to their end; the checker judges them.
 	reemitWait := time.Now()
 	cons.waitReemits(ctx, 2*time.Minute)
@@ -238,23 +262,29 @@ func TestChaos(t *testing.T) {
 	// Verdict: everything below is collected, reported, then failed on.
 	var failures []string
 	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
-	if !caughtUp {
-		fail("the slot did not confirm the end of the load (%s) within %s of the faults stopping", end, catchUpLimit)
+	if len(behind) > 0 {
+		fail("the slots of %s did not confirm the end of the load (%s) within %s of the faults stopping", names(behind), end, catchUpLimit)
 	}
-	switch p := sup.current(); {
-	case p == nil:
-		fail("no walstream running at the end")
-	case !caughtUp:
-		// A goroutine dump shows where it is stuck.
-		stopProc(p, syscall.SIGQUIT, 10*time.Second)
-		fail("walstream #%d's goroutine dump (SIGQUIT) is in %s", p.id, p.f.Name())
-	default:
-		if stopProc(p, syscall.SIGTERM, 30*time.Second); p.Err() != nil {
-			fail("walstream #%d did not exit 0 after SIGTERM: %s\n%s", p.id, p.ExitDesc(), p.LastLines(10))
+	for _, sup := range sups {
+		switch p := sup.current(); {
+		case p == nil:
+			fail("no walstream of %s running at the end", sup)
+		case slices.ContainsFunc(behind, func(st *stream) bool { return st.sup == sup }):
+			// A goroutine dump shows where it is stuck.
+			stopProc(p, syscall.SIGQUIT, 10*time.Second)
+			fail("walstream #%d's goroutine dump (SIGQUIT) is in %s", p.id, p.f.Name())
+		default:
+			if stopProc(p, syscall.SIGTERM, 30*time.Second); p.Err() != nil {
+				fail("walstream #%d of %s did not exit 0 after SIGTERM: %s\n%s", p.id, sup, p.ExitDesc(), p.LastLines(10))
+			}
 		}
 	}
-	unexpected := sup.unexpectedExits()
-	sup.close()
+	var unexpected []string
+	for _, sup := range sups {
+		unexpected = append(unexpected, sup.unexpectedExits()...)
+		unexpected = append(unexpected, sup.stoppedStreams()...)
+		sup.close()
+	}
 
 	// The continuous consumer reads everything up to the final stable offsets.
 	lso, complete, err := cons.stableOffsets(ctx)
@@ -264,63 +294,27 @@ func TestChaos(t *testing.T) {
 	stopCons()
 	smp.finish()
 
-	ledger, err := readLedger(ctx, pgURL)
-	if err != nil {
-		t.Fatal(err)
+	rep := report{
+		Variant: map[bool]string{false: "short", true: "long"}[long], Broker: br.String(), Seed: seed,
+		Duration: flagDuration.String(), WallSeconds: time.Since(wall).Seconds(), Load: st,
+		FaultsLeftOut: slices.Sorted(maps.Keys(skip)), CrashPointsReached: make(map[string]int),
+		SessionRestarts: make(map[string]int), KafkaTxnFailures: make(map[string]int),
+		Atomicity: &atomicity{}, Sampler: smp, CatchUpSeconds: catchUp.Seconds(), LogDir: dir,
 	}
-	for _, e := range ld.crossCheck(ledger) {
-		fail("ground truth: %s", e)
-	}
-	var recs []record
-	kcatFailed := false
-	for _, topic := range outboxTopics() {
-		rs, err := kcatRead(ctx, br.direct, topic)
-		if err != nil {
-			// A transaction left open for good (a hanging transaction)
-			// keeps kcat from finishing: judge what the continuous
-			// consumer read, and say so.
-			fail("the final read with kcat: %v; judging the continuous consumer's records instead", err)
-			kcatFailed = true
-			break
+	for _, s := range streams {
+		sr := s.verdict(ctx, t, br.direct, cons, fl.gapIDs(s), fail)
+		sr.Faults = fl.report().ByStream[s.name]
+		rep.Streams = append(rep.Streams, sr)
+		rep.Verdict.add(sr.Verdict, s.name)
+		rep.Reemits.add(sr.Reemits, s.name)
+		rep.Atomicity.add(s.atom)
+		rep.Checkpoints.add(s.cp)
+		if s.cp.Samples < 100 || s.atom.Snapshots < 100 || s.atom.Settled < 10 {
+			fail("%s: only %d checkpoint samples (%d skipped) and %d atomicity snapshots (%d settled)", s.name, s.cp.Samples, s.cp.Skipped, s.atom.Snapshots, s.atom.Settled)
 		}
-		recs = append(recs, rs...)
 	}
-	if kcatFailed {
-		recs = cons.all()
-	}
-	ld.mu.Lock()
-	v := judge(recs, ledger, ld.rolledBack, fl.gapIDs())
-	ld.mu.Unlock()
-	if n := v.failures(); n > 0 {
-		fail("kcat read %d records: %d duplicates, %d lost, %d not in the ledger (%d known rolled back), %d order violations, %d aggregates in several partitions, %d disagreeing with the ledger:\n  %s",
-			v.Records, v.Duplicates, v.Lost, v.NotInLedger, v.RolledBackSeen, v.OrderViolations, v.PartitionViolations, v.Mismatches, strings.Join(v.Examples, "\n  "))
-	}
-	rv, err := judgeReemits(recs, fl.reemits.all(), cons.reemitStates(), ledger, func(where string) (map[string]bool, error) {
-		return presentRows(ctx, pgURL, where)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := rv.failures(); n > 0 {
-		fail("re-emit requests: %d of %d done, %d cancelled, %d failed, %d never met, %d not ended; %d records: %d duplicates within a request, "+
-			"%d rows missed, %d records not selected (or failed requests), %d requests not as counted, %d records of unknown requests:\n  %s",
-			rv.Done, rv.Requests, rv.Cancelled, rv.Failed, rv.NeverMet, rv.NotEnded, rv.Records, rv.Duplicates, rv.Missing, rv.NotSelected,
-			rv.RecordsCountMismatch, rv.Unknown, strings.Join(rv.Examples, "\n  "))
-	}
-	if rv.Done == 0 {
-		fail("no re-emit request ran to its end (%d made, %d cancelled, %d failed, %d never met)", rv.Requests, rv.Cancelled, rv.Failed, rv.NeverMet)
-	}
-	if diff := sameRecords(recs, cons.all()); diff != "" && !kcatFailed {
-		fail("the continuous consumer and kcat disagree: %s", diff)
-	}
-	if atom.Violations > 0 {
-		fail("%d transactions visible in part:\n  %s", atom.Violations, strings.Join(atom.Examples, "\n  "))
-	}
-	if smp.Violations > 0 {
-		fail("%d samples with the slot confirmed past the checkpoint in Kafka or the server's WAL end:\n  %s", smp.Violations, strings.Join(smp.Examples, "\n  "))
-	}
-	if smp.Samples < 100 || atom.Snapshots < 100 || atom.Settled < 10 {
-		fail("only %d checkpoint samples (%d skipped) and %d atomicity snapshots (%d settled)", smp.Samples, smp.Skipped, atom.Snapshots, atom.Settled)
+	if rep.Reemits.Done == 0 {
+		fail("no re-emit request ran to its end (%d made, %d cancelled, %d failed, %d never met)", rep.Reemits.Requests, rep.Reemits.Cancelled, rep.Reemits.Failed, rep.Reemits.NeverMet)
 	}
 	// walstream has transactions over logical_decoding_work_mem streamed
 	// in progress; Postgres still spills what it decodes before the
@@ -338,17 +332,39 @@ func TestChaos(t *testing.T) {
 		fail("fault injection stuck in %s", stuck)
 	}
 	fr := fl.report()
+	rep.Faults = fr
 	for _, e := range fr.Errors {
 		fail("fault: %s", e)
 	}
-	for _, ft := range deck(long, cluster, skip) {
+	for _, ft := range deck(long, cluster, len(sups), skip) {
 		if fr.Counts[ft.kind] == 0 {
 			fail("fault %s was never injected", ft.kind)
 		}
 	}
-	crashes, procs := sup.stats()
+	held := heldBy(fr.Holds)
+	for _, kind := range []string{faultPause, faultForeign} {
+		if fr.Counts[kind] > 0 && held[kind] == 0 {
+			fail("no %s fault held the checkpoint partition", kind)
+		}
+	}
+	for _, sup := range sups {
+		crashes, procs := sup.stats()
+		for k, n := range crashes {
+			rep.CrashPointsReached[k] += n
+		}
+		rep.WalstreamProcesses += procs
+		logged, scraped := sup.replaysSkipped()
+		rep.ReplaysSkippedLogged += logged
+		rep.ReplaysSkippedScraped += scraped
+		for k, n := range sup.sessionRestarts(nil) {
+			rep.SessionRestarts[k] += n
+		}
+		for k, n := range sup.txnFailures() {
+			rep.KafkaTxnFailures[k] += n
+		}
+	}
 	reached := 0
-	for _, n := range crashes {
+	for _, n := range rep.CrashPointsReached {
 		reached += n
 	}
 	if reached == 0 {
@@ -359,24 +375,15 @@ func TestChaos(t *testing.T) {
 	if minKills := map[bool]int{false: 30, true: 10}[cluster]; long && fr.Counts[faultKill] < minKills {
 		fail("only %d kills of walstream, want at least %d in a long run", fr.Counts[faultKill], minKills)
 	}
-	skippedLogged, skippedScraped := sup.replaysSkipped()
-	if skippedLogged == 0 && skippedScraped == 0 {
+	if rep.ReplaysSkippedLogged == 0 && rep.ReplaysSkippedScraped == 0 {
 		fail("no replayed event was skipped by the checkpoint filter, after %d kills and %d immediate restarts", fr.Counts[faultKill], fr.Counts[faultPGImmediate])
 	}
 	if st.RowsCommitted < *flagMinRows {
 		fail("%d rows committed, want at least %d", st.RowsCommitted, *flagMinRows)
 	}
 
-	rep := report{
-		Variant: map[bool]string{false: "short", true: "long"}[long], Broker: br.String(), Seed: seed,
-		Duration: flagDuration.String(), WallSeconds: time.Since(wall).Seconds(),
-		Passed: len(failures) == 0, Failures: failures,
-		Load: st, Faults: fr, FaultsLeftOut: slices.Sorted(maps.Keys(skip)), CrashPointsReached: crashes,
-		WalstreamProcesses: procs, SessionRestarts: sup.sessionRestarts(), KafkaTxnFailures: sup.txnFailures(),
-		ReplaysSkippedLogged: skippedLogged, ReplaysSkippedScraped: skippedScraped,
-		Verdict: v, Reemits: rv, Atomicity: atom, Checkpoints: smp,
-		CatchUpSeconds: catchUp.Seconds(), LogDir: dir,
-	}
+	rep.Passed, rep.Failures = len(failures) == 0, failures
+	rep.WallSeconds = time.Since(wall).Seconds()
 	b, _ := json.MarshalIndent(rep, "", "  ")
 	if err := os.WriteFile(reportPath, b, 0o644); err != nil {
 		t.Errorf("writing the report: %v", err)
@@ -387,7 +394,85 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// report is the JSON report of a run.
+// processes says which streams each walstream process carries: the last
+// shared streams one process (a config file's streams: list), every other
+// stream a process of its own. The checks stay per stream.
+func processes(streams []*stream, shared int) [][]*stream {
+	shared = min(max(shared, 1), len(streams))
+	var ps [][]*stream
+	for _, st := range streams[:len(streams)-shared] {
+		ps = append(ps, []*stream{st})
+	}
+	return append(ps, streams[len(streams)-shared:])
+}
+
+// verdict reads st's ledger and its topics (with kcat, and the continuous
+// consumer's records) and judges them; fail records what fails.
+func (st *stream) verdict(ctx context.Context, t *testing.T, brokers string, cons *consumer, gap map[string]bool, fail func(string, ...any)) streamReport {
+	sr := streamReport{Name: st.name, Database: st.db, Slot: st.slot, TransactionalID: st.txnID, Topics: st.prefix + "*",
+		Process: st.sup.String(), Load: st.load.snapshot(), Atomicity: st.atom, Checkpoints: st.cp, SessionRestarts: st.sup.sessionRestarts(st)}
+	ledger, err := readLedger(ctx, st.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range st.load.crossCheck(ledger) {
+		fail("%s: ground truth: %s", st.name, e)
+	}
+	var recs []record
+	kcatFailed := false
+	for _, topic := range st.topics() {
+		rs, err := kcatRead(ctx, brokers, topic)
+		if err != nil {
+			// A transaction left open for good (a hanging transaction)
+			// keeps kcat from finishing: judge what the continuous
+			// consumer read, and say so.
+			fail("%s: the final read with kcat: %v; judging the continuous consumer's records instead", st.name, err)
+			kcatFailed = true
+			break
+		}
+		recs = append(recs, rs...)
+	}
+	if kcatFailed {
+		recs = cons.all(st)
+	}
+	st.load.mu.Lock()
+	sr.Verdict = judge(recs, ledger, st.load.rolledBack, gap, st.prefix)
+	st.load.mu.Unlock()
+	v := sr.Verdict
+	if n := v.failures(); n > 0 {
+		fail("%s: kcat read %d records: %d duplicates, %d lost, %d not in the ledger (%d known rolled back), %d order violations, %d aggregates in several partitions, %d disagreeing with the ledger:\n  %s",
+			st.name, v.Records, v.Duplicates, v.Lost, v.NotInLedger, v.RolledBackSeen, v.OrderViolations, v.PartitionViolations, v.Mismatches, strings.Join(v.Examples, "\n  "))
+	}
+	rv, err := judgeReemits(recs, st.reemits.all(), cons.reemitStates(st.name), ledger, func(where string) (map[string]bool, error) {
+		return presentRows(ctx, st.url, where)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr.Reemits = rv
+	if n := rv.failures(); n > 0 {
+		fail("%s: re-emit requests: %d of %d done, %d cancelled, %d failed, %d never met, %d not ended; %d records: %d duplicates within a request, "+
+			"%d rows missed, %d records not selected (or failed requests), %d requests not as counted, %d records of unknown requests:\n  %s",
+			st.name, rv.Done, rv.Requests, rv.Cancelled, rv.Failed, rv.NeverMet, rv.NotEnded, rv.Records, rv.Duplicates, rv.Missing, rv.NotSelected,
+			rv.RecordsCountMismatch, rv.Unknown, strings.Join(rv.Examples, "\n  "))
+	}
+	if diff := sameRecords(recs, cons.all(st)); diff != "" && !kcatFailed {
+		fail("%s: the continuous consumer and kcat disagree: %s", st.name, diff)
+	}
+	if st.atom.Violations > 0 {
+		fail("%s: %d transactions visible in part:\n  %s", st.name, st.atom.Violations, strings.Join(st.atom.Examples, "\n  "))
+	}
+	if st.cp.Violations > 0 {
+		fail("%s: %d samples with the slot confirmed past the checkpoint in Kafka or the server's WAL end:\n  %s", st.name, st.cp.Violations, strings.Join(st.cp.Examples, "\n  "))
+	}
+	if st.cp.Unresolved > 0 {
+		fail("%s: %d samples judged at the end with checkpoint records before them that Kafka never resolved", st.name, st.cp.Unresolved)
+	}
+	return sr
+}
+
+// report is the JSON report of a run: totals over the streams, and each
+// stream's.
 type report struct {
 	Variant               string         `json:"variant"`
 	Broker                string         `json:"broker"`
@@ -408,9 +493,28 @@ type report struct {
 	Verdict               verdict        `json:"verdict"`
 	Reemits               reemitVerdict  `json:"reemits"`
 	Atomicity             *atomicity     `json:"atomicity"`
-	Checkpoints           *sampler       `json:"checkpoint_vs_slot"`
+	Checkpoints           cpCheck        `json:"checkpoint_vs_slot"`
+	Sampler               *sampler       `json:"sampler"`
 	CatchUpSeconds        float64        `json:"catch_up_seconds"`
+	Streams               []streamReport `json:"streams"`
 	LogDir                string         `json:"log_dir"`
+}
+
+// streamReport is one stream's part of the report.
+type streamReport struct {
+	Name            string         `json:"name"`
+	Database        string         `json:"database"`
+	Slot            string         `json:"slot"`
+	TransactionalID string         `json:"transactional_id"`
+	Topics          string         `json:"topics"`
+	Process         string         `json:"process_streams"` // the streams its walstream process carries
+	Load            loadStats      `json:"load"`
+	Faults          map[string]int `json:"faults"`
+	SessionRestarts map[string]int `json:"walstream_session_restarts_by_peer"`
+	Verdict         verdict        `json:"verdict"`
+	Reemits         reemitVerdict  `json:"reemits"`
+	Atomicity       *atomicity     `json:"atomicity"`
+	Checkpoints     *cpCheck       `json:"checkpoint_vs_slot"`
 }
 
 func (r *report) summary(path string) string {
@@ -425,16 +529,44 @@ func (r *report) summary(path string) string {
 	for _, n := range r.CrashPointsReached {
 		crashes += n
 	}
-	return fmt.Sprintf("chaos %s %s on %s: %d rows committed, %d rolled back; %d faults (%s); %d crash points reached; "+
+	holds, restarts, heldFor := 0, 0, 0.0
+	for _, h := range r.Faults.Holds {
+		holds++
+		heldFor = max(heldFor, h.Seconds)
+		for _, n := range h.SessionRestarts {
+			restarts += n
+		}
+	}
+	var per []string
+	for _, s := range r.Streams {
+		per = append(per, fmt.Sprintf("%s %d rows, %d faults, duplicates %d, lost %d, order %d, atomicity %d, checkpoint %d",
+			s.Name, s.Load.RowsCommitted, sum(s.Faults), s.Verdict.Duplicates, s.Verdict.Lost, s.Verdict.OrderViolations,
+			s.Atomicity.Violations, s.Checkpoints.Violations))
+	}
+	procs := make(map[string]bool)
+	for _, s := range r.Streams {
+		procs[s.Process] = true
+	}
+	return fmt.Sprintf("chaos %s %s on %s: %d streams in %d walstream processes, one checkpoint topic; %d rows committed, %d rolled back; %d faults (%s); %d crash points reached; "+
 		"replays skipped %d (logged) / %d (metrics); duplicates %d, lost %d (and %d of %d in named recreation gaps), not in ledger %d, order violations %d, "+
-		"atomicity violations %d in %d snapshots (%d settled), checkpoint violations %d in %d samples (%d past the WAL end); "+
+		"atomicity violations %d in %d snapshots (%d settled), checkpoint violations %d in %d samples (%d past the WAL end, %d judged after a hold); "+
+		"holds of the checkpoint topic %d (longest %.0fs), other streams' session restarts during them %d; "+
 		"re-emit requests %d (%d done, %d cancelled, %d failed), %d records re-emitted, %d duplicates within a request, %d rows missed; "+
-		"Postgres streamed %d transactions in progress and spilled %d; caught up in %.1fs; report %s",
-		verdict, r.Duration, r.Broker, r.Load.RowsCommitted, r.Load.RowsRolledBack, total, strings.Join(kinds, " "), crashes,
+		"Postgres streamed %d transactions in progress and spilled %d; caught up in %.1fs; by stream: %s; report %s",
+		verdict, r.Duration, r.Broker, len(r.Streams), len(procs), r.Load.RowsCommitted, r.Load.RowsRolledBack, total, strings.Join(kinds, " "), crashes,
 		r.ReplaysSkippedLogged, r.ReplaysSkippedScraped, r.Verdict.Duplicates, r.Verdict.Lost, r.Verdict.LostInGap, r.Faults.GapRows, r.Verdict.NotInLedger,
 		r.Verdict.OrderViolations, r.Atomicity.Violations, r.Atomicity.Snapshots, r.Atomicity.Settled, r.Checkpoints.Violations, r.Checkpoints.Samples,
-		r.Checkpoints.PastWALEnd, r.Reemits.Requests, r.Reemits.Done, r.Reemits.Cancelled, r.Reemits.Failed, r.Reemits.Records, r.Reemits.Duplicates,
-		r.Reemits.Missing, r.Checkpoints.StreamTxns, r.Checkpoints.SpillTxns, r.CatchUpSeconds, path)
+		r.Checkpoints.PastWALEnd, r.Checkpoints.JudgedLate, holds, heldFor, restarts,
+		r.Reemits.Requests, r.Reemits.Done, r.Reemits.Cancelled, r.Reemits.Failed, r.Reemits.Records, r.Reemits.Duplicates, r.Reemits.Missing,
+		r.Sampler.StreamTxns, r.Sampler.SpillTxns, r.CatchUpSeconds, strings.Join(per, "; "), path)
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // sameRecords compares two reads of the outbox topics by position and id.
@@ -453,17 +585,4 @@ func sameRecords(a, b []record) string {
 		return ""
 	}
 	return fmt.Sprintf("%d records against %d", len(a), len(b))
-}
-
-// waitConfirmed waits up to d for the slot to confirm lsn.
-func waitConfirmed(ctx context.Context, pg *testenv.Postgres, lsn pglogrepl.LSN, d time.Duration) bool {
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		got, err := pg.SlotConfirmed(cctx, slotName)
-		cancel()
-		if err == nil && got >= lsn {
-			return true
-		}
-	}
-	return false
 }

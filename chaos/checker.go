@@ -21,19 +21,11 @@ import (
 	"github.com/walstream/walstream/internal/testenv"
 )
 
-// checkpointTopic and slot are walstream's defaults, which the suite uses.
-const (
-	checkpointTopic = "walstream.checkpoints"
-	slotName        = "walstream"
-)
+// checkpointTopic is walstream's default, which every stream shares.
+const checkpointTopic = "walstream.checkpoints"
 
-func outboxTopics() []string {
-	var ts []string
-	for _, typ := range aggregateTypes {
-		ts = append(ts, "outbox.event."+typ)
-	}
-	return ts
-}
+// cpPart is the checkpoint topic's one partition.
+var cpPart = tp{checkpointTopic, 0}
 
 // record is an outbox record as a read_committed consumer saw it.
 type record struct {
@@ -79,20 +71,36 @@ func (v *verdict) failures() int {
 	return v.Duplicates + v.Lost + v.NotInLedger + v.OrderViolations + v.PartitionViolations + v.Mismatches
 }
 
+// add adds w, stream name's verdict, to the totals v.
+func (v *verdict) add(w verdict, name string) {
+	v.Records += w.Records
+	v.Duplicates += w.Duplicates
+	v.Lost += w.Lost
+	v.NotInLedger += w.NotInLedger
+	v.RolledBackSeen += w.RolledBackSeen
+	v.OrderViolations += w.OrderViolations
+	v.PartitionViolations += w.PartitionViolations
+	v.Mismatches += w.Mismatches
+	v.LostInGap += w.LostInGap
+	for _, e := range w.Examples {
+		v.example("%s: %s", name, e)
+	}
+}
+
 func (v *verdict) example(format string, args ...any) {
 	if len(v.Examples) < 20 {
 		v.Examples = append(v.Examples, fmt.Sprintf(format, args...))
 	}
 }
 
-// judge checks the live records against the ledger: each committed event
-// id exactly once, on the topic, key and payload the ledger implies;
-// nothing that is not in the ledger (rolledBack names the ids known to
-// have rolled back); each aggregate in one partition with its sequence
-// numbers strictly increasing along it. A ledger row in gap, lost in a
-// named recreation gap, may be missing, never duplicated. Re-emitted
-// records are judgeReemits'.
-func judge(recs []record, ledger map[string]ledgerRow, rolledBack, gap map[string]bool) verdict {
+// judge checks a stream's live records against its ledger: each committed
+// event id exactly once, on the topic (prefix and the aggregate's type),
+// key and payload the ledger implies; nothing that is not in the ledger
+// (rolledBack names the ids known to have rolled back); each aggregate in
+// one partition with its sequence numbers strictly increasing along it. A
+// ledger row in gap, lost in a named recreation gap, may be missing, never
+// duplicated. Re-emitted records are judgeReemits'.
+func judge(recs []record, ledger map[string]ledgerRow, rolledBack, gap map[string]bool, prefix string) verdict {
 	recs = slices.DeleteFunc(slices.Clone(recs), func(r record) bool { return r.Reemit != "" })
 	slices.SortFunc(recs, func(a, b record) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
@@ -128,7 +136,7 @@ func judge(recs []record, ledger map[string]ledgerRow, rolledBack, gap map[strin
 			continue
 		}
 		typ, _, _ := strings.Cut(want.Agg, "-")
-		if r.BadValue != "" || r.Topic != "outbox.event."+typ || r.Key != want.Agg ||
+		if r.BadValue != "" || r.Topic != prefix+typ || r.Key != want.Agg ||
 			r.Payload.Agg != want.Agg || r.Payload.Seq != want.Seq || r.Payload.Tx != want.Tx || r.Payload.N != txRows[want.Tx] {
 			v.Mismatches++
 			v.example("%s: id %s key %q payload %+v %q disagrees with ledger %+v (%d rows in tx)", where, r.ID, r.Key, r.Payload, r.BadValue, want, txRows[want.Tx])
@@ -192,6 +200,14 @@ func newAtomicity(maxBatch int) *atomicity {
 	return &atomicity{maxBatch: maxBatch, visible: make(map[string]int), partial: make(map[string]int), violated: make(map[string]bool)}
 }
 
+// add adds b's counts to the totals a.
+func (a *atomicity) add(b *atomicity) {
+	a.Snapshots += b.Snapshots
+	a.Settled += b.Settled
+	a.Violations += b.Violations
+	a.Examples = append(a.Examples, b.Examples...)
+}
+
 // snapshot takes the records that became visible since the last snapshot
 // and, when settled, checks that every fitting transaction is visible whole
 // or not at all.
@@ -235,8 +251,10 @@ type cpRecord struct {
 	cp     checkpoint.Checkpoint
 }
 
-// consumer reads the outbox topics and the checkpoint topic continuously,
-// read_committed. It sends its own Fetch requests and decodes them with
+// consumer reads every stream's outbox topics and the checkpoint topic
+// continuously, read_committed, and keeps each stream's checkpoints apart
+// by their key (the stream's name); records under other keys are not a
+// stream's. It sends its own Fetch requests and decodes them with
 // kgo.ProcessFetchPartition, so that it knows exactly how far it has read
 // each partition: aborted batches advance the position without a record,
 // and an aborted batch need not be followed by a marker (the local broker
@@ -244,19 +262,21 @@ type cpRecord struct {
 // the brokers directly: they advertise their proxies, so the dialer sends
 // a proxy's address to its broker.
 type consumer struct {
-	cl  *kgo.Client
-	adm *kadm.Client
+	cl     *kgo.Client
+	adm    *kadm.Client
+	topics []string        // the outbox topics and the checkpoint topic
+	keys   map[string]bool // the streams' checkpoint keys
 
 	mu        sync.Mutex
 	parts     map[string][]int32 // partitions of each topic, once all exist
 	next      map[tp]int64       // everything before is read
 	recs      map[tp][]record
-	cps       []cpRecord
+	cps       map[string][]cpRecord // by key
 	badCPs    int
 	fetchErrs int
 }
 
-func newConsumer(direct string, dial func(ctx context.Context, network, host string) (net.Conn, error)) (*consumer, error) {
+func newConsumer(direct string, dial func(ctx context.Context, network, host string) (net.Conn, error), streams []*stream) (*consumer, error) {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(strings.Split(direct, ",")...),
 		kgo.Dialer(dial),
@@ -266,14 +286,19 @@ func newConsumer(direct string, dial func(ctx context.Context, network, host str
 	if err != nil {
 		return nil, fmt.Errorf("creating the checker's Kafka client: %w", err)
 	}
-	return &consumer{cl: cl, adm: kadm.NewClient(cl), next: make(map[tp]int64), recs: make(map[tp][]record)}, nil
+	c := &consumer{cl: cl, adm: kadm.NewClient(cl), topics: append(outboxTopics(streams), checkpointTopic), keys: make(map[string]bool),
+		next: make(map[tp]int64), recs: make(map[tp][]record), cps: make(map[string][]cpRecord)}
+	for _, st := range streams {
+		c.keys[st.name] = true
+	}
+	return c, nil
 }
 
 func (c *consumer) close() { c.cl.Close() }
 
 // run consumes until ctx ends.
 func (c *consumer) run(ctx context.Context) {
-	topics := append(outboxTopics(), checkpointTopic)
+	topics := c.topics
 	for ctx.Err() == nil {
 		if c.parts == nil {
 			c.discover(ctx, topics)
@@ -345,17 +370,16 @@ func (c *consumer) take(topic string, rp *kmsg.FetchResponseTopicPartition) {
 	c.next[k] = max(c.next[k], next)
 	for _, r := range fp.Records {
 		if topic == checkpointTopic {
-			// The stream's records, whatever its key: the stream name
-			// (<database>/<slot> by default) names the slot in each.
+			key := string(r.Key)
+			if !c.keys[key] {
+				continue // another producer's
+			}
 			cp, _, err := checkpoint.Decode(r.Value)
 			if err != nil {
 				c.badCPs++
 				continue
 			}
-			if cp.Owner.Slot != slotName {
-				continue
-			}
-			c.cps = append(c.cps, cpRecord{r.Offset, cp})
+			c.cps[key] = append(c.cps[key], cpRecord{r.Offset, cp})
 			continue
 		}
 		var id, reemit string
@@ -384,11 +408,11 @@ func sleep(ctx context.Context, d time.Duration) {
 func (c *consumer) stableOffsets(ctx context.Context) (map[tp]int64, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	listed, err := c.adm.ListCommittedOffsets(ctx, append(outboxTopics(), checkpointTopic)...)
+	listed, err := c.adm.ListCommittedOffsets(ctx, c.topics...)
 	if err != nil {
 		return nil, false, fmt.Errorf("listing stable offsets: %w", err)
 	}
-	return offsetsOf(listed)
+	return c.offsetsOf(listed)
 }
 
 // endOffsets lists the high watermark of every partition of the outbox and
@@ -397,17 +421,17 @@ func (c *consumer) stableOffsets(ctx context.Context) (map[tp]int64, bool, error
 func (c *consumer) endOffsets(ctx context.Context) (map[tp]int64, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	listed, err := c.adm.ListEndOffsets(ctx, append(outboxTopics(), checkpointTopic)...)
+	listed, err := c.adm.ListEndOffsets(ctx, c.topics...)
 	if err != nil {
 		return nil, false, fmt.Errorf("listing end offsets: %w", err)
 	}
-	return offsetsOf(listed)
+	return c.offsetsOf(listed)
 }
 
-func offsetsOf(listed kadm.ListedOffsets) (map[tp]int64, bool, error) {
+func (c *consumer) offsetsOf(listed kadm.ListedOffsets) (map[tp]int64, bool, error) {
 	out := make(map[tp]int64)
 	ok := true
-	for _, topic := range append(outboxTopics(), checkpointTopic) {
+	for _, topic := range c.topics {
 		ps := listed[topic]
 		if len(ps) == 0 {
 			ok = false
@@ -469,24 +493,27 @@ func (c *consumer) between(from, to map[tp]int64) []record {
 	return out
 }
 
-// lastCheckpoint returns the last checkpoint before offset end.
-func (c *consumer) lastCheckpoint(end int64) (checkpoint.Checkpoint, bool) {
+// lastCheckpoint returns the last checkpoint under key before offset end.
+func (c *consumer) lastCheckpoint(key string, end int64) (checkpoint.Checkpoint, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(c.cps, end, func(r cpRecord, o int64) int { return cmpInt(r.offset, o) })
+	cps := c.cps[key]
+	i, _ := slices.BinarySearchFunc(cps, end, func(r cpRecord, o int64) int { return cmpInt(r.offset, o) })
 	if i == 0 {
 		return checkpoint.Checkpoint{}, false
 	}
-	return c.cps[i-1].cp, true
+	return cps[i-1].cp, true
 }
 
-// all returns every outbox record read so far.
-func (c *consumer) all() []record {
+// all returns every record of st's topics read so far.
+func (c *consumer) all(st *stream) []record {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []record
-	for _, recs := range c.recs {
-		out = append(out, recs...)
+	for k, recs := range c.recs {
+		if st.owns(k.topic) {
+			out = append(out, recs...)
+		}
 	}
 	return out
 }
@@ -501,46 +528,96 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-// sampler checks, every interval, that the slot's confirmed_flush_lsn
-// (read first) is not past the server's WAL end (read with it) nor the
-// checkpoint committed in Kafka (read second), and takes the atomicity
+// sampler checks, every interval, for every stream, that its slot's
+// confirmed_flush_lsn (read first, every slot in one query) is not past the
+// server's WAL end (read with it) nor past the stream's checkpoint
+// committed in Kafka (read second), and takes each stream's atomicity
 // snapshots.
 //
-// walstream confirms once EndTxn returns, when Kafka's commit is decided
-// and durable, but Apache Kafka writes the marker that makes the
-// checkpoint visible after that. So a confirmed position past the
-// checkpoint visible at the sample is judged once every record written to
-// the checkpoint partition before the sample is resolved: it must not be
-// past the last of them that Kafka committed. (That a position is never
+// walstream confirms a position once the COMMIT marker of its transaction
+// follows the checkpoint record, which it reads past the last stable
+// offset; the checker reads the checkpoint topic read_committed, which
+// shows a checkpoint only once every transaction before it on the
+// partition is resolved, of every stream and of any other producer. So a
+// confirmed position past the checkpoint visible at the sample is judged
+// once every record written to the checkpoint partition before the sample
+// is resolved: it must not be past the last of the stream's records among
+// them that Kafka committed. A transaction held open on the partition (a
+// stream paused mid-commit, another producer's) defers the judgement of
+// every stream's samples until it ends. (That a position is never
 // confirmed before its commit is decided is what the crash points test.)
 type sampler struct {
-	pgURL string
-	cons  *consumer
-	atom  *atomicity
+	pgURL   string
+	cons    *consumer
+	streams []*stream
+	byTopic map[string]*stream
 
-	mu         sync.Mutex
-	Samples    int `json:"samples"`
+	mu sync.Mutex
+	// Samples and Skipped count the ticks; a tick is skipped when the
+	// slots, the offsets or the records cannot be read in time (a server
+	// down, the consumer behind).
+	Samples    int   `json:"samples"`
+	Skipped    int   `json:"samples_skipped"`
+	SpillTxns  int64 `json:"slot_spill_txns"`
+	SpillBytes int64 `json:"slot_spill_bytes"`
+	// StreamTxns and StreamBytes are the transactions Postgres streamed
+	// in progress, which walstream asks for (Postgres 14 and later).
+	StreamTxns  int64               `json:"slot_stream_txns"`
+	StreamBytes int64               `json:"slot_stream_bytes"`
+	lastSpill   map[string][4]int64 // by slot
+	done        map[tp]int64        // offsets the atomicity check has taken in
+	conn        *pgx.Conn
+}
+
+// lateJudgement is how long after it was taken a sample's judgement must
+// have waited to count as waiting through a hold of the checkpoint
+// partition: commit markers come within milliseconds otherwise.
+const lateJudgement = 5 * time.Second
+
+// cpCheck is one stream's share of the sampler: its slot's confirmed
+// position against its checkpoints in Kafka and the server's WAL end.
+type cpCheck struct {
+	Samples int `json:"samples"`
+	// Skipped are ticks before the stream's slot or first checkpoint
+	// existed.
 	Skipped    int `json:"samples_skipped"`
 	Violations int `json:"violations"`
 	// PastWALEnd counts samples with the slot confirmed past the server's
 	// WAL end.
-	PastWALEnd int      `json:"confirmed_past_wal_end"`
-	MaxLag     uint64   `json:"max_confirmed_lag_behind_checkpoint_bytes"`
-	Examples   []string `json:"examples,omitempty"`
-	SpillTxns  int64    `json:"slot_spill_txns"`
-	SpillBytes int64    `json:"slot_spill_bytes"`
-	// StreamTxns and StreamBytes are the transactions Postgres streamed
-	// in progress, which walstream asks for (Postgres 14 and later).
-	StreamTxns  int64 `json:"slot_stream_txns"`
-	StreamBytes int64 `json:"slot_stream_bytes"`
-	lastSpill   [4]int64
+	PastWALEnd int    `json:"confirmed_past_wal_end"`
+	MaxLag     uint64 `json:"max_confirmed_lag_behind_checkpoint_bytes"`
 	// Deferred counts samples whose confirmed position was past the
 	// visible checkpoint, judged once Kafka resolved the records written
-	// before them; pending are those not judged yet.
-	Deferred int `json:"samples_judged_after_commit_markers"`
-	pending  []pendingConfirm
-	done     map[tp]int64 // offsets the atomicity check has taken in
-	conn     *pgx.Conn
+	// before them; JudgedLate those of them judged lateJudgement or more
+	// after they were taken (through a hold), MaxDeferral the longest
+	// wait, Unresolved those judged at the end with records before them
+	// still unresolved.
+	Deferred    int      `json:"samples_judged_after_commit_markers"`
+	JudgedLate  int      `json:"samples_judged_after_a_hold"`
+	MaxDeferral float64  `json:"longest_deferral_seconds"`
+	Unresolved  int      `json:"samples_judged_unresolved"`
+	Examples    []string `json:"examples,omitempty"`
+	pending     []pendingConfirm
+}
+
+// add adds d's counts to the totals c.
+func (c *cpCheck) add(d *cpCheck) {
+	c.Samples += d.Samples
+	c.Skipped += d.Skipped
+	c.Violations += d.Violations
+	c.PastWALEnd += d.PastWALEnd
+	c.MaxLag = max(c.MaxLag, d.MaxLag)
+	c.Deferred += d.Deferred
+	c.JudgedLate += d.JudgedLate
+	c.MaxDeferral = max(c.MaxDeferral, d.MaxDeferral)
+	c.Unresolved += d.Unresolved
+	c.Examples = append(c.Examples, d.Examples...)
+}
+
+func (c *cpCheck) example(format string, args ...any) {
+	if len(c.Examples) < 20 {
+		c.Examples = append(c.Examples, fmt.Sprintf(format, args...))
+	}
 }
 
 // pendingConfirm is a confirmed position past the visible checkpoint, and
@@ -551,13 +628,23 @@ type pendingConfirm struct {
 	end       int64
 }
 
+func newSampler(pgURL string, cons *consumer, streams []*stream) *sampler {
+	s := &sampler{pgURL: pgURL, cons: cons, streams: streams, byTopic: make(map[string]*stream),
+		lastSpill: make(map[string][4]int64), done: make(map[tp]int64)}
+	for _, st := range streams {
+		for _, t := range st.topics() {
+			s.byTopic[t] = st
+		}
+	}
+	return s
+}
+
 func (s *sampler) run(ctx context.Context, every time.Duration) {
 	defer func() {
 		if s.conn != nil {
 			s.conn.Close(context.Background())
 		}
 	}()
-	s.done = make(map[tp]int64)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	lastSpill := time.Now()
@@ -582,7 +669,8 @@ func (s *sampler) run(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (s *sampler) query(ctx context.Context, sql string, dst ...any) error {
+// query runs sql on the sampler's connection and scans each row.
+func (s *sampler) query(ctx context.Context, sql string, scan func(pgx.CollectableRow) error) error {
 	if s.conn == nil || s.conn.IsClosed() {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		conn, err := pgx.Connect(cctx, s.pgURL)
@@ -594,39 +682,39 @@ func (s *sampler) query(ctx context.Context, sql string, dst ...any) error {
 	}
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := s.conn.QueryRow(qctx, sql, slotName).Scan(dst...); err != nil {
-		if !errors.Is(err, pgx.ErrNoRows) {
-			s.conn.Close(context.Background())
-			s.conn = nil
-		}
-		return fmt.Errorf("sampling the slot: %w", err)
+	rows, err := s.conn.Query(qctx, sql)
+	if err == nil {
+		_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) { return struct{}{}, scan(r) })
+	}
+	if err != nil {
+		s.conn.Close(context.Background())
+		s.conn = nil
+		return fmt.Errorf("sampling the slots: %w", err)
 	}
 	return nil
 }
 
-// sample takes one sample; false means it could not (a server down, the
-// consumer behind, nothing committed yet).
+// sample takes one sample of every stream; false means it could not (a
+// server down, the consumer behind).
 func (s *sampler) sample(ctx context.Context) bool {
-	var confirmedText *string
-	var walEndText string
-	if err := s.query(ctx, "SELECT confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = $1",
-		&confirmedText, &walEndText); err != nil || confirmedText == nil {
+	confirmed := make(map[string]pglogrepl.LSN)
+	var walEnd pglogrepl.LSN
+	err := s.query(ctx, "SELECT slot_name, confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM pg_replication_slots WHERE confirmed_flush_lsn IS NOT NULL",
+		func(r pgx.CollectableRow) error {
+			var slot, c, end string
+			if err := r.Scan(&slot, &c, &end); err != nil {
+				return err
+			}
+			lsn, err1 := pglogrepl.ParseLSN(c)
+			e, err2 := pglogrepl.ParseLSN(end)
+			if err := errors.Join(err1, err2); err != nil {
+				return err
+			}
+			confirmed[slot], walEnd = lsn, e
+			return nil
+		})
+	if err != nil {
 		return false
-	}
-	confirmed, err1 := pglogrepl.ParseLSN(*confirmedText)
-	walEnd, err2 := pglogrepl.ParseLSN(walEndText)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	if confirmed > walEnd {
-		s.mu.Lock()
-		s.PastWALEnd++
-		s.Violations++
-		if len(s.Examples) < 20 {
-			s.Examples = append(s.Examples, fmt.Sprintf("%s: slot confirmed_flush_lsn %s is past the server's WAL end %s",
-				time.Now().Format(time.TimeOnly), confirmed, walEnd))
-		}
-		s.mu.Unlock()
 	}
 	lso, complete, err := s.cons.stableOffsets(ctx)
 	if err != nil || !complete {
@@ -638,58 +726,93 @@ func (s *sampler) sample(ctx context.Context) bool {
 	if err != nil || !complete || !s.cons.waitCaughtUp(ctx, lso, 3*time.Second) {
 		return false
 	}
-	cpPart := tp{checkpointTopic, 0}
-	cp, ok := s.cons.lastCheckpoint(lso[cpPart])
-	if !ok {
-		return false
+	newly := make(map[*stream][]record)
+	for _, r := range s.cons.between(s.done, lso) {
+		newly[s.byTopic[r.Topic]] = append(newly[s.byTopic[r.Topic]], r)
 	}
-	settled := true
-	for k, o := range lso {
-		if hwm[k] != o {
-			settled = false
-		}
-	}
-	newly := s.cons.between(s.done, lso)
 	for k, o := range lso {
 		if o > s.done[k] {
 			s.done[k] = o
 		}
 	}
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.atom.snapshot(newly, settled)
-	if confirmed > cp.LSN {
-		s.pending = append(s.pending, pendingConfirm{at: time.Now(), confirmed: confirmed, end: hwm[cpPart]})
-	} else if lag := uint64(cp.LSN - confirmed); lag > s.MaxLag {
-		s.MaxLag = lag
+	for _, st := range s.streams {
+		// A stream's snapshot is settled when none of its partitions has
+		// a transaction open or a marker pending.
+		settled := true
+		for k, o := range lso {
+			if st.owns(k.topic) && hwm[k] != o {
+				settled = false
+			}
+		}
+		st.atom.snapshot(newly[st], settled)
+		c := st.cp
+		conf, ok := confirmed[st.slot]
+		if !ok {
+			c.Skipped++
+			continue
+		}
+		if conf > walEnd {
+			c.PastWALEnd++
+			c.Violations++
+			c.example("%s: slot %s confirmed_flush_lsn %s is past the server's WAL end %s", now.Format(time.TimeOnly), st.slot, conf, walEnd)
+		}
+		cp, ok := s.cons.lastCheckpoint(st.name, lso[cpPart])
+		if !ok {
+			c.Skipped++
+			continue
+		}
+		c.Samples++
+		if conf > cp.LSN {
+			c.pending = append(c.pending, pendingConfirm{at: now, confirmed: conf, end: hwm[cpPart]})
+		} else if lag := uint64(cp.LSN - conf); lag > c.MaxLag {
+			c.MaxLag = lag
+		}
+		s.judge(st, now, false)
 	}
-	s.judge(false)
 	return true
 }
 
-// judge judges the pending confirmed positions whose checkpoint records
+// judge judges st's pending confirmed positions whose checkpoint records
 // Kafka has resolved since; with final, also those it never resolved.
 // s.mu is held.
-func (s *sampler) judge(final bool) {
-	cpPart := tp{checkpointTopic, 0}
-	rest := s.pending[:0]
-	for _, p := range s.pending {
-		if !s.cons.readTo(cpPart, p.end) && !final {
+func (s *sampler) judge(st *stream, now time.Time, final bool) {
+	c := st.cp
+	rest := c.pending[:0]
+	for _, p := range c.pending {
+		resolved := s.cons.readTo(cpPart, p.end)
+		if !resolved && !final {
 			rest = append(rest, p)
 			continue
 		}
-		s.Deferred++
-		cp, _ := s.cons.lastCheckpoint(p.end)
+		c.Deferred++
+		if !resolved {
+			c.Unresolved++
+		}
+		waited := now.Sub(p.at)
+		c.MaxDeferral = max(c.MaxDeferral, waited.Seconds())
+		if waited >= lateJudgement {
+			c.JudgedLate++
+		}
+		cp, _ := s.cons.lastCheckpoint(st.name, p.end)
 		if p.confirmed <= cp.LSN {
 			continue
 		}
-		s.Violations++
-		if len(s.Examples) < 20 {
-			s.Examples = append(s.Examples, fmt.Sprintf("%s: slot confirmed_flush_lsn %s is past the checkpoint committed in Kafka %s",
-				p.at.Format(time.TimeOnly), p.confirmed, cp))
-		}
+		c.Violations++
+		c.example("%s: slot %s confirmed_flush_lsn %s is past the checkpoint committed in Kafka %s",
+			p.at.Format(time.TimeOnly), st.slot, p.confirmed, cp)
 	}
-	s.pending = rest
+	c.pending = rest
+}
+
+// judgedLate returns how many of st's samples were judged after a hold so
+// far.
+func (s *sampler) judgedLate(st *stream) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return st.cp.JudgedLate
 }
 
 // finish judges what is still pending, once the consumer has read
@@ -697,24 +820,41 @@ func (s *sampler) judge(final bool) {
 func (s *sampler) finish() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.judge(true)
+	for _, st := range s.streams {
+		s.judge(st, time.Now(), true)
+	}
 }
 
-// spill accumulates pg_stat_replication_slots' spill and stream counters,
-// which a crash restart of Postgres resets.
+// spill accumulates pg_stat_replication_slots' spill and stream counters
+// of the streams' slots, which a crash restart of Postgres resets.
 func (s *sampler) spill(ctx context.Context) {
-	var now [4]int64
-	if err := s.query(ctx, "SELECT spill_txns, spill_bytes, stream_txns, stream_bytes FROM pg_stat_replication_slots WHERE slot_name = $1",
-		&now[0], &now[1], &now[2], &now[3]); err != nil {
+	now := make(map[string][4]int64)
+	if err := s.query(ctx, "SELECT slot_name, spill_txns, spill_bytes, stream_txns, stream_bytes FROM pg_stat_replication_slots",
+		func(r pgx.CollectableRow) error {
+			var slot string
+			var n [4]int64
+			if err := r.Scan(&slot, &n[0], &n[1], &n[2], &n[3]); err != nil {
+				return err
+			}
+			now[slot] = n
+			return nil
+		}); err != nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.SpillTxns += growth(now[0], s.lastSpill[0])
-	s.SpillBytes += growth(now[1], s.lastSpill[1])
-	s.StreamTxns += growth(now[2], s.lastSpill[2])
-	s.StreamBytes += growth(now[3], s.lastSpill[3])
-	s.lastSpill = now
+	for _, st := range s.streams {
+		n, ok := now[st.slot]
+		if !ok {
+			continue
+		}
+		last := s.lastSpill[st.slot]
+		s.SpillTxns += growth(n[0], last[0])
+		s.SpillBytes += growth(n[1], last[1])
+		s.StreamTxns += growth(n[2], last[2])
+		s.StreamBytes += growth(n[3], last[3])
+		s.lastSpill[st.slot] = n
+	}
 }
 
 // growth is how much a counter grew since last; a counter below last was

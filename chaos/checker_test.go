@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/walstream/walstream/checkpoint"
 )
@@ -66,7 +67,7 @@ func TestJudge(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			recs, ledger := fixture()
 			recs = tt.mutate(recs, ledger)
-			v := judge(recs, ledger, map[string]bool{"rolled-back": true}, nil)
+			v := judge(recs, ledger, map[string]bool{"rolled-back": true}, nil, "outbox.event.")
 			got := tt.want(v)
 			if tt.name == "correct" {
 				if got != 0 {
@@ -120,15 +121,15 @@ func TestAtomicity(t *testing.T) {
 func TestJudgeGap(t *testing.T) {
 	recs, ledger := fixture()
 	gap := map[string]bool{"a3": true}
-	if v := judge(recs[:3], ledger, nil, gap); v.failures() != 0 || v.LostInGap != 1 {
+	if v := judge(recs[:3], ledger, nil, gap, "outbox.event."); v.failures() != 0 || v.LostInGap != 1 {
 		t.Fatalf("gap row missing: %d failures, %d lost in gap; want 0 and 1: %v", v.failures(), v.LostInGap, v.Examples)
 	}
-	if v := judge(recs[1:3], ledger, nil, gap); v.Lost != 1 {
+	if v := judge(recs[1:3], ledger, nil, gap, "outbox.event."); v.Lost != 1 {
 		t.Fatalf("a row outside the gap missing: lost = %d, want 1", v.Lost)
 	}
 	dup := recs[3]
 	dup.Offset = 8
-	if v := judge(append(recs, dup), ledger, nil, gap); v.Duplicates != 1 {
+	if v := judge(append(recs, dup), ledger, nil, gap, "outbox.event."); v.Duplicates != 1 {
 		t.Fatalf("gap row delivered twice: duplicates = %d, want 1", v.Duplicates)
 	}
 }
@@ -148,7 +149,7 @@ func TestJudgeReemits(t *testing.T) {
 	done := map[string]checkpoint.Reemit{"r1": {ID: "r1", State: checkpoint.ReemitDone, Rows: 3}}
 	present := func(string) (map[string]bool, error) { return map[string]bool{"a1": true, "a2": true, "a3": true}, nil }
 	good := append(slices.Clone(recs), copyOf(recs[0], "r1", 10), copyOf(recs[1], "r1", 11), copyOf(recs[3], "r1", 12))
-	if v := judge(good, ledger, nil, nil); v.failures() != 0 {
+	if v := judge(good, ledger, nil, nil, "outbox.event."); v.failures() != 0 {
 		t.Fatalf("the live judge counts re-emitted copies: %+v", v)
 	}
 	v, err := judgeReemits(good, reqs, done, ledger, present)
@@ -182,5 +183,37 @@ func TestJudgeReemits(t *testing.T) {
 		if v, err := judgeReemits(good[:len(good)-1], reqs, map[string]checkpoint.Reemit{"r1": st}, ledger, present); err != nil || v.failures() != 0 {
 			t.Errorf("%s: %+v, %v", st.State, v, err)
 		}
+	}
+}
+
+// A confirmed position past the visible checkpoint waits while the
+// checkpoint partition is held, and is judged once the consumer read past
+// the hold: against the stream's checkpoints Kafka committed meanwhile.
+func TestJudgeThroughHold(t *testing.T) {
+	st := &stream{name: "db/slot", slot: "slot", cp: &cpCheck{}}
+	cons := &consumer{next: map[tp]int64{cpPart: 10},
+		cps: map[string][]cpRecord{st.name: {{offset: 5, cp: checkpoint.Checkpoint{LSN: 100}}}}}
+	s := &sampler{cons: cons}
+	t0 := time.Now()
+	// Sampled during the hold, at the partition's high watermark 20: both
+	// past the visible checkpoint.
+	st.cp.pending = []pendingConfirm{{at: t0, confirmed: 200, end: 20}, {at: t0, confirmed: 300, end: 20}}
+	s.judge(st, t0.Add(time.Second), false)
+	if got := len(st.cp.pending); got != 2 || st.cp.Deferred != 0 {
+		t.Fatalf("while held: %d pending, %d judged; want 2 and 0", got, st.cp.Deferred)
+	}
+	// The hold ends; the stream had committed a checkpoint at 250 during it.
+	cons.next[cpPart] = 25
+	cons.cps[st.name] = append(cons.cps[st.name], cpRecord{offset: 15, cp: checkpoint.Checkpoint{LSN: 250}})
+	s.judge(st, t0.Add(30*time.Second), false)
+	if st.cp.Deferred != 2 || st.cp.JudgedLate != 2 || st.cp.Violations != 1 || len(st.cp.pending) != 0 {
+		t.Fatalf("after the hold: %d judged (%d late), %d violations, %d pending; want 2 (2), 1, 0: %v",
+			st.cp.Deferred, st.cp.JudgedLate, st.cp.Violations, len(st.cp.pending), st.cp.Examples)
+	}
+	// At the end, a sample Kafka never resolved is judged and counted.
+	st.cp.pending = []pendingConfirm{{at: t0, confirmed: 250, end: 40}}
+	s.judge(st, t0.Add(time.Minute), true)
+	if st.cp.Unresolved != 1 || st.cp.Violations != 1 {
+		t.Fatalf("at the end: %d unresolved, %d violations; want 1 and 1", st.cp.Unresolved, st.cp.Violations)
 	}
 }

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os/exec"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/publish"
 )
 
@@ -21,74 +22,12 @@ const commitTimeout = 10 * time.Second
 
 const txnTimeout = 2 * commitTimeout
 
-var reSessionEnd = regexp.MustCompile(`msg="session ended, restarting from the checkpoint".* peer=(\w+) err="([^"]*)`)
-
-// pause SIGKILLs walstream and starts it again armed to stop itself
-// (SIGSTOP) just before its n-th Kafka commit, every record of the
-// transaction written: a process paused with a transaction open. It stays
-// stopped past its transaction timeout, so that Kafka's coordinator aborts
-// the transaction and bumps the producer epoch, and then goes on
-// (SIGCONT). It must go on by itself: end its session, replay from the
-// checkpoint, and never take the abort for another producer. Which error
-// ends the session first depends on which peer it hears from first: the
-// walsender has given up on it too (wal_sender_timeout).
-func (f *faults) pause(ctx context.Context) string {
-	p := f.current()
-	if p == nil {
-		return "no walstream running"
-	}
-	stopProc(p, syscall.SIGKILL, 10*time.Second)
-	n := 1 + f.rng.IntN(10)
-	np := f.restart(fmt.Sprintf("before-commit:%d:stop", n))
-	if np == nil {
-		return "restart failed"
-	}
-	if err := np.WaitLog(ctx, "stop point before-commit reached", 30*time.Second); err != nil {
-		f.note("walstream #%d did not reach its stop point before commit %d within 30s", np.id, n)
-		return fmt.Sprintf("#%d, then #%d did not reach commit %d", p.id, np.id, n)
-	}
-	hold := txnTimeout + abortCleanup + 2*time.Second + time.Duration(f.rng.Int64N(int64(2*time.Second)))
-	sleep(ctx, hold)
-	sessions := len(reStreaming.FindAllString(np.Log(), -1))
-	np.Signal(syscall.SIGCONT)
-	outcome := "still not streaming after 60s"
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(200 * time.Millisecond) {
-		if np.Exited() {
-			outcome = "exited"
-			break
-		}
-		if len(reStreaming.FindAllString(np.Log(), -1)) > sessions {
-			outcome = "other"
-			if m := reSessionEnd.FindStringSubmatch(np.Log()); m != nil {
-				switch {
-				case strings.Contains(m[2], "aborted the open transaction"):
-					outcome = "kafka-aborted-it"
-				case m[1] == "postgres":
-					outcome = "postgres-first"
-				}
-			}
-			break
-		}
-	}
-	log := np.Log()
-	switch {
-	case outcome == "exited" || outcome == "still not streaming after 60s":
-		f.failf("walstream #%d paused %s past its transaction timeout: %s (%s):\n%s", np.id, hold.Round(100*time.Millisecond), outcome, np.ExitDesc(), np.LastLines(15))
-	case strings.Contains(log, "another producer") || strings.Contains(log, "took over"):
-		f.failf("walstream #%d took the transaction Kafka aborted on timeout for another producer:\n%s", np.id, np.LastLines(15))
-	}
-	f.mu.Lock()
-	f.rep.PauseOutcomes[outcome]++
-	f.mu.Unlock()
-	return fmt.Sprintf("#%d, then #%d stopped before commit %d for %s: %s", p.id, np.id, n, hold.Round(100*time.Millisecond), outcome)
-}
-
 // killNode SIGKILLs the Kafka node the fault names: the transaction
-// coordinator of walstream's transactional id, the leader of an outbox
-// partition, the leader of the checkpoint topic, or the active controller.
-// It starts the node again after a few seconds and waits for the cluster's
-// health (every replica back in sync).
-func (f *faults) killNode(ctx context.Context, kind string) string {
+// coordinator of st's transactional id, the leader of an outbox partition
+// of any stream, the leader of the checkpoint topic, or the active
+// controller. It starts the node again after a few seconds and waits for
+// the cluster's health (every replica back in sync).
+func (f *faults) killNode(ctx context.Context, kind string, st *stream) string {
 	br := f.rig.broker
 	var id int32
 	var what string
@@ -96,13 +35,14 @@ func (f *faults) killNode(ctx context.Context, kind string) string {
 	for deadline := time.Now().Add(20 * time.Second); ; sleep(ctx, 500*time.Millisecond) {
 		switch kind {
 		case faultCoordinatorKill:
-			id, err = br.coordinator(ctx)
-			what = "transaction coordinator"
+			id, err = br.coordinator(ctx, st.txnID)
+			what = "transaction coordinator of " + st.txnID
 			if err == nil {
-				what += f.coordinatorPartition(ctx, id)
+				what += f.coordinatorPartition(ctx, id, st.txnID)
 			}
 		case faultOutboxLeaderKill:
-			topic, part := outboxTopics()[f.rng.IntN(len(aggregateTypes))], int32(f.rng.IntN(3))
+			topics := outboxTopics(f.rig.streams)
+			topic, part := topics[f.rng.IntN(len(topics))], int32(f.rng.IntN(3))
 			id, err = br.leader(ctx, topic, part)
 			what = fmt.Sprintf("leader of %s-%d", topic, part)
 		case faultCheckpointLeadKill:
@@ -138,18 +78,18 @@ func (f *faults) killNode(ctx context.Context, kind string) string {
 }
 
 // coordinatorPartition names the transaction state partition that holds
-// walstream's transactions, and notes when its leader is not the
+// the transactions of txnID, and notes when its leader is not the
 // coordinator Kafka named: both are how an operator finds it.
-func (f *faults) coordinatorPartition(ctx context.Context, coordinator int32) string {
+func (f *faults) coordinatorPartition(ctx context.Context, coordinator int32, txnID string) string {
 	br := f.rig.broker
 	md, err := br.adm.Metadata(ctx, "__transaction_state")
 	if err != nil {
 		return ""
 	}
 	parts := md.Topics["__transaction_state"].Partitions
-	n := publish.TransactionLogPartition(br.txnID, len(parts))
+	n := publish.TransactionLogPartition(txnID, len(parts))
 	if p, ok := parts[n]; ok && p.Leader != coordinator {
-		f.note("FindCoordinator named node %d for %s, but __transaction_state-%d is led by node %d", coordinator, br.txnID, n, p.Leader)
+		f.note("FindCoordinator named node %d for %s, but __transaction_state-%d is led by node %d", coordinator, txnID, n, p.Leader)
 	}
 	return fmt.Sprintf(", leader of __transaction_state-%d", n)
 }
@@ -158,8 +98,9 @@ func (f *faults) coordinatorPartition(ctx context.Context, coordinator int32) st
 // which has two more voters, fences them after broker.session.timeout.ms
 // (9 s) and shrinks every ISR to the last broker, which then refuses
 // walstream's writes (NOT_ENOUGH_REPLICAS: min.insync.replicas is 2).
-// walstream must wait, commit nothing, and say why in /readyz and in
-// `walstream status`; once the brokers are back it must go on.
+// No stream may commit meanwhile; a walstream must say why in /readyz and
+// `walstream status` (asked of a stream picked at random); once the
+// brokers are back every stream must go on.
 func (f *faults) twoDown(ctx context.Context) string {
 	br := f.rig.broker
 	ids := br.brokerIDs()
@@ -175,31 +116,41 @@ func (f *faults) twoDown(ctx context.Context) string {
 	// Whatever was in flight settles within the commit timeout; after
 	// that nothing may commit until the brokers are back.
 	sleep(ctx, commitTimeout+2*time.Second)
-	before, _ := f.rig.cons.lastCheckpoint(1 << 62)
+	last := func() map[*stream]checkpoint.Checkpoint {
+		cps := make(map[*stream]checkpoint.Checkpoint)
+		for _, st := range f.rig.streams {
+			cps[st], _ = f.rig.cons.lastCheckpoint(st.name, 1<<62)
+		}
+		return cps
+	}
+	before := last()
+	asked := f.pick()
 	var readyz, status string
 	saidReadyz, saidStatus := false, false
 	const why = "Kafka cannot take walstream's writes"
 	for until := killed.Add(40*time.Second + time.Duration(f.rng.Int64N(int64(10*time.Second)))); time.Now().Before(until) && ctx.Err() == nil; sleep(ctx, time.Second) {
-		if p := f.rig.sup.current(); p != nil && !saidReadyz {
-			if code, body := getReadyz(p); code != 0 {
+		if p := asked.sup.current(); p != nil && !saidReadyz {
+			if code, body := getReadyz(p, asked); code != 0 {
 				readyz = fmt.Sprintf("%d %s", code, body)
 				saidReadyz = code == http.StatusServiceUnavailable && strings.Contains(body, why)
 			}
 		}
 		if !saidStatus && time.Since(killed) > 25*time.Second {
-			status = f.status(ctx)
+			status = f.status(ctx, asked)
 			saidStatus = strings.Contains(status, why)
 		}
 	}
-	after, _ := f.rig.cons.lastCheckpoint(1 << 62)
-	if after.Less(before) || before.Less(after) {
-		f.failf("a checkpoint committed while two of three brokers were down: %s, then %s", before, after)
+	after := last()
+	for _, st := range f.rig.streams {
+		if a, b := after[st], before[st]; a.Less(b) || b.Less(a) {
+			f.failf("a checkpoint of %s committed while two of three brokers were down: %s, then %s", st.name, b, a)
+		}
 	}
 	if !saidReadyz {
-		f.failf("with two of three brokers down, /readyz never said %q; it last said: %s", why, readyz)
+		f.failf("with two of three brokers down, /readyz of %s never said %q; it last said: %s", asked.name, why, readyz)
 	}
 	if !saidStatus {
-		f.failf("with two of three brokers down, walstream status did not say %q:\n%s", why, status)
+		f.failf("with two of three brokers down, walstream status of %s did not say %q:\n%s", asked.name, why, status)
 	}
 	var wg sync.WaitGroup
 	for _, id := range down {
@@ -216,13 +167,19 @@ func (f *faults) twoDown(ctx context.Context) string {
 	if h := br.waitHealthy(ctx, 2*time.Minute); h != "" {
 		f.note("after two brokers down, the cluster was not healthy within 2m: %s", h)
 	}
-	// The load goes on, so walstream commits again soon after.
+	// The load goes on, so every stream commits again soon after.
 	for deadline := time.Now().Add(time.Minute); ; sleep(ctx, 200*time.Millisecond) {
-		if cp, _ := f.rig.cons.lastCheckpoint(1 << 62); after.Less(cp) {
+		var behind []string
+		for _, st := range f.rig.streams {
+			if cp, _ := f.rig.cons.lastCheckpoint(st.name, 1<<62); !after[st].Less(cp) {
+				behind = append(behind, st.name)
+			}
+		}
+		if len(behind) == 0 {
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			f.failf("walstream committed nothing within a minute of the brokers' return")
+			f.failf("%s committed nothing within a minute of the brokers' return", strings.Join(behind, ", "))
 			break
 		}
 	}
@@ -249,14 +206,19 @@ func (f *faults) cutOff(ctx context.Context) string {
 	return fmt.Sprintf("node %d for %s, healthy %s after", i+1, d.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
 }
 
-// getReadyz asks a walstream's /readyz; code 0 when it does not answer.
-func getReadyz(p *wsProc) (code int, body string) {
+// getReadyz asks p's /readyz about st (?stream= in a process of several
+// streams); code 0 when it does not answer.
+func getReadyz(p *wsProc, st *stream) (code int, body string) {
 	m := reHTTPAddr.FindStringSubmatch(p.Log())
 	if m == nil {
 		return 0, ""
 	}
+	u := "http://" + m[1] + "/readyz"
+	if len(st.sup.streams) > 1 {
+		u += "?stream=" + url.QueryEscape(st.name)
+	}
 	hc := http.Client{Timeout: 2 * time.Second}
-	resp, err := hc.Get("http://" + m[1] + "/readyz")
+	resp, err := hc.Get(u)
 	if err != nil {
 		return 0, ""
 	}
@@ -265,12 +227,13 @@ func getReadyz(p *wsProc) (code int, body string) {
 	return resp.StatusCode, strings.TrimSpace(string(b))
 }
 
-// status runs `walstream status` as an operator would, with walstream's
-// connection settings, and returns what it printed and how it exited.
-func (f *faults) status(ctx context.Context) string {
+// status runs `walstream status` of st as an operator would, with
+// walstream's connection settings, and returns what it printed and how it
+// exited.
+func (f *faults) status(ctx context.Context, st *stream) string {
 	ctx, cancel := context.WithTimeout(ctx, 40*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, f.rig.wsBin, f.rig.statusArgs...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, f.rig.wsBin, f.rig.statusArgs(st)...).CombinedOutput()
 	return fmt.Sprintf("%s(exit: %v)", out, err)
 }
 

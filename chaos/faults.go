@@ -36,9 +36,14 @@ const (
 	faultZombie          = "zombie"
 	faultRecreate        = "outbox-recreated"
 	faultPartitions      = "partition-attached-dropped"
-	// faultPause stops walstream with a Kafka transaction open for longer
-	// than its transaction timeout, so that Kafka aborts the transaction.
+	// faultPause stops one stream's walstream with a Kafka transaction
+	// open for longer than its transaction timeout, so that Kafka aborts
+	// the transaction; meanwhile that transaction holds back the
+	// checkpoint partition the other streams share.
 	faultPause = "walstream-paused-past-txn-timeout"
+	// faultForeign opens another producer's transaction on the checkpoint
+	// topic and leaves it open until its coordinator aborts it.
+	faultForeign = "foreign-txn-holds-checkpoint-topic"
 	// The cluster's faults (-chaos.kafka-nodes=3).
 	faultCoordinatorKill    = "kafka-coordinator-kill"
 	faultOutboxLeaderKill   = "kafka-outbox-leader-kill"
@@ -63,12 +68,23 @@ type fault struct {
 	crashAt string
 }
 
+// perStream are the kinds that act on one stream, picked at random: its
+// walstream process, its slot, its outbox, its transaction coordinator.
+// The others hit every stream at once.
+var perStream = map[string]bool{faultKill: true, faultTerm: true, faultPause: true, faultTerminateSender: true,
+	faultZombie: true, faultRecreate: true, faultPartitions: true, faultCoordinatorKill: true, faultReemit: true}
+
 // deck is one round of faults. The short variant plays one deck, which has
 // every kind and every crash point; the long one plays decks until its
 // time is up. A cluster's deck has its broker faults instead of the one
-// broker's restarts and network faults. Kinds in skip are left out.
-func deck(long, cluster bool, skip map[string]bool) []fault {
-	d := []fault{{kind: faultTerm}, {kind: faultPause}, {kind: faultPartitions}, {kind: faultReemit}}
+// broker's restarts and network faults. Kinds in skip are left out. With
+// three walstream processes or more (procs), the short deck plays its
+// pause inside the foreign transaction's hold (foreign).
+func deck(long, cluster bool, procs int, skip map[string]bool) []fault {
+	d := []fault{{kind: faultTerm}, {kind: faultForeign}, {kind: faultPartitions}, {kind: faultReemit}}
+	if long || procs < 3 || skip[faultForeign] {
+		d = append(d, fault{kind: faultPause})
+	}
 	if cluster {
 		d = append(d, fault{kind: faultCoordinatorKill}, fault{kind: faultOutboxLeaderKill}, fault{kind: faultCheckpointLeadKill},
 			fault{kind: faultControllerKill}, fault{kind: faultTwoBrokersDown}, fault{kind: faultBrokerCutOff})
@@ -83,7 +99,13 @@ func deck(long, cluster bool, skip map[string]bool) []fault {
 		d = append(d, fault{kind: faultKill, crashAt: p})
 	}
 	if long {
-		d = append(d, fault{kind: faultKill}, fault{kind: faultKill}, fault{kind: faultKill}, fault{kind: faultPartitions}, fault{kind: faultReemit})
+		// Three kills more, and one per process: each stream's process
+		// is killed about as often as the one process was before the
+		// holds of the checkpoint topic took their share of the time.
+		for range 3 + procs {
+			d = append(d, fault{kind: faultKill})
+		}
+		d = append(d, fault{kind: faultPartitions}, fault{kind: faultReemit})
 		if !cluster {
 			d = append(d, fault{kind: faultPGImmediate}, fault{kind: faultTerminateSender})
 		}
@@ -93,19 +115,34 @@ func deck(long, cluster bool, skip map[string]bool) []fault {
 
 // rig is what the faults act on.
 type rig struct {
-	pg     *testenv.Postgres
-	pgURL  string // direct
-	broker *brokerRig
-	px     *proxies
-	sup    *supervisor
-	cons   *consumer
-	wsBin  string
-	// statusArgs run `walstream status` with walstream's connection
-	// settings.
-	statusArgs []string
-	logf       func(format string, args ...any)
+	pg      *testenv.Postgres
+	pgURL   string // direct, the postgres database
+	broker  *brokerRig
+	px      *proxies
+	streams []*stream
+	cons    *consumer
+	smp     *sampler
+	wsBin   string
+	logf    func(format string, args ...any)
 	// outboxDDL is the file that creates the outbox table.
 	outboxDDL string
+}
+
+// processes are the supervisors of the streams' walstream processes.
+func (r *rig) processes() []*supervisor {
+	var sups []*supervisor
+	for _, st := range r.streams {
+		if !slices.Contains(sups, st.sup) {
+			sups = append(sups, st.sup)
+		}
+	}
+	return sups
+}
+
+// statusArgs run `walstream status` for st as an operator would, with
+// walstream's connection settings.
+func (r *rig) statusArgs(st *stream) []string {
+	return []string{"status", "--pg-url", st.wsURL, "--slot", st.slot, "--kafka-brokers", r.px.kafkaAddrs()}
 }
 
 // faults injects faults and counts them.
@@ -119,14 +156,9 @@ type faults struct {
 	mu  sync.Mutex
 	now string // the fault being injected, for the watchdog
 	rep faultReport
-	// gap are the event ids committed to a recreated outbox table before it
-	// was in the publication: Postgres never sends them, and walstream must
-	// stop naming the gap rather than go on silently.
-	gap map[string]bool
-	// partitions counts the partitions attached so far, which names them.
-	partitions int
-	// reemits are the re-emit requests made, which the checker judges.
-	reemits reemits
+	// partitions counts the partitions attached so far, which names them;
+	// foreigns the foreign transactions.
+	partitions, foreigns int
 }
 
 // faultReport is what the faults did, for the report.
@@ -143,14 +175,23 @@ type faultReport struct {
 	PauseOutcomes map[string]int `json:"pause_outcomes,omitempty"`
 	// Targets are the nodes the cluster's faults hit, by fault.
 	Targets map[string][]int32 `json:"cluster_fault_targets,omitempty"`
-	Errors  []string           `json:"errors,omitempty"`
-	Notes   []string           `json:"notes,omitempty"`
+	// ByStream counts the faults on one stream, by stream and kind.
+	ByStream map[string]map[string]int `json:"by_stream"`
+	// Holds are the checkpoint partition's holds: a stream paused
+	// mid-commit, a foreign transaction.
+	Holds  []hold   `json:"holds"`
+	Errors []string `json:"errors,omitempty"`
+	Notes  []string `json:"notes,omitempty"`
 }
 
 func newFaults(r *rig, seed uint64, long, cluster bool, skip map[string]bool) *faults {
-	return &faults{rig: r, rng: mrand.New(mrand.NewPCG(seed, 0xfa17)), long: long, cluster: cluster, skip: skip, gap: make(map[string]bool), rep: faultReport{
+	f := &faults{rig: r, rng: mrand.New(mrand.NewPCG(seed, 0xfa17)), long: long, cluster: cluster, skip: skip, rep: faultReport{
 		Counts: make(map[string]int), CrashesArmed: make(map[string]int), ZombieOutcomes: make(map[string]int),
-		PauseOutcomes: make(map[string]int), Targets: make(map[string][]int32)}}
+		PauseOutcomes: make(map[string]int), Targets: make(map[string][]int32), ByStream: make(map[string]map[string]int)}}
+	for _, st := range r.streams {
+		f.rep.ByStream[st.name] = make(map[string]int)
+	}
+	return f
 }
 
 func (f *faults) failf(format string, args ...any) {
@@ -167,16 +208,23 @@ func (f *faults) report() faultReport {
 	r := f.rep
 	r.Counts, r.CrashesArmed, r.ZombieOutcomes = maps.Clone(r.Counts), maps.Clone(r.CrashesArmed), maps.Clone(r.ZombieOutcomes)
 	r.PauseOutcomes, r.Targets = maps.Clone(r.PauseOutcomes), maps.Clone(r.Targets)
-	r.Errors, r.Notes, r.GapStops = slices.Clone(r.Errors), slices.Clone(r.Notes), slices.Clone(r.GapStops)
+	r.Errors, r.Notes, r.GapStops, r.Holds = slices.Clone(r.Errors), slices.Clone(r.Notes), slices.Clone(r.GapStops), slices.Clone(r.Holds)
+	r.ByStream = make(map[string]map[string]int)
+	for k, v := range f.rep.ByStream {
+		r.ByStream[k] = maps.Clone(v)
+	}
 	return r
 }
 
-// gapIDs returns the event ids lost in recreation gaps so far.
-func (f *faults) gapIDs() map[string]bool {
+// gapIDs returns the event ids of st lost in recreation gaps so far.
+func (f *faults) gapIDs(st *stream) map[string]bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return maps.Clone(f.gap)
+	return maps.Clone(st.gap)
 }
+
+// pick picks a stream at random.
+func (f *faults) pick() *stream { return f.rig.streams[f.rng.IntN(len(f.rig.streams))] }
 
 // injecting returns the fault being injected, if any.
 func (f *faults) injecting() string {
@@ -197,42 +245,51 @@ func (f *faults) note(format string, args ...any) {
 // run plays decks until until (the first deck always in full) or ctx ends.
 func (f *faults) run(ctx context.Context, until time.Time) {
 	for round := 0; round == 0 || (f.long && time.Now().Before(until)); round++ {
-		d := deck(f.long, f.cluster, f.skip)
+		d := deck(f.long, f.cluster, len(f.rig.processes()), f.skip)
 		f.rng.Shuffle(len(d), func(i, j int) { d[i], d[j] = d[j], d[i] })
 		for _, ft := range d {
 			if ctx.Err() != nil || (round > 0 && time.Now().After(until)) {
 				return
 			}
 			start := time.Now()
+			var st *stream
+			if perStream[ft.kind] {
+				st = f.pick()
+			}
 			f.mu.Lock()
 			f.now = fmt.Sprintf("%s since %s", ft.kind, start.Format(time.TimeOnly))
 			f.mu.Unlock()
-			detail := f.inject(ctx, ft)
+			detail := f.inject(ctx, ft, st)
 			f.mu.Lock()
 			f.rep.Counts[ft.kind]++
+			if st != nil {
+				f.rep.ByStream[st.name][ft.kind]++
+				detail = st.name + ": " + detail
+			}
 			f.now = ""
 			f.mu.Unlock()
-			f.rig.logf("fault %-28s %-40s took %s", ft.kind, detail, time.Since(start).Round(10*time.Millisecond))
+			f.rig.logf("fault %-34s %-40s took %s", ft.kind, detail, time.Since(start).Round(10*time.Millisecond))
 			sleep(ctx, 300*time.Millisecond+time.Duration(f.rng.Int64N(int64(1200*time.Millisecond))))
 		}
 	}
 }
 
-func (f *faults) inject(ctx context.Context, ft fault) string {
+// inject injects one fault; st is the stream a fault of one stream acts on.
+func (f *faults) inject(ctx context.Context, ft fault, st *stream) string {
 	r := f.rig
 	switch ft.kind {
 	case faultKill:
-		return f.kill(ctx, ft.crashAt)
+		return f.kill(ctx, st, ft.crashAt)
 	case faultTerm:
-		p := f.current()
+		p := f.current(st)
 		if p == nil {
 			return "no walstream running"
 		}
 		stopProc(p, syscall.SIGTERM, 30*time.Second)
 		if p.Err() != nil {
-			f.failf("walstream #%d did not exit 0 within 30s of SIGTERM: %s\n%s", p.id, p.ExitDesc(), p.LastLines(10))
+			f.failf("walstream #%d of %s did not exit 0 within 30s of SIGTERM: %s\n%s", p.id, st.name, p.ExitDesc(), p.LastLines(10))
 		}
-		f.restart("")
+		f.restart(st, "")
 		return fmt.Sprintf("#%d %s", p.id, p.ExitDesc())
 	case faultPGImmediate, faultPGFast:
 		mode := map[string]string{faultPGImmediate: "immediate", faultPGFast: "fast"}[ft.kind]
@@ -270,23 +327,25 @@ func (f *faults) inject(ctx context.Context, ft fault) string {
 		f.toxic(ctx, &r.px.kafka[0], d, "latency", fmt.Sprintf(`{"latency":%d,"jitter":%d}`, ms, ms/4), "upstream", "downstream")
 		return fmt.Sprintf("%dms each way for %s", ms, d.Round(10*time.Millisecond))
 	case faultTerminateSender:
-		n, err := f.exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walstream' AND active")
+		n, err := f.exec(ctx, r.pgURL, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active", st.slot)
 		if err != nil {
-			f.failf("terminating the walsender: %v", err)
+			f.failf("terminating the walsender of slot %s: %v", st.slot, err)
 		}
 		return fmt.Sprintf("%d terminated", n)
 	case faultZombie:
-		return f.zombie(ctx)
+		return f.zombie(ctx, st)
 	case faultRecreate:
-		return f.recreate(ctx)
+		return f.recreate(ctx, st)
 	case faultPartitions:
-		return f.partition(ctx)
+		return f.partition(ctx, st)
 	case faultPause:
-		return f.pause(ctx)
+		return f.pause(ctx, st)
+	case faultForeign:
+		return f.foreign(ctx)
 	case faultReemit:
-		return f.reemit(ctx)
+		return f.reemit(ctx, st)
 	case faultCoordinatorKill, faultOutboxLeaderKill, faultCheckpointLeadKill, faultControllerKill:
-		return f.killNode(ctx, ft.kind)
+		return f.killNode(ctx, ft.kind, st)
 	case faultTwoBrokersDown:
 		return f.twoDown(ctx)
 	case faultBrokerCutOff:
@@ -325,31 +384,32 @@ func (f *faults) noteProxy(err error) {
 	f.note("%v", err)
 }
 
-// exec runs SQL on a fresh direct connection and returns the rows affected.
-func (f *faults) exec(ctx context.Context, sql string) (int64, error) {
+// exec runs SQL on a fresh direct connection to url and returns the rows
+// affected.
+func (f *faults) exec(ctx context.Context, url, sql string, args ...any) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, f.rig.pgURL)
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return 0, fmt.Errorf("connecting: %w", err)
 	}
 	defer conn.Close(context.Background())
-	tag, err := conn.Exec(ctx, sql)
+	tag, err := conn.Exec(ctx, sql, args...)
 	return tag.RowsAffected(), err
 }
 
-// waitSlot waits up to d for the slot to be active (held by a walsender)
+// waitSlot waits up to d for st's slot to be active (held by a walsender)
 // or not.
-func (f *faults) waitSlot(ctx context.Context, active bool, d time.Duration) bool {
+func (f *faults) waitSlot(ctx context.Context, st *stream, active bool, d time.Duration) bool {
 	for deadline := time.Now().Add(d); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
-		if got, err := f.slotActive(ctx); err == nil && got == active {
+		if got, err := f.slotActive(ctx, st); err == nil && got == active {
 			return true
 		}
 	}
 	return false
 }
 
-func (f *faults) slotActive(ctx context.Context) (bool, error) {
+func (f *faults) slotActive(ctx context.Context, st *stream) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, f.rig.pgURL)
@@ -358,56 +418,61 @@ func (f *faults) slotActive(ctx context.Context) (bool, error) {
 	}
 	defer conn.Close(context.Background())
 	var active bool
-	err = conn.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = 'walstream'").Scan(&active)
+	err = conn.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", st.slot).Scan(&active)
 	return active, err
 }
 
-// current returns the running walstream, starting one if there is none.
-func (f *faults) current() *wsProc {
-	if p := f.rig.sup.current(); p != nil {
+// current returns the walstream running st, starting one if there is
+// none.
+func (f *faults) current(st *stream) *wsProc {
+	if p := st.sup.current(); p != nil {
 		return p
 	}
-	return f.restart("")
+	return f.restart(st, "")
 }
 
-func (f *faults) restart(crashAt string) *wsProc {
-	p, err := f.rig.sup.start(crashAt)
+// restart starts a walstream of st (and of the other streams its process
+// carries).
+func (f *faults) restart(st *stream, crashAt string) *wsProc {
+	p, err := st.sup.start(crashAt)
 	if err != nil {
-		f.failf("starting walstream: %v", err)
+		f.failf("starting walstream of %s: %v", st.sup, err)
 	}
 	return p
 }
 
-// kill SIGKILLs walstream and starts it again, armed with a crash point
-// when point is set; an armed process is given 20 s to reach it.
-func (f *faults) kill(ctx context.Context, point string) string {
-	p := f.current()
+// kill SIGKILLs st's walstream and starts it again, armed with a crash
+// point when point is set; an armed process is given 20 s to reach it.
+func (f *faults) kill(ctx context.Context, st *stream, point string) string {
+	p := f.current(st)
 	if p == nil {
 		return "no walstream running"
 	}
 	stopProc(p, syscall.SIGKILL, 10*time.Second)
 	if point == "" {
-		f.restart("")
+		f.restart(st, "")
 		return fmt.Sprintf("#%d", p.id)
 	}
-	n := 1 + f.rng.IntN(20)
+	// Each stream has its share of the load: a crash point N commits or
+	// events away is reached as soon as with one stream.
+	n := 1 + f.rng.IntN(max(2, 20/len(f.rig.streams)))
 	switch point {
 	case "mid-transaction", "mid-stream":
-		n = 1 + f.rng.IntN(2000)
+		n = 1 + f.rng.IntN(2000/len(f.rig.streams))
 	case "mid-chunk":
 		// A request of an aggregate type, a third of the table, which the
 		// restarted walstream meets and crashes within one of its first
 		// chunks.
 		n = 1 + f.rng.IntN(3)
-		if _, err := f.request(ctx, typePredicate(aggregateTypes[f.rng.IntN(len(aggregateTypes))])); err != nil {
-			f.note("a re-emit request before the mid-chunk crash: %v", err)
+		if _, err := f.request(ctx, st, st.typePredicate(aggregateTypes[f.rng.IntN(len(aggregateTypes))])); err != nil {
+			f.note("a re-emit request of %s before the mid-chunk crash: %v", st.name, err)
 		}
 	}
 	crashAt := fmt.Sprintf("%s:%d", point, n)
 	f.mu.Lock()
 	f.rep.CrashesArmed[point]++
 	f.mu.Unlock()
-	np := f.restart(crashAt)
+	np := f.restart(st, crashAt)
 	if np == nil {
 		return "restart failed"
 	}
@@ -422,32 +487,35 @@ func (f *faults) kill(ctx context.Context, point string) string {
 		f.mu.Lock()
 		f.rep.CrashesMissed++
 		f.mu.Unlock()
-		f.restart("")
+		f.restart(st, "")
 		return fmt.Sprintf("#%d, then #%d did not reach %s in 20s", p.id, np.id, crashAt)
 	}
 	return fmt.Sprintf("#%d, then #%d crashed at %s", p.id, np.id, crashAt)
 }
 
-// zombie stops the streaming walstream A with SIGSTOP until its walsender
-// times out, starts B, which takes the slot and fences A's transactional
-// id, and then resumes A. A must not publish again: it either exits
-// non-zero saying it was fenced or waits as a standby for the slot (and is
-// killed after a while).
-func (f *faults) zombie(ctx context.Context) string {
-	a := f.current()
-	if a == nil || !a.streaming(60*time.Second) || !f.waitSlot(ctx, true, 60*time.Second) {
-		f.failf("zombie: walstream not streaming within 60s")
+// zombie stops st's streaming walstream A with SIGSTOP until its
+// walsender times out, starts B, which takes the slot and fences A's
+// transactional id, and then resumes A. A must not publish again: it
+// either exits non-zero saying it was fenced or waits as a standby for the
+// slot (and is killed after a while).
+func (f *faults) zombie(ctx context.Context, st *stream) string {
+	a := f.current(st)
+	if a == nil || !a.streaming(60*time.Second) || !f.waitSlot(ctx, st, true, 60*time.Second) {
+		f.failf("zombie: walstream of %s not streaming within 60s", st.name)
 		return "no streaming walstream"
 	}
-	f.rig.sup.detach(a)
+	st.sup.detach(a)
 	a.Signal(syscall.SIGSTOP)
 	stopped := time.Now()
-	if !f.waitSlot(ctx, false, 60*time.Second) {
-		f.failf("zombie: slot still active 60s after SIGSTOP of #%d", a.id)
+	// Every slot of the process is released, so that B takes them all.
+	for _, o := range st.sup.streams {
+		if !f.waitSlot(ctx, o, false, 60*time.Second) {
+			f.failf("zombie: slot %s still active 60s after SIGSTOP of #%d", o.slot, a.id)
+		}
 	}
 	released := time.Since(stopped)
 	streamsBefore := len(reStreaming.FindAllString(a.Log(), -1))
-	b := f.restart("")
+	b := f.restart(st, "")
 	if b == nil || !b.streaming(60*time.Second) {
 		f.failf("zombie: second walstream not streaming within 60s")
 	}
@@ -513,16 +581,16 @@ var gapStop = regexp.MustCompile(`table public\.outbox was dropped and recreated
 // rows again. walstream must stop naming the gap; the harness then plays
 // the operator, accepting the new table, and later rows must flow exactly
 // once.
-func (f *faults) recreate(ctx context.Context) string {
-	p := f.current()
+func (f *faults) recreate(ctx context.Context, st *stream) string {
+	p := f.current(st)
 	if p == nil {
 		return "no walstream running"
 	}
-	f.rig.sup.detach(p)
-	conn, err := pgx.Connect(ctx, f.rig.pgURL)
+	st.sup.detach(p)
+	conn, err := pgx.Connect(ctx, st.url)
 	if err != nil {
-		f.failf("connecting to recreate the outbox: %v", err)
-		f.restart("")
+		f.failf("connecting to recreate the outbox of %s: %v", st.name, err)
+		f.restart(st, "")
 		return "no connection"
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
@@ -585,11 +653,11 @@ func (f *faults) recreate(ctx context.Context) string {
 		return tx.Commit(ctx)
 	}()
 	if err != nil {
-		f.failf("recreating the outbox table: %v", err)
+		f.failf("recreating the outbox table of %s: %v", st.name, err)
 	}
 	f.mu.Lock()
 	for _, id := range gap {
-		f.gap[id] = true
+		st.gap[id] = true
 	}
 	f.rep.GapRows += len(gap)
 	f.mu.Unlock()
@@ -598,10 +666,21 @@ func (f *faults) recreate(ctx context.Context) string {
 	// the slot monitor would find it too.
 	stop := "still running"
 	select {
-	case <-p.Done():
+	case <-f.stopped(ctx, p, st):
 		stop = strings.TrimSpace(p.LastLines(1))
+		if len(st.sup.streams) > 1 {
+			// A process of several streams goes on with the others until
+			// it is stopped, then names each stream that stopped.
+			stopProc(p, syscall.SIGTERM, 30*time.Second)
+			stop = "(no line)"
+			for _, m := range reStopLine.FindAllStringSubmatch(p.Log(), -1) {
+				if m[1] == st.name {
+					stop = m[0]
+				}
+			}
+		}
 		if !gapStop.MatchString(stop) {
-			f.failf("walstream #%d stopped without naming the recreated table (OID %d, now %d): %s", p.id, oldOID, newOID, p.LastLines(10))
+			f.failf("walstream #%d stopped %s without naming the recreated table (OID %d, now %d): %s", p.id, st.name, oldOID, newOID, p.LastLines(10))
 		}
 	case <-time.After(60 * time.Second):
 		stopProc(p, syscall.SIGKILL, 10*time.Second)
@@ -611,9 +690,25 @@ func (f *faults) recreate(ctx context.Context) string {
 	f.mu.Lock()
 	f.rep.GapStops = append(f.rep.GapStops, stop)
 	f.mu.Unlock()
-	f.rig.sup.setArg("--accept-recreated-table", fmt.Sprintf("public.outbox=%d", newOID))
-	f.restart("")
+	st.sup.accept(st, newOID)
+	f.restart(st, "")
 	return fmt.Sprintf("OID %d, now %d, %d rows in the gap; #%d stopped", oldOID, newOID, len(gap), p.id)
+}
+
+// stopped is closed once p stops streaming st: it exits, or, in a process
+// of several streams, logs that st stopped and the others go on.
+func (f *faults) stopped(ctx context.Context, p *wsProc, st *stream) <-chan struct{} {
+	if len(st.sup.streams) == 1 {
+		return p.Done()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !p.Exited() && ctx.Err() == nil && len(p.streamStops(st)) == 0 {
+			sleep(ctx, 200*time.Millisecond)
+		}
+	}()
+	return done
 }
 
 // partitionWindow is how far ahead of the server's clock an attached
@@ -630,10 +725,10 @@ const (
 // decodes them with the catalog of their time. Every other partition is
 // detached before it is dropped. None of it may stop walstream, lose a row
 // or publish one twice.
-func (f *faults) partition(ctx context.Context) string {
+func (f *faults) partition(ctx context.Context, st *stream) string {
 	f.partitions++
 	name := fmt.Sprintf("outbox_part_%d", f.partitions)
-	conn, err := pgx.Connect(ctx, f.rig.pgURL)
+	conn, err := pgx.Connect(ctx, st.url)
 	if err != nil {
 		f.failf("connecting to attach a partition: %v", err)
 		return "no connection"

@@ -10,10 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -149,29 +149,84 @@ var (
 	reSkipMetric  = regexp.MustCompile(`(?m)^walstream_replayed_events_skipped_total(?:\{[^}]*\})? (\S+)$`)
 	reSessionEnds = regexp.MustCompile(`msg="session ended, restarting from the checkpoint".* peer=(\w+)`)
 	reTxnFailed   = regexp.MustCompile(`msg="Kafka transaction failed: .*" .*cause=(\w+)`)
+	reStream      = regexp.MustCompile(` stream=(\S+)`)
+	reStopLine    = regexp.MustCompile(`(?m)^walstream: stream (\S+): (.*)$`)
+	reHoldLogged  = regexp.MustCompile(`msg="a transaction holds back the checkpoint topic.* holder=(\S+)`)
 )
 
-// supervisor runs walstream: it starts the process the faults kill, and
-// restarts it when it dies by itself (a crash point, or an unexpected
-// exit, which is recorded as a failure).
+// streamStopped is what a process of several streams logs when one of them
+// stops on a permanent error and the others go on.
+const streamStopped = `msg="stream stopped on a permanent error; the other streams go on"`
+
+// supervisor runs the walstream process of its streams: it starts the
+// process the faults kill, and restarts it when it dies by itself (a crash
+// point, or an unexpected exit, which is recorded as a failure). Each
+// supervisor has its own streams; a fault on a stream acts on its
+// supervisor's process.
 type supervisor struct {
-	bin    string
-	args   []string
-	logDir string
+	bin     string
+	common  []string // the settings every process has
+	streams []*stream
+	logDir  string
+	ids     *atomic.Int64 // numbers the processes of every supervisor
 
 	mu         sync.Mutex
 	cur        *wsProc
 	all        []*wsProc
 	closed     bool
 	unexpected []string
-	crashes    map[string]int // crash points reached, by point
+	crashes    map[string]int    // crash points reached, by point
+	accepted   map[string]string // --accept-recreated-table, by stream name
 }
 
-func newSupervisor(bin, logDir string, args []string) *supervisor {
-	return &supervisor{bin: bin, args: args, logDir: logDir, crashes: make(map[string]int)}
+func newSupervisor(bin, logDir string, ids *atomic.Int64, common []string, streams ...*stream) *supervisor {
+	s := &supervisor{bin: bin, common: common, streams: streams, logDir: logDir, ids: ids,
+		crashes: make(map[string]int), accepted: make(map[string]string)}
+	for _, st := range streams {
+		st.sup = s
+	}
+	return s
 }
 
-// start starts a walstream and makes it the current one, unless detached.
+// String names the supervisor's streams.
+func (s *supervisor) String() string {
+	var names []string
+	for _, st := range s.streams {
+		names = append(names, st.name)
+	}
+	return strings.Join(names, ",")
+}
+
+// argv is the command line of the next process, id; s.mu is held. A
+// process of one stream has its settings as flags; a process of several
+// reads them from a config file's streams: list, written for it, one entry
+// a stream.
+func (s *supervisor) argv(id int) ([]string, error) {
+	args := append([]string{"run"}, s.common...)
+	if len(s.streams) == 1 {
+		st := s.streams[0]
+		args = append(args, st.args()...)
+		if a := s.accepted[st.name]; a != "" {
+			args = append(args, "--accept-recreated-table", a)
+		}
+		return args, nil
+	}
+	var b strings.Builder
+	b.WriteString("streams:\n")
+	for _, st := range s.streams {
+		fmt.Fprintf(&b, "  - pg-url: %q\n    slot: %q\n    outbox:\n      route.topic.replacement: %q\n", st.wsURL, st.slot, st.prefix+"${routedByValue}")
+		if a := s.accepted[st.name]; a != "" {
+			fmt.Fprintf(&b, "    accept-recreated-table: %q\n", a)
+		}
+	}
+	path := filepath.Join(s.logDir, fmt.Sprintf("walstream-%03d.yaml", id))
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return nil, fmt.Errorf("writing the config file of %s: %w", s, err)
+	}
+	return append(args, "--config", path), nil
+}
+
+// start starts a walstream and makes it the current one.
 func (s *supervisor) start(crashAt string) (*wsProc, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -188,22 +243,28 @@ func (s *supervisor) start(crashAt string) (*wsProc, error) {
 
 // spawn starts a process; s.mu is held.
 func (s *supervisor) spawn(crashAt string) (*wsProc, error) {
-	f, err := os.Create(filepath.Join(s.logDir, fmt.Sprintf("walstream-%03d.log", len(s.all)+1)))
+	id := int(s.ids.Add(1))
+	args, err := s.argv(id)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(s.logDir, fmt.Sprintf("walstream-%03d.log", id)))
 	if err != nil {
 		return nil, fmt.Errorf("creating walstream log: %w", err)
 	}
+	fmt.Fprintf(f, "chaos: walstream #%d of %s\n", id, s)
 	var env []string
 	if crashAt != "" {
 		env = append(env, "WALSTREAM_CRASH_AT="+crashAt)
 		fmt.Fprintf(f, "chaos: started with WALSTREAM_CRASH_AT=%s\n", crashAt)
 	}
 	proc, err := testenv.StartProcess(testenv.ProcessConfig{Name: "walstream", Path: s.bin, Output: f,
-		Args: append([]string{"run"}, s.args...), Env: testenv.WalstreamEnv(env...)})
+		Args: args, Env: testenv.WalstreamEnv(env...)})
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	p := &wsProc{Process: proc, id: len(s.all) + 1, crashAt: crashAt, f: f}
+	p := &wsProc{Process: proc, id: id, crashAt: crashAt, f: f}
 	s.all = append(s.all, p)
 	go s.watch(p)
 	go s.scrape(p)
@@ -227,7 +288,7 @@ func (s *supervisor) watch(p *wsProc) {
 	} else if expected {
 		return
 	} else if !s.closed {
-		s.unexpected = append(s.unexpected, fmt.Sprintf("walstream #%d exited by itself (%v):\n%s", p.id, err, p.LastLines(15)))
+		s.unexpected = append(s.unexpected, fmt.Sprintf("walstream #%d of %s exited by itself (%v):\n%s", p.id, s, err, p.LastLines(15)))
 	}
 	if s.cur != p || s.closed {
 		return
@@ -236,12 +297,13 @@ func (s *supervisor) watch(p *wsProc) {
 		s.cur = nil
 		return
 	}
-	if _, err := s.spawn(""); err != nil {
-		s.unexpected = append(s.unexpected, fmt.Sprintf("restarting walstream: %v", err))
+	np, err := s.spawn("")
+	if err != nil {
+		s.unexpected = append(s.unexpected, fmt.Sprintf("restarting walstream of %s: %v", s, err))
 		s.cur = nil
 		return
 	}
-	s.cur = s.all[len(s.all)-1]
+	s.cur = np
 }
 
 // scrape polls the process's /metrics for the replay counter, which the
@@ -263,12 +325,16 @@ func (s *supervisor) scrape(p *wsProc) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if m := reSkipMetric.FindSubmatch(body); m != nil {
-			if v, err := strconv.ParseFloat(string(m[1]), 64); err == nil {
-				p.mu.Lock()
-				p.skippedMetric = v
-				p.mu.Unlock()
+		// One series per stream of the process.
+		if ms := reSkipMetric.FindAllSubmatch(body, -1); ms != nil {
+			var sum float64
+			for _, m := range ms {
+				v, _ := strconv.ParseFloat(string(m[1]), 64)
+				sum += v
 			}
+			p.mu.Lock()
+			p.skippedMetric = sum
+			p.mu.Unlock()
 		}
 	}
 }
@@ -284,15 +350,13 @@ func (s *supervisor) current() *wsProc {
 	return s.cur
 }
 
-// setArg sets flag name to value for every walstream started from now on.
-func (s *supervisor) setArg(name, value string) {
+// accept makes every walstream started from now on accept st's outbox
+// table as recreated with OID oid (--accept-recreated-table), as the
+// operator does after a stop that named the gap.
+func (s *supervisor) accept(st *stream, oid uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i := slices.Index(s.args, name); i >= 0 && i+1 < len(s.args) {
-		s.args[i+1] = value
-		return
-	}
-	s.args = append(s.args, name, value)
+	s.accepted[st.name] = fmt.Sprintf("public.outbox=%d", oid)
 }
 
 // detach makes p no longer the current process: its exit is the caller's
@@ -357,14 +421,25 @@ func (s *supervisor) replaysSkipped() (logged, scraped int64) {
 	all := append([]*wsProc(nil), s.all...)
 	s.mu.Unlock()
 	for _, p := range all {
-		for _, session := range strings.Split(p.Log(), "msg=streaming") {
-			var most int64
-			for _, m := range reSkipped.FindAllStringSubmatch(session, -1) {
-				if v, _ := strconv.ParseInt(m[1], 10, 64); v > most {
-					most = v
+		lines := strings.Split(p.Log(), "\n")
+		for _, st := range s.streams {
+			// The stream's own lines, in which each session begins with
+			// msg=streaming.
+			var own []string
+			for _, l := range lines {
+				if m := reStream.FindStringSubmatch(l); m != nil && m[1] == st.name {
+					own = append(own, l)
 				}
 			}
-			logged += most
+			for _, session := range strings.Split(strings.Join(own, "\n"), "msg=streaming") {
+				var most int64
+				for _, m := range reSkipped.FindAllStringSubmatch(session, -1) {
+					if v, _ := strconv.ParseInt(m[1], 10, 64); v > most {
+						most = v
+					}
+				}
+				logged += most
+			}
 		}
 		p.mu.Lock()
 		scraped += int64(p.skippedMetric)
@@ -373,23 +448,79 @@ func (s *supervisor) replaysSkipped() (logged, scraped int64) {
 	return logged, scraped
 }
 
-// sessionRestarts counts walstream's own session restarts by peer.
-func (s *supervisor) sessionRestarts() map[string]int { return s.count(reSessionEnds) }
+// streamStops returns the lines in which p says that st (any stream when
+// nil) stopped on a permanent error and its other streams go on.
+func (p *wsProc) streamStops(st *stream) []string {
+	var out []string
+	for _, l := range strings.Split(p.Log(), "\n") {
+		if strings.Contains(l, streamStopped) && (st == nil || strings.Contains(l, " stream="+st.name+" ")) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
 
-// txnFailures counts the Kafka transaction failures walstream logged, by
-// cause.
-func (s *supervisor) txnFailures() map[string]int { return s.count(reTxnFailed) }
-
-// count counts the first submatch of re over every process's log.
-func (s *supervisor) count(re *regexp.Regexp) map[string]int {
+// stoppedStreams returns the streams that stopped on a permanent error in
+// a process of several, which goes on with the others: unexpected unless
+// the harness brought it about (the process is then detached).
+func (s *supervisor) stoppedStreams() []string {
 	s.mu.Lock()
 	all := append([]*wsProc(nil), s.all...)
 	s.mu.Unlock()
-	n := make(map[string]int)
+	var out []string
 	for _, p := range all {
-		for _, m := range re.FindAllStringSubmatch(p.Log(), -1) {
-			n[m[1]]++
+		p.mu.Lock()
+		expected := p.expected
+		p.mu.Unlock()
+		if expected {
+			continue
+		}
+		for _, l := range p.streamStops(nil) {
+			out = append(out, fmt.Sprintf("walstream #%d of %s: %s", p.id, s, l))
 		}
 	}
+	return out
+}
+
+// sessionRestarts counts the session restarts of st, or of every stream
+// when st is nil, by peer.
+func (s *supervisor) sessionRestarts(st *stream) map[string]int { return s.count(reSessionEnds, st) }
+
+// txnFailures counts the Kafka transaction failures walstream logged, by
+// cause.
+func (s *supervisor) txnFailures() map[string]int { return s.count(reTxnFailed, nil) }
+
+// count counts the first submatch of re over the lines of every process's
+// log that name st (every line when st is nil).
+func (s *supervisor) count(re *regexp.Regexp, st *stream) map[string]int {
+	n := make(map[string]int)
+	for _, m := range s.lines(re, st) {
+		n[m[1]]++
+	}
 	return n
+}
+
+// lines returns re's submatches in the lines of every process's log that
+// name stream st (stream=, which walstream puts in each line), or in every
+// line when st is nil.
+func (s *supervisor) lines(re *regexp.Regexp, st *stream) [][]string {
+	s.mu.Lock()
+	all := append([]*wsProc(nil), s.all...)
+	s.mu.Unlock()
+	var out [][]string
+	for _, p := range all {
+		for _, line := range strings.Split(p.Log(), "\n") {
+			m := re.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			if st != nil {
+				if sm := reStream.FindStringSubmatch(line); sm == nil || sm[1] != st.name {
+					continue
+				}
+			}
+			out = append(out, m)
+		}
+	}
+	return out
 }

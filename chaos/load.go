@@ -1,13 +1,16 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,7 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// aggregateTypes route the events to topics outbox.event.<type>.
+// aggregateTypes route each stream's events to its topics
+// <prefix><type>.
 var aggregateTypes = []string{"Order", "Customer", "Invoice"}
 
 // numAggregates is how many aggregates the writers share out: writer w
@@ -112,6 +116,23 @@ type loadStats struct {
 	Reconnects        int `json:"reconnects"`
 }
 
+// add adds o's counts to s.
+func (s *loadStats) add(o loadStats) {
+	s.TxCommitted += o.TxCommitted
+	s.TxRolledBack += o.TxRolledBack
+	s.TxSavepoint += o.TxSavepoint
+	s.TxWithDeletes += o.TxWithDeletes
+	s.TxOverWorkMem += o.TxOverWorkMem
+	s.TxSplit += o.TxSplit
+	s.TxAbortedByFault += o.TxAbortedByFault
+	s.TxUnknownResolved += o.TxUnknownResolved
+	s.TxUnresolved += o.TxUnresolved
+	s.RowsCommitted += o.RowsCommitted
+	s.RowsRolledBack += o.RowsRolledBack
+	s.RowsDeletedInTx += o.RowsDeletedInTx
+	s.Reconnects += o.Reconnects
+}
+
 // load runs the writers and keeps their view of what committed.
 type load struct {
 	url      string
@@ -125,12 +146,15 @@ type load struct {
 	committed  map[string]bool // event ids the writers saw commit
 	rolledBack map[string]bool // event ids whose transaction or savepoint rolled back
 	unresolved map[string]bool // writer transactions whose commit is unknown
-	errs       []string        // harness-level inconsistencies
+	// failed says why each writer transaction an error ended was taken
+	// for not committed, for the cross-check to name.
+	failed map[string]string
+	errs   []string // harness-level inconsistencies
 }
 
 func newLoad(url string, writers int, rate float64, maxBatch int, seed uint64) *load {
 	return &load{url: url, writers: writers, rate: rate, maxBatch: maxBatch, seed: seed,
-		committed: make(map[string]bool), rolledBack: make(map[string]bool), unresolved: make(map[string]bool)}
+		committed: make(map[string]bool), rolledBack: make(map[string]bool), unresolved: make(map[string]bool), failed: make(map[string]string)}
 }
 
 // run runs the writers until ctx ends.
@@ -350,11 +374,15 @@ func (w *writer) exec(ctx context.Context, p *txPlan) {
 	if err != nil || p.rollback {
 		if tx != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = tx.Rollback(rctx)
+			if rerr := tx.Rollback(rctx); rerr != nil && err == nil {
+				w.drop()
+				w.l.fail(p.id, "rolling back", rerr)
+			}
 			cancel()
 		}
 		if err != nil {
 			w.drop()
+			w.l.fail(p.id, "before the commit", err)
 		}
 		w.l.outcome(p, published, false, err != nil)
 		return
@@ -372,6 +400,7 @@ func (w *writer) exec(ctx context.Context, p *txPlan) {
 	// that outcome is resolved from the ledger like a broken connection.
 	var pgErr *pgconn.PgError
 	if (errors.As(err, &pgErr) && pgErr.Severity == "ERROR") || errors.Is(err, pgx.ErrTxCommitRollback) || pgconn.SafeToRetry(err) {
+		w.l.fail(p.id, "refused at the commit", err)
 		w.l.outcome(p, published, false, true) // the server refused it, or COMMIT was never sent
 		return
 	}
@@ -408,6 +437,13 @@ func (w *writer) resolve(ctx context.Context, id string, n int) (committed, ok b
 		}
 		w.drop()
 	}
+}
+
+// fail records why transaction id was taken for not committed.
+func (l *load) fail(id, when string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failed[id] = fmt.Sprintf("%s: %v", when, err)
 }
 
 func (l *load) count(f func(*loadStats)) {
@@ -518,9 +554,11 @@ func (l *load) crossCheck(ledger map[string]ledgerRow) []string {
 		}
 	}
 	unaccounted := 0
+	why := make(map[string]string) // the transactions of unaccounted ids
 	for id, r := range ledger {
 		if !l.committed[id] && !l.unresolved[r.Tx] {
 			unaccounted++
+			why[r.Tx] = cmp.Or(l.failed[r.Tx], "rolled back as planned, or not written")
 		}
 	}
 	if missing > 0 {
@@ -530,7 +568,11 @@ func (l *load) crossCheck(ledger map[string]ledgerRow) []string {
 		errs = append(errs, fmt.Sprintf("%d rolled-back event ids are in the ledger", extra))
 	}
 	if unaccounted > 0 {
-		errs = append(errs, fmt.Sprintf("%d ledger ids no writer saw commit", unaccounted))
+		var txs []string
+		for _, tx := range slices.Sorted(maps.Keys(why)) {
+			txs = append(txs, fmt.Sprintf("%s (%s)", tx, why[tx]))
+		}
+		errs = append(errs, fmt.Sprintf("%d ledger ids no writer saw commit, of transactions %s", unaccounted, strings.Join(txs, "; ")))
 	}
 	return errs
 }

@@ -63,12 +63,12 @@ func (rs *reemits) all() []*reemitRequest {
 	return slices.Clone(rs.list)
 }
 
-// predicate draws a request's rows: an aggregate type, a few aggregates,
-// one writer's transactions, or a range of event ids.
-func (f *faults) predicate() reemitPredicate {
+// predicate draws the rows of a request on st: an aggregate type, a few
+// aggregates, one writer's transactions, or a range of event ids.
+func (f *faults) predicate(st *stream) reemitPredicate {
 	switch f.rng.IntN(4) {
 	case 0:
-		return typePredicate(aggregateTypes[f.rng.IntN(len(aggregateTypes))])
+		return st.typePredicate(aggregateTypes[f.rng.IntN(len(aggregateTypes))])
 	case 1:
 		aggs := make(map[string]bool)
 		var lits []string
@@ -80,7 +80,7 @@ func (f *faults) predicate() reemitPredicate {
 		}
 		return reemitPredicate{SQL: "aggregateid IN (" + strings.Join(lits, ", ") + ")", match: func(r record) bool { return aggs[r.Key] }}
 	case 2:
-		w := fmt.Sprintf("w%d-", f.rng.IntN(6))
+		w := fmt.Sprintf("w%d-", f.rng.IntN(st.load.writers))
 		return reemitPredicate{SQL: fmt.Sprintf("payload->>'tx' LIKE '%s%%'", w), match: func(r record) bool { return strings.HasPrefix(r.Payload.Tx, w) }}
 	}
 	lo := fmt.Sprintf("%x", f.rng.IntN(12))
@@ -90,29 +90,29 @@ func (f *faults) predicate() reemitPredicate {
 }
 
 // typePredicate selects the rows of one aggregate type.
-func typePredicate(typ string) reemitPredicate {
-	return reemitPredicate{SQL: fmt.Sprintf("aggregatetype = '%s'", typ), match: func(r record) bool { return r.Topic == "outbox.event."+typ }}
+func (st *stream) typePredicate(typ string) reemitPredicate {
+	return reemitPredicate{SQL: fmt.Sprintf("aggregatetype = '%s'", typ), match: func(r record) bool { return r.Topic == st.prefix+typ }}
 }
 
-// request makes a re-emit request as walstream reemit writes one, from
-// the harness, so that its id is known whether or not the commit's
+// request makes a re-emit request on st as walstream reemit writes one,
+// from the harness, so that its id is known whether or not the commit's
 // answer arrives: in one transaction, the ids its predicate selects and
 // the transactional logical message.
-func (f *faults) request(ctx context.Context, pred reemitPredicate) (*reemitRequest, error) {
+func (f *faults) request(ctx context.Context, st *stream, pred reemitPredicate) (*reemitRequest, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	r := &reemitRequest{ID: "chaos-" + hex.EncodeToString(b[:]), Pred: pred, At: time.Now(), before: make(map[string]bool)}
 	msg, _ := json.Marshal(map[string]string{"action": "reemit", "id": r.ID, "table": "public.outbox", "where": pred.SQL, "origin": "chaos"})
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, f.rig.pgURL)
+	conn, err := pgx.Connect(ctx, st.url)
 	if err != nil {
 		return r, fmt.Errorf("connecting: %w", err) // made no request
 	}
 	defer conn.Close(context.Background())
 	// Whatever the commit's answer, the request may be in the WAL: the
 	// checker counts its records.
-	f.reemits.add(r)
+	st.reemits.add(r)
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, "SELECT id::text FROM public.outbox WHERE "+pred.SQL)
 		if err != nil {
@@ -131,10 +131,10 @@ func (f *faults) request(ctx context.Context, pred reemitPredicate) (*reemitRequ
 	return r, err
 }
 
-// cancel writes the cancel of a request.
-func (f *faults) cancelReemit(ctx context.Context, r *reemitRequest) error {
+// cancelReemit writes the cancel of a request on st.
+func (f *faults) cancelReemit(ctx context.Context, st *stream, r *reemitRequest) error {
 	msg, _ := json.Marshal(map[string]string{"action": "cancel", "id": r.ID})
-	if _, err := f.exec(ctx, fmt.Sprintf("SELECT pg_logical_emit_message(true, 'walstream.reemit', '%s')", msg)); err != nil {
+	if _, err := f.exec(ctx, st.url, fmt.Sprintf("SELECT pg_logical_emit_message(true, 'walstream.reemit', '%s')", msg)); err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -143,10 +143,10 @@ func (f *faults) cancelReemit(ctx context.Context, r *reemitRequest) error {
 	return nil
 }
 
-// reemit is the fault: a request, and one in three cancelled after up to
-// two seconds.
-func (f *faults) reemit(ctx context.Context) string {
-	r, err := f.request(ctx, f.predicate())
+// reemit is the fault: a request on st, and one in three cancelled after
+// up to two seconds.
+func (f *faults) reemit(ctx context.Context, st *stream) string {
+	r, err := f.request(ctx, st, f.predicate(st))
 	if err != nil {
 		// Postgres may be restarting: a request that did not commit
 		// publishes nothing, which the checker confirms.
@@ -157,7 +157,7 @@ func (f *faults) reemit(ctx context.Context) string {
 		return fmt.Sprintf("%s of %d rows: %s", r.ID, len(r.before), r.Pred.SQL)
 	}
 	sleep(ctx, time.Duration(200+f.rng.IntN(1800))*time.Millisecond)
-	if err := f.cancelReemit(ctx, r); err != nil {
+	if err := f.cancelReemit(ctx, st, r); err != nil {
 		f.note("cancelling re-emit request %s: %v", r.ID, err)
 	}
 	return fmt.Sprintf("%s of %d rows: %s, then cancelled", r.ID, len(r.before), r.Pred.SQL)
@@ -192,19 +192,38 @@ func (v *reemitVerdict) failures() int {
 	return v.Duplicates + v.Missing + v.NotSelected + v.RecordsCountMismatch + v.Unknown + v.NotEnded
 }
 
+// add adds w, stream name's verdict, to the totals v.
+func (v *reemitVerdict) add(w reemitVerdict, name string) {
+	v.Requests += w.Requests
+	v.Done += w.Done
+	v.Cancelled += w.Cancelled
+	v.Failed += w.Failed
+	v.NeverMet += w.NeverMet
+	v.NotEnded += w.NotEnded
+	v.Records += w.Records
+	v.Duplicates += w.Duplicates
+	v.Missing += w.Missing
+	v.NotSelected += w.NotSelected
+	v.RecordsCountMismatch += w.RecordsCountMismatch
+	v.Unknown += w.Unknown
+	for _, e := range w.Examples {
+		v.example("%s: %s", name, e)
+	}
+}
+
 func (v *reemitVerdict) example(format string, args ...any) {
 	if len(v.Examples) < 20 {
 		v.Examples = append(v.Examples, fmt.Sprintf(format, args...))
 	}
 }
 
-// reemitStates returns the last state the checkpoints record of each
-// request.
-func (c *consumer) reemitStates() map[string]checkpoint.Reemit {
+// reemitStates returns the last state the checkpoints under key record
+// of each request.
+func (c *consumer) reemitStates(key string) map[string]checkpoint.Reemit {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make(map[string]checkpoint.Reemit)
-	for _, cp := range c.cps {
+	for _, cp := range c.cps[key] {
 		if cp.cp.Notes == nil {
 			continue
 		}
@@ -215,14 +234,16 @@ func (c *consumer) reemitStates() map[string]checkpoint.Reemit {
 	return out
 }
 
-// waitReemits waits up to d until every request the checkpoints record
-// has ended.
+// waitReemits waits up to d until every request the checkpoints of every
+// stream record has ended.
 func (c *consumer) waitReemits(ctx context.Context, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		active := false
-		for _, r := range c.reemitStates() {
-			active = active || r.State.Active()
+		for key := range c.keys {
+			for _, r := range c.reemitStates(key) {
+				active = active || r.State.Active()
+			}
 		}
 		if !active {
 			return

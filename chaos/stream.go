@@ -1,0 +1,96 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// stream is one outbox walstream streams to Kafka: a database of the one
+// Postgres cluster with its outbox, ledger and slot, its own topics, its
+// load and its share of the checks. The streams share Postgres, Kafka,
+// the proxies in front of them and the checkpoint topic, as the streams of
+// a fleet share a cluster.
+//
+// Each stream runs at walstream's defaults but for its database, slot and
+// topics, so its name (<database>/<slot>) is its checkpoint key and
+// walstream-<name> its transactional id.
+type stream struct {
+	name  string // <database>/<slot>
+	db    string
+	slot  string // slots belong to the server: each stream its own
+	txnID string
+	// prefix starts the stream's topic names: <prefix><aggregate type>.
+	prefix string
+	url    string // direct, the harness's
+	wsURL  string // through the Postgres proxy, walstream's
+	sup    *supervisor
+	load   *load
+	atom   *atomicity
+	cp     *cpCheck // owned by the sampler, under its lock
+	// gap are the event ids committed to a recreated outbox table before
+	// it was in the publication (guarded by the faults' lock).
+	gap map[string]bool
+	// reemits are the re-emit requests made on the stream, which the
+	// checker judges.
+	reemits reemits
+}
+
+// newStreams names n streams, chaos0/walstream0 and on, of the cluster on
+// pgAddr (direct) and proxyAddr (walstream's way to it).
+func newStreams(n int, pgAddr, proxyAddr string) []*stream {
+	var ss []*stream
+	for i := range n {
+		db, slot := fmt.Sprintf("chaos%d", i), fmt.Sprintf("walstream%d", i)
+		name := db + "/" + slot
+		ss = append(ss, &stream{name: name, db: db, slot: slot, txnID: "walstream-" + name, prefix: db + ".outbox.event.",
+			url: pgURL(pgAddr, db), wsURL: pgURL(proxyAddr, db), cp: &cpCheck{}, gap: make(map[string]bool)})
+	}
+	return ss
+}
+
+func pgURL(addr, db string) string {
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", addr, db)
+}
+
+// args are walstream's settings of the stream.
+func (st *stream) args() []string {
+	return []string{"--pg-url", st.wsURL, "--slot", st.slot, "--topic-template", st.prefix + "${routedByValue}"}
+}
+
+// topics are the stream's outbox topics.
+func (st *stream) topics() []string {
+	var ts []string
+	for _, typ := range aggregateTypes {
+		ts = append(ts, st.prefix+typ)
+	}
+	return ts
+}
+
+// owns reports whether topic is one of the stream's.
+func (st *stream) owns(topic string) bool { return strings.HasPrefix(topic, st.prefix) }
+
+// outboxTopics are the outbox topics of every stream.
+func outboxTopics(ss []*stream) []string {
+	var ts []string
+	for _, st := range ss {
+		ts = append(ts, st.topics()...)
+	}
+	return ts
+}
+
+// create creates the stream's database, and in it the outbox from ddlFile
+// and the ledger; admin is the cluster's postgres database.
+func (st *stream) create(ctx context.Context, admin, ddlFile string) error {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("connecting to create database %s: %w", st.db, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+st.db); err != nil {
+		return fmt.Errorf("creating database %s: %w", st.db, err)
+	}
+	return createSchema(ctx, st.url, ddlFile)
+}
