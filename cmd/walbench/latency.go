@@ -128,18 +128,11 @@ func (b *bench) latencyRun(ctx context.Context, run int, profile bool) ([]Latenc
 	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topics...); err != nil {
 		return nil, err
 	}
-	p, err := startWalstream(b.walstream, b.walstreamArgs(broker.addr), filepath.Join(dir, "walstream.log"))
+	p, stop, err := b.startStreaming(ctx, name, broker.addr, dir)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err := p.stop(); err != nil {
-			b.logf("%s: stopping walstream: %v", name, err)
-		}
-	}()
-	if err := p.waitStreaming(ctx, time.Minute); err != nil {
-		return nil, err
-	}
+	defer stop()
 	var out []Latency
 	for _, load := range b.cfg.LatencyLoads {
 		var pr *profiler

@@ -86,18 +86,11 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topicFor(latencyAggType(r.Load)), topicFor(aggTypeReemit)); err != nil {
 		return nil, err
 	}
-	p, err := startWalstream(b.walstream, b.walstreamArgs(broker.addr), filepath.Join(dir, "walstream.log"))
+	p, stop, err := b.startStreaming(ctx, name, broker.addr, dir)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err := p.stop(); err != nil {
-			b.logf("%s: stopping walstream: %v", name, err)
-		}
-	}()
-	if err := p.waitStreaming(ctx, time.Minute); err != nil {
-		return nil, err
-	}
+	defer stop()
 	if r.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
 		return nil, err
 	}

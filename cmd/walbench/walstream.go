@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,6 +57,26 @@ func (b *bench) avroArgs(broker string) []string {
 const avroTopicPrefix = "outbox.avro."
 
 // startWalstream starts walstream, logging to logPath.
+// startStreaming starts walstream on the broker at addr, its log in dir,
+// and waits until it streams. stop, which the caller defers, stops it and
+// logs what fails.
+func (b *bench) startStreaming(ctx context.Context, name, addr, dir string) (p *walstreamProc, stop func(), err error) {
+	p, err = startWalstream(b.walstream, b.walstreamArgs(addr), filepath.Join(dir, "walstream.log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	stop = func() {
+		if err := p.stop(); err != nil {
+			b.logf("%s: stopping walstream: %v", name, err)
+		}
+	}
+	if err := p.waitStreaming(ctx, time.Minute); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return p, stop, nil
+}
+
 func startWalstream(bin string, args []string, logPath string) (*walstreamProc, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
