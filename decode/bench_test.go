@@ -46,3 +46,30 @@ func BenchmarkDecodeTransaction(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeTenRowTransaction decodes a captured transaction of ten
+// rows, BEGIN, ten INSERTs and COMMIT, one after the other, as walbench's
+// load of 10,000 rows a second sends them.
+func BenchmarkDecodeTenRowTransaction(b *testing.B) {
+	frames := readFrames(b, "basic")
+	relation, begin, insert, commit := frames[1], frames[5], frames[6], frames[7]
+	d := New(outboxConfig("public", nil))
+	if _, err := d.Decode(relation.lsn, relation.data); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(10 * int64(len(insert.data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := d.Decode(begin.lsn, begin.data); err != nil {
+			b.Fatal(err)
+		}
+		for range 10 {
+			if _, err := d.Decode(insert.lsn, insert.data); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if tx, err := d.Decode(commit.lsn, commit.data); err != nil || tx == nil || len(tx.Events) != 10 {
+			b.Fatal(tx, err)
+		}
+	}
+}

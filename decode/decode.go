@@ -314,7 +314,13 @@ type Decoder struct {
 	// name, over their Outbox.Catalog.
 	catalogs map[string]map[string]Catalog
 
-	tx      *Tx // open transaction, nil between transactions
+	tx *Tx // open transaction, nil between transactions
+	// events is how many events the last transaction closed had in its
+	// last part: the next one is likely as large, and its events are made
+	// that large at once instead of grown by doubling (at 10,000 rows a
+	// second in ten-row transactions, four copies of each transaction's
+	// events so far).
+	events  int
 	skipTx  bool
 	ordinal uint64
 	vals    []value // reused by every INSERT; events keep only the bytes
@@ -398,6 +404,9 @@ func (d *Decoder) begin(walStart pglogrepl.LSN, data []byte) error {
 // open opens the transaction that commits at commitLSN.
 func (d *Decoder) open(xid uint32, commitLSN pglogrepl.LSN, commitTime time.Time) {
 	d.tx = &Tx{Xid: xid, CommitLSN: commitLSN, CommitTime: commitTime}
+	if n := min(d.events, maxPresized); n > 0 {
+		d.tx.Events = make([]Event, 0, n)
+	}
 	d.skipTx = d.cfg.Skip(commitLSN, math.MaxUint64)
 	d.ordinal = 0
 	d.requests = nil
@@ -425,6 +434,7 @@ func (d *Decoder) commit(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 func (d *Decoder) close(endLSN pglogrepl.LSN) *Tx {
 	tx := d.tx
 	d.tx = nil
+	d.events = len(tx.Events)
 	if d.skipTx {
 		d.skipped += d.ordinal
 		return nil
@@ -785,6 +795,11 @@ func (d *Decoder) add(ev Event) *Tx {
 	d.tx.Bytes += ev.Size()
 	return part
 }
+
+// maxPresized bounds the events a transaction is made for before they
+// come: a transaction of a few rows after one of thousands should not hold
+// room for thousands.
+const maxPresized = 64
 
 // replayed counts the next outbox event of the open transaction and
 // reports whether it is a replay to drop.

@@ -219,3 +219,40 @@ func TestFeedRelationGoneFromCatalog(t *testing.T) {
 		})
 	}
 }
+
+// The messages of a block of a transaction streamed in progress come in a
+// burst, with nothing to hand on: the stream may read them in large
+// chunks. Outside a block, it reads as messages come.
+func TestFeedReadsStreamBlocksInBulk(t *testing.T) {
+	f := &feed{
+		dec: decode.New(decode.Config{MaxPartEvents: 10, MaxPartBytes: 1 << 20}), out: &fakeQueue{},
+		log: slog.New(slog.DiscardHandler), skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}),
+		streams: decode.NewStreams(func(xid uint32) (decode.Spool, error) {
+			return newFileSpool(t.TempDir(), xid, prometheus.NewGauge(prometheus.GaugeOpts{Name: "y"}))
+		}),
+	}
+	defer f.close()
+	start := binary.BigEndian.AppendUint32([]byte{'S'}, 7)
+	start = append(start, 1) // first segment
+	// A Type message, which a block may carry, with the xid version 2 adds.
+	typ := binary.BigEndian.AppendUint32([]byte{'Y'}, 7)
+	typ = binary.BigEndian.AppendUint32(typ, 16384)
+	typ = append(typ, "public\x00mood\x00"...)
+	for _, m := range []struct {
+		data []byte
+		bulk bool
+	}{
+		{start, true},
+		{typ, true},
+		{[]byte{'E'}, false}, // Stream Stop
+		{beginMsg(0x400, 8), false},
+	} {
+		r, err := f.WAL(0x100, m.data)
+		if err != nil {
+			t.Fatalf("message %q: %v", m.data[0], err)
+		}
+		if r.Bulk != m.bulk {
+			t.Fatalf("message %q: Bulk = %v, want %v", m.data[0], r.Bulk, m.bulk)
+		}
+	}
+}

@@ -49,10 +49,14 @@ type Consumer interface {
 
 // Ready says whether a consumer has something to hand on. CommitTime, the
 // Postgres commit time of events handed on (zero for none), lets Run tell
-// a backlog from live traffic.
+// a backlog from live traffic. Bulk says that the message came in a burst
+// of many with nothing to hand on before its end, such as a block of a
+// transaction streamed in progress: reads may wait for large chunks, as
+// in a backlog.
 type Ready struct {
 	OK         bool
 	CommitTime time.Time
+	Bulk       bool
 }
 
 // StreamConfig configures a Stream.
@@ -208,11 +212,11 @@ func (s *Stream) Run(ctx context.Context, c Consumer, pos Confirmer) error {
 		default:
 			return fmt.Errorf("slot %s: unexpected message %T", s.cfg.Names.Slot, msg)
 		}
+		if ready.Bulk || !ready.CommitTime.IsZero() && s.sentAt.Sub(ready.CommitTime) > backlogAge {
+			s.lowat.raise()
+		}
 		if !ready.OK {
 			continue
-		}
-		if !ready.CommitTime.IsZero() && s.sentAt.Sub(ready.CommitTime) > backlogAge {
-			s.lowat.raise()
 		}
 		if c.TryHandOn() {
 			continue
