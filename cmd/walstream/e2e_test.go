@@ -163,12 +163,6 @@ func newEnvOn(t *testing.T, kind testenv.BrokerKind, opts ...testenv.Option) *en
 	return startEnv(t, testenv.StartBrokerAsync(t, kind), outboxDDL, opts...)
 }
 
-// newEnvWith is newEnv with an outbox table of its own.
-func newEnvWith(t *testing.T, ddl string, opts ...testenv.Option) *env {
-	t.Helper()
-	return startEnv(t, testenv.StartBrokerAsync(t, testenv.TestBroker()), ddl, opts...)
-}
-
 // startEnv starts Postgres with the outbox table ddl creates, and waits for
 // the broker that broker returns, started while Postgres starts.
 func startEnv(t *testing.T, broker func() testenv.Broker, ddl string, opts ...testenv.Option) *env {
