@@ -128,10 +128,13 @@ func (p *Producer) addChunk(ctx context.Context, tx *decode.Tx) error {
 	}
 	n := len(recs)
 	if n > 0 {
-		// Live events in the open transaction are committed before the
-		// chunk joins it, so that they wait for one chunk at most; chunks
-		// alone may share one.
-		if err := p.room(ctx, n, tx.Bytes, p.records > p.reemitted); err != nil {
+		// Whatever the open transaction holds is committed before a chunk
+		// joins it: a Kafka transaction holds one chunk at most, and the
+		// live events that come while it is open, so that a live event
+		// waits for one chunk's commit at most. Chunks sharing one
+		// transaction up to MaxBatchEvents held live events behind
+		// thousands of re-emitted rows.
+		if err := p.room(ctx, n, tx.Bytes, p.records > 0); err != nil {
 			return err
 		}
 		for j, rec := range recs {

@@ -144,3 +144,60 @@ func TestReemitRequests(t *testing.T) {
 		t.Errorf("records by request: %v", byRequest)
 	}
 }
+
+// Each chunk of a request is a Kafka transaction of its own, which a live
+// event that comes while it is open joins: two chunks handed on at once
+// are two commits, so that a live event behind them waits for one.
+func TestReemitChunkPerTransaction(t *testing.T) {
+	broker := testenv.StartKfake(t).Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A linger long enough that chunks handed on together would share a
+	// transaction if the producer let them.
+	p := newProducerWith(t, broker, "tx-c", func(c *Config) { c.Stream, c.Linger = "s", 300*time.Millisecond })
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	committed := make(chan checkpoint.Checkpoint, 100)
+	p.Start(&fakePositions{at: time.Now(), committed: func(cp checkpoint.Checkpoint) { committed <- cp }})
+	q := NewQueue(1 << 20)
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, q) }()
+	req := decode.Request{Action: decode.ActionReemit, ID: "r", Stream: "s", Table: "public.outbox", Origin: decode.OriginCLI}
+	chunk := func(after, last []string, evs ...decode.Event) *decode.Tx {
+		tx := &decode.Tx{Chunk: &decode.Chunk{Request: "r", After: after, Last: last, Key: []string{"id"}, Upper: []string{"z"}}, Events: evs}
+		for i := range evs {
+			tx.Bytes += evs[i].Size()
+		}
+		return tx
+	}
+	for _, tx := range []*decode.Tx{
+		{CommitLSN: 0x100, EndLSN: 0x110, Final: true, Requests: []decode.Request{req}},
+		chunk(nil, []string{"b"}, event(0, "a"), event(0, "b")),
+		chunk([]string{"b"}, []string{"d"}, event(0, "c"), event(0, "d")),
+		{CommitLSN: 0x200, EndLSN: 0x210, Final: true, Events: []decode.Event{event(1, "live")}, Bytes: 10},
+	} {
+		if err := q.Put(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The rows done of each committed checkpoint, until the live event's.
+	var rows []int64
+	for cp := (checkpoint.Checkpoint{}); cp.LSN < 0x210; {
+		select {
+		case cp = <-committed:
+			if cp.Notes != nil {
+				if i := cp.Notes.Reemits.Find("r"); i >= 0 && cp.Notes.Reemits[i].Rows > 0 {
+					rows = append(rows, cp.Notes.Reemits[i].Rows)
+				}
+			}
+		case err := <-errc:
+			t.Fatalf("Run ended: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("no checkpoint with the live event; rows done in those committed: %v", rows)
+		}
+	}
+	if !slices.Equal(rows, []int64{2, 4}) {
+		t.Errorf("rows done in the committed checkpoints: %v, want 2 then 4: each chunk in a Kafka transaction of its own, the live event in the second", rows)
+	}
+}
