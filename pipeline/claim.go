@@ -129,7 +129,7 @@ func owned(cp checkpoint.Checkpoint, cfg *Config, srv replication.Server) error 
 // transactions still open. A checkpoint older than floor, the last one
 // this process committed, is refused: resuming from it would publish again
 // what Kafka holds.
-func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv replication.Server, floor checkpoint.Checkpoint, log *slog.Logger) (publish.Read, error) {
+func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv replication.Server, prior *earlier, log *slog.Logger) (publish.Read, error) {
 	rd, err := src.ReadCheckpoint(ctx)
 	if err != nil {
 		return rd, onKafka(err)
@@ -169,8 +169,10 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 	// suite saw one still open after the fencing (its own id's, after a
 	// broker restart) and decided two seconds later, so such a record is
 	// waited for, up to the transaction timeout: resuming without a record
-	// that then commits would publish its events again.
-	if rd, err = awaitFenced(ctx, src, rd, fenced, cfg, log); err != nil {
+	// that then commits would publish its events again. Once per record
+	// and process: the replication stream is idle meanwhile, and a server
+	// whose wal_sender_timeout is shorter ends it.
+	if rd, err = awaitFenced(ctx, src, rd, fenced, cfg, prior, log); err != nil {
 		return rd, err
 	}
 	if rd.Found {
@@ -192,6 +194,7 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 		if !slices.Contains(fenced, o.TransactionalID) {
 			return false
 		}
+		prior.hanging[hangingAt{o.Partition, o.Offset}] = true
 		log.Warn("a checkpoint record of a fenced transactional id is in a transaction Kafka left hanging: it never committed, and walstream "+
 			"goes on without it; read_committed readers of the partition wait until it is aborted (see docs/kafka.md, A transaction holding the checkpoint topic)",
 			"record", o.String(), "abort", fmt.Sprintf("kafka-transactions.sh --bootstrap-server <broker> abort --topic %s --partition %d --start-offset %d",
@@ -201,7 +204,7 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 	if len(rd.Open) > 0 {
 		return rd, onKafka(&OpenCheckpointError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, TransactionalID: cfg.TransactionalID, Open: rd.Open})
 	}
-	if done := floor; done != (checkpoint.Checkpoint{}) && (!rd.Found || rd.Checkpoint.Less(done)) {
+	if done := prior.committed; done != (checkpoint.Checkpoint{}) && (!rd.Found || rd.Checkpoint.Less(done)) {
 		return rd, onKafka(&RegressedError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, Read: rd.Checkpoint, Found: rd.Found, Committed: done})
 	}
 	return rd, nil
@@ -271,16 +274,39 @@ func (e *RegressedError) Error() string {
 		"When a commit does not become visible)", read, e.Key, e.Topic, e.Committed)
 }
 
+// earlier is what the sessions of a process learned that the next one
+// needs.
+type earlier struct {
+	// committed is the last checkpoint a session committed in Kafka: the
+	// next one never resumes from an older one.
+	committed checkpoint.Checkpoint
+	// hanging are the checkpoint records of fenced transactional ids found
+	// still open after a whole wait (awaitFenced): not waited for again.
+	hanging map[hangingAt]bool
+}
+
+// hangingAt is where a checkpoint record is: partition and offset.
+type hangingAt struct {
+	partition int32
+	offset    int64
+}
+
 // awaitFenced reads the checkpoint again until no record of a fenced
-// transactional id is in an open transaction, or for the transaction
-// timeout and 5 s (cfg.undecidedWait in tests); it returns the last read.
-func awaitFenced(ctx context.Context, src checkpointSource, rd publish.Read, fenced []string, cfg *Config, log *slog.Logger) (publish.Read, error) {
+// transactional id is in an open transaction, but those found hanging
+// before, or for the transaction timeout and 5 s (cfg.undecidedWait in
+// tests); it returns the last read.
+func awaitFenced(ctx context.Context, src checkpointSource, rd publish.Read, fenced []string, cfg *Config, prior *earlier, log *slog.Logger) (publish.Read, error) {
+	if prior.hanging == nil {
+		prior.hanging = make(map[hangingAt]bool)
+	}
 	wait := cfg.undecidedWait
 	if wait == 0 {
 		wait = publish.TransactionTimeout(cfg.CommitTimeout) + 5*time.Second
 	}
 	undecided := func(rd publish.Read) int {
-		return slices.IndexFunc(rd.Open, func(o publish.OpenRecord) bool { return slices.Contains(fenced, o.TransactionalID) })
+		return slices.IndexFunc(rd.Open, func(o publish.OpenRecord) bool {
+			return slices.Contains(fenced, o.TransactionalID) && !prior.hanging[hangingAt{o.Partition, o.Offset}]
+		})
 	}
 	i := undecided(rd)
 	if i < 0 {

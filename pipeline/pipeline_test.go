@@ -178,7 +178,7 @@ func (f *fakeSource) ReadCheckpoint(ctx context.Context) (publish.Read, error) {
 	if f.reads++; f.decided > 0 && f.reads > f.decided {
 		return publish.Read{Checkpoint: f.committed, At: at, Found: true}, err
 	}
-	return publish.Read{Checkpoint: cp, At: at, Found: found, Open: f.open}, err
+	return publish.Read{Checkpoint: cp, At: at, Found: found, Open: slices.Clone(f.open)}, err
 }
 
 // A record of the stream's own transactional id still open after the
@@ -206,7 +206,8 @@ func TestHangingOwnRecord(t *testing.T) {
 			open: []publish.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: tc.writer,
 				Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Owner: checkpoint.Owner{Slot: "s", TransactionalID: tc.writer}}}},
 			decided: tc.decided, committed: later}
-		cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, checkpoint.Checkpoint{},
+		prior := &earlier{}
+		cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, prior,
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
 		var open *OpenCheckpointError
 		switch {
@@ -214,6 +215,16 @@ func TestHangingOwnRecord(t *testing.T) {
 			t.Errorf("writer %q, decided after %d reads: resume = %v, %v; want %s", tc.writer, tc.decided, cp, err, tc.want)
 		case !tc.ok && !errors.As(err, &open):
 			t.Errorf("writer %q: resume error %v, want an OpenCheckpointError", tc.writer, err)
+		}
+		if !tc.ok || tc.decided > 0 {
+			continue
+		}
+		// The next session of the process does not wait for the record
+		// found hanging: its replication stream would be idle meanwhile.
+		src.reads = 0
+		if cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, prior,
+			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"})); err != nil || cp.LSN != tc.want || src.reads > 2 {
+			t.Errorf("the next session: resume = %v, %v after %d reads of the checkpoint; want %s after 2, without waiting", cp, err, src.reads, tc.want)
 		}
 	}
 }
@@ -293,7 +304,7 @@ func TestResume(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "s", CheckpointTopic: "cp", AllowSlotAhead: tc.allowAhead, Accept: tc.accept}
 			phantoms := prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"})
-			cp, inKafka, err := resume(context.Background(), tc.src, slot, srv, history, cfg, checkpoint.Checkpoint{}, discard, phantoms)
+			cp, inKafka, err := resume(context.Background(), tc.src, slot, srv, history, cfg, &earlier{}, discard, phantoms)
 			var m dto.Metric
 			if err := phantoms.Write(&m); err != nil {
 				t.Fatal(err)

@@ -34,10 +34,9 @@ type session struct {
 	warnedHosts bool
 	// claimed: the checkpoint key was found to be this stream's (claim).
 	claimed bool
-	// committed is the last checkpoint a session of this process
-	// committed in Kafka: the next session never resumes from an older
-	// one (fenceAndRead).
-	committed checkpoint.Checkpoint
+	// earlier is what the sessions of this process learned that the
+	// next one needs (fenceAndRead).
+	earlier earlier
 }
 
 func (s *session) run(ctx context.Context) (streamed bool, err error) {
@@ -154,7 +153,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 
-	cp, inKafka, err := resume(ctx, prod, slot, srv, history, cfg, s.committed, s.log, s.metrics.phantoms)
+	cp, inKafka, err := resume(ctx, prod, slot, srv, history, cfg, &s.earlier, s.log, s.metrics.phantoms)
 	switch {
 	case errors.Is(err, errNoCheckpoint):
 		cp, err = takeOver(ctx, conn, cfg, slot, srv, s.log)
@@ -263,8 +262,8 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if cerr := stream.Close(cctx, tracker); cerr != nil && ctx.Err() != nil {
 		s.log.Warn("sending the last status update", "err", cerr)
 	}
-	if done, _ := tracker.InKafka(); s.committed.Less(done) {
-		s.committed = done
+	if done, _ := tracker.InKafka(); s.earlier.committed.Less(done) {
+		s.earlier.committed = done
 	}
 	committed, confirmed := tracker.Positions()
 	s.log.Info("session ended", "checkpoint", committed.String(), "confirmed_lsn", confirmed.String(), "replayed_events_skipped", in.dec.Skipped())
@@ -437,8 +436,8 @@ func (s *session) warnFailover(ctx context.Context, conn *pgx.Conn) {
 // WAL end, a slot that has confirmed more than Kafka holds; unless the
 // operator accepted it.
 func resume(ctx context.Context, src checkpointSource, slot replication.Slot, srv replication.Server, history []replication.HistoryEntry,
-	cfg *Config, floor checkpoint.Checkpoint, log *slog.Logger, phantoms prometheus.Gauge) (cp checkpoint.Checkpoint, inKafka bool, err error) {
-	rd, err := fenceAndRead(ctx, src, cfg, srv, floor, log)
+	cfg *Config, prior *earlier, log *slog.Logger, phantoms prometheus.Gauge) (cp checkpoint.Checkpoint, inKafka bool, err error) {
+	rd, err := fenceAndRead(ctx, src, cfg, srv, prior, log)
 	if err != nil {
 		return cp, false, err
 	}
