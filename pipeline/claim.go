@@ -126,9 +126,9 @@ func owned(cp checkpoint.Checkpoint, cfg *Config, srv replication.Server) error 
 // written it since the last one. Besides its own transactional id it
 // fences those that wrote the stream's checkpoints under another name, its
 // predecessors, found in the key's last record and in records of
-// transactions still open. A checkpoint older than floor, the last one
-// this process committed, is refused: resuming from it would publish again
-// what Kafka holds.
+// transactions still open. A checkpoint older than prior.committed, the
+// last one this process committed, is refused: resuming from it would
+// publish again what Kafka holds.
 func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv replication.Server, prior *earlier, log *slog.Logger) (publish.Read, error) {
 	rd, err := src.ReadCheckpoint(ctx)
 	if err != nil {
