@@ -87,7 +87,10 @@ func TestUnattachedPartitionRows(t *testing.T) {
 			}
 			if read(); done(ids) || time.Now().After(deadline) {
 				cancel()
-				return ids, <-errc
+				stop = <-errc
+				// done may have seen a commit the read before it did not.
+				read()
+				return ids, stop
 			}
 		}
 	}
