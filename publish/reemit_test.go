@@ -12,6 +12,23 @@ import (
 	"github.com/walstream/walstream/internal/testenv"
 )
 
+// runStream fences a producer of transactional id txid on broker and runs
+// it on a queue until ctx ends: committed gets each checkpoint it commits,
+// errc what Run returns.
+func runStream(ctx context.Context, t *testing.T, broker, txid string, mod func(*Config)) (q *Queue, committed chan checkpoint.Checkpoint, errc chan error) {
+	t.Helper()
+	p := newProducerWith(t, broker, txid, mod)
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	committed = make(chan checkpoint.Checkpoint, 100)
+	p.Start(&fakePositions{at: time.Now(), committed: func(cp checkpoint.Checkpoint) { committed <- cp }})
+	q = NewQueue(1 << 20)
+	errc = make(chan error, 1)
+	go func() { errc <- p.Run(ctx, q) }()
+	return q, committed, errc
+}
+
 // The producer records a request in the checkpoint that covers its
 // transaction and leaves another stream's alone; it publishes a request's
 // chunks with the header naming it, recording the progress in the same
@@ -22,15 +39,7 @@ func TestReemitRequests(t *testing.T) {
 	broker := testenv.StartKfake(t).Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newProducerWith(t, broker, "tx-r", func(c *Config) { c.Stream = "s" })
-	if err := p.Fence(ctx); err != nil {
-		t.Fatal(err)
-	}
-	committed := make(chan checkpoint.Checkpoint, 100)
-	p.Start(&fakePositions{at: time.Now(), committed: func(cp checkpoint.Checkpoint) { committed <- cp }})
-	q := NewQueue(1 << 20)
-	errc := make(chan error, 1)
-	go func() { errc <- p.Run(ctx, q) }()
+	q, committed, errc := runStream(ctx, t, broker, "tx-r", func(c *Config) { c.Stream = "s" })
 	put := func(tx *decode.Tx) {
 		t.Helper()
 		if err := q.Put(ctx, tx); err != nil {
@@ -154,15 +163,7 @@ func TestReemitChunkPerTransaction(t *testing.T) {
 	defer cancel()
 	// A linger long enough that chunks handed on together would share a
 	// transaction if the producer let them.
-	p := newProducerWith(t, broker, "tx-c", func(c *Config) { c.Stream, c.Linger = "s", 300*time.Millisecond })
-	if err := p.Fence(ctx); err != nil {
-		t.Fatal(err)
-	}
-	committed := make(chan checkpoint.Checkpoint, 100)
-	p.Start(&fakePositions{at: time.Now(), committed: func(cp checkpoint.Checkpoint) { committed <- cp }})
-	q := NewQueue(1 << 20)
-	errc := make(chan error, 1)
-	go func() { errc <- p.Run(ctx, q) }()
+	q, committed, errc := runStream(ctx, t, broker, "tx-c", func(c *Config) { c.Stream, c.Linger = "s", 300*time.Millisecond })
 	req := decode.Request{Action: decode.ActionReemit, ID: "r", Stream: "s", Table: "public.outbox", Origin: decode.OriginCLI}
 	chunk := func(after, last []string, evs ...decode.Event) *decode.Tx {
 		tx := &decode.Tx{Chunk: &decode.Chunk{Request: "r", After: after, Last: last, Key: []string{"id"}, Upper: []string{"z"}}, Events: evs}
