@@ -194,7 +194,7 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 		if !slices.Contains(fenced, o.TransactionalID) {
 			return false
 		}
-		prior.hanging[hangingAt{o.Partition, o.Offset}] = true
+		prior.markHanging(o)
 		log.Warn("a checkpoint record of a fenced transactional id is in a transaction Kafka left hanging: it never committed, and walstream "+
 			"goes on without it; read_committed readers of the partition wait until it is aborted (see docs/kafka.md, A transaction holding the checkpoint topic)",
 			"record", o.String(), "abort", fmt.Sprintf("kafka-transactions.sh --bootstrap-server <broker> abort --topic %s --partition %d --start-offset %d",
@@ -291,21 +291,29 @@ type hangingAt struct {
 	offset    int64
 }
 
+func (e *earlier) isHanging(o publish.OpenRecord) bool {
+	return e.hanging[hangingAt{o.Partition, o.Offset}]
+}
+
+func (e *earlier) markHanging(o publish.OpenRecord) {
+	if e.hanging == nil {
+		e.hanging = make(map[hangingAt]bool)
+	}
+	e.hanging[hangingAt{o.Partition, o.Offset}] = true
+}
+
 // awaitFenced reads the checkpoint again until no record of a fenced
 // transactional id is in an open transaction, but those found hanging
 // before, or for the transaction timeout and 5 s (cfg.undecidedWait in
 // tests); it returns the last read.
 func awaitFenced(ctx context.Context, src checkpointSource, rd publish.Read, fenced []string, cfg *Config, prior *earlier, log *slog.Logger) (publish.Read, error) {
-	if prior.hanging == nil {
-		prior.hanging = make(map[hangingAt]bool)
-	}
 	wait := cfg.undecidedWait
 	if wait == 0 {
 		wait = publish.TransactionTimeout(cfg.CommitTimeout) + 5*time.Second
 	}
 	undecided := func(rd publish.Read) int {
 		return slices.IndexFunc(rd.Open, func(o publish.OpenRecord) bool {
-			return slices.Contains(fenced, o.TransactionalID) && !prior.hanging[hangingAt{o.Partition, o.Offset}]
+			return slices.Contains(fenced, o.TransactionalID) && !prior.isHanging(o)
 		})
 	}
 	i := undecided(rd)
