@@ -255,6 +255,24 @@ func (e *env) registered(ctx context.Context, c Case) (schemas, error) {
 	return out, nil
 }
 
+// pgConn opens a connection to the harness's Postgres for the rest of the
+// test, and exec, which runs a statement on it and fails the test on an
+// error.
+func (e *env) pgConn(ctx context.Context, t *testing.T) (*pgx.Conn, func(sql string, args ...any)) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, e.pg.URL("postgres", "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn, func(sql string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
 // run runs a case through Debezium and walstream and returns what each
 // did.
 func (e *env) run(t *testing.T, c Case) (dbz, ws Run) {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/internal/testenv"
 )
@@ -31,17 +30,7 @@ func TestReemitBesideDebezium(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const schema, id = "c_reemit", "reemit"
-	conn, err := pgx.Connect(ctx, e.pg.URL("postgres", "postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	conn, exec := e.pgConn(ctx, t)
 	exec("SET synchronous_commit = on")
 	exec("CREATE SCHEMA " + schema)
 	exec(`CREATE TABLE c_reemit.outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,

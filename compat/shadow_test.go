@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/internal/testenv"
 )
@@ -27,17 +26,7 @@ func TestShadowDiff(t *testing.T) {
 	defer cancel()
 	const id = "shadow"
 	n := names{id: id, schema: "c_" + id, table: "c_" + id + ".outbox"}
-	conn, err := pgx.Connect(ctx, e.pg.URL("postgres", "postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	run := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	conn, run := e.pgConn(ctx, t)
 	run("SET synchronous_commit = on")
 	run("CREATE SCHEMA " + n.schema)
 	run(fmt.Sprintf(`CREATE TABLE %s (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), aggregatetype text NOT NULL,
