@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/internal/testenv"
 )
 
@@ -145,7 +146,12 @@ func (b *bench) startBroker(ctx context.Context, dataDir, profileDir, logPath st
 			logf.Close()
 			return nil, err
 		}
-		return &brokerProc{addr: k.Addr(), dataDir: dataDir, kafka: k}, nil
+		bp := &brokerProc{addr: k.Addr(), dataDir: dataDir, kafka: k}
+		if err := warmTransactions(ctx, bp.addr); err != nil {
+			bp.stop()
+			return nil, err
+		}
+		return bp, nil
 	}
 	port, err := testenv.PickPort()
 	if err != nil {
@@ -171,7 +177,31 @@ func (b *bench) startBroker(ctx context.Context, dataDir, profileDir, logPath st
 		bp.stop()
 		return nil, err
 	}
+	if err := warmTransactions(ctx, bp.addr); err != nil {
+		bp.stop()
+		return nil, err
+	}
 	return bp, nil
+}
+
+// warmTransactions initializes a producer id for a transactional id of
+// walbench's own, so that the broker has created __transaction_state
+// before a measured phase: Kafka creates that topic (50 partitions) at
+// the first transactional producer a cluster ever sees, 0.9 s on this
+// machine, which a cluster in use has long paid and a fresh broker per
+// phase would otherwise charge to each transactional tool's drain.
+func warmTransactions(ctx context.Context, addr string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.TransactionalID("walbench-warm-up"))
+	if err != nil {
+		return fmt.Errorf("creating the warm-up client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("initializing a transactional producer id on the broker at %s: %w", addr, err)
+	}
+	return nil
 }
 
 // profiles reports whether the broker takes Go CPU profiles (kfake); the
