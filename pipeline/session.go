@@ -519,11 +519,18 @@ type confirmOnCommit struct {
 }
 
 func (c confirmOnCommit) Committed(cp checkpoint.Checkpoint, events int, newest time.Time) error {
+	before, _ := c.Tracker.InKafka()
 	if err := c.Tracker.Committed(cp, events, newest); err != nil {
 		return err
 	}
 	c.state.committed.Store(time.Now().UnixNano())
-	c.stream.ConfirmSoon()
+	// Only a commit that moves the position Postgres may be confirmed
+	// asks for a status update: the parts of a split transaction do not,
+	// so the update its last part asks for goes out at once rather than
+	// up to ConfirmInterval after one the earlier parts asked for.
+	if before.LSN < cp.LSN {
+		c.stream.ConfirmSoon()
+	}
 	nudge(c.reemit)
 	return nil
 }
