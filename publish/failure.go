@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/walstream/walstream/checkpoint"
 )
 
 // Causes of a failed Kafka transaction operation, the label of
@@ -239,10 +240,10 @@ func TransactionTimeout(commitTimeout time.Duration) time.Duration {
 	return max(commitTimeout*2, 10*time.Second)
 }
 
-// visible waits until the transaction Kafka just acknowledged as
-// committed is decided on the checkpoint partition, its COMMIT marker
-// after the checkpoint record, and only then is the position confirmed to
-// Postgres. Kafka writes the markers after EndTxn returns, within
+// visible waits until the transaction Kafka acknowledged as committed,
+// its checkpoint cp at at, is decided on the checkpoint partition, its
+// COMMIT marker after the checkpoint record, and only then is the
+// position confirmed to Postgres. Kafka writes the markers after EndTxn returns, within
 // milliseconds. A record followed by an ABORT marker was aborted although
 // Kafka acknowledged its commit; one with no marker within the commit
 // timeout belongs to a transaction Kafka left hanging. Confirming either
@@ -251,10 +252,7 @@ func TransactionTimeout(commitTimeout time.Duration) time.Duration {
 // record on (decided.go), so that another producer's transaction open on
 // the partition, which holds back its last stable offset and with it what
 // read_committed readers see, neither delays nor fails the confirmation.
-func (p *Producer) visible(ctx context.Context) error {
-	p.errMu.Lock()
-	at := p.written
-	p.errMu.Unlock()
+func (p *Producer) visible(ctx context.Context, at recordAt, cp checkpoint.Checkpoint) error {
 	if at.offset < 0 {
 		return nil // no acknowledgement carried an offset: nothing to wait for
 	}
@@ -291,16 +289,16 @@ func (p *Producer) visible(ctx context.Context) error {
 			case fa == fateCommitted:
 				return nil
 			default:
-				return &InvisibleError{Checkpoint: p.pos.String(), Topic: topic, At: at, Stable: f.lso, Aborted: true}
+				return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: f.lso, Aborted: true}
 			}
 		}
 		if pid < 0 && f.next > at.offset {
-			return &InvisibleError{Checkpoint: p.pos.String(), Topic: topic, At: at, Stable: f.lso,
+			return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: f.lso,
 				Err: fmt.Errorf("the partition holds no record at offset %d", at.offset)}
 		}
 		next = max(next, f.next)
 	}
-	return &InvisibleError{Checkpoint: p.pos.String(), Topic: topic, At: at, Stable: stable, Waited: p.cfg.CommitTimeout, Err: errors.Join(ctx.Err(), ferr)}
+	return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: stable, Waited: p.cfg.CommitTimeout, Err: errors.Join(ctx.Err(), ferr)}
 }
 
 // InvisibleError is a commit Kafka acknowledged that the checkpoint

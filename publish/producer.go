@@ -203,6 +203,19 @@ type Producer struct {
 	// reader reads the checkpoint partition after each commit (visible),
 	// created at the first.
 	reader *partitionReader
+	// unsettled is a commit Kafka acknowledged whose marker is still to be
+	// looked for (settle); nil when there is none.
+	unsettled *commit
+}
+
+// commit is a Kafka transaction Kafka acknowledged as committed: where its
+// checkpoint record went, the checkpoint, and what the tracker is told of
+// it once its marker is found.
+type commit struct {
+	at     recordAt
+	cp     checkpoint.Checkpoint
+	events int
+	newest time.Time
 }
 
 // recordAt is a record's partition and offset; offset -1 while unknown.
@@ -300,6 +313,11 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 	// each of them would cost a runtime timer update per row.
 	var armed time.Time
 	for {
+		if p.unsettled != nil && q.idle() {
+			if err := p.settle(ctx); err != nil {
+				return err
+			}
+		}
 		var due <-chan time.Time
 		if at, ok := p.flushAt(); ok {
 			if !at.Equal(armed) {
@@ -343,6 +361,9 @@ func (p *Producer) flushAt() (time.Time, bool) {
 	if p.dirty {
 		// A request met, refused or cancelled: its requester waits.
 		return time.Now(), true
+	}
+	if p.unsettled != nil {
+		return time.Time{}, false // Run settles it before it waits
 	}
 	if done, at := p.tracker.InKafka(); done.Less(p.pos) {
 		return at.Add(p.cfg.IdleInterval), true
@@ -547,6 +568,9 @@ func (p *Producer) skipped(ev *decode.Event, bad *decode.Error) {
 // sent before it may still be refused by the broker, and then that record
 // is where the stream is stuck: so flush first and report a refusal.
 func (p *Producer) stuck(ctx context.Context, err error) error {
+	if serr := p.settle(ctx); serr != nil {
+		return serr
+	}
 	if p.inTxn {
 		cctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
 		defer cancel()
@@ -585,7 +609,7 @@ func (p *Producer) begin() error {
 // flush commits the open batch with a checkpoint at p.pos and then tells
 // the tracker, which is what lets the position be confirmed to Postgres.
 func (p *Producer) flush(ctx context.Context) error {
-	if done, _ := p.tracker.InKafka(); p.records == 0 && !p.dirty && !done.Less(p.pos) {
+	if p.records == 0 && !p.dirty && !p.committed().Less(p.pos) {
 		return nil
 	}
 	start := time.Now()
@@ -616,24 +640,36 @@ func (p *Producer) flush(ctx context.Context) error {
 	if err := p.takeProduceErr(); err != nil {
 		return p.fail(ctx, err)
 	}
+	// The commit before, if still unsettled, must be found committed
+	// before this one is: this checkpoint covers its events.
+	if err := p.settle(ctx); err != nil {
+		return err
+	}
 	p.hook("before-commit")
 	if err := p.client.EndTransaction(cctx, kgo.TryCommit); err != nil {
 		return p.fail(ctx, fmt.Errorf("committing Kafka transaction for checkpoint %s: %w", p.pos, err))
 	}
 	p.inTxn = false
 	p.hook("after-commit")
-	if err := p.visible(ctx); err != nil {
-		return p.fail(ctx, err)
-	}
-	var newest time.Time
+	c := commit{cp: cp, events: p.records - p.reemitted}
+	p.errMu.Lock()
+	c.at = p.written
+	p.errMu.Unlock()
 	if len(p.batch) > 0 {
-		newest = p.batch[len(p.batch)-1].CommitTime
+		c.newest = p.batch[len(p.batch)-1].CommitTime
 	}
-	// The tracker keeps the notes too: they tell where re-emit requests
-	// stand in Kafka. Re-emitted records are no events of the stream's
-	// positions, whose lag the tracker measures.
-	if err := p.tracker.Committed(cp, p.records-p.reemitted, newest); err != nil {
-		return err
+	// A commit that ends inside a Postgres transaction and moves no
+	// position Postgres may be confirmed is settled later: when the next
+	// Kafka transaction commits, by which time its marker is long written,
+	// or when the producer runs out of work. A transaction larger than a
+	// Kafka transaction is published in parts, and each part waiting a
+	// round trip for its marker before the next could be produced held up
+	// the whole transaction, part after part.
+	p.unsettled = &c
+	if prior, _ := p.tracker.InKafka(); cp.PartialCommitLSN == 0 || cp.LSN != prior.LSN {
+		if err := p.settle(ctx); err != nil {
+			return err
+		}
 	}
 	p.metrics.committed(p.byTopic, p.dead, p.bytes, time.Since(start), p.pos.LSN)
 	p.metrics.reemitCommitted(p.reemitted, p.notes.Reemits)
@@ -642,6 +678,40 @@ func (p *Producer) flush(ctx context.Context) error {
 	}
 	p.reset()
 	return nil
+}
+
+// settle waits until the unsettled commit, if any, is decided on the
+// checkpoint partition (visible), then tells the tracker of it, which may
+// confirm its position to Postgres. The tracker keeps the notes too: they
+// tell where re-emit requests stand in Kafka. Re-emitted records are no
+// events of the stream's positions, whose lag the tracker measures.
+func (p *Producer) settle(ctx context.Context) error {
+	c := p.unsettled
+	if c == nil {
+		return nil
+	}
+	p.unsettled = nil
+	if err := p.visible(ctx, c.at, c.cp); err != nil {
+		err = p.fail(ctx, err)
+		if ie := (*InvisibleError)(nil); errors.As(err, &ie) {
+			// The client is sound, only the commit before is not: the
+			// open transaction, whose checkpoint covers that commit's
+			// events, is aborted as Run returns.
+			p.failed = false
+		}
+		return err
+	}
+	return p.tracker.Committed(c.cp, c.events, c.newest)
+}
+
+// committed is the position of the last commit Kafka acknowledged, settled
+// or not.
+func (p *Producer) committed() checkpoint.Checkpoint {
+	if p.unsettled != nil {
+		return p.unsettled.cp
+	}
+	cp, _ := p.tracker.InKafka()
+	return cp
 }
 
 // reset empties the batch bookkeeping once its transaction has ended.

@@ -105,3 +105,59 @@ func TestCommitNotVisible(t *testing.T) {
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
 	wantAll(t, grepLines(p.Log(), "session ended, restarting"), "Kafka acknowledged the commit of checkpoint", "but no commit marker followed its record", "within 2s")
 }
+
+// TestPartCommitNotVisible is TestCommitNotVisible for the part of a
+// transaction larger than a Kafka transaction: a part's commit is settled
+// when the next part commits, and a part that is not decided stops the
+// next from committing, whose checkpoint covers it.
+func TestPartCommitNotVisible(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, testenv.BrokerKfake)
+	p := e.start([]string{"--commit-timeout", "2s", "--max-batch-events", "4"}).streaming(t)
+	seq := 0
+	e.insertTx("Order", 3, 2, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	before := e.confirmedLSN("walstream")
+	var hold, held atomic.Bool
+	hold.Store(true)
+	e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.kafka.(*testenv.Kfake).Cluster().KeepControl()
+		r := req.(*kmsg.FetchRequest)
+		if !hold.Load() || len(r.Topics) != 1 || r.Topics[0].Topic != "walstream.checkpoints" {
+			return nil, nil, false
+		}
+		held.Store(true)
+		resp := r.ResponseKind().(*kmsg.FetchResponse)
+		st := kmsg.NewFetchResponseTopic()
+		st.Topic = r.Topics[0].Topic
+		for _, rp := range r.Topics[0].Partitions {
+			sp := kmsg.NewFetchResponseTopicPartition()
+			sp.Partition, sp.HighWatermark, sp.LastStableOffset = rp.Partition, rp.FetchOffset+1, rp.FetchOffset
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+		return resp, nil, true
+	})
+	e.insertTx("Order", 10, 2, &seq, false) // parts of 4, 4 and 2 events
+	p.waitLog(t, "Kafka transaction failed: a commit Kafka acknowledged was not decided on the checkpoint partition", 30*time.Second)
+	if got := e.confirmedLSN("walstream"); got != before {
+		t.Errorf("the slot confirmed %s (from %s) while a part's commit was not visible", got, before)
+	}
+	hold.Store(false)
+	if !held.Load() {
+		t.Fatal("no fetch of the checkpoint topic was held")
+	}
+	e.insertTx("Order", 3, 2, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
+	// The first part's marker was looked for as the second committed: its
+	// checkpoint, at the part's fourth event, is the one named.
+	wantAll(t, grepLines(p.Log(), "session ended, restarting"), "Kafka acknowledged the commit of checkpoint", "+4 events of the transaction committed at", "but no commit marker followed its record", "within 2s")
+	// The second part was not committed: the next session resumed from
+	// the first.
+	streaming := strings.Split(grepLines(p.Log(), "msg=streaming"), "\n")
+	if len(streaming) < 2 {
+		t.Fatalf("want a second session, got %q", streaming)
+	}
+	wantAll(t, streaming[1], "+4 events of the transaction committed at")
+}
