@@ -59,6 +59,34 @@ func TestKafkaAbortsTimedOutTransaction(t *testing.T) {
 	}
 }
 
+// hideCheckpoints makes kfake answer every fetch of the checkpoint topic,
+// of either isolation level, with nothing from where it starts, neither a
+// record nor its marker, until hold is cleared; held is set once it has.
+func hideCheckpoints(e *env) (hold, held *atomic.Bool) {
+	hold, held = new(atomic.Bool), new(atomic.Bool)
+	hold.Store(true)
+	c := e.kafka.(*testenv.Kfake).Cluster()
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.FetchRequest)
+		if !hold.Load() || len(r.Topics) != 1 || r.Topics[0].Topic != "walstream.checkpoints" {
+			return nil, nil, false
+		}
+		held.Store(true)
+		resp := r.ResponseKind().(*kmsg.FetchResponse)
+		st := kmsg.NewFetchResponseTopic()
+		st.Topic = r.Topics[0].Topic
+		for _, rp := range r.Topics[0].Partitions {
+			sp := kmsg.NewFetchResponseTopicPartition()
+			sp.Partition, sp.HighWatermark, sp.LastStableOffset = rp.Partition, rp.FetchOffset+1, rp.FetchOffset
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+		return resp, nil, true
+	})
+	return hold, held
+}
+
 // TestCommitNotVisible: Kafka acknowledges a commit, but no marker
 // follows its checkpoint record, as when Kafka leaves a transaction
 // undecided. walstream must not confirm that position to Postgres: it fails
@@ -73,27 +101,7 @@ func TestCommitNotVisible(t *testing.T) {
 	e.insertTx("Order", 5, 2, &seq, false)
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
 	before := e.confirmedLSN("walstream")
-	var hold atomic.Bool
-	hold.Store(true)
-	// Fetches of the checkpoint topic, of either isolation level, find
-	// nothing from where they start: neither the record nor its marker.
-	e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		e.kafka.(*testenv.Kfake).Cluster().KeepControl()
-		r := req.(*kmsg.FetchRequest)
-		if !hold.Load() || len(r.Topics) != 1 || r.Topics[0].Topic != "walstream.checkpoints" {
-			return nil, nil, false
-		}
-		resp := r.ResponseKind().(*kmsg.FetchResponse)
-		st := kmsg.NewFetchResponseTopic()
-		st.Topic = r.Topics[0].Topic
-		for _, rp := range r.Topics[0].Partitions {
-			sp := kmsg.NewFetchResponseTopicPartition()
-			sp.Partition, sp.HighWatermark, sp.LastStableOffset = rp.Partition, rp.FetchOffset+1, rp.FetchOffset
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
-		return resp, nil, true
-	})
+	hold, _ := hideCheckpoints(e)
 	e.insertTx("Order", 5, 2, &seq, false)
 	p.waitLog(t, "Kafka transaction failed: a commit Kafka acknowledged was not decided on the checkpoint partition", 30*time.Second)
 	if got := e.confirmedLSN("walstream"); got != before {
@@ -118,26 +126,7 @@ func TestPartCommitNotVisible(t *testing.T) {
 	e.insertTx("Order", 3, 2, &seq, false)
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
 	before := e.confirmedLSN("walstream")
-	var hold, held atomic.Bool
-	hold.Store(true)
-	e.kafka.(*testenv.Kfake).Cluster().ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		e.kafka.(*testenv.Kfake).Cluster().KeepControl()
-		r := req.(*kmsg.FetchRequest)
-		if !hold.Load() || len(r.Topics) != 1 || r.Topics[0].Topic != "walstream.checkpoints" {
-			return nil, nil, false
-		}
-		held.Store(true)
-		resp := r.ResponseKind().(*kmsg.FetchResponse)
-		st := kmsg.NewFetchResponseTopic()
-		st.Topic = r.Topics[0].Topic
-		for _, rp := range r.Topics[0].Partitions {
-			sp := kmsg.NewFetchResponseTopicPartition()
-			sp.Partition, sp.HighWatermark, sp.LastStableOffset = rp.Partition, rp.FetchOffset+1, rp.FetchOffset
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
-		return resp, nil, true
-	})
+	hold, held := hideCheckpoints(e)
 	e.insertTx("Order", 10, 2, &seq, false) // parts of 4, 4 and 2 events
 	p.waitLog(t, "Kafka transaction failed: a commit Kafka acknowledged was not decided on the checkpoint partition", 30*time.Second)
 	if got := e.confirmedLSN("walstream"); got != before {
