@@ -606,8 +606,10 @@ func (p *Producer) begin() error {
 	return nil
 }
 
-// flush commits the open batch with a checkpoint at p.pos and then tells
-// the tracker, which is what lets the position be confirmed to Postgres.
+// flush commits the open batch with a checkpoint at p.pos and settles the
+// commit (settle), at once or, for a part of a split transaction, later:
+// settling tells the tracker, which is what lets the position be
+// confirmed to Postgres.
 func (p *Producer) flush(ctx context.Context) error {
 	if p.records == 0 && !p.dirty && !p.committed().Less(p.pos) {
 		return nil
