@@ -56,7 +56,6 @@ func (b *bench) avroArgs(broker string) []string {
 // avroTopicPrefix names the -avro drain's topics.
 const avroTopicPrefix = "outbox.avro."
 
-// startWalstream starts walstream, logging to logPath.
 // startStreaming starts walstream on the broker at addr, its log in dir,
 // and waits until it streams. stop, which the caller defers, stops it and
 // logs what fails.
@@ -77,6 +76,7 @@ func (b *bench) startStreaming(ctx context.Context, name, addr, dir string) (p *
 	return p, stop, nil
 }
 
+// startWalstream starts walstream, logging to logPath.
 func startWalstream(bin string, args []string, logPath string) (*walstreamProc, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
