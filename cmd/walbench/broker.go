@@ -133,8 +133,23 @@ type brokerProc struct {
 }
 
 // startBroker starts the broker -broker names on free loopback ports with
-// its data in dataDir, logging to logPath.
+// its data in dataDir, logging to logPath, and warms its transactions.
 func (b *bench) startBroker(ctx context.Context, dataDir, profileDir, logPath string) (*brokerProc, error) {
+	bp, err := b.launchBroker(ctx, dataDir, profileDir, logPath)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := warmTransactions(ctx, bp.addr); err != nil {
+		bp.stop()
+		return nil, err
+	}
+	b.logf("broker at %s: its first transactional producer id took %s", bp.addr, time.Since(t0).Round(time.Millisecond))
+	return bp, nil
+}
+
+// launchBroker starts the broker and waits until it listens.
+func (b *bench) launchBroker(ctx context.Context, dataDir, profileDir, logPath string) (*brokerProc, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("creating broker log: %w", err)
@@ -146,12 +161,7 @@ func (b *bench) startBroker(ctx context.Context, dataDir, profileDir, logPath st
 			logf.Close()
 			return nil, err
 		}
-		bp := &brokerProc{addr: k.Addr(), dataDir: dataDir, kafka: k}
-		if err := warmTransactions(ctx, bp.addr); err != nil {
-			bp.stop()
-			return nil, err
-		}
-		return bp, nil
+		return &brokerProc{addr: k.Addr(), dataDir: dataDir, kafka: k}, nil
 	}
 	port, err := testenv.PickPort()
 	if err != nil {
@@ -174,10 +184,6 @@ func (b *bench) startBroker(ctx context.Context, dataDir, profileDir, logPath st
 	}
 	go func() { <-bp.p.Done(); logf.Close() }()
 	if _, err := bp.waitLine(ctx, brokerListening, 30*time.Second); err != nil {
-		bp.stop()
-		return nil, err
-	}
-	if err := warmTransactions(ctx, bp.addr); err != nil {
 		bp.stop()
 		return nil, err
 	}
