@@ -3,6 +3,7 @@ package debezium
 import (
 	"errors"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -33,6 +34,9 @@ func TestParseOffsetsFile(t *testing.T) {
 	}
 	if _, err := ParseFile(b, Selector{}, "f"); err == nil {
 		t.Error("two connectors and no name: no error")
+	}
+	if _, err := ParseFile(nil, Selector{Connector: "dbz-outbox"}, "f"); !errors.Is(err, ErrNoOffset) || !strings.Contains(err.Error(), "f is empty") {
+		t.Errorf("an empty file: %v, want ErrNoOffset naming it", err)
 	}
 	// Every truncation and every flipped byte is an error or a parse, never
 	// a panic.
