@@ -493,12 +493,14 @@ func (t *Tracker) ServerWALEnd(lsn pglogrepl.LSN) {
 
 // Confirm returns the LSN to send to Postgres as the flush position and
 // records it as sent: what Kafka committed, but never past the WAL end
-// the server reported, and nothing new before Kafka committed past a
-// takeover's stretch. changed says it differs from the last one returned.
+// the server reported, nothing new before the session's first commit when
+// it started from a position Kafka's readers do not hold, and nothing new
+// before Kafka committed past a takeover's stretch. changed says it
+// differs from the last one returned.
 func (t *Tracker) Confirm() (lsn pglogrepl.LSN, changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if c := min(t.committed.LSN, t.serverEnd); c > t.confirmed && !t.takeover.Overlaps(t.committed.LSN) {
+	if c := min(t.committed.LSN, t.serverEnd); c > t.confirmed && t.inKafka && !t.takeover.Overlaps(t.committed.LSN) {
 		t.confirmed = c
 	}
 	if t.confirmed != 0 {

@@ -425,6 +425,30 @@ func TestTrackerNeverConfirmsPastServer(t *testing.T) {
 // Within the stretch of a takeover from Debezium nothing new is
 // confirmed: a session started again there reads the stretch from its
 // start. Past it, Confirm confirms what Kafka committed.
+// A session that resumes from a position Kafka's readers do not hold (a
+// record whose commit Kafka acknowledged, its marker missing) confirms
+// nothing new before its first commit; one read from Kafka confirms it at
+// once.
+func TestTrackerHoldsUntilInKafka(t *testing.T) {
+	for _, inKafka := range []bool{false, true} {
+		tr := NewTracker(Checkpoint{LSN: 0x900}, inKafka, 0x500)
+		tr.ServerWALEnd(0x9000)
+		want := pglogrepl.LSN(0x500)
+		if inKafka {
+			want = 0x900
+		}
+		if got, _ := tr.Confirm(); got != want {
+			t.Fatalf("in Kafka %v: Confirm() before a commit = %s, want %s", inKafka, got, want)
+		}
+		if err := tr.Committed(Checkpoint{LSN: 0x900}, 0, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := tr.Confirm(); got != 0x900 {
+			t.Fatalf("in Kafka %v: Confirm() after the commit = %s, want 0/900", inKafka, got)
+		}
+	}
+}
+
 func TestTrackerHoldsWithinTakeover(t *testing.T) {
 	tk := &Takeover{Source: "file", Until: 0x5000}
 	resume := Checkpoint{LSN: 0x1000, Notes: &Notes{Takeover: tk}}

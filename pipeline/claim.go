@@ -129,20 +129,25 @@ func owned(cp checkpoint.Checkpoint, cfg *Config, srv replication.Server) error 
 // transactions still open. A checkpoint older than prior.committed, the
 // last one this process committed, is refused: resuming from it would
 // publish again what Kafka holds.
-func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv replication.Server, prior *earlier, log *slog.Logger) (publish.Read, error) {
-	rd, err := src.ReadCheckpoint(ctx)
+//
+// unmarked is set when the checkpoint returned is one Kafka acknowledged
+// committing to this process, whose record the checkpoint partition still
+// shows in an open transaction (publish.Acknowledged): its events are in
+// Kafka, but read_committed readers of the key do not see it yet.
+func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv replication.Server, prior *earlier, log *slog.Logger) (rd publish.Read, unmarked bool, err error) {
+	rd, err = src.ReadCheckpoint(ctx)
 	if err != nil {
-		return rd, onKafka(err)
+		return rd, false, onKafka(err)
 	}
 	if rd.Found {
 		if err := claimed(rd.Checkpoint, cfg, srv); err != nil {
-			return rd, err
+			return rd, false, err
 		}
 	}
 	fenced := []string{cfg.TransactionalID}
 	ids := predecessors(rd, cfg, srv, fenced)
 	if err := src.Fence(ctx); err != nil {
-		return rd, onKafka(err)
+		return rd, false, onKafka(err)
 	}
 	// Another round covers a predecessor the last read could not see: one
 	// that committed under the key in between.
@@ -152,12 +157,12 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 				"under one of them commits nothing more (see docs/kafka.md, Many streams on one Kafka cluster)",
 				"transactional_ids", strings.Join(ids, ","), "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID)
 			if err := src.FenceOthers(ctx, ids); err != nil {
-				return rd, onKafka(err)
+				return rd, false, onKafka(err)
 			}
 			fenced = append(fenced, ids...)
 		}
 		if rd, err = src.ReadCheckpoint(ctx); err != nil {
-			return rd, onKafka(err)
+			return rd, false, onKafka(err)
 		}
 		if ids = predecessors(rd, cfg, srv, fenced); len(ids) == 0 || round == 2 {
 			break
@@ -173,18 +178,18 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 	// and process: the replication stream is idle meanwhile, and a server
 	// whose wal_sender_timeout is shorter ends it.
 	if rd, err = awaitFenced(ctx, src, rd, fenced, cfg, prior, log); err != nil {
-		return rd, err
+		return rd, false, err
 	}
 	if rd.Found {
 		if err := owned(rd.Checkpoint, cfg, srv); err != nil {
-			return rd, err
+			return rd, false, err
 		}
 	}
 	for _, o := range rd.Open {
 		var sk *SharedKeyError
 		if err := owned(o.Checkpoint, cfg, srv); errors.As(err, &sk) {
 			sk.Open = true
-			return rd, err
+			return rd, false, err
 		}
 	}
 	// Past the wait it is a hanging transaction (Kafka lost track of the
@@ -194,6 +199,17 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 		if !slices.Contains(fenced, o.TransactionalID) {
 			return false
 		}
+		if prior.acked.Is(o) {
+			// Kafka acknowledged its commit: resuming before it would
+			// publish its events again.
+			log.Warn("a checkpoint record whose commit Kafka acknowledged to this process is in a transaction its partition shows open: "+
+				"the transaction committed, and walstream resumes after it and commits a checkpoint at once, which decides the record "+
+				"(see docs/kafka.md, When a commit does not become visible)", "record", o.String(), "checkpoint", o.Checkpoint.String())
+			if !rd.Found || rd.Checkpoint.Less(o.Checkpoint) {
+				rd.Checkpoint, rd.Found, rd.Writer, unmarked = o.Checkpoint, true, o.TransactionalID, true
+			}
+			return true
+		}
 		prior.markHanging(o)
 		log.Warn("a checkpoint record of a fenced transactional id is in a transaction Kafka left hanging: it never committed, and walstream "+
 			"goes on without it; read_committed readers of the partition wait until it is aborted (see docs/kafka.md, A transaction holding the checkpoint topic)",
@@ -202,12 +218,12 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 		return true
 	})
 	if len(rd.Open) > 0 {
-		return rd, onKafka(&OpenCheckpointError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, TransactionalID: cfg.TransactionalID, Open: rd.Open})
+		return rd, false, onKafka(&OpenCheckpointError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, TransactionalID: cfg.TransactionalID, Open: rd.Open})
 	}
 	if done := prior.committed; done != (checkpoint.Checkpoint{}) && (!rd.Found || rd.Checkpoint.Less(done)) {
-		return rd, onKafka(&RegressedError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, Read: rd.Checkpoint, Found: rd.Found, Committed: done})
+		return rd, false, onKafka(&RegressedError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, Read: rd.Checkpoint, Found: rd.Found, Committed: done})
 	}
-	return rd, nil
+	return rd, unmarked, nil
 }
 
 // predecessors are the transactional ids, other than those fenced already,
@@ -283,6 +299,9 @@ type earlier struct {
 	// hanging are the checkpoint records of fenced transactional ids found
 	// still open after a whole wait (awaitFenced): not waited for again.
 	hanging map[hangingAt]bool
+	// acked is the last commit Kafka acknowledged to a session: its record
+	// is committed, whatever its partition shows.
+	acked publish.Acknowledged
 }
 
 // hangingAt is where a checkpoint record is: partition and offset.
@@ -313,7 +332,7 @@ func awaitFenced(ctx context.Context, src checkpointSource, rd publish.Read, fen
 	}
 	undecided := func(rd publish.Read) int {
 		return slices.IndexFunc(rd.Open, func(o publish.OpenRecord) bool {
-			return slices.Contains(fenced, o.TransactionalID) && !prior.isHanging(o)
+			return slices.Contains(fenced, o.TransactionalID) && !prior.isHanging(o) && !prior.acked.Is(o)
 		})
 	}
 	i := undecided(rd)

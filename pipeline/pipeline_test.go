@@ -206,7 +206,7 @@ func TestHangingOwnRecord(t *testing.T) {
 			open: []publish.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: tc.writer,
 				Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Owner: checkpoint.Owner{Slot: "s", TransactionalID: tc.writer}}}},
 			decided: tc.decided, committed: later}
-		prior := &earlier{}
+		prior := &earlier{acked: publish.Acknowledged{Offset: -1}}
 		cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, prior,
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
 		var open *OpenCheckpointError
@@ -228,6 +228,48 @@ func TestHangingOwnRecord(t *testing.T) {
 		}
 	}
 }
+
+// A record Kafka acknowledged committing to an earlier session of the
+// process is committed, whatever its partition shows (a broker killed as
+// it wrote the markers left one open past the fencing, its events
+// committed). The stream resumes after it without waiting, as from a
+// position Kafka's readers do not hold: nothing is confirmed to Postgres
+// before its next commit. Any other record is waited for as before.
+func TestAcknowledgedOpenRecord(t *testing.T) {
+	srv := replication.Server{SystemID: "7", Timeline: 1, XLogPos: 0x10000, Database: "d"}
+	id := checkpoint.Identity{SystemID: "7", Timeline: 1, Database: "d"}
+	owner := checkpoint.Owner{Slot: "s", TransactionalID: "walstream-d/s"}
+	read := checkpoint.Checkpoint{LSN: 0x500, Identity: id, Owner: owner, Events: 5, Counted: true}
+	acked := checkpoint.Checkpoint{LSN: 0x900, Identity: id, Owner: owner, Events: 9, Counted: true}
+	cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "k", CheckpointTopic: "cp", TransactionalID: "walstream-d/s",
+		undecidedWait: 2 * time.Second}
+	for _, tc := range []struct {
+		name   string
+		acked  publish.Acknowledged
+		want   pglogrepl.LSN
+		waited bool
+	}{
+		{"the record acknowledged", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked}, 0x900, false},
+		{"another offset", publish.Acknowledged{Partition: 0, Offset: 425, Checkpoint: acked}, 0x500, true},
+		{"another checkpoint", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked.Published(1)}, 0x500, true},
+		{"none", publish.Acknowledged{Offset: -1}, 0x500, true},
+	} {
+		src := &fakeSource{fence: func(context.Context) error { return nil },
+			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
+				return read, time.Now(), true, nil
+			},
+			open: []publish.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: owner.TransactionalID, Checkpoint: acked}}}
+		cp, inKafka, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, &earlier{acked: tc.acked},
+			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
+		if err != nil || cp.LSN != tc.want || inKafka != (tc.want == 0x500) {
+			t.Errorf("%s: resume = %v, in Kafka %v, %v; want %s, in Kafka %v", tc.name, cp, inKafka, err, tc.want, tc.want == 0x500)
+		}
+		if waited := src.reads > 2; waited != tc.waited {
+			t.Errorf("%s: %d reads of the checkpoint; waited for the record: %v, want %v", tc.name, src.reads, waited, tc.waited)
+		}
+	}
+}
+
 func (f *fakeSource) CheckpointHistory(context.Context) ([]checkpoint.Checkpoint, error) {
 	return f.history, nil
 }

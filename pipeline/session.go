@@ -265,6 +265,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if done, _ := tracker.InKafka(); s.earlier.committed.Less(done) {
 		s.earlier.committed = done
 	}
+	if a := prod.Acknowledged(); a.Offset >= 0 {
+		s.earlier.acked = a
+	}
 	committed, confirmed := tracker.Positions()
 	s.log.Info("session ended", "checkpoint", committed.String(), "confirmed_lsn", confirmed.String(), "replayed_events_skipped", in.dec.Skipped())
 	return true, err
@@ -437,7 +440,7 @@ func (s *session) warnFailover(ctx context.Context, conn *pgx.Conn) {
 // operator accepted it.
 func resume(ctx context.Context, src checkpointSource, slot replication.Slot, srv replication.Server, history []replication.HistoryEntry,
 	cfg *Config, prior *earlier, log *slog.Logger, phantoms prometheus.Gauge) (cp checkpoint.Checkpoint, inKafka bool, err error) {
-	rd, err := fenceAndRead(ctx, src, cfg, srv, prior, log)
+	rd, unmarked, err := fenceAndRead(ctx, src, cfg, srv, prior, log)
 	if err != nil {
 		return cp, false, err
 	}
@@ -486,7 +489,10 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, sr
 	switch {
 	case !next.SlotAhead(slot.ConfirmedFlush):
 		log.Info("resuming from checkpoint", "checkpoint", next.String(), "written_at", at)
-		return next, !fresh, nil
+		// A checkpoint whose record shows no marker yet is committed again
+		// at once (as one that is not in Kafka), and nothing is confirmed
+		// to Postgres before that commit is read back decided.
+		return next, !fresh && !unmarked, nil
 	case cfg.AllowSlotAhead:
 		log.Warn("slot is ahead of the checkpoint; continuing because a slot ahead is allowed: events in between may be missing",
 			"checkpoint", next.String(), "slot_confirmed_flush_lsn", slot.ConfirmedFlush.String())

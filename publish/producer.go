@@ -206,7 +206,31 @@ type Producer struct {
 	// unsettled is a commit Kafka acknowledged whose marker is still to be
 	// looked for (settle); nil when there is none.
 	unsettled *commit
+	// acked is the last commit Kafka acknowledged, settled or not.
+	acked Acknowledged
 }
+
+// Acknowledged is a commit Kafka acknowledged: where its checkpoint record
+// is, and the checkpoint. A transaction whose commit the coordinator
+// acknowledged is committed, whatever its checkpoint partition shows: after
+// a broker was killed as it wrote such a transaction's markers, its events
+// were committed while its checkpoint record stayed in an open transaction,
+// past the fencing, until the producer id's next transaction there.
+type Acknowledged struct {
+	Partition  int32
+	Offset     int64
+	Checkpoint checkpoint.Checkpoint
+}
+
+// Is reports whether o is the record of this commit.
+func (a Acknowledged) Is(o OpenRecord) bool {
+	return a.Offset >= 0 && o.Partition == a.Partition && o.Offset == a.Offset &&
+		!o.Checkpoint.Less(a.Checkpoint) && !a.Checkpoint.Less(o.Checkpoint) && o.Checkpoint.Events == a.Checkpoint.Events
+}
+
+// Acknowledged is the last commit Kafka acknowledged to this producer;
+// Offset is -1 when there is none. Call it after Run has returned.
+func (p *Producer) Acknowledged() Acknowledged { return p.acked }
 
 // commit is a Kafka transaction Kafka acknowledged as committed: where its
 // checkpoint record went, the checkpoint, and what the tracker is told of
@@ -234,7 +258,8 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 	if hook == nil {
 		hook = func(string) {}
 	}
-	p := &Producer{cfg: cfg, log: log, router: router, metrics: m, hook: hook, byTopic: make(map[string]int)}
+	p := &Producer{cfg: cfg, log: log, router: router, metrics: m, hook: hook, byTopic: make(map[string]int),
+		acked: Acknowledged{Offset: -1}}
 	p.opts = append(cfg.Kafka.opts(), kgo.WithLogger(newQuietLogger(kslog.New(log.With("component", "kafka")))))
 	p.client, err = kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)],
 		kgo.TransactionalID(cfg.TransactionalID),
@@ -657,6 +682,7 @@ func (p *Producer) flush(ctx context.Context) error {
 	p.errMu.Lock()
 	c.at = p.written
 	p.errMu.Unlock()
+	p.acked = Acknowledged{Partition: c.at.partition, Offset: c.at.offset, Checkpoint: cp}
 	if len(p.batch) > 0 {
 		c.newest = p.batch[len(p.batch)-1].CommitTime
 	}
