@@ -130,10 +130,11 @@ func owned(cp checkpoint.Checkpoint, cfg *Config, srv replication.Server) error 
 // last one this process committed, is refused: resuming from it would
 // publish again what Kafka holds.
 //
-// unmarked is set when the checkpoint returned is one Kafka acknowledged
-// committing to this process, whose record the checkpoint partition still
-// shows in an open transaction (publish.Acknowledged): its events are in
-// Kafka, but read_committed readers of the key do not see it yet.
+// unmarked is set when the checkpoint returned is one Kafka committed (it
+// acknowledged the commit to this process, or its coordinator said so
+// before the fencing) whose record the checkpoint partition still shows in
+// an open transaction (publish.Acknowledged): its events are in Kafka, but
+// read_committed readers of the key do not see it yet.
 func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv replication.Server, prior *earlier, log *slog.Logger) (rd publish.Read, unmarked bool, err error) {
 	rd, err = src.ReadCheckpoint(ctx)
 	if err != nil {
@@ -142,6 +143,15 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 	if rd.Found {
 		if err := claimed(rd.Checkpoint, cfg, srv); err != nil {
 			return rd, false, err
+		}
+	}
+	// What became of the transaction of an open record of the stream's
+	// own id is asked before the fencing, which makes the coordinator
+	// forget it: one committed is resumed after like one acknowledged.
+	for _, o := range rd.Open {
+		if o.TransactionalID == cfg.TransactionalID && !prior.acked.Is(o) && src.CommittedOpen(ctx, o) {
+			log.Info("the transaction coordinator reports the transaction of an open checkpoint record committed", "record", o.String())
+			prior.acked = publish.Acknowledged{Partition: o.Partition, Offset: o.Offset, Checkpoint: o.Checkpoint}
 		}
 	}
 	fenced := []string{cfg.TransactionalID}
@@ -202,9 +212,10 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 		if prior.acked.Is(o) {
 			// Kafka acknowledged its commit: resuming before it would
 			// publish its events again.
-			log.Warn("a checkpoint record whose commit Kafka acknowledged to this process is in a transaction its partition shows open: "+
-				"the transaction committed, and walstream resumes after it and commits a checkpoint at once, which decides the record "+
-				"(see docs/kafka.md, When a commit does not become visible)", "record", o.String(), "checkpoint", o.Checkpoint.String())
+			log.Warn("a checkpoint record of a transaction Kafka committed (it acknowledged the commit to this process, or its coordinator "+
+				"reported it committed before the fencing) is in a transaction its partition shows open: walstream resumes after it and "+
+				"commits a checkpoint at once, which decides the record (see docs/kafka.md, When a commit does not become visible)",
+				"record", o.String(), "checkpoint", o.Checkpoint.String())
 			if !rd.Found || rd.Checkpoint.Less(o.Checkpoint) {
 				rd.Checkpoint, rd.Found, rd.Writer, unmarked = o.Checkpoint, true, o.TransactionalID, true
 			}
@@ -299,8 +310,9 @@ type earlier struct {
 	// hanging are the checkpoint records of fenced transactional ids found
 	// still open after a whole wait (awaitFenced): not waited for again.
 	hanging map[hangingAt]bool
-	// acked is the last commit Kafka acknowledged to a session: its record
-	// is committed, whatever its partition shows.
+	// acked is the last commit Kafka acknowledged to a session, or whose
+	// transaction the coordinator reported committed: its record is
+	// committed, whatever its partition shows.
 	acked publish.Acknowledged
 }
 

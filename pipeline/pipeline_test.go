@@ -165,11 +165,17 @@ type fakeSource struct {
 	decided   int
 	committed checkpoint.Checkpoint
 	reads     int
+	// coordinator, when set, is what the transaction coordinator says of
+	// an open record's transaction: committed or not.
+	coordinator func(o publish.OpenRecord) bool
 }
 
 var _ checkpointSource = (*fakeSource)(nil)
 
 func (f *fakeSource) Fence(ctx context.Context) error { return f.fence(ctx) }
+func (f *fakeSource) CommittedOpen(_ context.Context, o publish.OpenRecord) bool {
+	return f.coordinator != nil && f.coordinator(o)
+}
 func (f *fakeSource) FenceOthers(context.Context, []string) error {
 	return errors.New("no transactional id but the stream's own wrote its checkpoints")
 }
@@ -230,8 +236,9 @@ func TestHangingOwnRecord(t *testing.T) {
 }
 
 // A record Kafka acknowledged committing to an earlier session of the
-// process is committed, whatever its partition shows (a broker killed as
-// it wrote the markers left one open past the fencing, its events
+// process, or whose transaction the coordinator reports committed before
+// the fencing, is committed, whatever its partition shows (a broker killed
+// as it wrote the markers left one open past the fencing, its events
 // committed). The stream resumes after it without waiting, as from a
 // position Kafka's readers do not hold: nothing is confirmed to Postgres
 // before its next commit. Any other record is waited for as before.
@@ -243,22 +250,33 @@ func TestAcknowledgedOpenRecord(t *testing.T) {
 	acked := checkpoint.Checkpoint{LSN: 0x900, Identity: id, Owner: owner, Events: 9, Counted: true}
 	cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "k", CheckpointTopic: "cp", TransactionalID: "walstream-d/s",
 		undecidedWait: 2 * time.Second}
+	none := publish.Acknowledged{Offset: -1}
+	fenced := false
 	for _, tc := range []struct {
-		name   string
-		acked  publish.Acknowledged
-		want   pglogrepl.LSN
-		waited bool
+		name        string
+		acked       publish.Acknowledged
+		coordinator bool // reports the record's transaction committed before the fencing
+		want        pglogrepl.LSN
+		waited      bool
 	}{
-		{"the record acknowledged", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked}, 0x900, false},
-		{"another offset", publish.Acknowledged{Partition: 0, Offset: 425, Checkpoint: acked}, 0x500, true},
-		{"another checkpoint", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked.Published(1)}, 0x500, true},
-		{"none", publish.Acknowledged{Offset: -1}, 0x500, true},
+		{"the record acknowledged", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked}, false, 0x900, false},
+		{"another offset", publish.Acknowledged{Partition: 0, Offset: 425, Checkpoint: acked}, false, 0x500, true},
+		{"another checkpoint", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked.Published(1)}, false, 0x500, true},
+		{"none", none, false, 0x500, true},
+		{"committed as the coordinator says", none, true, 0x900, false},
 	} {
-		src := &fakeSource{fence: func(context.Context) error { return nil },
+		src := &fakeSource{fence: func(context.Context) error { fenced = true; return nil },
 			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
 				return read, time.Now(), true, nil
 			},
-			open: []publish.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: owner.TransactionalID, Checkpoint: acked}}}
+			open: []publish.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: owner.TransactionalID, Checkpoint: acked}},
+			coordinator: func(publish.OpenRecord) bool {
+				if fenced {
+					t.Errorf("%s: the coordinator was asked after the fencing, which makes it forget", tc.name)
+				}
+				return tc.coordinator
+			}}
+		fenced = false
 		cp, inKafka, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, &earlier{acked: tc.acked},
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
 		if err != nil || cp.LSN != tc.want || inKafka != (tc.want == 0x500) {

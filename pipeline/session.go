@@ -359,6 +359,7 @@ type checkpointSource interface {
 	FenceOthers(ctx context.Context, transactionalIDs []string) error
 	ReadCheckpoint(ctx context.Context) (publish.Read, error)
 	CheckpointHistory(ctx context.Context) ([]checkpoint.Checkpoint, error)
+	CommittedOpen(ctx context.Context, o publish.OpenRecord) bool
 }
 
 var _ checkpointSource = (*publish.Producer)(nil)

@@ -35,9 +35,10 @@ type Read struct {
 
 // OpenRecord is a checkpoint record in a transaction still open.
 type OpenRecord struct {
-	Partition  int32
-	Offset     int64
-	ProducerID int64
+	Partition     int32
+	Offset        int64
+	ProducerID    int64
+	ProducerEpoch int16
 	// TransactionalID is the producer's, as the transaction coordinator
 	// knows it; empty when it does not say.
 	TransactionalID string
@@ -103,7 +104,7 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string, 
 		r.Found, r.Writer = true, r.Checkpoint.Owner.TransactionalID
 	}
 	for _, rec := range open {
-		o := OpenRecord{Partition: rec.Partition, Offset: rec.Offset, ProducerID: rec.ProducerID}
+		o := OpenRecord{Partition: rec.Partition, Offset: rec.Offset, ProducerID: rec.ProducerID, ProducerEpoch: rec.ProducerEpoch}
 		o.Checkpoint, _, _ = checkpoint.Decode(rec.Value)
 		o.TransactionalID = o.Checkpoint.Owner.TransactionalID
 		r.Open = append(r.Open, o)

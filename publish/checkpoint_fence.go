@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -33,4 +35,33 @@ func (p *Producer) FenceOthers(ctx context.Context, ids []string) error {
 		}
 	}
 	return nil
+}
+
+// CommittedOpen reports whether the transaction coordinator holds the
+// transaction of o, an open record of this producer's transactional id,
+// as committed, so that the record is committed whatever its partition
+// shows. Ask it before Fence: initializing the producer id makes the
+// coordinator forget how the last transaction ended. A coordinator that
+// cannot be asked answers no.
+func (p *Producer) CommittedOpen(ctx context.Context, o OpenRecord) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := kadm.NewClient(p.client).DescribeTransactions(ctx, p.cfg.TransactionalID)
+	if err != nil {
+		return false
+	}
+	t, ok := d[p.cfg.TransactionalID]
+	return ok && t.Err == nil && coordinatorCommitted(t, o)
+}
+
+// coordinatorCommitted reports whether t, the coordinator's description of
+// a transactional id, says that the transaction of o committed: the id's
+// last transaction is committing or committed, under o's producer id and
+// epoch (transaction version 2 bumps the epoch as a transaction ends).
+// Every transaction of walstream writes the checkpoint partition, and a
+// later one's marker would have decided o: a record still open is of the
+// last.
+func coordinatorCommitted(t kadm.DescribedTransaction, o OpenRecord) bool {
+	return t.ProducerID == o.ProducerID && (t.State == "PrepareCommit" || t.State == "CompleteCommit") &&
+		(t.ProducerEpoch == o.ProducerEpoch || t.ProducerEpoch == o.ProducerEpoch+1)
 }

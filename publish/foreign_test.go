@@ -168,3 +168,71 @@ func decided(ctx context.Context, p *Producer) (rd Read, err error) {
 		}
 	}
 }
+
+// The coordinator's word on the transaction of an open checkpoint record
+// of the stream's own transactional id: committed only while the id's
+// last transaction, under the record's producer id and epoch, is
+// committing or committed. Once the id's producer id is initialized again
+// the coordinator no longer tells, and the answer is no. On Apache Kafka,
+// whose coordinator it asks, with transaction version 2 (an epoch per
+// transaction) and 1.
+func TestCommittedOpen(t *testing.T) {
+	for _, kind := range []testenv.BrokerKind{testenv.BrokerKafka, testenv.BrokerKafkaTV1} {
+		t.Run(string(kind), func(t *testing.T) { testCommittedOpen(t, testenv.StartBroker(t, kind).Addr()) })
+	}
+}
+
+func testCommittedOpen(t *testing.T, broker string) {
+	ctx := context.Background()
+	p := newProducer(t, broker, "tx-c")
+	if _, err := p.ReadCheckpoint(ctx); err != nil { // creates the checkpoint topic
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.TransactionalID("tx-c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	write := func() OpenRecord {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		value := checkpoint.Checkpoint{LSN: 0x100}.Encode(checkpoint.Owner{Slot: "slot-a", TransactionalID: "tx-c"}, time.Now())
+		r, err := cl.ProduceSync(ctx, &kgo.Record{Topic: "walstream.checkpoints", Key: []byte("slot-a"), Value: value}).First()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return OpenRecord{Partition: r.Partition, Offset: r.Offset, ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch, TransactionalID: "tx-c"}
+	}
+	end := func(try kgo.TransactionEndTry) {
+		t.Helper()
+		if err := cl.EndTransaction(ctx, try); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := write()
+	if p.CommittedOpen(ctx, first) {
+		t.Error("a transaction still open: reported committed")
+	}
+	end(kgo.TryCommit)
+	if !p.CommittedOpen(ctx, first) {
+		t.Error("the transaction committed: not reported committed")
+	}
+	second := write()
+	end(kgo.TryAbort)
+	if p.CommittedOpen(ctx, second) || p.CommittedOpen(ctx, first) {
+		t.Error("after an aborted transaction: its record, or the one committed before it, reported committed")
+	}
+	third := write()
+	end(kgo.TryCommit)
+	if !p.CommittedOpen(ctx, third) {
+		t.Error("the last transaction committed: not reported committed")
+	}
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.CommittedOpen(ctx, third) {
+		t.Error("after the fencing: reported committed, though the coordinator no longer tells")
+	}
+}
