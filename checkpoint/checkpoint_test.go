@@ -422,9 +422,6 @@ func TestTrackerNeverConfirmsPastServer(t *testing.T) {
 	}
 }
 
-// Within the stretch of a takeover from Debezium nothing new is
-// confirmed: a session started again there reads the stretch from its
-// start. Past it, Confirm confirms what Kafka committed.
 // A session that resumes from a position Kafka's readers do not hold (a
 // record whose commit Kafka acknowledged, its marker missing) confirms
 // nothing new before its first commit; one read from Kafka confirms it at
@@ -449,6 +446,9 @@ func TestTrackerHoldsUntilInKafka(t *testing.T) {
 	}
 }
 
+// Within the stretch of a takeover from Debezium nothing new is
+// confirmed: a session started again there reads the stretch from its
+// start. Past it, Confirm confirms what Kafka committed.
 func TestTrackerHoldsWithinTakeover(t *testing.T) {
 	tk := &Takeover{Source: "file", Until: 0x5000}
 	resume := Checkpoint{LSN: 0x1000, Notes: &Notes{Takeover: tk}}

@@ -212,7 +212,7 @@ func TestHangingOwnRecord(t *testing.T) {
 			open: []publish.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: tc.writer,
 				Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Owner: checkpoint.Owner{Slot: "s", TransactionalID: tc.writer}}}},
 			decided: tc.decided, committed: later}
-		prior := &earlier{acked: publish.Acknowledged{Offset: -1}}
+		prior := &earlier{}
 		cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, prior,
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
 		var open *OpenCheckpointError
@@ -250,7 +250,7 @@ func TestAcknowledgedOpenRecord(t *testing.T) {
 	acked := checkpoint.Checkpoint{LSN: 0x900, Identity: id, Owner: owner, Events: 9, Counted: true}
 	cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "k", CheckpointTopic: "cp", TransactionalID: "walstream-d/s",
 		undecidedWait: 2 * time.Second}
-	none := publish.Acknowledged{Offset: -1}
+	none := publish.Acknowledged{}
 	fenced := false
 	for _, tc := range []struct {
 		name        string

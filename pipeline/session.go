@@ -265,7 +265,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if done, _ := tracker.InKafka(); s.earlier.committed.Less(done) {
 		s.earlier.committed = done
 	}
-	if a := prod.Acknowledged(); a.Offset >= 0 {
+	if a := prod.Acknowledged(); a.Checkpoint.LSN != 0 {
 		s.earlier.acked = a
 	}
 	committed, confirmed := tracker.Positions()

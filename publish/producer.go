@@ -222,14 +222,16 @@ type Acknowledged struct {
 	Checkpoint checkpoint.Checkpoint
 }
 
-// Is reports whether o is the record of this commit.
+// Is reports whether o is the record of this commit; the zero
+// Acknowledged is none.
 func (a Acknowledged) Is(o OpenRecord) bool {
-	return a.Offset >= 0 && o.Partition == a.Partition && o.Offset == a.Offset &&
+	return a.Checkpoint.LSN != 0 && o.Partition == a.Partition && o.Offset == a.Offset &&
 		!o.Checkpoint.Less(a.Checkpoint) && !a.Checkpoint.Less(o.Checkpoint) && o.Checkpoint.Events == a.Checkpoint.Events
 }
 
-// Acknowledged is the last commit Kafka acknowledged to this producer;
-// Offset is -1 when there is none. Call it after Run has returned.
+// Acknowledged is the last commit Kafka acknowledged to this producer
+// with the offset of its checkpoint record, the zero Acknowledged when
+// there is none. Call it after Run has returned.
 func (p *Producer) Acknowledged() Acknowledged { return p.acked }
 
 // commit is a Kafka transaction Kafka acknowledged as committed: where its
@@ -258,8 +260,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 	if hook == nil {
 		hook = func(string) {}
 	}
-	p := &Producer{cfg: cfg, log: log, router: router, metrics: m, hook: hook, byTopic: make(map[string]int),
-		acked: Acknowledged{Offset: -1}}
+	p := &Producer{cfg: cfg, log: log, router: router, metrics: m, hook: hook, byTopic: make(map[string]int)}
 	p.opts = append(cfg.Kafka.opts(), kgo.WithLogger(newQuietLogger(kslog.New(log.With("component", "kafka")))))
 	p.client, err = kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)],
 		kgo.TransactionalID(cfg.TransactionalID),
@@ -682,7 +683,9 @@ func (p *Producer) flush(ctx context.Context) error {
 	p.errMu.Lock()
 	c.at = p.written
 	p.errMu.Unlock()
-	p.acked = Acknowledged{Partition: c.at.partition, Offset: c.at.offset, Checkpoint: cp}
+	if c.at.offset >= 0 {
+		p.acked = Acknowledged{Partition: c.at.partition, Offset: c.at.offset, Checkpoint: cp}
+	}
 	if len(p.batch) > 0 {
 		c.newest = p.batch[len(p.batch)-1].CommitTime
 	}
