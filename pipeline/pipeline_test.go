@@ -238,8 +238,8 @@ func TestHangingOwnRecord(t *testing.T) {
 // A record Kafka acknowledged committing to an earlier session of the
 // process, or whose transaction the coordinator reports committed before
 // the fencing, is committed, whatever its partition shows (a broker killed
-// as it wrote the markers left one open past the fencing, its events
-// committed). The stream resumes after it without waiting, as from a
+// just after it acknowledged a commit left its record open past the
+// fencing, its events committed). The stream resumes after it without waiting, as from a
 // position Kafka's readers do not hold: nothing is confirmed to Postgres
 // before its next commit. Any other record is waited for as before.
 func TestAcknowledgedOpenRecord(t *testing.T) {

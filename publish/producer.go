@@ -212,10 +212,11 @@ type Producer struct {
 
 // Acknowledged is a commit Kafka acknowledged: where its checkpoint record
 // is, and the checkpoint. A transaction whose commit the coordinator
-// acknowledged is committed, whatever its checkpoint partition shows: after
-// a broker was killed as it wrote such a transaction's markers, its events
-// were committed while its checkpoint record stayed in an open transaction,
-// past the fencing, until the producer id's next transaction there.
+// acknowledged is committed, whatever its checkpoint partition shows: a
+// broker killed just after it acknowledged a commit came back with the
+// transaction's events committed and its checkpoint record in an open
+// transaction, past the fencing, until the producer id's next transaction
+// there.
 type Acknowledged struct {
 	Partition  int32
 	Offset     int64
