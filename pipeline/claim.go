@@ -202,9 +202,10 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 			return rd, false, err
 		}
 	}
-	// Past the wait it is a hanging transaction (Kafka lost track of the
-	// partition), never committed; it holds the partition's last stable
-	// offset until an operator aborts it.
+	// A record Kafka committed (acked) is resumed after. Any other past the
+	// wait is taken for a hanging transaction (Kafka lost track of the
+	// partition), never committed: nothing tells otherwise. It holds the
+	// partition's last stable offset until an operator aborts it.
 	rd.Open = slices.DeleteFunc(rd.Open, func(o publish.OpenRecord) bool {
 		if !slices.Contains(fenced, o.TransactionalID) {
 			return false
@@ -222,8 +223,8 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 			return true
 		}
 		prior.markHanging(o)
-		log.Warn("a checkpoint record of a fenced transactional id is in a transaction Kafka left hanging: it never committed, and walstream "+
-			"goes on without it; read_committed readers of the partition wait until it is aborted (see docs/kafka.md, A transaction holding the checkpoint topic)",
+		log.Warn("a checkpoint record of a fenced transactional id is in a transaction Kafka left hanging: taken for one that never committed, "+
+			"walstream goes on without it (if Kafka committed it, its events are published again); read_committed readers of the partition wait until it is aborted (see docs/kafka.md, A transaction holding the checkpoint topic)",
 			"record", o.String(), "abort", fmt.Sprintf("kafka-transactions.sh --bootstrap-server <broker> abort --topic %s --partition %d --start-offset %d",
 				cfg.CheckpointTopic, o.Partition, o.Offset))
 		return true
