@@ -243,10 +243,10 @@ func TransactionTimeout(commitTimeout time.Duration) time.Duration {
 // visible waits until the transaction Kafka acknowledged as committed,
 // its checkpoint cp at at, is decided on the checkpoint partition, its
 // COMMIT marker after the checkpoint record, and only then is the
-// position confirmed to Postgres. Kafka writes the markers after EndTxn returns, within
-// milliseconds. A record followed by an ABORT marker was aborted although
-// Kafka acknowledged its commit; one with no marker within the commit
-// timeout belongs to a transaction Kafka left hanging. Confirming either
+// position confirmed to Postgres. Kafka writes the markers after EndTxn
+// returns, within milliseconds. A record followed by an ABORT marker was
+// aborted although Kafka acknowledged its commit; one with no marker
+// within the commit timeout Kafka left undecided there. Confirming either
 // would let Postgres drop rows no reader sees, lost for good once the
 // transaction is aborted. It reads the partition read_uncommitted from the
 // record on (decided.go), so that another producer's transaction open on
