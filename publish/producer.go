@@ -243,6 +243,7 @@ type commit struct {
 	cp     checkpoint.Checkpoint
 	events int
 	newest time.Time
+	ended  time.Time // when Kafka acknowledged it
 }
 
 // recordAt is a record's partition and offset; offset -1 while unknown.
@@ -340,11 +341,6 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 	// each of them would cost a runtime timer update per row.
 	var armed time.Time
 	for {
-		if p.unsettled != nil && q.idle() {
-			if err := p.settle(ctx); err != nil {
-				return err
-			}
-		}
 		var due <-chan time.Time
 		if at, ok := p.flushAt(); ok {
 			if !at.Equal(armed) {
@@ -356,13 +352,18 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 		var err error
 		select {
 		case <-ctx.Done():
+			p.settleLast(ctx)
 			return ctx.Err()
 		case tx := <-q.ch:
 			err = p.add(ctx, tx)
 			q.done(tx)
 		case <-due:
 			armed = time.Time{}
-			err = p.flush(ctx)
+			if p.records == 0 && !p.dirty && p.unsettled != nil {
+				err = p.settle(ctx)
+			} else {
+				err = p.flush(ctx)
+			}
 		}
 		if err != nil {
 			// Only a failed Kafka operation (fail) leaves the client in
@@ -390,7 +391,7 @@ func (p *Producer) flushAt() (time.Time, bool) {
 		return time.Now(), true
 	}
 	if p.unsettled != nil {
-		return time.Time{}, false // Run settles it before it waits
+		return p.unsettled.ended.Add(p.cfg.Linger), true // Run settles it
 	}
 	if done, at := p.tracker.InKafka(); done.Less(p.pos) {
 		return at.Add(p.cfg.IdleInterval), true
@@ -690,19 +691,14 @@ func (p *Producer) flush(ctx context.Context) error {
 	if len(p.batch) > 0 {
 		c.newest = p.batch[len(p.batch)-1].CommitTime
 	}
-	// A commit that ends inside a Postgres transaction and moves no
-	// position Postgres may be confirmed is settled later: when the next
-	// Kafka transaction commits, by which time its marker is long written,
-	// or when the producer runs out of work. A transaction larger than a
-	// Kafka transaction is published in parts, and each part waiting a
-	// round trip for its marker before the next could be produced held up
-	// the whole transaction, part after part.
+	// The commit is settled later: before the next one, when its marker
+	// is long written, or Linger after it when no other comes. Looking for
+	// the marker at once, as Kafka is still writing it, took two fetches
+	// and held up the next transaction; a transaction larger than a Kafka
+	// transaction, published in parts, waited that round trip part after
+	// part. The position is confirmed to Postgres up to Linger later.
+	c.ended = time.Now()
 	p.unsettled = &c
-	if prior, _ := p.tracker.InKafka(); cp.PartialCommitLSN == 0 || cp.LSN != prior.LSN {
-		if err := p.settle(ctx); err != nil {
-			return err
-		}
-	}
 	p.metrics.committed(p.byTopic, p.dead, p.bytes, time.Since(start), p.pos.LSN)
 	p.metrics.reemitCommitted(p.reemitted, p.notes.Reemits)
 	if p.skip != nil {
@@ -734,6 +730,27 @@ func (p *Producer) settle(ctx context.Context) error {
 		return err
 	}
 	return p.tracker.Committed(c.cp, c.events, c.newest)
+}
+
+// settleLast settles the last commit as Run returns at its context's end,
+// so that the session's last status update confirms it. One that cannot be
+// settled within a few seconds is left to the next session, which reads
+// it as the checkpoint.
+func (p *Producer) settleLast(ctx context.Context) {
+	c := p.unsettled
+	if c == nil || p.failed {
+		return
+	}
+	p.unsettled = nil
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	err := p.visible(sctx, c.at, c.cp)
+	if err == nil {
+		err = p.tracker.Committed(c.cp, c.events, c.newest)
+	}
+	if err != nil {
+		p.log.Warn("the last commit is not confirmed to Postgres; the next session reads it as the checkpoint", "checkpoint", c.cp.String(), "err", err)
+	}
 }
 
 // committed is the position of the last commit Kafka acknowledged, settled

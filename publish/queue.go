@@ -63,9 +63,6 @@ func (q *Queue) TryPut(tx *decode.Tx) bool {
 	}
 }
 
-// idle reports whether no transaction waits in the queue.
-func (q *Queue) idle() bool { return len(q.ch) == 0 }
-
 // done releases tx's room once its records are handed to the client.
 func (q *Queue) done(tx *decode.Tx) { q.sem.Release(q.weight(tx)) }
 

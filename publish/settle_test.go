@@ -1,0 +1,168 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/internal/testenv"
+)
+
+// watchCommits counts, on kfake, the produce requests that carry events
+// (any topic but the checkpoint topic) and the commits; while hide is set
+// it answers every fetch of the checkpoint topic with nothing from where
+// it starts, neither the record nor its marker, as a partition on which
+// Kafka left a transaction undecided.
+func watchCommits(t *testing.T, k *testenv.Kfake) (produced, commits *atomic.Int32, hide *atomic.Bool) {
+	produced, commits, hide = new(atomic.Int32), new(atomic.Int32), new(atomic.Bool)
+	c := k.Cluster()
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic != "walstream.checkpoints" {
+				produced.Add(1)
+				break
+			}
+		}
+		return nil, nil, false
+	})
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if req.(*kmsg.EndTxnRequest).Commit {
+			commits.Add(1)
+		}
+		return nil, nil, false
+	})
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.FetchRequest)
+		if !hide.Load() || len(r.Topics) != 1 || r.Topics[0].Topic != "walstream.checkpoints" {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.FetchResponse)
+		st := kmsg.NewFetchResponseTopic()
+		st.Topic = r.Topics[0].Topic
+		for _, rp := range r.Topics[0].Partitions {
+			sp := kmsg.NewFetchResponseTopicPartition()
+			sp.Partition, sp.HighWatermark, sp.LastStableOffset = rp.Partition, rp.FetchOffset+1, rp.FetchOffset
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+		return resp, nil, true
+	})
+	return produced, commits, hide
+}
+
+// oneRow is a one-event Postgres transaction committed at lsn.
+func oneRow(lsn pglogrepl.LSN, id string) *decode.Tx {
+	tx := &decode.Tx{CommitLSN: lsn, EndLSN: lsn + 0x10, Final: true, Events: []decode.Event{event(1, id)}}
+	tx.Bytes = tx.Events[0].Size()
+	return tx
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
+	}
+}
+
+// A commit is looked for on the checkpoint partition later, not as Kafka
+// writes its marker: the next transaction is produced meanwhile, and the
+// earlier commit must still be found decided before the next commits,
+// since the later checkpoint covers its events. One Kafka transaction per
+// event (MaxBatchEvents 1), and the commit settled only Linger (an hour)
+// after it, unless another comes.
+func TestCommitSettledBeforeTheNext(t *testing.T) {
+	k := testenv.StartKfake(t)
+	produced, commits, hide := watchCommits(t, k)
+	hide.Store(true)
+	p := newProducerWith(t, k.Addr(), "tx-settle", func(c *Config) {
+		c.MaxBatchEvents, c.Linger, c.IdleInterval, c.CommitTimeout = 1, time.Hour, time.Hour, time.Second
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var settled atomic.Int32
+	start := checkpoint.Checkpoint{LSN: 0x10}
+	p.Start(&fakePositions{resume: start, done: start, at: time.Now(), committed: func(checkpoint.Checkpoint) { settled.Add(1) }})
+	q := NewQueue(1 << 20)
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, q) }()
+
+	if err := q.Put(ctx, oneRow(0x100, "a")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first commit", func() bool { return commits.Load() == 1 })
+	if err := q.Put(ctx, oneRow(0x200, "b")); err != nil {
+		t.Fatal(err)
+	}
+	// The second transaction's event goes out although the first commit's
+	// marker cannot be found.
+	waitFor(t, "the second transaction's event to be produced", func() bool { return produced.Load() == 2 })
+	var ie *InvisibleError
+	if err := <-errc; !errors.As(err, &ie) || ie.Checkpoint != (checkpoint.Checkpoint{LSN: 0x110}).String() {
+		t.Fatalf("Run = %v, want the first commit (checkpoint 0/110) not visible", err)
+	}
+	if n := commits.Load(); n != 1 {
+		t.Errorf("%d commits, want 1: the second committed before the first was found decided", n)
+	}
+	if n := settled.Load(); n != 0 {
+		t.Errorf("%d commits reached the tracker, want none", n)
+	}
+}
+
+// The last commit, settled only Linger after it, is settled as Run ends
+// at its context's end, so that the session's last status update confirms
+// it.
+func TestLastCommitSettledAtTheEnd(t *testing.T) {
+	k := testenv.StartKfake(t)
+	_, commits, _ := watchCommits(t, k)
+	p := newProducerWith(t, k.Addr(), "tx-settle-last", func(c *Config) {
+		c.MaxBatchEvents, c.Linger, c.IdleInterval = 1, time.Hour, time.Hour
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan checkpoint.Checkpoint, 2)
+	start := checkpoint.Checkpoint{LSN: 0x10}
+	p.Start(&fakePositions{resume: start, done: start, at: time.Now(), committed: func(cp checkpoint.Checkpoint) { got <- cp }})
+	q := NewQueue(1 << 20)
+	rctx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(rctx, q) }()
+	if err := q.Put(ctx, oneRow(0x100, "a")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the commit", func() bool { return commits.Load() == 1 })
+	select {
+	case cp := <-got:
+		t.Fatalf("checkpoint %s settled before Linger passed", cp)
+	case <-time.After(100 * time.Millisecond):
+	}
+	stop()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	select {
+	case cp := <-got:
+		if want := (checkpoint.Checkpoint{LSN: 0x110}); cp.LSN != want.LSN {
+			t.Errorf("settled %s, want %s", cp, want)
+		}
+	default:
+		t.Fatal("the last commit was not settled as Run ended")
+	}
+}
