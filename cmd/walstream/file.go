@@ -333,7 +333,7 @@ func (l *loader) mapping(n *yaml.Node, registry *registryKeys) (tables []string,
 // mapping of its keys, or the path of its file (.json, .properties or a
 // Strimzi KafkaConnector), relative to the config file's directory.
 func (l *loader) connector(n *yaml.Node) {
-	cc := &connectorConfig{path: l.path, form: "YAML", values: make(map[string]string), lines: make(map[string]int)}
+	cc := &connectorConfig{path: l.path, form: "YAML", values: make(map[string]string), lines: make(map[string]int), env: defaultProviderEnv()}
 	switch n.Kind {
 	case yaml.MappingNode:
 		if err := cc.readYAML(n); err != nil {

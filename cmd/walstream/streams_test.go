@@ -39,7 +39,7 @@ streams:
       connector.class: io.debezium.connector.postgresql.PostgresConnector
       database.hostname: shared-db
       database.dbname: inventory
-      database.user: walstream
+      database.user: ${env:WS_TEST_INVENTORY_USER}
       topic.prefix: inventory
       slot.name: inventory
       table.include.list: inventory.outbox
@@ -59,6 +59,7 @@ func parseRun(t *testing.T, args ...string) ([]*Config, error) {
 // Kafka Connect worker's are its connectors'.
 func TestConfigStreams(t *testing.T) {
 	t.Setenv("WALSTREAM_COMMIT_TIMEOUT", "7s")
+	t.Setenv("WS_TEST_INVENTORY_USER", "inventory-user")
 	path := writeFile(t, fleetFile)
 	cs, err := parseRun(t, "--config", path)
 	if err != nil {
@@ -87,10 +88,10 @@ func TestConfigStreams(t *testing.T) {
 	if o := billing.Outboxes[0]; o.Columns.AggregateType != "kind" {
 		t.Errorf("billing's route: %+v, want its own kind", o.Columns)
 	}
-	if inventory.Stream != "inventory/inventory" || inventory.Postgres.Host != "shared-db" || inventory.Table != "inventory.outbox" ||
+	if inventory.Stream != "inventory/inventory" || inventory.Postgres.Host != "shared-db" || inventory.Postgres.User != "inventory-user" || inventory.Table != "inventory.outbox" ||
 		inventory.Connector != "YAML" || inventory.Outboxes[0].TopicReplacement != "inventory.${routedByValue}" || inventory.Kafka.Brokers[0] != "kafka:9092" {
-		t.Errorf("inventory, a pasted connector config: stream %q host %q table %q form %q replacement %q brokers %v",
-			inventory.Stream, inventory.Postgres.Host, inventory.Table, inventory.Connector, inventory.Outboxes[0].TopicReplacement, inventory.Kafka.Brokers)
+		t.Errorf("inventory, a pasted connector config: stream %q host %q user %q table %q form %q replacement %q brokers %v",
+			inventory.Stream, inventory.Postgres.Host, inventory.Postgres.User, inventory.Table, inventory.Connector, inventory.Outboxes[0].TopicReplacement, inventory.Kafka.Brokers)
 	}
 
 	// --stream picks one stream; parseCommand, for commands of one stream,
