@@ -218,9 +218,9 @@ func (r *resolver) get(alias string, p provider, path, key string) (string, erro
 		return r.ssmParameter(p, key)
 	case classS3Import:
 		return "", errors.New("MSK's S3 import provider downloads a file (a trust store) and gives its path: walstream does not download it; " +
-			"download the file where walstream runs and give walstream its path (PEM files: --schema-registry-tls-ca-file, sslrootcert in --pg-url)")
+			"download the file where walstream runs and give walstream its path instead (a PEM file: the schema registry's CA file, or sslrootcert in the Postgres URL)")
 	default:
-		return "", fmt.Errorf("walstream does not know the class of provider %s; resolve the value and give it in the pasted config or by a flag", alias)
+		return "", fmt.Errorf("walstream does not know the class of provider %s; resolve the value and give it in the pasted config, or set the setting directly", alias)
 	}
 	data, err := r.fetch(alias, p, path)
 	if err != nil {
