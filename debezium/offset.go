@@ -1,9 +1,14 @@
-// Package debezium reads where Debezium's Postgres connector stopped: the
-// source offset Kafka Connect stored for it, from Connect's offsets REST
-// endpoint (KIP-875), its offsets topic, or a file (a saved REST answer,
-// or a standalone worker's offsets file), and what each of its fields
-// means for a reader that goes on from it. It parses and fetches; what to
-// do with the position is the pipeline's.
+// Package debezium reads Debezium's Postgres connector as Kafka Connect
+// runs it. Where it stopped: the source offset Kafka Connect stored for
+// it, from Connect's offsets REST endpoint (KIP-875), its offsets topic,
+// or a file (a saved REST answer, or a standalone worker's offsets file),
+// and what each of its fields means for a reader that goes on from it.
+// Its connector config as its user has it (JSON, properties, a Strimzi
+// KafkaConnector), with the references to Kafka Connect's config
+// providers resolved: the environment, files, Kubernetes Secrets and
+// ConfigMaps, AWS Secrets Manager and Parameter Store. It parses and
+// fetches; what to do with the position is the pipeline's, and with the
+// config's keys its caller's.
 package debezium
 
 import (

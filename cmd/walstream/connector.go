@@ -1,366 +1,30 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
 	"go.yaml.in/yaml/v3"
 )
 
 // A Debezium Postgres connector config with the outbox router, taken as it
-// is: the JSON a Kafka Connect REST call sends (POST /connectors, or PUT
-// /connectors/<name>/config), a properties file as ConnectStandalone
-// reads it, or a Strimzi KafkaConnector resource (its spec.config). Every
-// key is mapped onto walstream's settings, listed as ignored with the
-// reason, or refused with the key named (docs/debezium.md, Pasting a
-// connector config).
+// is (read by debezium.ReadConnector: JSON, properties, or a Strimzi
+// KafkaConnector). Every key is mapped onto walstream's settings, listed
+// as ignored with the reason, or refused with the key named
+// (docs/debezium.md, Pasting a connector config).
 
-// Class names a connector config names.
-const (
-	postgresConnector = "io.debezium.connector.postgresql.PostgresConnector"
-	decodeTransform   = "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent"
-	simpleHeaders     = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
-)
-
-// connectorConfig is a connector config read from a file.
-type connectorConfig struct {
-	path, form string
-	values     map[string]string
-	// lines are the keys' lines in the file, where the form has them.
-	lines map[string]int
-	// worker are the config.providers keys of a Strimzi KafkaConnect in
-	// the same file: the worker's declarations of the config providers
-	// the connector config refers to.
-	worker map[string]string
-	// env is what config providers read; local leaves references to
-	// remote stores unresolved (providers.go).
-	env   providerEnv
-	local bool
-}
-
-// at names a key and where it is, for errors.
-func (cc *connectorConfig) at(key string) string {
-	if l, ok := cc.lines[key]; ok {
-		return fmt.Sprintf("connector config %s, line %d: %s", cc.path, l, key)
-	}
-	return fmt.Sprintf("connector config %s: %s", cc.path, key)
-}
-
-// readConnector reads path as a connector config. ok is false when the
-// file is walstream's own YAML config.
-func readConnector(path string, b []byte) (cc *connectorConfig, ok bool, err error) {
-	cc = &connectorConfig{path: path, values: make(map[string]string), lines: make(map[string]int), env: defaultProviderEnv()}
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".json":
-		cc.form = "JSON"
-		return cc, true, cc.readJSON(b)
-	case ".properties":
-		cc.form = "properties"
-		return cc, true, cc.readProperties(b)
-	}
-	// Every document of the file: a KafkaConnector may come with the
-	// KafkaConnect that runs it, whose config declares the providers.
-	var roots []*yaml.Node
-	for dec := yaml.NewDecoder(bytes.NewReader(b)); ; {
-		var doc yaml.Node
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return nil, false, nil // walstream's loader reports it
-		}
-		if len(doc.Content) > 0 && doc.Content[0].Kind == yaml.MappingNode {
-			roots = append(roots, doc.Content[0])
-		}
-	}
-	kind := func(n *yaml.Node) string {
-		if k := mappingValue(n, "kind"); k != nil {
-			return k.Value
-		}
-		return ""
-	}
-	for _, root := range roots {
-		if kind(root) != "KafkaConnector" {
-			continue
-		}
-		cc.form = "Strimzi KafkaConnector"
-		var errs []error
-		for _, w := range roots {
-			if kind(w) == "KafkaConnect" {
-				errs = append(errs, cc.readWorkerProviders(w))
-			}
-		}
-		return cc, true, errors.Join(append(errs, cc.readStrimzi(root))...)
-	}
-	if len(roots) > 0 && mappingValue(roots[0], "connector.class") != nil {
-		cc.form = "YAML"
-		return cc, true, cc.readYAML(roots[0])
-	}
-	return nil, false, nil
-}
-
-// readWorkerProviders keeps the config.providers keys of a KafkaConnect's
-// spec.config.
-func (cc *connectorConfig) readWorkerProviders(root *yaml.Node) error {
-	spec := mappingValue(root, "spec")
-	if spec == nil {
-		return nil
-	}
-	config := mappingValue(spec, "config")
-	if config == nil || config.Kind != yaml.MappingNode {
-		return nil
-	}
-	if cc.worker == nil {
-		cc.worker = make(map[string]string)
-	}
-	for i := 0; i+1 < len(config.Content); i += 2 {
-		if k, v := config.Content[i], config.Content[i+1]; isProviderKey(k.Value) {
-			if v.Kind != yaml.ScalarNode {
-				return fmt.Errorf("connector config %s, line %d: %s: want a single value", cc.path, v.Line, k.Value)
-			}
-			cc.worker[k.Value] = v.Value
-		}
-	}
-	return nil
-}
-
-// resolver is the config providers the connector config may refer to:
-// those the worker declares, then those it declares itself.
-func (cc *connectorConfig) resolver() (*resolver, error) {
-	decl := make(map[string]string)
-	var lists []string
-	for _, m := range []map[string]string{cc.worker, cc.values} {
-		for k, v := range m {
-			if k == "config.providers" {
-				lists = append(lists, v)
-			} else if isProviderKey(k) {
-				decl[k] = v
-			}
-		}
-	}
-	decl["config.providers"] = strings.Join(lists, ",")
-	declared, err := declaredProviders(decl)
-	if err != nil {
-		err = fmt.Errorf("connector config %s: %w", cc.path, err)
-	}
-	return &resolver{declared: declared, env: cc.env, local: cc.local}, err
-}
-
-func mappingValue(n *yaml.Node, key string) *yaml.Node {
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
-}
-
-// set records a key, refusing one given twice.
-func (cc *connectorConfig) set(key, value string, line int) error {
-	if _, dup := cc.values[key]; dup {
-		return fmt.Errorf("%s is set twice", cc.at(key))
-	}
-	cc.values[key] = value
-	if line > 0 {
-		cc.lines[key] = line
-	}
-	return nil
-}
-
-// readJSON reads {"name": ..., "config": {...}} or the config object alone.
-func (cc *connectorConfig) readJSON(b []byte) error {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(b, &top); err != nil {
-		return fmt.Errorf("connector config %s: not a JSON object: %w", cc.path, err)
-	}
-	body := top
-	if raw, ok := top["config"]; ok {
-		body = nil // not top: Unmarshal would add to it
-		if err := json.Unmarshal(raw, &body); err != nil {
-			return fmt.Errorf("connector config %s: config is not a JSON object: %w", cc.path, err)
-		}
-		if name, ok := top["name"]; ok {
-			body["name"] = name
-		}
-	}
-	var errs []error
-	for _, k := range slices.Sorted(maps.Keys(body)) {
-		v, err := jsonScalar(body[k])
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", cc.at(k), err))
-			continue
-		}
-		errs = append(errs, cc.set(k, v, 0))
-	}
-	return errors.Join(errs...)
-}
-
-// jsonScalar is a JSON string, number or boolean as Kafka Connect reads a
-// config value: its text.
-func jsonScalar(raw json.RawMessage) (string, error) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
-	}
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return "", err
-	}
-	switch v.(type) {
-	case float64, bool:
-		return string(bytes.TrimSpace(raw)), nil
-	}
-	return "", fmt.Errorf("want a string, number or boolean, not %s", raw)
-}
-
-// readProperties reads a java.util.Properties file: key=value, key:value
-// or key value lines, # and ! comments, a trailing backslash continuing a
-// line, and Java's escapes.
-func (cc *connectorConfig) readProperties(b []byte) error {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(nil, 1<<20)
-	var errs []error
-	var logical strings.Builder
-	start := 0
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimLeft(sc.Text(), " \t\f")
-		if logical.Len() == 0 {
-			if line == "" || line[0] == '#' || line[0] == '!' {
-				continue
-			}
-			start = n
-		}
-		// An odd number of trailing backslashes continues the line.
-		trail := len(line) - len(strings.TrimRight(line, `\`))
-		if trail%2 == 1 {
-			logical.WriteString(line[:len(line)-1])
-			continue
-		}
-		logical.WriteString(line)
-		k, v := splitProperty(logical.String())
-		logical.Reset()
-		key, err1 := unescapeProperty(k)
-		value, err2 := unescapeProperty(v)
-		if err := errors.Join(err1, err2); err != nil {
-			errs = append(errs, fmt.Errorf("connector config %s, line %d: %w", cc.path, start, err))
-			continue
-		}
-		errs = append(errs, cc.set(key, value, start))
-	}
-	return errors.Join(append(errs, sc.Err())...)
-}
-
-// splitProperty splits a properties line at its first unescaped =, : or
-// whitespace.
-func splitProperty(s string) (key, value string) {
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			i++
-		case '=', ':', ' ', '\t', '\f':
-			value = strings.TrimLeft(s[i+1:], " \t\f")
-			if s[i] == ' ' || s[i] == '\t' || s[i] == '\f' {
-				if rest, ok := strings.CutPrefix(value, "="); ok {
-					value = strings.TrimLeft(rest, " \t\f")
-				} else if rest, ok := strings.CutPrefix(value, ":"); ok {
-					value = strings.TrimLeft(rest, " \t\f")
-				}
-			}
-			return s[:i], value
-		}
-	}
-	return s, ""
-}
-
-func unescapeProperty(s string) (string, error) {
-	if !strings.Contains(s, `\`) {
-		return s, nil
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '\\' || i+1 == len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		i++
-		switch c := s[i]; c {
-		case 't':
-			b.WriteByte('\t')
-		case 'n':
-			b.WriteByte('\n')
-		case 'r':
-			b.WriteByte('\r')
-		case 'f':
-			b.WriteByte('\f')
-		case 'u':
-			if i+4 >= len(s) {
-				return "", fmt.Errorf("malformed \\u escape in %q", s)
-			}
-			r, err := strconv.ParseUint(s[i+1:i+5], 16, 16)
-			if err != nil {
-				return "", fmt.Errorf("malformed \\u escape in %q", s)
-			}
-			b.WriteRune(rune(r))
-			i += 4
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String(), nil
-}
-
-// readStrimzi reads a KafkaConnector resource: spec.class, spec.tasksMax
-// and spec.config.
-func (cc *connectorConfig) readStrimzi(root *yaml.Node) error {
-	spec := mappingValue(root, "spec")
-	if spec == nil || spec.Kind != yaml.MappingNode {
-		return fmt.Errorf("connector config %s: a KafkaConnector without spec", cc.path)
-	}
-	var errs []error
-	if md := mappingValue(root, "metadata"); md != nil && md.Kind == yaml.MappingNode {
-		if name := mappingValue(md, "name"); name != nil {
-			errs = append(errs, cc.set("name", name.Value, name.Line))
-		}
-	}
-	for key, field := range map[string]string{"class": "connector.class", "tasksMax": "tasks.max"} {
-		if v := mappingValue(spec, key); v != nil {
-			errs = append(errs, cc.set(field, v.Value, v.Line))
-		}
-	}
-	if config := mappingValue(spec, "config"); config != nil {
-		errs = append(errs, cc.readYAML(config))
-	}
-	return errors.Join(errs...)
-}
-
-// readYAML reads a mapping of keys to scalars.
-func (cc *connectorConfig) readYAML(n *yaml.Node) error {
-	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("connector config %s, line %d: want a mapping of keys to values", cc.path, n.Line)
-	}
-	var errs []error
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if v.Kind != yaml.ScalarNode {
-			errs = append(errs, fmt.Errorf("connector config %s, line %d: %s: want a single value", cc.path, v.Line, k.Value))
-			continue
-		}
-		errs = append(errs, cc.set(k.Value, v.Value, k.Line))
-	}
-	return errors.Join(errs...)
-}
+// simpleHeaders is the header converter walstream writes headers as.
+const simpleHeaders = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
 
 // ignoredKey is a connector key walstream has no use for, and why.
 type ignoredKey struct{ Key, Why string }
@@ -523,36 +187,26 @@ var connectorDefaults = map[string]string{
 // which walstream cannot see.
 var workerConverters = []string{"key.converter", "value.converter"}
 
-// translate maps a connector config onto walstream's settings.
-func (cc *connectorConfig) translate() (*translation, error) {
+// translate maps a connector config onto walstream's settings, its config
+// provider references resolved; local leaves those to remote stores as
+// they are (debezium.Connector.Resolve).
+func translate(cc *debezium.Connector, local bool) (*translation, error) {
 	tr := &translation{flags: make(map[string]string), from: make(map[string]string)}
 	var errs []error
 	refuse := func(key, why string) {
-		errs = append(errs, fmt.Errorf("%s: %s (see docs/debezium.md, Pasting a connector config)", cc.at(key), why))
+		errs = append(errs, fmt.Errorf("%s: %s (see docs/debezium.md, Pasting a connector config)", cc.At(key), why))
 	}
-	res, err := cc.resolver()
+	// A key walstream ignores needs no secret fetched for it.
+	values, err := cc.Resolve(debezium.DefaultProviderEnv(), local, func(k string) bool {
+		_, ignored := byPrefix(ignoredKeys, k)
+		return ignored && k != "snapshot.mode"
+	})
 	errs = append(errs, err)
-	values := make(map[string]string, len(cc.values))
-	for k, v := range cc.values {
-		if isProviderKey(k) { // the worker's, read by resolver
-			continue
-		}
-		// A key walstream ignores needs no secret fetched for it.
-		if _, ignored := byPrefix(ignoredKeys, k); ignored && k != "snapshot.mode" {
-			values[k] = v
-			continue
-		}
-		rv, err := res.resolve(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", cc.at(k), err))
-		}
-		values[k] = rv
-	}
-	if c := values["connector.class"]; strings.TrimSpace(c) != postgresConnector {
-		refuse("connector.class", fmt.Sprintf("is %q; walstream takes %s", c, postgresConnector))
+	if c := values["connector.class"]; strings.TrimSpace(c) != debezium.PostgresConnector {
+		refuse("connector.class", fmt.Sprintf("is %q; walstream takes %s", c, debezium.PostgresConnector))
 	}
 	st := &translating{tr: tr, db: make(map[string]string), refuse: refuse}
-	st.routers, st.decoders = cc.transforms(values, refuse)
+	st.routers, st.decoders = transforms(values, refuse)
 	st.predicates(values)
 	for _, key := range slices.Sorted(maps.Keys(values)) {
 		if key != "connector.class" && key != "transforms" { // checked above
@@ -706,7 +360,7 @@ func transformKey(key string) (name, rest string, ok bool) {
 
 // transforms checks the transform chain: the outbox router, and before it
 // Debezium's decoder of logical messages, and nothing else.
-func (cc *connectorConfig) transforms(values map[string]string, refuse func(key, why string)) (routers, decoders map[string]bool) {
+func transforms(values map[string]string, refuse func(key, why string)) (routers, decoders map[string]bool) {
 	routers, decoders = make(map[string]bool), make(map[string]bool)
 	chain := values["transforms"]
 	var names []string
@@ -720,14 +374,14 @@ func (cc *connectorConfig) transforms(values map[string]string, refuse func(key,
 		switch {
 		case typ == decode.RouterType && len(routers) == 0:
 			routers[n] = true
-		case typ == decodeTransform && len(routers) == 0:
+		case typ == debezium.MessageDecoder && len(routers) == 0:
 			decoders[n] = true
-		case typ == decodeTransform:
+		case typ == debezium.MessageDecoder:
 			refuse("transforms", fmt.Sprintf("%s comes after the outbox router: the router would get the logical messages undecoded", n))
 		case typ == "":
 			refuse("transforms."+n+".type", "is missing")
 		default:
-			refuse("transforms."+n+".type", fmt.Sprintf("is %q; walstream applies %s (and, before it, %s) only", typ, decode.RouterType, decodeTransform))
+			refuse("transforms."+n+".type", fmt.Sprintf("is %q; walstream applies %s (and, before it, %s) only", typ, decode.RouterType, debezium.MessageDecoder))
 		}
 	}
 	if len(routers) == 0 {
@@ -862,8 +516,8 @@ func postgresDSN(db map[string]string) (string, *dbKeyError) {
 
 // applyConnector sets every flag the command line and the environment left
 // unset from a connector config, and notes the keys it ignores.
-func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *connectorConfig) error {
-	tr, err := cc.translate()
+func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *debezium.Connector) error {
+	tr, err := translate(cc, false)
 	var errs []error
 	errs = append(errs, err)
 	for _, name := range slices.Sorted(maps.Keys(tr.flags)) {
@@ -872,13 +526,13 @@ func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *conne
 		}
 		f := fs.Lookup(name)
 		if f == nil {
-			errs = append(errs, fmt.Errorf("connector config %s: no flag %s", cc.path, name))
+			errs = append(errs, fmt.Errorf("connector config %s: no flag %s", cc.Path, name))
 			continue
 		}
 		if err := fs.Set(name, tr.flags[name]); err != nil {
-			at := fmt.Sprintf("connector config %s (--%s)", cc.path, name)
+			at := fmt.Sprintf("connector config %s (--%s)", cc.Path, name)
 			if key, ok := tr.from[name]; ok {
-				at = cc.at(key)
+				at = cc.At(key)
 			}
 			errs = append(errs, fmt.Errorf("%s: %q: %s", at, tr.flags[name], expected(f, err)))
 		}
@@ -886,7 +540,7 @@ func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *conne
 	}
 	c.registryPassword, c.registryToken = tr.registry.password, tr.registry.token
 	c.Ignored = tr.ignored
-	c.Connector = cc.form
+	c.Connector = cc.Form
 	return errors.Join(errs...)
 }
 
@@ -912,20 +566,19 @@ func printFromDebezium(w io.Writer, path string) error {
 	if err != nil {
 		return fmt.Errorf("reading the connector config: %w", err)
 	}
-	cc, ok, err := readConnector(path, b)
+	cc, ok, err := debezium.ReadConnector(path, b)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return fmt.Errorf("%s is not a Debezium connector config (JSON, properties, or a Strimzi KafkaConnector with connector.class)", path)
 	}
-	password := cc.values["database.password"]
-	delete(cc.values, "database.password")
+	password := cc.Values["database.password"]
+	delete(cc.Values, "database.password")
 	// Secrets in the Kubernetes API or AWS stay there: the printed config
 	// says where, and walstream reads them when it runs with the connector
 	// config itself.
-	cc.local = true
-	tr, err := cc.translate()
+	tr, err := translate(cc, true)
 	if err != nil {
 		return err
 	}
@@ -936,12 +589,12 @@ func printFromDebezium(w io.Writer, path string) error {
 			delete(tr.flags, f)
 		}
 	}
-	fmt.Fprintf(w, "# walstream's config for the Debezium connector config %s (%s); walstream run --config this.yaml\n", path, cc.form)
-	if name := cc.values["name"]; name != "" {
+	fmt.Fprintf(w, "# walstream's config for the Debezium connector config %s (%s); walstream run --config this.yaml\n", path, cc.Form)
+	if name := cc.Values["name"]; name != "" {
 		fmt.Fprintf(w, "# connector %s\n", name)
 	}
 	for _, name := range slices.Sorted(maps.Keys(tr.flags)) {
-		if refs := providerRef.FindAllString(tr.flags[name], -1); len(refs) > 0 {
+		if refs := debezium.ProviderRefs(tr.flags[name]); len(refs) > 0 {
 			from := tr.from[name]
 			if name == "pg-url" {
 				from = "database.*"

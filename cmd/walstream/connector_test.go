@@ -305,6 +305,36 @@ func TestInitFromDebezium(t *testing.T) {
 	}
 }
 
+// TestConnectorConfigRemoteSecrets: walstream fetches the secrets of the
+// keys it uses only. A key it ignores is not resolved; init
+// --from-debezium fetches none and prints, for a setting that refers to
+// one, where walstream run reads it. The process runs in no pod and no
+// AWS region, so a fetch would fail.
+func TestConnectorConfigRemoteSecrets(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	for _, k := range []string{"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	ignored := strings.Replace(harnessConnector, `"tasks.max": "1",`, `"tasks.max": "1", "producer.override.sasl.jaas.config": "${secretsmanager:msk/jaas:config}",`, 1)
+	if _, err := parseConfig([]string{"--config", writeNamed(t, "c.json", ignored), "--kafka-brokers", "k:9092"}, &bytes.Buffer{}); err != nil {
+		t.Errorf("a secret in a key walstream ignores: %v", err)
+	}
+
+	remote := strings.NewReplacer(`"database.user": "postgres",`, `"database.user": "${k8s:db-creds:user}",`,
+		`"database.password": "s3cr'et",`, `"database.password": "${k8s:db-creds:password}",
+    "config.providers": "k8s", "config.providers.k8s.class": "io.strimzi.kafka.KubernetesSecretConfigProvider",`).Replace(harnessConnector)
+	var out bytes.Buffer
+	if err := printFromDebezium(&out, writeNamed(t, "connector.json", remote)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "db-creds:password") || !strings.Contains(out.String(), "# pg-url: from database.*, which refers to ${k8s:db-creds:user}") {
+		t.Errorf("init --from-debezium printed:\n%s", out.String())
+	}
+}
+
 // avroConnector is harnessConnector with Apicurio's AvroConverter, set as
 // Debezium's documentation sets it, for keys and values.
 var avroConnector = strings.NewReplacer(

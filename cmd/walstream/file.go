@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
 	"go.yaml.in/yaml/v3"
 )
@@ -51,7 +52,7 @@ func expandEnv(s string) (string, error) {
 type configFile struct {
 	path string
 	// connector is set when the file is a Debezium connector config.
-	connector *connectorConfig
+	connector *debezium.Connector
 	// top is the YAML's top mapping, nil for an empty file; streams the
 	// entries of its streams: list.
 	top     *yaml.Node
@@ -66,7 +67,7 @@ func readConfigFile(path string) (*configFile, error) {
 		return nil, fmt.Errorf("reading config file: %w", err)
 	}
 	f := &configFile{path: path}
-	if cc, ok, err := readConnector(path, b); err != nil {
+	if cc, ok, err := debezium.ReadConnector(path, b); err != nil {
 		return nil, err
 	} else if ok {
 		f.connector = cc
@@ -90,6 +91,16 @@ func readConfigFile(path string) (*configFile, error) {
 		f.streams = list.Content
 	}
 	return f, nil
+}
+
+// mappingValue is the value of key in mapping n, nil when n lacks it.
+func mappingValue(n *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
 }
 
 // Settings of a config file with a streams: list that only a stream's
@@ -120,7 +131,7 @@ var (
 //	    table.field.event.key: invoice_id
 func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool, f *configFile, stream int) error {
 	if f.connector != nil {
-		return errors.Join(c.applyConnector(fs, set, f.connector), unsetConverters(set, f.connector.path))
+		return errors.Join(c.applyConnector(fs, set, f.connector), unsetConverters(set, f.connector.Path))
 	}
 	if f.top == nil {
 		return nil
@@ -333,10 +344,11 @@ func (l *loader) mapping(n *yaml.Node, registry *registryKeys) (tables []string,
 // mapping of its keys, or the path of its file (.json, .properties or a
 // Strimzi KafkaConnector), relative to the config file's directory.
 func (l *loader) connector(n *yaml.Node) {
-	cc := &connectorConfig{path: l.path, form: "YAML", values: make(map[string]string), lines: make(map[string]int), env: defaultProviderEnv()}
+	var cc *debezium.Connector
 	switch n.Kind {
 	case yaml.MappingNode:
-		if err := cc.readYAML(n); err != nil {
+		var err error
+		if cc, err = debezium.ConnectorFromYAML(l.path, n); err != nil {
 			l.errs = append(l.errs, err)
 			return
 		}
@@ -355,7 +367,7 @@ func (l *loader) connector(n *yaml.Node) {
 			return
 		}
 		var ok bool
-		if cc, ok, err = readConnector(path, b); err != nil {
+		if cc, ok, err = debezium.ReadConnector(path, b); err != nil {
 			l.errs = append(l.errs, err)
 			return
 		} else if !ok {
@@ -368,6 +380,6 @@ func (l *loader) connector(n *yaml.Node) {
 	}
 	// As with --config naming a connector config, the command line and
 	// the environment win over its keys.
-	l.connectorPath = cc.path
+	l.connectorPath = cc.Path
 	l.errs = append(l.errs, l.c.applyConnector(l.fs, l.set, cc))
 }

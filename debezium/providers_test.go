@@ -1,7 +1,7 @@
-package main
+package debezium
 
 import (
-	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
@@ -14,38 +14,48 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 )
 
-// translated reads body as the connector config name and maps it, with
-// env as what its config providers read.
-func translated(t *testing.T, name, body string, env providerEnv) (*translation, error) {
+// readNamed reads body as the connector config name.
+func readNamed(t *testing.T, name, body string) *Connector {
 	t.Helper()
-	cc, ok, err := readConnector(filepath.Join(t.TempDir(), name), []byte(body))
+	c, ok, err := ReadConnector(filepath.Join(t.TempDir(), name), []byte(body))
 	if err != nil || !ok {
 		t.Fatalf("reading %s: %v, a connector config: %v", name, err, ok)
 	}
-	cc.env = env
-	return cc.translate()
+	return c
+}
+
+// resolved reads body as the connector config name and resolves its
+// values, with env as what its config providers read.
+func resolved(t *testing.T, name, body string, env ProviderEnv) (map[string]string, error) {
+	t.Helper()
+	return readNamed(t, name, body).Resolve(env, false, nil)
 }
 
 // connectorWith is a minimal connector config, as properties, whose
 // database.user and database.password are user and password.
 func connectorWith(user, password string, more ...string) string {
-	return strings.Join(append([]string{"connector.class=" + postgresConnector,
+	return strings.Join(append([]string{"connector.class=" + PostgresConnector,
 		"database.hostname=db", "database.dbname=app", "database.user=" + user, "database.password=" + password,
 		"topic.prefix=dbz", "table.include.list=public.outbox", "transforms=outbox", "transforms.outbox.type=io.debezium.transforms.outbox.EventRouter",
 		"key.converter=org.apache.kafka.connect.storage.StringConverter", "value.converter=org.apache.kafka.connect.storage.StringConverter"}, more...), "\n")
 }
 
-// wantDSN checks the connection string a translation made.
-func wantDSN(t *testing.T, tr *translation, err error, parts ...string) {
+// db are database.* values, by their keys less the prefix.
+type db map[string]string
+
+// wantDB checks the database.* values a resolution gave.
+func wantDB(t *testing.T, values map[string]string, err error, want db) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range parts {
-		if !strings.Contains(tr.flags["pg-url"], p) {
-			t.Errorf("pg-url %q lacks %q", tr.flags["pg-url"], p)
+	for k, v := range want {
+		if got, ok := values["database."+k]; !ok || got != v {
+			t.Errorf("database.%s = %q, want %q", k, got, v)
 		}
 	}
 }
@@ -78,32 +88,48 @@ func TestConfigProviders(t *testing.T) {
 		t.Fatal(err)
 	}
 	vars := map[string]string{"WS_DB_USER": "from-env", "OTHER_USER": "other"}
-	env := defaultProviderEnv()
+	env := DefaultProviderEnv()
 	env.getenv = func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
 
-	tr, err := translated(t, "c.properties", connectorWith("${env:WS_DB_USER}", "${file:"+props+":password}"), env)
-	wantDSN(t, tr, err, "user='from-env'", "password='pw:with:colons'")
-	tr, err = translated(t, "c.properties", connectorWith("${strimzienv:WS_DB_USER}", "${directory:"+mounted+":password}"), env)
-	wantDSN(t, tr, err, "user='from-env'", "password='mounted-pw'")
+	values, err := resolved(t, "c.properties", connectorWith("${env:WS_DB_USER}", "${file:"+props+":password}"), env)
+	wantDB(t, values, err, db{"user": "from-env", "password": "pw:with:colons"})
+	values, err = resolved(t, "c.properties", connectorWith("${strimzienv:WS_DB_USER}", "${directory:"+mounted+":password}"), env)
+	wantDB(t, values, err, db{"user": "from-env", "password": "mounted-pw"})
 
-	// An alias is its declared class's, whatever its name.
-	tr, err = translated(t, "c.properties", connectorWith("${mine:"+props+":user}", "${env:"+mounted+":password}",
+	// An alias is its declared class's, whatever its name; the keys that
+	// declare it are not among the values.
+	values, err = resolved(t, "c.properties", connectorWith("${mine:"+props+":user}", "${env:"+mounted+":password}",
 		"config.providers=mine,env", "config.providers.mine.class="+classFile, "config.providers.env.class="+classDirectory), env)
-	wantDSN(t, tr, err, "user='from-file'", "password='mounted-pw'")
+	wantDB(t, values, err, db{"user": "from-file", "password": "mounted-pw"})
+	for k := range values {
+		if isProviderKey(k) {
+			t.Errorf("resolved values hold %s, which declares a provider", k)
+		}
+	}
 
 	// The parameters of Kafka's providers.
-	_, err = translated(t, "c.properties", connectorWith("${e:OTHER_USER}", "x",
+	_, err = resolved(t, "c.properties", connectorWith("${e:OTHER_USER}", "x",
 		"config.providers=e", "config.providers.e.class="+classEnv, "config.providers.e.param.allowlist.pattern=^WS_"), env)
 	wantError(t, err, "line 4: database.user", "environment variable OTHER_USER does not match allowlist.pattern \"^WS_\"")
-	_, err = translated(t, "c.properties", connectorWith("u", "${strimzidir:"+mounted+":password}"), env)
+	_, err = resolved(t, "c.properties", connectorWith("u", "${strimzidir:"+mounted+":password}"), env)
 	wantError(t, err, "is not under the provider's allowed.paths (/opt/kafka)")
-	_, err = translated(t, "c.properties", connectorWith("u", "${f:"+props+":password}",
+	_, err = resolved(t, "c.properties", connectorWith("u", "${f:"+props+":password}",
 		"config.providers=f", "config.providers.f.class="+classFile, "config.providers.f.param.allowed.paths="+mounted), env)
 	wantError(t, err, "is not under the provider's allowed.paths")
 
-	// A key walstream ignores is not resolved: nothing is fetched for it.
-	tr, err = translated(t, "c.properties", connectorWith("u", "p", "producer.override.sasl.jaas.config=${secretsmanager:msk/jaas:config}"), env)
-	wantDSN(t, tr, err, "user='u'")
+	// A key skip names is kept as written: nothing is fetched for it.
+	jaas := "${secretsmanager:msk/jaas:config}"
+	fetching := env
+	fetching.aws = func(context.Context, string) (aws.Config, error) {
+		t.Error("AWS was asked for a skipped key's secret")
+		return aws.Config{}, nil
+	}
+	values, err = readNamed(t, "c.properties", connectorWith("u", "p", "producer.override.sasl.jaas.config="+jaas)).
+		Resolve(fetching, false, func(k string) bool { return k == "producer.override.sasl.jaas.config" })
+	wantDB(t, values, err, db{"user": "u"})
+	if got := values["producer.override.sasl.jaas.config"]; got != jaas {
+		t.Errorf("skipped key resolved to %q, want %q as written", got, jaas)
+	}
 
 	// What walstream cannot resolve says why and what instead.
 	for _, c := range []struct {
@@ -120,7 +146,7 @@ func TestConfigProviders(t *testing.T) {
 		{"${secrets:db-creds:password}", "", []string{"does not run in a pod (KUBERNETES_SERVICE_HOST is not set)", "mount the Secret", "${directory:"}},
 		{"x", "config.providers=y", []string{"config.providers lists y, but config.providers.y.class is not set"}},
 	} {
-		_, err := translated(t, "c.properties", connectorWith("u", c.value, strings.Split(c.more, "\n")...), env)
+		_, err := resolved(t, "c.properties", connectorWith("u", c.value, strings.Split(c.more, "\n")...), env)
 		wantError(t, err, c.want...)
 	}
 }
@@ -128,7 +154,7 @@ func TestConfigProviders(t *testing.T) {
 // fakeKubernetes is the Kubernetes API of a pod: the Secrets and
 // ConfigMaps it serves to the service account token "pod-token", and the
 // environment and service account directory of a pod.
-func fakeKubernetes(t *testing.T) (providerEnv, *[]string) {
+func fakeKubernetes(t *testing.T) (ProviderEnv, *[]string) {
 	var mu sync.Mutex
 	var paths []string
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -161,7 +187,7 @@ func fakeKubernetes(t *testing.T) (providerEnv, *[]string) {
 	}
 	u, _ := url.Parse(srv.URL)
 	vars := map[string]string{"KUBERNETES_SERVICE_HOST": u.Hostname(), "KUBERNETES_SERVICE_PORT": u.Port()}
-	env := defaultProviderEnv()
+	env := DefaultProviderEnv()
 	env.getenv = func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
 	env.serviceAccount = sa
 	return env, &paths
@@ -171,7 +197,8 @@ func fakeKubernetes(t *testing.T) (providerEnv, *[]string) {
 // that declares its providers reads Secrets and ConfigMaps through the
 // Kubernetes API with the pod's service account, in the pod's namespace
 // unless the path names one, each once; a Secret the service account may
-// not read says which Role it needs.
+// not read says which Role it needs; resolved locally, they are left as
+// written and nothing is asked.
 func TestStrimziProviders(t *testing.T) {
 	env, paths := fakeKubernetes(t)
 	connect := `apiVersion: kafka.strimzi.io/v1beta2
@@ -209,34 +236,28 @@ spec:
     value.converter: org.apache.kafka.connect.storage.StringConverter
 `
 	}
-	tr, err := translated(t, "connector.yaml", connect+connector("${k8s:db-creds:user}", "${k8s:app/db-creds:password}", "${cm:kafka/db-settings:host}"), env)
-	wantDSN(t, tr, err, "host='db.internal'", "user='k8s-user'", "password='k8s-pw'")
+	values, err := resolved(t, "connector.yaml", connect+connector("${k8s:db-creds:user}", "${k8s:app/db-creds:password}", "${cm:kafka/db-settings:host}"), env)
+	wantDB(t, values, err, db{"hostname": "db.internal", "user": "k8s-user", "password": "k8s-pw"})
 	// Strimzi's own alias, undeclared, and Strimzi's documented one.
-	tr, err = translated(t, "connector.yaml", connector("${strimzisecrets:db-creds:user}", "${secrets:db-creds:password}", "db"), env)
-	wantDSN(t, tr, err, "user='k8s-user'", "password='k8s-pw'")
+	values, err = resolved(t, "connector.yaml", connector("${strimzisecrets:db-creds:user}", "${secrets:db-creds:password}", "db"), env)
+	wantDB(t, values, err, db{"user": "k8s-user", "password": "k8s-pw"})
 	if got := strings.Join(*paths, " "); strings.Count(got, "/api/v1/namespaces/app/secrets/db-creds") != 4 || !strings.Contains(got, "/api/v1/namespaces/kafka/configmaps/db-settings") {
 		t.Errorf("the Kubernetes API was asked for %s; want each (alias, Secret) once and the ConfigMap", got)
 	}
-	_, err = translated(t, "connector.yaml", connector("u", "${secrets:locked:password}", "db"), env)
+	_, err = resolved(t, "connector.yaml", connector("u", "${secrets:locked:password}", "db"), env)
 	wantError(t, err, "the pod's service account may not get Secret app/locked", "a Role with get on secrets, resourceNames [locked]", "or mount the Secret")
-	_, err = translated(t, "connector.yaml", connector("u", "${secrets:gone:password}", "db"), env)
+	_, err = resolved(t, "connector.yaml", connector("u", "${secrets:gone:password}", "db"), env)
 	wantError(t, err, "Secret app/gone does not exist")
-	_, err = translated(t, "connector.yaml", connector("u", "${secrets:db-creds:nope}", "db"), env)
+	_, err = resolved(t, "connector.yaml", connector("u", "${secrets:db-creds:nope}", "db"), env)
 	wantError(t, err, "Secret db-creds has no key nope")
 
-	// init --from-debezium prints no secret and fetches none: the flag that
-	// refers to one is a comment saying where it is read.
+	// Resolved locally, as for a config printed from it, a reference to a
+	// Secret is left as written and the Kubernetes API is not asked.
 	before := len(*paths)
-	path := filepath.Join(t.TempDir(), "connector.yaml")
-	if err := os.WriteFile(path, []byte(connect+connector("${k8s:db-creds:user}", "${k8s:db-creds:password}", "db")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := printFromDebezium(&out, path); err != nil {
-		t.Fatal(err)
-	}
-	if len(*paths) != before || strings.Contains(out.String(), "k8s-user") || !strings.Contains(out.String(), "# pg-url: from database.*, which refers to ${k8s:db-creds:user}") {
-		t.Errorf("init --from-debezium asked the Kubernetes API %d times, or printed:\n%s", len(*paths)-before, out.String())
+	values, err = readNamed(t, "connector.yaml", connect+connector("${k8s:db-creds:user}", "${k8s:db-creds:password}", "db")).Resolve(env, true, nil)
+	wantDB(t, values, err, db{"user": "${k8s:db-creds:user}", "password": "${k8s:db-creds:password}"})
+	if len(*paths) != before {
+		t.Errorf("resolving locally asked the Kubernetes API %d times", len(*paths)-before)
 	}
 }
 
@@ -298,28 +319,28 @@ func TestMSKProviders(t *testing.T) {
 		"config.providers.secretsmanager.class=" + classSecretsManager, "config.providers.secretsmanager.param.region=eu-west-1",
 		"config.providers.secretsmanager.param.endpoint=" + srv.URL,
 		"config.providers.ssm.class=" + classSSM, "config.providers.ssm.param.region=eu-west-1", "config.providers.ssm.param.endpoint=" + srv.URL}
-	env := defaultProviderEnv()
+	env := DefaultProviderEnv()
 
-	tr, err := translated(t, "c.properties", connectorWith("${secretsmanager:prod/db:username}", "${secretsmanager:prod/db:password?ttl=300000}",
+	values, err := resolved(t, "c.properties", connectorWith("${secretsmanager:prod/db:username}", "${secretsmanager:prod/db:password?ttl=300000}",
 		append(declare, "database.port=${secretsmanager:prod/db:port}")...), env)
-	wantDSN(t, tr, err, "user='msk-user'", "password='msk-pw'", "port='5432'")
+	wantDB(t, values, err, db{"user": "msk-user", "password": "msk-pw", "port": "5432"})
 	if n := strings.Count(strings.Join(calls, "\n"), "secretsmanager.GetSecretValue"); n != 1 {
 		t.Errorf("%d GetSecretValue calls for one secret's three keys, want 1:\n%s", n, strings.Join(calls, "\n"))
 	}
 	arn := url.QueryEscape("arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/db-AbCdEf")
-	tr, err = translated(t, "c.properties", connectorWith("${ssm::/msk/db/user}", "${secretsmanager:"+arn+":password}", declare...), env)
-	wantDSN(t, tr, err, "user='ssm-user'", "password='arn-pw'")
-	tr, err = translated(t, "c.properties", connectorWith("u", "${secretsmanager:raw}", declare...), env)
-	wantDSN(t, tr, err, "password='not json'")
+	values, err = resolved(t, "c.properties", connectorWith("${ssm::/msk/db/user}", "${secretsmanager:"+arn+":password}", declare...), env)
+	wantDB(t, values, err, db{"user": "ssm-user", "password": "arn-pw"})
+	values, err = resolved(t, "c.properties", connectorWith("u", "${secretsmanager:raw}", declare...), env)
+	wantDB(t, values, err, db{"password": "not json"})
 
-	_, err = translated(t, "c.properties", connectorWith("u", "${secretsmanager:gone:password}", declare...), env)
+	_, err = resolved(t, "c.properties", connectorWith("u", "${secretsmanager:gone:password}", declare...), env)
 	wantError(t, err, "reading secret gone from AWS Secrets Manager (region eu-west-1)", "ResourceNotFoundException")
-	_, err = translated(t, "c.properties", connectorWith("${ssm::/msk/gone}", "p", declare...), env)
+	_, err = resolved(t, "c.properties", connectorWith("${ssm::/msk/gone}", "p", declare...), env)
 	wantError(t, err, "reading parameter /msk/gone from AWS Systems Manager Parameter Store (region eu-west-1)", "ParameterNotFound")
-	tr, err = translated(t, "c.properties", connectorWith("u", "${secretsmanager:gone:password}",
+	values, err = resolved(t, "c.properties", connectorWith("u", "${secretsmanager:gone:password}",
 		append(declare, "config.providers.secretsmanager.param.NotFoundStrategy=ignore")...), env)
-	wantDSN(t, tr, err, "password=''")
+	wantDB(t, values, err, db{"password": ""})
 	// Without a region there is no endpoint to ask.
-	_, err = translated(t, "c.properties", connectorWith("u", "${secretsmanager:prod/db:password}"), env)
+	_, err = resolved(t, "c.properties", connectorWith("u", "${secretsmanager:prod/db:password}"), env)
 	wantError(t, err, "no AWS region: set the provider's param.region, or AWS_REGION")
 }

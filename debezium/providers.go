@@ -1,4 +1,4 @@
-package main
+package debezium
 
 import (
 	"context"
@@ -27,18 +27,19 @@ import (
 	ssmtypes "github.com/aws/aws-sdk-go-v2/service/ssm/types"
 )
 
-// Kafka's config providers (KIP-297), as a pasted connector config uses
-// them: a value holds ${alias:path:key} or ${alias:key}, and the worker's
-// config declares each alias and its class (config.providers=alias,
+// Kafka's config providers (KIP-297), as a connector config uses them: a
+// value holds ${alias:path:key} or ${alias:key}, and the worker's config
+// declares each alias and its class (config.providers=alias,
 // config.providers.<alias>.class=..., config.providers.<alias>.param.<name>=...).
-// walstream reads those declarations where the pasted config has them (its
-// own keys, or a Strimzi KafkaConnect beside the KafkaConnector), maps each
-// alias by its class, and otherwise knows the aliases the platforms declare
-// or document: Kafka's env, file and directory; Strimzi's strimzienv,
-// strimzifile, strimzidir and strimzisecrets, which it declares in every
-// Kafka Connect worker (0.46 and later), and secrets and configmaps, which
-// its documentation declares; MSK Connect's secretsmanager and ssm.
-// (docs/debezium.md, Config providers)
+// Resolve reads those declarations where the connector config's file has
+// them (its own keys, or a Strimzi KafkaConnect beside the
+// KafkaConnector), maps each alias by its class, and otherwise knows the
+// aliases the platforms declare or document: Kafka's env, file and
+// directory; Strimzi's strimzienv, strimzifile, strimzidir and
+// strimzisecrets, which it declares in every Kafka Connect worker (0.46
+// and later), and secrets and configmaps, which its documentation
+// declares; MSK Connect's secretsmanager and ssm. (docs/debezium.md,
+// Config providers)
 
 // The ConfigProvider classes walstream resolves itself.
 const (
@@ -59,14 +60,20 @@ const (
 // splits them.
 var providerRef = regexp.MustCompile(`\$\{([^}]*?):(([^}]*?):)?([^}]*?)\}`)
 
+// ProviderRefs are the config provider references in s, as written:
+// ${alias:path:key} or ${alias:key}.
+func ProviderRefs(s string) []string {
+	return providerRef.FindAllString(s, -1)
+}
+
 // provider is an alias's declaration: its class and its parameters.
 type provider struct {
 	class  string
 	params map[string]string
 }
 
-// platformProviders are the aliases walstream knows when the pasted
-// config does not declare them, as the platforms declare them.
+// platformProviders are the aliases known when the connector config does
+// not declare them, as the platforms declare them.
 var platformProviders = map[string]provider{
 	"env":            {class: classEnv},
 	"file":           {class: classFile},
@@ -113,9 +120,9 @@ func declaredProviders(values map[string]string) (map[string]provider, error) {
 	return out, errors.Join(errs...)
 }
 
-// providerEnv is what config providers read besides the config: the
+// ProviderEnv is what config providers read besides the config: the
 // environment, the pod's service account, AWS's configuration.
-type providerEnv struct {
+type ProviderEnv struct {
 	getenv func(string) (string, bool)
 	// serviceAccount is the directory of the pod's service account
 	// token, the cluster's CA and the pod's namespace.
@@ -124,8 +131,10 @@ type providerEnv struct {
 	aws func(ctx context.Context, region string) (aws.Config, error)
 }
 
-func defaultProviderEnv() providerEnv {
-	return providerEnv{getenv: os.LookupEnv, serviceAccount: "/var/run/secrets/kubernetes.io/serviceaccount",
+// DefaultProviderEnv is the process's: its environment, the service
+// account Kubernetes mounts in a pod, and AWS's default configuration.
+func DefaultProviderEnv() ProviderEnv {
+	return ProviderEnv{getenv: os.LookupEnv, serviceAccount: "/var/run/secrets/kubernetes.io/serviceaccount",
 		aws: func(ctx context.Context, region string) (aws.Config, error) {
 			var opts []func(*awsconfig.LoadOptions) error
 			if region != "" {
@@ -140,14 +149,63 @@ func defaultProviderEnv() providerEnv {
 // the start.
 const providerTimeout = 30 * time.Second
 
+// Resolve is the connector config's values with the config provider
+// references replaced by what the providers give through env; the keys
+// declaring providers are left out. local leaves the references to remote
+// stores (the Kubernetes API, AWS) as they are. A key skip reports is kept
+// as written, and nothing is fetched for it. Each error names the key
+// where it is (At).
+func (c *Connector) Resolve(env ProviderEnv, local bool, skip func(key string) bool) (map[string]string, error) {
+	r, err := c.resolver(env, local)
+	errs := []error{err}
+	values := make(map[string]string, len(c.Values))
+	for k, v := range c.Values {
+		switch {
+		case isProviderKey(k): // read by resolver
+			continue
+		case skip != nil && skip(k):
+			values[k] = v
+			continue
+		}
+		rv, err := r.resolve(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.At(k), err))
+		}
+		values[k] = rv
+	}
+	return values, errors.Join(errs...)
+}
+
+// resolver is the config providers the connector config may refer to:
+// those the worker declares, then those it declares itself.
+func (c *Connector) resolver(env ProviderEnv, local bool) (*resolver, error) {
+	decl := make(map[string]string)
+	var lists []string
+	for _, m := range []map[string]string{c.worker, c.Values} {
+		for k, v := range m {
+			if k == "config.providers" {
+				lists = append(lists, v)
+			} else if isProviderKey(k) {
+				decl[k] = v
+			}
+		}
+	}
+	decl["config.providers"] = strings.Join(lists, ",")
+	declared, err := declaredProviders(decl)
+	if err != nil {
+		err = fmt.Errorf("connector config %s: %w", c.Path, err)
+	}
+	return &resolver{declared: declared, env: env, local: local}, err
+}
+
 // resolver replaces config provider references in a connector config's
 // values.
 type resolver struct {
 	declared map[string]provider
-	env      providerEnv
+	env      ProviderEnv
 	// local leaves the references to remote stores (the Kubernetes API,
-	// AWS) as they are: init --from-debezium prints a config, and neither
-	// fetches secrets for it nor needs to run where they can be fetched.
+	// AWS) as they are: a caller printing a config neither fetches secrets
+	// for it nor needs to run where they can be fetched.
 	local bool
 	// cache holds what each (alias, path) gave, so that one secret is
 	// fetched once.
@@ -280,7 +338,7 @@ func describePath(class, path string) string {
 
 // envProvider is EnvVarConfigProvider: no path; the variable, if its name
 // matches the allowlist.pattern parameter (Java's find: anywhere in it).
-func envProvider(env providerEnv, p provider, path, key string) (string, error) {
+func envProvider(env ProviderEnv, p provider, path, key string) (string, error) {
 	if path != "" {
 		return "", fmt.Errorf("the environment has no path (%q): write ${alias:NAME}", path)
 	}
@@ -327,11 +385,11 @@ func fileProvider(path string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	props := &connectorConfig{path: path, values: make(map[string]string), lines: make(map[string]int)}
+	props := newConnector(path, "properties")
 	if err := props.readProperties(b); err != nil {
 		return nil, err
 	}
-	return props.values, nil
+	return props.Values, nil
 }
 
 // directoryProvider is DirectoryConfigProvider: the content of the regular
@@ -360,7 +418,7 @@ var kubeName = regexp.MustCompile(`^(?:([a-z0-9.-]+)/)?([a-z0-9.-]+)$`)
 // kubernetes reads a Secret's or ConfigMap's data through the Kubernetes
 // API, with the pod's service account, as Strimzi's providers do: one GET,
 // so that no Kubernetes client is linked for it.
-func (e providerEnv) kubernetes(ctx context.Context, resource, path string) (map[string]string, error) {
+func (e ProviderEnv) kubernetes(ctx context.Context, resource, path string) (map[string]string, error) {
 	kind := map[string]string{"secrets": "Secret", "configmaps": "ConfigMap"}[resource]
 	m := kubeName.FindStringSubmatch(path)
 	if m == nil {
