@@ -16,11 +16,10 @@ import (
 
 // watchCommits counts, on kfake, the produce requests that carry events
 // (any topic but the checkpoint topic) and the commits; while hide is set
-// it answers every fetch of the checkpoint topic with nothing from where
-// it starts, neither the record nor its marker, as a partition on which
-// Kafka left a transaction undecided.
-func watchCommits(t *testing.T, k *testenv.Kfake) (produced, commits *atomic.Int32, hide *atomic.Bool) {
-	produced, commits, hide = new(atomic.Int32), new(atomic.Int32), new(atomic.Bool)
+// it answers every fetch of the checkpoint topic with nothing
+// (testenv.Kfake.HideFetches).
+func watchCommits(k *testenv.Kfake) (produced, commits *atomic.Int32, hide *atomic.Bool) {
+	produced, commits = new(atomic.Int32), new(atomic.Int32)
 	c := k.Cluster()
 	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -39,23 +38,7 @@ func watchCommits(t *testing.T, k *testenv.Kfake) (produced, commits *atomic.Int
 		}
 		return nil, nil, false
 	})
-	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		r := req.(*kmsg.FetchRequest)
-		if !hide.Load() || len(r.Topics) != 1 || r.Topics[0].Topic != "walstream.checkpoints" {
-			return nil, nil, false
-		}
-		resp := r.ResponseKind().(*kmsg.FetchResponse)
-		st := kmsg.NewFetchResponseTopic()
-		st.Topic = r.Topics[0].Topic
-		for _, rp := range r.Topics[0].Partitions {
-			sp := kmsg.NewFetchResponseTopicPartition()
-			sp.Partition, sp.HighWatermark, sp.LastStableOffset = rp.Partition, rp.FetchOffset+1, rp.FetchOffset
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
-		return resp, nil, true
-	})
+	hide, _ = k.HideFetches("walstream.checkpoints")
 	return produced, commits, hide
 }
 
@@ -84,7 +67,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // after it, unless another comes.
 func TestCommitSettledBeforeTheNext(t *testing.T) {
 	k := testenv.StartKfake(t)
-	produced, commits, hide := watchCommits(t, k)
+	produced, commits, hide := watchCommits(k)
 	hide.Store(true)
 	p := newProducerWith(t, k.Addr(), "tx-settle", func(c *Config) {
 		c.MaxBatchEvents, c.Linger, c.IdleInterval, c.CommitTimeout = 1, time.Hour, time.Hour, time.Second
@@ -128,7 +111,7 @@ func TestCommitSettledBeforeTheNext(t *testing.T) {
 // it.
 func TestLastCommitSettledAtTheEnd(t *testing.T) {
 	k := testenv.StartKfake(t)
-	_, commits, _ := watchCommits(t, k)
+	_, commits, _ := watchCommits(k)
 	p := newProducerWith(t, k.Addr(), "tx-settle-last", func(c *Config) {
 		c.MaxBatchEvents, c.Linger, c.IdleInterval = 1, time.Hour, time.Hour
 	})

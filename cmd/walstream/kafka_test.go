@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/walstream/walstream/internal/testenv"
 )
 
@@ -59,31 +57,12 @@ func TestKafkaAbortsTimedOutTransaction(t *testing.T) {
 	}
 }
 
-// hideCheckpoints makes kfake answer every fetch of the checkpoint topic,
-// of either isolation level, with nothing from where it starts, neither a
-// record nor its marker, until hold is cleared; held is set once it has.
+// hideCheckpoints makes kfake answer every fetch of the checkpoint topic
+// with nothing from where it starts until hold is cleared; held is set once
+// it has.
 func hideCheckpoints(e *env) (hold, held *atomic.Bool) {
-	hold, held = new(atomic.Bool), new(atomic.Bool)
+	hold, held = e.kafka.(*testenv.Kfake).HideFetches("walstream.checkpoints")
 	hold.Store(true)
-	c := e.kafka.(*testenv.Kfake).Cluster()
-	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		r := req.(*kmsg.FetchRequest)
-		if !hold.Load() || len(r.Topics) != 1 || r.Topics[0].Topic != "walstream.checkpoints" {
-			return nil, nil, false
-		}
-		held.Store(true)
-		resp := r.ResponseKind().(*kmsg.FetchResponse)
-		st := kmsg.NewFetchResponseTopic()
-		st.Topic = r.Topics[0].Topic
-		for _, rp := range r.Topics[0].Partitions {
-			sp := kmsg.NewFetchResponseTopicPartition()
-			sp.Partition, sp.HighWatermark, sp.LastStableOffset = rp.Partition, rp.FetchOffset+1, rp.FetchOffset
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
-		return resp, nil, true
-	})
 	return hold, held
 }
 

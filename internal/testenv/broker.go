@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Broker is a Kafka-protocol broker, or cluster, that a test runs
@@ -252,6 +254,34 @@ func (b *Kfake) Cluster() *kfake.Cluster {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.c
+}
+
+// HideFetches makes the broker answer every fetch of topic alone, of
+// either isolation level, with nothing from where it starts, neither a
+// record nor a marker, while hide is set, as a partition on which Kafka
+// left a transaction undecided; hid is set once it has.
+func (b *Kfake) HideFetches(topic string) (hide, hid *atomic.Bool) {
+	hide, hid = new(atomic.Bool), new(atomic.Bool)
+	c := b.Cluster()
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.FetchRequest)
+		if !hide.Load() || len(r.Topics) != 1 || r.Topics[0].Topic != topic {
+			return nil, nil, false
+		}
+		hid.Store(true)
+		resp := r.ResponseKind().(*kmsg.FetchResponse)
+		st := kmsg.NewFetchResponseTopic()
+		st.Topic = topic
+		for _, rp := range r.Topics[0].Partitions {
+			sp := kmsg.NewFetchResponseTopicPartition()
+			sp.Partition, sp.HighWatermark, sp.LastStableOffset = rp.Partition, rp.FetchOffset+1, rp.FetchOffset
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+		return resp, nil, true
+	})
+	return hide, hid
 }
 
 // Stop closes the broker; its state stays on disk. An in-process broker
