@@ -694,9 +694,10 @@ func (p *Producer) flush(ctx context.Context) error {
 	// The commit is settled later: before the next one, when its marker
 	// is long written, or Linger after it when no other comes. Looking for
 	// the marker at once, as Kafka is still writing it, took two fetches
-	// and held up the next transaction; a transaction larger than a Kafka
-	// transaction, published in parts, waited that round trip part after
-	// part. The position is confirmed to Postgres up to Linger later.
+	// for most commits and held up the next transaction; a transaction
+	// larger than a Kafka transaction, published in parts, waited that
+	// round trip part after part. A commit no other follows is confirmed
+	// to Postgres up to Linger later.
 	c.ended = time.Now()
 	p.unsettled = &c
 	p.metrics.committed(p.byTopic, p.dead, p.bytes, time.Since(start), p.pos.LSN)
