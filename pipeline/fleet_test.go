@@ -222,7 +222,7 @@ func fleetOneStops(t *testing.T, pg *testenv.Postgres, broker string) {
 	errc := make(chan error, 1)
 	go func() { errc <- f.Run(ctx, func(p *Pipeline, err error) { stopped <- p.cfg.Stream }) }()
 	for _, p := range []*Pipeline{orders, billing} {
-		waitFor(t, p.cfg.Stream+" streaming", func() bool { _, ok := p.state.streaming(time.Now()); return ok })
+		testenv.Eventually(t, 30*time.Second, p.cfg.Stream+" streaming", func() bool { _, ok := p.state.streaming(time.Now()); return ok })
 	}
 	pg.Exec("orders", `INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000b1', NULL, 'o-1', 'Created', '{}')`)
 	select {
@@ -236,7 +236,7 @@ func fleetOneStops(t *testing.T, pg *testenv.Postgres, broker string) {
 	for i := range 3 {
 		pg.Exec("billing", fmt.Sprintf(`INSERT INTO outbox VALUES ('00000000-0000-0000-0000-00000000000%d', 'Invoice', 'i-1', 'Created', '{}')`, i+1))
 	}
-	waitFor(t, "billing's rows published", func() bool { return published(t, reg, "outbox.event.Invoice") == 3 })
+	testenv.Eventually(t, 30*time.Second, "billing's rows published", func() bool { return published(t, reg, "outbox.event.Invoice") == 3 })
 	if _, ok := billing.state.streaming(time.Now()); !ok {
 		t.Fatal("billing stopped streaming when orders stopped")
 	}
@@ -300,7 +300,7 @@ func fleetStandbyStreamByStream(t *testing.T, pg *testenv.Postgres, broker strin
 		stops = append(stops, func() { cancel(); <-done })
 		t.Cleanup(stops[len(stops)-1])
 		first = append(first, p)
-		waitFor(t, "the first process streaming "+c.Stream, func() bool { return streaming(p) })
+		testenv.Eventually(t, 30*time.Second, "the first process streaming "+c.Stream, func() bool { return streaming(p) })
 	}
 	reg := prometheus.NewRegistry()
 	second := []*Pipeline{New(cfgs[0], log.With("process", "second", "stream", "inventory"), reg), New(cfgs[1], log.With("process", "second", "stream", "shipping"), reg)}
@@ -308,10 +308,10 @@ func fleetStandbyStreamByStream(t *testing.T, pg *testenv.Postgres, broker strin
 	done := make(chan error, 1)
 	go func() { done <- NewFleet(second...).Run(ctx, nil) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, "the second process standing by for both streams", func() bool { return standing(second[0]) && standing(second[1]) })
+	testenv.Eventually(t, 30*time.Second, "the second process standing by for both streams", func() bool { return standing(second[0]) && standing(second[1]) })
 
 	stops[0]() // the first process's inventory stops
-	waitFor(t, "the second process taking inventory over", func() bool { return streaming(second[0]) })
+	testenv.Eventually(t, 30*time.Second, "the second process taking inventory over", func() bool { return streaming(second[0]) })
 	if !standing(second[1]) || !streaming(first[1]) {
 		t.Fatalf("shipping: second process standing by %v, first streaming %v; want shipping left where it was", standing(second[1]), streaming(first[1]))
 	}

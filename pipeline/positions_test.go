@@ -32,7 +32,7 @@ func TestConfirmsPromptly(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- p.Run(ctx) }()
-	waitFor(t, "streaming", func() bool { _, ok := p.state.streaming(time.Now()); return ok })
+	testenv.Eventually(t, 30*time.Second, "streaming", func() bool { _, ok := p.state.streaming(time.Now()); return ok })
 
 	conn := pg.Connect("postgres")
 	lsn := func(query string) pglogrepl.LSN {
@@ -62,7 +62,7 @@ func TestConfirmsPromptly(t *testing.T) {
 
 	// Idle: everything committed and the server has nothing new.
 	var in *Inspection
-	waitFor(t, "the idle slot caught up", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the idle slot caught up", func() bool {
 		var err error
 		if in, err = Inspect(context.Background(), cfg); err != nil {
 			t.Fatal(err)
@@ -84,7 +84,7 @@ func TestConfirmsPromptly(t *testing.T) {
 	if got, want := gauge(t, reg, "walstream_caught_up") == 1, in.Slot.CaughtUp(); got != want {
 		t.Fatalf("walstream_caught_up = %v, Inspect caught up %v", got, want)
 	}
-	waitFor(t, "a progress line counting the events", func() bool {
+	testenv.Eventually(t, 30*time.Second, "a progress line counting the events", func() bool {
 		return strings.Contains(logs.String(), "msg=progress") && strings.Contains(logs.String(), "events=3 ")
 	})
 

@@ -67,7 +67,7 @@ func TestRunStreamsAndStops(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- p.Run(ctx) }()
-	waitFor(t, "streaming", func() bool { _, ok := p.state.streaming(time.Now()); return ok })
+	testenv.Eventually(t, 30*time.Second, "streaming", func() bool { _, ok := p.state.streaming(time.Now()); return ok })
 
 	pg.Exec("postgres", `INSERT INTO outbox VALUES ('11111111-1111-1111-1111-111111111111', 'Order', 'o-1', 'Created', '{"n": 1}')`)
 	var text string
@@ -79,7 +79,7 @@ func TestRunStreamsAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	var in *Inspection
-	waitFor(t, "the row's checkpoint in Kafka and confirmed", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the row's checkpoint in Kafka and confirmed", func() bool {
 		if in, err = Inspect(context.Background(), cfg); err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestRunStreamsAndStops(t *testing.T) {
 	}
 	// The producer counts a transaction's events just after it tells the
 	// tracker, so the count may lag the checkpoint by a moment.
-	waitFor(t, "the event counted", func() bool { return published(t, reg, "outbox.event.Order") >= 1 })
+	testenv.Eventually(t, 30*time.Second, "the event counted", func() bool { return published(t, reg, "outbox.event.Order") >= 1 })
 	if got := published(t, reg, "outbox.event.Order"); got != 1 {
 		t.Fatalf("walstream_events_published_total{topic=outbox.event.Order} = %v, want 1", got)
 	}
@@ -113,17 +113,6 @@ func TestRunStreamsAndStops(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not stop")
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -48,7 +48,7 @@ func standbyKeepsOneConnection(t *testing.T, pg *testenv.Postgres, broker string
 	steady := func(when string) {
 		t.Helper()
 		last, since := opened(), time.Now()
-		waitFor(t, when+": no new connection for 1.5 s", func() bool {
+		testenv.Eventually(t, 30*time.Second, when+": no new connection for 1.5 s", func() bool {
 			if n := opened(); n != last {
 				last, since = n, time.Now()
 			}
@@ -61,16 +61,16 @@ func standbyKeepsOneConnection(t *testing.T, pg *testenv.Postgres, broker string
 	}
 
 	a := start("a")
-	waitFor(t, "a streaming", func() bool { return streaming(a) })
+	testenv.Eventually(t, 30*time.Second, "a streaming", func() bool { return streaming(a) })
 	b := start("b")
-	waitFor(t, "b standing by", func() bool { return waiting(b) })
+	testenv.Eventually(t, 30*time.Second, "b standing by", func() bool { return waiting(b) })
 	steady("while b waits")
 
 	if err := pg.Restart("fast"); err != nil {
 		t.Fatal(err)
 	}
 	var active, standby *instance
-	waitFor(t, "one instance streaming and the other standing by after the restart", func() bool {
+	testenv.Eventually(t, 30*time.Second, "one instance streaming and the other standing by after the restart", func() bool {
 		switch {
 		case streaming(a) && waiting(b):
 			active, standby = a, b
@@ -87,6 +87,6 @@ func standbyKeepsOneConnection(t *testing.T, pg *testenv.Postgres, broker string
 	}
 	active.done <- nil // for the cleanup
 	taken := time.Now()
-	waitFor(t, "the standby taking over", func() bool { return streaming(standby) })
+	testenv.Eventually(t, 30*time.Second, "the standby taking over", func() bool { return streaming(standby) })
 	t.Logf("the standby streamed %s after the other instance stopped", time.Since(taken).Round(time.Millisecond))
 }

@@ -142,7 +142,7 @@ func TestTakeoverRepeatedIDs(t *testing.T) {
 	// Everything committed is flushed, and so was sent to Debezium (the
 	// server may run with synchronous_commit off).
 	written := lsn()
-	waitFor(t, "the rows flushed", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the rows flushed", func() bool {
 		var flushed bool
 		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn() >= $1::text::pg_lsn", written.String()).Scan(&flushed); err != nil {
 			t.Fatal(err)

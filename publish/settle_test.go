@@ -49,16 +49,6 @@ func oneRow(lsn pglogrepl.LSN, id string) *decode.Tx {
 	return tx
 }
 
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10 s for %s", what)
-		}
-	}
-}
-
 // A commit is looked for on the checkpoint partition later, not as Kafka
 // writes its marker: the next transaction is produced meanwhile, and the
 // earlier commit must still be found decided before the next commits,
@@ -87,13 +77,13 @@ func TestCommitSettledBeforeTheNext(t *testing.T) {
 	if err := q.Put(ctx, oneRow(0x100, "a")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first commit", func() bool { return commits.Load() == 1 })
+	testenv.Eventually(t, 10*time.Second, "the first commit", func() bool { return commits.Load() == 1 })
 	if err := q.Put(ctx, oneRow(0x200, "b")); err != nil {
 		t.Fatal(err)
 	}
 	// The second transaction's event goes out although the first commit's
 	// marker cannot be found.
-	waitFor(t, "the second transaction's event to be produced", func() bool { return produced.Load() == 2 })
+	testenv.Eventually(t, 10*time.Second, "the second transaction's event to be produced", func() bool { return produced.Load() == 2 })
 	var ie *InvisibleError
 	if err := <-errc; !errors.As(err, &ie) || ie.Checkpoint != (checkpoint.Checkpoint{LSN: 0x110}).String() {
 		t.Fatalf("Run = %v, want the first commit (checkpoint 0/110) not visible", err)
@@ -130,7 +120,7 @@ func TestLastCommitSettledAtTheEnd(t *testing.T) {
 	if err := q.Put(ctx, oneRow(0x100, "a")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the commit", func() bool { return commits.Load() == 1 })
+	testenv.Eventually(t, 10*time.Second, "the commit", func() bool { return commits.Load() == 1 })
 	select {
 	case cp := <-got:
 		t.Fatalf("checkpoint %s settled before Linger passed", cp)

@@ -152,7 +152,7 @@ func TestAvro(t *testing.T) {
 		p.waitLog(t, "cannot reach the schema registry at 127.0.0.1:", 60*time.Second)
 		e.insertTx("Order", 20, 3, &seq, false)
 		end := e.currentLSN()
-		eventually(t, 10*time.Second, "/readyz naming the registry", func() bool {
+		testenv.Eventually(t, 10*time.Second, "/readyz naming the registry", func() bool {
 			return strings.Contains(httpBody(addr, "/readyz"), "schema registry at "+reg.URL())
 		})
 		var out, errOut bytes.Buffer
@@ -174,7 +174,7 @@ func TestAvro(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.waitConfirmed("walstream", end, 60*time.Second, p)
-		eventually(t, 10*time.Second, "ready with the registry back", func() bool { return httpStatus(addr, "/readyz") == 200 })
+		testenv.Eventually(t, 10*time.Second, "ready with the registry back", func() bool { return httpStatus(addr, "/readyz") == 200 })
 		if err := p.stop(); err != nil {
 			t.Fatal(err)
 		}

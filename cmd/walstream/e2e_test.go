@@ -636,7 +636,7 @@ func TestSecondInstanceWaits(t *testing.T) {
 	second.waitLog(t, "is active for PID", 30*time.Second)
 	// The standby names the process holding the slot, again and again.
 	second.waitLog(t, `standby: slot \"walstream\" is held by pid`, 30*time.Second)
-	eventually(t, 30*time.Second, "the standby says whom it waits for at every progress interval", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the standby says whom it waits for at every progress interval", func() bool {
 		return strings.Count(second.Log(), `msg="standby: slot \"walstream\" is held by pid`) >= 2
 	})
 	wantAll(t, grepLines(second.Log(), "standby: slot"), "(walsender, application walstream, client 127.0.0.1:", "holder_pid=")

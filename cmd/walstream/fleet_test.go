@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // TestForeignTransactionOnCheckpointTopic: another producer opens a
@@ -91,7 +93,7 @@ func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
 
 	// While it is open: confirmation keeps up with the load, and the holder
 	// is named.
-	eventually(t, 20*time.Second, "/readyz names the transaction holding the checkpoint topic", func() bool {
+	testenv.Eventually(t, 20*time.Second, "/readyz names the transaction holding the checkpoint topic", func() bool {
 		code, body := httpGet(addr, "/readyz")
 		return code == 200 && strings.Contains(body, "held at offset") && strings.Contains(body, "tenant-frozen-mid-commit")
 	})
@@ -123,13 +125,13 @@ func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
 	}
 
 	// The coordinator aborts it; the load goes on a little.
-	eventually(t, 40*time.Second, "the coordinator aborts the foreign transaction", func() bool { return !held() })
+	testenv.Eventually(t, 40*time.Second, "the coordinator aborts the foreign transaction", func() bool { return !held() })
 	t.Logf("the foreign transaction held the checkpoint topic for %s", time.Since(began).Round(100*time.Millisecond))
 	time.Sleep(time.Second)
 	close(stop)
 	<-loaded
 	e.waitConfirmed("walstream", e.currentLSN(), 5*time.Second, p)
-	eventually(t, 10*time.Second, "/readyz no longer names a hold", func() bool {
+	testenv.Eventually(t, 10*time.Second, "/readyz no longer names a hold", func() bool {
 		code, body := httpGet(addr, "/readyz")
 		return code == 200 && !strings.Contains(body, "held")
 	})

@@ -60,7 +60,7 @@ streams:
 	config := fleet("")
 	p := &proc{testenv.StartWalstream(t, binary, []string{"run", "--config", config})}
 	addr := p.httpAddr(t)
-	eventually(t, 90*time.Second, "three streams streaming", func() bool {
+	testenv.Eventually(t, 90*time.Second, "three streams streaming", func() bool {
 		if p.Exited() {
 			t.Fatalf("walstream exited: %v", p.Err())
 		}
@@ -153,7 +153,7 @@ streams:
 	fixed := &proc{testenv.StartWalstream(t, binary, []string{"run", "--config", fleet("\n    skip-event: " + skip[1])})}
 	fixed.waitLog(t, `msg=streaming stream=orders`, 60*time.Second)
 	fixedAddr := fixed.httpAddr(t)
-	eventually(t, 30*time.Second, "the second process ready, as the standby of billing and inventory", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the second process ready, as the standby of billing and inventory", func() bool {
 		body := httpBody(fixedAddr, "/readyz?standby=1")
 		return strings.Contains(body, "orders: streaming\nbilling: standby\ninventory: standby\n")
 	})

@@ -44,7 +44,7 @@ func TestReadinessStates(t *testing.T) {
 		t.Helper()
 		var got int
 		var text string
-		eventually(t, within, fmt.Sprintf("%s%s = %d %q (last: %d %q)", addr, path, code, body, got, text), func() bool {
+		testenv.Eventually(t, within, fmt.Sprintf("%s%s = %d %q (last: %d %q)", addr, path, code, body, got, text), func() bool {
 			got, text = httpGet(addr, path)
 			return got == code && strings.Contains(text, body)
 		})

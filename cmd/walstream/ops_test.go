@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // httpAddr is where walstream serves /metrics, from its log.
@@ -68,17 +70,6 @@ func httpStatus(addr, path string) int {
 	return resp.StatusCode
 }
 
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // sqlInt runs a query returning one bigint.
 func (e *env) sqlInt(q string) int64 {
 	e.t.Helper()
@@ -113,7 +104,7 @@ func TestSlotMetrics(t *testing.T) {
 	addr := p.httpAddr(t)
 	// The slot gauges read 0 until the monitor's first poll, which the
 	// retained WAL (never 0 for a slot) tells apart.
-	eventually(t, 30*time.Second, "slot lag metric back to about 0", func() bool {
+	testenv.Eventually(t, 30*time.Second, "slot lag metric back to about 0", func() bool {
 		return metric(t, addr, "walstream_slot_retained_wal_bytes") > 0 &&
 			metric(t, addr, "walstream_slot_confirmed_lag_bytes") < 64<<10
 	})
@@ -147,7 +138,7 @@ func TestSlotMetrics(t *testing.T) {
 	// Idle, everything is confirmed and the lag reads 0: the idle
 	// checkpoint covers WAL the server writes on its own (such as the
 	// standby snapshot the bgwriter logs after activity).
-	eventually(t, time.Minute, "caught up and lag 0", func() bool {
+	testenv.Eventually(t, time.Minute, "caught up and lag 0", func() bool {
 		return metric(t, addr, "walstream_caught_up") == 1 && metric(t, addr, "walstream_slot_confirmed_lag_bytes") == 0
 	})
 }
@@ -159,18 +150,18 @@ func TestReadyz(t *testing.T) {
 	e := newSharedEnv(t)
 	p := e.start([]string{"--http-addr", "127.0.0.1:0"}).streaming(t)
 	addr := p.httpAddr(t)
-	eventually(t, 10*time.Second, "ready while streaming", func() bool { return httpStatus(addr, "/readyz") == 200 })
+	testenv.Eventually(t, 10*time.Second, "ready while streaming", func() bool { return httpStatus(addr, "/readyz") == 200 })
 	if err := e.pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "not ready with Postgres down", func() bool { return httpStatus(addr, "/readyz") == 503 })
+	testenv.Eventually(t, 15*time.Second, "not ready with Postgres down", func() bool { return httpStatus(addr, "/readyz") == 503 })
 	if c := httpStatus(addr, "/healthz"); c != 200 {
 		t.Fatalf("/healthz = %d with Postgres down, want 200: the process is fine", c)
 	}
 	if err := e.pg.Start(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "ready again", func() bool { return httpStatus(addr, "/readyz") == 200 })
+	testenv.Eventually(t, 60*time.Second, "ready again", func() bool { return httpStatus(addr, "/readyz") == 200 })
 }
 
 // TestStatusCommand: `walstream status` against a real slot and checkpoint,

@@ -216,7 +216,7 @@ func TestDeployPrometheus(t *testing.T) {
 		}
 	}
 	// The variables' own queries find this stream.
-	eventually(t, 60*time.Second, "the slot and instance variables list the stream", func() bool {
+	testenv.Eventually(t, 60*time.Second, "the slot and instance variables list the stream", func() bool {
 		slots, err1 := promLabelValues(promAddr, "slot", "walstream_streaming")
 		insts, err2 := promLabelValues(promAddr, "instance", `walstream_streaming{slot=~"walstream"}`)
 		return err1 == nil && err2 == nil && slices.Equal(slots, []string{"walstream"}) && len(insts) == 2
@@ -239,7 +239,7 @@ func TestDeployPrometheus(t *testing.T) {
 	t.Logf("%d panel and alert expressions returned series", len(queries))
 
 	// The rules loaded from alerts.yml evaluate without error.
-	eventually(t, 30*time.Second, "every rule evaluated", func() bool {
+	testenv.Eventually(t, 30*time.Second, "every rule evaluated", func() bool {
 		health, err := promRuleHealth(promAddr)
 		if err != nil || len(health) != len(rules) {
 			return false
@@ -317,7 +317,7 @@ func startPrometheus(t *testing.T, bin string, targets ...string) string {
 			t.Logf("prometheus log:\n%s", log.String())
 		}
 	})
-	eventually(t, 30*time.Second, "prometheus ready", func() bool {
+	testenv.Eventually(t, 30*time.Second, "prometheus ready", func() bool {
 		select {
 		case <-done:
 			t.Fatalf("prometheus exited:\n%s", log.String())

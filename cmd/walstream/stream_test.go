@@ -259,7 +259,7 @@ func TestForeignBigTransaction(t *testing.T) {
 		}
 		lat := e.visibleAfter("outbox.event."+topic, at, 60*time.Second)
 		var spill1, stream1 int64
-		eventually(t, 10*time.Second, "the slot's statistics count the transaction", func() bool {
+		testenv.Eventually(t, 10*time.Second, "the slot's statistics count the transaction", func() bool {
 			spill1, _, stream1 = e.slotDecoding()
 			return spill1 > spill0 || stream1 > stream0
 		})

@@ -39,7 +39,7 @@ func TestSlotCreationWaitsNamed(t *testing.T) {
 	p := e.start([]string{"--progress-interval", "1s", "--http-addr", "127.0.0.1:0"})
 	addr := p.httpAddr(t)
 	p.waitLog(t, "waiting for 1 transaction to end", 30*time.Second)
-	eventually(t, 30*time.Second, "the wait logged again at the progress interval", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the wait logged again at the progress interval", func() bool {
 		return strings.Count(p.Log(), "waiting for 1 transaction to end") >= 2
 	})
 	line := grepLines(p.Log(), "waiting for 1 transaction to end")

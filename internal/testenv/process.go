@@ -241,6 +241,19 @@ func (p *Process) Stop(sig syscall.Signal, d time.Duration) error {
 	}
 }
 
+// Eventually polls cond every 50 ms until it holds, failing the test
+// when it has not within d.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // Wait waits up to d for the process to exit by itself and returns its
 // exit; ok is false when it still runs.
 func (p *Process) Wait(d time.Duration) (exit error, ok bool) {
