@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -177,6 +178,26 @@ func (c *Config) MetricLabels() prometheus.Labels {
 	}
 	return prometheus.Labels{"stream": c.Stream, "slot": c.Names.Slot, "database": db}
 }
+
+// publishConfig is the producer's configuration, but for what a session
+// learns once connected: the slot's name as the server has it, and the
+// outbox tables' OIDs.
+func (c *Config) publishConfig() publish.Config {
+	return publish.Config{
+		Kafka: c.Kafka, TransactionalID: c.TransactionalID,
+		CheckpointTopic: c.CheckpointTopic, CheckpointKey: c.CheckpointKey, Stream: c.Stream, Slot: c.Names.Slot,
+		Outboxes: append(slices.Clip(c.Outboxes), c.Messages), MaxBatchEvents: c.MaxBatchEvents, MaxBatchBytes: c.MaxBatchBytes,
+		Linger: c.Linger, IdleInterval: c.IdleInterval, CommitTimeout: c.CommitTimeout,
+		MaxRecordBytes: c.MaxRecordBytes, DeadLetterTopic: c.DeadLetterTopic, Encoding: c.Encoding,
+		Compression: c.Compression, TopicCreation: c.TopicCreation,
+		SkipEvent: c.SkipEvent, SkipTopic: c.SkipTopic,
+	}
+}
+
+// KafkaACLs are the least-privilege Kafka ACLs of the stream: its
+// transactional id, the topics its outboxes and logical messages route
+// to, its dead-letter and checkpoint topics.
+func (c *Config) KafkaACLs() []publish.ACL { return publish.ACLs(c.publishConfig()) }
 
 // Run streams until ctx ends or a permanent error. Every transient failure
 // tears the session down and starts again from what Kafka holds, after a

@@ -132,15 +132,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	}
 	// The decoder tags events with these mappings and the producer routes by
 	// them, so both get the same ones.
-	prod, err := publish.New(publish.Config{
-		Kafka: cfg.Kafka, TransactionalID: cfg.TransactionalID,
-		CheckpointTopic: cfg.CheckpointTopic, CheckpointKey: cfg.CheckpointKey, Stream: cfg.Stream, Slot: names.Slot,
-		Outboxes: append(slices.Clip(cfg.Outboxes), cfg.Messages), MaxBatchEvents: cfg.MaxBatchEvents, MaxBatchBytes: cfg.MaxBatchBytes,
-		Linger: cfg.Linger, IdleInterval: cfg.IdleInterval, CommitTimeout: cfg.CommitTimeout,
-		MaxRecordBytes: cfg.MaxRecordBytes, DeadLetterTopic: cfg.DeadLetterTopic, Encoding: cfg.Encoding,
-		Compression: cfg.Compression, TopicCreation: cfg.TopicCreation,
-		SkipEvent: cfg.SkipEvent, SkipTopic: cfg.SkipTopic, Tables: tables.oids,
-	}, s.log, s.metrics.pub, cfg.Hook)
+	pcfg := cfg.publishConfig()
+	pcfg.Slot, pcfg.Tables = names.Slot, tables.oids
+	prod, err := publish.New(pcfg, s.log, s.metrics.pub, cfg.Hook)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, onKafka(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/publish"
 )
 
 // prepared creates the outbox table, the publication and the slot in
@@ -152,11 +153,11 @@ func TestKafkaACLs(t *testing.T) {
 	}
 	var acls []*kadm.ACLBuilder // one per operation, as printed
 	type grant struct {
-		acl
+		publish.ACL
 		op string
 	}
 	var grants []grant
-	for _, a := range cfg.kafkaACLs() {
+	for _, a := range cfg.KafkaACLs() {
 		line := fmt.Sprintf("--allow-principal User:walstream --operation %s", strings.Join(a.Ops, " --operation "))
 		if !strings.Contains(string(out), line) || !strings.Contains(string(out), a.Name) {
 			t.Errorf("init --kafka-acls does not print %s on %s %s:\n%s", a.Ops, a.Resource, a.Name, out)
