@@ -67,3 +67,27 @@ func TestValidate(t *testing.T) {
 		t.Errorf("an envelope with a schema prefix: %v", err)
 	}
 }
+
+// A stream's ACLs grant the topics of its logical messages as well as its
+// tables': the producer routes both.
+func TestKafkaACLsCoverMessages(t *testing.T) {
+	cfg := validConfig(t)
+	o, err := decode.NewOutbox("public", "outbox", map[string]string{"route.topic.replacement": "orders.${routedByValue}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := decode.NewOutbox("", "logical message walstream", map[string]string{"route.topic.replacement": "messages.${routedByValue}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Outboxes, cfg.Messages = []*decode.Outbox{o}, m
+	var prefixes []string
+	for _, a := range cfg.KafkaACLs() {
+		if a.Pattern == "prefixed" {
+			prefixes = append(prefixes, a.Name)
+		}
+	}
+	if strings.Join(prefixes, " ") != "orders. messages." {
+		t.Errorf("prefixed ACLs on %v, want orders. and messages.", prefixes)
+	}
+}
