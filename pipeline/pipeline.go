@@ -179,9 +179,8 @@ func (c *Config) MetricLabels() prometheus.Labels {
 	return prometheus.Labels{"stream": c.Stream, "slot": c.Names.Slot, "database": db}
 }
 
-// publishConfig is the producer's configuration, but for what a session
-// learns once connected: the slot's name as the server has it, and the
-// outbox tables' OIDs.
+// publishConfig is the producer's configuration, but for the outbox
+// tables' OIDs, which a session learns once connected.
 func (c *Config) publishConfig() publish.Config {
 	return publish.Config{
 		Kafka: c.Kafka, TransactionalID: c.TransactionalID,

@@ -133,7 +133,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	// The decoder tags events with these mappings and the producer routes by
 	// them, so both get the same ones.
 	pcfg := cfg.publishConfig()
-	pcfg.Slot, pcfg.Tables = names.Slot, tables.oids
+	pcfg.Tables = tables.oids
 	prod, err := publish.New(pcfg, s.log, s.metrics.pub, cfg.Hook)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
