@@ -120,7 +120,7 @@ cutover: deps
 	$(GO) test ./compat -run 'TestCutover' -race -count=1 -timeout 60m -v -args -compat.all -cutover.runs=$(CUTOVER_RUNS)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./decode ./publish
+	$(GO) test -run '^$$' -bench . -benchmem ./decode ./publish/...
 
 # The end-to-end benchmark (docs/benchmarks.md): its own Postgres 15 and broker,
 # pg_recvlogical as the ceiling, walstream built from this tree. Results go

@@ -1,10 +1,10 @@
 package compat
 
-// The rows of the frames the golden tests of publish read
+// The rows of the frames the golden tests of publish/format read
 // (decode/testdata/<name>/frames.txt), run through Debezium and walstream
 // with the settings of each golden test, so that the bytes those tests
-// expect are Debezium's (publish/golden_test.go, publish/debezium_test.go
-// name the case each expectation comes from).
+// expect are Debezium's (publish/format/golden_test.go and
+// debezium_test.go name the case each expectation comes from).
 
 const (
 	// fixtureDDL is public.outbox of the frames (testdata/outbox.sql).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -68,7 +69,7 @@ func classifyFailure(err error) failure {
 	var eb *epochBumpedError
 	var dv *DivergedError
 	var sk *SharedKeyError
-	var re *publish.RegistryError
+	var re *format.RegistryError
 	var aborted *publish.AbortedError
 	switch {
 	case errors.As(err, &sk):

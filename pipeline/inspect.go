@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -77,7 +78,7 @@ func (in *Inspection) inspectTopics(ctx context.Context, conn *pgx.Conn, cfg *Co
 	if !cfg.SkipEvent.IsZero() && cfg.SkipTopic != "" {
 		topics = append(topics, cfg.SkipTopic)
 	}
-	router, err := publish.NewRouter(cfg.Encoding, cfg.Outboxes...)
+	router, err := format.NewRouter(cfg.Encoding, nil, cfg.Outboxes...)
 	for _, o := range cfg.Outboxes {
 		if err != nil {
 			break
@@ -85,7 +86,7 @@ func (in *Inspection) inspectTopics(ctx context.Context, conn *pgx.Conn, cfg *Co
 		var values []string
 		values, err = replication.RouteValues(ctx, conn, replication.Table{Schema: o.Schema, Name: o.Table}, o.Columns.AggregateType, routeValuesChecked)
 		for _, v := range values {
-			if t, terr := router.TopicOf(o, v); terr == nil && publish.ValidTopic(t) == nil {
+			if t, terr := router.TopicOf(o, v); terr == nil && format.ValidTopic(t) == nil {
 				topics = append(topics, t)
 			}
 		}
@@ -164,7 +165,7 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 	in.CheckpointKey, in.TransactionalID = cfg.CheckpointKey, cfg.TransactionalID
 	if cfg.Encoding.UsesRegistry() {
 		rctx, cancel := context.WithTimeout(ctx, inspectKafkaTimeout)
-		in.Registry, in.RegistryErr = publish.CheckRegistry(rctx, cfg.Encoding.Registry)
+		in.Registry, in.RegistryErr = format.CheckRegistry(rctx, cfg.Encoding.Registry)
 		cancel()
 		if in.RegistryErr != nil {
 			in.Problems = append(in.Problems, "no record can be written without the schema registry: "+in.RegistryErr.Error())

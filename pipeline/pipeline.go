@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -85,7 +86,7 @@ type Config struct {
 	// CREATE TABLE and its ALTER PUBLICATION were dealt with.
 	AcceptRecreated map[string]uint32
 	// Encoding is the key and value converters.
-	Encoding       publish.Encoding
+	Encoding       format.Encoding
 	Compression    publish.Compression
 	MaxRecordBytes int
 	// TopicCreation, when set, creates missing outbox and dead-letter

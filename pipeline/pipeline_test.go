@@ -27,6 +27,7 @@ import (
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -53,8 +54,8 @@ func TestClassifyFailure(t *testing.T) {
 		{"kafka tls", onKafka(x509.UnknownAuthorityError{}), peerKafka, kindTLS, true},
 		{"postgres tls", fmt.Errorf("connecting: %w", x509.HostnameError{Host: "db"}), peerPostgres, kindTLS, true},
 		{"kafka other", onKafka(errors.New("broker gone")), peerKafka, kindKafka, false},
-		{"schema registry down", onKafka(&publish.RegistryError{Err: errors.New("connection refused")}), peerRegistry, kindRegistry, false},
-		{"schema refused", onKafka(&publish.RegistryError{Permanent: true, Err: errors.New("incompatible")}), peerRegistry, kindSchemaRefused, true},
+		{"schema registry down", onKafka(&format.RegistryError{Err: errors.New("connection refused")}), peerRegistry, kindRegistry, false},
+		{"schema refused", onKafka(&format.RegistryError{Permanent: true, Err: errors.New("incompatible")}), peerRegistry, kindSchemaRefused, true},
 		{"slot in use", pgErr("55006"), peerPostgres, kindSlotInUse, false},
 		{"admin shutdown", pgErr("57P01"), peerPostgres, kindPostgres, false},
 		{"stream ended", replication.ErrStreamEnded, peerPostgres, kindPostgres, false},

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -168,7 +168,7 @@ func (r *reemitter) start(ctx context.Context, req checkpoint.Reemit) error {
 	for i, c := range rt.Columns {
 		cols[i] = decode.Column{Name: c.Name, Type: c.Type, TypMod: c.TypMod}
 	}
-	rows, err := decode.NewRows(o, cols, catalogOf(infos[0]), r.cfg.Encoding.Value != publish.FormatString)
+	rows, err := decode.NewRows(o, cols, catalogOf(infos[0]), r.cfg.Encoding.Value != format.String)
 	if err != nil {
 		return r.fail(ctx, req, fmt.Sprintf("table %s does not fit the outbox mapping: %v", req.Table, err))
 	}

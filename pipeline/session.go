@@ -15,6 +15,7 @@ import (
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
 	"golang.org/x/sync/errgroup"
 )
@@ -184,7 +185,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	in := &feed{
 		dec: decode.New(decode.Config{
 			Outboxes: cfg.Outboxes, MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
-			JSONText: cfg.Encoding.Value != publish.FormatString, OIDs: tables.oids, Recreated: tables.mayChange,
+			JSONText: cfg.Encoding.Value != format.String, OIDs: tables.oids, Recreated: tables.mayChange,
 			MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: skip, SignalTable: cfg.Reemit.SignalTable,
 		}),
 		out: q, received: tracker, log: s.log, skipped: s.metrics.skipped, hook: cfg.Hook,

@@ -18,7 +18,7 @@ import (
 	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/internal/testenv"
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -157,8 +157,8 @@ func TestTakeoverRepeatedIDs(t *testing.T) {
 	}
 	defer dbz.Close()
 	if err := dbz.ProduceSync(ctx,
-		&kgo.Record{Topic: "outbox.event.Order", Key: []byte("o-1"), Value: []byte(`{"n": 1}`), Headers: []kgo.RecordHeader{{Key: publish.HeaderID, Value: []byte("r")}}},
-		&kgo.Record{Topic: "outbox.event.Order", Key: []byte("k"), Value: []byte(`"same"`), Headers: []kgo.RecordHeader{{Key: publish.HeaderID}}},
+		&kgo.Record{Topic: "outbox.event.Order", Key: []byte("o-1"), Value: []byte(`{"n": 1}`), Headers: []kgo.RecordHeader{{Key: format.HeaderID, Value: []byte("r")}}},
+		&kgo.Record{Topic: "outbox.event.Order", Key: []byte("k"), Value: []byte(`"same"`), Headers: []kgo.RecordHeader{{Key: format.HeaderID}}},
 	).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestTakeoverRepeatedIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := testConfig(t, pg, broker)
-	cfg.Encoding = publish.Encoding{Key: publish.FormatString, Value: publish.FormatString}
+	cfg.Encoding = format.Encoding{Key: format.String, Value: format.String}
 	cfg.Takeover = Takeover{Source: debezium.Source{Kind: debezium.SourceFile, Path: file}, Selector: debezium.Selector{Server: "dbz"}, Lookback: time.Minute}
 	cfg.MaxBatchEvents = 1 // a Kafka transaction per event: x is in Kafka when the first session stops
 	run := func(cfg Config, done func() bool) error {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/walstream/walstream/decode"
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -63,12 +63,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	bad("Names", c.Names.Validate())
-	bad("CheckpointTopic", publish.ValidTopic(c.CheckpointTopic))
+	bad("CheckpointTopic", format.ValidTopic(c.CheckpointTopic))
 	if c.DeadLetterTopic != "" {
-		bad("DeadLetterTopic", publish.ValidTopic(c.DeadLetterTopic))
+		bad("DeadLetterTopic", format.ValidTopic(c.DeadLetterTopic))
 	}
 	if c.SkipEvent != (decode.Ref{}) {
-		bad("SkipTopic", publish.ValidTopic(c.SkipTopic))
+		bad("SkipTopic", format.ValidTopic(c.SkipTopic))
 	}
 	for _, n := range []struct {
 		field    string
@@ -121,7 +121,7 @@ func (c *Config) Validate() error {
 	}
 	bad("Kafka.Brokers", c.Kafka.CheckBrokers())
 	bad("Kafka.SASLMechanism", c.Kafka.CheckSASL())
-	schemas := c.Encoding.Value == publish.FormatJSONSchema || c.Encoding.Value == publish.FormatAvro
+	schemas := c.Encoding.Value == format.JSONSchema || c.Encoding.Value == format.Avro
 	if schemas && c.Encoding.SchemaPrefix == "" && c.envelopes() {
 		bad("Encoding.SchemaPrefix", errors.New("is required when envelope fields are written with schemas: "+
 			"the value schema is named <topic.prefix>.<schema>.<table>.<route-by value>.Value"))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -47,7 +48,7 @@ func TestValidate(t *testing.T) {
 		{"CommitTimeout", "must be positive", func(c *Config) { c.CommitTimeout = 0 }},
 		{"Kafka.Brokers", `port "0"`, func(c *Config) { c.Kafka.Brokers = []string{"k:0"} }},
 		{"Kafka.SASLMechanism", "needs a user and a password", func(c *Config) { c.Kafka.SASLMechanism = "PLAIN" }},
-		{"Encoding.SchemaPrefix", "is required", func(c *Config) { c.Encoding.Value = publish.FormatJSONSchema }},
+		{"Encoding.SchemaPrefix", "is required", func(c *Config) { c.Encoding.Value = format.JSONSchema }},
 		{"Reemit.ChunkRows", "must be at least 1, got 0", func(c *Config) { c.Reemit.ChunkRows = 0 }},
 		{"Reemit.Rate", "must not be negative", func(c *Config) { c.Reemit.Rate = -1 }},
 		{"Reemit.SignalTable", "public.outbox is an outbox table", func(c *Config) { c.Reemit.SignalTable = "public.outbox" }},
@@ -62,7 +63,7 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s: %v, want a SettingError for it saying %q", tc.field, err, tc.want)
 		}
 	}
-	c.Encoding = publish.Encoding{Value: publish.FormatJSONSchema, SchemaPrefix: "app"}
+	c.Encoding = format.Encoding{Value: format.JSONSchema, SchemaPrefix: "app"}
 	if err := c.Validate(); err != nil {
 		t.Errorf("an envelope with a schema prefix: %v", err)
 	}

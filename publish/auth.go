@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -21,6 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
+
+	"github.com/walstream/walstream/publish/format"
 )
 
 // OAuthSettings say where OAUTHBEARER tokens come from: a file another
@@ -107,7 +108,7 @@ func oauthTokens(o OAuthSettings) sasl.Mechanism {
 	return oauth.Oauth(func(ctx context.Context) (oauth.Auth, error) {
 		tok, err := src.token(ctx)
 		if err != nil {
-			return oauth.Auth{}, fmt.Errorf("%s: fetching a token from %s for client %s: %w", SASLOAuthBearer, redactURL(o.TokenURL), o.ClientID, err)
+			return oauth.Auth{}, fmt.Errorf("%s: fetching a token from %s for client %s: %w", SASLOAuthBearer, format.RedactURL(o.TokenURL), o.ClientID, err)
 		}
 		return oauth.Auth{Token: tok}, nil
 	})
@@ -178,17 +179,6 @@ func (s *tokenSource) token(ctx context.Context) (string, error) {
 	}
 	s.renew = s.exp.Add(-min(tokenRefreshEarly, s.exp.Sub(now)/2))
 	return s.tok, nil
-}
-
-// redactURL drops a URL's user information and query, which may hold
-// credentials, for messages.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.User, u.RawQuery, u.Fragment = nil, "", ""
-	return u.String()
 }
 
 // mskIAMMechanism is AWS_MSK_IAM with credentials from the AWS SDK's

@@ -43,10 +43,6 @@ type Compare struct {
 // TopicPair is one topic of each side.
 type TopicPair struct{ Left, Right string }
 
-// RunIDHeader is the context header whose value is new each time a
-// connector's task (or walstream) starts.
-const RunIDHeader = "__debezium.context.runId"
-
 // Pairs lists the topics matching pattern (a shell pattern, path.Match's:
 // outbox.event.*) and pairs each with prefix + its name. Topics already
 // named with the prefix are the other side's.

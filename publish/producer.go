@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/plugin/kslog"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/publish/format"
 )
 
 // Config configures a Producer.
@@ -62,7 +63,7 @@ type Config struct {
 	// that the next session can tell a recreated table.
 	Tables map[string]uint32
 	// Encoding says how keys and values are written.
-	Encoding Encoding
+	Encoding format.Encoding
 	// Compression compresses record batches; zero is snappy.
 	Compression Compression
 	// TopicCreation, when set, creates missing outbox and dead-letter
@@ -159,7 +160,7 @@ type Producer struct {
 	log    *slog.Logger
 	opts   []kgo.Opt // connection options, shared with the checkpoint reader
 	client *kgo.Client
-	router *Router
+	router *format.Router
 	topics *topicCreator
 	// writable names the partitions that cannot take writes, for the
 	// error of a Kafka operation that failed.
@@ -255,7 +256,7 @@ type recordAt struct {
 // New creates a producer. hook, if not nil, is called at named points of a
 // commit so that tests can crash the process there.
 func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer, error) {
-	router, err := newRouter(cfg.Encoding, m.registryMetrics(), cfg.Outboxes...)
+	router, err := format.NewRouter(cfg.Encoding, m.registryMetrics(), cfg.Outboxes...)
 	if err != nil {
 		return nil, err
 	}
@@ -493,7 +494,7 @@ func (p *Producer) replays(ctx context.Context, tx *decode.Tx) (int, error) {
 			continue
 		}
 		rec, err := p.router.Record(ctx, ev)
-		var regErr *RegistryError
+		var regErr *format.RegistryError
 		switch {
 		case errors.As(err, &regErr):
 			return 0, err
@@ -552,7 +553,7 @@ func (p *Producer) record(ctx context.Context, ev *decode.Event) (*kgo.Record, e
 	p.log.Warn("dead-lettering event", "lsn", ev.LSN.String(), "event_id", string(ev.ID), "table", ev.Table,
 		"column", bad.Column, "reason", bad.Reason, "topic", topic)
 	p.dead++
-	return deadLetter(topic, ev, bad, p.cfg.MaxRecordBytes), nil
+	return format.DeadLetter(topic, ev, bad, p.cfg.MaxRecordBytes), nil
 }
 
 // encode returns the event's record, or why the event cannot be published:
@@ -563,16 +564,19 @@ func (p *Producer) encode(ctx context.Context, ev *decode.Event) (*kgo.Record, *
 		return nil, ev.Bad, nil
 	}
 	rec, err := p.router.Record(ctx, ev)
-	var encErr *EncodingError
+	var encErr *format.EncodingError
 	switch {
 	case errors.As(err, &encErr):
 		return nil, &decode.Error{Event: ev.Identity, Column: encErr.Column, Reason: "encoding the record", Err: encErr.Err}, nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("%s: %w", ev.Identity, err)
-	case ValidTopic(rec.Topic) != nil:
-		return nil, &decode.Error{Event: ev.Identity, Reason: "no valid topic for the aggregate type", Err: ValidTopic(rec.Topic)}, nil
-	case recordSize(rec) > p.cfg.MaxRecordBytes:
-		return nil, &decode.Error{Event: ev.Identity, Reason: fmt.Sprintf("the record is %d bytes, over the %d bytes allowed", recordSize(rec), p.cfg.MaxRecordBytes)}, nil
+	case format.ValidTopic(rec.Topic) != nil:
+		return nil, &decode.Error{Event: ev.Identity, Reason: "no valid topic for the aggregate type", Err: format.ValidTopic(rec.Topic)}, nil
+	case format.RecordSize(rec) > p.cfg.MaxRecordBytes:
+		return nil, &decode.Error{Event: ev.Identity, Reason: fmt.Sprintf("the record is %d bytes, over the %d bytes allowed", format.RecordSize(rec), p.cfg.MaxRecordBytes)}, nil
+	}
+	if ev.Partitioned {
+		rec.Context = withPartition(ev.Partition) // for the partitioner
 	}
 	return rec, nil, nil
 }
@@ -867,7 +871,7 @@ func authorization(err error) error {
 // record for what the record is.
 func Permanent(err error) bool {
 	var re *RecordError
-	var reg *RegistryError
+	var reg *format.RegistryError
 	if errors.As(err, &reg) {
 		return reg.Permanent
 	}
@@ -952,7 +956,7 @@ type Metrics struct {
 	commitTime   prometheus.Histogram
 	committedLSN prometheus.Gauge
 	deadLetters  prometheus.Counter
-	registry     *registryMetrics
+	registry     *format.RegistryMetrics
 	txnFailures  *prometheus.CounterVec
 	takeover     prometheus.Counter
 	held         *prometheus.GaugeVec
@@ -1000,7 +1004,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.transactions.WithLabelValues("committed")
 	m.transactions.WithLabelValues("aborted")
 	m.kafka = &kafkaMetrics{m: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))}
-	m.registry = newRegistryMetrics(reg)
+	m.registry = format.NewRegistryMetrics(reg)
 	m.reemit = newReemitMetrics(reg)
 	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters, m.txnFailures, m.takeover, m.held)
 	return m
@@ -1026,7 +1030,7 @@ func (m *Metrics) committed(byTopic map[string]int, dead, bytes int, d time.Dura
 	m.committedLSN.Set(float64(lsn))
 }
 
-func (m *Metrics) registryMetrics() *registryMetrics {
+func (m *Metrics) registryMetrics() *format.RegistryMetrics {
 	if m == nil {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/publish/format"
 )
 
 // HeaderReemit names, on a re-emitted record, the re-emit request that
@@ -120,7 +121,7 @@ func (p *Producer) addChunk(ctx context.Context, tx *decode.Tx) error {
 		case bad != nil:
 			p.log.Warn("dead-lettering a re-emitted event", "request", r.ID, "event_id", string(ev.ID), "table", ev.Table,
 				"column", bad.Column, "reason", bad.Reason, "topic", p.cfg.DeadLetterTopic)
-			rec = deadLetter(p.cfg.DeadLetterTopic, ev, bad, p.cfg.MaxRecordBytes)
+			rec = format.DeadLetter(p.cfg.DeadLetterTopic, ev, bad, p.cfg.MaxRecordBytes)
 			dead++
 		}
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderReemit, Value: []byte(r.ID)})

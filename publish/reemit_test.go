@@ -10,6 +10,7 @@ import (
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/publish/format"
 )
 
 // runStream fences a producer of transactional id txid on broker and runs
@@ -132,7 +133,7 @@ func TestReemitRequests(t *testing.T) {
 		var id, req string
 		for i, h := range r.Headers {
 			switch h.Key {
-			case HeaderID:
+			case format.HeaderID:
 				id = string(h.Value)
 			case HeaderReemit:
 				req = string(h.Value)

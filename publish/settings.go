@@ -11,6 +11,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
+
+	"github.com/walstream/walstream/publish/format"
 )
 
 // SASL mechanisms walstream speaks.
@@ -94,10 +96,10 @@ func (c KafkaSettings) CheckSASL() error {
 		case o.TokenURL == "":
 			return fmt.Errorf("SASL %s needs a token file or a token endpoint with a client id and secret", m)
 		case o.ClientID == "" || o.ClientSecret == "":
-			return fmt.Errorf("SASL %s with token endpoint %s needs a client id and a client secret", m, redactURL(o.TokenURL))
+			return fmt.Errorf("SASL %s with token endpoint %s needs a client id and a client secret", m, format.RedactURL(o.TokenURL))
 		}
 		if u, err := url.Parse(o.TokenURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return fmt.Errorf("SASL %s: token endpoint %q is not an http(s) URL", m, redactURL(o.TokenURL))
+			return fmt.Errorf("SASL %s: token endpoint %q is not an http(s) URL", m, format.RedactURL(o.TokenURL))
 		}
 		return nil
 	case SASLAWSMSKIAM:

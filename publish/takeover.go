@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/publish/format"
 )
 
 // After a takeover from Debezium (checkpoint.Takeover), the first
@@ -199,7 +200,7 @@ func (p *published) read(ctx context.Context, topic string) (map[string]*tally, 
 // missing or null its key and value.
 func eventKey(r *kgo.Record) string {
 	for _, h := range r.Headers {
-		if h.Key == HeaderID && h.Value != nil {
+		if h.Key == format.HeaderID && h.Value != nil {
 			return "id:" + string(h.Value)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/publish/format"
 )
 
 // After a takeover from Debezium, an event of a transaction before
@@ -33,7 +34,7 @@ func TestTakeoverSkipsPublished(t *testing.T) {
 	defer cl.Close()
 	rec := func(id string, at time.Time) *kgo.Record {
 		return &kgo.Record{Topic: "outbox.event.Order", Key: []byte("o-1"), Value: []byte("{}"), Timestamp: at,
-			Headers: []kgo.RecordHeader{{Key: HeaderID, Value: []byte(id)}}}
+			Headers: []kgo.RecordHeader{{Key: format.HeaderID, Value: []byte(id)}}}
 	}
 	if err := cl.ProduceSync(ctx, rec("old", now.Add(-2*time.Hour)), rec("a", now.Add(-time.Second)), rec("b", now)).FirstErr(); err != nil {
 		t.Fatal(err)
@@ -110,12 +111,12 @@ func TestTakeoverSkipsPublished(t *testing.T) {
 }
 
 func TestEventKey(t *testing.T) {
-	withID := &kgo.Record{Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: "other", Value: []byte("x")}, {Key: HeaderID, Value: []byte("e-1")}}}
+	withID := &kgo.Record{Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: "other", Value: []byte("x")}, {Key: format.HeaderID, Value: []byte("e-1")}}}
 	if got := eventKey(withID); got != "id:e-1" {
 		t.Errorf("eventKey = %q, want the id header", got)
 	}
 	// A null id: key and value tell the event, a null key from an empty one.
-	a := eventKey(&kgo.Record{Key: nil, Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: HeaderID}}})
+	a := eventKey(&kgo.Record{Key: nil, Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: format.HeaderID}}})
 	b := eventKey(&kgo.Record{Key: []byte{}, Value: []byte("v")})
 	c := eventKey(&kgo.Record{Key: []byte{}, Value: []byte("v")})
 	if a == b || b != c {

@@ -21,6 +21,7 @@ import (
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
 	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -296,7 +297,7 @@ func (c *Config) build() error {
 		if c.Encoding.SchemaPrefix == "" {
 			bad("extended-headers", errors.New("needs --topic-prefix, Debezium's topic.prefix, which the connectorLogicalName header holds"))
 		}
-		c.Encoding.Context = publish.ContextHeaders(c.Encoding.SchemaPrefix, newRunID(time.Now()))
+		c.Encoding.Context = format.ContextHeaders(c.Encoding.SchemaPrefix, newRunID(time.Now()))
 	}
 	errs = append(errs, c.registry()...)
 	c.Compression, err = publish.ParseCompression(c.CompressionText)
@@ -431,7 +432,7 @@ func (c *Config) named(se *pipeline.SettingError) []error {
 
 // format is one converter: --converter's unless its own is set, as a
 // Connect config sets key.converter and value.converter.
-func (c *Config) format(name, converter, schemasName, schemas string) (publish.Format, error) {
+func (c *Config) format(name, converter, schemasName, schemas string) (format.Converter, error) {
 	if converter == "" {
 		converter = c.Converter
 		if schemas == "" {
@@ -445,7 +446,7 @@ func (c *Config) format(name, converter, schemasName, schemas string) (publish.F
 			return 0, fmt.Errorf("--%s ($%s): %q is not true or false", schemasName, envName(schemasName), schemas)
 		}
 	}
-	f, err := publish.ParseFormat(converter, on)
+	f, err := format.Parse(converter, on)
 	if err != nil {
 		return 0, fmt.Errorf("--%s ($%s): %w", name, envName(name), err)
 	}
@@ -543,16 +544,16 @@ func (c *Config) registry() []error {
 	}
 	r := &c.Encoding.Registry
 	var err error
-	r.KeyStrategy, err = publish.ParseSubjectStrategy(c.KeyStrategy)
+	r.KeyStrategy, err = format.ParseSubjectStrategy(c.KeyStrategy)
 	bad("key-subject-name-strategy", err)
-	r.ValueStrategy, err = publish.ParseSubjectStrategy(c.ValueStrategy)
+	r.ValueStrategy, err = format.ParseSubjectStrategy(c.ValueStrategy)
 	bad("value-subject-name-strategy", err)
 	if !c.Encoding.UsesRegistry() {
 		return errs
 	}
 	for _, u := range strings.Split(c.RegistryURL, ",") {
 		if u = strings.TrimSpace(u); u != "" {
-			r.URLs = append(r.URLs, publish.CompatURL(u))
+			r.URLs = append(r.URLs, format.CompatURL(u))
 		}
 	}
 	if len(r.URLs) == 0 {

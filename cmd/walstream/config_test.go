@@ -14,7 +14,7 @@ import (
 	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 )
 
 func TestConfigFromEnvironment(t *testing.T) {
@@ -335,21 +335,21 @@ func TestConfigConverters(t *testing.T) {
 	for _, tc := range []struct {
 		name, body string
 		args       []string
-		key, value publish.Format
+		key, value format.Converter
 		err        string
 	}{
-		{"default", base, nil, publish.FormatString, publish.FormatString, ""},
-		{"--converter json", base, []string{"--converter", "json"}, publish.FormatJSON, publish.FormatJSON, ""},
+		{"default", base, nil, format.String, format.String, ""},
+		{"--converter json", base, []string{"--converter", "json"}, format.JSON, format.JSON, ""},
 		{"connect classes, schemas by default", base + "key.converter: org.apache.kafka.connect.storage.StringConverter\nvalue.converter: org.apache.kafka.connect.json.JsonConverter\n",
-			nil, publish.FormatString, publish.FormatJSONSchema, ""},
+			nil, format.String, format.JSONSchema, ""},
 		{"schemas off", base + "key.converter: org.apache.kafka.connect.json.JsonConverter\nkey.converter.schemas.enable: false\nvalue.converter: org.apache.kafka.connect.json.JsonConverter\nvalue.converter.schemas.enable: \"false\"\n",
-			nil, publish.FormatJSON, publish.FormatJSON, ""},
-		{"value only", base + "value.converter: json\nvalue.converter.schemas.enable: true\n", []string{"--converter", "json"}, publish.FormatJSON, publish.FormatJSONSchema, ""},
+			nil, format.JSON, format.JSON, ""},
+		{"value only", base + "value.converter: json\nvalue.converter.schemas.enable: true\n", []string{"--converter", "json"}, format.JSON, format.JSONSchema, ""},
 		{"unknown class", base + "value.converter: io.confluent.connect.protobuf.ProtobufConverter\n", nil, 0, 0, "--value-converter"},
 		{"avro without a registry", base + "value.converter: io.confluent.connect.avro.AvroConverter\n", nil, 0, 0, "--schema-registry-url"},
 		{"avro", base + "key.converter: io.apicurio.registry.utils.converter.AvroConverter\nkey.converter.apicurio.registry.url: http://r:8080/apis/registry/v2\n" +
 			"value.converter: io.apicurio.registry.utils.converter.AvroConverter\nvalue.converter.apicurio.registry.url: http://r:8080/apis/registry/v2\n",
-			nil, publish.FormatAvro, publish.FormatAvro, ""},
+			nil, format.Avro, format.Avro, ""},
 		{"bad schemas.enable", base + "value.converter: json\nvalue.converter.schemas.enable: maybe\n", nil, 0, 0, "--value-converter-schemas-enable"},
 		{"envelope schema needs topic.prefix", base + "value.converter: json\noutbox:\n  table.fields.additional.placement: type:envelope\n", nil, 0, 0, "--topic-prefix"},
 	} {
@@ -417,13 +417,13 @@ value.converter.use.latest.version: true
 			t.Fatal(err)
 		}
 		r := c.Encoding.Registry
-		if c.Encoding.Key != publish.FormatAvro || c.Encoding.Value != publish.FormatAvro {
+		if c.Encoding.Key != format.Avro || c.Encoding.Value != format.Avro {
 			t.Errorf("encoding %v/%v, want avro", c.Encoding.Key, c.Encoding.Value)
 		}
 		if len(r.URLs) != 1 || r.URLs[0] != "https://sr:8081" || r.User != "app" || r.Password != "s3cret" {
 			t.Errorf("registry %v user %q password %q", r.URLs, r.User, r.Password)
 		}
-		if r.KeyStrategy != publish.SubjectTopic || r.ValueStrategy != publish.SubjectTopicRecord || r.AutoRegister || !r.UseLatest {
+		if r.KeyStrategy != format.SubjectTopic || r.ValueStrategy != format.SubjectTopicRecord || r.AutoRegister || !r.UseLatest {
 			t.Errorf("strategies %v/%v, auto-register %v, use latest %v", r.KeyStrategy, r.ValueStrategy, r.AutoRegister, r.UseLatest)
 		}
 	})

@@ -9,7 +9,7 @@ import (
 
 	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -145,7 +145,7 @@ spec:
 			if c.Slot != "dbz_placements_json" || c.Publication != "dbz_placements_json" || c.Table != "c_placements_json.outbox" {
 				t.Errorf("slot %s publication %s table %s", c.Slot, c.Publication, c.Table)
 			}
-			if c.Encoding.Key != publish.FormatJSON || c.Encoding.Value != publish.FormatJSON || c.Encoding.SchemaPrefix != "placements_json" {
+			if c.Encoding.Key != format.JSON || c.Encoding.Value != format.JSON || c.Encoding.SchemaPrefix != "placements_json" {
 				t.Errorf("encoding %+v", c.Encoding)
 			}
 			if !c.ExtendedHeaders || len(c.Encoding.Context) != 4 || string(c.Encoding.Context[0].Value) != "placements_json" {
@@ -373,7 +373,7 @@ func TestConnectorConfigAvro(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := c.Encoding.Registry
-	if c.Encoding.Key != publish.FormatAvro || c.Encoding.Value != publish.FormatAvro {
+	if c.Encoding.Key != format.Avro || c.Encoding.Value != format.Avro {
 		t.Errorf("encoding %v/%v, want avro", c.Encoding.Key, c.Encoding.Value)
 	}
 	if len(r.URLs) != 1 || r.URLs[0] != "http://apicurio:8080/apis/ccompat/v7" || !r.AutoRegister || !r.UseLatest {
@@ -407,7 +407,7 @@ value.converter.use.latest.version=true
 	if len(r.URLs) != 1 || r.URLs[0] != "https://registry:8081" || r.User != "app" || r.Password != "pa:ss" {
 		t.Errorf("registry %v user %q password %q", r.URLs, r.User, r.Password)
 	}
-	if r.KeyStrategy != publish.SubjectTopic || r.ValueStrategy != publish.SubjectTopicRecord || r.AutoRegister || !r.UseLatest {
+	if r.KeyStrategy != format.SubjectTopic || r.ValueStrategy != format.SubjectTopicRecord || r.AutoRegister || !r.UseLatest {
 		t.Errorf("strategies %v/%v, auto-register %v, use latest %v", r.KeyStrategy, r.ValueStrategy, r.AutoRegister, r.UseLatest)
 	}
 
@@ -447,7 +447,7 @@ value.converter.use.latest.version=true
 		t.Fatalf("%v:\n%s", err, out.String())
 	}
 	if p := printed.Encoding.Registry; p.URLs[0] != r.URLs[0] || p.User != r.User || p.Password != r.Password || p.ValueStrategy != r.ValueStrategy ||
-		p.AutoRegister != r.AutoRegister || p.UseLatest != r.UseLatest || printed.Encoding.Value != publish.FormatAvro {
+		p.AutoRegister != r.AutoRegister || p.UseLatest != r.UseLatest || printed.Encoding.Value != format.Avro {
 		t.Errorf("the printed config reads back otherwise: %+v\n%s", p, out.String())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 )
 
 // ErrDifferent is what `walstream diff` exits non-zero with.
@@ -29,7 +30,7 @@ func runDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fs.StringVar(&topics, "topics", "outbox.event.*", "Debezium's topics: a shell pattern or comma-separated names")
 			fs.StringVar(&prefix, "shadow-prefix", "shadow.", "walstream's topic of each is this prefix and its name")
 			fs.StringVar(&since, "since", "", "compare the records timestamped from then on: an RFC 3339 time, or a duration before now (1h)")
-			fs.StringVar(&ignore, "ignore-header", publish.RunIDHeader, "headers left out of the comparison, comma-separated")
+			fs.StringVar(&ignore, "ignore-header", format.HeaderRunID, "headers left out of the comparison, comma-separated")
 			fs.BoolVar(&timestamps, "timestamps", false, "compare record timestamps too (equal only when table.field.event.timestamp sets them)")
 			fs.IntVar(&examples, "examples", 10, "differing and one-sided events named per topic")
 		},

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/publish/format"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -70,7 +70,7 @@ func TestConfigStreams(t *testing.T) {
 	}
 	orders, billing, inventory := cs[0], cs[1], cs[2]
 	for _, c := range cs {
-		if c.CommitTimeout != 7*time.Second || c.Encoding.Value != publish.FormatJSON {
+		if c.CommitTimeout != 7*time.Second || c.Encoding.Value != format.JSON {
 			t.Errorf("stream %s: commit timeout %s, value format %v; want the environment's 7s and the shared json", c.Stream, c.CommitTimeout, c.Encoding.Value)
 		}
 	}
@@ -132,7 +132,7 @@ func TestConfigStreamConnectorFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := cs[0]; c.Connector != "JSON" || c.Slot != "debezium" || c.Postgres.Database != "billing" || c.Encoding.Value != publish.FormatJSONSchema {
+	if c := cs[0]; c.Connector != "JSON" || c.Slot != "debezium" || c.Postgres.Database != "billing" || c.Encoding.Value != format.JSONSchema {
 		t.Errorf("billing from billing.json: form %q slot %q database %q value %v", c.Connector, c.Slot, c.Postgres.Database, c.Encoding.Value)
 	}
 	if c := cs[1]; c.Connector != "" || c.Slot != "walstream" {

@@ -1,4 +1,4 @@
-package publish
+package format
 
 import (
 	"context"
@@ -14,41 +14,41 @@ import (
 	"github.com/walstream/walstream/decode"
 )
 
-// Format is how a Kafka Connect converter behind Debezium writes a key or
+// Converter is how a Kafka Connect converter behind Debezium writes a key or
 // a value, so that consumers of a Debezium pipeline see the same bytes.
-type Format int
+type Converter int
 
 // Formats of key.converter and value.converter.
 const (
-	// FormatString is StringConverter: the Connect value's toString.
-	FormatString Format = iota
-	// FormatJSON is JsonConverter with schemas.enable=false.
-	FormatJSON
-	// FormatJSONSchema is JsonConverter with schemas.enable=true, Kafka
+	// String is StringConverter: the Connect value's toString.
+	String Converter = iota
+	// JSON is JsonConverter with schemas.enable=false.
+	JSON
+	// JSONSchema is JsonConverter with schemas.enable=true, Kafka
 	// Connect's default: {"schema":...,"payload":...}.
-	FormatJSONSchema
-	// FormatBinary is Debezium's BinaryDataConverter: a bytes value (a
+	JSONSchema
+	// Binary is Debezium's BinaryDataConverter: a bytes value (a
 	// bytea payload) as its bytes; any other value stops Debezium.
-	FormatBinary
-	// FormatAvro is Apicurio's or Confluent's AvroConverter: the Confluent
+	Binary
+	// Avro is Apicurio's or Confluent's AvroConverter: the Confluent
 	// wire format, with schemas in a registry (Encoding.Registry).
-	FormatAvro
+	Avro
 )
 
-func (f Format) String() string {
+func (f Converter) String() string {
 	switch f {
-	case FormatString:
+	case String:
 		return "string"
-	case FormatJSON:
+	case JSON:
 		return "json"
-	case FormatJSONSchema:
+	case JSONSchema:
 		return "json with schemas"
-	case FormatBinary:
+	case Binary:
 		return "binary"
-	case FormatAvro:
+	case Avro:
 		return "avro"
 	}
-	return "Format(" + strconv.Itoa(int(f)) + ")"
+	return "Converter(" + strconv.Itoa(int(f)) + ")"
 }
 
 // Kafka Connect's converter classes, and Debezium's.
@@ -61,22 +61,22 @@ const (
 	ConfluentAvroConverterClass = "io.confluent.connect.avro.AvroConverter"
 )
 
-// ParseFormat reads a converter as a Connect config names it (its class,
+// Parse reads a converter as a Connect config names it (its class,
 // or walstream's short names string, json and avro) with its
 // schemas.enable.
-func ParseFormat(converter string, schemas bool) (Format, error) {
+func Parse(converter string, schemas bool) (Converter, error) {
 	switch strings.TrimSpace(converter) {
 	case "string", StringConverterClass:
-		return FormatString, nil
+		return String, nil
 	case "json", JSONConverterClass:
 		if schemas {
-			return FormatJSONSchema, nil
+			return JSONSchema, nil
 		}
-		return FormatJSON, nil
+		return JSON, nil
 	case BinaryConverterClass:
-		return FormatBinary, nil
+		return Binary, nil
 	case "avro", ApicurioAvroConverterClass, ConfluentAvroConverterClass:
-		return FormatAvro, nil
+		return Avro, nil
 	}
 	return 0, fmt.Errorf("converter %q is not %s (string), %s (json), %s, or %s or %s (avro)", converter,
 		StringConverterClass, JSONConverterClass, BinaryConverterClass, ApicurioAvroConverterClass, ConfluentAvroConverterClass)
@@ -84,18 +84,18 @@ func ParseFormat(converter string, schemas bool) (Format, error) {
 
 // UsesRegistry reports whether keys or values are written with schemas in
 // a schema registry.
-func (e Encoding) UsesRegistry() bool { return e.Key == FormatAvro || e.Value == FormatAvro }
+func (e Encoding) UsesRegistry() bool { return e.Key == Avro || e.Value == Avro }
 
 // Encoding is how keys and values are written: a converter each, as a
 // Connect worker's key.converter and value.converter.
 type Encoding struct {
-	Key, Value Format
+	Key, Value Converter
 	// SchemaPrefix stands for the Debezium connector's topic.prefix in the
 	// value schema name of an envelope (<prefix>.<schema>.<table>.<route-by
 	// value>.Value), which JsonConverter with schemas and AvroConverter
 	// write.
 	SchemaPrefix string
-	// Registry is the schema registry of FormatAvro.
+	// Registry is the schema registry of Avro.
 	Registry RegistrySettings
 	// Context are headers written before each record's id header:
 	// ContextHeaders, or none.
@@ -154,21 +154,21 @@ var (
 func newEncoders(enc Encoding, o *decode.Outbox, schemas *envelopeSchemas, reg *registry) (key, value encoder) {
 	p := payload{outbox: o, envelope: o.HasEnvelope(), envelopes: schemas}
 	switch enc.Key {
-	case FormatJSON, FormatJSONSchema:
-		key = jsonKey{schemas: enc.Key == FormatJSONSchema}
-	case FormatBinary:
+	case JSON, JSONSchema:
+		key = jsonKey{schemas: enc.Key == JSONSchema}
+	case Binary:
 		key = binaryKey{}
-	case FormatAvro:
+	case Avro:
 		key = &avroKey{schemas: newSchemaIDs(reg, true, enc.Registry.KeyStrategy)}
 	default:
 		key = stringKey{}
 	}
 	switch enc.Value {
-	case FormatJSON, FormatJSONSchema:
-		value = &jsonValue{payload: p, withSchema: enc.Value == FormatJSONSchema, prefix: enc.SchemaPrefix}
-	case FormatBinary:
+	case JSON, JSONSchema:
+		value = &jsonValue{payload: p, withSchema: enc.Value == JSONSchema, prefix: enc.SchemaPrefix}
+	case Binary:
 		value = &binaryValue{p}
-	case FormatAvro:
+	case Avro:
 		value = &avroValue{payload: p, schemas: newSchemaIDs(reg, false, enc.Registry.ValueStrategy), prefix: enc.SchemaPrefix}
 	default:
 		value = &stringValue{p}

@@ -1,4 +1,4 @@
-package publish
+package format
 
 import (
 	"bytes"
@@ -89,7 +89,7 @@ func (t *tableRoute) messageRecord(ctx context.Context, topic string, ev *decode
 	if pn != nil && pn.kind == 's' && ev.Source.ExpandJSONPayload {
 		expanded, err := expand([]byte(pn.text), ev.Source)
 		switch {
-		case err != nil && t.format.Value != FormatString:
+		case err != nil && t.format.Value != String:
 			return nil, nil, nil, &EncodingError{Column: cols.Payload, Err: err}
 		case expanded != nil:
 			pn, ps = expanded, expanded.schema

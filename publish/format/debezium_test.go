@@ -1,4 +1,4 @@
-package publish
+package format
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 // replication.DescribeTables), as walstream reads it at startup.
 func withCatalog(t *testing.T, name string, o *decode.Outbox) *decode.Outbox {
 	t.Helper()
-	f, err := os.Open("../decode/testdata/" + name + "/catalog.txt")
+	f, err := os.Open("../../decode/testdata/" + name + "/catalog.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ type dbzRecord struct{ topic, key, value, headers string }
 // encodes every event.
 func recordsOf(t *testing.T, enc Encoding, outboxes ...*decode.Outbox) []dbzRecord {
 	t.Helper()
-	r, err := NewRouter(enc, outboxes...)
+	r, err := NewRouter(enc, nil, outboxes...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestDebeziumKeysAndNulls(t *testing.T) {
 		})
 	})
 	t.Run("json converter", func(t *testing.T) {
-		checkRecords(t, recordsOf(t, Encoding{Key: FormatJSON, Value: FormatJSON}, dbzOutbox(t, nil)), []dbzRecord{
+		checkRecords(t, recordsOf(t, Encoding{Key: JSON, Value: JSON}, dbzOutbox(t, nil)), []dbzRecord{
 			{"outbox.event.Order", "4711", jsonText(dbzPayload), id1},
 			{"outbox.event.Order", "-5", "null", id2},
 			{"outbox.event.", "9", jsonText(p3), id3},
@@ -145,7 +145,7 @@ func TestDebeziumKeysAndNulls(t *testing.T) {
 	t.Run("json converter with schemas", func(t *testing.T) {
 		const key = `{"schema":{"type":"int64","optional":false},"payload":`
 		const val = `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":`
-		checkRecords(t, recordsOf(t, Encoding{Key: FormatJSONSchema, Value: FormatJSONSchema}, dbzOutbox(t, nil)), []dbzRecord{
+		checkRecords(t, recordsOf(t, Encoding{Key: JSONSchema, Value: JSONSchema}, dbzOutbox(t, nil)), []dbzRecord{
 			{"outbox.event.Order", key + "4711}", val + jsonText(dbzPayload) + "}", id1},
 			{"outbox.event.Order", key + "-5}", val + "null}", id2},
 			{"outbox.event.", key + "9}", val + jsonText(p3) + "}", id3},
@@ -154,7 +154,7 @@ func TestDebeziumKeysAndNulls(t *testing.T) {
 	// A Connect worker sets key.converter and value.converter apart: a
 	// string key with a JSON value keys by "4711", as StringConverter does.
 	t.Run("string key, json value with schemas", func(t *testing.T) {
-		got := recordsOf(t, Encoding{Key: FormatString, Value: FormatJSONSchema}, dbzOutbox(t, nil))
+		got := recordsOf(t, Encoding{Key: String, Value: JSONSchema}, dbzOutbox(t, nil))
 		if got[0].key != "4711" || !strings.HasPrefix(got[0].value, `{"schema":{"type":"string"`) {
 			t.Fatalf("record 0 = %q", got[0])
 		}
@@ -191,7 +191,7 @@ func TestDebeziumAdditionalFieldsAndDefaults(t *testing.T) {
 		})
 	})
 	t.Run("json converter", func(t *testing.T) {
-		got := recordsOf(t, Encoding{Key: FormatJSON, Value: FormatJSON}, dbzOutbox(t, mod))
+		got := recordsOf(t, Encoding{Key: JSON, Value: JSON}, dbzOutbox(t, mod))
 		checkRecords(t, got[:2], []dbzRecord{
 			{"outbox.event.Order", "4711", `{"payload":` + jsonText(dbzPayload) + `,"amount":"AeI6","ratio":0.1,"urgent":true}`,
 				"id=d0000000-0000-0000-0000-000000000001,status=pending,attempts=3,note=n"},
@@ -205,7 +205,7 @@ func TestDebeziumAdditionalFieldsAndDefaults(t *testing.T) {
 	// are payload and the envelope columns with their column schemas,
 	// defaults included (asJsonSchema writes "default" after "parameters").
 	t.Run("json converter with schemas", func(t *testing.T) {
-		got := recordsOf(t, Encoding{Key: FormatJSONSchema, Value: FormatJSONSchema, SchemaPrefix: "dbserver1"}, dbzOutbox(t, mod))
+		got := recordsOf(t, Encoding{Key: JSONSchema, Value: JSONSchema, SchemaPrefix: "dbserver1"}, dbzOutbox(t, mod))
 		want := `{"schema":{"type":"struct","fields":[` +
 			`{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},` +
 			`{"type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,"parameters":{"scale":"2","connect.decimal.precision":"10"},"default":"BOI=","field":"amount"},` +
@@ -230,7 +230,7 @@ func TestDebeziumExpandJSONPayload(t *testing.T) {
 	expand := func(o *decode.Outbox) { o.ExpandJSONPayload = true }
 	const dropped = `{"big":1.23456789E7,"seq":1,"long":3000000000,"price":10.5,"small":0.001,"nested":{"b":[1,2]}}`
 	t.Run("json converter", func(t *testing.T) {
-		got := recordsOf(t, Encoding{Key: FormatJSON, Value: FormatJSON}, dbzOutbox(t, expand))
+		got := recordsOf(t, Encoding{Key: JSON, Value: JSON}, dbzOutbox(t, expand))
 		checkRecords(t, got, []dbzRecord{
 			{"outbox.event.Order", "4711", dropped, "id=d0000000-0000-0000-0000-000000000001"},
 			{"outbox.event.Order", "-5", "null", "id=d0000000-0000-0000-0000-000000000002"},
@@ -238,7 +238,7 @@ func TestDebeziumExpandJSONPayload(t *testing.T) {
 		})
 	})
 	t.Run("null and empty array behaviours keep them", func(t *testing.T) {
-		got := recordsOf(t, Encoding{Key: FormatJSON, Value: FormatJSON}, dbzOutbox(t, func(o *decode.Outbox) {
+		got := recordsOf(t, Encoding{Key: JSON, Value: JSON}, dbzOutbox(t, func(o *decode.Outbox) {
 			o.ExpandJSONPayload, o.ExpandJSONNulls, o.ExpandJSONEmptyArrays = true, true, true
 		}))
 		const want = `{"big":1.23456789E7,"seq":1,"long":3000000000,"none":null,"tags":[],"price":10.5,"small":0.001,"nested":{"a":null,"b":[1,2]}}`
@@ -249,7 +249,7 @@ func TestDebeziumExpandJSONPayload(t *testing.T) {
 	// JsonConverter.asJsonSchema of the inferred schema: every field
 	// optional (JsonSchemaData uses the OPTIONAL_* schemas), field last.
 	t.Run("json converter with schemas", func(t *testing.T) {
-		got := recordsOf(t, Encoding{Key: FormatJSONSchema, Value: FormatJSONSchema}, dbzOutbox(t, expand))
+		got := recordsOf(t, Encoding{Key: JSONSchema, Value: JSONSchema}, dbzOutbox(t, expand))
 		const want = `{"schema":{"type":"struct","fields":[` +
 			`{"type":"double","optional":true,"field":"big"},{"type":"int32","optional":true,"field":"seq"},` +
 			`{"type":"int64","optional":true,"field":"long"},{"type":"double","optional":true,"field":"price"},` +
@@ -279,7 +279,7 @@ func TestDebeziumExpandJSONPayload(t *testing.T) {
 // number; the column is nullable, so its schema is optional.
 func TestDebeziumTombstonesAndTrim(t *testing.T) {
 	tomb := func(o *decode.Outbox) { o.TombstoneOnEmptyPayload = true }
-	got := recordsOf(t, Encoding{Key: FormatJSONSchema, Value: FormatJSON}, textbox(t, tomb))
+	got := recordsOf(t, Encoding{Key: JSONSchema, Value: JSON}, textbox(t, tomb))
 	key := func(n string) string { return `{"schema":{"type":"int32","optional":true},"payload":` + n + `}` }
 	checkRecords(t, got, []dbzRecord{
 		{"outbox.event.Text", key("1"), "<null>", "id=t-1"},
@@ -291,7 +291,7 @@ func TestDebeziumTombstonesAndTrim(t *testing.T) {
 	})
 	// Without the option, a blank payload is published as it is, and its
 	// column schema carries the default.
-	got = recordsOf(t, Encoding{Key: FormatString, Value: FormatJSONSchema}, textbox(t, nil))
+	got = recordsOf(t, Encoding{Key: String, Value: JSONSchema}, textbox(t, nil))
 	if w := `{"schema":{"type":"string","optional":true,"default":"none"},"payload":"   "}`; got[0].value != w || got[0].key != "1" {
 		t.Fatalf("record 0 = %q, want key 1 and value %s", got[0], w)
 	}
@@ -308,7 +308,7 @@ func TestDebeziumTimestampField(t *testing.T) {
 	cfg := decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 		o.Additional = placement(t, "occurred_at:envelope")
 	})}}
-	r, err := NewRouter(Encoding{Key: FormatJSON, Value: FormatJSONSchema, SchemaPrefix: "p"}, cfg.Outboxes...)
+	r, err := NewRouter(Encoding{Key: JSON, Value: JSONSchema, SchemaPrefix: "p"}, nil, cfg.Outboxes...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestDebeziumTimestampField(t *testing.T) {
 		t.Fatalf("value\n got %s\nwant %s", rec.Value, want)
 	}
 	cfg.Outboxes[0].Additional = placement(t, "created_at:header")
-	r, err = NewRouter(Encoding{}, cfg.Outboxes...)
+	r, err = NewRouter(Encoding{}, nil, cfg.Outboxes...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,10 +362,10 @@ func TestDebeziumExpandFallbacks(t *testing.T) {
 		ev := decode.Event{Source: o, Identity: decode.Identity{ID: []byte("e-1")}, AggregateType: []byte("Order"), AggregateID: []byte("o-1"),
 			Payload: []byte(tc.payload), PayloadColumn: jsonb}
 		for _, f := range []struct {
-			format Format
+			format Converter
 			want   string
-		}{{FormatString, tc.str}, {FormatJSON, tc.json}, {FormatJSONSchema, tc.jsonSchema}} {
-			r, err := NewRouter(Encoding{Value: f.format}, o)
+		}{{String, tc.str}, {JSON, tc.json}, {JSONSchema, tc.jsonSchema}} {
+			r, err := NewRouter(Encoding{Value: f.format}, nil, o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -413,13 +413,13 @@ func TestDebeziumAstral(t *testing.T) {
 		key, payload               string
 		wantKey, wantValue, header string
 	}{
-		{"json", plain, Encoding{Key: FormatJSON, Value: FormatJSON}, "😀-1", a1, `"\uD83D\uDE00-1"`,
+		{"json", plain, Encoding{Key: JSON, Value: JSON}, "😀-1", a1, `"\uD83D\uDE00-1"`,
 			`"{\"n\": 1, \"emoji\": \"\uD83D\uDE00\", \"nested\": {\"list\": [\"\uD83C\uDF89\", \"x\", \"é\"], \"deeper\": {\"text\": \"a\uD83D\uDE00b \uD83D\uDE80 \uD834\uDD1E \uD83C\uDF89\"}}}"`, "🚀 launched"},
-		{"expanded json", expanded, Encoding{Key: FormatJSON, Value: FormatJSON}, "😀-1", a1, `"\uD83D\uDE00-1"`,
+		{"expanded json", expanded, Encoding{Key: JSON, Value: JSON}, "😀-1", a1, `"\uD83D\uDE00-1"`,
 			`{"n":1,"emoji":"\uD83D\uDE00","nested":{"list":["\uD83C\uDF89","x","é"],"deeper":{"text":"a\uD83D\uDE00b \uD83D\uDE80 \uD834\uDD1E \uD83C\uDF89"}}}`, "🚀 launched"},
-		{"expanded json, a field name", expanded, Encoding{Key: FormatJSON, Value: FormatJSON}, "𝄞", a4, `"\uD834\uDD1E"`,
+		{"expanded json, a field name", expanded, Encoding{Key: JSON, Value: JSON}, "𝄞", a4, `"\uD834\uDD1E"`,
 			`{"\uD83D\uDE00key":{"\uD83D\uDE80":[1]}}`, "plain"},
-		{"expanded json with schemas, a field name", expanded, Encoding{Key: FormatJSONSchema, Value: FormatJSONSchema}, "k-4", a4,
+		{"expanded json with schemas, a field name", expanded, Encoding{Key: JSONSchema, Value: JSONSchema}, "k-4", a4,
 			`{"schema":{"type":"string","optional":true},"payload":"k-4"}`,
 			`{"schema":{"type":"struct","fields":[{"type":"struct","fields":[{"type":"array","items":{"type":"int32","optional":true},"optional":true,"field":"\uD83D\uDE80"}],` +
 				`"optional":true,"name":"payload.\uD83D\uDE00key","field":"\uD83D\uDE00key"}],"optional":true,"name":"payload"},"payload":{"\uD83D\uDE00key":{"\uD83D\uDE80":[1]}}}`, "plain"},
@@ -427,7 +427,7 @@ func TestDebeziumAstral(t *testing.T) {
 			`Struct{n=1,emoji=😀,nested=Struct{list=[🎉, x, é],deeper=Struct{text=a😀b 🚀 𝄞 🎉}}}`, "🚀 launched"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := NewRouter(tc.enc, tc.o)
+			r, err := NewRouter(tc.enc, nil, tc.o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -460,14 +460,14 @@ func TestDebeziumUnexpandable(t *testing.T) {
 	for _, payload := range []string{`{"b": [1, 2.50, 0.0, 1000000000000000000000]}`, `{"a": [1, 123456789012345678901234567890]}`,
 		`{"a": [{"x": 1}, 2]}`, `{"a": [null]}`, `{"b": [3000000000, 1]}`, long, deep} {
 		for _, f := range []struct {
-			format Format
+			format Converter
 			want   string
 		}{
-			{FormatString, payload},
-			{FormatJSON, jsonText(payload)},
-			{FormatJSONSchema, `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":` + jsonText(payload) + `}`},
+			{String, payload},
+			{JSON, jsonText(payload)},
+			{JSONSchema, `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":` + jsonText(payload) + `}`},
 		} {
-			r, err := NewRouter(Encoding{Value: f.format}, o)
+			r, err := NewRouter(Encoding{Value: f.format}, nil, o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -483,7 +483,7 @@ func TestDebeziumUnexpandable(t *testing.T) {
 		}
 	}
 	// The first as Debezium wrote it, not through jsonText.
-	r, err := NewRouter(Encoding{Value: FormatJSON}, o)
+	r, err := NewRouter(Encoding{Value: JSON}, nil, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +505,7 @@ func TestDebeziumSchemaVersionPayloads(t *testing.T) {
 		o.Columns.SchemaVersion = "version"
 		o.Additional = placement(t, "type:envelope")
 	})
-	r, err := NewRouter(Encoding{Key: FormatJSONSchema, Value: FormatJSONSchema, SchemaPrefix: "p"}, o)
+	r, err := NewRouter(Encoding{Key: JSONSchema, Value: JSONSchema, SchemaPrefix: "p"}, nil, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,11 +543,11 @@ func TestDebeziumExpandDepth(t *testing.T) {
 	deep := func(n int) string { return strings.Repeat(`{"a": `, n-1) + `{"n": 1}` + strings.Repeat("}", n-1) }
 	o := outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })
 	for _, tc := range []struct {
-		format Format
+		format Converter
 		depth  int
 		ok     bool
-	}{{FormatJSONSchema, 499, true}, {FormatJSONSchema, 500, false}, {FormatJSON, 1000, true}, {FormatJSON, 1001, true}} {
-		r, err := NewRouter(Encoding{Value: tc.format}, o)
+	}{{JSONSchema, 499, true}, {JSONSchema, 500, false}, {JSON, 1000, true}, {JSON, 1001, true}} {
+		r, err := NewRouter(Encoding{Value: tc.format}, nil, o)
 		if err != nil {
 			t.Fatal(err)
 		}

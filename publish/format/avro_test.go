@@ -1,4 +1,4 @@
-package publish
+package format
 
 import (
 	"bytes"
@@ -233,7 +233,7 @@ func (f *fakeRegistry) fail(status int, body string) {
 }
 
 func avroEncoding(url string) Encoding {
-	return Encoding{Key: FormatAvro, Value: FormatAvro, SchemaPrefix: "dbz",
+	return Encoding{Key: Avro, Value: Avro, SchemaPrefix: "dbz",
 		Registry: RegistrySettings{URLs: []string{url}, AutoRegister: true}}
 }
 
@@ -261,7 +261,7 @@ func TestAvroRecords(t *testing.T) {
 		o.ExpandJSONPayload, o.ExpandJSONNulls, o.ExpandJSONEmptyArrays = true, true, true
 		o.Additional = placement(t, "type:envelope:eventType")
 	})
-	r, err := NewRouter(avroEncoding(reg.URL()), plain, env, exp, expEnv)
+	r, err := NewRouter(avroEncoding(reg.URL()), nil, plain, env, exp, expEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,7 @@ func TestAvroMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRouter(avroEncoding(reg.URL()), o)
+	r, err := NewRouter(avroEncoding(reg.URL()), nil, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,8 +412,7 @@ func TestAvroRegistryFailures(t *testing.T) {
 	reg := newFakeRegistry(t)
 	o := outbox("public", nil)
 	promReg := prometheus.NewRegistry()
-	m := NewMetrics(promReg)
-	r, err := newRouter(avroEncoding(reg.URL()), m.registryMetrics(), o)
+	r, err := NewRouter(avroEncoding(reg.URL()), NewRegistryMetrics(promReg), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +424,7 @@ func TestAvroRegistryFailures(t *testing.T) {
 	reg.fail(http.StatusServiceUnavailable, `{"error_code":50003,"message":"unavailable"}`)
 	_, err = r.Record(context.Background(), &ev)
 	var re *RegistryError
-	if !errors.As(err, &re) || re.Permanent || Permanent(err) {
+	if !errors.As(err, &re) || re.Permanent {
 		t.Fatalf("registry answering 503: %v, want a RegistryError to retry", err)
 	}
 	var ee *EncodingError
@@ -435,7 +434,7 @@ func TestAvroRegistryFailures(t *testing.T) {
 
 	reg.fail(http.StatusConflict, `{"error_code":409,"message":"Incompatible artifact: outbox.event.Order-key [AVRO]"}`)
 	_, err = r.Record(context.Background(), &ev)
-	if !errors.As(err, &re) || !re.Permanent || !Permanent(err) {
+	if !errors.As(err, &re) || !re.Permanent {
 		t.Fatalf("registry refusing the schema: %v, want a permanent RegistryError", err)
 	}
 	for _, want := range []string{"subject outbox.event.Order-key", "compatibility level", "PUT /config/outbox.event.Order-key"} {
@@ -487,7 +486,7 @@ func TestAvroRegistryFailures(t *testing.T) {
 func TestAvroBadInput(t *testing.T) {
 	reg := newFakeRegistry(t)
 	o := outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })
-	r, err := NewRouter(avroEncoding(reg.URL()), o)
+	r, err := NewRouter(avroEncoding(reg.URL()), nil, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -587,7 +586,7 @@ func TestAvroAstralAndUnexpandable(t *testing.T) {
 				AggregateID: []byte("k-12"), KeyColumn: text, PayloadColumn: jsonbColumn, Payload: []byte(`[]`)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := NewRouter(avroEncoding(reg.URL()), tc.ev.Source)
+			r, err := NewRouter(avroEncoding(reg.URL()), nil, tc.ev.Source)
 			if err != nil {
 				t.Fatal(err)
 			}

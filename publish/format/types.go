@@ -1,4 +1,4 @@
-package publish
+package format
 
 import (
 	"encoding/base64"

@@ -1,4 +1,4 @@
-package publish
+package format
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func BenchmarkRecord(b *testing.B) {
 		envelope bool
 	}{
 		{"string", Encoding{}, false},
-		{"json", Encoding{Key: FormatJSON, Value: FormatJSON}, false},
+		{"json", Encoding{Key: JSON, Value: JSON}, false},
 		{"avro", avroEncoding(reg.URL()), false},
 		{"avro envelope", avroEncoding(reg.URL()), true},
 	} {
@@ -40,7 +40,7 @@ func BenchmarkRecord(b *testing.B) {
 				o.Additional = []decode.Additional{{Column: "type", Placement: decode.PlaceEnvelope, Alias: "eventType"}}
 				ev.Fields = []decode.Field{{Name: "eventType", Placement: decode.PlaceEnvelope, Column: eventType, Value: []byte("OrderCreated")}}
 			}
-			r, err := NewRouter(bc.enc, o)
+			r, err := NewRouter(bc.enc, nil, o)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,4 +1,10 @@
-package publish
+// Package format makes outbox events into the Kafka records Debezium's
+// outbox event router writes, byte for byte: the topic by the table's
+// route, the key and the value by a Kafka Connect converter each (String,
+// JSON with or without schemas, Binary, Avro with a schema registry), the
+// payload expanded as table.expand.json.payload asks, and the headers. It
+// builds records and sends nothing: Kafka transport is package publish's.
+package format
 
 import (
 	"context"
@@ -84,13 +90,9 @@ type tableRoute struct {
 	format     Encoding           // for logical messages, which have no columns
 }
 
-// NewRouter compiles the route and encoders of every outbox table.
-func NewRouter(enc Encoding, outboxes ...*decode.Outbox) (*Router, error) {
-	return newRouter(enc, nil, outboxes...)
-}
-
-// newRouter is NewRouter counting schema registry requests in m.
-func newRouter(enc Encoding, m *registryMetrics, outboxes ...*decode.Outbox) (*Router, error) {
+// NewRouter compiles the route and encoders of every outbox table; m,
+// when not nil, counts the schema registry's requests.
+func NewRouter(enc Encoding, m *RegistryMetrics, outboxes ...*decode.Outbox) (*Router, error) {
 	r := &Router{tables: make(map[string]*tableRoute, len(outboxes))}
 	schemas := newEnvelopeSchemas()
 	if enc.UsesRegistry() {
@@ -229,9 +231,6 @@ func (r *Router) Record(ctx context.Context, ev *decode.Event) (*kgo.Record, err
 		}
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: f.Name, Value: v})
 	}
-	if ev.Partitioned {
-		rec.Context = withPartition(ev.Partition)
-	}
 	return rec, nil
 }
 
@@ -334,9 +333,9 @@ func ValidTopic(t string) error {
 	return nil
 }
 
-// recordSize is what a record adds to a produce request, near enough to
+// RecordSize is what a record adds to a produce request, near enough to
 // compare with the broker's limit.
-func recordSize(r *kgo.Record) int {
+func RecordSize(r *kgo.Record) int {
 	n := len(r.Key) + len(r.Value) + 32
 	for _, h := range r.Headers {
 		n += len(h.Key) + len(h.Value) + 8
@@ -356,9 +355,9 @@ const (
 	HeaderType          = "walstream.source.type"
 )
 
-// deadLetter builds the DLQ record of an event that cannot be published.
+// DeadLetter builds the DLQ record of an event that cannot be published.
 // A value too large for Kafka is left out and its size noted instead.
-func deadLetter(topic string, ev *decode.Event, bad *decode.Error, maxBytes int) *kgo.Record {
+func DeadLetter(topic string, ev *decode.Event, bad *decode.Error, maxBytes int) *kgo.Record {
 	reason := bad.Reason
 	if bad.Err != nil {
 		reason += ": " + bad.Err.Error()
@@ -372,7 +371,7 @@ func deadLetter(topic string, ev *decode.Event, bad *decode.Error, maxBytes int)
 		{Key: HeaderAggregateType, Value: ev.AggregateType},
 		{Key: HeaderType, Value: ev.Type},
 	}}
-	if recordSize(r) > maxBytes {
+	if RecordSize(r) > maxBytes {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderValueBytes, Value: []byte(strconv.Itoa(len(r.Value)))})
 		r.Value = nil
 	}

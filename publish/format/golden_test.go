@@ -1,4 +1,4 @@
-package publish
+package format
 
 import (
 	"bufio"
@@ -23,7 +23,7 @@ type testFrame struct {
 // decode/testdata).
 func readTestFrames(t *testing.T, name string) []testFrame {
 	t.Helper()
-	f, err := os.Open("../decode/testdata/" + name + "/frames.txt")
+	f, err := os.Open("../../decode/testdata/" + name + "/frames.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func placement(t *testing.T, s string) []decode.Additional {
 // TestGoldenRecords fixes the exact key, value, header bytes, timestamp
 // and partition of each converter mode and mapping option, on frames from
 // Postgres, so that consumers moving from Debezium's outbox router
-// (FormatString, or JsonConverter with schemas.enable=false) see the
+// (String, or JsonConverter with schemas.enable=false) see the
 // same bytes. Each expectation is what Debezium 3.6.1 wrote for the same
 // rows and settings: `make compat` runs them through Debezium beside
 // walstream (compat/golden_test.go, the "golden ..." cases), but for the
@@ -105,34 +105,34 @@ func TestGoldenRecords(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		frames string
-		conv   Format
+		conv   Converter
 		cfg    func(t *testing.T) decode.Config
 		want   []golden
 	}{
-		{"string converter", "basic", FormatString, nil, []golden{
+		{"string converter", "basic", String, nil, []golden{
 			{"outbox.event.Order", `o-1`, `{"seq": 1, "total": 9.5}`, "id=11111111-1111-1111-1111-111111111111", ""},
 			{"outbox.event.Order", `o-2`, `{"seq": 2}`, "id=22222222-2222-2222-2222-222222222222", ""},
 			{"outbox.event.Customer", `c-1`, `{"seq": 3, "city": "Zürich"}`, "id=33333333-3333-3333-3333-333333333333", ""},
 		}},
-		{"json converter", "basic", FormatJSON, nil, basicJSON},
+		{"json converter", "basic", JSON, nil, basicJSON},
 		// EventRouterDelegate expands the payload into a Struct whatever the
 		// converter; StringConverter writes its toString (Kafka Connect's
 		// Struct.toString: Struct{name=value,...}).
-		{"string converter, table.expand.json.payload", "basic", FormatString, func(t *testing.T) decode.Config {
+		{"string converter, table.expand.json.payload", "basic", String, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })}}
 		}, []golden{
 			{"outbox.event.Order", `o-1`, `Struct{seq=1,total=9.5}`, "id=11111111-1111-1111-1111-111111111111", ""},
 			{"outbox.event.Order", `o-2`, `Struct{seq=2}`, "id=22222222-2222-2222-2222-222222222222", ""},
 			{"outbox.event.Customer", `c-1`, `Struct{seq=3,city=Zürich}`, "id=33333333-3333-3333-3333-333333333333", ""},
 		}},
-		{"json converter, table.expand.json.payload", "basic", FormatJSON, func(t *testing.T) decode.Config {
+		{"json converter, table.expand.json.payload", "basic", JSON, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) { o.ExpandJSONPayload = true })}}
 		}, []golden{
 			{"outbox.event.Order", `"o-1"`, `{"seq":1,"total":9.5}`, "id=11111111-1111-1111-1111-111111111111", ""},
 			{"outbox.event.Order", `"o-2"`, `{"seq":2}`, "id=22222222-2222-2222-2222-222222222222", ""},
 			{"outbox.event.Customer", `"c-1"`, `{"seq":3,"city":"Zürich"}`, "id=33333333-3333-3333-3333-333333333333", ""},
 		}},
-		{"route.topic.regex and route.topic.replacement", "basic", FormatString, func(t *testing.T) decode.Config {
+		{"route.topic.regex and route.topic.replacement", "basic", String, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 				o.TopicRegex, o.TopicReplacement = `(?<routedByValue>Ord)(er)`, "shop.${routedByValue}$2s"
 			})}}
@@ -144,18 +144,18 @@ func TestGoldenRecords(t *testing.T) {
 		}},
 		// Debezium hands StringConverter a java.nio.ByteBuffer, whose
 		// toString names its limit and capacity, not its bytes.
-		{"string converter, bytea payload", "bytea-payload", FormatString, func(t *testing.T) decode.Config {
+		{"string converter, bytea payload", "bytea-payload", String, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("bin", nil)}}
 		}, []golden{{"outbox.event.Blob", `k-1`, "java.nio.HeapByteBuffer[pos=0 lim=3 cap=3]", "id=b-1", ""}}},
-		{"json converter, bytea payload as base64", "bytea-payload", FormatJSON, func(t *testing.T) decode.Config {
+		{"json converter, bytea payload as base64", "bytea-payload", JSON, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("bin", nil)}}
 		}, []golden{{"outbox.event.Blob", `"k-1"`, `"AP8Q"`, "id=b-1", ""}}},
 		// Only with tracing.span.context.field set: default Debezium adds no
 		// traceparent (ActivateTracingSpan needs OpenTelemetry).
-		{"no traceparent unless configured", "tracing", FormatString, nil, []golden{
+		{"no traceparent unless configured", "tracing", String, nil, []golden{
 			{"outbox.event.Order", `o-10`, `{"seq": 11}`, "id=aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa", ""},
 		}},
-		{"tracing column as traceparent header", "tracing", FormatString, func(t *testing.T) decode.Config {
+		{"tracing column as traceparent header", "tracing", String, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) { o.Columns.Tracing = "tracingspancontext" })}}
 		}, []golden{
 			{"outbox.event.Order", `o-10`, `{"seq": 11}`, "id=aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa,traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", ""},
@@ -164,14 +164,14 @@ func TestGoldenRecords(t *testing.T) {
 		// struct, which StringConverter writes as Struct.toString. The
 		// x-source header is walstream's: Debezium ignores the envelope's
 		// headers field.
-		{"logical messages", "logical-message", FormatString, func(t *testing.T) decode.Config {
+		{"logical messages", "logical-message", String, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", nil)}, MessagePrefix: "walstream"}
 		}, []golden{
 			{"outbox.event.Order", `o-9`, `{"seq": 9}`, "id=99999999-9999-9999-9999-999999999999", ""},
 			{"outbox.event.Order", `o-9`, `Struct{carrier=DHL,seq=10}`, "id=m-1,x-source=shipping", ""},
 			{"outbox.event.Note", `n-1`, `plain "text"`, "id=m-2", ""},
 		}},
-		{"additional fields in headers", "additional-fields", FormatString, func(t *testing.T) decode.Config {
+		{"additional fields in headers", "additional-fields", String, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 				o.Additional = placement(t, "type:header:eventType,shard:header,urgent:header,note:header:x-note")
 			})}}
@@ -179,7 +179,7 @@ func TestGoldenRecords(t *testing.T) {
 			{"outbox.event.Order", `o-11`, `{"seq": 12}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc,eventType=OrderPlaced,shard=2,urgent=true,x-note=two\nlines \"quoted\"", ""},
 			{"outbox.event.Order", `o-12`, `{"seq": 13}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd,eventType=OrderPaid,shard=<null>,urgent=<null>,x-note=<null>", ""},
 		}},
-		{"additional fields in the envelope, json converter", "additional-fields", FormatJSON, func(t *testing.T) decode.Config {
+		{"additional fields in the envelope, json converter", "additional-fields", JSON, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 				o.Additional = placement(t, "type:envelope:eventType,shard:envelope,urgent:envelope,note:envelope")
 			})}}
@@ -187,7 +187,7 @@ func TestGoldenRecords(t *testing.T) {
 			{"outbox.event.Order", `"o-11"`, `{"payload":"{\"seq\": 12}","eventType":"OrderPlaced","shard":2,"urgent":true,"note":"two\nlines \"quoted\""}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc", ""},
 			{"outbox.event.Order", `"o-12"`, `{"payload":"{\"seq\": 13}","eventType":"OrderPaid","shard":null,"urgent":null,"note":null}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
 		}},
-		{"additional fields in the envelope, expanded payload", "additional-fields", FormatJSON, func(t *testing.T) decode.Config {
+		{"additional fields in the envelope, expanded payload", "additional-fields", JSON, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 				o.Additional, o.ExpandJSONPayload = placement(t, "type:envelope:eventType"), true
 			})}}
@@ -195,7 +195,7 @@ func TestGoldenRecords(t *testing.T) {
 			{"outbox.event.Order", `"o-11"`, `{"payload":{"seq":12},"eventType":"OrderPlaced"}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc", ""},
 			{"outbox.event.Order", `"o-12"`, `{"payload":{"seq":13},"eventType":"OrderPaid"}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
 		}},
-		{"additional fields in the envelope, string converter", "additional-fields", FormatString, func(t *testing.T) decode.Config {
+		{"additional fields in the envelope, string converter", "additional-fields", String, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 				o.Additional = placement(t, "type:envelope:eventType,shard:envelope,urgent:envelope")
 			})}}
@@ -204,7 +204,7 @@ func TestGoldenRecords(t *testing.T) {
 			// Struct.toString leaves NULL fields out.
 			{"outbox.event.Order", `o-12`, `Struct{payload={"seq": 13},eventType=OrderPaid}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
 		}},
-		{"partition placement and timestamptz", "additional-fields", FormatString, func(t *testing.T) decode.Config {
+		{"partition placement and timestamptz", "additional-fields", String, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) {
 				o.Additional, o.Columns.Timestamp = placement(t, "shard:partition"), "created_at"
 			})}}
@@ -213,13 +213,13 @@ func TestGoldenRecords(t *testing.T) {
 			// NULL: the key picks the partition, Kafka stamps the time.
 			{"outbox.event.Order", `o-12`, `{"seq": 13}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
 		}},
-		{"timestamp without time zone is UTC", "additional-fields", FormatString, func(t *testing.T) decode.Config {
+		{"timestamp without time zone is UTC", "additional-fields", String, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{outbox("public", func(o *decode.Outbox) { o.Columns.Timestamp = "occurred_at" })}}
 		}, []golden{
 			{"outbox.event.Order", `o-11`, `{"seq": 12}`, "id=cccccccc-cccc-cccc-cccc-cccccccccccc", "ts=2026-11-23T06:00:01Z"},
 			{"outbox.event.Order", `o-12`, `{"seq": 13}`, "id=dddddddd-dddd-dddd-dddd-dddddddddddd", ""},
 		}},
-		{"several outbox tables, each with its mapping", "several-tables", FormatJSON, func(t *testing.T) decode.Config {
+		{"several outbox tables, each with its mapping", "several-tables", JSON, func(t *testing.T) decode.Config {
 			return decode.Config{Outboxes: []*decode.Outbox{
 				outbox("orders", nil),
 				{Schema: "billing", Table: "outbox",
@@ -240,7 +240,7 @@ func TestGoldenRecords(t *testing.T) {
 			if cfg.MessagePrefix != "" && cfg.Messages == nil {
 				outboxes = outboxes[:1] // messages use the first table's mapping
 			}
-			r, err := NewRouter(Encoding{Key: tc.conv, Value: tc.conv}, outboxes...)
+			r, err := NewRouter(Encoding{Key: tc.conv, Value: tc.conv}, nil, outboxes...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -261,8 +261,8 @@ func TestGoldenRecords(t *testing.T) {
 					}
 					hs = append(hs, h.Key+"="+v)
 				}
-				if c := chosenPartition(rec); c != nil {
-					meta = append(meta, fmt.Sprintf("partition=%d", c.partition))
+				if evs[i].Partitioned { // the producer's partitioner places it
+					meta = append(meta, fmt.Sprintf("partition=%d", evs[i].Partition))
 				}
 				if !rec.Timestamp.IsZero() {
 					meta = append(meta, "ts="+rec.Timestamp.UTC().Format(time.RFC3339Nano))

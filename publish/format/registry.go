@@ -1,4 +1,4 @@
-package publish
+package format
 
 import (
 	"context"
@@ -115,7 +115,7 @@ func (r RegistrySettings) CheckURLs() error {
 	for _, u := range r.URLs {
 		p, err := url.Parse(u)
 		if err != nil || p.Scheme != "http" && p.Scheme != "https" || p.Host == "" {
-			errs = append(errs, fmt.Errorf("schema registry URL %q is not an http:// or https:// URL", redactURL(u)))
+			errs = append(errs, fmt.Errorf("schema registry URL %q is not an http:// or https:// URL", RedactURL(u)))
 		}
 	}
 	return errors.Join(errs...)
@@ -177,10 +177,10 @@ type registry struct {
 	cl       *sr.Client
 	url      string // for messages, without credentials
 	settings RegistrySettings
-	metrics  *registryMetrics
+	metrics  *RegistryMetrics
 }
 
-func newRegistry(s RegistrySettings, m *registryMetrics) (*registry, error) {
+func newRegistry(s RegistrySettings, m *RegistryMetrics) (*registry, error) {
 	if err := s.CheckURLs(); err != nil {
 		return nil, err
 	}
@@ -204,7 +204,7 @@ func newRegistry(s RegistrySettings, m *registryMetrics) (*registry, error) {
 	}
 	urls := make([]string, len(s.URLs))
 	for i, u := range s.URLs {
-		urls[i] = redactURL(u)
+		urls[i] = RedactURL(u)
 	}
 	return &registry{cl: cl, url: strings.Join(urls, ","), settings: s, metrics: m}, nil
 }
@@ -427,14 +427,14 @@ func avroFullName(text []byte) string {
 	return ""
 }
 
-// registryMetrics count the requests to the schema registry.
-type registryMetrics struct {
+// RegistryMetrics count the requests to the schema registry.
+type RegistryMetrics struct {
 	requests, errors *prometheus.CounterVec
 	seconds          prometheus.Histogram
 }
 
-func newRegistryMetrics(reg prometheus.Registerer) *registryMetrics {
-	m := &registryMetrics{
+func NewRegistryMetrics(reg prometheus.Registerer) *RegistryMetrics {
+	m := &RegistryMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "walstream_schema_registry_requests_total", Help: "Requests to the schema registry, by operation: register, lookup, latest, config."}, []string{"operation"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -447,7 +447,7 @@ func newRegistryMetrics(reg prometheus.Registerer) *registryMetrics {
 	return m
 }
 
-func (m *registryMetrics) observe(op string, d time.Duration, err error) {
+func (m *RegistryMetrics) observe(op string, d time.Duration, err error) {
 	if m == nil {
 		return
 	}
@@ -456,4 +456,15 @@ func (m *registryMetrics) observe(op string, d time.Duration, err error) {
 		m.errors.WithLabelValues(op).Inc()
 	}
 	m.seconds.Observe(d.Seconds())
+}
+
+// RedactURL drops a URL's user information and query, which may hold
+// credentials, for messages: a schema registry's, a token endpoint's.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
 }
