@@ -359,21 +359,76 @@ func prepareSlot(ctx context.Context, conn *pgx.Conn, n Names, create Create) er
 // ExecWatched runs sql, which creates slot (a setup step does), on conn,
 // while another connection tells create.Watch what it waits for, every
 // create.WatchInterval; without a Watch it only runs sql.
+// A creation ctx cuts short is over when it returns: see cutShort.
 func ExecWatched(ctx context.Context, conn *pgx.Conn, slot, sql string, create Create) error {
+	pid := conn.PgConn().PID()
 	if create.Watch == nil || create.WatchInterval <= 0 {
 		_, err := conn.Exec(ctx, sql)
-		return err
+		return cutShort(ctx, conn.Config(), slot, pid, err)
 	}
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchCreation(wctx, conn.Config(), slot, int32(conn.PgConn().PID()), create)
+		watchCreation(wctx, conn.Config(), slot, int32(pid), create)
 	}()
 	_, err := conn.Exec(ctx, sql)
 	stop()
 	<-done
-	return err
+	return cutShort(ctx, conn.Config(), slot, pid, err)
+}
+
+// cutShortWait bounds how long cutShort waits for the backend to stop.
+const cutShortWait = 10 * time.Second
+
+// busyBackend asks whether backend $1 runs a query: a backend whose query
+// was cancelled is idle until it reads that its connection was closed.
+const busyBackend = `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1 AND state IS DISTINCT FROM 'idle')`
+
+// cutShort makes sure a slot's creation that ctx ended (err) is over. pgx
+// closes a connection whose query a context cut short and asks Postgres
+// to cancel the query in the background; a process that exits at once (an
+// interrupted init) may never ask, and the backend, not reading its
+// connection while it waits for the transactions open before it, would
+// go on and create the slot once they end, pinning WAL unseen. So the
+// backend is cancelled from another connection until its query is over;
+// if the slot exists then, its creation finished after all and nil is
+// returned.
+func cutShort(ctx context.Context, cfg *pgx.ConnConfig, slot string, pid uint32, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cutShortWait)
+	defer cancel()
+	conn, cerr := Connect(cctx, cfg)
+	if cerr != nil {
+		return fmt.Errorf("%w; the backend (pid %d) creating slot %q may still create it: cancelling it: %w", err, pid, slot, cerr)
+	}
+	defer conn.Close(cctx)
+	for {
+		var busy, exists bool
+		cerr := conn.QueryRow(cctx, busyBackend, int32(pid)).Scan(&busy)
+		if cerr == nil && busy {
+			_, cerr = conn.Exec(cctx, `SELECT pg_cancel_backend($1)`, int32(pid))
+		}
+		if cerr == nil && !busy {
+			cerr = conn.QueryRow(cctx, `SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1)`, slot).Scan(&exists)
+		}
+		switch {
+		case cerr != nil:
+			return fmt.Errorf("%w; the backend (pid %d) creating slot %q may still create it: cancelling it: %w", err, pid, slot, cerr)
+		case !busy && exists:
+			return nil
+		case !busy:
+			return err
+		}
+		select {
+		case <-cctx.Done():
+			return fmt.Errorf("%w; the backend (pid %d) creating slot %q did not stop within %s and may still create it: "+
+				"stop it with SELECT pg_cancel_backend(%d), then drop the slot if it exists", err, pid, slot, cutShortWait, pid)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // watchCreation tells create.Watch what the creation of slot by backend
