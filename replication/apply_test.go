@@ -45,12 +45,13 @@ func TestApplySlotLast(t *testing.T) {
 	}
 
 	// A transaction with an xid, open while the slot is created: the
-	// creation waits for it until the context ends.
+	// creation waits for it until the context ends, which the steps
+	// before it must beat (4 s leaves a loaded machine their time).
 	blocker := connect(t, pg.URL("postgres", "postgres"))
 	if _, err := blocker.Exec(ctx, "BEGIN; SELECT txid_current()"); err != nil {
 		t.Fatal(err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 	defer cancel()
 	done = nil
 	creator := admin.PgConn().PID()

@@ -774,8 +774,9 @@ func TestBadRowStops(t *testing.T) {
 	}
 	// Kafka's timeout would end the open transaction 20 s after it began
 	// at the earliest (twice the tests' --commit-timeout of 10 s);
-	// walstream's abort ends it at its stop.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// walstream's abort ends it at its stop. 10 s tells one from the
+	// other and leaves a loaded machine time to read the offsets.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := testenv.WaitStable(ctx, e.broker, e.topic("outbox.event.Order")); err != nil {
 		t.Fatalf("outbox.event.Order still has a transaction open after walstream stopped: %v", err)

@@ -71,11 +71,14 @@ func hideCheckpoints(e *env) (hold, held *atomic.Bool) {
 // undecided. walstream must not confirm that position to Postgres: it fails
 // the commit after the commit timeout, saying why, and goes on once the
 // partition shows the commit; every row arrives once. It runs on kfake:
-// only kfake can answer walstream's fetches as it is told.
+// only kfake can answer walstream's fetches as it is told. The commit
+// timeout bounds every commit, the first ones too: 4 s, not 2, lets those
+// through on a loaded machine, where a session they ended would be
+// restarted before the one the test is about.
 func TestCommitNotVisible(t *testing.T) {
 	t.Parallel()
 	e := newEnvOn(t, testenv.BrokerKfake)
-	p := e.start([]string{"--commit-timeout", "2s"}).streaming(t)
+	p := e.start([]string{"--commit-timeout", "4s"}).streaming(t)
 	seq := 0
 	e.insertTx("Order", 5, 2, &seq, false)
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
@@ -90,7 +93,7 @@ func TestCommitNotVisible(t *testing.T) {
 	e.insertTx("Order", 5, 2, &seq, false)
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
-	wantAll(t, grepLines(p.Log(), "session ended, restarting"), "Kafka acknowledged the commit of checkpoint", "but no commit marker followed its record", "within 2s")
+	wantAll(t, grepLines(p.Log(), "session ended, restarting"), "Kafka acknowledged the commit of checkpoint", "but no commit marker followed its record", "within 4s")
 }
 
 // TestPartCommitNotVisible is TestCommitNotVisible for the part of a
@@ -100,7 +103,7 @@ func TestCommitNotVisible(t *testing.T) {
 func TestPartCommitNotVisible(t *testing.T) {
 	t.Parallel()
 	e := newEnvOn(t, testenv.BrokerKfake)
-	p := e.start([]string{"--commit-timeout", "2s", "--max-batch-events", "4"}).streaming(t)
+	p := e.start([]string{"--commit-timeout", "4s", "--max-batch-events", "4"}).streaming(t)
 	seq := 0
 	e.insertTx("Order", 3, 2, &seq, false)
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
@@ -120,7 +123,7 @@ func TestPartCommitNotVisible(t *testing.T) {
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
 	// The first part's marker was looked for as the second committed: its
 	// checkpoint, at the part's fourth event, is the one named.
-	wantAll(t, grepLines(p.Log(), "session ended, restarting"), "Kafka acknowledged the commit of checkpoint", "+4 events of the transaction committed at", "but no commit marker followed its record", "within 2s")
+	wantAll(t, grepLines(p.Log(), "session ended, restarting"), "Kafka acknowledged the commit of checkpoint", "+4 events of the transaction committed at", "but no commit marker followed its record", "within 4s")
 	// The second part was not committed: the next session resumed from
 	// the first.
 	streaming := strings.Split(grepLines(p.Log(), "msg=streaming"), "\n")

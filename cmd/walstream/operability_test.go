@@ -42,12 +42,15 @@ func TestReadinessStates(t *testing.T) {
 
 	want := func(addr, path string, code int, body string, within time.Duration) {
 		t.Helper()
-		var got int
-		var text string
-		testenv.Eventually(t, within, fmt.Sprintf("%s%s = %d %q (last: %d %q)", addr, path, code, body, got, text), func() bool {
-			got, text = httpGet(addr, path)
-			return got == code && strings.Contains(text, body)
-		})
+		for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+			got, text := httpGet(addr, path)
+			if got == code && strings.Contains(text, body) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s%s = %d %q, not %d %q within %s", addr, path, got, text, code, body, within)
+			}
+		}
 	}
 	want(a1, "/readyz?standby=1", 200, "streaming", 10*time.Second)
 	want(a1, "/readyz", 200, "ready", 10*time.Second)

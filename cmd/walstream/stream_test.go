@@ -271,7 +271,10 @@ func TestForeignBigTransaction(t *testing.T) {
 		if !on && spill1 == spill0 {
 			t.Errorf("streaming off: nothing spilled; the transaction is too small to test anything")
 		}
-		if on && lat > 5*time.Second {
+		// The spill counters above tell streaming from spilling; the
+		// latency bound only catches a stall, and leaves a loaded machine
+		// (a commit to Kafka, the reads that poll for it) its time.
+		if on && lat > 20*time.Second {
 			t.Errorf("streaming on: the outbox row visible %s after its commit", lat)
 		}
 		if err := p.stop(); err != nil {

@@ -94,26 +94,21 @@ func TestInitApplyWaitsNamed(t *testing.T) {
 	if _, err := long.Exec(ctx, "BEGIN; SELECT txid_current()"); err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		out string
-		err error
+	// The transaction ends once init printed what it waits for (after
+	// its first watch interval, 5 s), not after a fixed time that a
+	// loaded machine may not give it.
+	p := testenv.StartProcessT(t, testenv.ProcessConfig{Path: binary, Args: []string{"init", "--apply", "--role", "", "--pg-url", pg.URL("postgres", "postgres")}})
+	if err := p.WaitLog(ctx, `wait  creating slot "walstream"`, 60*time.Second); err != nil {
+		t.Fatal(err)
 	}
-	done := make(chan result, 1)
-	go func() {
-		out, err := walstreamCmd(t, "init", "--apply", "--role", "", "--pg-url", pg.URL("postgres", "postgres"))
-		done <- result{out, err}
-	}()
-	time.Sleep(7 * time.Second)
 	if _, err := long.Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case r := <-done:
-		if r.err != nil || !strings.Contains(r.out, `wait  creating slot "walstream"`) || !strings.Contains(r.out, "application nightly_report") ||
-			!strings.Contains(r.out, `ok    slot "walstream"`) {
-			t.Fatalf("init --apply behind an open transaction: %v\n%s", r.err, r.out)
-		}
-	case <-time.After(60 * time.Second):
+	err, ok := p.Wait(60 * time.Second)
+	if !ok {
 		t.Fatal("init --apply did not end after the transaction did")
+	}
+	if out := p.Log(); err != nil || !strings.Contains(out, "application nightly_report") || !strings.Contains(out, `ok    slot "walstream"`) {
+		t.Fatalf("init --apply behind an open transaction: %v\n%s", err, out)
 	}
 }
