@@ -140,7 +140,15 @@ func TestCheckFailover(t *testing.T) {
 		if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond) // the reload is asynchronous
+		// The reload is asynchronous: the session sees it once its
+		// backend has had the signal.
+		testenv.Eventually(t, 10*time.Second, "synchronized_standby_slots = '"+v+"' after the reload", func() bool {
+			var got string
+			if err := admin.QueryRow(ctx, "SHOW synchronized_standby_slots").Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			return got == v
+		})
 	}
 	warnings := func(parts ...string) {
 		t.Helper()
