@@ -398,11 +398,14 @@ func cutShort(ctx context.Context, cfg *pgx.ConnConfig, slot string, pid uint32,
 	if err == nil || ctx.Err() == nil {
 		return err
 	}
+	failed := func(cerr error) error {
+		return fmt.Errorf("%w; the backend (pid %d) creating slot %q may still create it: cancelling it: %w", err, pid, slot, cerr)
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cutShortWait)
 	defer cancel()
 	conn, cerr := Connect(cctx, cfg)
 	if cerr != nil {
-		return fmt.Errorf("%w; the backend (pid %d) creating slot %q may still create it: cancelling it: %w", err, pid, slot, cerr)
+		return failed(cerr)
 	}
 	defer conn.Close(cctx)
 	for {
@@ -412,11 +415,11 @@ func cutShort(ctx context.Context, cfg *pgx.ConnConfig, slot string, pid uint32,
 			_, cerr = conn.Exec(cctx, `SELECT pg_cancel_backend($1)`, int32(pid))
 		}
 		if cerr == nil && !busy {
-			cerr = conn.QueryRow(cctx, `SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1)`, slot).Scan(&exists)
+			_, exists, cerr = LookupSlot(cctx, conn, slot)
 		}
 		switch {
 		case cerr != nil:
-			return fmt.Errorf("%w; the backend (pid %d) creating slot %q may still create it: cancelling it: %w", err, pid, slot, cerr)
+			return failed(cerr)
 		case !busy && exists:
 			return nil
 		case !busy:
