@@ -15,7 +15,7 @@ import (
 // /readyz while it lasts, and is logged as over with how long it took.
 func TestWaits(t *testing.T) {
 	var buf bytes.Buffer
-	p := New(Config{StatusInterval: time.Second, CommitTimeout: time.Second, ReadyConfirmAge: time.Minute, ProgressInterval: 50 * time.Millisecond},
+	p := New(Config{StatusInterval: time.Second, CommitTimeout: time.Second, ReadyConfirmAge: time.Minute, ProgressInterval: 300 * time.Millisecond},
 		slog.New(slog.NewTextHandler(&buf, nil)), prometheus.NewRegistry())
 	readyz := func() string {
 		w := httptest.NewRecorder()
@@ -30,7 +30,7 @@ func TestWaits(t *testing.T) {
 	if body := readyz(); !strings.Contains(body, `not streaming: creating slot "walstream": waiting for 1 transaction to end: pid 7`) {
 		t.Fatalf("/readyz while waiting: %q", body)
 	}
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(350 * time.Millisecond)
 	p.waits.waiting("slot", `creating slot "walstream": waiting for 1 transaction to end: pid 8`)
 	if !strings.Contains(buf.String(), "pid 8") {
 		t.Fatalf("not logged again after the interval:\n%s", &buf)

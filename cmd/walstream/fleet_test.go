@@ -65,9 +65,10 @@ func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
 	}()
 	time.Sleep(time.Second)
 
-	// The foreign transaction: its coordinator aborts it 8 s after it
-	// began (plus the broker's check interval).
-	foreign, err := kgo.NewClient(kgo.SeedBrokers(e.broker), kgo.TransactionalID("tenant-frozen-mid-commit"), kgo.TransactionTimeout(8*time.Second))
+	// The foreign transaction: its coordinator aborts it 12 s after it
+	// began (plus the broker's check interval), time enough on a loaded
+	// machine to see it named and the slot confirmed while it holds.
+	foreign, err := kgo.NewClient(kgo.SeedBrokers(e.broker), kgo.TransactionalID("tenant-frozen-mid-commit"), kgo.TransactionTimeout(12*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
 		mu.Lock()
 		target := e.currentLSN()
 		mu.Unlock()
-		e.waitConfirmed("walstream", target, 2*time.Second, p)
+		e.waitConfirmed("walstream", target, 3*time.Second, p)
 		time.Sleep(time.Second)
 	}
 	if !held() {

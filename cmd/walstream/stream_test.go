@@ -242,18 +242,33 @@ func TestForeignBigTransaction(t *testing.T) {
 			}
 			committed <- time.Now()
 		}()
-		time.Sleep(1500 * time.Millisecond)
-		out, err := walstreamCmd(t, slices.Concat([]string{"status", "--json", "--pg-url", e.pg.URL("postgres", "postgres")}, e.kafkaArgs())...)
-		var r statusReport
-		if jerr := json.Unmarshal([]byte(out), &r); jerr != nil {
-			t.Fatalf("status --json: %v, %v\n%s", err, jerr, out)
-		}
+		// Status is asked until it names the large transaction, which runs
+		// for seconds; it must do so before the transaction ends.
 		want := map[bool]string{false: "and spilling it to disk", true: "streams a large transaction in progress"}[on]
-		if !strings.Contains(r.Slot.BehindBecause, want) {
-			t.Errorf("streaming %v: status during the large transaction: behind because %q, want %q (caught up %v, decoding %+v)",
-				on, r.Slot.BehindBecause, want, r.Slot.CaughtUp, r.Slot.Decoding)
+		var r statusReport
+		var at time.Time
+		ended := false
+		for named := false; !named; {
+			out, err := walstreamCmd(t, slices.Concat([]string{"status", "--json", "--pg-url", e.pg.URL("postgres", "postgres")}, e.kafkaArgs())...)
+			r = statusReport{}
+			if jerr := json.Unmarshal([]byte(out), &r); jerr != nil {
+				t.Fatalf("status --json: %v, %v\n%s", err, jerr, out)
+			}
+			named = strings.Contains(r.Slot.BehindBecause, want)
+			select {
+			case at = <-committed:
+				ended = true
+				if !named {
+					t.Errorf("streaming %v: status during the large transaction: behind because %q, want %q (caught up %v, decoding %+v)",
+						on, r.Slot.BehindBecause, want, r.Slot.CaughtUp, r.Slot.Decoding)
+				}
+				named = true
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
-		at := <-committed
+		if !ended {
+			at = <-committed
+		}
 		if at.IsZero() {
 			t.Fatal("the large transaction or the outbox row failed")
 		}
