@@ -49,6 +49,26 @@ func TestPeerFigures(t *testing.T) {
 	}
 }
 
+// Rounds without a backlog (-debezium-rows 0) report no backlog figures.
+func TestPeerFiguresWithoutBacklog(t *testing.T) {
+	load := Load{Rate: 1000, RowsPerTx: 1}
+	r := &Report{Peers: []*PeerRun{
+		{Tool: toolWalstream, Round: 1, Latency: []PeerLatency{{Load: load, P99Ms: 10, CPUMicrosPerRow: 150}}},
+		{Tool: toolStandalone, Round: 1, Latency: []PeerLatency{{Load: load, P99Ms: 900, CPUMicrosPerRow: 250}}},
+	}}
+	live := 0
+	for _, f := range r.peerFigures() {
+		if strings.HasPrefix(f.Scenario, "debezium backlog") {
+			t.Errorf("a backlog figure without a backlog: %s %s (%d runs)", f.Scenario, f.Name, f.Runs)
+		} else {
+			live++
+		}
+	}
+	if live == 0 {
+		t.Fatal("no latency figures")
+	}
+}
+
 func TestDebeziumConfig(t *testing.T) {
 	for _, c := range []struct {
 		name  string

@@ -437,6 +437,11 @@ func (r *Report) peerFigures() []Figure {
 	}
 	tools := r.peerTools()
 	for _, f := range figs {
+		// A phase no round ran (the backlog at -debezium-rows 0) has no
+		// figures, not figures of zero.
+		if !slices.ContainsFunc(r.Peers, func(p *PeerRun) bool { _, ok := f.value(p); return ok }) {
+			continue
+		}
 		for _, tool := range tools {
 			var vals []float64
 			for _, p := range r.Peers {
