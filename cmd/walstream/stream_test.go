@@ -247,8 +247,8 @@ func TestForeignBigTransaction(t *testing.T) {
 		want := map[bool]string{false: "and spilling it to disk", true: "streams a large transaction in progress"}[on]
 		var r statusReport
 		var at time.Time
-		ended := false
-		for named := false; !named; {
+		named, ended := false, false
+		for !named && !ended {
 			out, err := walstreamCmd(t, slices.Concat([]string{"status", "--json", "--pg-url", e.pg.URL("postgres", "postgres")}, e.kafkaArgs())...)
 			r = statusReport{}
 			if jerr := json.Unmarshal([]byte(out), &r); jerr != nil {
@@ -258,13 +258,12 @@ func TestForeignBigTransaction(t *testing.T) {
 			select {
 			case at = <-committed:
 				ended = true
-				if !named {
-					t.Errorf("streaming %v: status during the large transaction: behind because %q, want %q (caught up %v, decoding %+v)",
-						on, r.Slot.BehindBecause, want, r.Slot.CaughtUp, r.Slot.Decoding)
-				}
-				named = true
 			case <-time.After(100 * time.Millisecond):
 			}
+		}
+		if !named {
+			t.Errorf("streaming %v: status during the large transaction: behind because %q, want %q (caught up %v, decoding %+v)",
+				on, r.Slot.BehindBecause, want, r.Slot.CaughtUp, r.Slot.Decoding)
 		}
 		if !ended {
 			at = <-committed
