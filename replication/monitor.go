@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -168,6 +169,21 @@ func (s SlotState) PartitionsAsThemselves() []Table {
 
 // PollSlot reads the slot, the server's WAL position and the publication.
 func PollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
+	st, err := pollSlot(ctx, conn, n)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// The publication was dropped while the query ran:
+		// pg_publication_tables found it in the catalog and then failed to
+		// look it up ("publication ... does not exist", or "cache lookup
+		// failed for publication"). Asked again, the catalog no longer
+		// lists it, and the state says what was dropped. Any other error
+		// the server raises comes back the second time too.
+		st, err = pollSlot(ctx, conn, n)
+	}
+	return st, err
+}
+
+func pollSlot(ctx context.Context, conn *pgx.Conn, n Names) (SlotState, error) {
 	var st SlotState
 	var current string
 	var restart, confirmed, plugin, slotType, database, walStatus *string
