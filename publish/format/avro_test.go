@@ -207,6 +207,22 @@ type fakeRegistry struct {
 	answer     atomic.Pointer[func(w http.ResponseWriter) bool]
 }
 
+// registered splits a value framed as the registry's serializers frame it
+// into the schema its id names in the registry and its Avro body.
+func registered(t *testing.T, ss *sr.Client, b []byte) (id int, schema string, body []byte) {
+	t.Helper()
+	var h sr.ConfluentHeader
+	id, body, err := h.DecodeID(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ss.SchemaByID(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, s.Schema, body
+}
+
 func newFakeRegistry(t *testing.T) *fakeRegistry {
 	f := &fakeRegistry{Registry: srfake.New()}
 	t.Cleanup(f.Close)
@@ -310,22 +326,15 @@ func TestAvroRecords(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var h sr.ConfluentHeader
-			id, body, err := h.DecodeID(rec.Value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := ss.SchemaByID(context.Background(), id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.Schema != tc.schema {
-				t.Errorf("schema %d\n got %s\nwant %s", id, got.Schema, tc.schema)
+			id, schema, body := registered(t, ss, rec.Value)
+			if schema != tc.schema {
+				t.Errorf("schema %d\n got %s\nwant %s", id, schema, tc.schema)
 			}
 			if got := hex.EncodeToString(body); got != tc.body {
 				t.Errorf("body\n got %s\nwant %s", got, tc.body)
 			}
-			checkAvro(t, got.Schema, body)
+			checkAvro(t, schema, body)
+			var h sr.ConfluentHeader
 			kid, kbody, err := h.DecodeID(rec.Key)
 			if err != nil {
 				t.Fatal(err)
@@ -371,17 +380,9 @@ func TestAvroMessages(t *testing.T) {
 	}
 	read := func(b []byte) (string, string) {
 		t.Helper()
-		var h sr.ConfluentHeader
-		id, body, err := h.DecodeID(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := ss.SchemaByID(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkAvro(t, s.Schema, body)
-		return s.Schema, hex.EncodeToString(body)
+		_, schema, body := registered(t, ss, b)
+		checkAvro(t, schema, body)
+		return schema, hex.EncodeToString(body)
 	}
 	for _, tc := range []struct {
 		content, schema, body string
@@ -594,17 +595,9 @@ func TestAvroAstralAndUnexpandable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var h sr.ConfluentHeader
-			id, body, err := h.DecodeID(rec.Value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := ss.SchemaByID(context.Background(), id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.Schema != tc.schema {
-				t.Errorf("schema\n got %s\nwant %s", got.Schema, tc.schema)
+			_, schema, body := registered(t, ss, rec.Value)
+			if schema != tc.schema {
+				t.Errorf("schema\n got %s\nwant %s", schema, tc.schema)
 			}
 			if got := hex.EncodeToString(body); got != tc.body {
 				t.Errorf("body\n got %s\nwant %s", got, tc.body)
