@@ -6,9 +6,11 @@
 // Its connector config as its user has it (JSON, properties, a Strimzi
 // KafkaConnector), with the references to Kafka Connect's config
 // providers resolved: the environment, files, Kubernetes Secrets and
-// ConfigMaps, AWS Secrets Manager and Parameter Store. It parses and
+// ConfigMaps, AWS Secrets Manager and Parameter Store; and its keys
+// mapped onto walstream's settings, each named as its flag and its config
+// file key, ignored with the reason or refused (Translate). It parses and
 // fetches; what to do with the position is the pipeline's, and with the
-// config's keys its caller's.
+// settings its caller's.
 package debezium
 
 import (

@@ -64,7 +64,7 @@ type Config struct {
 	// named ("" for walstream's own YAML), and Ignored the keys of it that
 	// walstream has no use for, logged once at startup.
 	Connector string
-	Ignored   []ignoredKey
+	Ignored   []debezium.IgnoredKey
 	// NamesWarning, when set, says why the checkpoint key and the
 	// transactional id, one set and one derived, are fragile; logged at
 	// start.

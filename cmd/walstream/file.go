@@ -138,7 +138,7 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool, f *configFile,
 	}
 	l := &loader{c: c, fs: fs, set: set, path: f.path, cli: maps.Clone(set), streams: f.streams != nil}
 	var tables []string
-	var own, shared registryKeys
+	var own, shared debezium.RegistryKeys
 	// named refuses a layer that names its tables both ways, or whose
 	// tables: the command line's --table would silently replace.
 	named := func(tables []string, tableKey bool) {
@@ -172,7 +172,7 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool, f *configFile,
 		l.errs = append(l.errs, unsetConverters(set, l.connectorPath))
 	}
 	// A stream's own secrets, then its connector config's, then the shared.
-	c.registryPassword, c.registryToken = cmp.Or(own.password, c.registryPassword, shared.password), cmp.Or(own.token, c.registryToken, shared.token)
+	c.registryPassword, c.registryToken = cmp.Or(own.Password, c.registryPassword, shared.Password), cmp.Or(own.Token, c.registryToken, shared.Token)
 	if len(tables) > 0 {
 		c.Table = strings.Join(tables, ",")
 	}
@@ -277,7 +277,7 @@ func (l *loader) apply(k, v *yaml.Node, flagName string, router bool) {
 // mapping applies one mapping of settings: the file's top level or a
 // stream's entry. It returns the outbox tables its tables: section names, whether it has a table: key, and a stream's
 // connector: value, which its caller applies after the stream's own keys.
-func (l *loader) mapping(n *yaml.Node, registry *registryKeys) (tables []string, tableKey bool, connector *yaml.Node) {
+func (l *loader) mapping(n *yaml.Node, registry *debezium.RegistryKeys) (tables []string, tableKey bool, connector *yaml.Node) {
 	l.each(n, "want a mapping of settings", func(k, v *yaml.Node) {
 		switch {
 		case k.Value == "streams" && l.layer == "":
@@ -300,7 +300,7 @@ func (l *loader) mapping(n *yaml.Node, registry *registryKeys) (tables []string,
 				} else if key, err := decode.CanonicalRouterKey(k.Value); err != nil {
 					l.at(k, "%v (see docs/debezium.md, Refused settings)", err)
 				} else {
-					l.apply(k, v, routerFlagNames[key], true)
+					l.apply(k, v, debezium.RouterSettings[key], true)
 				}
 			})
 		case k.Value == "tables":
@@ -324,12 +324,12 @@ func (l *loader) mapping(n *yaml.Node, registry *registryKeys) (tables []string,
 			})
 		default:
 			tableKey = tableKey || k.Value == "table"
-			if f, ok := connectKeys[k.Value]; ok {
+			if f, ok := debezium.ConnectKeys[k.Value]; ok {
 				l.apply(k, v, f, false)
-			} else if _, ok := converterSetting(k.Value); !ok {
+			} else if _, ok := debezium.ConverterSetting(k.Value); !ok {
 				l.apply(k, v, k.Value, false)
 			} else if value, ok := l.scalar(k, v, false); ok {
-				if known, err := registry.add(k.Value, value, func(f, value string) { l.setFlag(k, f, value) }); err != nil {
+				if known, err := registry.Add(k.Value, value, func(f, value string) { l.setFlag(k, f, value) }); err != nil {
 					l.at(k, "%s %v", k.Value, err)
 				} else if !known {
 					l.at(k, "%s is not a converter setting walstream knows (it takes schemas.enable, and the Avro converters' schema registry settings)", k.Value)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
 	"github.com/walstream/walstream/publish"
@@ -133,12 +134,12 @@ func commandFlags() *flag.FlagSet {
 func settingsReference(*testing.T) string {
 	fs := commandFlags()
 	connect := make(map[string][]string) // flag → the Connect keys a file may use instead
-	for key, name := range connectKeys {
+	for key, name := range debezium.ConnectKeys {
 		connect[name] = append(connect[name], code(key))
 	}
-	for key, s := range registrySettings {
-		if s.flag != "" {
-			connect[s.flag] = append(connect[s.flag], code("{key,value}.converter."+key))
+	for key, s := range debezium.RegistrySettings {
+		if s.Setting != "" {
+			connect[s.Setting] = append(connect[s.Setting], code("{key,value}.converter."+key))
 		}
 	}
 	var b strings.Builder
@@ -167,7 +168,7 @@ func routerReference(t *testing.T) string {
 		settings[s.name] = true
 	}
 	keyOf := make(map[string]string) // flag → Debezium key
-	for key, name := range routerFlagNames {
+	for key, name := range debezium.RouterSettings {
 		keyOf[name] = key
 	}
 	rank := func(name string) int {
