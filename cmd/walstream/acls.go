@@ -6,11 +6,13 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/walstream/walstream/config"
 )
 
 // printACLs writes the ACLs of principal as a table and as kafka-acls.sh
 // commands.
-func printACLs(w io.Writer, c *Config, principal string) {
+func printACLs(w io.Writer, c *config.Config, principal string) {
 	acls := c.KafkaACLs()
 	fmt.Fprintf(w, "# Kafka ACLs for %s, stream %s: the least it needs (Kafka 3.0 and later; before 3.0, add IdempotentWrite on the cluster).\n\n", principal, c.Stream)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -260,7 +260,7 @@ func TestAvro(t *testing.T) {
 	phase("the connector config of docs/debezium.md", func(t *testing.T) {
 		// The block as it is; the flags give what a test's servers are
 		// (Postgres, Kafka, the registry) and a slot from now on.
-		doc := docsBlock(t, "debezium.md", "## Avro and a schema registry", "```json")
+		doc := testenv.DocsBlock(t, "debezium.md", "## Avro and a schema registry", "```json")
 		cfg := filepath.Join(t.TempDir(), "connector.json")
 		if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
@@ -320,24 +320,4 @@ func TestAvro(t *testing.T) {
 			t.Errorf("confirmed_flush_lsn %s moved past %s with the schema refused", got, before)
 		}
 	})
-}
-
-// docsBlock returns the first code block opening with fence after heading
-// in docs/<file>, so that a test runs what the page shows.
-func docsBlock(t *testing.T, file, heading, fence string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(b), "\n"+heading+"\n")
-	if !ok {
-		t.Fatalf("docs/%s has no heading %q", file, heading)
-	}
-	_, block, ok := strings.Cut(after, fence+"\n")
-	if !ok {
-		t.Fatalf("docs/%s: no %s block after %q", file, fence, heading)
-	}
-	block, _, _ = strings.Cut(block, "```")
-	return block
 }

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/publish/format"
 )
@@ -23,10 +24,10 @@ func runDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var topics, prefix, since, ignore string
 	var timestamps bool
 	var examples int
-	cfg, err := parseCommand(command{name: "diff",
-		about: "Compares Debezium's topics with walstream's in a shadow run, event by event (by the id header): partition, key, value and headers of each event's first record. " +
+	cfg, err := config.Parse(config.Command{Name: "diff",
+		About: "Compares Debezium's topics with walstream's in a shadow run, event by event (by the id header): partition, key, value and headers of each event's first record. " +
 			"Exits non-zero when an event's records differ; events only one side has are counted with the times they span (see docs/debezium.md, Shadow mode).",
-		extra: func(fs *flag.FlagSet) {
+		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&topics, "topics", "outbox.event.*", "Debezium's topics: a shell pattern or comma-separated names")
 			fs.StringVar(&prefix, "shadow-prefix", "shadow.", "walstream's topic of each is this prefix and its name")
 			fs.StringVar(&since, "since", "", "compare the records timestamped from then on: an RFC 3339 time, or a duration before now (1h)")
@@ -34,8 +35,8 @@ func runDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fs.BoolVar(&timestamps, "timestamps", false, "compare record timestamps too (equal only when table.field.event.timestamp sets them)")
 			fs.IntVar(&examples, "examples", 10, "differing and one-sided events named per topic")
 		},
-		uses:  diffSettings,
-		needs: func() (pg, kafka bool) { return false, true },
+		Uses:  config.DiffSettings,
+		Needs: func() (pg, kafka bool) { return false, true },
 	}, args, stdout)
 	if err != nil {
 		return err

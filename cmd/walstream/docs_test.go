@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/walstream/walstream/config"
 )
 
 // TestDocs checks README.md and every file in docs/ for what can be
@@ -211,7 +213,7 @@ var otherPrograms = map[string]bool{
 }
 
 // envOnly are walstream's environment variables without a flag.
-var envOnly = []string{envKafkaSASLPassword, envKafkaOAuthClientSecret, envRegistryPassword, envRegistryToken, "WALSTREAM_CRASH_AT"}
+var envOnly = []string{config.EnvKafkaSASLPassword, config.EnvKafkaOAuthClientSecret, config.EnvRegistryPassword, config.EnvRegistryToken, "WALSTREAM_CRASH_AT"}
 
 var (
 	doubleDash = regexp.MustCompile(`(?:^|[^\w-])--([a-z][a-z0-9-]*)`)
@@ -236,7 +238,7 @@ func walstreamFlags(t *testing.T) (flags, env map[string]bool) {
 	for _, cmd := range subcommands {
 		for _, f := range helpFlags(t, cmd) {
 			flags[f.name] = true
-			env[envName(f.name)] = true
+			env[config.EnvName(f.name)] = true
 		}
 	}
 	return flags, env

@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -22,9 +23,9 @@ var ErrCheckFailed = errors.New("setup check failed")
 func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var apply, check, acls bool
 	var role, principal, fromDebezium, providerName string
-	cfg, err := parseCommand(command{name: "init",
-		about: "Prints the SQL that prepares Postgres for walstream: the outbox table, the publication, the slot and a least-privilege role.\n--apply runs it (idempotent, checking first that it can run every statement, the slot last and the rest in one transaction); --check validates an existing setup and reports what is wrong, line by line.\n--from-debezium prints the walstream config equivalent to a Debezium connector config instead.",
-		extra: func(fs *flag.FlagSet) {
+	cfg, err := config.Parse(config.Command{Name: "init",
+		About: "Prints the SQL that prepares Postgres for walstream: the outbox table, the publication, the slot and a least-privilege role.\n--apply runs it (idempotent, checking first that it can run every statement, the slot last and the rest in one transaction); --check validates an existing setup and reports what is wrong, line by line.\n--from-debezium prints the walstream config equivalent to a Debezium connector config instead.",
+		Flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&apply, "apply", false, "run the SQL (as a role that may create them)")
 			fs.BoolVar(&check, "check", false, "check the setup instead, as the role walstream runs as")
 			fs.StringVar(&role, "role", "walstream", "least-privilege role to create; empty: none")
@@ -33,14 +34,14 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fs.StringVar(&principal, "kafka-principal", "User:walstream", "the Kafka principal --kafka-acls grants to")
 			fs.StringVar(&fromDebezium, "from-debezium", "", "print the walstream config equivalent to this Debezium Postgres connector config (.json, .properties or a Strimzi KafkaConnector) and exit")
 		},
-		uses:  initSettings,
-		needs: func() (pg, kafka bool) { return apply || check, false },
+		Uses:  config.InitSettings,
+		Needs: func() (pg, kafka bool) { return apply || check, false },
 	}, args, stdout)
 	if err != nil {
 		return err
 	}
 	if fromDebezium != "" {
-		return printFromDebezium(stdout, fromDebezium)
+		return config.PrintFromDebezium(stdout, fromDebezium)
 	}
 	if acls {
 		printACLs(stdout, cfg, principal)
@@ -110,7 +111,7 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // setupSteps are the outbox tables in their mappings' layout, then
 // replication's own setup: publication, slot and, unless role is empty,
 // a least-privilege role let replicate as the privilege model does it.
-func setupSteps(cfg *Config, role string, model replication.Provider) []replication.Step {
+func setupSteps(cfg *config.Config, role string, model replication.Provider) []replication.Step {
 	var steps []replication.Step
 	for _, o := range cfg.Outboxes {
 		t := replication.Table{Schema: o.Schema, Name: o.Table}
@@ -121,7 +122,7 @@ func setupSteps(cfg *Config, role string, model replication.Provider) []replicat
 
 // printSetup prints the setup's SQL, explained, for the privilege model
 // named (Postgres's when none is).
-func printSetup(w io.Writer, cfg *Config, role string, named replication.Provider) {
+func printSetup(w io.Writer, cfg *config.Config, role string, named replication.Provider) {
 	model := named
 	if model == "" {
 		model = replication.ProviderPostgres

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/walstream/walstream/config"
 )
 
 // version and commit are stamped at build time with -ldflags
@@ -55,7 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch args[0] {
 	case "run":
-		cfgs, err := parseStreams(runCommand, args[1:], stdout)
+		cfgs, err := config.ParseStreams(config.Run, args[1:], stdout)
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/internal/testenv"
 	"github.com/walstream/walstream/publish"
 )
@@ -146,7 +147,7 @@ func TestKafkaACLs(t *testing.T) {
 	}
 	// The ACLs init printed, as its settings give them; the password from
 	// a file, since the environment is the process's.
-	cfg, err := parseCommand(command{name: "init", needs: func() (bool, bool) { return false, false }},
+	cfg, err := config.Parse(config.Command{Name: "init", Needs: func() (bool, bool) { return false, false }},
 		append(initArgs[4:len(initArgs):len(initArgs)], "--kafka-sasl-password-file", secretFile(t, password)), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)

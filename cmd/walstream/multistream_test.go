@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -34,7 +36,8 @@ func TestStreamsInOneProcess(t *testing.T) {
 	}
 	e.pg.Exec("orders", "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL")
 	fleet := func(ordersExtra string) string {
-		return writeFile(t, fmt.Sprintf(`
+		path := filepath.Join(t.TempDir(), "walstream.yaml")
+		err := os.WriteFile(path, fmt.Appendf(nil, `
 kafka-brokers: %s
 http-addr: 127.0.0.1:0
 status-interval: 1s
@@ -55,7 +58,11 @@ streams:
     pg-url: %s
     outbox:
       route.topic.replacement: inventory.${routedByValue}
-`, e.broker, e.pg.URL("postgres", "orders"), ordersExtra, e.pg.URL("postgres", "billing"), other.pg.URL("postgres", "postgres")))
+`, e.broker, e.pg.URL("postgres", "orders"), ordersExtra, e.pg.URL("postgres", "billing"), other.pg.URL("postgres", "postgres")), 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
 	config := fleet("")
 	p := &proc{testenv.StartWalstream(t, binary, []string{"run", "--config", config})}

@@ -11,13 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/pipeline"
 )
-
-// reemitSettings are the shared settings `walstream reemit` reads: the
-// stream's Postgres, tables, mapping of the event id, and checkpoint.
-var reemitSettings = append([]string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "event-id-column",
-	"stream", "checkpoint-topic", "checkpoint-key", "transactional-id"}, kafkaConnection...)
 
 // reemitFlags are `walstream reemit`'s own flags.
 type reemitFlags struct {
@@ -39,13 +35,13 @@ func (f *reemitFlags) define(fs *flag.FlagSet) {
 // runReemit requests a re-emit, lists the requests or cancels one.
 func runReemit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f reemitFlags
-	cfg, err := parseCommand(command{name: "reemit",
-		about: "Publishes an outbox table's rows again, exactly once per request, while the stream goes on: those that satisfy --where, have one of --ids, " +
+	cfg, err := config.Parse(config.Command{Name: "reemit",
+		About: "Publishes an outbox table's rows again, exactly once per request, while the stream goes on: those that satisfy --where, have one of --ids, " +
 			"or lie from --from-key to --to-key (together: all of them). The request is written to the WAL and the stream meets it in commit order; " +
 			"--list shows where requests stand, --cancel ends one. See docs/reemit.md.",
-		extra: f.define,
-		uses:  reemitSettings,
-		needs: func() (pg, kafka bool) { return true, true },
+		Flags: f.define,
+		Uses:  config.ReemitSettings,
+		Needs: func() (pg, kafka bool) { return true, true },
 	}, args, stdout)
 	if err != nil {
 		return err
@@ -95,7 +91,7 @@ func runReemit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // reemitTable is the table --table names: one of the stream's.
-func reemitTable(cfg *Config) (string, error) {
+func reemitTable(cfg *config.Config) (string, error) {
 	if len(cfg.Names.Tables) != 1 {
 		var names []string
 		for _, t := range cfg.Names.Tables {
@@ -118,7 +114,7 @@ func splitList(s string) []string {
 	return parts
 }
 
-func listReemits(ctx context.Context, cfg *Config, asJSON bool, w io.Writer) error {
+func listReemits(ctx context.Context, cfg *config.Config, asJSON bool, w io.Writer) error {
 	rs, found, err := pipeline.ListReemits(ctx, cfg.Config)
 	if err != nil {
 		return err

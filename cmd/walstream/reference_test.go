@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
@@ -27,9 +28,10 @@ import (
 
 // The configuration and metrics references in docs/ are generated, so
 // that they cannot drift from the code: the settings from the settings
-// table (settings, routerFlags), the metrics from the registry `walstream
-// run` serves. TestReference fails when docs/ differs from what the code
-// says; `make docs` rewrites the generated parts.
+// table (config.Config.Settings, and the outbox router's flags), the
+// metrics from the registry `walstream run` serves. TestReference fails
+// when docs/ differs from what the code says; `make docs` rewrites the
+// generated parts.
 
 var updateDocs = flag.Bool("update", false, "rewrite the generated parts of docs/ (make docs)")
 
@@ -121,11 +123,11 @@ func code(s string) string {
 }
 
 // commandFlags defines every flag of `walstream run` on a FlagSet, as
-// parseCommand does.
+// config.Parse does.
 func commandFlags() *flag.FlagSet {
-	var c Config
+	var c config.Config
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	c.flags(fs)
+	c.Flags(fs)
 	return fs
 }
 
@@ -144,17 +146,17 @@ func settingsReference(*testing.T) string {
 	}
 	var b strings.Builder
 	b.WriteString("| flag | environment variable | config file key | default | description |\n|---|---|---|---|---|\n")
-	for _, s := range new(Config).settings() {
-		file := code(s.name)
+	for _, s := range new(config.Config).Settings() {
+		file := code(s.Name)
 		switch {
-		case s.name == "config":
+		case s.Name == "config":
 			file = "(none: a file cannot name another)"
-		case connect[s.name] != nil:
-			slices.Sort(connect[s.name])
-			file += " or " + strings.Join(connect[s.name], " or ")
+		case connect[s.Name] != nil:
+			slices.Sort(connect[s.Name])
+			file += " or " + strings.Join(connect[s.Name], " or ")
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n",
-			code("--"+s.name), code(envName(s.name)), file, code(fs.Lookup(s.name).DefValue), cell(s.usage))
+			code("--"+s.Name), code(config.EnvName(s.Name)), file, code(fs.Lookup(s.Name).DefValue), cell(s.Usage))
 	}
 	return b.String()
 }
@@ -164,8 +166,8 @@ func settingsReference(*testing.T) string {
 func routerReference(t *testing.T) string {
 	fs := commandFlags()
 	settings := make(map[string]bool)
-	for _, s := range new(Config).settings() {
-		settings[s.name] = true
+	for _, s := range new(config.Config).Settings() {
+		settings[s.Name] = true
 	}
 	keyOf := make(map[string]string) // flag → Debezium key
 	for key, name := range debezium.RouterSettings {
@@ -192,9 +194,9 @@ func routerReference(t *testing.T) string {
 		if key == "" {
 			t.Fatalf("flag --%s is neither in the settings table nor an outbox router setting", name)
 		}
-		usage := strings.TrimSuffix(f.Usage, " ($"+envName(name)+")")
+		usage := strings.TrimSuffix(f.Usage, " ($"+config.EnvName(name)+")")
 		usage = strings.TrimSuffix(usage, " (Debezium's "+key+")")
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", code("--"+name), code(envName(name)), code(key), code(f.DefValue), cell(usage))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", code("--"+name), code(config.EnvName(name)), code(key), code(f.DefValue), cell(usage))
 	}
 	return b.String()
 }
@@ -274,7 +276,7 @@ func child[M any](t *testing.T, get func(...string) (M, error)) {
 // Kafka client; nothing is gathered from them yet.
 func registries(t *testing.T) (pipe, client *registrar) {
 	log := slog.New(slog.DiscardHandler)
-	c, err := parseConfig([]string{"--pg-url", "postgres://walstream@db/app", "--kafka-brokers", "127.0.0.1:9"}, io.Discard)
+	c, err := config.Parse(config.Run, []string{"--pg-url", "postgres://walstream@db/app", "--kafka-brokers", "127.0.0.1:9"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

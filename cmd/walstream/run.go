@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
 	"github.com/walstream/walstream/publish"
@@ -41,13 +42,13 @@ const defaultGOGC = 200
 // defaults for both (docs/benchmarks.md). Go's collector spends at most
 // about half the CPU to keep under it: a heap that must outgrow it costs
 // throughput, and the limit itself stops nothing.
-func memoryLimit(cfg *Config) int64 {
+func memoryLimit(cfg *config.Config) int64 {
 	return int64(cfg.QueueBytes) + 3*int64(max(cfg.MaxBatchBytes, cfg.MaxRecordBytes))
 }
 
 // streamsMemoryLimit is the soft ceiling of a process running cfgs: the
 // sum of each stream's.
-func streamsMemoryLimit(cfgs []*Config) int64 {
+func streamsMemoryLimit(cfgs []*config.Config) int64 {
 	var limit int64
 	for _, cfg := range cfgs {
 		limit += memoryLimit(cfg)
@@ -60,19 +61,20 @@ func streamsMemoryLimit(cfgs []*Config) int64 {
 // an ERROR record as it happens, so that a log pipeline reading the
 // structured log sees why it stopped; the others go on. The process-wide
 // settings (HTTP, pprof, logging) are the same in every stream's Config.
-func runStream(ctx context.Context, cfgs []*Config, stderr io.Writer) (err error) {
+func runStream(ctx context.Context, cfgs []*config.Config, stderr io.Writer) (err error) {
 	first := cfgs[0]
-	base, _ := first.logger(stderr) // validated
+	base, _ := first.Logger(stderr) // validated
 	log := base
 	if len(cfgs) == 1 {
 		log = base.With("stream", first.Stream, "slot", first.Slot)
 	}
-	var ran bool // the error, if any, is the pipelines'
+	var ran bool        // the error, if any, is the pipelines'
+	var stopped []error // of several streams, those that stopped, each its error
 	defer func() {
 		switch {
 		case err == nil:
 		case len(cfgs) > 1 && ran:
-			log.Error("stopping; the streams that stopped on a permanent error were logged as they stopped", "streams_stopped", len(unjoin(err)), "streams", len(cfgs))
+			log.Error("stopping; the streams that stopped on a permanent error were logged as they stopped", "streams_stopped", len(stopped), "streams", len(cfgs))
 		case ran:
 			peer, kind := pipeline.Describe(err)
 			log.Error("stopping on a permanent error", "err", err, "peer", peer, "kind", kind)
@@ -124,14 +126,17 @@ func runStream(ctx context.Context, cfgs []*Config, stderr io.Writer) (err error
 		peer, kind := pipeline.Describe(err)
 		p.Log().Error("stream stopped on a permanent error; the other streams go on", "err", flagHints(err), "peer", peer, "kind", kind)
 	})
-	// Each stream's error, with the flag that changes its outcome.
-	errs := slices.Clone(unjoin(err))
-	for i, e := range errs {
+	// Each stream's error, which fleet.Run joins, with the flag that
+	// changes its outcome.
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		stopped = slices.Clone(j.Unwrap())
+	}
+	for i, e := range stopped {
 		if se := (*pipeline.StreamError)(nil); errors.As(e, &se) {
-			errs[i] = &pipeline.StreamError{Stream: se.Stream, Err: flagHints(se.Err)}
+			stopped[i] = &pipeline.StreamError{Stream: se.Stream, Err: flagHints(se.Err)}
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(stopped...)
 }
 
 // newRegistry is the registry /metrics serves, holding Go's and the
@@ -187,7 +192,7 @@ var _ health = (*pipeline.Fleet)(nil)
 // serveHTTP serves /metrics, and the pipeline's /healthz and /readyz, on
 // cfg.HTTPAddr, and pprof on cfg.PprofAddr; an empty address serves
 // nothing there. Either is served without the other.
-func serveHTTP(reg *prometheus.Registry, p health, cfg *Config, log *slog.Logger) (stop func(), err error) {
+func serveHTTP(reg *prometheus.Registry, p health, cfg *config.Config, log *slog.Logger) (stop func(), err error) {
 	stopMetrics, err := serveMetrics(cfg.HTTPAddr, reg, p, cfg.HTTPConfigFile, log)
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/internal/testenv"
 	"github.com/walstream/walstream/pipeline"
 	"golang.org/x/crypto/bcrypt"
@@ -211,7 +212,7 @@ func TestMetricsTLSAndAuth(t *testing.T) {
 	if c := httpStatus(pprofAddr, "/debug/pprof/"); c != http.StatusOK {
 		t.Errorf("pprof on %s: %d, want 200", pprofAddr, c)
 	}
-	_, err = parseConfig([]string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--pprof-addr", "0.0.0.0:6060"}, io.Discard)
+	_, err = config.Parse(config.Run, []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--pprof-addr", "0.0.0.0:6060"}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "must listen on loopback") {
 		t.Errorf("pprof on 0.0.0.0: %v, want refused", err)
 	}
@@ -221,7 +222,7 @@ func TestMetricsTLSAndAuth(t *testing.T) {
 // off; it once served only beside /metrics and was silently ignored.
 func TestPprofWithoutMetrics(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	cfg, err := parseConfig([]string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--http-addr", "", "--pprof-addr", addr}, io.Discard)
+	cfg, err := config.Parse(config.Run, []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--http-addr", "", "--pprof-addr", addr}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func TestWebConfigWithoutListener(t *testing.T) {
 	if err := os.WriteFile(webConfig, fmt.Appendf(nil, "basic_auth_users:\n  prometheus: %s\n", hash), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := parseConfig([]string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--http-addr", "", "--http-config-file", webConfig}, io.Discard)
+	cfg, err := config.Parse(config.Run, []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--http-addr", "", "--http-config-file", webConfig}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/pipeline"
 )
 
@@ -24,14 +25,14 @@ type statusReport = pipeline.Report
 // stream, and fails when a slot is lost or ahead of its checkpoint.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var asJSON bool
-	cfgs, err := parseStreams(command{name: "status",
-		about: "Prints the slot's state and the checkpoint in Kafka of the stream, or of every stream a config file lists under streams: (--stream names one); " +
+	cfgs, err := config.ParseStreams(config.Command{Name: "status",
+		About: "Prints the slot's state and the checkpoint in Kafka of the stream, or of every stream a config file lists under streams: (--stream names one); " +
 			"exits non-zero when a slot is lost, missing or ahead of the checkpoint, or Kafka cannot be read.",
-		extra: func(fs *flag.FlagSet) {
+		Flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&asJSON, "json", false, "print JSON: the stream's report, or a list of every stream's")
 		},
-		uses:  statusSettings,
-		needs: func() (pg, kafka bool) { return true, true },
+		Uses:  config.StatusSettings,
+		Needs: func() (pg, kafka bool) { return true, true },
 	}, args, stdout)
 	if err != nil {
 		return err

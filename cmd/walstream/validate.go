@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+
+	"github.com/walstream/walstream/config"
 )
 
 // runValidate reads run's settings exactly as run does (flags, the
@@ -14,7 +16,7 @@ import (
 // memory limit run would have: the runtime's, parsed from GOMEMLIMIT, or
 // walstream's own.
 func runValidate(args []string, stdout io.Writer) error {
-	cfgs, err := parseStreams(runCommand, args, stdout)
+	cfgs, err := config.ParseStreams(config.Run, args, stdout)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"cmp"
@@ -12,11 +12,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/pipeline"
@@ -77,20 +79,22 @@ type Config struct {
 	takeoverName string
 }
 
-// setting is one flag; its environment variable (envName) and its config
-// file key are its name. field names the pipeline.Config fields it sets as
+// Setting is one flag; its environment variable (EnvName) and its config
+// file key are its Name. field names the pipeline.Config fields it sets as
 // Validate names them (space-separated), so that errors name the flag.
-type setting struct {
-	name  string
+type Setting struct {
+	Name  string
 	p     any // *string, *bool, *int, *time.Duration or a flag.Value
 	def   any
 	field string
-	usage string
+	// Usage is what --help says of it, less its environment variable.
+	Usage string
 }
 
-// settings are every flag but the outbox router's (routerFlags).
-func (c *Config) settings() []setting {
-	return []setting{
+// Settings are the settings table bound to c's fields: every flag but the
+// outbox router's (routerFlags).
+func (c *Config) Settings() []Setting {
+	return []Setting{
 		{"config", &c.ConfigFile, nil, "", "config file: walstream's YAML (settings by flag name, Debezium outbox router settings under outbox:, per-table ones under tables:; see docs/configuration.md), or a Debezium Postgres connector config as it is (.json, .properties, or a Strimzi KafkaConnector; see docs/debezium.md)"},
 		{"pg-url", &c.PGURL, nil, "", "Postgres connection URL or DSN of the primary (required); to follow a promotion, list every failover candidate with target_session_attrs=primary"},
 		{"pg-password-file", &c.PGPasswordFile, nil, "", "file holding the Postgres password (else the URL, passfile or ~/.pgpass)"},
@@ -100,13 +104,13 @@ func (c *Config) settings() []setting {
 		{"kafka-tls-cert-file", &c.KafkaTLSCertFile, nil, "", "PEM client certificate for mutual TLS"},
 		{"kafka-tls-key-file", &c.KafkaTLSKeyFile, nil, "", "PEM client key for mutual TLS"},
 		{"kafka-tls-server-name", &c.KafkaTLSServerName, nil, "", "name to verify the brokers' certificates against (default: the host dialed)"},
-		{"kafka-sasl-mechanism", &c.KafkaSASLMechanism, nil, "Kafka.SASLMechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (the password comes from --kafka-sasl-password-file or $" + envKafkaSASLPassword + "); OAUTHBEARER (--kafka-oauth-token-file, or --kafka-oauth-token-url for an OIDC token endpoint); AWS_MSK_IAM (credentials from the AWS default chain; see docs/kafka.md, Security)"},
+		{"kafka-sasl-mechanism", &c.KafkaSASLMechanism, nil, "Kafka.SASLMechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (the password comes from --kafka-sasl-password-file or $" + EnvKafkaSASLPassword + "); OAUTHBEARER (--kafka-oauth-token-file, or --kafka-oauth-token-url for an OIDC token endpoint); AWS_MSK_IAM (credentials from the AWS default chain; see docs/kafka.md, Security)"},
 		{"kafka-sasl-user", &c.KafkaSASLUser, nil, "", "SASL user"},
-		{"kafka-sasl-password-file", &c.KafkaSASLPasswordFile, nil, "", "file holding the SASL password; or $" + envKafkaSASLPassword + ", which has no flag"},
+		{"kafka-sasl-password-file", &c.KafkaSASLPasswordFile, nil, "", "file holding the SASL password; or $" + EnvKafkaSASLPassword + ", which has no flag"},
 		{"kafka-oauth-token-file", &c.KafkaOAuthTokenFile, nil, "", "OAUTHBEARER: file holding the bearer token, read again for every authentication (another process renews it)"},
 		{"kafka-oauth-token-url", &c.KafkaOAuthTokenURL, nil, "", "OAUTHBEARER: OIDC token endpoint walstream asks for tokens with the client-credentials grant, renewing them before they expire"},
 		{"kafka-oauth-client-id", &c.KafkaOAuthClientID, nil, "", "OAUTHBEARER: client id for --kafka-oauth-token-url"},
-		{"kafka-oauth-client-secret-file", &c.KafkaOAuthClientSecretFile, nil, "", "OAUTHBEARER: file holding the client secret for --kafka-oauth-token-url; or $" + envKafkaOAuthClientSecret + ", which has no flag"},
+		{"kafka-oauth-client-secret-file", &c.KafkaOAuthClientSecretFile, nil, "", "OAUTHBEARER: file holding the client secret for --kafka-oauth-token-url; or $" + EnvKafkaOAuthClientSecret + ", which has no flag"},
 		{"kafka-oauth-scope", &c.KafkaOAuthScope, nil, "", "OAUTHBEARER: scopes to ask --kafka-oauth-token-url for, space- or comma-separated"},
 		{"slot", &c.Slot, pipeline.DefaultSlot, "", "logical replication slot (pgoutput)"},
 		{"publication", &c.Publication, pipeline.DefaultPublication, "", "publication of the outbox table"},
@@ -145,9 +149,9 @@ func (c *Config) settings() []setting {
 		{"extended-headers", &c.ExtendedHeaders, nil, "", "write Debezium's __debezium.context.* headers before id, as its extended.headers.enabled does: connectorLogicalName (--topic-prefix), taskId 0, connectorName postgresql and runId (a UUIDv7 each start); on unless set false when --config is a Debezium connector config, whose default it is"},
 		{"topic-prefix", &c.Encoding.SchemaPrefix, nil, "Encoding.SchemaPrefix", "the Debezium connector's topic.prefix, which value schemas of envelopes name under a JSON converter with schemas and the Avro converter"},
 		{"schema-registry-url", &c.RegistryURL, nil, "", "the Avro converter's schema registry: its Confluent-compatible API, comma-separated URLs (Apicurio Registry: http://host:8080/apis/ccompat/v7; its /apis/registry/v2 or v3 URL, as Apicurio's converter takes, is turned into that)"},
-		{"schema-registry-user", &c.RegistryUser, nil, "", "schema registry basic auth user; the password comes from --schema-registry-password-file or $" + envRegistryPassword},
-		{"schema-registry-password-file", &c.RegistryPasswordFile, nil, "", "file holding the schema registry's basic auth password; or $" + envRegistryPassword + ", which has no flag"},
-		{"schema-registry-token-file", &c.RegistryTokenFile, nil, "", "file holding a bearer token for the schema registry; or $" + envRegistryToken + ", which has no flag"},
+		{"schema-registry-user", &c.RegistryUser, nil, "", "schema registry basic auth user; the password comes from --schema-registry-password-file or $" + EnvRegistryPassword},
+		{"schema-registry-password-file", &c.RegistryPasswordFile, nil, "", "file holding the schema registry's basic auth password; or $" + EnvRegistryPassword + ", which has no flag"},
+		{"schema-registry-token-file", &c.RegistryTokenFile, nil, "", "file holding a bearer token for the schema registry; or $" + EnvRegistryToken + ", which has no flag"},
 		{"schema-registry-tls-ca-file", &c.RegistryTLSCAFile, nil, "", "PEM CA bundle to verify the schema registry with (default: the system roots); the name is always verified"},
 		{"schema-registry-tls-cert-file", &c.RegistryTLSCertFile, nil, "", "PEM client certificate for the schema registry"},
 		{"schema-registry-tls-key-file", &c.RegistryTLSKeyFile, nil, "", "PEM client key for the schema registry"},
@@ -182,43 +186,47 @@ func (c *Config) settings() []setting {
 // envPrefix maps flag --max-batch-events to WALSTREAM_MAX_BATCH_EVENTS.
 const envPrefix = "WALSTREAM_"
 
-func envName(flagName string) string {
+// EnvName is the environment variable of a setting: --max-batch-events'
+// is WALSTREAM_MAX_BATCH_EVENTS.
+func EnvName(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// envKafkaSASLPassword is the SASL password's environment variable. It has
+// EnvKafkaSASLPassword is the SASL password's environment variable. It has
 // no flag: a secret on the command line shows in ps and shell history.
-const envKafkaSASLPassword = envPrefix + "KAFKA_SASL_PASSWORD"
+const EnvKafkaSASLPassword = envPrefix + "KAFKA_SASL_PASSWORD"
 
-// envKafkaOAuthClientSecret is the OAuth client secret's environment
+// EnvKafkaOAuthClientSecret is the OAuth client secret's environment
 // variable, also without a flag.
-const envKafkaOAuthClientSecret = envPrefix + "KAFKA_OAUTH_CLIENT_SECRET"
+const EnvKafkaOAuthClientSecret = envPrefix + "KAFKA_OAUTH_CLIENT_SECRET"
 
 // The schema registry's secrets' environment variables, which have no
 // flag either.
 const (
-	envRegistryPassword = envPrefix + "SCHEMA_REGISTRY_PASSWORD"
-	envRegistryToken    = envPrefix + "SCHEMA_REGISTRY_TOKEN"
+	// EnvRegistryPassword is the schema registry's basic auth password's.
+	EnvRegistryPassword = envPrefix + "SCHEMA_REGISTRY_PASSWORD"
+	// EnvRegistryToken is the schema registry's bearer token's.
+	EnvRegistryToken = envPrefix + "SCHEMA_REGISTRY_TOKEN"
 )
 
-// flags defines every setting on fs. Each flag's usage names its
-// environment variable, so `walstream run --help` documents both.
-func (c *Config) flags(fs *flag.FlagSet) {
-	for _, s := range c.settings() {
-		usage := s.usage + " ($" + envName(s.name) + ")"
+// Flags defines every setting on fs, bound to c. Each flag's usage names
+// its environment variable, so `walstream run --help` documents both.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	for _, s := range c.Settings() {
+		usage := s.Usage + " ($" + EnvName(s.Name) + ")"
 		switch p := s.p.(type) {
 		case *string:
 			def, _ := s.def.(string)
-			fs.StringVar(p, s.name, def, usage)
+			fs.StringVar(p, s.Name, def, usage)
 		case *bool:
 			def, _ := s.def.(bool)
-			fs.BoolVar(p, s.name, def, usage)
+			fs.BoolVar(p, s.Name, def, usage)
 		case *int:
-			fs.IntVar(p, s.name, s.def.(int), usage)
+			fs.IntVar(p, s.Name, s.def.(int), usage)
 		case *time.Duration:
-			fs.DurationVar(p, s.name, s.def.(time.Duration), usage)
+			fs.DurationVar(p, s.Name, s.def.(time.Duration), usage)
 		case flag.Value:
-			fs.Var(p, s.name, usage)
+			fs.Var(p, s.Name, usage)
 		}
 	}
 	c.Router = make(map[string]string)
@@ -246,25 +254,13 @@ func (p *parsed) Set(s string) error {
 	return p.parse(s)
 }
 
-// parseConfig reads the settings of `walstream run` for one stream: flags,
-// then the environment, then the config file. Help goes to stdout.
-func parseConfig(args []string, stdout io.Writer) (*Config, error) {
-	return parseCommand(runCommand, args, stdout)
-}
-
-// runCommand is `walstream run`, which runs every stream a config file's
-// streams: list names (see parseStreams).
-var runCommand = command{name: "run", about: "Streams an outbox table from a Postgres logical replication slot into Kafka, exactly once; " +
-	"several streams at once when the config file lists them under streams: (see docs/configuration.md, Many streams in one process).",
-	needs: func() (pg, kafka bool) { return true, true }}
-
 // build parses the settings held as text into pipeline.Config and reports
 // those that do not parse; pipeline.Config.Validate checks the rest.
 func (c *Config) build() error {
 	var errs []error
 	bad := func(name string, err error) {
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--%s ($%s): %w", name, envName(name), err))
+			errs = append(errs, fmt.Errorf("--%s ($%s): %w", name, EnvName(name), err))
 		}
 	}
 	var err error
@@ -318,7 +314,7 @@ func (c *Config) build() error {
 	if c.HTTPConfigFile != "" {
 		bad("http-config-file", checkWebConfig(c.HTTPConfigFile))
 	}
-	if _, err := c.logger(io.Discard); err != nil {
+	if _, err := c.Logger(io.Discard); err != nil {
 		bad("log-level", fmt.Errorf("%q is not one of debug, info, warn, error", c.LogLevel))
 	}
 	if c.PprofAddr != "" {
@@ -408,24 +404,24 @@ func (c *Config) namesWarning(keySet, idSet bool) string {
 // field it names, one line for each error it joins.
 func (c *Config) named(se *pipeline.SettingError) []error {
 	if se.Field == "Kafka.SASLMechanism" {
-		hint := fmt.Sprintf("the password comes from --kafka-sasl-password-file or $%s", envKafkaSASLPassword)
+		hint := fmt.Sprintf("the password comes from --kafka-sasl-password-file or $%s", EnvKafkaSASLPassword)
 		switch strings.ToUpper(c.KafkaSASLMechanism) {
 		case publish.SASLOAuthBearer:
-			hint = fmt.Sprintf("--kafka-oauth-token-file, or --kafka-oauth-token-url with --kafka-oauth-client-id and --kafka-oauth-client-secret-file or $%s", envKafkaOAuthClientSecret)
+			hint = fmt.Sprintf("--kafka-oauth-token-file, or --kafka-oauth-token-url with --kafka-oauth-client-id and --kafka-oauth-client-secret-file or $%s", EnvKafkaOAuthClientSecret)
 		case publish.SASLAWSMSKIAM:
 			hint = "--kafka-tls"
 		}
 		return []error{fmt.Errorf("--kafka-sasl-mechanism: %w (%s)", se.Err, hint)}
 	}
 	name := "slot/publication/table"
-	for _, s := range c.settings() {
+	for _, s := range c.Settings() {
 		if strings.Contains(" "+s.field+" ", " "+se.Field+" ") {
-			name = s.name
+			name = s.Name
 		}
 	}
 	var out []error
 	for _, err := range unjoin(se.Err) {
-		out = append(out, fmt.Errorf("--%s ($%s): %w", name, envName(name), err))
+		out = append(out, fmt.Errorf("--%s ($%s): %w", name, EnvName(name), err))
 	}
 	return out
 }
@@ -443,12 +439,12 @@ func (c *Config) format(name, converter, schemasName, schemas string) (format.Co
 	if schemas != "" {
 		var err error
 		if on, err = strconv.ParseBool(strings.TrimSpace(schemas)); err != nil {
-			return 0, fmt.Errorf("--%s ($%s): %q is not true or false", schemasName, envName(schemasName), schemas)
+			return 0, fmt.Errorf("--%s ($%s): %q is not true or false", schemasName, EnvName(schemasName), schemas)
 		}
 	}
 	f, err := format.Parse(converter, on)
 	if err != nil {
-		return 0, fmt.Errorf("--%s ($%s): %w", name, envName(name), err)
+		return 0, fmt.Errorf("--%s ($%s): %w", name, EnvName(name), err)
 	}
 	return f, nil
 }
@@ -498,7 +494,7 @@ func readSecret(path string) (string, error) {
 // kafka builds the Kafka connection settings, reading the TLS files and
 // the SASL password.
 func (c *Config) kafka() (publish.KafkaSettings, error) {
-	conn := publish.KafkaSettings{SASLMechanism: c.KafkaSASLMechanism, SASLUser: c.KafkaSASLUser, SASLPassword: os.Getenv(envKafkaSASLPassword)}
+	conn := publish.KafkaSettings{SASLMechanism: c.KafkaSASLMechanism, SASLUser: c.KafkaSASLUser, SASLPassword: os.Getenv(EnvKafkaSASLPassword)}
 	for _, b := range strings.Split(c.Brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			conn.Brokers = append(conn.Brokers, b)
@@ -517,7 +513,7 @@ func (c *Config) kafka() (publish.KafkaSettings, error) {
 		}
 	}
 	conn.OAuth = publish.OAuthSettings{TokenFile: c.KafkaOAuthTokenFile, TokenURL: c.KafkaOAuthTokenURL,
-		ClientID: c.KafkaOAuthClientID, ClientSecret: os.Getenv(envKafkaOAuthClientSecret),
+		ClientID: c.KafkaOAuthClientID, ClientSecret: os.Getenv(EnvKafkaOAuthClientSecret),
 		Scopes: strings.FieldsFunc(c.KafkaOAuthScope, func(r rune) bool { return r == ' ' || r == ',' })}
 	if c.KafkaOAuthClientSecretFile != "" {
 		var err error
@@ -539,7 +535,7 @@ func (c *Config) registry() []error {
 	var errs []error
 	bad := func(name string, err error) {
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--%s ($%s): %w", name, envName(name), err))
+			errs = append(errs, fmt.Errorf("--%s ($%s): %w", name, EnvName(name), err))
 		}
 	}
 	r := &c.Encoding.Registry
@@ -561,7 +557,7 @@ func (c *Config) registry() []error {
 	} else {
 		bad("schema-registry-url", r.CheckURLs())
 	}
-	r.User, r.Password, r.Token = c.RegistryUser, cmp.Or(c.registryPassword, os.Getenv(envRegistryPassword)), cmp.Or(c.registryToken, os.Getenv(envRegistryToken))
+	r.User, r.Password, r.Token = c.RegistryUser, cmp.Or(c.registryPassword, os.Getenv(EnvRegistryPassword)), cmp.Or(c.registryToken, os.Getenv(EnvRegistryToken))
 	if c.RegistryPasswordFile != "" {
 		r.Password, err = readSecret(c.RegistryPasswordFile)
 		bad("schema-registry-password-file", err)
@@ -611,8 +607,9 @@ func tlsConfig(peer, caFile, certFile, keyFile, serverName string) (*tls.Config,
 	return cfg, nil
 }
 
-// logger logs to w at --log-level in --log-format; err is a bad level.
-func (c *Config) logger(w io.Writer) (*slog.Logger, error) {
+// Logger logs to w at --log-level in --log-format; err is a bad level,
+// which Parse refuses.
+func (c *Config) Logger(w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	err := lvl.UnmarshalText([]byte(c.LogLevel))
 	opts := &slog.HandlerOptions{Level: lvl}
@@ -620,6 +617,25 @@ func (c *Config) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), err
 	}
 	return slog.New(slog.NewTextHandler(w, opts)), err
+}
+
+// quoted is what a YAML parser quotes from the document it failed on.
+var quoted = regexp.MustCompile("`[^`]*`|\"[^\"]*\"|'[^']*'")
+
+// checkWebConfig parses the exporter-toolkit web config as serving it
+// would. Its errors never quote the file: it holds password hashes, and
+// a wrong file may hold anything.
+func checkWebConfig(path string) error {
+	err := web.Validate(path)
+	if err == nil {
+		return nil
+	}
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return fmt.Errorf("%s is not a valid web config (tls_server_config, basic_auth_users; see docs/operations.md, The metrics endpoint): %s",
+		path, quoted.ReplaceAllString(strings.ReplaceAll(err.Error(), "\n", " "), "(…)"))
 }
 
 // newRunID is a UUIDv7 (RFC 9562) for the runId header, as Debezium makes

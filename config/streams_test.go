@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -50,7 +50,7 @@ streams:
 
 func parseRun(t *testing.T, args ...string) ([]*Config, error) {
 	t.Helper()
-	return parseStreams(runCommand, args, &bytes.Buffer{})
+	return ParseStreams(Run, args, &bytes.Buffer{})
 }
 
 // Each stream of a streams: list has its own settings over the shared
@@ -94,17 +94,17 @@ func TestConfigStreams(t *testing.T) {
 			inventory.Stream, inventory.Postgres.Host, inventory.Postgres.User, inventory.Table, inventory.Connector, inventory.Outboxes[0].TopicReplacement, inventory.Kafka.Brokers)
 	}
 
-	// --stream picks one stream; parseCommand, for commands of one stream,
+	// --stream picks one stream; Parse, for commands of one stream,
 	// needs it.
 	if cs, err = parseRun(t, "--config", path, "--stream", "billing"); err != nil || len(cs) != 1 || cs[0].Stream != "billing" {
 		t.Errorf("--stream billing: %d streams, %v", len(cs), err)
 	}
-	if _, err := parseConfig([]string{"--config", path}, &bytes.Buffer{}); err == nil ||
+	if _, err := Parse(Run, []string{"--config", path}, &bytes.Buffer{}); err == nil ||
 		!strings.Contains(err.Error(), "lists 3 streams and walstream run takes one: name it with --stream (orders/walstream, billing, inventory/inventory)") {
 		t.Errorf("one stream of three without --stream: %v", err)
 	}
-	initCmd := command{name: "init", uses: initSettings, needs: func() (bool, bool) { return false, false }}
-	if c, err := parseCommand(initCmd, []string{"--config", path, "--stream", "inventory/inventory"}, &bytes.Buffer{}); err != nil || c.Slot != "inventory" {
+	initCmd := Command{Name: "init", Uses: InitSettings, Needs: func() (bool, bool) { return false, false }}
+	if c, err := Parse(initCmd, []string{"--config", path, "--stream", "inventory/inventory"}, &bytes.Buffer{}); err != nil || c.Slot != "inventory" {
 		t.Errorf("init --stream inventory/inventory: %v", err)
 	}
 	if _, err := parseRun(t, "--config", path, "--stream", "nope"); err == nil || !strings.Contains(err.Error(), `--stream "nope": config file`) {
@@ -213,7 +213,11 @@ func TestConfigStreamsErrors(t *testing.T) {
 			if err == nil {
 				t.Fatal("accepted")
 			}
-			wantAll(t, err.Error(), tc.want...)
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
 		})
 	}
 }
@@ -222,7 +226,7 @@ func TestConfigStreamsErrors(t *testing.T) {
 // three streams, each with its password from its mounted file and none in
 // a URL, one of them the connector config beside it.
 func TestFleetManifest(t *testing.T) {
-	b, err := os.ReadFile("../../docs/fleet/walstream.yaml")
+	b, err := os.ReadFile("../docs/fleet/walstream.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

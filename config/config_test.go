@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 	t.Setenv("WALSTREAM_KAFKA_BROKERS", "k1:9092, k2:9092")
 	t.Setenv("WALSTREAM_SLOT", "orders")
 	t.Setenv("WALSTREAM_LINGER", "20ms")
-	c, err := parseConfig([]string{"--slot", "flagwins"}, &bytes.Buffer{})
+	c, err := Parse(Run, []string{"--slot", "flagwins"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		t.Errorf("defaults derived from the database and slot: stream %q, transactional id %q, checkpoint key %q, legacy %q and %q",
 			c.Stream, c.TransactionalID, c.CheckpointKey, c.LegacyKey, c.LegacyTransactionalID)
 	}
-	c, err = parseConfig([]string{"--stream", "orders-eu"}, &bytes.Buffer{})
+	c, err = Parse(Run, []string{"--stream", "orders-eu"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		{[]string{"--checkpoint-key", "k", "--transactional-id", "t"}, "", "", ""},
 		{[]string{"--stream", "s", "--checkpoint-key", "k"}, "", "walstream-flagwins", "--checkpoint-key is set"},
 	} {
-		c, err := parseConfig(append([]string{"--slot", "flagwins"}, tc.args...), &bytes.Buffer{})
+		c, err := Parse(Run, append([]string{"--slot", "flagwins"}, tc.args...), &bytes.Buffer{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 
 // --skip-event and --accept-recreated-table reach the pipeline's settings.
 func TestConfigSkipAndAccept(t *testing.T) {
-	c, err := parseConfig([]string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092",
+	c, err := Parse(Run, []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092",
 		"--skip-event", "0/16B3748:2", "--accept-recreated-table", "public.outbox=16454, billing.outbox=17000"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestConfigTakeover(t *testing.T) {
 		{args: []string{"--from-debezium-offset", "kafka:"}, err: "--from-debezium-offset"},
 		{args: []string{"--from-debezium-offset", "f", "--debezium-lookback", "-1m"}, err: "--debezium-lookback ($WALSTREAM_DEBEZIUM_LOOKBACK): must not be negative"},
 	} {
-		got, err := parseConfig(append(base[:len(base):len(base)], c.args...), &bytes.Buffer{})
+		got, err := Parse(Run, append(base[:len(base):len(base)], c.args...), &bytes.Buffer{})
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%q: %v, want an error naming %q", c.args, err, c.err)
@@ -170,7 +170,7 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			_, err := parseConfig(tc.args, &bytes.Buffer{})
+			_, err := Parse(Run, tc.args, &bytes.Buffer{})
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -184,7 +184,7 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 }
 
 func TestConfigNeverPrintsThePassword(t *testing.T) {
-	_, err := parseConfig([]string{"--pg-url", "postgres://u:hunter2secret@h:notaport/db", "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
+	_, err := Parse(Run, []string{"--pg-url", "postgres://u:hunter2secret@h:notaport/db", "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--pg-url") {
 		t.Fatalf("err = %v, want a --pg-url error", err)
 	}
@@ -195,7 +195,7 @@ func TestConfigNeverPrintsThePassword(t *testing.T) {
 
 func TestRunHelpListsEnvironment(t *testing.T) {
 	var stderr bytes.Buffer
-	_, err := parseConfig([]string{"--help"}, &stderr)
+	_, err := Parse(Run, []string{"--help"}, &stderr)
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help returned %v, want flag.ErrHelp", err)
 	}
@@ -242,7 +242,7 @@ tables:
     table.field.event.timestamp: created_at
     route.topic.replacement: billing.${routedByValue}
 `)
-	c, err := parseConfig([]string{"--config", path, "--message-prefix", "app"}, &bytes.Buffer{})
+	c, err := Parse(Run, []string{"--config", path, "--message-prefix", "app"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestConfigFileErrors(t *testing.T) {
 		{"nested value", base + "outbox:\n  route.by.field: [a, b]\n", nil, []string{"line 4", "single value"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseConfig(append([]string{"--config", writeFile(t, tc.body)}, tc.args...), &bytes.Buffer{})
+			_, err := Parse(Run, append([]string{"--config", writeFile(t, tc.body)}, tc.args...), &bytes.Buffer{})
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -354,7 +354,7 @@ func TestConfigConverters(t *testing.T) {
 		{"envelope schema needs topic.prefix", base + "value.converter: json\noutbox:\n  table.fields.additional.placement: type:envelope\n", nil, 0, 0, "--topic-prefix"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := parseConfig(append([]string{"--config", writeFile(t, tc.body)}, tc.args...), &bytes.Buffer{})
+			c, err := Parse(Run, append([]string{"--config", writeFile(t, tc.body)}, tc.args...), &bytes.Buffer{})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want it to name %s", err, tc.err)
@@ -376,7 +376,7 @@ func TestConfigConverters(t *testing.T) {
 // JSON payload behaviours are taken.
 func TestConfigRouterSettings(t *testing.T) {
 	base := []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
-	c, err := parseConfig(append(base, "--additional-missing", "ignore", "--json-payload-empty-array-behavior", "optional_string",
+	c, err := Parse(Run, append(base, "--additional-missing", "ignore", "--json-payload-empty-array-behavior", "optional_string",
 		"--json-payload-null-behavior", "optional_bytes", "--tracing-column", "traceparent"), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -385,11 +385,11 @@ func TestConfigRouterSettings(t *testing.T) {
 	if !tables[0].AdditionalOptional || !tables[0].ExpandJSONEmptyArrays || !tables[0].ExpandJSONNulls || tables[0].Columns.Tracing != "traceparent" {
 		t.Fatalf("outboxes = %+v", tables[0])
 	}
-	_, err = parseConfig(append(base, "--additional-missing", "skip"), &bytes.Buffer{})
+	_, err = Parse(Run, append(base, "--additional-missing", "skip"), &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--additional-missing") || !strings.Contains(err.Error(), "table.field.additional.missing") {
 		t.Fatalf("err = %v, want it to name --additional-missing and its Debezium key", err)
 	}
-	_, err = parseConfig(append(base, "--topic-regex", "(?<routedByValue>.*)(?!x)"), &bytes.Buffer{})
+	_, err = Parse(Run, append(base, "--topic-regex", "(?<routedByValue>.*)(?!x)"), &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--topic-regex") || !strings.Contains(err.Error(), "negative lookahead") {
 		t.Fatalf("err = %v, want it to name the construct and the setting", err)
 	}
@@ -401,7 +401,7 @@ func TestConfigRegistry(t *testing.T) {
 	base := "pg-url: postgres://u@h/db\nkafka-brokers: k:9092\ntopic-prefix: dbz\n"
 	t.Run("confluent", func(t *testing.T) {
 		t.Setenv("WS_SR_SECRET", "s3cret")
-		c, err := parseConfig([]string{"--config", writeFile(t, base+`key.converter: io.confluent.connect.avro.AvroConverter
+		c, err := Parse(Run, []string{"--config", writeFile(t, base+`key.converter: io.confluent.connect.avro.AvroConverter
 key.converter.schema.registry.url: https://sr:8081
 key.converter.basic.auth.credentials.source: USER_INFO
 key.converter.basic.auth.user.info: app:${WS_SR_SECRET}
@@ -430,7 +430,7 @@ value.converter.use.latest.version: true
 	t.Run("apicurio", func(t *testing.T) {
 		ca := testenv.NewCA(t, "registry-ca").CertFile
 		token := writeFile(t, "tok\n")
-		c, err := parseConfig([]string{"--config", writeFile(t, base+`value.converter: io.apicurio.registry.utils.converter.AvroConverter
+		c, err := Parse(Run, []string{"--config", writeFile(t, base+`value.converter: io.apicurio.registry.utils.converter.AvroConverter
 value.converter.apicurio.registry.url: http://registry:8080/apis/registry/v2
 value.converter.apicurio.registry.auto-register: true
 value.converter.apicurio.registry.find-latest: true

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -11,33 +11,40 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/walstream/walstream/pipeline"
 )
 
-// command is a subcommand's settings: the flags it adds, the shared
+// Command is a subcommand's settings: the flags it adds, the shared
 // settings it uses (listed by its --help) and the connections it needs.
-type command struct {
-	name, about string
-	// extra defines the command's own flags.
-	extra func(*flag.FlagSet)
-	// uses lists the shared settings the command reads; nil: all of them.
+type Command struct {
+	// Name is the command's, as in walstream <name>; About is what its
+	// --help says it does.
+	Name, About string
+	// Flags defines the command's own flags.
+	Flags func(*flag.FlagSet)
+	// Uses lists the shared settings the command reads; nil: all of them.
 	// The others are still accepted, so that one config file or
 	// environment serves every command.
-	uses []string
-	// needs says, once the flags are parsed, which connections the command
+	Uses []string
+	// Needs says, once the flags are parsed, which connections the command
 	// opens, so that their settings are required.
-	needs func() (pg, kafka bool)
+	Needs func() (pg, kafka bool)
 }
 
-// parseCommand reads a command's settings for one stream: flags, then the
+// Run is `walstream run`, which reads every setting and runs every
+// stream a config file's streams: list names (see ParseStreams).
+var Run = Command{Name: "run", About: "Streams an outbox table from a Postgres logical replication slot into Kafka, exactly once; " +
+	"several streams at once when the config file lists them under streams: (see docs/configuration.md, Many streams in one process).",
+	Needs: func() (pg, kafka bool) { return true, true }}
+
+// Parse reads a command's settings for one stream: flags, then the
 // environment, then the config file. --help prints to stdout and returns
 // flag.ErrHelp; a bad flag is one error line. A config file with a
 // streams: list needs --stream to name the one.
-func parseCommand(cmd command, args []string, stdout io.Writer) (*Config, error) {
-	cs, err := parseStreams(cmd, args, stdout)
+func Parse(cmd Command, args []string, stdout io.Writer) (*Config, error) {
+	cs, err := ParseStreams(cmd, args, stdout)
 	if err == nil && len(cs) > 1 {
-		return nil, fmt.Errorf("config file %s lists %d streams and walstream %s takes one: name it with --stream (%s)", cs[0].ConfigFile, len(cs), cmd.name, streamNames(cs))
+		return nil, fmt.Errorf("config file %s lists %d streams and walstream %s takes one: name it with --stream (%s)", cs[0].ConfigFile, len(cs), cmd.Name, streamNames(cs))
 	}
 	if len(cs) == 0 {
 		return nil, err
@@ -45,13 +52,13 @@ func parseCommand(cmd command, args []string, stdout io.Writer) (*Config, error)
 	return cs[0], err
 }
 
-// parseStreams reads a command's settings for every stream the config
+// ParseStreams reads a command's settings for every stream the config
 // file lists under streams:, or the one stream of the flags, the
 // environment and a file without such a list. With a list, --stream
 // names the one stream to read; the flags and the environment set every
 // stream's settings, over the file's top level, and none of a stream's
 // own entry (see docs/configuration.md, Many streams in one process).
-func parseStreams(cmd command, args []string, stdout io.Writer) ([]*Config, error) {
+func ParseStreams(cmd Command, args []string, stdout io.Writer) ([]*Config, error) {
 	c, fs, set, err := parseFlags(cmd, args, stdout)
 	if err != nil {
 		return nil, err
@@ -72,7 +79,7 @@ func parseStreams(cmd command, args []string, stdout io.Writer) ([]*Config, erro
 	var errs []error
 	for _, name := range streamOnly {
 		if set[name] && name != "stream" {
-			errs = append(errs, fmt.Errorf("--%s ($%s) names one stream, and config file %s lists streams: set it in the stream's entry", name, envName(name), f.path))
+			errs = append(errs, fmt.Errorf("--%s ($%s) names one stream, and config file %s lists streams: set it in the stream's entry", name, EnvName(name), f.path))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -130,15 +137,15 @@ func streamNames(cs []*Config) string {
 
 // parseFlags reads a command's flags, then fills every flag not given from
 // its environment variable; set are the flags either gave.
-func parseFlags(cmd command, args []string, stdout io.Writer) (c *Config, fs *flag.FlagSet, set map[string]bool, err error) {
+func parseFlags(cmd Command, args []string, stdout io.Writer) (c *Config, fs *flag.FlagSet, set map[string]bool, err error) {
 	c = new(Config)
-	fs = flag.NewFlagSet("walstream "+cmd.name, flag.ContinueOnError)
+	fs = flag.NewFlagSet("walstream "+cmd.Name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	c.flags(fs)
+	c.Flags(fs)
 	own := flag.NewFlagSet("", flag.ContinueOnError)
-	if cmd.extra != nil {
-		cmd.extra(own)
+	if cmd.Flags != nil {
+		cmd.Flags(own)
 		own.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
 	}
 	if err := fs.Parse(args); err != nil {
@@ -146,18 +153,18 @@ func parseFlags(cmd command, args []string, stdout io.Writer) (c *Config, fs *fl
 			printUsage(stdout, fs, cmd, own)
 			return nil, nil, nil, flag.ErrHelp
 		}
-		return nil, nil, nil, fmt.Errorf("%s; walstream %s --help lists the flags", flagError(fs, err), cmd.name)
+		return nil, nil, nil, fmt.Errorf("%s; walstream %s --help lists the flags", flagError(fs, err), cmd.Name)
 	}
 	if fs.NArg() > 0 {
-		return nil, nil, nil, fmt.Errorf("unexpected argument %q; walstream %s --help lists the flags", fs.Arg(0), cmd.name)
+		return nil, nil, nil, fmt.Errorf("unexpected argument %q; walstream %s --help lists the flags", fs.Arg(0), cmd.Name)
 	}
 	set = make(map[string]bool)
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := os.LookupEnv(envName(f.Name)); ok && !set[f.Name] {
+		if v, ok := os.LookupEnv(EnvName(f.Name)); ok && !set[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("$%s=%q: %s", envName(f.Name), v, expected(f, err)))
+				errs = append(errs, fmt.Errorf("$%s=%q: %s", EnvName(f.Name), v, expected(f, err)))
 			}
 			set[f.Name] = true
 		}
@@ -167,25 +174,25 @@ func parseFlags(cmd command, args []string, stdout io.Writer) (c *Config, fs *fl
 
 // finish parses and checks the settings once every source was read, and
 // requires the connections the command needs.
-func (c *Config) finish(cmd command) error {
+func (c *Config) finish(cmd Command) error {
 	errs := []error{c.build()}
-	needPG, needKafka := cmd.needs()
+	needPG, needKafka := cmd.Needs()
 	if needPG && c.PGURL == "" {
-		errs = append([]error{fmt.Errorf("--pg-url ($%s): is required", envName("pg-url"))}, errs...)
+		errs = append([]error{fmt.Errorf("--pg-url ($%s): is required", EnvName("pg-url"))}, errs...)
 	}
 	if needKafka && len(c.Kafka.Brokers) == 0 {
-		errs = append([]error{fmt.Errorf("--kafka-brokers ($%s): is required", envName("kafka-brokers"))}, errs...)
+		errs = append([]error{fmt.Errorf("--kafka-brokers ($%s): is required", EnvName("kafka-brokers"))}, errs...)
 	}
 	return errors.Join(errs...)
 }
 
 // printUsage lists the command's own flags and the shared settings it uses.
-func printUsage(w io.Writer, fs *flag.FlagSet, cmd command, own *flag.FlagSet) {
-	fmt.Fprintf(w, "Usage: walstream %s [flags]\n\n%s\nEvery flag can also be set by the environment variable named after it.\n\n", cmd.name, cmd.about)
+func printUsage(w io.Writer, fs *flag.FlagSet, cmd Command, own *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: walstream %s [flags]\n\n%s\nEvery flag can also be set by the environment variable named after it.\n\n", cmd.Name, cmd.About)
 	list := flag.NewFlagSet("", flag.ContinueOnError)
 	list.SetOutput(w)
 	fs.VisitAll(func(f *flag.Flag) {
-		if cmd.uses != nil && !slices.Contains(cmd.uses, f.Name) && own.Lookup(f.Name) == nil {
+		if cmd.Uses != nil && !slices.Contains(cmd.Uses, f.Name) && own.Lookup(f.Name) == nil {
 			return
 		}
 		list.Var(f.Value, f.Name, f.Usage)
@@ -239,35 +246,20 @@ func expected(f *flag.Flag, err error) string {
 	return want
 }
 
-// quoted is what a YAML parser quotes from the document it failed on.
-var quoted = regexp.MustCompile("`[^`]*`|\"[^\"]*\"|'[^']*'")
-
-// checkWebConfig parses the exporter-toolkit web config as serving it
-// would. Its errors never quote the file: it holds password hashes, and
-// a wrong file may hold anything.
-func checkWebConfig(path string) error {
-	err := web.Validate(path)
-	if err == nil {
-		return nil
-	}
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return err
-	}
-	return fmt.Errorf("%s is not a valid web config (tls_server_config, basic_auth_users; see docs/operations.md, The metrics endpoint): %s",
-		path, quoted.ReplaceAllString(strings.ReplaceAll(err.Error(), "\n", " "), "(…)"))
-}
-
-// Settings each command reads; run reads them all.
+// Settings each command reads (Command.Uses); run reads them all.
 var (
-	initSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table",
+	InitSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table",
 		"event-id-column", "event-key-column", "payload-column", "route-by-column", "timestamp-column",
 		"additional-placement", "additional-error-on-missing", "failover-slot",
 		"stream", "kafka-brokers", "checkpoint-topic", "transactional-id", "on-error", "dlq-topic", "topic-creation", "topic-template"}
-	statusSettings = slices.Concat([]string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "stream", "checkpoint-topic",
+	StatusSettings = slices.Concat([]string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "stream", "checkpoint-topic",
 		"checkpoint-key", "transactional-id", "on-error", "dlq-topic"}, kafkaConnection, []string{"blocking-query-text"})
 	// diff reads the Kafka connection only.
-	diffSettings = slices.Concat([]string{"config"}, kafkaConnection)
+	DiffSettings = slices.Concat([]string{"config"}, kafkaConnection)
+	// reemit reads the stream's Postgres, tables, mapping of the event id,
+	// and checkpoint.
+	ReemitSettings = slices.Concat([]string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "event-id-column",
+		"stream", "checkpoint-topic", "checkpoint-key", "transactional-id"}, kafkaConnection)
 	// kafkaConnection are the settings of a connection to Kafka.
 	kafkaConnection = []string{"kafka-brokers", "kafka-tls", "kafka-tls-ca-file", "kafka-tls-cert-file", "kafka-tls-key-file", "kafka-tls-server-name",
 		"kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password-file", "kafka-oauth-token-file", "kafka-oauth-token-url",

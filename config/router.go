@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -43,7 +43,7 @@ func routerFlags(fs *flag.FlagSet, m map[string]string) {
 	for _, k := range append(decode.RouterKeys(), decode.RouterKey{Key: "table.fields.additional.error.on.missing", Default: "true", Bool: true,
 		Doc: "walstream's earlier form of table.field.additional.missing: false is ignore"}) {
 		name := debezium.RouterSettings[k.Key]
-		usage := k.Doc + " (Debezium's " + k.Key + ") ($" + envName(name) + ")"
+		usage := k.Doc + " (Debezium's " + k.Key + ") ($" + EnvName(name) + ")"
 		fs.Var(&routerFlag{m: m, key: k.Key, def: k.Default, isBoolFlag: k.Bool}, name, usage)
 	}
 }
@@ -63,7 +63,7 @@ func (c *Config) outboxes() []error {
 			var se *decode.SettingError
 			if errors.As(e, &se) && debezium.RouterSettings[se.Key] != "" {
 				f := debezium.RouterSettings[se.Key]
-				e = fmt.Errorf("--%s ($%s, Debezium's %s): %q: %w", f, envName(f), se.Key, se.Value, se.Err)
+				e = fmt.Errorf("--%s ($%s, Debezium's %s): %q: %w", f, EnvName(f), se.Key, se.Value, se.Err)
 			}
 			out = append(out, e)
 		}
@@ -88,6 +88,7 @@ func (c *Config) outboxes() []error {
 	return errs
 }
 
+// unjoin is the errors errors.Join joined into err, or err alone.
 func unjoin(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		return j.Unwrap()

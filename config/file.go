@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"cmp"
@@ -143,7 +143,7 @@ func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool, f *configFile,
 	// tables: the command line's --table would silently replace.
 	named := func(tables []string, tableKey bool) {
 		if len(tables) > 0 && (tableKey || l.cli["table"]) {
-			l.errs = append(l.errs, fmt.Errorf("config file %s: its tables section and --table ($%s, or table:) both name the outbox tables; keep one", f.path, envName("table")))
+			l.errs = append(l.errs, fmt.Errorf("config file %s: its tables section and --table ($%s, or table:) both name the outbox tables; keep one", f.path, EnvName("table")))
 		}
 	}
 	if stream >= 0 {
@@ -256,7 +256,7 @@ func (l *loader) scalar(k, v *yaml.Node, router bool) (string, bool) {
 func (l *loader) setFlag(k *yaml.Node, flagName, value string) {
 	switch f := l.fs.Lookup(flagName); {
 	case l.layer != "" && l.cli[flagName]:
-		l.at(k, "%s is also set by --%s or $%s, which a stream's own settings cannot override; keep one", k.Value, flagName, envName(flagName))
+		l.at(k, "%s is also set by --%s or $%s, which a stream's own settings cannot override; keep one", k.Value, flagName, EnvName(flagName))
 	case l.set[flagName]:
 	case f == nil:
 		l.at(k, "unknown setting %q (settings are flag names, like kafka-brokers)", k.Value)

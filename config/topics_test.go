@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 
 func TestTopicCreationSetting(t *testing.T) {
 	base := []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
-	c, err := parseConfig(base, &bytes.Buffer{})
+	c, err := Parse(Run, base, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ topic-creation: |
   dlq.include=walstream\.dlq
   dlq.retention.ms=-1
 `)
-	c, err = parseConfig([]string{"--config", file}, &bytes.Buffer{})
+	c, err = Parse(Run, []string{"--config", file}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ topic-creation: |
 	}
 
 	t.Setenv("WALSTREAM_TOPIC_CREATION", "default.partitions=2;default.cleanup.policy=compact,delete")
-	if c, err = parseConfig(base, &bytes.Buffer{}); err != nil {
+	if c, err = Parse(Run, base, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
 	if g := c.TopicCreation.For("x"); g.Partitions != 2 || g.Configs["cleanup.policy"] != "compact,delete" {
@@ -55,7 +55,7 @@ topic-creation: |
 		{"orders.partitions=3", `"orders" is not the default group`},
 		{"default.partitions=1;default.partitions=2", "default.partitions is set twice"},
 	} {
-		_, err := parseConfig(append(base, "--topic-creation", bad.value), &bytes.Buffer{})
+		_, err := Parse(Run, append(base, "--topic-creation", bad.value), &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "topic-creation") {
 			t.Errorf("--topic-creation %q: %v, want an error naming the flag and %q", bad.value, err, bad.want)
 		}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/internal/testenv"
 	"github.com/walstream/walstream/publish/format"
 	"go.yaml.in/yaml/v3"
 )
@@ -131,7 +132,7 @@ spec:
 		{"Strimzi KafkaConnector", "connector.yaml", strimzi},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := parseConfig([]string{"--config", writeNamed(t, tc.file, tc.body), "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
+			c, err := Parse(Run, []string{"--config", writeNamed(t, tc.file, tc.body), "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -181,7 +182,7 @@ spec:
 // walstream cannot see the worker's.
 func TestConnectorConfigRefused(t *testing.T) {
 	parse := func(body string) error {
-		_, err := parseConfig([]string{"--config", writeNamed(t, "c.json", body), "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
+		_, err := Parse(Run, []string{"--config", writeNamed(t, "c.json", body), "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
 		return err
 	}
 	for _, tc := range []struct{ old, new, want string }{
@@ -217,7 +218,7 @@ func TestConnectorConfigRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A properties file names the line.
-	_, err := parseConfig([]string{"--config", writeNamed(t, "c.properties", "connector.class=io.debezium.connector.postgresql.PostgresConnector\n\nbinary.handling.mode=hex\n"),
+	_, err := Parse(Run, []string{"--config", writeNamed(t, "c.properties", "connector.class=io.debezium.connector.postgresql.PostgresConnector\n\nbinary.handling.mode=hex\n"),
 		"--kafka-brokers", "k:9092"}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "line 3: binary.handling.mode") {
 		t.Errorf("properties: %v, want the line named", err)
@@ -243,7 +244,7 @@ func TestConnectorConfigMessagesAndProviders(t *testing.T) {
 		"value.converter": "org.apache.kafka.connect.storage.StringConverter",
 		"extended.headers.enabled": "false"}`
 	path := writeNamed(t, "c.json", cfg)
-	c, err := parseConfig([]string{"--config", path, "--kafka-brokers", "k:9092", "--publication", "mine"}, &bytes.Buffer{})
+	c, err := Parse(Run, []string{"--config", path, "--kafka-brokers", "k:9092", "--publication", "mine"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,11 +258,11 @@ func TestConnectorConfigMessagesAndProviders(t *testing.T) {
 		t.Errorf("slot %s publication %s: want Debezium's default slot and the flag's publication", c.Slot, c.Publication)
 	}
 	one := strings.Replace(cfg, `"extended.headers.enabled": "false"`, `"message.prefix.include.list": "outbox"`, 1)
-	if c, err = parseConfig([]string{"--config", writeNamed(t, "c.json", one), "--kafka-brokers", "k:9092"}, &bytes.Buffer{}); err != nil || c.MessagePrefix != "outbox" {
+	if c, err = Parse(Run, []string{"--config", writeNamed(t, "c.json", one), "--kafka-brokers", "k:9092"}, &bytes.Buffer{}); err != nil || c.MessagePrefix != "outbox" {
 		t.Errorf("one prefix: %q, %v", c.MessagePrefix, err)
 	}
 	after := strings.Replace(cfg, `"transforms": "decode,outbox"`, `"transforms": "outbox,decode"`, 1)
-	if _, err := parseConfig([]string{"--config", writeNamed(t, "c.json", after), "--kafka-brokers", "k:9092"}, &bytes.Buffer{}); err == nil ||
+	if _, err := Parse(Run, []string{"--config", writeNamed(t, "c.json", after), "--kafka-brokers", "k:9092"}, &bytes.Buffer{}); err == nil ||
 		!strings.Contains(err.Error(), "comes after the outbox router") {
 		t.Errorf("the decoder after the router: %v", err)
 	}
@@ -272,7 +273,7 @@ func TestConnectorConfigMessagesAndProviders(t *testing.T) {
 func TestInitFromDebezium(t *testing.T) {
 	path := writeNamed(t, "connector.json", harnessConnector)
 	var out bytes.Buffer
-	if err := run(t.Context(), []string{"init", "--from-debezium", path}, &out, &bytes.Buffer{}); err != nil {
+	if err := PrintFromDebezium(&out, path); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(out.String(), "s3cr") {
@@ -284,11 +285,11 @@ func TestInitFromDebezium(t *testing.T) {
 	}
 	t.Setenv("KAFKA_BROKERS", "k:9092")
 	t.Setenv("PGPASSWORD", "s3cr'et")
-	printed, err := parseConfig([]string{"--config", writeFile(t, out.String())}, &bytes.Buffer{})
+	printed, err := Parse(Run, []string{"--config", writeFile(t, out.String())}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatalf("%v:\n%s", err, out.String())
 	}
-	pasted, err := parseConfig([]string{"--config", path, "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
+	pasted, err := Parse(Run, []string{"--config", path, "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +320,7 @@ func TestConnectorConfigRemoteSecrets(t *testing.T) {
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	ignored := strings.Replace(harnessConnector, `"tasks.max": "1",`, `"tasks.max": "1", "producer.override.sasl.jaas.config": "${secretsmanager:msk/jaas:config}",`, 1)
-	if _, err := parseConfig([]string{"--config", writeNamed(t, "c.json", ignored), "--kafka-brokers", "k:9092"}, &bytes.Buffer{}); err != nil {
+	if _, err := Parse(Run, []string{"--config", writeNamed(t, "c.json", ignored), "--kafka-brokers", "k:9092"}, &bytes.Buffer{}); err != nil {
 		t.Errorf("a secret in a key walstream ignores: %v", err)
 	}
 
@@ -327,7 +328,7 @@ func TestConnectorConfigRemoteSecrets(t *testing.T) {
 		`"database.password": "s3cr'et",`, `"database.password": "${k8s:db-creds:password}",
     "config.providers": "k8s", "config.providers.k8s.class": "io.strimzi.kafka.KubernetesSecretConfigProvider",`).Replace(harnessConnector)
 	var out bytes.Buffer
-	if err := printFromDebezium(&out, writeNamed(t, "connector.json", remote)); err != nil {
+	if err := PrintFromDebezium(&out, writeNamed(t, "connector.json", remote)); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(out.String(), "db-creds:password") || !strings.Contains(out.String(), "# pg-url: from database.*, which refers to ${k8s:db-creds:user}") {
@@ -366,7 +367,7 @@ func TestConnectorConfigAvro(t *testing.T) {
 		t.Fatal("the Avro converters were not put in the config")
 	}
 	parse := func(name, body string, args ...string) (*Config, error) {
-		return parseConfig(append([]string{"--config", writeNamed(t, name, body), "--kafka-brokers", "k:9092"}, args...), &bytes.Buffer{})
+		return Parse(Run, append([]string{"--config", writeNamed(t, name, body), "--kafka-brokers", "k:9092"}, args...), &bytes.Buffer{})
 	}
 	c, err := parse("connector.json", avroConnector)
 	if err != nil {
@@ -386,7 +387,7 @@ func TestConnectorConfigAvro(t *testing.T) {
 	// docs/debezium.md's Confluent converter settings, the secret's file in
 	// a test folder, and auto-registration off.
 	secrets := writeNamed(t, "sr.properties", "user-info=app:pa:ss\n")
-	block := docsBlock(t, "debezium.md", "## Avro and a schema registry", "```properties")
+	block := testenv.DocsBlock(t, "debezium.md", "## Avro and a schema registry", "```properties")
 	if !strings.Contains(block, "/etc/kafka/secrets/registry.properties") {
 		t.Fatalf("docs/debezium.md's Confluent settings read no secret from /etc/kafka/secrets/registry.properties:\n%s", block)
 	}
@@ -434,15 +435,15 @@ value.converter.use.latest.version=true
 	// init --from-debezium leaves the registry's password out, and the
 	// printed config reads back as the connector config does.
 	var out bytes.Buffer
-	if err := run(t.Context(), []string{"init", "--from-debezium", writeNamed(t, "connector.properties", confluent)}, &out, &bytes.Buffer{}); err != nil {
+	if err := PrintFromDebezium(&out, writeNamed(t, "connector.properties", confluent)); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(out.String(), "pa:ss") || !strings.Contains(out.String(), "$"+envRegistryPassword) {
+	if strings.Contains(out.String(), "pa:ss") || !strings.Contains(out.String(), "$"+EnvRegistryPassword) {
 		t.Fatalf("the printed config holds the password, or does not say where it goes:\n%s", out.String())
 	}
 	t.Setenv("KAFKA_BROKERS", "k:9092")
-	t.Setenv(envRegistryPassword, "pa:ss")
-	printed, err := parseConfig([]string{"--config", writeFile(t, out.String())}, &bytes.Buffer{})
+	t.Setenv(EnvRegistryPassword, "pa:ss")
+	printed, err := Parse(Run, []string{"--config", writeFile(t, out.String())}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatalf("%v:\n%s", err, out.String())
 	}
@@ -466,7 +467,7 @@ func TestConnectorConfigSignals(t *testing.T) {
     "predicates.isOutbox.type": "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
     "predicates.isOutbox.pattern": "placements_json\\.c_placements_json\\.outbox",`
 	parse := func(body string) (*Config, error) {
-		return parseConfig([]string{"--config", writeNamed(t, "c.json", body), "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
+		return Parse(Run, []string{"--config", writeNamed(t, "c.json", body), "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
 	}
 	withSignals := strings.Replace(harnessConnector, `"tasks.max": "1",`, signals, 1)
 	cfg, err := parse(withSignals)

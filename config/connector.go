@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -14,6 +14,10 @@ import (
 	"github.com/walstream/walstream/debezium"
 	"go.yaml.in/yaml/v3"
 )
+
+// A Debezium connector config in the place of walstream's config file
+// (--config), or under a stream's connector:, mapped onto the settings by
+// debezium.Translate; and the config file it is equivalent to.
 
 // applyConnector sets every flag the command line and the environment left
 // unset from a connector config, and notes the keys it ignores.
@@ -61,12 +65,13 @@ func unsetConverters(set map[string]bool, path string) error {
 	return errors.Join(errs...)
 }
 
-// printFromDebezium prints the walstream config file equivalent to a
-// connector config: the settings it maps to, by flag name, the router's
-// under outbox:, and the keys it ignores as comments. The database
-// password is left out: walstream reads it from $PGPASSWORD, ~/.pgpass or
-// --pg-password-file, never from a file it prints.
-func printFromDebezium(w io.Writer, path string) error {
+// PrintFromDebezium prints the walstream config file equivalent to the
+// connector config at path (walstream init --from-debezium): the settings
+// it maps to, by flag name, the router's under outbox:, and the keys it
+// ignores as comments. The database password is left out: walstream reads
+// it from $PGPASSWORD, ~/.pgpass or --pg-password-file, never from a file
+// it prints.
+func PrintFromDebezium(w io.Writer, path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("reading the connector config: %w", err)
@@ -114,10 +119,10 @@ func printFromDebezium(w io.Writer, path string) error {
 		}
 	}
 	if tr.Registry.Password != "" {
-		fmt.Fprintf(w, "# the schema registry's password is not copied: walstream reads it from --schema-registry-password-file or $%s\n", envRegistryPassword)
+		fmt.Fprintf(w, "# the schema registry's password is not copied: walstream reads it from --schema-registry-password-file or $%s\n", EnvRegistryPassword)
 	}
 	if tr.Registry.Token != "" {
-		fmt.Fprintf(w, "# the schema registry's token is not copied: walstream reads it from --schema-registry-token-file or $%s\n", envRegistryToken)
+		fmt.Fprintf(w, "# the schema registry's token is not copied: walstream reads it from --schema-registry-token-file or $%s\n", EnvRegistryToken)
 	}
 	fmt.Fprintln(w, "kafka-brokers: ${KAFKA_BROKERS} # the Kafka Connect worker's bootstrap.servers")
 	if len(router) > 0 {

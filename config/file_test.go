@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -35,7 +35,7 @@ func TestConfigFileDuplicateKey(t *testing.T) {
 		{"section", base + "outbox: {}\noutbox: {}\n", []string{"line 4", "outbox is set twice, first at line 3"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseConfig([]string{"--config", writeFile(t, tc.body)}, &bytes.Buffer{})
+			_, err := Parse(Run, []string{"--config", writeFile(t, tc.body)}, &bytes.Buffer{})
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -48,7 +48,7 @@ func TestConfigFileDuplicateKey(t *testing.T) {
 	}
 	// The same keys in different mappings are not duplicates.
 	ok := base + "outbox:\n  route.by.field: a\ntables:\n  public.outbox:\n    route.by.field: b\n"
-	if _, err := parseConfig([]string{"--config", writeFile(t, ok)}, &bytes.Buffer{}); err != nil {
+	if _, err := Parse(Run, []string{"--config", writeFile(t, ok)}, &bytes.Buffer{}); err != nil {
 		t.Fatalf("a key repeated in another mapping: %v", err)
 	}
 }

@@ -1,0 +1,20 @@
+// Package config reads walstream's settings and returns them validated,
+// one Config (a pipeline.Config, built) for each stream.
+//
+// It owns the one table of settings (Config.Settings, config.go): each a
+// flag, a WALSTREAM_ environment variable (EnvName) and a key of the YAML
+// config file at once, bound to a pipeline.Config field or parsed into one
+// by build, its field column naming the flag in pipeline.Config.Validate's
+// errors; the outbox router's settings beside it (router.go, named by
+// debezium.RouterSettings). It owns the config file (file.go): ${VAR}
+// expansion, the streams: list and each stream's own settings over the top
+// level's, outbox: and tables:, and a Debezium connector config in its
+// place or under a stream's connector: (connector.go), which
+// debezium.Translate maps onto the settings. And it owns what a command
+// reads (command.go): a Command's own flags and the shared settings it
+// uses, read from the command line, the environment and the file in that
+// order (Parse, ParseStreams), its --help, and the wording of a bad flag.
+//
+// cmd/walstream defines the commands, wires what they run and prints;
+// errors met at run time get their flags there.
+package config
