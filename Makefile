@@ -45,7 +45,7 @@ demo: deps
 	bash scripts/demo.sh
 
 # The generated parts of docs/: the configuration reference from the
-# settings table in cmd/walstream/config.go, the metrics reference from the
+# settings table in config/config.go, the metrics reference from the
 # collectors walstream registers. make test fails when they are stale
 # (TestReference); TestDocs checks every link, anchor and flag in docs/.
 docs:
