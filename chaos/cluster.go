@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/walstream/walstream/checkpoint"
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/kafka"
 )
 
 // commitTimeout is walstream's --commit-timeout in the suite; it asks
@@ -87,7 +87,7 @@ func (f *faults) coordinatorPartition(ctx context.Context, coordinator int32, tx
 		return ""
 	}
 	parts := md.Topics["__transaction_state"].Partitions
-	n := publish.TransactionLogPartition(txnID, len(parts))
+	n := kafka.TransactionLogPartition(txnID, len(parts))
 	if p, ok := parts[n]; ok && p.Leader != coordinator {
 		f.note("FindCoordinator named node %d for %s, but __transaction_state-%d is led by node %d", coordinator, txnID, n, p.Leader)
 	}

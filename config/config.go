@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/pipeline"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/publish/format"
@@ -178,7 +179,7 @@ func (c *Config) Settings() []Setting {
 		{"http-addr", &c.HTTPAddr, defaultHTTPAddr, "", "listen address for /metrics, /healthz and /readyz; empty disables, port 0 picks one; one that binds every interface is logged as a warning"},
 		{"log-level", &c.LogLevel, "info", "", "debug, info, warn or error"},
 		{"log-format", &c.LogFormat, "text", "", "text or json"},
-		{"topic-creation", &parsed{parse: func(s string) (err error) { c.TopicCreation, err = publish.ParseTopicCreationText(s); return err }}, nil, "",
+		{"topic-creation", &parsed{parse: func(s string) (err error) { c.TopicCreation, err = kafka.ParseTopicCreationText(s); return err }}, nil, "",
 			"create missing outbox and dead-letter topics with Kafka Connect topic.creation.* settings, name=value separated by ; or new lines, e.g. default.partitions=6;default.replication.factor=3 (see docs/kafka.md); empty: rely on the broker's auto.create.topics.enable"},
 	}
 }
@@ -406,9 +407,9 @@ func (c *Config) named(se *pipeline.SettingError) []error {
 	if se.Field == "Kafka.SASLMechanism" {
 		hint := fmt.Sprintf("the password comes from --kafka-sasl-password-file or $%s", EnvKafkaSASLPassword)
 		switch strings.ToUpper(c.KafkaSASLMechanism) {
-		case publish.SASLOAuthBearer:
+		case kafka.SASLOAuthBearer:
 			hint = fmt.Sprintf("--kafka-oauth-token-file, or --kafka-oauth-token-url with --kafka-oauth-client-id and --kafka-oauth-client-secret-file or $%s", EnvKafkaOAuthClientSecret)
-		case publish.SASLAWSMSKIAM:
+		case kafka.SASLAWSMSKIAM:
 			hint = "--kafka-tls"
 		}
 		return []error{fmt.Errorf("--kafka-sasl-mechanism: %w (%s)", se.Err, hint)}
@@ -493,8 +494,8 @@ func readSecret(path string) (string, error) {
 
 // kafka builds the Kafka connection settings, reading the TLS files and
 // the SASL password.
-func (c *Config) kafka() (publish.KafkaSettings, error) {
-	conn := publish.KafkaSettings{SASLMechanism: c.KafkaSASLMechanism, SASLUser: c.KafkaSASLUser, SASLPassword: os.Getenv(EnvKafkaSASLPassword)}
+func (c *Config) kafka() (kafka.Settings, error) {
+	conn := kafka.Settings{SASLMechanism: c.KafkaSASLMechanism, SASLUser: c.KafkaSASLUser, SASLPassword: os.Getenv(EnvKafkaSASLPassword)}
 	for _, b := range strings.Split(c.Brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			conn.Brokers = append(conn.Brokers, b)
@@ -512,7 +513,7 @@ func (c *Config) kafka() (publish.KafkaSettings, error) {
 			return conn, fmt.Errorf("--kafka-sasl-password-file: %w", err)
 		}
 	}
-	conn.OAuth = publish.OAuthSettings{TokenFile: c.KafkaOAuthTokenFile, TokenURL: c.KafkaOAuthTokenURL,
+	conn.OAuth = kafka.OAuthSettings{TokenFile: c.KafkaOAuthTokenFile, TokenURL: c.KafkaOAuthTokenURL,
 		ClientID: c.KafkaOAuthClientID, ClientSecret: os.Getenv(EnvKafkaOAuthClientSecret),
 		Scopes: strings.FieldsFunc(c.KafkaOAuthScope, func(r rune) bool { return r == ' ' || r == ',' })}
 	if c.KafkaOAuthClientSecretFile != "" {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/replication"
 )
@@ -341,7 +342,7 @@ func (e *earlier) markHanging(o publish.OpenRecord) {
 func awaitFenced(ctx context.Context, src checkpointSource, rd publish.Read, fenced []string, cfg *Config, prior *earlier, log *slog.Logger) (publish.Read, error) {
 	wait := cfg.undecidedWait
 	if wait == 0 {
-		wait = publish.TransactionTimeout(cfg.CommitTimeout) + 5*time.Second
+		wait = kafka.TransactionTimeout(cfg.CommitTimeout) + 5*time.Second
 	}
 	undecided := func(rd publish.Read) int {
 		return slices.IndexFunc(rd.Open, func(o publish.OpenRecord) bool {

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
@@ -105,9 +106,9 @@ func classifyFailure(err error) failure {
 		return failure{peerPostgres, kindSetup, true}
 	case errors.Is(err, publish.ErrFenced):
 		return failure{peerKafka, kindFenced, true}
-	case errors.Is(err, publish.ErrAuthorization):
+	case errors.Is(err, kafka.ErrAuthorization):
 		return failure{peerKafka, kindAuthorization, true}
-	case errors.Is(err, publish.ErrTopicMissing):
+	case errors.Is(err, kafka.ErrTopicMissing):
 		return failure{peerKafka, kindTopicMissing, true}
 	case publish.Permanent(err):
 		return failure{peerKafka, kindBadInput, true}

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/internal/testenv"
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/kafka"
 )
 
 // fakeRunner runs until ctx ends, or returns err at once when it is set.
@@ -76,7 +76,7 @@ func fleetConfig(t *testing.T, stream, url, slot string) Config {
 		t.Fatal(err)
 	}
 	c := Config{Stream: stream, Postgres: pg, CheckpointTopic: DefaultCheckpointTopic, CheckpointKey: stream, TransactionalID: "walstream-" + stream,
-		Kafka: publish.KafkaSettings{Brokers: []string{"kafka:9092"}}}
+		Kafka: kafka.Settings{Brokers: []string{"kafka:9092"}}}
 	c.Names.Slot = slot
 	return c
 }

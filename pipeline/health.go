@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/replication"
 )
@@ -113,7 +114,7 @@ type state struct {
 	committed   atomic.Int64
 	// held are the transactions the last Kafka probe found holding back
 	// the checkpoint topic's last stable offset.
-	held atomic.Pointer[[]publish.Hold]
+	held atomic.Pointer[[]kafka.Hold]
 }
 
 // probeResult is one Kafka probe: when it ended, and its error.
@@ -183,7 +184,7 @@ const (
 // probeKafka probes Kafka until ctx ends or stop is called, which waits for
 // the probing goroutine to end.
 func (p *Pipeline) probeKafka(ctx context.Context) (stop func()) {
-	pr, err := publish.NewProber(p.cfg.Kafka, p.cfg.TransactionalID, p.log)
+	pr, err := kafka.NewProber(p.cfg.Kafka, p.cfg.TransactionalID, p.log)
 	if err != nil {
 		p.state.kafka.Store(&probeResult{at: time.Now(), err: err})
 		return func() {}
@@ -195,12 +196,12 @@ func (p *Pipeline) probeKafka(ctx context.Context) (stop func()) {
 		defer pr.Close()
 		t := time.NewTicker(kafkaProbeInterval)
 		defer t.Stop()
-		told := make(map[holdKey]publish.Hold)
+		told := make(map[holdKey]kafka.Hold)
 		for {
 			pctx, pcancel := context.WithTimeout(ctx, kafkaProbeTimeout)
 			err := pr.Probe(pctx)
 			var unwritable []string
-			var held []publish.Hold
+			var held []kafka.Hold
 			var herr error
 			if err == nil {
 				// An error here is no answer about the partitions, which
@@ -243,7 +244,7 @@ type holdKey struct {
 // topic's last stable offset, for readiness, status and the metric, and
 // logs each when it is first seen and when it ends. told is what was
 // logged, kept by the probing goroutine.
-func (p *Pipeline) tellHolds(held []publish.Hold, told map[holdKey]publish.Hold) {
+func (p *Pipeline) tellHolds(held []kafka.Hold, told map[holdKey]kafka.Hold) {
 	p.state.held.Store(&held)
 	now := time.Now()
 	p.metrics.pub.Held(held, now)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
@@ -52,7 +53,7 @@ type Inspection struct {
 	KafkaErr error
 	// Held are the transactions that hold back the last stable offset of
 	// the checkpoint topic.
-	Held []publish.Hold
+	Held []kafka.Hold
 	// CheckpointKey and TransactionalID are the stream's: its own, or
 	// those of earlier versions where its checkpoint was found there.
 	CheckpointKey, TransactionalID string
@@ -96,7 +97,7 @@ func (in *Inspection) inspectTopics(ctx context.Context, conn *pgx.Conn, cfg *Co
 	}
 	slices.Sort(topics)
 	in.Topics = slices.Compact(topics)
-	in.MissingTopics, err = publish.MissingTopics(ctx, cfg.Kafka, in.Topics)
+	in.MissingTopics, err = kafka.MissingTopics(ctx, cfg.Kafka, in.Topics)
 	if err != nil {
 		in.Warnings = append(in.Warnings, fmt.Sprintf("checking the topics: %v", err))
 	}
@@ -182,7 +183,7 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 	// Asked whether the checkpoint could be read or not: with brokers
 	// down, a partition's new leader may not serve offsets yet, and this
 	// says why.
-	switch unwritable, err := publish.Unwritable(kctx, cfg.Kafka, cfg.TransactionalID, cfg.CheckpointTopic); {
+	switch unwritable, err := kafka.Unwritable(kctx, cfg.Kafka, cfg.TransactionalID, cfg.CheckpointTopic); {
 	case err != nil && in.KafkaErr == nil:
 		in.Warnings = append(in.Warnings, fmt.Sprintf("checking that Kafka can take walstream's writes: %v", err))
 	case len(unwritable) > 0:
@@ -190,7 +191,7 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 			" (see docs/kafka.md, When Kafka cannot take writes)")
 	}
 	if in.KafkaErr == nil {
-		held, err := publish.Holds(kctx, cfg.Kafka, cfg.CheckpointTopic)
+		held, err := kafka.Holds(kctx, cfg.Kafka, cfg.CheckpointTopic)
 		if err != nil {
 			in.Warnings = append(in.Warnings, fmt.Sprintf("checking for transactions that hold back the checkpoint topic: %v", err))
 		}

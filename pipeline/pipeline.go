@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
@@ -59,7 +60,7 @@ type Config struct {
 	// records; the checkpoint key and transactional id derive from it by
 	// default. Two streams sharing a Kafka cluster need different ones.
 	Stream          string
-	Kafka           publish.KafkaSettings
+	Kafka           kafka.Settings
 	TransactionalID string
 	CheckpointTopic string
 	CheckpointKey   string
@@ -91,7 +92,7 @@ type Config struct {
 	MaxRecordBytes int
 	// TopicCreation, when set, creates missing outbox and dead-letter
 	// topics; nil relies on the broker's auto-creation.
-	TopicCreation *publish.TopicCreation
+	TopicCreation *kafka.TopicCreation
 
 	// StreamInProgress has Postgres (14 and later) stream transactions
 	// larger than logical_decoding_work_mem while they are in progress,
@@ -197,7 +198,11 @@ func (c *Config) publishConfig() publish.Config {
 // KafkaACLs are the least-privilege Kafka ACLs of the stream: its
 // transactional id, the topics its outboxes and logical messages route
 // to, its dead-letter and checkpoint topics.
-func (c *Config) KafkaACLs() []publish.ACL { return publish.ACLs(c.publishConfig()) }
+func (c *Config) KafkaACLs() []kafka.ACL {
+	return kafka.ACLs(kafka.Access{TransactionalID: c.TransactionalID, CheckpointTopic: c.CheckpointTopic,
+		Outboxes: append(slices.Clip(c.Outboxes), c.Messages), DeadLetterTopic: c.DeadLetterTopic,
+		SkipEvent: c.SkipEvent, SkipTopic: c.SkipTopic, TopicCreation: c.TopicCreation})
+}
 
 // Run streams until ctx ends or a permanent error. Every transient failure
 // tears the session down and starts again from what Kafka holds, after a

@@ -26,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
@@ -48,7 +49,7 @@ func TestClassifyFailure(t *testing.T) {
 		{"slot ahead", fmt.Errorf("%w: slot", ErrSlotAhead), peerPostgres, kindSlotAhead, true},
 		{"setup", &replication.SetupError{Object: "wal_level"}, peerPostgres, kindSetup, true},
 		{"fenced", onKafka(fmt.Errorf("%w: x", publish.ErrFenced)), peerKafka, kindFenced, true},
-		{"authorization", onKafka(fmt.Errorf("%w: x", publish.ErrAuthorization)), peerKafka, kindAuthorization, true},
+		{"authorization", onKafka(fmt.Errorf("%w: x", kafka.ErrAuthorization)), peerKafka, kindAuthorization, true},
 		{"record too large", onKafka(&publish.RecordError{Topic: "t", Err: kerr.MessageTooLarge}), peerKafka, kindBadInput, true},
 		{"record timestamp out of range", onKafka(&publish.RecordError{Topic: "t", Err: kerr.InvalidTimestamp}), peerKafka, kindBadInput, true},
 		{"kafka tls", onKafka(x509.UnknownAuthorityError{}), peerKafka, kindTLS, true},

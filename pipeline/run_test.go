@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/internal/testenv"
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -28,7 +28,7 @@ func testConfig(t *testing.T, pg *testenv.Postgres, broker string) Config {
 	return Config{
 		Postgres: pgCfg, Create: true,
 		Names: replication.Names{Slot: "walstream", Publication: "walstream_outbox", Tables: []replication.Table{{Schema: "public", Name: "outbox"}}},
-		Kafka: publish.KafkaSettings{Brokers: []string{broker}}, TransactionalID: "walstream-test",
+		Kafka: kafka.Settings{Brokers: []string{broker}}, TransactionalID: "walstream-test",
 		CheckpointTopic: "walstream.checkpoints", CheckpointKey: "walstream",
 		Outboxes: []*decode.Outbox{o}, Messages: o, MaxRecordBytes: 1 << 20,
 		MaxBatchEvents: 100, MaxBatchBytes: 1 << 20, QueueBytes: 1 << 20,

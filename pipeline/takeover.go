@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/debezium"
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/replication"
 )
 
@@ -76,12 +76,12 @@ func (e *TakeoverError) Unwrap() []error { return []error{ErrTakeover, e.Err} }
 
 // topicReader reads Kafka Connect's offsets topic from the cluster the
 // stream writes to.
-type topicReader struct{ kafka publish.KafkaSettings }
+type topicReader struct{ conn kafka.Settings }
 
 var _ debezium.TopicReader = topicReader{}
 
 func (r topicReader) ReadTopic(ctx context.Context, topic string, each func(key, value []byte)) error {
-	return publish.ReadTopic(ctx, r.kafka, topic, each)
+	return kafka.ReadTopic(ctx, r.conn, topic, each)
 }
 
 // takeOver reads Debezium's offset and makes the stream's first checkpoint

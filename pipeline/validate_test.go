@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/walstream/walstream/decode"
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
 )
@@ -19,7 +19,7 @@ func validConfig(t *testing.T) Config {
 		t.Fatal(err)
 	}
 	return Config{Names: replication.Names{Slot: DefaultSlot, Publication: DefaultPublication, Tables: []replication.Table{{Schema: "public", Name: "outbox"}}},
-		Kafka: publish.KafkaSettings{Brokers: []string{"k:9092"}}, CheckpointTopic: DefaultCheckpointTopic, Outboxes: []*decode.Outbox{o},
+		Kafka: kafka.Settings{Brokers: []string{"k:9092"}}, CheckpointTopic: DefaultCheckpointTopic, Outboxes: []*decode.Outbox{o},
 		MaxBatchEvents: DefaultMaxBatchEvents, MaxBatchBytes: DefaultMaxBatchBytes, QueueBytes: DefaultQueueBytes, MaxRecordBytes: DefaultMaxRecordBytes,
 		Linger: DefaultLinger, StatusInterval: DefaultStatusInterval, ConfirmInterval: DefaultConfirmInterval, ProgressInterval: DefaultProgressInterval,
 		IdleInterval: DefaultIdleInterval, CommitTimeout: DefaultCommitTimeout, SlotPollInterval: DefaultSlotPollInterval, ReadyConfirmAge: DefaultReadyConfirmAge,

@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/kversion"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/kafka"
 )
 
 // Read is what a read of a stream's checkpoint key found.
@@ -60,25 +57,21 @@ func (o OpenRecord) String() string {
 // older instance under this transactional id still commit one.
 func (p *Producer) ReadCheckpoint(ctx context.Context) (Read, error) {
 	topic := p.cfg.CheckpointTopic
-	if _, err := ensureCheckpointTopic(ctx, p.client, topic, p.cfg.TopicCreation, p.log); err != nil {
-		return Read{}, p.markPermanent(err)
+	if _, err := kafka.EnsureCheckpointTopic(ctx, p.client, topic, p.cfg.TopicCreation, p.log); err != nil {
+		return Read{}, kafka.Authorization(err, p.cfg.TransactionalID)
 	}
 	r, err := readCheckpoint(ctx, p.opts, topic, p.cfg.CheckpointKey, true)
-	return r, p.markPermanent(err)
+	return r, kafka.Authorization(err, p.cfg.TransactionalID)
 }
 
 // ReadCheckpoint reads the last checkpoint committed under key in topic,
 // with clients of its own; records of transactions still open are left
 // out. It changes nothing, so an operator's tool may call it while
 // walstream runs.
-func ReadCheckpoint(ctx context.Context, kafka KafkaSettings, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
-	r, err := readCheckpoint(ctx, kafka.opts(), topic, key, false)
+func ReadCheckpoint(ctx context.Context, conn kafka.Settings, topic, key string) (cp checkpoint.Checkpoint, at time.Time, found bool, err error) {
+	r, err := readCheckpoint(ctx, conn.Opts(), topic, key, false)
 	return r.Checkpoint, r.At, r.Found, err
 }
-
-// readDeadline bounds reading the checkpoint; an error is better than a
-// start that hangs.
-const readDeadline = time.Minute
 
 // readCheckpoint reads the last checkpoint committed under key and the
 // records under it in open transactions; with writers, it also asks the
@@ -86,14 +79,14 @@ const readDeadline = time.Minute
 // by earlier versions do not name.
 func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string, writers bool) (Read, error) {
 	var last *kgo.Record
-	open, err := scanKey(ctx, connOpts, topic, key, func(r *kgo.Record) error {
+	open, err := kafka.ScanKey(ctx, connOpts, topic, key, func(r *kgo.Record) error {
 		last = r
 		return nil
 	})
 	if errors.Is(err, kerr.TopicAuthorizationFailed) {
-		err = fmt.Errorf("%w: the principal needs the Read ACL on checkpoint topic %s: %w", ErrAuthorization, topic, err)
+		err = fmt.Errorf("%w: the principal needs the Read ACL on checkpoint topic %s: %w", kafka.ErrAuthorization, topic, err)
 	}
-	if err = authorization(err); err != nil {
+	if err = kafka.Authorization(err, ""); err != nil {
 		return Read{}, err
 	}
 	var r Read
@@ -156,238 +149,3 @@ func transactionalIDs(ctx context.Context, connOpts []kgo.Opt, pids []int64) map
 	}
 	return ids
 }
-
-// scanKey calls each with every committed record under key in topic,
-// partition after partition, oldest first, with clients of its own:
-// read_committed up to each partition's last stable offset, and past it
-// read_uncommitted, each record decided by its transaction's marker
-// (decided.go), so that another producer's open transaction hides nothing
-// committed after it began. It returns the records under key whose
-// transactions were still open when the read reached the high watermark.
-// A topic that does not exist holds no records.
-func scanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each func(*kgo.Record) error) (open []*kgo.Record, err error) {
-	ctx, cancel := context.WithTimeout(ctx, readDeadline)
-	defer cancel()
-	r, err := newPartitionReader(connOpts)
-	if err != nil {
-		return nil, err
-	}
-	defer r.close()
-	starts, err := r.adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
-	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
-	}
-	stable, err := stableOffsets(ctx, r.adm, topic, 0)
-	if err != nil {
-		return nil, err
-	}
-	ends, err := r.adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("listing end offsets of topic %s: %w", topic, err)
-	}
-	ours := func(rec *kgo.Record) bool { return string(rec.Key) == key }
-	var parts []int32
-	stable.Each(func(o kadm.ListedOffset) { parts = append(parts, o.Partition) })
-	slices.Sort(parts)
-	for _, p := range parts {
-		start, _ := starts.Lookup(topic, p)
-		lso, _ := stable.Lookup(topic, p)
-		end, _ := ends.Lookup(topic, p)
-		if err := r.committedUntil(ctx, topic, p, start.Offset, lso.Offset, func(rec *kgo.Record) error {
-			if ours(rec) {
-				return each(rec)
-			}
-			return nil
-		}); err != nil {
-			return nil, err
-		}
-		if lso.Offset >= end.Offset {
-			continue
-		}
-		undecided, err := r.pastStable(ctx, topic, p, max(lso.Offset, start.Offset), end.Offset, ours, each)
-		if err != nil {
-			return nil, err
-		}
-		open = append(open, undecided...)
-	}
-	return open, nil
-}
-
-// ReadTopic calls each with every committed record of topic, oldest first,
-// read_committed, with a client of its own: Kafka Connect's offsets topic,
-// which holds a connector's position. A topic that does not exist holds
-// no records.
-func ReadTopic(ctx context.Context, kafka KafkaSettings, topic string, each func(key, value []byte)) error {
-	ctx, cancel := context.WithTimeout(ctx, readDeadline)
-	defer cancel()
-	return scanTopic(ctx, kafka.opts(), topic, time.Time{}, 0, func(r *kgo.Record) error {
-		each(r.Key, r.Value)
-		return nil
-	})
-}
-
-// scanTopic calls each with every committed record of topic, read_committed,
-// partition after partition in offset order, from the first record
-// timestamped at or after since (the log's start when since is zero) to
-// the last stable offset, with a client of its own. With stable > 0 it
-// first waits up to that long until no partition has a transaction open,
-// so that what an ended producer left open is committed or aborted before
-// the read decides what Kafka holds. A topic that does not exist holds no
-// records.
-func scanTopic(ctx context.Context, connOpts []kgo.Opt, topic string, since time.Time, stable time.Duration, each func(*kgo.Record) error) error {
-	// Fetch v12, the last that names topics rather than topic ids: the
-	// reader sends its own fetches.
-	cl, err := kgo.NewClient(append(connOpts[:len(connOpts):len(connOpts)], kgo.MaxVersions(kversion.V2_8_0()))...)
-	if err != nil {
-		return fmt.Errorf("creating Kafka client: %w", err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
-	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
-	}
-	ends, err := stableOffsets(ctx, adm, topic, stable)
-	if err != nil {
-		return err
-	}
-	if !since.IsZero() {
-		if starts, err = adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topic); err == nil {
-			err = starts.Error()
-		}
-		if err != nil {
-			return fmt.Errorf("listing the offsets of topic %s at %s: %w", topic, since.UTC().Format(time.RFC3339Nano), err)
-		}
-	}
-	next := make(map[int32]int64)
-	until := make(map[int32]int64)
-	ends.Each(func(o kadm.ListedOffset) {
-		if s, ok := starts.Lookup(topic, o.Partition); ok && o.Offset > s.Offset {
-			next[o.Partition], until[o.Partition] = s.Offset, o.Offset
-		}
-	})
-	// Raw fetches, decoded by franz-go, tell exactly how far the read got,
-	// however the broker represents aborted batches before the stable
-	// offset; a consumer only says what it returns.
-	for stalls := 0; len(until) > 0; {
-		req := kmsg.NewPtrFetchRequest()
-		req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 100, 1, 64<<20
-		req.IsolationLevel = 1 // read_committed
-		rt := kmsg.NewFetchRequestTopic()
-		rt.Topic = topic
-		for p := range until {
-			rp := kmsg.NewFetchRequestTopicPartition()
-			rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, next[p], 16<<20
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cl)
-		if err == nil {
-			err = kerr.ErrorForCode(resp.ErrorCode)
-		}
-		if err != nil {
-			return fmt.Errorf("reading topic %s: %w", topic, err)
-		}
-		progress := false
-		for _, t := range resp.Topics {
-			for i := range t.Partitions {
-				rp := &t.Partitions[i]
-				// A partition the principal may not read answers with an
-				// error code, which ProcessFetchPartition does not report.
-				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-					return fmt.Errorf("reading topic %s partition %d: %w", topic, rp.Partition, err)
-				}
-				fp, n := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
-					Offset: next[rp.Partition], IsolationLevel: kgo.ReadCommitted(), Topic: topic, Partition: rp.Partition,
-				}, rp, kgo.DefaultDecompressor(), nil)
-				if fp.Err != nil {
-					return fmt.Errorf("reading topic %s partition %d: %w", topic, rp.Partition, fp.Err)
-				}
-				for _, r := range fp.Records {
-					if r.Offset >= until[rp.Partition] {
-						break
-					}
-					if err := each(r); err != nil {
-						return err
-					}
-				}
-				if n > next[rp.Partition] {
-					next[rp.Partition], progress = n, true
-				}
-				if next[rp.Partition] >= until[rp.Partition] {
-					delete(until, rp.Partition)
-				}
-			}
-		}
-		if progress {
-			stalls = 0
-		} else if stalls++; stalls > 100 { // each fetch waits up to 100ms for data
-			return fmt.Errorf("reading topic %s: no progress at offsets %v, stable offsets %v", topic, next, until)
-		}
-	}
-	return nil
-}
-
-// stableOffsets lists the topic's last stable offsets: everything before
-// them is committed or aborted. With wait > 0 it waits up to that long
-// until they reach the high watermarks, that is until no transaction is
-// open on any partition, and names the partitions that kept one open.
-func stableOffsets(ctx context.Context, adm *kadm.Client, topic string, wait time.Duration) (kadm.ListedOffsets, error) {
-	deadline := time.Now().Add(wait)
-	for {
-		ends, err := adm.ListCommittedOffsets(ctx, topic)
-		if err == nil {
-			err = ends.Error()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("listing committed offsets of topic %s: %w", topic, err)
-		}
-		if wait <= 0 {
-			return ends, nil
-		}
-		hw, err := adm.ListEndOffsets(ctx, topic)
-		if err == nil {
-			err = hw.Error()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("listing end offsets of topic %s: %w", topic, err)
-		}
-		var open []string
-		hw.Each(func(o kadm.ListedOffset) {
-			if s, ok := ends.Lookup(topic, o.Partition); !ok || s.Offset < o.Offset {
-				open = append(open, fmt.Sprint(o.Partition))
-			}
-		})
-		if len(open) == 0 {
-			return ends, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: topic %s partitions %s kept a transaction open for %s", ErrOpenTransaction, topic, strings.Join(open, ", "), wait)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// ErrOpenTransaction means a topic kept a transaction open longer than a
-// reader would wait: a producer that ended without committing or aborting
-// it, whose transaction the broker aborts after its transaction timeout.
-var ErrOpenTransaction = errors.New("a transaction is open")

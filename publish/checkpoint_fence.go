@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/walstream/walstream/kafka"
 )
 
 // FenceOthers initializes the producer id of each of ids, other
@@ -20,7 +21,7 @@ import (
 func (p *Producer) FenceOthers(ctx context.Context, ids []string) error {
 	for _, id := range ids {
 		cl, err := kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)], kgo.TransactionalID(id),
-			kgo.TransactionTimeout(TransactionTimeout(p.cfg.CommitTimeout)))...)
+			kgo.TransactionTimeout(kafka.TransactionTimeout(p.cfg.CommitTimeout)))...)
 		if err != nil {
 			return fmt.Errorf("creating Kafka client: %w", err)
 		}
@@ -28,10 +29,10 @@ func (p *Producer) FenceOthers(ctx context.Context, ids []string) error {
 		cl.Close()
 		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
 			return fmt.Errorf("%w: the principal needs the Write ACL on transactional id %s, which wrote checkpoint key %s before, to fence it: %w",
-				ErrAuthorization, id, p.cfg.CheckpointKey, err)
+				kafka.ErrAuthorization, id, p.cfg.CheckpointKey, err)
 		}
 		if err != nil {
-			return authorization(fmt.Errorf("fencing transactional id %s, which wrote checkpoint key %s before: %w", id, p.cfg.CheckpointKey, err))
+			return kafka.Authorization(fmt.Errorf("fencing transactional id %s, which wrote checkpoint key %s before: %w", id, p.cfg.CheckpointKey, err), "")
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/walstream/walstream/kafka"
 )
 
 // Compare reads two sets of topics, read_committed, and compares them
@@ -22,7 +23,7 @@ import (
 // first record on the other: partition, key, value, headers in order, and
 // timestamp when asked.
 type Compare struct {
-	Kafka KafkaSettings
+	Kafka kafka.Settings
 	// Pairs are the topics compared, Debezium's (Left) with walstream's
 	// (Right).
 	Pairs []TopicPair
@@ -46,18 +47,18 @@ type TopicPair struct{ Left, Right string }
 // Pairs lists the topics matching pattern (a shell pattern, path.Match's:
 // outbox.event.*) and pairs each with prefix + its name. Topics already
 // named with the prefix are the other side's.
-func Pairs(ctx context.Context, kafka KafkaSettings, pattern, prefix string) ([]TopicPair, error) {
+func Pairs(ctx context.Context, conn kafka.Settings, pattern, prefix string) ([]TopicPair, error) {
 	if _, err := path.Match(pattern, ""); err != nil {
 		return nil, fmt.Errorf("topic pattern %q: %w", pattern, err)
 	}
-	cl, err := kgo.NewClient(kafka.opts()...)
+	cl, err := kgo.NewClient(conn.Opts()...)
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}
 	defer cl.Close()
 	topics, err := kadm.NewClient(cl).ListTopics(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing topics: %w", authorization(err))
+		return nil, fmt.Errorf("listing topics: %w", kafka.Authorization(err, ""))
 	}
 	var out []TopicPair
 	for _, t := range topics.Names() {
@@ -223,7 +224,7 @@ func (o *OneSided) add(id string, ts time.Time, examples int) {
 func (c Compare) read(ctx context.Context, topic string) (map[string]*summary, int, error) {
 	events := make(map[string]*summary)
 	n := 0
-	err := scanTopic(ctx, c.Kafka.opts(), topic, c.Since, 0, func(r *kgo.Record) error {
+	err := kafka.ScanTopic(ctx, c.Kafka.Opts(), topic, c.Since, 0, func(r *kgo.Record) error {
 		n++
 		id := eventKey(r)
 		if s, ok := events[id]; ok {
@@ -250,7 +251,7 @@ func (c Compare) read(ctx context.Context, topic string) (map[string]*summary, i
 		return nil
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("comparing topic %s: %w", topic, authorization(err))
+		return nil, 0, fmt.Errorf("comparing topic %s: %w", topic, kafka.Authorization(err, ""))
 	}
 	return events, n, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/kafka"
 )
 
 // Causes of a failed Kafka transaction operation, the label of
@@ -63,7 +64,7 @@ func (p *Producer) fail(ctx context.Context, err error) error {
 	// A transaction open past its timeout may have been aborted by the
 	// coordinator, whatever the error says: a process paused in the middle
 	// of a commit wakes up to its own deadline long passed.
-	outlived := p.inTxn && time.Since(p.began) > TransactionTimeout(p.cfg.CommitTimeout)
+	outlived := p.inTxn && time.Since(p.began) > kafka.TransactionTimeout(p.cfg.CommitTimeout)
 	var explained error
 	if fenced || outlived {
 		explained = p.explainFencing(ctx, err, fenced)
@@ -78,9 +79,9 @@ func (p *Producer) fail(ctx context.Context, err error) error {
 		for t := range p.byTopic {
 			topics = append(topics, t)
 		}
-		err = p.markPermanent(p.writable.diagnose(ctx, err, topics...))
+		err = kafka.Authorization(p.writable.Diagnose(ctx, err, topics...), p.cfg.TransactionalID)
 	default:
-		err = p.markPermanent(err)
+		err = kafka.Authorization(err, p.cfg.TransactionalID)
 	}
 	cause := failureCause(err)
 	p.metrics.txnFailed(cause)
@@ -99,7 +100,7 @@ func (p *Producer) fail(ctx context.Context, err error) error {
 func failureCause(err error) string {
 	var aborted *AbortedError
 	var invisible *InvisibleError
-	var unwritable *UnwritableError
+	var unwritable *kafka.UnwritableError
 	var op *net.OpError
 	var eof *kgo.ErrFirstReadEOF
 	switch {
@@ -111,7 +112,7 @@ func failureCause(err error) string {
 		return causeFenced
 	case errors.Is(err, kerr.NotEnoughReplicas), errors.Is(err, kerr.NotEnoughReplicasAfterAppend):
 		return causeNotEnough
-	case errors.As(err, &unwritable) && unwritable.notEnoughReplicas():
+	case errors.As(err, &unwritable) && unwritable.NotEnoughReplicas():
 		return causeNotEnough
 	case errors.As(err, &unwritable):
 		return causeNoLeader
@@ -203,7 +204,7 @@ func (p *Producer) explainFencing(ctx context.Context, err error, fenced bool) e
 	known := derr == nil && p.inTxn && p.epoch >= 0
 	switch {
 	case known && aborting && st.ProducerID == p.pid && st.ProducerEpoch == p.epoch+1:
-		return &AbortedError{TransactionalID: p.cfg.TransactionalID, Open: time.Since(p.began), Timeout: TransactionTimeout(p.cfg.CommitTimeout),
+		return &AbortedError{TransactionalID: p.cfg.TransactionalID, Open: time.Since(p.began), Timeout: kafka.TransactionTimeout(p.cfg.CommitTimeout),
 			Epoch: p.epoch, Bumped: st.ProducerEpoch, Err: err}
 	case !fenced:
 		return nil
@@ -233,13 +234,6 @@ func (p *Producer) describeTransaction(ctx context.Context) (kmsg.DescribeTransa
 	return kmsg.DescribeTransactionsResponseTransactionState{}, fmt.Errorf("the coordinator did not describe transactional id %s", p.cfg.TransactionalID)
 }
 
-// TransactionTimeout is the transaction timeout walstream asks the broker
-// for: twice the commit timeout, at least 10 s, so that a commit that
-// times out on walstream's side is never cut short by the broker.
-func TransactionTimeout(commitTimeout time.Duration) time.Duration {
-	return max(commitTimeout*2, 10*time.Second)
-}
-
 // visible waits until the transaction Kafka acknowledged as committed,
 // its checkpoint cp at at, is decided on the checkpoint partition, its
 // COMMIT marker after the checkpoint record, and only then is the
@@ -257,7 +251,7 @@ func (p *Producer) visible(ctx context.Context, at recordAt, cp checkpoint.Check
 		return nil // no acknowledgement carried an offset: nothing to wait for
 	}
 	if p.reader == nil {
-		r, err := newPartitionReader(p.opts)
+		r, err := kafka.NewPartitionReader(p.opts)
 		if err != nil {
 			return err
 		}
@@ -271,7 +265,7 @@ func (p *Producer) visible(ctx context.Context, at recordAt, cp checkpoint.Check
 	for ctx.Err() == nil {
 		// The first fetch returns the record at once; later ones wait at
 		// the broker for what follows it, the marker above all.
-		f, err := p.reader.fetch(ctx, topic, at.partition, next, false, 500*time.Millisecond)
+		f, err := p.reader.Fetch(ctx, topic, at.partition, next, false, 500*time.Millisecond)
 		if err != nil {
 			ferr = err
 			select {
@@ -280,23 +274,23 @@ func (p *Producer) visible(ctx context.Context, at recordAt, cp checkpoint.Check
 			}
 			continue
 		}
-		stable = f.lso
-		for _, r := range f.records {
-			switch fa, marker := markerFate(r); {
+		stable = f.LSO
+		for _, r := range f.Records {
+			switch fa, marker := kafka.MarkerFate(r); {
 			case r.Offset == at.offset:
 				pid = r.ProducerID
 			case pid < 0 || !marker || r.ProducerID != pid:
-			case fa == fateCommitted:
+			case fa == kafka.FateCommitted:
 				return nil
 			default:
-				return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: f.lso, Aborted: true}
+				return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: f.LSO, Aborted: true}
 			}
 		}
-		if pid < 0 && f.next > at.offset {
-			return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: f.lso,
+		if pid < 0 && f.Next > at.offset {
+			return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: f.LSO,
 				Err: fmt.Errorf("the partition holds no record at offset %d", at.offset)}
 		}
-		next = max(next, f.next)
+		next = max(next, f.Next)
 	}
 	return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: stable, Waited: p.cfg.CommitTimeout, Err: errors.Join(ctx.Err(), ferr)}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/walstream/walstream/kafka"
 )
 
 // Each failed Kafka transaction operation is counted by what caused it,
@@ -23,8 +24,8 @@ func TestFailureCause(t *testing.T) {
 		{&FencedError{Known: true, Err: kerr.ProducerFenced}, causeFenced},
 		{&FencedError{Unasked: errors.New("no coordinator"), Err: kerr.InvalidProducerEpoch}, causeFenced},
 		{wrap(kerr.NotEnoughReplicas), causeNotEnough},
-		{&UnwritableError{Partitions: []string{"t-0: 1 of 3 replicas in sync, fewer than min.insync.replicas 2: Kafka refuses writes (NOT_ENOUGH_REPLICAS)"}, Err: context.DeadlineExceeded}, causeNotEnough},
-		{&UnwritableError{Partitions: []string{"t-0: no leader"}, Err: context.DeadlineExceeded}, causeNoLeader},
+		{&kafka.UnwritableError{Partitions: []string{"t-0: 1 of 3 replicas in sync, fewer than min.insync.replicas 2: Kafka refuses writes (NOT_ENOUGH_REPLICAS)"}, Err: context.DeadlineExceeded}, causeNotEnough},
+		{&kafka.UnwritableError{Partitions: []string{"t-0: no leader"}, Err: context.DeadlineExceeded}, causeNoLeader},
 		{wrap(kerr.CoordinatorLoadInProgress), causeCoordinator},
 		{wrap(kerr.NotCoordinator), causeCoordinator},
 		{wrap(kerr.ConcurrentTransactions), causeConcurrent},
@@ -33,7 +34,7 @@ func TestFailureCause(t *testing.T) {
 		{wrap(context.DeadlineExceeded), causeTimeout},
 		{wrap(&net.OpError{Op: "dial", Err: errors.New("connection refused")}), causeUnreachable},
 		{wrap(&kgo.ErrFirstReadEOF{}), causeUnreachable},
-		{fmt.Errorf("%w: x", ErrAuthorization), causeRefused},
+		{fmt.Errorf("%w: x", kafka.ErrAuthorization), causeRefused},
 		{&RecordError{Topic: "t", Err: kerr.MessageTooLarge}, causeRefused},
 		{errors.New("something else"), causeOther},
 	} {

@@ -10,6 +10,7 @@ import (
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/kafka"
 )
 
 // openForeign opens a transaction of another producer on the checkpoint
@@ -88,7 +89,7 @@ func TestForeignTransactionOnCheckpointPartition(t *testing.T) {
 		if err != nil || !rd.Found || rd.Checkpoint != want || rd.Writer != "tx-a" || len(rd.Open) > 0 {
 			t.Fatalf("%s: ReadCheckpoint = %+v, %v; want %v written by tx-a, nothing open", when, rd, err, want)
 		}
-		cp, _, found, err := ReadCheckpoint(ctx, KafkaSettings{Brokers: []string{broker}}, "walstream.checkpoints", "slot-a")
+		cp, _, found, err := ReadCheckpoint(ctx, kafka.Settings{Brokers: []string{broker}}, "walstream.checkpoints", "slot-a")
 		if err != nil || !found || cp != want {
 			t.Fatalf("%s: ReadCheckpoint = %v, %v, %v; want %v", when, cp, found, err, want)
 		}

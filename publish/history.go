@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/kafka"
 )
 
 // CheckpointHistory returns the committed checkpoint records of the
@@ -13,18 +14,18 @@ import (
 // compacted, so the broker may have kept only the newest.
 func (p *Producer) CheckpointHistory(ctx context.Context) ([]checkpoint.Checkpoint, error) {
 	h, err := checkpointHistory(ctx, p.opts, p.cfg.CheckpointTopic, p.cfg.CheckpointKey)
-	return h, p.markPermanent(err)
+	return h, kafka.Authorization(err, p.cfg.TransactionalID)
 }
 
 // CheckpointHistory is Producer.CheckpointHistory for an operator's tool:
 // it changes nothing.
-func CheckpointHistory(ctx context.Context, kafka KafkaSettings, topic, key string) ([]checkpoint.Checkpoint, error) {
-	return checkpointHistory(ctx, kafka.opts(), topic, key)
+func CheckpointHistory(ctx context.Context, conn kafka.Settings, topic, key string) ([]checkpoint.Checkpoint, error) {
+	return checkpointHistory(ctx, conn.Opts(), topic, key)
 }
 
 func checkpointHistory(ctx context.Context, connOpts []kgo.Opt, topic, key string) ([]checkpoint.Checkpoint, error) {
 	var h []checkpoint.Checkpoint
-	_, err := scanKey(ctx, connOpts, topic, key, func(r *kgo.Record) error {
+	_, err := kafka.ScanKey(ctx, connOpts, topic, key, func(r *kgo.Record) error {
 		cp, _, err := checkpoint.Decode(r.Value)
 		if err != nil {
 			return fmt.Errorf("checkpoint key %s in topic %s, record %d: %w", key, topic, len(h), err)

@@ -18,16 +18,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kprom"
-	"github.com/twmb/franz-go/plugin/kslog"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish/format"
 )
 
 // Config configures a Producer.
 type Config struct {
-	Kafka           KafkaSettings
+	Kafka           kafka.Settings
 	TransactionalID string
 	CheckpointTopic string
 	CheckpointKey   string
@@ -69,7 +68,7 @@ type Config struct {
 	// TopicCreation, when set, creates missing outbox and dead-letter
 	// topics before the first record to them; when nil, walstream relies on
 	// the broker's auto.create.topics.enable.
-	TopicCreation *TopicCreation
+	TopicCreation *kafka.TopicCreation
 }
 
 // Compression is a record batch codec.
@@ -117,9 +116,6 @@ func (c Compression) codec() kgo.CompressionCodec {
 // over: another walstream instance is publishing this slot.
 var ErrFenced = errors.New("fenced: another walstream instance took over the transactional id")
 
-// ErrAuthorization means the broker refused walstream an operation.
-var ErrAuthorization = errors.New("not authorized by the Kafka cluster")
-
 // RecordError is a record the broker refused.
 type RecordError struct {
 	Topic string
@@ -161,10 +157,10 @@ type Producer struct {
 	opts   []kgo.Opt // connection options, shared with the checkpoint reader
 	client *kgo.Client
 	router *format.Router
-	topics *topicCreator
+	topics *kafka.TopicCreator
 	// writable names the partitions that cannot take writes, for the
 	// error of a Kafka operation that failed.
-	writable *writability
+	writable *kafka.Writability
 	tracker  positions
 	metrics  *Metrics
 	hook     func(point string)
@@ -203,7 +199,7 @@ type Producer struct {
 	written recordAt
 	// reader reads the checkpoint partition after each commit (visible),
 	// created at the first.
-	reader *partitionReader
+	reader *kafka.PartitionReader
 	// unsettled is a commit Kafka acknowledged whose marker is still to be
 	// looked for (settle); nil when there is none.
 	unsettled *commit
@@ -264,10 +260,10 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 		hook = func(string) {}
 	}
 	p := &Producer{cfg: cfg, log: log, router: router, metrics: m, hook: hook, byTopic: make(map[string]int)}
-	p.opts = append(cfg.Kafka.opts(), kgo.WithLogger(newQuietLogger(kslog.New(log.With("component", "kafka")))))
+	p.opts = append(cfg.Kafka.Opts(), kafka.WithLogger(log.With("component", "kafka")))
 	p.client, err = kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)],
 		kgo.TransactionalID(cfg.TransactionalID),
-		kgo.TransactionTimeout(TransactionTimeout(cfg.CommitTimeout)),
+		kgo.TransactionTimeout(kafka.TransactionTimeout(cfg.CommitTimeout)),
 		// Kafka's own murmur2 key hashing: the partition of an aggregate is
 		// the one any Java producer would pick.
 		kgo.RecordPartitioner(newPartitioner()),
@@ -284,8 +280,8 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}
-	p.topics = newTopicCreator(p.client, cfg.TopicCreation, log)
-	p.writable = newWritability(p.client, cfg.TransactionalID)
+	p.topics = kafka.NewTopicCreator(p.client, cfg.TopicCreation, log)
+	p.writable = kafka.NewWritability(p.client, cfg.TransactionalID)
 	return p, nil
 }
 
@@ -294,7 +290,7 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 func (p *Producer) Close() {
 	p.client.Close()
 	if p.reader != nil {
-		p.reader.close()
+		p.reader.Close()
 	}
 }
 
@@ -438,8 +434,8 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 					continue
 				}
 			}
-			if err := p.topics.ensure(ctx, rec.Topic); err != nil {
-				return p.markPermanent(fmt.Errorf("%s: %w", &tx.Events[i].Identity, err))
+			if err := p.topics.Ensure(ctx, rec.Topic); err != nil {
+				return kafka.Authorization(fmt.Errorf("%s: %w", &tx.Events[i].Identity, err), p.cfg.TransactionalID)
 			}
 			p.byTopic[rec.Topic]++
 			p.produce(ctx, rec, &tx.Events[i].Identity)
@@ -838,34 +834,6 @@ func (p *Producer) abort(ctx context.Context) {
 	p.reset()
 }
 
-// markPermanent wraps the franz-go errors that no retry can fix in the
-// errors Permanent reports; fail tells fencings apart.
-func (p *Producer) markPermanent(err error) error {
-	switch {
-	case errors.Is(err, ErrAuthorization):
-		return err
-	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
-		return fmt.Errorf("%w: the principal needs the Write ACL on transactional id %s: %w", ErrAuthorization, p.cfg.TransactionalID, err)
-	}
-	return authorization(err)
-}
-
-// authorization wraps in ErrAuthorization the errors that say the broker
-// refused the principal.
-func authorization(err error) error {
-	switch {
-	case errors.Is(err, ErrAuthorization):
-		return err
-	case errors.Is(err, kerr.SaslAuthenticationFailed),
-		errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
-		errors.Is(err, kerr.TopicAuthorizationFailed),
-		errors.Is(err, kerr.ClusterAuthorizationFailed),
-		errors.Is(err, kerr.GroupAuthorizationFailed):
-		return fmt.Errorf("%w: %w", ErrAuthorization, err)
-	}
-	return err
-}
-
 // Permanent reports whether err means publishing cannot succeed by retrying:
 // another instance took over, the broker refused access, or it refused a
 // record for what the record is.
@@ -875,7 +843,7 @@ func Permanent(err error) bool {
 	if errors.As(err, &reg) {
 		return reg.Permanent
 	}
-	return errors.Is(err, ErrFenced) || errors.Is(err, ErrAuthorization) || errors.Is(err, ErrNoPartition) || errors.Is(err, ErrTopicMissing) ||
+	return errors.Is(err, ErrFenced) || errors.Is(err, kafka.ErrAuthorization) || errors.Is(err, ErrNoPartition) || errors.Is(err, kafka.ErrTopicMissing) ||
 		(errors.As(err, &re) && (errors.Is(err, kerr.MessageTooLarge) ||
 			errors.Is(err, kerr.RecordListTooLarge) ||
 			// A timestamp outside message.timestamp.{before,after}.max.ms
@@ -883,67 +851,6 @@ func Permanent(err error) bool {
 			errors.Is(err, kerr.InvalidTimestamp) ||
 			errors.Is(err, kerr.InvalidTopicException) ||
 			errors.Is(err, kerr.InvalidRecord)))
-}
-
-// quietLogger passes on franz-go's warnings and errors only (at info it
-// logs every transaction), and each message at most once per logEvery:
-// while a broker is down, franz-go warns at every connection attempt.
-// The warnings of retries franz-go makes by itself go out at info: an
-// operator acts on the session's own message when they do not succeed.
-type quietLogger struct {
-	kgo.Logger
-	mu   sync.Mutex
-	last map[string]time.Time
-	held map[string]int
-}
-
-const logEvery = 30 * time.Second
-
-func newQuietLogger(l kgo.Logger) *quietLogger {
-	return &quietLogger{Logger: l, last: make(map[string]time.Time), held: make(map[string]int)}
-}
-
-var _ kgo.Logger = (*quietLogger)(nil)
-
-func (l *quietLogger) Level() kgo.LogLevel { return min(l.Logger.Level(), kgo.LogLevelWarn) }
-
-func (l *quietLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	l.mu.Lock()
-	if time.Since(l.last[msg]) < logEvery {
-		l.held[msg]++
-		l.mu.Unlock()
-		return
-	}
-	l.last[msg] = time.Now()
-	if n := l.held[msg]; n > 0 {
-		keyvals = append(keyvals, "repeats_suppressed", n)
-		l.held[msg] = 0
-	}
-	l.mu.Unlock()
-	if level == kgo.LogLevelWarn && retrying(msg) {
-		level = kgo.LogLevelInfo
-	}
-	l.Logger.Log(level, msg, keyvals...)
-}
-
-// retries are the starts of franz-go's warnings about a request it retries
-// by itself, or a broker it cannot reach yet; a session that fails because
-// of them says so at warn.
-var retries = []string{
-	"produce partition load error",
-	"unable to load producer ID",
-	"unable to AddPartitionsToTxn due to retryable",
-	"random error while producing",
-	"unable to open connection to broker",
-}
-
-func retrying(msg string) bool {
-	for _, r := range retries {
-		if strings.HasPrefix(msg, r) && !strings.Contains(msg, "TLS") {
-			return true
-		}
-	}
-	return false
 }
 
 // Metrics are the producer's Prometheus metrics.
@@ -963,7 +870,7 @@ type Metrics struct {
 	reemit       *reemitMetrics
 	// kafka are franz-go's client metrics. kprom allows one client at a
 	// time, so only the producer's client reports them.
-	kafka *kafkaMetrics
+	kafka kgo.Hook
 }
 
 // NewMetrics registers the producer's metrics on reg.
@@ -1003,7 +910,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.transactions.WithLabelValues("committed")
 	m.transactions.WithLabelValues("aborted")
-	m.kafka = &kafkaMetrics{m: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))}
+	m.kafka = kafka.ClientMetrics(reg)
 	m.registry = format.NewRegistryMetrics(reg)
 	m.reemit = newReemitMetrics(reg)
 	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters, m.txnFailures, m.takeover, m.held)
@@ -1052,7 +959,7 @@ func (m *Metrics) txnFailed(cause string) {
 
 // Held sets walstream_checkpoint_topic_held_seconds to the transactions
 // holding back the checkpoint topic now, and none else.
-func (m *Metrics) Held(holds []Hold, now time.Time) {
+func (m *Metrics) Held(holds []kafka.Hold, now time.Time) {
 	if m == nil {
 		return
 	}

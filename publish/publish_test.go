@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/kafka"
 )
 
 // testOutbox is the mapping of the producer tests' events.
@@ -49,7 +49,7 @@ func newProducer(t *testing.T, broker, txid string) *Producer {
 func newProducerWith(t *testing.T, broker, txid string, mod func(*Config)) *Producer {
 	t.Helper()
 	cfg := Config{Outboxes: []*decode.Outbox{testOutbox},
-		Kafka: KafkaSettings{Brokers: []string{broker}}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
+		Kafka: kafka.Settings{Brokers: []string{broker}}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
 		Slot: "slot-a", MaxBatchEvents: 100, MaxBatchBytes: 1 << 20,
 		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,
 	}
@@ -184,54 +184,6 @@ func TestCheckpointKeysAreSeparate(t *testing.T) {
 	}
 }
 
-type countLogger struct{ n int }
-
-func (c *countLogger) Level() kgo.LogLevel              { return kgo.LogLevelDebug }
-func (c *countLogger) Log(kgo.LogLevel, string, ...any) { c.n++ }
-
-// During an outage franz-go repeats itself; each message passes once per
-// logEvery, and info lines not at all.
-func TestQuietLogger(t *testing.T) {
-	inner := &countLogger{}
-	l := newQuietLogger(inner)
-	if l.Level() != kgo.LogLevelWarn {
-		t.Fatalf("level %v, want warn", l.Level())
-	}
-	for i := 0; i < 100; i++ {
-		l.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "x")
-	}
-	l.Log(kgo.LogLevelWarn, "another message")
-	if inner.n != 2 {
-		t.Fatalf("%d lines passed, want 2", inner.n)
-	}
-}
-
-type levelLogger struct{ levels map[string]kgo.LogLevel }
-
-func (l *levelLogger) Level() kgo.LogLevel { return kgo.LogLevelDebug }
-func (l *levelLogger) Log(level kgo.LogLevel, msg string, _ ...any) {
-	l.levels[msg] = level
-}
-
-// franz-go's own retries go out at info; what an operator acts on stays
-// at warn.
-func TestQuietLoggerDemotesRetries(t *testing.T) {
-	inner := &levelLogger{levels: make(map[string]kgo.LogLevel)}
-	l := newQuietLogger(inner)
-	for msg, want := range map[string]kgo.LogLevel{
-		"produce partition load error, bumping error count on first stored batch": kgo.LogLevelInfo,
-		"unable to open connection to broker":                                     kgo.LogLevelInfo,
-		"random error while producing, requeueing unattempted request":            kgo.LogLevelInfo,
-		"unable to open connection to broker due to an immediate EOF, which often means the client is using TLS when the broker is not expecting it (is TLS misconfigured?)": kgo.LogLevelWarn,
-		"read from broker errored, killing connection after 0 successful responses (is SASL missing?)":                                                                       kgo.LogLevelWarn,
-	} {
-		l.Log(kgo.LogLevelWarn, msg)
-		if got := inner.levels[msg]; got != want {
-			t.Errorf("%q logged at %v, want %v", msg, got, want)
-		}
-	}
-}
-
 // Transactions queued while a batch lingers join it: the producer takes
 // them when the batch is due, in one Kafka transaction, rather than being
 // woken by each.
@@ -286,18 +238,5 @@ func TestLingeringBatchTakesWhatWasQueued(t *testing.T) {
 	defer mu.Unlock()
 	if len(commits) != 1 || commits[0].Events != 4 {
 		t.Fatalf("commits = %v, want one Kafka transaction of all 4 events", commits)
-	}
-}
-
-func TestCheckBrokers(t *testing.T) {
-	ok := KafkaSettings{Brokers: []string{"k", "k:9092", "10.0.0.1:19092", "[::1]:9092"}}
-	if err := ok.CheckBrokers(); err != nil {
-		t.Fatal(err)
-	}
-	for b, want := range map[string]string{"k:0": `port "0" is not from 1 to 65535`, "k:65536": `port "65536"`, "k:kafka": `port "kafka"`,
-		":9092": "no host", "k:1:2": "want host:port"} {
-		if err := (KafkaSettings{Brokers: []string{"k:9092", b}}).CheckBrokers(); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v, want %q", b, err, want)
-		}
 	}
 }

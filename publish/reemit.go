@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish/format"
 )
 
@@ -139,8 +140,8 @@ func (p *Producer) addChunk(ctx context.Context, tx *decode.Tx) error {
 			return err
 		}
 		for j, rec := range recs {
-			if err := p.topics.ensure(ctx, rec.Topic); err != nil {
-				return p.markPermanent(fmt.Errorf("re-emit request %s: %s: %w", r.ID, &tx.Events[j].Identity, err))
+			if err := p.topics.Ensure(ctx, rec.Topic); err != nil {
+				return kafka.Authorization(fmt.Errorf("re-emit request %s: %s: %w", r.ID, &tx.Events[j].Identity, err), p.cfg.TransactionalID)
 			}
 			p.byTopic[rec.Topic]++
 			p.produce(ctx, rec, &tx.Events[j].Identity)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish/format"
 )
 
@@ -167,7 +168,7 @@ func (p *published) read(ctx context.Context, topic string) (map[string]*tally, 
 	}
 	tallies := make(map[string]*tally)
 	n := 0
-	err = scanTopic(ctx, p.opts, topic, p.takeover.Since, takeoverWait, func(r *kgo.Record) error {
+	err = kafka.ScanTopic(ctx, p.opts, topic, p.takeover.Since, takeoverWait, func(r *kgo.Record) error {
 		k := eventKey(r)
 		t := tallies[k]
 		if t == nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/internal/testenv"
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/kafka"
 )
 
 // prepared creates the outbox table, the publication and the slot in
@@ -154,7 +154,7 @@ func TestKafkaACLs(t *testing.T) {
 	}
 	var acls []*kadm.ACLBuilder // one per operation, as printed
 	type grant struct {
-		publish.ACL
+		kafka.ACL
 		op string
 	}
 	var grants []grant

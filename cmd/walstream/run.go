@@ -22,8 +22,8 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/pipeline"
-	"github.com/walstream/walstream/publish"
 )
 
 // defaultGOGC is the garbage collector's target when GOGC is not in the
@@ -169,7 +169,7 @@ func flagHints(err error) error {
 		return fmt.Errorf("%w (--stream)", err)
 	case errors.Is(err, pipeline.ErrRepeatedIDs):
 		return fmt.Errorf("%w (--debezium-accept-repeated-ids)", err)
-	case errors.Is(err, publish.ErrTopicMissing):
+	case errors.Is(err, kafka.ErrTopicMissing):
 		return fmt.Errorf("%w (create the topic, or let walstream create the topics it writes to with --topic-creation; see docs/kafka.md, Outbox and dead-letter topics)", err)
 	case errors.As(err, &recreated):
 		return fmt.Errorf("%w (--accept-recreated-table %s=%d)", err, recreated.Table, recreated.NewOID)

@@ -1,4 +1,4 @@
-package publish
+package kafka
 
 import (
 	"cmp"
@@ -44,68 +44,69 @@ const (
 	controlCommit = 1
 )
 
-// fate is what became of a transactional record.
-type fate int8
+// Fate is what became of a transactional record.
+type Fate int8
 
+// What became of a transactional record.
 const (
-	fateOpen fate = iota
-	fateCommitted
-	fateAborted
+	FateOpen Fate = iota
+	FateCommitted
+	FateAborted
 )
 
-// markerFate returns what the control record r decides for the records of
+// MarkerFate returns what the control record r decides for the records of
 // its producer before it; ok is false for a record that is no marker.
-func markerFate(r *kgo.Record) (f fate, ok bool) {
+func MarkerFate(r *kgo.Record) (f Fate, ok bool) {
 	if !r.Attrs.IsControl() || len(r.Key) < 4 {
-		return fateOpen, false
+		return FateOpen, false
 	}
 	switch binary.BigEndian.Uint16(r.Key[2:4]) {
 	case controlAbort:
-		return fateAborted, true
+		return FateAborted, true
 	case controlCommit:
-		return fateCommitted, true
+		return FateCommitted, true
 	}
-	return fateOpen, false
+	return FateOpen, false
 }
 
-// partitionReader fetches one partition at a time from its leader, with a
+// PartitionReader fetches one partition at a time from its leader, with a
 // client of its own: Fetch v12, the last that names topics rather than
 // topic ids, since the reader sends its own fetches. A fetch sent to any
 // broker but the leader is refused.
-type partitionReader struct {
+type PartitionReader struct {
 	cl      *kgo.Client
 	adm     *kadm.Client
 	leaders map[string]map[int32]int32
 }
 
-func newPartitionReader(connOpts []kgo.Opt) (*partitionReader, error) {
+// NewPartitionReader creates a reader connecting with connOpts.
+func NewPartitionReader(connOpts []kgo.Opt) (*PartitionReader, error) {
 	cl, err := kgo.NewClient(append(connOpts[:len(connOpts):len(connOpts)], kgo.MaxVersions(kversion.V2_8_0()))...)
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}
-	return &partitionReader{cl: cl, adm: kadm.NewClient(cl), leaders: make(map[string]map[int32]int32)}, nil
+	return &PartitionReader{cl: cl, adm: kadm.NewClient(cl), leaders: make(map[string]map[int32]int32)}, nil
 }
 
-func (r *partitionReader) close() { r.cl.Close() }
+// Close releases the reader's client.
+func (r *PartitionReader) Close() { r.cl.Close() }
 
-// fetched is one fetch of a partition: its records from the offset asked
+// Fetched is one fetch of a partition: its records from the offset asked
 // for, the offset to fetch next, and the partition's high watermark and
 // last stable offset when the broker answered.
-type fetched struct {
-	records    []*kgo.Record
-	next       int64
-	end, lso   int64
-	logStart   int64
-	fetchedAll bool // next reached the high watermark
+type Fetched struct {
+	Records  []*kgo.Record
+	Next     int64
+	End, LSO int64
 }
 
-// fetch reads partition p of topic from offset, read_committed when
+// Fetch reads partition p of topic from offset, read_committed when
 // committed is set, else read_uncommitted with control records. It waits
 // up to wait for a record at or past offset.
-func (r *partitionReader) fetch(ctx context.Context, topic string, p int32, offset int64, committed bool, wait time.Duration) (fetched, error) {
+func (r *PartitionReader) Fetch(ctx context.Context, topic string, p int32, offset int64, committed bool, wait time.Duration) (Fetched, error) {
 	leader, err := r.leader(ctx, topic, p)
 	if err != nil {
-		return fetched{}, err
+		return Fetched{}, err
 	}
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, int32(wait.Milliseconds()), 1, 16<<20
@@ -124,17 +125,17 @@ func (r *partitionReader) fetch(ctx context.Context, topic string, p int32, offs
 	}
 	if err != nil {
 		delete(r.leaders[topic], p)
-		return fetched{}, fmt.Errorf("fetching topic %s partition %d from broker %d: %w", topic, p, leader, err)
+		return Fetched{}, fmt.Errorf("fetching topic %s partition %d from broker %d: %w", topic, p, leader, err)
 	}
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return fetched{}, fmt.Errorf("fetching topic %s partition %d: the broker answered for no such partition", topic, p)
+		return Fetched{}, fmt.Errorf("fetching topic %s partition %d: the broker answered for no such partition", topic, p)
 	}
 	part := &resp.Topics[0].Partitions[0]
 	if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
 		// A moved leader (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH) is
 		// asked for again at the next fetch.
 		delete(r.leaders[topic], p)
-		return fetched{}, fmt.Errorf("fetching topic %s partition %d from broker %d: %w", topic, p, leader, err)
+		return Fetched{}, fmt.Errorf("fetching topic %s partition %d from broker %d: %w", topic, p, leader, err)
 	}
 	iso := kgo.ReadUncommitted()
 	if committed {
@@ -144,20 +145,14 @@ func (r *partitionReader) fetch(ctx context.Context, topic string, p int32, offs
 		KeepControlRecords: !committed, Offset: offset, IsolationLevel: iso, Topic: topic, Partition: p,
 	}, part, kgo.DefaultDecompressor(), nil)
 	if fp.Err != nil {
-		return fetched{}, fmt.Errorf("reading topic %s partition %d at offset %d: %w", topic, p, offset, fp.Err)
+		return Fetched{}, fmt.Errorf("reading topic %s partition %d at offset %d: %w", topic, p, offset, fp.Err)
 	}
-	f := fetched{records: fp.Records, next: max(next, offset), end: part.HighWatermark, lso: part.LastStableOffset, logStart: part.LogStartOffset}
-	limit := f.end
-	if committed {
-		limit = f.lso
-	}
-	f.fetchedAll = f.next >= limit
-	return f, nil
+	return Fetched{Records: fp.Records, Next: max(next, offset), End: part.HighWatermark, LSO: part.LastStableOffset}, nil
 }
 
 // leader returns the broker leading partition p of topic, from metadata
 // asked for once and again after a fetch failed.
-func (r *partitionReader) leader(ctx context.Context, topic string, p int32) (int32, error) {
+func (r *PartitionReader) leader(ctx context.Context, topic string, p int32) (int32, error) {
 	if l, ok := r.leaders[topic][p]; ok {
 		return l, nil
 	}
@@ -189,25 +184,25 @@ func (r *partitionReader) leader(ctx context.Context, topic string, p int32) (in
 // transaction says it committed, in offset order. It returns such records
 // whose transaction is still open at end. Records outside transactions
 // (no producer id) count as committed as they come.
-func (r *partitionReader) pastStable(ctx context.Context, topic string, p int32, from, end int64, want func(*kgo.Record) bool,
+func (r *PartitionReader) pastStable(ctx context.Context, topic string, p int32, from, end int64, want func(*kgo.Record) bool,
 	committed func(*kgo.Record) error) (open []*kgo.Record, err error) {
 	pending := make(map[int64][]*kgo.Record) // by producer id, awaiting a marker
 	var done []*kgo.Record
 	stalls := 0
 	for next := from; next < end; {
-		f, err := r.fetch(ctx, topic, p, next, false, 100*time.Millisecond)
+		f, err := r.Fetch(ctx, topic, p, next, false, 100*time.Millisecond)
 		if err != nil {
 			if stalls++; stalls > 100 || ctx.Err() != nil {
 				return nil, err
 			}
 			continue
 		}
-		for _, rec := range f.records {
+		for _, rec := range f.Records {
 			if rec.Offset >= end {
 				break
 			}
-			if fa, ok := markerFate(rec); ok {
-				if fa == fateCommitted {
+			if fa, ok := MarkerFate(rec); ok {
+				if fa == FateCommitted {
 					done = append(done, pending[rec.ProducerID]...)
 				}
 				delete(pending, rec.ProducerID)
@@ -221,8 +216,8 @@ func (r *partitionReader) pastStable(ctx context.Context, topic string, p int32,
 				pending[rec.ProducerID] = append(pending[rec.ProducerID], rec)
 			}
 		}
-		if f.next > next {
-			next, stalls = f.next, 0
+		if f.Next > next {
+			next, stalls = f.Next, 0
 		} else if stalls++; stalls > 100 {
 			return nil, fmt.Errorf("reading topic %s partition %d: no progress at offset %d, high watermark %d", topic, p, next, end)
 		}
@@ -244,17 +239,17 @@ func byOffset(a, b *kgo.Record) int { return cmp.Compare(a.Offset, b.Offset) }
 
 // committedUntil calls each with every committed record of partition p of
 // topic from from to until (a last stable offset), read_committed.
-func (r *partitionReader) committedUntil(ctx context.Context, topic string, p int32, from, until int64, each func(*kgo.Record) error) error {
+func (r *PartitionReader) committedUntil(ctx context.Context, topic string, p int32, from, until int64, each func(*kgo.Record) error) error {
 	stalls := 0
 	for next := from; next < until; {
-		f, err := r.fetch(ctx, topic, p, next, true, 100*time.Millisecond)
+		f, err := r.Fetch(ctx, topic, p, next, true, 100*time.Millisecond)
 		if err != nil {
 			if stalls++; stalls > 100 || ctx.Err() != nil {
 				return err
 			}
 			continue
 		}
-		for _, rec := range f.records {
+		for _, rec := range f.Records {
 			if rec.Offset >= until {
 				break
 			}
@@ -262,8 +257,8 @@ func (r *partitionReader) committedUntil(ctx context.Context, topic string, p in
 				return err
 			}
 		}
-		if f.next > next {
-			next, stalls = f.next, 0
+		if f.Next > next {
+			next, stalls = f.Next, 0
 		} else if stalls++; stalls > 100 {
 			return fmt.Errorf("reading topic %s partition %d: no progress at offset %d, last stable offset %d", topic, p, next, until)
 		}

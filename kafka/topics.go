@@ -1,4 +1,4 @@
-package publish
+package kafka
 
 import (
 	"context"
@@ -64,25 +64,11 @@ func wantCheckpoint(brokers int) (replicas, minISR int) {
 	return replicas, minISR
 }
 
-// EnsureCheckpointTopic creates the checkpoint topic when it is missing,
-// compacted, with min(3, brokers) replicas and min.insync.replicas 2 on
-// three brokers or more, and logs a warning naming the topic and its
-// actual settings when an existing one is weaker. Only a failure to create
-// a missing topic is an error: a topic that cannot be described is logged.
-func EnsureCheckpointTopic(ctx context.Context, conn KafkaSettings, topic string, log *slog.Logger) (TopicState, error) {
-	cl, err := kgo.NewClient(conn.opts()...)
-	if err != nil {
-		return TopicState{Topic: topic}, fmt.Errorf("creating Kafka client: %w", err)
-	}
-	defer cl.Close()
-	return ensureCheckpointTopic(ctx, cl, topic, nil, log)
-}
-
 // CheckCheckpointTopic describes the checkpoint topic and says how it is
 // weaker than walstream would create it, changing nothing: for status and
 // setup checks.
-func CheckCheckpointTopic(ctx context.Context, conn KafkaSettings, topic string) (TopicState, error) {
-	cl, err := kgo.NewClient(conn.opts()...)
+func CheckCheckpointTopic(ctx context.Context, conn Settings, topic string) (TopicState, error) {
+	cl, err := kgo.NewClient(conn.Opts()...)
 	if err != nil {
 		return TopicState{Topic: topic}, fmt.Errorf("creating Kafka client: %w", err)
 	}
@@ -90,11 +76,16 @@ func CheckCheckpointTopic(ctx context.Context, conn KafkaSettings, topic string)
 	return describeCheckpointTopic(ctx, cl, topic)
 }
 
-// ensureCheckpointTopic is EnsureCheckpointTopic on cl. A TopicCreation
-// group that takes the topic sets its replication factor and configs,
-// except that it stays one compacted partition: one checkpoint per key,
-// kept for ever.
-func ensureCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string, tc *TopicCreation, log *slog.Logger) (TopicState, error) {
+// EnsureCheckpointTopic creates the checkpoint topic with cl when it is
+// missing, compacted, with min(3, brokers) replicas and
+// min.insync.replicas 2 on three brokers or more, and logs a warning
+// naming the topic and its actual settings when an existing one is weaker.
+// Only a failure to create a missing topic is an error: a topic that
+// cannot be described is logged. A TopicCreation group that takes the
+// topic (tc, when not nil) sets its replication factor and configs, except
+// that it stays one compacted partition: one checkpoint per key, kept for
+// ever.
+func EnsureCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string, tc *TopicCreation, log *slog.Logger) (TopicState, error) {
 	st, err := describeCheckpointTopic(ctx, cl, topic)
 	if err != nil {
 		return st, err
@@ -462,14 +453,14 @@ type TopicError struct {
 func (e *TopicError) Error() string { return fmt.Sprintf("topic %s: %v", e.Topic, e.Err) }
 func (e *TopicError) Unwrap() error { return e.Err }
 
-// topicCreator makes sure each topic walstream is about to write to
+// TopicCreator makes sure each topic walstream is about to write to
 // exists before its first record, once per topic per producer. With
 // TopicCreation it creates a missing topic, and warns when an existing one
 // has other settings than its group's; without, it asks the broker for the
 // topic's metadata as a producer would, which auto-creates it where the
 // cluster does, and a topic still missing is an error (ErrTopicMissing),
 // rather than a transaction that times out.
-type topicCreator struct {
+type TopicCreator struct {
 	cl   *kgo.Client
 	tc   *TopicCreation // nil: the broker's auto-creation
 	log  *slog.Logger
@@ -477,8 +468,10 @@ type topicCreator struct {
 	seen map[string]bool // topics known to exist
 }
 
-func newTopicCreator(cl *kgo.Client, tc *TopicCreation, log *slog.Logger) *topicCreator {
-	return &topicCreator{cl: cl, tc: tc, log: log, seen: make(map[string]bool)}
+// NewTopicCreator creates topics with cl as tc says (nil: the broker's
+// auto-creation).
+func NewTopicCreator(cl *kgo.Client, tc *TopicCreation, log *slog.Logger) *TopicCreator {
+	return &TopicCreator{cl: cl, tc: tc, log: log, seen: make(map[string]bool)}
 }
 
 // How long a topic the broker may be auto-creating is waited for.
@@ -487,8 +480,8 @@ const (
 	autoCreatePoll = 200 * time.Millisecond
 )
 
-// ensure makes sure topic exists, creating it with TopicCreation.
-func (c *topicCreator) ensure(ctx context.Context, topic string) error {
+// Ensure makes sure topic exists, creating it with TopicCreation.
+func (c *TopicCreator) Ensure(ctx context.Context, topic string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.seen[topic] {
@@ -526,7 +519,7 @@ func (c *topicCreator) ensure(ctx context.Context, topic string) error {
 	return nil
 }
 
-func (c *topicCreator) create(ctx context.Context, topic string) error {
+func (c *TopicCreator) create(ctx context.Context, topic string) error {
 	g := c.tc.For(topic)
 	configs := make(map[string]*string, len(g.Configs))
 	for k, v := range g.Configs {
@@ -552,7 +545,7 @@ func (c *topicCreator) create(ctx context.Context, topic string) error {
 
 // compare warns when an existing topic differs from what its group would
 // create: walstream never alters a topic, but an operator may want to.
-func (c *topicCreator) compare(ctx context.Context, topic string, md metadata) {
+func (c *TopicCreator) compare(ctx context.Context, topic string, md metadata) {
 	g := c.tc.For(topic)
 	var diff []string
 	if g.Partitions > 0 && int(g.Partitions) != md.partitions {
@@ -600,8 +593,8 @@ func topicConfigs(ctx context.Context, cl *kgo.Client, topic string) (map[string
 
 // MissingTopics returns those of topics the cluster does not have, asking
 // for their metadata without creating them.
-func MissingTopics(ctx context.Context, conn KafkaSettings, topics []string) ([]string, error) {
-	cl, err := kgo.NewClient(conn.opts()...)
+func MissingTopics(ctx context.Context, conn Settings, topics []string) ([]string, error) {
+	cl, err := kgo.NewClient(conn.Opts()...)
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}

@@ -1,4 +1,4 @@
-package publish
+package kafka
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func utf16Units(s string) []uint16 {
 	return units
 }
 
-// writability tells which partitions walstream writes cannot take writes
+// Writability tells which partitions walstream writes cannot take writes
 // now: those without a leader, and those with fewer in-sync replicas than
 // min.insync.replicas, whose acks=all writes Kafka refuses with
 // NOT_ENOUGH_REPLICAS. Transactions write to the outbox topics, the
@@ -60,7 +60,7 @@ func utf16Units(s string) []uint16 {
 // transactional id; when any of them cannot be written, no transaction
 // commits. It keeps each topic's min.insync.replicas for a while: configs
 // change rarely, metadata often.
-type writability struct {
+type Writability struct {
 	cl              *kgo.Client
 	transactionalID string
 
@@ -76,14 +76,16 @@ type minISR struct {
 // minISRFor is how long a topic's min.insync.replicas is kept.
 const minISRFor = time.Minute
 
-func newWritability(cl *kgo.Client, transactionalID string) *writability {
-	return &writability{cl: cl, transactionalID: transactionalID, minISR: make(map[string]minISR)}
+// NewWritability watches the partitions the transactions of
+// transactionalID write to, with cl.
+func NewWritability(cl *kgo.Client, transactionalID string) *Writability {
+	return &Writability{cl: cl, transactionalID: transactionalID, minISR: make(map[string]minISR)}
 }
 
-// check returns, in words, each partition of topics (and the transaction
+// Check returns, in words, each partition of topics (and the transaction
 // state partition of the transactional id) that cannot take writes now;
 // none when all can.
-func (w *writability) check(ctx context.Context, topics ...string) ([]string, error) {
+func (w *Writability) Check(ctx context.Context, topics ...string) ([]string, error) {
 	topics = append(slices.Clip(topics), transactionLog)
 	req := kmsg.NewPtrMetadataRequest()
 	for _, t := range topics {
@@ -152,7 +154,7 @@ func unwritable(resp *kmsg.MetadataResponse, transactionalID string, minISR func
 }
 
 // minInSync is the topic's min.insync.replicas, -1 when it cannot be read.
-func (w *writability) minInSync(ctx context.Context, topic string) int {
+func (w *Writability) minInSync(ctx context.Context, topic string) int {
 	w.mu.Lock()
 	m, ok := w.minISR[topic]
 	w.mu.Unlock()
@@ -180,14 +182,14 @@ func (w *writability) minInSync(ctx context.Context, topic string) int {
 	return m.n
 }
 
-// diagnose adds to err, a Kafka operation that failed or timed out, the
+// Diagnose adds to err, a Kafka operation that failed or timed out, the
 // partitions among topics that cannot take writes, when any: Kafka's
 // retries hide the reason (franz-go retries NOT_ENOUGH_REPLICAS until the
 // commit times out).
-func (w *writability) diagnose(ctx context.Context, err error, topics ...string) error {
+func (w *Writability) Diagnose(ctx context.Context, err error, topics ...string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	problems, derr := w.check(ctx, topics...)
+	problems, derr := w.Check(ctx, topics...)
 	if derr != nil || len(problems) == 0 {
 		return err
 	}
@@ -207,9 +209,9 @@ func (e *UnwritableError) Error() string {
 
 func (e *UnwritableError) Unwrap() error { return e.Err }
 
-// notEnoughReplicas reports whether the partitions lack in-sync replicas
+// NotEnoughReplicas reports whether the partitions lack in-sync replicas
 // rather than a leader.
-func (e *UnwritableError) notEnoughReplicas() bool {
+func (e *UnwritableError) NotEnoughReplicas() bool {
 	for _, p := range e.Partitions {
 		if strings.Contains(p, "NOT_ENOUGH_REPLICAS") {
 			return true
@@ -221,11 +223,11 @@ func (e *UnwritableError) notEnoughReplicas() bool {
 // Unwritable lists, in words, the partitions of topics, and the transaction
 // state partition of transactionalID, that cannot take writes now, with a
 // client of its own: for an operator's status, while walstream runs.
-func Unwritable(ctx context.Context, conn KafkaSettings, transactionalID string, topics ...string) ([]string, error) {
-	cl, err := kgo.NewClient(conn.opts()...)
+func Unwritable(ctx context.Context, conn Settings, transactionalID string, topics ...string) ([]string, error) {
+	cl, err := kgo.NewClient(conn.Opts()...)
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}
 	defer cl.Close()
-	return newWritability(cl, transactionalID).check(ctx, topics...)
+	return NewWritability(cl, transactionalID).Check(ctx, topics...)
 }

@@ -1,10 +1,11 @@
-package publish
+package kafka
 
 import (
 	"net"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 )
@@ -16,6 +17,13 @@ import (
 type kafkaMetrics struct {
 	mu sync.RWMutex
 	m  *kprom.Metrics
+}
+
+// ClientMetrics registers franz-go's client metrics (kprom,
+// walstream_kafka_*) on reg and returns the hook that reports them, for
+// one client at a time (kgo.WithHooks): kprom allows no more.
+func ClientMetrics(reg prometheus.Registerer) kgo.Hook {
+	return &kafkaMetrics{m: kprom.NewMetrics("walstream_kafka", kprom.Registerer(reg))}
 }
 
 func (k *kafkaMetrics) OnNewClient(c *kgo.Client) {

@@ -1,4 +1,4 @@
-package publish
+package kafka
 
 import (
 	"slices"
@@ -26,7 +26,7 @@ func TestACLs(t *testing.T) {
 	shared := outbox("public", "outbox", nil)
 	anyTopic := outbox("public", "any_outbox", map[string]string{"route.topic.replacement": "${routedByValue}"})
 	messages := outbox("", "logical message walstream", nil)
-	cfg := Config{TransactionalID: "walstream-orders", CheckpointTopic: "walstream.checkpoints", DeadLetterTopic: "orders.dlq",
+	cfg := Access{TransactionalID: "walstream-orders", CheckpointTopic: "walstream.checkpoints", DeadLetterTopic: "orders.dlq",
 		SkipEvent: decode.Ref{CommitLSN: 0x10, Ordinal: 1}, SkipTopic: "walstream.skipped",
 		Outboxes:      []*decode.Outbox{orders, shared, anyTopic, messages, nil},
 		TopicCreation: &TopicCreation{Default: TopicGroup{Configs: map[string]string{"retention.ms": "604800000"}}}}
@@ -65,7 +65,7 @@ func TestACLs(t *testing.T) {
 	// The logical messages' own route, when no table shares it, is
 	// granted too; without topic configs nothing asks for DescribeConfigs
 	// but the checkpoint topic's check.
-	cfg = Config{TransactionalID: "t", CheckpointTopic: "cp", Outboxes: []*decode.Outbox{orders, messages}}
+	cfg = Access{TransactionalID: "t", CheckpointTopic: "cp", Outboxes: []*decode.Outbox{orders, messages}}
 	var names []string
 	for _, a := range ACLs(cfg) {
 		if a.Resource == "topic" && a.Name != "cp" {

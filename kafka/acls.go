@@ -1,8 +1,10 @@
-package publish
+package kafka
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/walstream/walstream/decode"
 )
 
 // ACL is one Kafka ACL a producer's principal needs: operations allowed on
@@ -17,10 +19,28 @@ type ACL struct {
 	Why      string
 }
 
+// Access is what a stream's producer writes and reads in Kafka, from which
+// its ACLs follow.
+type Access struct {
+	TransactionalID string
+	CheckpointTopic string
+	// Outboxes are the outbox tables and the logical messages, whose
+	// routes name the topics their events go to.
+	Outboxes []*decode.Outbox
+	// DeadLetterTopic, when set, receives the events that cannot be
+	// published; SkipTopic the one event SkipEvent names, when set.
+	DeadLetterTopic string
+	SkipEvent       decode.Ref
+	SkipTopic       string
+	// TopicCreation, when set, creates missing topics and compares
+	// existing ones with its configs.
+	TopicCreation *TopicCreation
+}
+
 // ACLs are the least-privilege ACLs of a producer of cfg. Kafka implies
 // Describe from Read and Write, and since 3.0 a transactional producer
 // needs no IdempotentWrite on the cluster, so neither is listed.
-func ACLs(cfg Config) []ACL {
+func ACLs(cfg Access) []ACL {
 	create := func(ops ...string) []string {
 		// Without TopicCreation the broker's auto-creation makes a topic
 		// for a client only if it may Create it.

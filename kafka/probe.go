@@ -1,4 +1,4 @@
-package publish
+package kafka
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/plugin/kslog"
 )
 
 // Prober asks the Kafka cluster for its metadata, with the run's TLS and
@@ -16,18 +15,18 @@ import (
 // producer id, which would fence the instance that streams.
 type Prober struct {
 	client   *kgo.Client
-	writable *writability
+	writable *Writability
 	holds    *holds
 }
 
 // NewProber creates a prober for the stream of transactionalID; it
 // connects on the first Probe.
-func NewProber(conn KafkaSettings, transactionalID string, log *slog.Logger) (*Prober, error) {
-	cl, err := kgo.NewClient(append(conn.opts(), kgo.WithLogger(newQuietLogger(kslog.New(log.With("component", "kafka-probe")))))...)
+func NewProber(conn Settings, transactionalID string, log *slog.Logger) (*Prober, error) {
+	cl, err := kgo.NewClient(append(conn.Opts(), WithLogger(log.With("component", "kafka-probe")))...)
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}
-	return &Prober{client: cl, writable: newWritability(cl, transactionalID), holds: newHolds(cl)}, nil
+	return &Prober{client: cl, writable: NewWritability(cl, transactionalID), holds: newHolds(cl)}, nil
 }
 
 // Probe sends one metadata request for no topic and reports whether a
@@ -47,7 +46,7 @@ func (p *Prober) Probe(ctx context.Context) error {
 // min.insync.replicas. Kafka answers metadata requests then, yet no
 // transaction of walstream's can commit.
 func (p *Prober) Unwritable(ctx context.Context, topics ...string) ([]string, error) {
-	return p.writable.check(ctx, topics...)
+	return p.writable.Check(ctx, topics...)
 }
 
 // Close releases the client.

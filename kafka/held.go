@@ -1,4 +1,4 @@
-package publish
+package kafka
 
 import (
 	"context"
@@ -180,8 +180,8 @@ func (p *Prober) Holds(ctx context.Context, topic string) ([]Hold, error) {
 // Holds is Prober.Holds for an operator's tool, with a client of its own,
 // which sees a partition only once: it reports the transactions whose
 // coordinator says they have been open for some seconds.
-func Holds(ctx context.Context, conn KafkaSettings, topic string) ([]Hold, error) {
-	cl, err := kgo.NewClient(conn.opts()...)
+func Holds(ctx context.Context, conn Settings, topic string) ([]Hold, error) {
+	cl, err := kgo.NewClient(conn.Opts()...)
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}

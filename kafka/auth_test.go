@@ -1,4 +1,4 @@
-package publish
+package kafka
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func jwt(exp time.Time) string {
 	return enc([]byte(`{"alg":"none"}`)) + "." + enc(fmt.Appendf(nil, `{"sub":"walstream","exp":%d}`, exp.Unix())) + ".sig"
 }
 
-func authenticate(t *testing.T, c KafkaSettings, host string) ([]byte, error) {
+func authenticate(t *testing.T, c Settings, host string) ([]byte, error) {
 	t.Helper()
 	_, msg, err := c.mechanism().Authenticate(context.Background(), host)
 	return msg, err
@@ -39,7 +39,7 @@ func authenticate(t *testing.T, c KafkaSettings, host string) ([]byte, error) {
 // that names the mechanism and the file.
 func TestOAuthTokenFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "token")
-	c := KafkaSettings{SASLMechanism: "oauthbearer", OAuth: OAuthSettings{TokenFile: path}}
+	c := Settings{SASLMechanism: "oauthbearer", OAuth: OAuthSettings{TokenFile: path}}
 	if err := c.CheckSASL(); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestOAuthClientCredentials(t *testing.T) {
 		fmt.Fprintf(w, `{"access_token":%q,"token_type":"Bearer","expires_in":%d}`, fmt.Sprintf("token-%d", n), int(d.Seconds()))
 	}))
 	defer srv.Close()
-	c := KafkaSettings{SASLMechanism: SASLOAuthBearer, OAuth: OAuthSettings{TokenURL: srv.URL + "/token", ClientID: "walstream",
+	c := Settings{SASLMechanism: SASLOAuthBearer, OAuth: OAuthSettings{TokenURL: srv.URL + "/token", ClientID: "walstream",
 		ClientSecret: secret, Scopes: []string{"kafka", "produce"}}}.Shared()
 	if err := c.CheckSASL(); err != nil {
 		t.Fatal(err)
@@ -127,15 +127,15 @@ func TestOAuthClientCredentials(t *testing.T) {
 
 func TestCheckSASL(t *testing.T) {
 	for _, tc := range []struct {
-		c    KafkaSettings
+		c    Settings
 		want string
 	}{
-		{KafkaSettings{SASLMechanism: "OAUTHBEARER"}, "needs a token file or a token endpoint"},
-		{KafkaSettings{SASLMechanism: "OAUTHBEARER", OAuth: OAuthSettings{TokenFile: "f", TokenURL: "https://idp/token"}}, "not both"},
-		{KafkaSettings{SASLMechanism: "OAUTHBEARER", OAuth: OAuthSettings{TokenURL: "https://u:p@idp/token?k=v"}}, "token endpoint https://idp/token needs a client id and a client secret"},
-		{KafkaSettings{SASLMechanism: "OAUTHBEARER", OAuth: OAuthSettings{TokenURL: "idp/token", ClientID: "a", ClientSecret: "b"}}, "is not an http(s) URL"},
-		{KafkaSettings{SASLMechanism: "AWS_MSK_IAM"}, "needs TLS"},
-		{KafkaSettings{SASLMechanism: "GSSAPI"}, "is not PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM"},
+		{Settings{SASLMechanism: "OAUTHBEARER"}, "needs a token file or a token endpoint"},
+		{Settings{SASLMechanism: "OAUTHBEARER", OAuth: OAuthSettings{TokenFile: "f", TokenURL: "https://idp/token"}}, "not both"},
+		{Settings{SASLMechanism: "OAUTHBEARER", OAuth: OAuthSettings{TokenURL: "https://u:p@idp/token?k=v"}}, "token endpoint https://idp/token needs a client id and a client secret"},
+		{Settings{SASLMechanism: "OAUTHBEARER", OAuth: OAuthSettings{TokenURL: "idp/token", ClientID: "a", ClientSecret: "b"}}, "is not an http(s) URL"},
+		{Settings{SASLMechanism: "AWS_MSK_IAM"}, "needs TLS"},
+		{Settings{SASLMechanism: "GSSAPI"}, "is not PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM"},
 	} {
 		if err := tc.c.CheckSASL(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.c, err, tc.want)
@@ -163,7 +163,7 @@ func clearAWS(t *testing.T) {
 // returns the payload's fields.
 func mskChallenge(t *testing.T) map[string]string {
 	t.Helper()
-	c := KafkaSettings{SASLMechanism: SASLAWSMSKIAM}.Shared()
+	c := Settings{SASLMechanism: SASLAWSMSKIAM}.Shared()
 	_, msg, err := c.shared.Authenticate(context.Background(), "b-1.walstream.abc123.c2.kafka.eu-west-1.amazonaws.com:9098")
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +250,7 @@ func TestMSKIAMCredentialChain(t *testing.T) {
 	t.Run("missing profile", func(t *testing.T) {
 		clearAWS(t)
 		t.Setenv("AWS_PROFILE", "nowhere")
-		_, err := authenticate(t, KafkaSettings{SASLMechanism: SASLAWSMSKIAM}, "b-1.x.kafka.eu-west-1.amazonaws.com:9098")
+		_, err := authenticate(t, Settings{SASLMechanism: SASLAWSMSKIAM}, "b-1.x.kafka.eu-west-1.amazonaws.com:9098")
 		if err == nil || !strings.Contains(err.Error(), "AWS_MSK_IAM: loading the AWS configuration") || !strings.Contains(err.Error(), "nowhere") {
 			t.Errorf("missing profile: %v", err)
 		}
@@ -278,7 +278,7 @@ func TestMSKIAMCredentialChain(t *testing.T) {
 		t.Setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/walstream")
 		t.Setenv("AWS_REGION", "eu-west-1")
 		t.Setenv("AWS_ENDPOINT_URL_STS", sts.URL)
-		c := KafkaSettings{SASLMechanism: SASLAWSMSKIAM}.Shared()
+		c := Settings{SASLMechanism: SASLAWSMSKIAM}.Shared()
 		for i := 0; i < 2; i++ {
 			_, msg, err := c.shared.Authenticate(context.Background(), "b-1.x.kafka.eu-west-1.amazonaws.com:9098")
 			if err != nil {
@@ -311,7 +311,7 @@ func TestMSKIAMCredentialChain(t *testing.T) {
 		defer srv.Close()
 		t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
 		t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-identity-token")
-		c := KafkaSettings{SASLMechanism: SASLAWSMSKIAM}.Shared()
+		c := Settings{SASLMechanism: SASLAWSMSKIAM}.Shared()
 		for i := 1; i <= 2; i++ {
 			_, msg, err := c.shared.Authenticate(context.Background(), "b-1.x.kafka.eu-west-1.amazonaws.com:9098")
 			if err != nil {
@@ -349,7 +349,7 @@ func TestMSKIAMCredentialChain(t *testing.T) {
 	})
 	t.Run("none", func(t *testing.T) {
 		clearAWS(t)
-		_, err := authenticate(t, KafkaSettings{SASLMechanism: SASLAWSMSKIAM}, "b-1.x.kafka.eu-west-1.amazonaws.com:9098")
+		_, err := authenticate(t, Settings{SASLMechanism: SASLAWSMSKIAM}, "b-1.x.kafka.eu-west-1.amazonaws.com:9098")
 		if err == nil || !strings.HasPrefix(err.Error(), "AWS_MSK_IAM: ") {
 			t.Errorf("no credentials anywhere: %v", err)
 		}

@@ -1,4 +1,11 @@
-package publish
+// Package kafka sets up walstream's Kafka clients and what several of them
+// share: connection settings (brokers, TLS, SASL with OAuth tokens and AWS
+// credentials), the topics walstream creates and checks, the ACLs a stream
+// needs, the readiness probe, which partitions can take writes, franz-go's
+// client metrics, and reading a partition past its last stable offset,
+// each record decided by its transaction's marker. It knows nothing of
+// checkpoints or events: checkpoint/store, publish and diff build on it.
+package kafka
 
 import (
 	"crypto/tls"
@@ -27,8 +34,8 @@ const (
 // saslMechanisms lists them for messages.
 const saslMechanisms = SASLPlain + ", " + SASLScramSHA256 + ", " + SASLScramSHA512 + ", " + SASLOAuthBearer + " or " + SASLAWSMSKIAM
 
-// KafkaSettings say how to reach the Kafka cluster: brokers, TLS and SASL.
-type KafkaSettings struct {
+// Settings say how to reach the Kafka cluster: brokers, TLS and SASL.
+type Settings struct {
 	Brokers []string
 	// TLS, when not nil, encrypts every connection and verifies the
 	// brokers against its roots and server name.
@@ -48,14 +55,14 @@ type KafkaSettings struct {
 // made from them (and their copies): the producer, the probe and the
 // checkpoint readers then share one token or set of AWS credentials
 // instead of fetching their own.
-func (c KafkaSettings) Shared() KafkaSettings {
+func (c Settings) Shared() Settings {
 	c.shared = c.mechanism()
 	return c
 }
 
 // CheckBrokers reports a broker address that cannot be dialed. A missing
 // port is Kafka's 9092.
-func (c KafkaSettings) CheckBrokers() error {
+func (c Settings) CheckBrokers() error {
 	var errs []error
 	for _, b := range c.Brokers {
 		host, port, err := net.SplitHostPort(b)
@@ -76,7 +83,7 @@ func (c KafkaSettings) CheckBrokers() error {
 }
 
 // CheckSASL reports an unknown SASL mechanism or missing credentials.
-func (c KafkaSettings) CheckSASL() error {
+func (c Settings) CheckSASL() error {
 	m := strings.ToUpper(c.SASLMechanism)
 	switch m {
 	case "":
@@ -111,8 +118,9 @@ func (c KafkaSettings) CheckSASL() error {
 	return fmt.Errorf("SASL mechanism %q is not %s", c.SASLMechanism, saslMechanisms)
 }
 
-// opts are the franz-go options for connecting.
-func (c KafkaSettings) opts() []kgo.Opt {
+// Opts are the franz-go options for connecting, for the clients of the
+// packages that talk to Kafka.
+func (c Settings) Opts() []kgo.Opt {
 	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
 	if c.TLS != nil {
 		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))

@@ -1,4 +1,4 @@
-package publish
+package kafka
 
 import (
 	"context"
@@ -47,7 +47,7 @@ const tokenRefreshEarly = 30 * time.Second
 // mechanism returns the SASL mechanism c names, nil without SASL. Tokens
 // and AWS credentials are cached inside it: clients that share one
 // mechanism share them.
-func (c KafkaSettings) mechanism() sasl.Mechanism {
+func (c Settings) mechanism() sasl.Mechanism {
 	switch strings.ToUpper(c.SASLMechanism) {
 	case SASLPlain:
 		return plain.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsMechanism()
