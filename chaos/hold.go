@@ -19,7 +19,7 @@ import (
 // A hold is a transaction left open on the checkpoint partition, which
 // every stream shares: it holds back the partition's last stable offset,
 // so read_committed readers see no later checkpoint of any stream until it
-// ends. walstream reads past it (publish/decided.go), so the streams it
+// ends. walstream reads past it (kafka/decided.go), so the streams it
 // does not belong to must go on as if nothing were open: no session ends,
 // every stream keeps confirming what its load writes, a session started
 // meanwhile resumes from its own last commit, and /readyz names the

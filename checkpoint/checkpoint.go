@@ -390,7 +390,7 @@ type Tracker struct {
 	// from Debezium, holds confirmation at the slot's own position until
 	// Kafka committed past the stretch: a session that starts again
 	// within it reads the stretch from its start, so that each of its
-	// events claims the record that holds it (publish/takeover.go).
+	// events claims the record that holds it (checkpoint/store/takeover.go).
 	takeover *Takeover
 
 	mu sync.Mutex

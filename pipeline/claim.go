@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/replication"
@@ -89,14 +90,14 @@ func claimed(cp checkpoint.Checkpoint, cfg *Config, srv replication.Server) erro
 // none, under LegacyKey if an earlier version wrote this slot's checkpoint
 // of database there; legacy says it was found there.
 func findCheckpoint(ctx context.Context, cfg *Config, database string) (cp checkpoint.Checkpoint, at time.Time, found, legacy bool, err error) {
-	cp, at, found, err = publish.ReadCheckpoint(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
+	cp, at, found, err = store.ReadCheckpoint(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
 	if err != nil {
 		return cp, at, false, false, fmt.Errorf("reading the checkpoint of stream %s (key %q): %w", cfg.Stream, cfg.CheckpointKey, err)
 	}
 	if found || cfg.LegacyKey == "" || cfg.LegacyKey == cfg.CheckpointKey {
 		return cp, at, found, false, nil
 	}
-	old, oldAt, oldFound, err := publish.ReadCheckpoint(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.LegacyKey)
+	old, oldAt, oldFound, err := store.ReadCheckpoint(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.LegacyKey)
 	if err != nil {
 		return cp, at, false, false, fmt.Errorf("reading the checkpoint under key %q, which earlier versions wrote: %w", cfg.LegacyKey, err)
 	}
@@ -136,7 +137,7 @@ func owned(cp checkpoint.Checkpoint, cfg *Config, srv replication.Server) error 
 // before the fencing) whose record the checkpoint partition still shows in
 // an open transaction (publish.Acknowledged): its events are in Kafka, but
 // read_committed readers of the key do not see it yet.
-func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv replication.Server, prior *earlier, log *slog.Logger) (rd publish.Read, unmarked bool, err error) {
+func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv replication.Server, prior *earlier, log *slog.Logger) (rd store.Read, unmarked bool, err error) {
 	rd, err = src.ReadCheckpoint(ctx)
 	if err != nil {
 		return rd, false, onKafka(err)
@@ -207,7 +208,7 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 	// wait is taken for a hanging transaction (Kafka lost track of the
 	// partition), never committed: nothing tells otherwise. It holds the
 	// partition's last stable offset until an operator aborts it.
-	rd.Open = slices.DeleteFunc(rd.Open, func(o publish.OpenRecord) bool {
+	rd.Open = slices.DeleteFunc(rd.Open, func(o store.OpenRecord) bool {
 		if !slices.Contains(fenced, o.TransactionalID) {
 			return false
 		}
@@ -242,7 +243,7 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 // predecessors are the transactional ids, other than those fenced already,
 // that wrote this stream's last checkpoint or hold records under its key
 // in open transactions.
-func predecessors(rd publish.Read, cfg *Config, srv replication.Server, fenced []string) []string {
+func predecessors(rd store.Read, cfg *Config, srv replication.Server, fenced []string) []string {
 	var ids []string
 	add := func(id string, cp checkpoint.Checkpoint) {
 		if id != "" && !slices.Contains(fenced, id) && !slices.Contains(ids, id) && owned(cp, cfg, srv) == nil {
@@ -265,7 +266,7 @@ func predecessors(rd publish.Read, cfg *Config, srv replication.Server, fenced [
 // transaction after its timeout; a new session reads the key again.
 type OpenCheckpointError struct {
 	Key, Topic, TransactionalID string
-	Open                        []publish.OpenRecord
+	Open                        []store.OpenRecord
 }
 
 func (e *OpenCheckpointError) Error() string {
@@ -324,11 +325,11 @@ type hangingAt struct {
 	offset    int64
 }
 
-func (e *earlier) isHanging(o publish.OpenRecord) bool {
+func (e *earlier) isHanging(o store.OpenRecord) bool {
 	return e.hanging[hangingAt{o.Partition, o.Offset}]
 }
 
-func (e *earlier) markHanging(o publish.OpenRecord) {
+func (e *earlier) markHanging(o store.OpenRecord) {
 	if e.hanging == nil {
 		e.hanging = make(map[hangingAt]bool)
 	}
@@ -339,13 +340,13 @@ func (e *earlier) markHanging(o publish.OpenRecord) {
 // transactional id is in an open transaction, but those found hanging
 // before, or for the transaction timeout and 5 s (cfg.undecidedWait in
 // tests); it returns the last read.
-func awaitFenced(ctx context.Context, src checkpointSource, rd publish.Read, fenced []string, cfg *Config, prior *earlier, log *slog.Logger) (publish.Read, error) {
+func awaitFenced(ctx context.Context, src checkpointSource, rd store.Read, fenced []string, cfg *Config, prior *earlier, log *slog.Logger) (store.Read, error) {
 	wait := cfg.undecidedWait
 	if wait == 0 {
 		wait = kafka.TransactionTimeout(cfg.CommitTimeout) + 5*time.Second
 	}
-	undecided := func(rd publish.Read) int {
-		return slices.IndexFunc(rd.Open, func(o publish.OpenRecord) bool {
+	undecided := func(rd store.Read) int {
+		return slices.IndexFunc(rd.Open, func(o store.OpenRecord) bool {
 			return slices.Contains(fenced, o.TransactionalID) && !prior.isHanging(o) && !prior.acked.Is(o)
 		})
 	}

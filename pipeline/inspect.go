@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/kafka"
-	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
 )
@@ -205,7 +205,7 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 		in.Placement = Place(in.Checkpoint, in.Server, history)
 		in.PhantomEvents = -1
 		if in.Placement.Verdict == Phantoms {
-			h, err := publish.CheckpointHistory(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
+			h, err := store.CheckpointHistory(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
 			if err != nil {
 				return nil, err
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish"
@@ -193,6 +194,12 @@ func (c *Config) publishConfig() publish.Config {
 		Compression: c.Compression, TopicCreation: c.TopicCreation,
 		SkipEvent: c.SkipEvent, SkipTopic: c.SkipTopic,
 	}
+}
+
+// storeConfig says where the stream's checkpoints are, for reading them.
+func (c *Config) storeConfig() store.Config {
+	return store.Config{Kafka: c.Kafka, Topic: c.CheckpointTopic, Key: c.CheckpointKey, TransactionalID: c.TransactionalID,
+		CommitTimeout: c.CommitTimeout, TopicCreation: c.TopicCreation}
 }
 
 // KafkaACLs are the least-privilege Kafka ACLs of the stream: its

@@ -25,6 +25,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish"
@@ -161,7 +162,7 @@ type fakeSource struct {
 	fence   func(ctx context.Context) error
 	read    func(ctx context.Context) (checkpoint.Checkpoint, time.Time, bool, error)
 	history []checkpoint.Checkpoint
-	open    []publish.OpenRecord // records in open transactions every read finds
+	open    []store.OpenRecord // records in open transactions every read finds
 	// decided, when set, is the number of reads that find open; the
 	// later ones find committed instead, as the checkpoint.
 	decided   int
@@ -169,24 +170,24 @@ type fakeSource struct {
 	reads     int
 	// coordinator, when set, is what the transaction coordinator says of
 	// an open record's transaction: committed or not.
-	coordinator func(o publish.OpenRecord) bool
+	coordinator func(o store.OpenRecord) bool
 }
 
 var _ checkpointSource = (*fakeSource)(nil)
 
 func (f *fakeSource) Fence(ctx context.Context) error { return f.fence(ctx) }
-func (f *fakeSource) CommittedOpen(_ context.Context, o publish.OpenRecord) bool {
+func (f *fakeSource) CommittedOpen(_ context.Context, o store.OpenRecord) bool {
 	return f.coordinator != nil && f.coordinator(o)
 }
 func (f *fakeSource) FenceOthers(context.Context, []string) error {
 	return errors.New("no transactional id but the stream's own wrote its checkpoints")
 }
-func (f *fakeSource) ReadCheckpoint(ctx context.Context) (publish.Read, error) {
+func (f *fakeSource) ReadCheckpoint(ctx context.Context) (store.Read, error) {
 	cp, at, found, err := f.read(ctx)
 	if f.reads++; f.decided > 0 && f.reads > f.decided {
-		return publish.Read{Checkpoint: f.committed, At: at, Found: true}, err
+		return store.Read{Checkpoint: f.committed, At: at, Found: true}, err
 	}
-	return publish.Read{Checkpoint: cp, At: at, Found: found, Open: slices.Clone(f.open)}, err
+	return store.Read{Checkpoint: cp, At: at, Found: found, Open: slices.Clone(f.open)}, err
 }
 
 // A record of the stream's own transactional id still open after the
@@ -211,7 +212,7 @@ func TestHangingOwnRecord(t *testing.T) {
 			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
 				return own, time.Now(), true, nil
 			},
-			open: []publish.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: tc.writer,
+			open: []store.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: tc.writer,
 				Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Owner: checkpoint.Owner{Slot: "s", TransactionalID: tc.writer}}}},
 			decided: tc.decided, committed: later}
 		prior := &earlier{}
@@ -271,8 +272,8 @@ func TestAcknowledgedOpenRecord(t *testing.T) {
 			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
 				return read, time.Now(), true, nil
 			},
-			open: []publish.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: owner.TransactionalID, Checkpoint: acked}},
-			coordinator: func(publish.OpenRecord) bool {
+			open: []store.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: owner.TransactionalID, Checkpoint: acked}},
+			coordinator: func(store.OpenRecord) bool {
 				if fenced {
 					t.Errorf("%s: the coordinator was asked after the fencing, which makes it forget", tc.name)
 				}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/publish/format"
@@ -148,7 +149,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 
-	cp, inKafka, err := resume(ctx, prod, slot, srv, history, cfg, &s.earlier, s.log, s.metrics.phantoms)
+	cp, inKafka, err := resume(ctx, sessionSource{prod, store.New(cfg.storeConfig(), s.log)}, slot, srv, history, cfg, &s.earlier, s.log, s.metrics.phantoms)
 	switch {
 	case errors.Is(err, errNoCheckpoint):
 		cp, err = takeOver(ctx, conn, cfg, slot, srv, s.log)
@@ -174,7 +175,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if tk := cp.TakeoverAhead(); tk != nil {
 		// Within the stretch of a takeover from Debezium, replays reach the
 		// producer, which claims their records in Kafka before it looks up
-		// a new event (publish/takeover.go).
+		// a new event (checkpoint/store/takeover.go).
 		skip = func(commitLSN pglogrepl.LSN, ordinal uint64) bool {
 			return !tk.Overlaps(commitLSN) && tracker.Replayed(commitLSN, ordinal)
 		}
@@ -296,7 +297,7 @@ func (s *session) unsettled(ctx context.Context, tables outboxTables, srv replic
 	if tables.settled() {
 		return nil
 	}
-	cp, _, found, err := publish.ReadCheckpoint(ctx, s.cfg.Kafka, s.cfg.CheckpointTopic, s.cfg.CheckpointKey)
+	cp, _, found, err := store.ReadCheckpoint(ctx, s.cfg.Kafka, s.cfg.CheckpointTopic, s.cfg.CheckpointKey)
 	if err != nil {
 		return onKafka(fmt.Errorf("reading the checkpoint to tell an outbox table dropped since from a new one: %w", err))
 	}
@@ -352,12 +353,20 @@ var ErrSlotMissing = errors.New("slot is missing but Kafka holds a checkpoint")
 type checkpointSource interface {
 	Fence(ctx context.Context) error
 	FenceOthers(ctx context.Context, transactionalIDs []string) error
-	ReadCheckpoint(ctx context.Context) (publish.Read, error)
+	ReadCheckpoint(ctx context.Context) (store.Read, error)
 	CheckpointHistory(ctx context.Context) ([]checkpoint.Checkpoint, error)
-	CommittedOpen(ctx context.Context, o publish.OpenRecord) bool
+	CommittedOpen(ctx context.Context, o store.OpenRecord) bool
 }
 
-var _ checkpointSource = (*publish.Producer)(nil)
+// sessionSource is a session's checkpointSource: its producer fences the
+// stream's transactional id; the checkpoints are read, and the other ids
+// that wrote them fenced, by the store.
+type sessionSource struct {
+	*publish.Producer
+	*store.Checkpoints
+}
+
+var _ checkpointSource = sessionSource{}
 
 // identify asks the server who it is and, past timeline 1, its timeline
 // history, which tells where earlier timelines forked.
@@ -382,7 +391,7 @@ func (s *session) creatable(ctx context.Context, conn *pgx.Conn, srv replication
 	if err != nil || exists && !cfg.Takeover.Enabled() {
 		return create, err
 	}
-	cp, at, found, err := publish.ReadCheckpoint(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
+	cp, at, found, err := store.ReadCheckpoint(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
 	if err != nil {
 		return create, onKafka(err)
 	}

@@ -38,7 +38,7 @@ type Takeover struct {
 	Lookback time.Duration
 	// AcceptRepeatedIDs takes over although an outbox table's event id
 	// column has no unique index, with a warning: the lookup counts the
-	// records of each event id (publish/takeover.go), and one that
+	// records of each event id (checkpoint/store/takeover.go), and one that
 	// Debezium published before the stretch walstream reads again may
 	// excuse an event of that id Debezium never published.
 	AcceptRepeatedIDs bool

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/kafka"
+	"github.com/walstream/walstream/publish/format"
 )
 
 // Compare reads two sets of topics, read_committed, and compares them
@@ -226,7 +227,7 @@ func (c Compare) read(ctx context.Context, topic string) (map[string]*summary, i
 	n := 0
 	err := kafka.ScanTopic(ctx, c.Kafka.Opts(), topic, c.Since, 0, func(r *kgo.Record) error {
 		n++
-		id := eventKey(r)
+		id := format.EventKey(r)
 		if s, ok := events[id]; ok {
 			s.records++
 			return nil

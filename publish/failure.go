@@ -243,9 +243,10 @@ func (p *Producer) describeTransaction(ctx context.Context) (kmsg.DescribeTransa
 // within the commit timeout Kafka left undecided there. Confirming either
 // would let Postgres drop rows no reader sees, lost for good once the
 // transaction is aborted. It reads the partition read_uncommitted from the
-// record on (decided.go), so that another producer's transaction open on
-// the partition, which holds back its last stable offset and with it what
-// read_committed readers see, neither delays nor fails the confirmation.
+// record on (kafka/decided.go), so that another producer's transaction
+// open on the partition, which holds back its last stable offset and with
+// it what read_committed readers see, neither delays nor fails the
+// confirmation.
 func (p *Producer) visible(ctx context.Context, at recordAt, cp checkpoint.Checkpoint) error {
 	if at.offset < 0 {
 		return nil // no acknowledgement carried an offset: nothing to wait for

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish/format"
@@ -190,7 +191,7 @@ type Producer struct {
 	// seen, while the stream reads transactions Debezium may have
 	// published before walstream took over its slot, finds their events
 	// in Kafka; nil otherwise.
-	seen *published
+	seen *store.Lookup
 
 	errMu      sync.Mutex
 	produceErr error
@@ -222,7 +223,7 @@ type Acknowledged struct {
 
 // Is reports whether o is the record of this commit; the zero
 // Acknowledged is none.
-func (a Acknowledged) Is(o OpenRecord) bool {
+func (a Acknowledged) Is(o store.OpenRecord) bool {
 	return a.Checkpoint.LSN != 0 && o.Partition == a.Partition && o.Offset == a.Offset &&
 		!o.Checkpoint.Less(a.Checkpoint) && !a.Checkpoint.Less(o.Checkpoint) && o.Checkpoint.Events == a.Checkpoint.Events
 }
@@ -314,7 +315,7 @@ func (p *Producer) Start(pos positions) {
 	if n := p.pos.Notes; n != nil {
 		p.notes.Skipped, p.notes.Takeover, p.notes.Reemits = n.Skipped, n.Takeover, n.Reemits
 		if t := p.pos.TakeoverAhead(); t != nil {
-			p.seen = newPublished(t, p.opts, func(ctx context.Context) (int64, error) {
+			p.seen = store.NewLookup(t, p.opts, func(ctx context.Context) (int64, error) {
 				id, _, err := p.client.ProducerID(ctx)
 				return id, err
 			}, p.log)
@@ -403,9 +404,10 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 	if tx.Chunk != nil {
 		return p.addChunk(ctx, tx)
 	}
-	if p.seen != nil && tx.Xid != 0 && !p.seen.takeover.Overlaps(tx.CommitLSN) {
-		p.log.Info("past the takeover from Debezium: every later event is published", "until_lsn", p.seen.takeover.Until.String(),
-			"events_checked", p.seen.checked, "events_debezium_had_published", p.seen.found)
+	if p.seen != nil && tx.Xid != 0 && !p.seen.Takeover().Overlaps(tx.CommitLSN) {
+		checked, found := p.seen.Counts()
+		p.log.Info("past the takeover from Debezium: every later event is published", "until_lsn", p.seen.Takeover().Until.String(),
+			"events_checked", checked, "events_debezium_had_published", found)
 		p.seen = nil
 	}
 	first, err := p.replays(ctx, tx)
@@ -423,7 +425,7 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 				return err
 			}
 			if p.seen != nil && rec.Topic != p.cfg.DeadLetterTopic && rec.Topic != p.cfg.SkipTopic {
-				found, err := p.seen.has(ctx, rec)
+				found, err := p.seen.Has(ctx, rec)
 				if err != nil {
 					return err
 				}
@@ -497,7 +499,7 @@ func (p *Producer) replays(ctx context.Context, tx *decode.Tx) (int, error) {
 		case err != nil:
 			continue
 		}
-		if _, err := p.seen.claim(ctx, rec); err != nil {
+		if _, err := p.seen.Claim(ctx, rec); err != nil {
 			return 0, err
 		}
 	}

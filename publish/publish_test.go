@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/internal/testenv"
 	"github.com/walstream/walstream/kafka"
@@ -60,6 +61,12 @@ func newProducerWith(t *testing.T, broker, txid string, mod func(*Config)) *Prod
 	}
 	t.Cleanup(p.Close)
 	return p
+}
+
+// checkpoints are the checkpoints p writes, read as a session reads them.
+func checkpoints(p *Producer) *store.Checkpoints {
+	return store.New(store.Config{Kafka: p.cfg.Kafka, Topic: p.cfg.CheckpointTopic, Key: p.cfg.CheckpointKey,
+		TransactionalID: p.cfg.TransactionalID, CommitTimeout: p.cfg.CommitTimeout, TopicCreation: p.cfg.TopicCreation}, p.log)
 }
 
 func event(ordinal uint64, id string) decode.Event {
@@ -115,7 +122,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err := p.Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if rd, err := p.ReadCheckpoint(ctx); err != nil || rd.Found {
+	if rd, err := checkpoints(p).ReadCheckpoint(ctx); err != nil || rd.Found {
 		t.Fatalf("fresh broker: found=%v err=%v, want no checkpoint", rd.Found, err)
 	}
 	// Each checkpoint counts the events published up to it.
@@ -139,7 +146,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err := next.Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rd, err := next.ReadCheckpoint(ctx)
+	rd, err := checkpoints(next).ReadCheckpoint(ctx)
 	if partial.Owner = (checkpoint.Owner{Slot: "slot-a", TransactionalID: "tx-a"}); err != nil || !rd.Found || rd.Checkpoint != partial || len(rd.Open) > 0 {
 		t.Fatalf("ReadCheckpoint = %+v err=%v, want %v", rd, err, partial)
 	}
@@ -147,12 +154,12 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err := zombie.client.EndTransaction(ctx, kgo.TryCommit); err == nil {
 		t.Fatal("a fenced producer committed")
 	}
-	if rd, err := next.ReadCheckpoint(ctx); err != nil || rd.Checkpoint != partial {
+	if rd, err := checkpoints(next).ReadCheckpoint(ctx); err != nil || rd.Checkpoint != partial {
 		t.Fatalf("after the zombie's commit attempt: ReadCheckpoint = %+v, %v; want %v", rd, err, partial)
 	}
 	// The history holds every committed record, oldest first, and not the
 	// aborted one.
-	h, err := next.CheckpointHistory(ctx)
+	h, err := checkpoints(next).CheckpointHistory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +184,7 @@ func TestCheckpointKeysAreSeparate(t *testing.T) {
 	runUntil(t, a, checkpoint.Checkpoint{LSN: 0x100}, decode.Marker(0x100))
 	runUntil(t, b, checkpoint.Checkpoint{LSN: 0x900}, decode.Marker(0x900))
 	for p, want := range map[*Producer]checkpoint.Checkpoint{a: {LSN: 0x100}, b: {LSN: 0x900}} {
-		rd, err := p.ReadCheckpoint(ctx)
+		rd, err := checkpoints(p).ReadCheckpoint(ctx)
 		if want.Owner = (checkpoint.Owner{Slot: p.cfg.Slot, TransactionalID: p.cfg.TransactionalID}); err != nil || !rd.Found || rd.Checkpoint != want {
 			t.Fatalf("%s: ReadCheckpoint = %+v err=%v, want %v", p.cfg.CheckpointKey, rd, err, want)
 		}

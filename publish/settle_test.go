@@ -8,10 +8,13 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/kafka"
 )
 
 // watchCommits counts, on kfake, the produce requests that carry events
@@ -158,4 +161,60 @@ func TestLastCommitSettledAtTheEnd(t *testing.T) {
 	default:
 		t.Fatal("the last commit was not settled as Run ended")
 	}
+}
+
+// Another producer's transaction open on the checkpoint partition holds
+// back its last stable offset, and with it what read_committed readers
+// see. A stream must neither wait for it (its commits are confirmed by
+// their markers) nor, at its next start, read the checkpoint before it as
+// its own, which would publish again what it committed since. On Apache
+// Kafka: the broker computes the last stable offset and writes the markers.
+func TestForeignTransactionOnCheckpointPartition(t *testing.T) {
+	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
+	ctx := context.Background()
+	// A commit that waited for the open transaction would wait out the
+	// commit timeout and fail the run: 10 s tells that from a loaded
+	// machine's slow commits.
+	p := newProducerWith(t, broker, "tx-a", func(c *Config) { c.CommitTimeout = 10 * time.Second })
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// As a session does: this creates the checkpoint topic, of one
+	// partition, which every stream's checkpoints share.
+	if _, err := checkpoints(p).ReadCheckpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runUntil(t, p, checkpoint.Checkpoint{LSN: 0x100}, decode.Marker(0x100))
+
+	end := testenv.OpenTransaction(t, broker, "tx-foreign", "walstream.checkpoints", "another-stream",
+		checkpoint.Checkpoint{LSN: 0x7777}.Encode(checkpoint.Owner{Stream: "other", Slot: "other-slot", TransactionalID: "tx-foreign"}, time.Now()))
+	// Commits past the open transaction, each confirmed at once: before,
+	// each waited the commit timeout for read_committed visibility and
+	// failed the session.
+	start := time.Now()
+	runUntil(t, p, checkpoint.Checkpoint{LSN: 0x2000}, &decode.Tx{CommitLSN: 0x1000, EndLSN: 0x2000, Final: true, Events: []decode.Event{event(1, "a")}, Bytes: 5})
+	runUntil(t, p, checkpoint.Checkpoint{LSN: 0x3000}, decode.Marker(0x3000))
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("two commits behind an open foreign transaction took %s", d)
+	}
+	want := checkpoint.Checkpoint{LSN: 0x3000, Events: 1, Counted: true, Owner: checkpoint.Owner{Slot: "slot-a", TransactionalID: "tx-a"}}
+	check := func(when string) {
+		t.Helper()
+		next := newProducer(t, broker, "tx-a")
+		if err := next.Fence(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rd, err := checkpoints(next).ReadCheckpoint(ctx)
+		if err != nil || !rd.Found || rd.Checkpoint != want || rd.Writer != "tx-a" || len(rd.Open) > 0 {
+			t.Fatalf("%s: ReadCheckpoint = %+v, %v; want %v written by tx-a, nothing open", when, rd, err, want)
+		}
+		cp, _, found, err := store.ReadCheckpoint(ctx, kafka.Settings{Brokers: []string{broker}}, "walstream.checkpoints", "slot-a")
+		if err != nil || !found || cp != want {
+			t.Fatalf("%s: ReadCheckpoint = %v, %v, %v; want %v", when, cp, found, err, want)
+		}
+		next.Close()
+	}
+	check("while the foreign transaction is open")
+	end(kgo.TryAbort)
+	check("after it aborted")
 }

@@ -91,14 +91,14 @@ func TestProducerSkipsNamedEvent(t *testing.T) {
 	runUntil(t, p, checkpoint.Checkpoint{LSN: 0x2000}, txs()...)
 	// A later checkpoint, of a later session resuming from Kafka's, still
 	// carries the skip.
-	rd, err := p.ReadCheckpoint(context.Background())
+	rd, err := checkpoints(p).ReadCheckpoint(context.Background())
 	cp, found := rd.Checkpoint, rd.Found
 	if err != nil || !found || cp.Notes == nil || cp.Notes.Skipped == nil {
 		t.Fatalf("ReadCheckpoint = %+v, %v; want the skip recorded", cp, err)
 	}
 	p.tracker.(*fakePositions).done = cp
 	runUntil(t, p, checkpoint.Checkpoint{LSN: 0x4000}, &decode.Tx{CommitLSN: 0x3000, EndLSN: 0x4000, Final: true, Events: []decode.Event{event(1, "later")}, Bytes: 5})
-	rd, err = p.ReadCheckpoint(context.Background())
+	rd, err = checkpoints(p).ReadCheckpoint(context.Background())
 	cp, found = rd.Checkpoint, rd.Found
 	if err != nil || !found || cp.LSN != 0x4000 || cp.Notes == nil || cp.Notes.Skipped == nil {
 		t.Fatalf("ReadCheckpoint = %+v, %v, %v; want the skip recorded", cp, found, err)

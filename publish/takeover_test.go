@@ -103,24 +103,10 @@ func TestTakeoverSkipsPublished(t *testing.T) {
 	if want := []string{"old", "a", "b", "c", "old", "a"}; !slices.Equal(ids, want) {
 		t.Fatalf("topic holds events %q, want %q", ids, want)
 	}
-	rd, err := p.ReadCheckpoint(ctx)
+	rd, err := checkpoints(p).ReadCheckpoint(ctx)
 	cp := rd.Checkpoint
 	if err != nil || !rd.Found || cp.Notes == nil || cp.Notes.Takeover == nil || cp.Notes.Takeover.Until != 0x5000 {
 		t.Fatalf("checkpoint in Kafka %+v, %v: want the takeover recorded", cp, err)
-	}
-}
-
-func TestEventKey(t *testing.T) {
-	withID := &kgo.Record{Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: "other", Value: []byte("x")}, {Key: format.HeaderID, Value: []byte("e-1")}}}
-	if got := eventKey(withID); got != "id:e-1" {
-		t.Errorf("eventKey = %q, want the id header", got)
-	}
-	// A null id: key and value tell the event, a null key from an empty one.
-	a := eventKey(&kgo.Record{Key: nil, Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: format.HeaderID}}})
-	b := eventKey(&kgo.Record{Key: []byte{}, Value: []byte("v")})
-	c := eventKey(&kgo.Record{Key: []byte{}, Value: []byte("v")})
-	if a == b || b != c {
-		t.Errorf("keys of null and empty key: %q, %q, %q", a, b, c)
 	}
 }
 
@@ -212,7 +198,7 @@ func TestTakeoverCountsCopies(t *testing.T) {
 		<-errc
 	}
 	session(checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Takeover: tk}}, 0x4100, stretch[:3]...)
-	rd, err := p.ReadCheckpoint(ctx)
+	rd, err := checkpoints(p).ReadCheckpoint(ctx)
 	resume, found := rd.Checkpoint, rd.Found
 	if err != nil || !found || resume.LSN != 0x4100 || resume.TakeoverAhead() == nil {
 		t.Fatalf("checkpoint after the first session: %s, %v, %v; want 0/4100 with the takeover ahead", resume, found, err)
@@ -233,49 +219,8 @@ func TestTakeoverCountsCopies(t *testing.T) {
 	if want := map[string]int{"r": 4, "d": 4, "": 3, "x": 2}; !maps.Equal(got, want) {
 		t.Fatalf("records by id %v, want %v", got, want)
 	}
-	rd, err = p.ReadCheckpoint(ctx)
+	rd, err = checkpoints(p).ReadCheckpoint(ctx)
 	if last := rd.Checkpoint; err != nil || last.Events != 7 {
 		t.Fatalf("last checkpoint %s counts %d events (%v), want the 7 walstream published", last, rd.Checkpoint.Events, err)
-	}
-}
-
-// The count of an identity's records: the most any one run of Debezium
-// wrote, and every record walstream wrote; each claims one.
-func TestTally(t *testing.T) {
-	const own = 7
-	for _, c := range []struct {
-		name string
-		pids []int64
-		want int
-	}{
-		{"one record", []int64{1}, 1},
-		{"two events of one run", []int64{1, 1}, 2},
-		{"one event written by two runs", []int64{1, 2}, 1},
-		{"two events of one run, one written again by the next", []int64{1, 1, 2}, 2},
-		{"walstream's own", []int64{own, own}, 2},
-		{"Debezium's and walstream's", []int64{1, 2, own}, 2},
-		{"non-idempotent producers (no producer id)", []int64{-1, -1}, 2},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var tl tally
-			for _, pid := range c.pids {
-				tl.add(pid, own)
-			}
-			if got := tl.copies(); got != c.want {
-				t.Fatalf("copies = %d, want %d", got, c.want)
-			}
-			for i := range c.want {
-				if !tl.claim() {
-					t.Fatalf("claim %d refused", i+1)
-				}
-			}
-			if tl.claim() {
-				t.Fatalf("claim %d granted, want at most %d", c.want+1, c.want)
-			}
-		})
-	}
-	var none *tally
-	if none.claim() {
-		t.Fatal("an identity without records claimed one")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -79,3 +80,35 @@ func (b *LogBuffer) String() string {
 
 // Logger logs to b as text.
 func (b *LogBuffer) Logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
+
+// OpenTransaction produces value under key to topic in a transaction of
+// another producer, txid, and leaves it open: a stream frozen mid-commit,
+// a paused pod. end ends it; one still open at the end of the test is
+// aborted.
+func OpenTransaction(t testing.TB, broker, txid, topic, key string, value []byte) (end func(kgo.TransactionEndTry)) {
+	t.Helper()
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.TransactionalID(txid), kgo.TransactionTimeout(5*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(key), Value: value}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	ended := false
+	end = func(try kgo.TransactionEndTry) {
+		if ended {
+			return
+		}
+		ended = true
+		if err := cl.EndTransaction(ctx, try); err != nil {
+			t.Errorf("ending the foreign transaction: %v", err)
+		}
+		cl.Close()
+	}
+	t.Cleanup(func() { end(kgo.TryAbort) })
+	return end
+}

@@ -8,6 +8,7 @@ package format
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"regexp"
@@ -146,6 +147,28 @@ const (
 	HeaderID          = "id"
 	HeaderTraceParent = "traceparent"
 )
+
+// EventKey identifies a record's event, read back from Kafka: "id:" and
+// its id header, or where that is missing or null "kv:" and a digest of
+// its key and value. The takeover's lookup and walstream diff tell events
+// apart by it.
+func EventKey(r *kgo.Record) string {
+	for _, h := range r.Headers {
+		if h.Key == HeaderID && h.Value != nil {
+			return "id:" + string(h.Value)
+		}
+	}
+	s := sha256.New()
+	for _, b := range [][]byte{r.Key, r.Value} {
+		if b == nil {
+			s.Write([]byte{0})
+			continue
+		}
+		s.Write([]byte{1, byte(len(b) >> 24), byte(len(b) >> 16), byte(len(b) >> 8), byte(len(b))})
+		s.Write(b)
+	}
+	return "kv:" + string(s.Sum(nil))
+}
 
 // EncodingError is an event whose key or value cannot be encoded as
 // Debezium would; the event is bad input.

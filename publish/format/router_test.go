@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/decode"
 )
 
@@ -69,5 +70,21 @@ func TestRouterByTable(t *testing.T) {
 	ev.Source = outbox("other", nil)
 	if _, err := r.Record(context.Background(), &ev); err == nil || !strings.Contains(err.Error(), "outbox table other.outbox has no route") {
 		t.Fatalf("Record of an unknown table: %v", err)
+	}
+}
+
+// An event is told by its id header, or, where it is null, by its key
+// and value.
+func TestEventKey(t *testing.T) {
+	withID := &kgo.Record{Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: "other", Value: []byte("x")}, {Key: HeaderID, Value: []byte("e-1")}}}
+	if got := EventKey(withID); got != "id:e-1" {
+		t.Errorf("EventKey = %q, want the id header", got)
+	}
+	// A null id: key and value tell the event, a null key from an empty one.
+	a := EventKey(&kgo.Record{Key: nil, Value: []byte("v"), Headers: []kgo.RecordHeader{{Key: HeaderID}}})
+	b := EventKey(&kgo.Record{Key: []byte{}, Value: []byte("v")})
+	c := EventKey(&kgo.Record{Key: []byte{}, Value: []byte("v")})
+	if a == b || b != c {
+		t.Errorf("keys of null and empty key: %q, %q, %q", a, b, c)
 	}
 }

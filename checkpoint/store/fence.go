@@ -1,4 +1,4 @@
-package publish
+package store
 
 import (
 	"context"
@@ -18,10 +18,10 @@ import (
 // a setting since changed). That aborts the transaction such an instance
 // has open and bumps its epoch, so that it can commit nothing more after
 // this instance read the checkpoint. It needs the Write ACL on each id.
-func (p *Producer) FenceOthers(ctx context.Context, ids []string) error {
+func (c *Checkpoints) FenceOthers(ctx context.Context, ids []string) error {
 	for _, id := range ids {
-		cl, err := kgo.NewClient(append(p.opts[:len(p.opts):len(p.opts)], kgo.TransactionalID(id),
-			kgo.TransactionTimeout(kafka.TransactionTimeout(p.cfg.CommitTimeout)))...)
+		cl, err := kgo.NewClient(append(c.opts[:len(c.opts):len(c.opts)], kgo.TransactionalID(id),
+			kgo.TransactionTimeout(kafka.TransactionTimeout(c.cfg.CommitTimeout)))...)
 		if err != nil {
 			return fmt.Errorf("creating Kafka client: %w", err)
 		}
@@ -29,29 +29,34 @@ func (p *Producer) FenceOthers(ctx context.Context, ids []string) error {
 		cl.Close()
 		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
 			return fmt.Errorf("%w: the principal needs the Write ACL on transactional id %s, which wrote checkpoint key %s before, to fence it: %w",
-				kafka.ErrAuthorization, id, p.cfg.CheckpointKey, err)
+				kafka.ErrAuthorization, id, c.cfg.Key, err)
 		}
 		if err != nil {
-			return kafka.Authorization(fmt.Errorf("fencing transactional id %s, which wrote checkpoint key %s before: %w", id, p.cfg.CheckpointKey, err), "")
+			return kafka.Authorization(fmt.Errorf("fencing transactional id %s, which wrote checkpoint key %s before: %w", id, c.cfg.Key, err), "")
 		}
 	}
 	return nil
 }
 
 // CommittedOpen reports whether the transaction coordinator holds the
-// transaction of o, an open record of this producer's transactional id,
-// as committed, so that the record is committed whatever its partition
-// shows. Ask it before Fence: initializing the producer id makes the
+// transaction of o, an open record of the stream's transactional id, as
+// committed, so that the record is committed whatever its partition
+// shows. Ask it before the producer's Fence: initializing the producer id makes the
 // coordinator forget how the last transaction ended. A coordinator that
 // cannot be asked answers no.
-func (p *Producer) CommittedOpen(ctx context.Context, o OpenRecord) bool {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	d, err := kadm.NewClient(p.client).DescribeTransactions(ctx, p.cfg.TransactionalID)
+func (c *Checkpoints) CommittedOpen(ctx context.Context, o OpenRecord) bool {
+	cl, err := kgo.NewClient(c.opts...)
 	if err != nil {
 		return false
 	}
-	t, ok := d[p.cfg.TransactionalID]
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := kadm.NewClient(cl).DescribeTransactions(ctx, c.cfg.TransactionalID)
+	if err != nil {
+		return false
+	}
+	t, ok := d[c.cfg.TransactionalID]
 	return ok && t.Err == nil && coordinatorCommitted(t, o)
 }
 

@@ -1,4 +1,4 @@
-package publish
+package store
 
 import (
 	"context"
@@ -10,14 +10,14 @@ import (
 )
 
 // CheckpointHistory returns the committed checkpoint records of the
-// producer's key that the topic still holds, oldest first. The topic is
+// stream's key that the topic still holds, oldest first. The topic is
 // compacted, so the broker may have kept only the newest.
-func (p *Producer) CheckpointHistory(ctx context.Context) ([]checkpoint.Checkpoint, error) {
-	h, err := checkpointHistory(ctx, p.opts, p.cfg.CheckpointTopic, p.cfg.CheckpointKey)
-	return h, kafka.Authorization(err, p.cfg.TransactionalID)
+func (c *Checkpoints) CheckpointHistory(ctx context.Context) ([]checkpoint.Checkpoint, error) {
+	h, err := checkpointHistory(ctx, c.opts, c.cfg.Topic, c.cfg.Key)
+	return h, kafka.Authorization(err, c.cfg.TransactionalID)
 }
 
-// CheckpointHistory is Producer.CheckpointHistory for an operator's tool:
+// CheckpointHistory is Checkpoints.CheckpointHistory for an operator's tool:
 // it changes nothing.
 func CheckpointHistory(ctx context.Context, conn kafka.Settings, topic, key string) ([]checkpoint.Checkpoint, error) {
 	return checkpointHistory(ctx, conn.Opts(), topic, key)

@@ -1,8 +1,7 @@
-package publish
+package store
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"time"
@@ -18,9 +17,9 @@ import (
 // offset trails what it delivered by up to one offset flush, and its last
 // transaction is usually delivered although its offset points before it.
 // Before publishing an event of such a transaction, the producer looks it
-// up among the records of its topic, read once, read_committed, from the
-// takeover's Since: Debezium's records (its processing time is their
-// timestamp, never before the row's commit) and what this stream
+// up (Lookup) among the records of its topic, read once, read_committed,
+// from the takeover's Since: Debezium's records (its processing time is
+// their timestamp, never before the row's commit) and what this stream
 // committed since the takeover. Events are told apart by their id header,
 // or by key and value where the id is null.
 //
@@ -64,8 +63,9 @@ const takeoverWait = 90 * time.Second
 // takeoverReadDeadline bounds reading one topic.
 const takeoverReadDeadline = 10 * time.Minute
 
-// published finds events already in Kafka, topic by topic.
-type published struct {
+// Lookup finds the events already in Kafka after a takeover from
+// Debezium, topic by topic.
+type Lookup struct {
 	takeover *checkpoint.Takeover
 	opts     []kgo.Opt
 	log      *slog.Logger
@@ -78,8 +78,10 @@ type published struct {
 	found, checked int
 }
 
-func newPublished(t *checkpoint.Takeover, opts []kgo.Opt, own func(context.Context) (int64, error), log *slog.Logger) *published {
-	return &published{takeover: t, opts: opts, own: own, log: log, tallies: make(map[string]map[string]*tally)}
+// NewLookup looks events up for the takeover t, with clients connecting
+// with opts; own returns the producer id this stream writes under.
+func NewLookup(t *checkpoint.Takeover, opts []kgo.Opt, own func(context.Context) (int64, error), log *slog.Logger) *Lookup {
+	return &Lookup{takeover: t, opts: opts, own: own, log: log, tallies: make(map[string]map[string]*tally)}
 }
 
 // tally is what a topic holds of one event identity.
@@ -129,9 +131,16 @@ func (t *tally) claim() bool {
 	return true
 }
 
-// claim reports whether rec's event is in its topic, and claims the record
+// Takeover is the takeover the lookup is for.
+func (p *Lookup) Takeover() *checkpoint.Takeover { return p.takeover }
+
+// Counts are the events looked up (Has) and those found already
+// published.
+func (p *Lookup) Counts() (checked, found int) { return p.checked, p.found }
+
+// Claim reports whether rec's event is in its topic, and claims the record
 // that holds it: no other event is excused by it.
-func (p *published) claim(ctx context.Context, rec *kgo.Record) (bool, error) {
+func (p *Lookup) Claim(ctx context.Context, rec *kgo.Record) (bool, error) {
 	tallies, ok := p.tallies[rec.Topic]
 	if !ok {
 		var err error
@@ -140,13 +149,13 @@ func (p *published) claim(ctx context.Context, rec *kgo.Record) (bool, error) {
 		}
 		p.tallies[rec.Topic] = tallies
 	}
-	return tallies[eventKey(rec)].claim(), nil
+	return tallies[format.EventKey(rec)].claim(), nil
 }
 
-// has claims rec's record as claim does, for an event to publish unless
+// Has claims rec's record as Claim does, for an event to publish unless
 // found, and counts it.
-func (p *published) has(ctx context.Context, rec *kgo.Record) (bool, error) {
-	found, err := p.claim(ctx, rec)
+func (p *Lookup) Has(ctx context.Context, rec *kgo.Record) (bool, error) {
+	found, err := p.Claim(ctx, rec)
 	if err != nil {
 		return false, err
 	}
@@ -158,7 +167,7 @@ func (p *published) has(ctx context.Context, rec *kgo.Record) (bool, error) {
 }
 
 // read counts the records of each event identity in topic from Since on.
-func (p *published) read(ctx context.Context, topic string) (map[string]*tally, error) {
+func (p *Lookup) read(ctx context.Context, topic string) (map[string]*tally, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, takeoverReadDeadline)
 	defer cancel()
@@ -169,7 +178,7 @@ func (p *published) read(ctx context.Context, topic string) (map[string]*tally, 
 	tallies := make(map[string]*tally)
 	n := 0
 	err = kafka.ScanTopic(ctx, p.opts, topic, p.takeover.Since, takeoverWait, func(r *kgo.Record) error {
-		k := eventKey(r)
+		k := format.EventKey(r)
 		t := tallies[k]
 		if t == nil {
 			t = &tally{}
@@ -195,24 +204,4 @@ func (p *published) read(ctx context.Context, topic string) (map[string]*tally, 
 	p.log.Info("read the events Debezium may have published before the takeover", "topic", topic, "records", n, "events", len(tallies),
 		"identities_excusing_several_events", repeated, "other_producers", len(producers), "since", p.takeover.Since.UTC().Format(time.RFC3339Nano), "seconds", time.Since(start).Seconds())
 	return tallies, nil
-}
-
-// eventKey identifies a record's event: its id header, or where that is
-// missing or null its key and value.
-func eventKey(r *kgo.Record) string {
-	for _, h := range r.Headers {
-		if h.Key == format.HeaderID && h.Value != nil {
-			return "id:" + string(h.Value)
-		}
-	}
-	s := sha256.New()
-	for _, b := range [][]byte{r.Key, r.Value} {
-		if b == nil {
-			s.Write([]byte{0})
-			continue
-		}
-		s.Write([]byte{1, byte(len(b) >> 24), byte(len(b) >> 16), byte(len(b) >> 8), byte(len(b))})
-		s.Write(b)
-	}
-	return "kv:" + string(s.Sum(nil))
 }

@@ -1,9 +1,19 @@
-package publish
+// Package store reads what Kafka holds of a stream's checkpoints: the last
+// one committed under its key, the transactional id that wrote it and the
+// records under the key in transactions still open (read past the last
+// stable offset, each decided by its producer's marker), the history the
+// compacted topic still holds, and, before a session reads for good, the
+// fencing of other transactional ids that wrote them. After a takeover
+// from Debezium it looks up the events Debezium had published (Lookup).
+// The checkpoint package stays pure: the record format and the positions
+// are its; the Kafka clients are here.
+package store
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -12,6 +22,34 @@ import (
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/kafka"
 )
+
+// Config says where a stream's checkpoints are and who writes them.
+type Config struct {
+	Kafka kafka.Settings
+	// Topic is the checkpoint topic, Key the stream's checkpoint key.
+	Topic, Key string
+	// TransactionalID is the stream's, which its producer writes under.
+	TransactionalID string
+	// CommitTimeout is the producer's: the transactions of the ids
+	// FenceOthers fences time out as the producer's do.
+	CommitTimeout time.Duration
+	// TopicCreation, when set, says how the checkpoint topic is created
+	// when missing.
+	TopicCreation *kafka.TopicCreation
+}
+
+// Checkpoints are a stream's checkpoints in Kafka, read with clients of
+// their own.
+type Checkpoints struct {
+	cfg  Config
+	opts []kgo.Opt
+	log  *slog.Logger
+}
+
+// New returns the checkpoints cfg names; franz-go's warnings go to log.
+func New(cfg Config, log *slog.Logger) *Checkpoints {
+	return &Checkpoints{cfg: cfg, opts: append(cfg.Kafka.Opts(), kafka.WithLogger(log.With("component", "kafka"))), log: log}
+}
 
 // Read is what a read of a stream's checkpoint key found.
 type Read struct {
@@ -51,17 +89,23 @@ func (o OpenRecord) String() string {
 	return fmt.Sprintf("%s at partition %d offset %d, written by %s", o.Checkpoint.Owner, o.Partition, o.Offset, who)
 }
 
-// ReadCheckpoint reads this producer's checkpoint key, creating the
+// ReadCheckpoint reads the stream's checkpoint key, creating the
 // checkpoint topic if it is missing and warning if it is weaker than
-// wanted (EnsureCheckpointTopic). Call it after Fence: only then can no
-// older instance under this transactional id still commit one.
-func (p *Producer) ReadCheckpoint(ctx context.Context) (Read, error) {
-	topic := p.cfg.CheckpointTopic
-	if _, err := kafka.EnsureCheckpointTopic(ctx, p.client, topic, p.cfg.TopicCreation, p.log); err != nil {
-		return Read{}, kafka.Authorization(err, p.cfg.TransactionalID)
+// wanted (kafka.EnsureCheckpointTopic). Call it after the producer's Fence:
+// only then can no older instance under this transactional id still commit
+// one.
+func (c *Checkpoints) ReadCheckpoint(ctx context.Context) (Read, error) {
+	cl, err := kgo.NewClient(c.opts...)
+	if err != nil {
+		return Read{}, fmt.Errorf("creating Kafka client: %w", err)
 	}
-	r, err := readCheckpoint(ctx, p.opts, topic, p.cfg.CheckpointKey, true)
-	return r, kafka.Authorization(err, p.cfg.TransactionalID)
+	_, err = kafka.EnsureCheckpointTopic(ctx, cl, c.cfg.Topic, c.cfg.TopicCreation, c.log)
+	cl.Close()
+	if err != nil {
+		return Read{}, kafka.Authorization(err, c.cfg.TransactionalID)
+	}
+	r, err := readCheckpoint(ctx, c.opts, c.cfg.Topic, c.cfg.Key, true)
+	return r, kafka.Authorization(err, c.cfg.TransactionalID)
 }
 
 // ReadCheckpoint reads the last checkpoint committed under key in topic,
