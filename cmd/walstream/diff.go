@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/walstream/walstream/config"
-	"github.com/walstream/walstream/publish"
+	"github.com/walstream/walstream/diff"
 	"github.com/walstream/walstream/publish/format"
 )
 
@@ -41,7 +41,7 @@ func runDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	c := publish.Compare{Kafka: cfg.Kafka, Timestamps: timestamps, Examples: examples}
+	c := diff.Compare{Kafka: cfg.Kafka, Timestamps: timestamps, Examples: examples}
 	for _, h := range strings.Split(ignore, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			c.IgnoreHeaders = append(c.IgnoreHeaders, h)
@@ -51,13 +51,13 @@ func runDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("--since: %w", err)
 	}
 	if strings.ContainsAny(topics, "*?[") {
-		if c.Pairs, err = publish.Pairs(ctx, cfg.Kafka, topics, prefix); err != nil {
+		if c.Pairs, err = diff.Pairs(ctx, cfg.Kafka, topics, prefix); err != nil {
 			return err
 		}
 	} else {
 		for _, t := range strings.Split(topics, ",") {
 			if t = strings.TrimSpace(t); t != "" {
-				c.Pairs = append(c.Pairs, publish.TopicPair{Left: t, Right: prefix + t})
+				c.Pairs = append(c.Pairs, diff.TopicPair{Left: t, Right: prefix + t})
 			}
 		}
 	}
@@ -90,7 +90,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-func printDiff(w io.Writer, r *publish.Comparison) {
+func printDiff(w io.Writer, r *diff.Comparison) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "Debezium's topic\twalstream's topic\trecords\tevents equal\tdiffer\tonly Debezium's\tonly walstream's\tduplicates")
 	for _, p := range r.Pairs {
@@ -105,7 +105,7 @@ func printDiff(w io.Writer, r *publish.Comparison) {
 		}
 		for _, side := range []struct {
 			name string
-			o    publish.OneSided
+			o    diff.OneSided
 		}{{"Debezium", p.OnlyLeft}, {"walstream", p.OnlyRight}} {
 			if side.o.Events > 0 {
 				fmt.Fprintf(w, "%s: %d events only %s published, timestamped %s to %s, e.g. %s\n", p.Left, side.o.Events, side.name,

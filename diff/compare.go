@@ -1,4 +1,7 @@
-package publish
+// Package diff compares two sets of Kafka topics event by event, for
+// walstream diff: Debezium's topics and those walstream writes beside them
+// in a shadow run.
+package diff
 
 import (
 	"context"
