@@ -21,7 +21,7 @@ var mayImport = map[string][]string{
 	"checkpoint":       nil,
 	"decode":           nil,
 	"replication":      nil,
-	"debezium":         nil,
+	"debezium":         {"decode"},
 	"publish/format":   {"decode"},
 	"kafka":            {"decode", "publish/format"},
 	"checkpoint/store": {"checkpoint", "kafka", "publish/format"},
@@ -29,7 +29,8 @@ var mayImport = map[string][]string{
 	"publish":          {"checkpoint", "checkpoint/store", "decode", "kafka", "publish/format"},
 	"pipeline": {"checkpoint", "checkpoint/store", "debezium", "decode", "kafka", "publish", "publish/format",
 		"replication"},
-	"cmd/walstream": {"checkpoint", "checkpoint/store", "debezium", "decode", "diff", "kafka", "pipeline", "publish",
+	"config": {"debezium", "decode", "kafka", "pipeline", "publish", "publish/format", "replication"},
+	"cmd/walstream": {"checkpoint", "checkpoint/store", "config", "debezium", "decode", "diff", "kafka", "pipeline", "publish",
 		"publish/format", "replication"},
 }
 

@@ -66,12 +66,14 @@ type LogBuffer struct {
 	buf bytes.Buffer
 }
 
+// Write appends p to what the logger wrote.
 func (b *LogBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
+// String is what the logger wrote.
 func (b *LogBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
