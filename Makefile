@@ -34,9 +34,11 @@ deps:
 # The second line runs the tests of tools/, a module of its own (Helm,
 # Kubernetes' API types and the image libraries stay out of walstream's
 # go.mod): THIRD_PARTY_NOTICES and the licences, the OCI image, the Helm
-# chart (helm lint, rendering, strict decoding, walstream validate on the
-# rendered Deployment), deploy/kubernetes and CHANGELOG.md. They only
-# decode and build: no -race.
+# chart (helm lint and rendering with Helm 3 and Helm 4, values.schema.json,
+# strict decoding, walstream validate on the rendered Deployment, the helm
+# test pod's script under busybox, the README.md helm-docs makes, which go
+# run takes from the Go module proxy), deploy/kubernetes and CHANGELOG.md.
+# They only decode and build: no -race.
 test: deps
 	GOFLAGS="$(strip $(GOFLAGS) -pgo=off)" $(GO) test -race -count=1 -timeout 20m ./...
 	GOFLAGS="$(strip $(GOFLAGS) -pgo=off)" $(GO) test -C tools -count=1 -timeout 10m ./...
@@ -56,10 +58,15 @@ docs:
 notices:
 	$(GO) test -C tools ./notices -run '^TestNotices$$' -count=1 -update
 
-# deploy/kubernetes/{walstream,monitoring}.yaml: the Helm chart rendered
-# with deploy/kubernetes/values.yaml; make test fails while they are stale.
+# What is generated from the Helm chart: deploy/kubernetes/{walstream,monitoring}.yaml,
+# the chart rendered with deploy/kubernetes/values.yaml; the definitions of
+# the chart's values.schema.json generated from walstream's settings (the
+# built walstream's run --help, docs/configuration.md) and
+# deploy/prometheus/alerts.yml; the chart's README.md, by helm-docs (pinned
+# in tools/chart) from values.yaml's comments. make test fails while any is
+# stale.
 manifests:
-	$(GO) test -C tools ./chart -run '^TestManifests$$' -count=1 -update
+	$(GO) test -C tools ./chart -run '^(TestManifests|TestSchema|TestReadme)$$' -count=1 -update
 
 # The release into dist/ from a clean tree: archives for linux/amd64,
 # linux/arm64 and darwin/arm64, SBOMs, the OCI image, the Helm chart,

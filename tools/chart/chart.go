@@ -1,7 +1,8 @@
 // Package chart renders walstream's Helm chart (deploy/helm/walstream)
-// as `helm template` does and decodes every object it renders strictly
-// into the Kubernetes API's types, for its tests and for the plain
-// manifests of deploy/kubernetes, which are its rendering.
+// as `helm template` does, with Helm 3 and Helm 4, and decodes every
+// object it renders strictly into the Kubernetes API's types, for its
+// tests and for the plain manifests of deploy/kubernetes, which are its
+// rendering.
 package chart
 
 import (
@@ -9,18 +10,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
-	"path"
-	"sort"
+	"slices"
 	"strings"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -33,33 +32,24 @@ type Object struct {
 	YAML     []byte
 	Kind     string
 	Name     string
-	Value    any
+	// Hook is the object's helm.sh/hook annotation: what Helm runs at a
+	// point of a release's life (helm test), not part of the release.
+	Hook  string
+	Value any
 }
 
 // Render renders the chart in dir with vals over its values.yaml, as
-// release name in namespace, and decodes every object.
-func Render(dir, name, namespace string, vals map[string]any) ([]Object, error) {
-	ch, err := loader.Load(dir)
-	if err != nil {
-		return nil, fmt.Errorf("loading the chart %s: %w", dir, err)
-	}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: name, Namespace: namespace, IsInstall: true}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("the chart's values: %w", err)
-	}
-	files, err := engine.Render(ch, rv)
+// release name in namespace, as h's `helm template` does, and decodes
+// every object.
+func Render(h Helm, dir, name, namespace string, vals map[string]any) ([]Object, error) {
+	files, err := h.Template(dir, name, namespace, vals)
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	var objs []Object
 	var errs []error
-	for _, n := range names {
-		if strings.HasSuffix(n, "NOTES.txt") || strings.HasPrefix(path.Base(n), "_") {
+	for _, n := range slices.Sorted(maps.Keys(files)) {
+		if strings.HasSuffix(n, "NOTES.txt") {
 			continue
 		}
 		for _, doc := range strings.Split(files[n], "\n---") {
@@ -119,6 +109,12 @@ func Decode(doc []byte) (Object, error) {
 		v = &monitoringv1.ServiceMonitor{}
 	case "monitoring.coreos.com/v1 PrometheusRule":
 		v = &monitoringv1.PrometheusRule{}
+	case "v1 Pod":
+		v = &corev1.Pod{}
+	case "rbac.authorization.k8s.io/v1 Role":
+		v = &rbacv1.Role{}
+	case "rbac.authorization.k8s.io/v1 RoleBinding":
+		v = &rbacv1.RoleBinding{}
 	default:
 		return Object{}, fmt.Errorf("apiVersion %q kind %q: not a type this chart renders", tm.APIVersion, tm.Kind)
 	}
@@ -127,10 +123,13 @@ func Decode(doc []byte) (Object, error) {
 		return Object{}, fmt.Errorf("%s: %w", tm.Kind, err)
 	}
 	var meta struct {
-		Metadata struct{ Name string }
+		Metadata struct {
+			Name        string
+			Annotations map[string]string
+		}
 	}
 	_ = json.Unmarshal(j, &meta)
-	return Object{YAML: bytes.TrimSpace(doc), Kind: tm.Kind, Name: meta.Metadata.Name, Value: v}, nil
+	return Object{YAML: bytes.TrimSpace(doc), Kind: tm.Kind, Name: meta.Metadata.Name, Hook: meta.Metadata.Annotations["helm.sh/hook"], Value: v}, nil
 }
 
 // ReadValues reads a values file.
@@ -148,10 +147,14 @@ func ReadValues(file string) (map[string]any, error) {
 
 // Manifests are the plain manifests of deploy/kubernetes: walstream.yaml
 // (what runs walstream) and monitoring.yaml (what the Prometheus
-// Operator and Grafana's sidecar read), from objs.
+// Operator and Grafana's sidecar read), from objs; hooks are Helm's and
+// left out.
 func Manifests(objs []Object, header string) map[string][]byte {
 	out := map[string]*bytes.Buffer{"walstream.yaml": {}, "monitoring.yaml": {}}
 	for _, o := range objs {
+		if o.Hook != "" {
+			continue
+		}
 		file := "walstream.yaml"
 		if o.Kind == "ServiceMonitor" || o.Kind == "PrometheusRule" || strings.HasSuffix(o.Template, "/dashboard.yaml") {
 			file = "monitoring.yaml"

@@ -13,21 +13,21 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"math/big"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/lint"
-	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -39,7 +39,7 @@ import (
 	"github.com/walstream/walstream/tools/internal/build"
 )
 
-var update = flag.Bool("update", false, "rewrite deploy/kubernetes/*.yaml from the chart (make manifests)")
+var update = flag.Bool("update", false, "rewrite what is generated from the chart: deploy/kubernetes/*.yaml, the generated definitions of values.schema.json, the chart's README.md (make manifests)")
 
 const (
 	chartDir      = "../../deploy/helm/walstream"
@@ -50,6 +50,10 @@ const (
 		"# docs/getting-started.md, Kubernetes, says what to create first.\n"
 )
 
+// testCA stands, in a ConfigMap of valueSet.configMaps, for the test CA
+// certificate that validate lays out.
+const testCA = "(the test CA certificate)"
+
 // valueSet is one way to install the chart and what walstream must make
 // of it.
 type valueSet struct {
@@ -57,6 +61,10 @@ type valueSet struct {
 	file string // under testdata/, or a path; empty: the chart's defaults
 	// configMaps are the ConfigMaps the cluster holds besides the chart's.
 	configMaps map[string]map[string]string
+	// mounted are the files walstream's settings name (a setting that
+	// ends in -file, or sslrootcert, sslcert or sslkey of pg-url) and the
+	// key of the Secret or ConfigMap each must be: "secret <name>/<key>".
+	mounted map[string]string
 	// What walstream validate must print: the streams, the Kafka brokers'
 	// count, the memory limit in bytes and where it comes from.
 	streams   []string
@@ -71,9 +79,27 @@ type valueSet struct {
 var valueSets = []valueSet{
 	{name: "defaults", streams: []string{"app-outbox"}, brokers: 1, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB"},
 	{name: "kubernetes", file: manifestsDir + "/values.yaml", streams: []string{"app-outbox"}, brokers: 3, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB", monitored: true},
-	{name: "msk-iam", file: "testdata/msk-iam.yaml", streams: []string{"orders"}, brokers: 2, memLimit: 1228 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "1228MiB"},
-	{name: "mtls-oauth", file: "testdata/mtls-oauth.yaml", streams: []string{"payments"}, brokers: 1, memLimit: 300 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "300MiB"},
+	{name: "rds-msk-iam", file: "testdata/rds-msk-iam.yaml", streams: []string{"orders"}, brokers: 2, memLimit: 1228 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "1228MiB",
+		configMaps: map[string]map[string]string{"rds-ca-bundle": {"global-bundle.pem": testCA}},
+		mounted:    map[string]string{"sslrootcert": "configMap rds-ca-bundle/global-bundle.pem", "pg-password-file": "secret rds-walstream/password"}},
+	// The cluster CA's Secret and the KafkaUser's, each for what it holds:
+	// the KafkaUser's ca.crt is the clients CA, which signs no broker.
+	{name: "strimzi-mtls", file: "testdata/strimzi-mtls.yaml", streams: []string{"payments"}, brokers: 1, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB",
+		mounted: map[string]string{"kafka-tls-ca-file": "secret my-cluster-cluster-ca-cert/ca.crt", "kafka-tls-cert-file": "secret walstream/user.crt",
+			"kafka-tls-key-file": "secret walstream/user.key", "pg-password-file": "secret walstream-postgres/password"}},
+	{name: "strimzi-oauth", file: "testdata/strimzi-oauth.yaml", streams: []string{"payments"}, brokers: 1, memLimit: 300 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "300MiB",
+		mounted: map[string]string{"kafka-tls-ca-file": "secret my-cluster-cluster-ca-cert/ca.crt", "kafka-oauth-client-secret-file": "secret walstream-oidc/client-secret"}},
+	// The older kafka.tls.secret, one Secret for the CA and the client's
+	// certificate, still works.
+	{name: "tls-secret", file: "testdata/tls-secret.yaml", streams: []string{"app-outbox"}, brokers: 1, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB",
+		mounted: map[string]string{"kafka-tls-ca-file": "secret kafka-tls/ca.crt", "kafka-tls-cert-file": "secret kafka-tls/tls.crt", "kafka-tls-key-file": "secret kafka-tls/tls.key"}},
 	{name: "connector", file: "testdata/connector.yaml", streams: []string{"dbz-outbox"}, brokers: 2, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB"},
+	// A Strimzi KafkaConnector pasted, its password read from a mounted
+	// Secret (${directory:...}), the Debezium offsets file of the cutover
+	// mounted from a ConfigMap.
+	{name: "strimzi-connector", file: "testdata/strimzi-connector.yaml", streams: []string{"inventory"}, brokers: 1, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB",
+		configMaps: map[string]map[string]string{"debezium-offsets": {"offsets.json": `{"offsets":[{"partition":{"server":"inventory"},"offset":{"lsn":23456789,"lsn_commit":23456789,"txId":750}}]}`}},
+		mounted:    map[string]string{"from-debezium-offset": "configMap debezium-offsets/offsets.json"}},
 	{name: "existing-configmap", file: "testdata/existing-configmap.yaml",
 		configMaps: map[string]map[string]string{"my-walstream": {"walstream.yaml": "stream: from-configmap\nlinger: 20ms\n"}},
 		streams:    []string{"from-configmap"}, brokers: 1, memLimit: 64 << 20, memFrom: "the streams' queues and batches", replicas: 3},
@@ -92,21 +118,17 @@ func (vs valueSet) values(t *testing.T) map[string]any {
 	return vals
 }
 
-// TestChart lints the chart and renders it with each value set: every
-// object decodes strictly into its Kubernetes API type, the Deployment
-// keeps the rollout design docs/getting-started.md argues, and walstream
-// itself (walstream validate, the binary's own checks) accepts the
-// Deployment's flags and environment with the files its volumes mount.
+// TestChart lints the chart and renders it with each value set, with
+// Helm 3 and Helm 4: both render the same, every object decodes strictly
+// into its Kubernetes API type, the Deployment keeps the rollout design
+// docs/getting-started.md argues, each file walstream's settings name is
+// the key of the Secret or ConfigMap it must be, and walstream itself
+// (walstream validate, the binary's own checks) accepts the Deployment's
+// flags and environment with the files its volumes mount.
 func TestChart(t *testing.T) {
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
-			// Each gets values of its own: coalescing the chart's
-			// defaults deletes a user's nulls from the map it is given.
-			lintChart(t, vs.values(t))
-			objs, err := Render(chartDir, releaseName, "streams", vs.values(t))
-			if err != nil {
-				t.Fatal(err)
-			}
+			objs := render(t, vs.values)
 			byKind := make(map[string][]Object)
 			for _, o := range objs {
 				byKind[o.Kind] = append(byKind[o.Kind], o)
@@ -118,6 +140,7 @@ func TestChart(t *testing.T) {
 			dep := deps[0].Value.(*appsv1.Deployment)
 			checkDeployment(t, vs, dep)
 			checkCompanions(t, vs, dep, byKind)
+			checkMounted(t, vs, dep, byKind["ConfigMap"])
 			lines := strings.Split(strings.TrimSuffix(validate(t, dep, byKind["ConfigMap"], vs.configMaps), "\n"), "\n")
 			if len(lines) != len(vs.streams)+1 {
 				t.Fatalf("walstream validate printed %q, want a line for each of the streams %q and the memory limit", lines, vs.streams)
@@ -135,18 +158,38 @@ func TestChart(t *testing.T) {
 	}
 }
 
-func lintChart(t *testing.T, vals map[string]any) {
+// render lints the chart with the values values returns and renders it,
+// with each version of Helm, which must render the same objects; it
+// returns them. values is called for each use: coalescing the chart's
+// defaults deletes a user's nulls from the map it is given.
+func render(t *testing.T, values func(*testing.T) map[string]any) []Object {
 	t.Helper()
-	kube, err := chartutil.ParseKubeVersion("v1.30.0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := lint.AllWithKubeVersion(chartDir, vals, "streams", kube)
-	for _, m := range l.Messages {
-		if m.Severity > support.InfoSev {
-			t.Errorf("helm lint: %s", m)
+	var first []Object
+	for _, h := range Helms {
+		for _, m := range h.Lint(chartDir, "streams", values(t)) {
+			t.Errorf("%s lint: %s", h.Name, m)
+		}
+		objs, err := Render(h, chartDir, releaseName, "streams", values(t))
+		if err != nil {
+			t.Fatalf("%s: %v", h.Name, err)
+		}
+		if first == nil {
+			first = objs
+			continue
+		}
+		if got, want := yamlOf(objs), yamlOf(first); got != want {
+			t.Errorf("%s renders otherwise than %s:\n%s\n\nand\n\n%s", h.Name, Helms[0].Name, got, want)
 		}
 	}
+	return first
+}
+
+func yamlOf(objs []Object) string {
+	var b strings.Builder
+	for _, o := range objs {
+		fmt.Fprintf(&b, "# %s\n%s\n", o.Template, o.YAML)
+	}
+	return b.String()
 }
 
 func checkDeployment(t *testing.T, vs valueSet, dep *appsv1.Deployment) {
@@ -167,8 +210,21 @@ func checkDeployment(t *testing.T, vs valueSet, dep *appsv1.Deployment) {
 	if want := image.Repository + ":" + appVersion(t); c.Image != want || c.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("image %q pulled %s, want %s, IfNotPresent", c.Image, c.ImagePullPolicy, want)
 	}
-	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz?standby=1" || c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
-		t.Errorf("probes %+v, %+v: want readiness /readyz?standby=1 and liveness /healthz", c.ReadinessProbe, c.LivenessProbe)
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz?standby=1" || c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" ||
+		c.StartupProbe == nil || c.StartupProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("probes %+v, %+v, %+v: want readiness /readyz?standby=1, liveness and startup /healthz", c.ReadinessProbe, c.LivenessProbe, c.StartupProbe)
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Errorf("automountServiceAccountToken %v: want false, unless serviceAccount.automountToken", pod.AutomountServiceAccountToken)
+	}
+	for k, v := range map[string]string{"app.kubernetes.io/name": "walstream", "app.kubernetes.io/instance": releaseName, "app.kubernetes.io/version": appVersion(t),
+		"app.kubernetes.io/component": "stream", "app.kubernetes.io/part-of": "walstream", "app.kubernetes.io/managed-by": "Helm"} {
+		if got := s.Template.Labels[k]; got != v {
+			t.Errorf("pod label %s = %q, want %q", k, got, v)
+		}
+	}
+	if want := map[string]string{"app.kubernetes.io/name": "walstream", "app.kubernetes.io/instance": releaseName}; !reflect.DeepEqual(s.Selector.MatchLabels, want) {
+		t.Errorf("selector %v, want %v: a Deployment's selector cannot change in an upgrade", s.Selector.MatchLabels, want)
 	}
 	sc, psc := c.SecurityContext, pod.SecurityContext
 	if sc == nil || psc == nil || !deref(psc.RunAsNonRoot) || deref(sc.AllowPrivilegeEscalation) || !deref(sc.ReadOnlyRootFilesystem) ||
@@ -312,7 +368,7 @@ func TestMain(m *testing.M) {
 
 // validate lays out the files the Deployment's volumes mount under a
 // temporary root (ConfigMaps as they are, Secrets' keys as test values,
-// TLS secrets as a test CA and client certificate) and runs walstream
+// TLS keys as a test CA and client certificate) and runs walstream
 // validate with the container's arguments and environment, with the
 // mount paths under that root. It returns what walstream printed.
 func validate(t *testing.T, dep *appsv1.Deployment, cms []Object, extra map[string]map[string]string) string {
@@ -321,51 +377,57 @@ func validate(t *testing.T, dep *appsv1.Deployment, cms []Object, extra map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := make(map[string]map[string]string)
-	for _, o := range cms {
-		data[o.Name] = o.Value.(*corev1.ConfigMap).Data
-	}
-	for name, d := range extra {
-		data[name] = d
-	}
+	data := configMapData(cms, extra)
 	root := t.TempDir()
 	rebase := func(s string) string { return strings.ReplaceAll(s, "/etc/walstream/", root+"/etc/walstream/") }
 	pod := dep.Spec.Template.Spec
 	c := pod.Containers[0]
 	pems := testPEMs(t)
-	for _, m := range c.VolumeMounts {
-		dir := filepath.Join(root, m.MountPath)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
+	keys := func(kind, name string) []string {
+		if kind == "configMap" {
+			return slices.Sorted(maps.Keys(data[name]))
 		}
+		return slices.Sorted(maps.Keys(pems))
+	}
+	content := func(src string) string {
+		kind, ref, _ := strings.Cut(src, " ")
+		name, key, _ := strings.Cut(ref, "/")
+		if kind == "secret" {
+			if p, ok := pems[key]; ok {
+				return p
+			}
+			return src // a password, a token
+		}
+		d, ok := data[name]
+		if !ok {
+			t.Fatalf("no ConfigMap %s", name)
+		}
+		v, ok := d[key]
+		if !ok {
+			t.Fatalf("ConfigMap %s has no key %s", name, key)
+		}
+		if v == testCA {
+			return pems["ca.crt"]
+		}
+		return rebase(v)
+	}
+	for _, m := range c.VolumeMounts {
 		for _, v := range pod.Volumes {
 			if v.Name != m.Name {
 				continue
 			}
-			files := make(map[string]string)
-			switch {
-			case v.ConfigMap != nil:
-				d, ok := data[v.ConfigMap.Name]
-				if !ok {
-					t.Fatalf("volume %s: no ConfigMap %s", v.Name, v.ConfigMap.Name)
-				}
-				for _, it := range v.ConfigMap.Items {
-					if _, ok := d[it.Key]; !ok {
-						t.Fatalf("volume %s: ConfigMap %s has no key %s", v.Name, v.ConfigMap.Name, it.Key)
+			for path, src := range volumeFiles(v, keys) {
+				file := filepath.Join(root, m.MountPath, path)
+				if m.SubPath != "" {
+					if path != m.SubPath {
+						continue
 					}
-					files[it.Path] = rebase(d[it.Key])
+					file = filepath.Join(root, m.MountPath)
 				}
-			case v.Projected != nil:
-				for _, src := range v.Projected.Sources {
-					for _, it := range src.Secret.Items {
-						files[it.Path] = "secret " + src.Secret.Name + "/" + it.Key
-					}
+				if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+					t.Fatal(err)
 				}
-			case v.Secret != nil:
-				files = pems
-			}
-			for name, content := range files {
-				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+				if err := os.WriteFile(file, []byte(content(src)), 0o600); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -396,6 +458,146 @@ func validate(t *testing.T, dep *appsv1.Deployment, cms []Object, extra map[stri
 	return stdout.String()
 }
 
+// configMapData is the data of the ConfigMaps a pod may mount: the
+// chart's and those the cluster holds besides.
+func configMapData(cms []Object, extra map[string]map[string]string) map[string]map[string]string {
+	data := make(map[string]map[string]string)
+	for _, o := range cms {
+		data[o.Name] = o.Value.(*corev1.ConfigMap).Data
+	}
+	maps.Copy(data, extra)
+	return data
+}
+
+// volumeFiles are the files of a volume of Secrets or ConfigMaps, each as
+// "secret <name>/<key>" or "configMap <name>/<key>", by their paths in
+// the volume; keys lists the keys of a Secret or ConfigMap it holds whole.
+func volumeFiles(v corev1.Volume, keys func(kind, name string) []string) map[string]string {
+	files := make(map[string]string)
+	add := func(kind, name string, items []corev1.KeyToPath) {
+		if len(items) == 0 {
+			for _, k := range keys(kind, name) {
+				files[k] = kind + " " + name + "/" + k
+			}
+		}
+		for _, it := range items {
+			files[it.Path] = kind + " " + name + "/" + it.Key
+		}
+	}
+	switch {
+	case v.Secret != nil:
+		add("secret", v.Secret.SecretName, v.Secret.Items)
+	case v.ConfigMap != nil:
+		add("configMap", v.ConfigMap.Name, v.ConfigMap.Items)
+	case v.Projected != nil:
+		for _, src := range v.Projected.Sources {
+			if src.Secret != nil {
+				add("secret", src.Secret.Name, src.Secret.Items)
+			}
+			if src.ConfigMap != nil {
+				add("configMap", src.ConfigMap.Name, src.ConfigMap.Items)
+			}
+		}
+	}
+	return files
+}
+
+// source is what the file at path holds in container c of pod: "secret
+// <name>/<key>" or "configMap <name>/<key>", or "" when no volume of a
+// Secret or ConfigMap holds it.
+func source(pod corev1.PodSpec, c corev1.Container, path string) string {
+	for _, m := range c.VolumeMounts {
+		var rel string
+		switch {
+		case m.SubPath != "" && path == m.MountPath:
+			rel = m.SubPath
+		case m.SubPath == "" && strings.HasPrefix(path, m.MountPath+"/"):
+			rel = strings.TrimPrefix(path, m.MountPath+"/")
+		default:
+			continue
+		}
+		for _, v := range pod.Volumes {
+			if v.Name == m.Name {
+				return volumeFiles(v, func(string, string) []string { return []string{rel} })[rel]
+			}
+		}
+	}
+	return ""
+}
+
+// checkMounted checks that each file walstream's settings name is held
+// by a Secret or ConfigMap the pod mounts, the one vs.mounted names.
+func checkMounted(t *testing.T, vs valueSet, dep *appsv1.Deployment, cms []Object) {
+	t.Helper()
+	pod := dep.Spec.Template.Spec
+	c := pod.Containers[0]
+	files := make(map[string]string)
+	for k, v := range settingsOf(t, pod, c, configMapData(cms, vs.configMaps)) {
+		switch {
+		case strings.HasSuffix(k, "-file"), k == "from-debezium-offset" && strings.HasPrefix(v, "/"):
+			files[k] = v
+		case k == "pg-url":
+			u, err := url.Parse(v)
+			if err != nil {
+				t.Fatalf("pg-url %q: %v", v, err)
+			}
+			for _, p := range []string{"sslrootcert", "sslcert", "sslkey"} {
+				if f := u.Query().Get(p); f != "" {
+					files[p] = f
+				}
+			}
+		}
+	}
+	for name, path := range files {
+		if source(pod, c, path) == "" {
+			t.Errorf("%s names %s, which no Secret or ConfigMap the pod mounts holds", name, path)
+		}
+	}
+	for name, want := range vs.mounted {
+		path, ok := files[name]
+		if !ok {
+			t.Errorf("no setting names the file %s (settings naming files: %v)", name, files)
+			continue
+		}
+		if got := source(pod, c, path); got != want {
+			t.Errorf("%s is %s, which holds %s, want %s", name, path, got, want)
+		}
+	}
+}
+
+// settingsOf are walstream's settings as the container gives them: its
+// flags, and the top level of the walstream.yaml --config names.
+func settingsOf(t *testing.T, pod corev1.PodSpec, c corev1.Container, data map[string]map[string]string) map[string]string {
+	t.Helper()
+	out := make(map[string]string)
+	var config string
+	for i, a := range c.Args {
+		if a == "--config" && i+1 < len(c.Args) {
+			config = c.Args[i+1]
+		} else if k, v, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); ok && strings.HasPrefix(a, "--") {
+			out[k] = v
+		}
+	}
+	kind, ref, _ := strings.Cut(source(pod, c, config), " ")
+	name, key, _ := strings.Cut(ref, "/")
+	if kind != "configMap" {
+		t.Fatalf("--config %s is held by no ConfigMap", config)
+	}
+	if !strings.HasSuffix(key, ".yaml") || strings.HasPrefix(key, "connector.") {
+		return out // a connector config: Debezium's keys
+	}
+	var file map[string]any
+	if err := yaml.Unmarshal([]byte(data[name][key]), &file); err != nil {
+		t.Fatalf("ConfigMap %s key %s: %v", name, key, err)
+	}
+	for k, v := range file {
+		if _, ok := out[k]; !ok && v != nil {
+			out[k] = fmt.Sprint(v)
+		}
+	}
+	return out
+}
+
 // testPEMs are a CA certificate and a client certificate and key, under
 // the key names of cert-manager's and Strimzi's Secrets.
 func testPEMs(t *testing.T) map[string]string {
@@ -419,33 +621,6 @@ func testPEMs(t *testing.T) map[string]string {
 	return map[string]string{"ca.crt": cert, "tls.crt": cert, "tls.key": k, "user.crt": cert, "user.key": k}
 }
 
-// TestChartRefuses: values that cannot work fail the rendering with a
-// message naming them.
-func TestChartRefuses(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		vals string
-		want string
-	}{
-		{"twice", "config: {pg-url: 'postgres://x@db/app'}", "pg-url is set both by the chart's postgres or kafka values and in config"},
-		{"memory", "resources: {limits: {memory: lots}}", `resources.limits.memory "lots"`},
-		{"format", "connector: {config: '{}', format: xml}", `connector.format "xml"`},
-		{"mapping flag", "connector: {config: '{}'}\nconfig: {outbox: {a: b}}", "config.outbox: a mapping cannot be a flag"},
-		{"tls secret", "kafka: {tls: {secret: ca}}", "kafka.tls.secret is set but kafka.tls.enabled is not"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			vals := make(map[string]any)
-			if err := yaml.Unmarshal([]byte(c.vals), &vals); err != nil {
-				t.Fatal(err)
-			}
-			_, err := Render(chartDir, releaseName, "streams", vals)
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("rendering with %s: %v, want an error containing %q", c.vals, err, c.want)
-			}
-		})
-	}
-}
-
 // TestManifests: deploy/kubernetes holds the chart rendered with
 // deploy/kubernetes/values.yaml (make manifests rewrites it).
 func TestManifests(t *testing.T) {
@@ -453,7 +628,7 @@ func TestManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := Render(chartDir, releaseName, "", vals)
+	objs, err := Render(Helms[0], chartDir, releaseName, "", vals)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,16 +16,33 @@
 {{- end -}}
 {{- end -}}
 
+{{/*
+The selector: name and instance, as the first release had them, since a
+Deployment's selector cannot change in an upgrade.
+*/}}
 {{- define "walstream.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "walstream.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{- define "walstream.labels" -}}
+{{/* The recommended labels of walstream's pods. */}}
+{{- define "walstream.podLabels" -}}
 {{ include "walstream.selectorLabels" . }}
-app.kubernetes.io/version: {{ include "walstream.tag" . | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{ include "walstream.commonLabels" . }}
+app.kubernetes.io/component: stream
+{{- end -}}
+
+{{/* Every object's: its pods' labels and the chart's. */}}
+{{- define "walstream.labels" -}}
+{{ include "walstream.podLabels" . }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* The labels that say which release and version, whatever the component. */}}
+{{- define "walstream.commonLabels" -}}
+app.kubernetes.io/version: {{ include "walstream.tag" . | trunc 63 | quote }}
+app.kubernetes.io/part-of: walstream
+app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{- define "walstream.serviceAccountName" -}}
@@ -61,16 +78,15 @@ setting that is also in config fails the rendering: one place for each.
 {{- with $pg.url }}{{ $_ := set $s "pg-url" . }}{{ end -}}
 {{- if $pg.passwordSecret.name }}{{ $_ := set $s "pg-password-file" "/etc/walstream/secrets/pg-password" }}{{ end -}}
 {{- with $k.brokers }}{{ $_ := set $s "kafka-brokers" (join "," .) }}{{ end -}}
+{{- $tls := include "walstream.kafkaTLS" . | fromYaml -}}
 {{- if $k.tls.enabled -}}
 {{- $_ := set $s "kafka-tls" true -}}
-{{- if $k.tls.secret -}}
-{{- with $k.tls.caKey }}{{ $_ := set $s "kafka-tls-ca-file" (printf "/etc/walstream/kafka-tls/%s" .) }}{{ end -}}
-{{- with $k.tls.certKey }}{{ $_ := set $s "kafka-tls-cert-file" (printf "/etc/walstream/kafka-tls/%s" .) }}{{ end -}}
-{{- with $k.tls.keyKey }}{{ $_ := set $s "kafka-tls-key-file" (printf "/etc/walstream/kafka-tls/%s" .) }}{{ end -}}
+{{- if $tls.ca }}{{ $_ := set $s "kafka-tls-ca-file" "/etc/walstream/kafka-tls/ca.crt" }}{{ end -}}
+{{- if $tls.client -}}
+{{- $_ := set $s "kafka-tls-cert-file" "/etc/walstream/kafka-tls/client.crt" -}}
+{{- $_ := set $s "kafka-tls-key-file" "/etc/walstream/kafka-tls/client.key" -}}
 {{- end -}}
 {{- with $k.tls.serverName }}{{ $_ := set $s "kafka-tls-server-name" . }}{{ end -}}
-{{- else if $k.tls.secret -}}
-{{- fail "kafka.tls.secret is set but kafka.tls.enabled is not: set kafka.tls.enabled=true" -}}
 {{- end -}}
 {{- with $k.sasl.mechanism }}{{ $_ := set $s "kafka-sasl-mechanism" . }}{{ end -}}
 {{- with $k.sasl.user }}{{ $_ := set $s "kafka-sasl-user" . }}{{ end -}}
@@ -85,6 +101,42 @@ setting that is also in config fails the rendering: one place for each.
 {{- end -}}
 {{- end -}}
 {{- toYaml $s -}}
+{{- end -}}
+
+{{/*
+The Secrets of Kafka's TLS, as YAML: ca {name, key}, the CA that signs the
+brokers' certificates, and client {name, certKey, keyKey}, the client
+certificate for mutual TLS; each left out when not given. Strimzi keeps
+them in two Secrets (the cluster CA's, and the KafkaUser's, whose own
+ca.crt is the clients CA), hence caSecret and clientSecret. The older
+kafka.tls.secret named one Secret for all three: it is read as both.
+*/}}
+{{- define "walstream.kafkaTLS" -}}
+{{- $t := .Values.kafka.tls -}}
+{{- $ca := dig "caSecret" "name" "" $t -}}
+{{- $client := dig "clientSecret" "name" "" $t -}}
+{{- $out := dict -}}
+{{- if $t.secret -}}
+{{- if or $ca $client -}}
+{{- fail "kafka.tls.secret is the older form of kafka.tls.caSecret and kafka.tls.clientSecret: set those alone" -}}
+{{- end -}}
+{{- $caKey := hasKey $t "caKey" | ternary $t.caKey "ca.crt" -}}
+{{- with $caKey }}{{ $_ := set $out "ca" (dict "name" $t.secret "key" .) }}{{ end -}}
+{{- if and $t.certKey $t.keyKey -}}
+{{- $_ := set $out "client" (dict "name" $t.secret "certKey" $t.certKey "keyKey" $t.keyKey) -}}
+{{- else if or $t.certKey $t.keyKey -}}
+{{- fail "kafka.tls.certKey and kafka.tls.keyKey: set both for mutual TLS, or neither" -}}
+{{- end -}}
+{{- else -}}
+{{- if $ca }}{{ $_ := set $out "ca" $t.caSecret }}{{ end -}}
+{{- if $client }}{{ $_ := set $out "client" $t.clientSecret }}{{ end -}}
+{{- end -}}
+{{- if not $t.enabled -}}
+{{- $named := "" -}}
+{{- if $t.secret }}{{ $named = "kafka.tls.secret" }}{{ else if $ca }}{{ $named = "kafka.tls.caSecret.name" }}{{ else if $client }}{{ $named = "kafka.tls.clientSecret.name" }}{{ end -}}
+{{- with $named }}{{ fail (printf "%s is set but kafka.tls.enabled is not: set kafka.tls.enabled=true" .) }}{{ end -}}
+{{- end -}}
+{{- toYaml $out -}}
 {{- end -}}
 
 {{/*

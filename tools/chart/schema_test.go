@@ -1,0 +1,176 @@
+package chart
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+const (
+	schemaFile = chartDir + "/values.schema.json"
+	readmeFile = chartDir + "/README.md"
+	// helmDocs generates the chart's README.md from values.yaml's
+	// comments and README.md.gotmpl, at a version of its own.
+	helmDocs = "github.com/norwoodj/helm-docs/cmd/helm-docs@v1.14.2"
+)
+
+// TestSchema: the generated definitions of values.schema.json are
+// walstream's settings as the walstream binary lists them (run --help)
+// and docs/configuration.md gives their config file keys, and the alerts
+// of deploy/prometheus/alerts.yml (make manifests writes them).
+func TestSchema(t *testing.T) {
+	bin, err := walstreamBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	help, err := exec.Command(bin, "run", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("walstream run --help: %v\n%s", err, help)
+	}
+	settings, err := ParseHelp(string(help))
+	if err != nil {
+		t.Fatal(err)
+	}
+	configuration, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	debezium, err := os.ReadFile("../../docs/debezium.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fileKeys, err := FileKeys(string(configuration))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routerKeys, err := RouterKeys(string(configuration))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := SettingsDefinitions(settings, fileKeys, routerKeys, OlderRouterKeys(string(debezium)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts, err := ReadAlerts(rules)
+	if err != nil {
+		t.Fatalf("deploy/prometheus/alerts.yml: %v", err)
+	}
+	defs["alerts"] = AlertsDefinition(alerts)
+	generated(t, schemaFile, func(got []byte) ([]byte, error) { return WithDefinitions(got, defs) })
+}
+
+// TestReadme: the chart's README.md is what helm-docs makes of
+// values.yaml's comments and README.md.gotmpl (make manifests writes it),
+// and every value in its table has a description.
+func TestReadme(t *testing.T) {
+	chart, err := filepath.Abs(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	generated(t, readmeFile, func([]byte) ([]byte, error) {
+		cmd := exec.Command("go", "run", helmDocs, "--dry-run", "--sort-values-order", "file", "--chart-search-root", chart, "--log-level", "warning")
+		cmd.Dir = t.TempDir() // outside this module: go run takes helm-docs at its own version
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		// helm-docs skips a chart it cannot read with a warning, and exits 0.
+		if err != nil || stderr.Len() > 0 || len(out) == 0 {
+			t.Fatalf("helm-docs: %v\n%s", err, stderr.Bytes())
+		}
+		return out, nil
+	})
+	b, err := os.ReadFile(readmeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		cells := strings.Split(l, " | ")
+		if !strings.HasPrefix(l, "| ") || len(cells) < 4 || cells[0] == "| Key" || strings.HasPrefix(l, "|-") {
+			continue
+		}
+		rows++
+		if strings.TrimSpace(strings.TrimSuffix(cells[len(cells)-1], "|")) == "" {
+			t.Errorf("%s has no description: write one as a # -- comment above it in values.yaml", strings.TrimPrefix(cells[0], "| "))
+		}
+	}
+	if rows < 50 {
+		t.Errorf("README.md's values table has %d rows: not helm-docs's table", rows)
+	}
+	// Its links into the repository are absolute, to work where the
+	// packaged chart's README is shown: each names a file and a heading
+	// of it.
+	links := repoLink.FindAllStringSubmatch(string(b), -1)
+	if len(links) == 0 {
+		t.Error("README.md links to nothing in the repository: the pattern is wrong")
+	}
+	for _, m := range links {
+		doc, err := os.ReadFile(filepath.Join("../..", m[1]))
+		if err != nil {
+			t.Errorf("README.md links to %s: %v", m[0], err)
+			continue
+		}
+		if m[2] != "" && !slices.Contains(slugs(string(doc)), m[2]) {
+			t.Errorf("README.md links to %s: no heading of %s has the anchor %s", m[0], m[1], m[2])
+		}
+	}
+}
+
+var (
+	repoLink  = regexp.MustCompile(`https://github\.com/walstream/walstream/blob/main/([^)#\s]+)(?:#([^)\s]+))?`)
+	mdHeading = regexp.MustCompile("(?m)^#{1,6} +(.+?) *$")
+	fence     = regexp.MustCompile("(?ms)^```.*?^```")
+)
+
+// slugs are the anchors GitHub gives a Markdown document's headings: in
+// lower case, every character but letters, digits, '_', '-' and ' '
+// dropped, spaces made '-'.
+func slugs(doc string) []string {
+	var out []string
+	for _, m := range mdHeading.FindAllStringSubmatch(fence.ReplaceAllString(doc, ""), -1) {
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case unicode.IsLetter(r), unicode.IsDigit(r), r == '_', r == '-':
+				b.WriteRune(r)
+			case r == ' ':
+				b.WriteByte('-')
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// generated checks that file is what make returns from its content,
+// and with -update writes that.
+func generated(t *testing.T, file string, make func(got []byte) ([]byte, error)) {
+	t.Helper()
+	got, err := os.ReadFile(file)
+	if err != nil && !(*update && os.IsNotExist(err)) {
+		t.Fatal(err)
+	}
+	want, err := make(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.WriteFile(file, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s is stale: run make manifests", file)
+	}
+}
