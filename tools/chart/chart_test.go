@@ -312,7 +312,7 @@ func checkCompanions(t *testing.T, vs valueSet, dep *appsv1.Deployment, byKind m
 		t.Errorf("ServiceMonitor %+v: want the metrics port of the walstream Service", sm.Spec)
 	}
 	// The rules are deploy/prometheus/alerts.yml, which promtool checks.
-	rules, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
+	rules, err := os.ReadFile(alertsFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package chart
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 const (
 	schemaFile = chartDir + "/values.schema.json"
+	alertsFile = "../../deploy/prometheus/alerts.yml"
 	readmeFile = chartDir + "/README.md"
 	// helmDocs generates the chart's README.md from values.yaml's
 	// comments and README.md.gotmpl, at a version of its own.
@@ -37,6 +39,9 @@ func TestSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(settings) < 50 {
+		t.Fatalf("ParseHelp read %d settings from walstream run --help:\n%s", len(settings), help)
+	}
 	configuration, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
@@ -57,15 +62,7 @@ func TestSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	alerts, err := ReadAlerts(rules)
-	if err != nil {
-		t.Fatalf("deploy/prometheus/alerts.yml: %v", err)
-	}
-	defs["alerts"] = AlertsDefinition(alerts)
+	defs["alerts"] = AlertsDefinition(fileAlerts(t))
 	generated(t, schemaFile, func(got []byte) ([]byte, error) { return WithDefinitions(got, defs) })
 }
 
@@ -172,5 +169,58 @@ func generated(t *testing.T, file string, make func(got []byte) ([]byte, error))
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s is stale: run make manifests", file)
+	}
+}
+
+// TestSettingsDefinitionsDrift: walstream's help and its docs disagreeing
+// is an error naming the setting, as is a kind of flag the schema has no
+// type for; the help's Debezium keys and the docs' older names are the
+// router keys.
+func TestSettingsDefinitionsDrift(t *testing.T) {
+	help := "Usage: walstream run [flags]\n\n" +
+		"  -linger duration\n    \thow long ($WALSTREAM_LINGER) (default 5ms)\n" +
+		"  -payload-column value\n    \tcolumn of the record value (Debezium's table.field.event.payload) ($WALSTREAM_PAYLOAD_COLUMN)\n" +
+		"  -topic-prefix string\n    \tthe prefix\n"
+	settings, err := ParseHelp(help)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings = slices.Clip(settings) // each case appends its own
+	fileKeys := map[string][]string{"linger": {"linger"}, "topic-prefix": {"topic-prefix", "topic.prefix"}}
+	router := map[string]string{"payload-column": "table.field.event.payload"}
+	defs, err := SettingsDefinitions(settings, fileKeys, router, []string{"table.field.payload"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := defs["settings"].(map[string]any)["properties"].(map[string]any)
+	for _, k := range []string{"linger", "payload-column", "topic-prefix", "topic.prefix", "outbox", "tables", "streams"} {
+		if _, ok := props[k]; !ok {
+			t.Errorf("settings lack %s: %v", k, slices.Sorted(maps.Keys(props)))
+		}
+	}
+	for _, k := range []string{"table.field.event.payload", "transforms.outbox.table.field.payload", "transforms.outbox.type"} {
+		matched := false
+		for p := range defs["outbox"].(map[string]any)["patternProperties"].(map[string]any) {
+			matched = matched || regexp.MustCompile(p).MatchString(k)
+		}
+		if !matched {
+			t.Errorf("outbox refuses %s", k)
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		settings []Setting
+		fileKeys map[string][]string
+		want     string
+	}{
+		{"a flag the docs lack", append(settings, Setting{Flag: "lingerr", Kind: "duration"}), fileKeys, "--lingerr is in walstream run --help but not in docs/configuration.md's settings"},
+		{"a setting the help lacks", settings, map[string][]string{"linger": {"linger"}, "topic-prefix": {"topic-prefix"}, "gone": {"gone"}}, "--gone is in docs/configuration.md's settings but not in walstream run --help"},
+		{"a kind without a type", append(settings, Setting{Flag: "ratio", Kind: "float"}), fileKeys, "--ratio takes a float"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := SettingsDefinitions(c.settings, c.fileKeys, router, []string{"table.field.payload"}); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%v, want an error containing %q", err, c.want)
+			}
+		})
 	}
 }

@@ -55,6 +55,20 @@ func (r rendered) rules(t *testing.T) map[string]monitoringv1.Rule {
 	return out
 }
 
+// fileAlerts are the alerts of deploy/prometheus/alerts.yml.
+func fileAlerts(t *testing.T) []Alert {
+	t.Helper()
+	b, err := os.ReadFile(alertsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts, err := ReadAlerts(b)
+	if err != nil {
+		t.Fatalf("%s: %v", alertsFile, err)
+	}
+	return alerts
+}
+
 // valuesOf reads values written as YAML, afresh at each call.
 func valuesOf(s string) func(*testing.T) map[string]any {
 	return func(t *testing.T) map[string]any {
@@ -68,14 +82,7 @@ func valuesOf(s string) func(*testing.T) map[string]any {
 
 // TestValues: each value renders into its place, with Helm 3 and Helm 4.
 func TestValues(t *testing.T) {
-	fileRules, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	alerts, err := ReadAlerts(fileRules)
-	if err != nil {
-		t.Fatal(err)
-	}
+	alerts := fileAlerts(t)
 	for _, c := range []struct {
 		name, vals string
 		check      func(t *testing.T, r rendered)
@@ -262,14 +269,7 @@ rbac: {secrets: [db-creds, kafka-creds], configMaps: [connector-settings]}
 // deploy/prometheus/alerts.yml, with a threshold where the alert's
 // expression ends in a comparison with a number.
 func TestValuesDefaults(t *testing.T) {
-	b, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	alerts, err := ReadAlerts(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	alerts := fileAlerts(t)
 	vals, err := ReadValues(chartDir + "/values.yaml")
 	if err != nil {
 		t.Fatal(err)
