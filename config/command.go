@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/pipeline"
 )
 
@@ -29,6 +30,10 @@ type Command struct {
 	// Needs says, once the flags are parsed, which connections the command
 	// opens, so that their settings are required.
 	Needs func() (pg, kafka bool)
+	// Secrets says, once the flags are parsed, which config provider
+	// references of a Debezium connector config the command reads; nil:
+	// all of them, as run does. Those left are in Config.Unresolved.
+	Secrets func() debezium.Resolving
 }
 
 // Run is `walstream run`, which reads every setting and runs every
@@ -157,6 +162,9 @@ func parseFlags(cmd Command, args []string, stdout io.Writer) (c *Config, fs *fl
 	}
 	if fs.NArg() > 0 {
 		return nil, nil, nil, fmt.Errorf("unexpected argument %q; walstream %s --help lists the flags", fs.Arg(0), cmd.Name)
+	}
+	if cmd.Secrets != nil {
+		c.resolving = cmd.Secrets()
 	}
 	set = make(map[string]bool)
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

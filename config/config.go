@@ -68,6 +68,11 @@ type Config struct {
 	// walstream has no use for, logged once at startup.
 	Connector string
 	Ignored   []debezium.IgnoredKey
+	// Unresolved are the connector config's config provider references
+	// the command left as written (Command.Secrets), in the settings they
+	// set; resolving says which it reads.
+	Unresolved []debezium.Unresolved
+	resolving  debezium.Resolving
 	// NamesWarning, when set, says why the checkpoint key and the
 	// transactional id, one set and one derived, are fragile; logged at
 	// start.

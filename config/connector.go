@@ -22,7 +22,7 @@ import (
 // applyConnector sets every flag the command line and the environment left
 // unset from a connector config, and notes the keys it ignores.
 func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *debezium.Connector) error {
-	tr, err := debezium.Translate(cc, false)
+	tr, err := debezium.Translate(cc, c.resolving)
 	var errs []error
 	errs = append(errs, err)
 	for _, name := range slices.Sorted(maps.Keys(tr.Settings)) {
@@ -44,7 +44,7 @@ func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *debez
 		set[name] = true
 	}
 	c.registryPassword, c.registryToken = tr.Registry.Password, tr.Registry.Token
-	c.Ignored = tr.Ignored
+	c.Ignored, c.Unresolved = tr.Ignored, tr.Unresolved
 	c.Connector = cc.Form
 	return errors.Join(errs...)
 }
@@ -88,7 +88,7 @@ func PrintFromDebezium(w io.Writer, path string) error {
 	// Secrets in the Kubernetes API or AWS stay there: the printed config
 	// says where, and walstream reads them when it runs with the connector
 	// config itself.
-	tr, err := debezium.Translate(cc, true)
+	tr, err := debezium.Translate(cc, debezium.ResolveLocal)
 	if err != nil {
 		return err
 	}

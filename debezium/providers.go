@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -149,17 +150,42 @@ func DefaultProviderEnv() ProviderEnv {
 // the start.
 const providerTimeout = 30 * time.Second
 
+// Resolving says which config provider references Resolve reads.
+type Resolving int
+
+const (
+	// ResolveAll reads every reference, as Kafka Connect does.
+	ResolveAll Resolving = iota
+	// ResolveLocal reads the environment and files, and leaves the
+	// references to remote stores (the Kubernetes API, AWS) as written:
+	// a config printed from the connector config neither fetches secrets
+	// nor needs to run where they can be fetched.
+	ResolveLocal
+	// ResolveNone reads no reference: a config checked away from where it
+	// runs (a CI pipeline), where the environment, the files and the
+	// stores a reference names are not the deployment's.
+	ResolveNone
+)
+
+// Unresolved is a config provider reference Resolve left as written: the
+// key holding it (At, where it is), the reference, and where its value
+// is.
+type Unresolved struct {
+	Key, At, Ref, Store string
+}
+
 // Resolve is the connector config's values with the config provider
-// references replaced by what the providers give through env; the keys
-// declaring providers are left out. local leaves the references to remote
-// stores (the Kubernetes API, AWS) as they are. A key skip reports is kept
-// as written, and nothing is fetched for it. Each error names the key
-// where it is (At).
-func (c *Connector) Resolve(env ProviderEnv, local bool, skip func(key string) bool) (map[string]string, error) {
-	r, err := c.resolver(env, local)
+// references replaced by what the providers give through env, those that
+// mode reads; the keys declaring providers are left out. unresolved are
+// the references mode left as written, their form checked all the same.
+// A key skip reports is kept as written, and nothing is fetched for it.
+// Each error names the key where it is (At).
+func (c *Connector) Resolve(env ProviderEnv, mode Resolving, skip func(key string) bool) (values map[string]string, unresolved []Unresolved, err error) {
+	r, err := c.resolver(env, mode)
 	errs := []error{err}
-	values := make(map[string]string, len(c.Values))
-	for k, v := range c.Values {
+	values = make(map[string]string, len(c.Values))
+	for _, k := range slices.Sorted(maps.Keys(c.Values)) {
+		v := c.Values[k]
 		switch {
 		case isProviderKey(k): // read by resolver
 			continue
@@ -167,18 +193,22 @@ func (c *Connector) Resolve(env ProviderEnv, local bool, skip func(key string) b
 			values[k] = v
 			continue
 		}
-		rv, err := r.resolve(v)
+		rv, left, err := r.resolve(v)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", c.At(k), err))
 		}
+		for _, u := range left {
+			u.Key, u.At = k, c.At(k)
+			unresolved = append(unresolved, u)
+		}
 		values[k] = rv
 	}
-	return values, errors.Join(errs...)
+	return values, unresolved, errors.Join(errs...)
 }
 
 // resolver is the config providers the connector config may refer to:
 // those the worker declares, then those it declares itself.
-func (c *Connector) resolver(env ProviderEnv, local bool) (*resolver, error) {
+func (c *Connector) resolver(env ProviderEnv, mode Resolving) (*resolver, error) {
 	decl := make(map[string]string)
 	var lists []string
 	for _, m := range []map[string]string{c.worker, c.Values} {
@@ -195,7 +225,7 @@ func (c *Connector) resolver(env ProviderEnv, local bool) (*resolver, error) {
 	if err != nil {
 		err = fmt.Errorf("connector config %s: %w", c.Path, err)
 	}
-	return &resolver{declared: declared, env: env, local: local}, err
+	return &resolver{declared: declared, env: env, mode: mode}, err
 }
 
 // resolver replaces config provider references in a connector config's
@@ -203,10 +233,7 @@ func (c *Connector) resolver(env ProviderEnv, local bool) (*resolver, error) {
 type resolver struct {
 	declared map[string]provider
 	env      ProviderEnv
-	// local leaves the references to remote stores (the Kubernetes API,
-	// AWS) as they are: a caller printing a config neither fetches secrets
-	// for it nor needs to run where they can be fetched.
-	local bool
+	mode     Resolving
 	// cache holds what each (alias, path) gave, so that one secret is
 	// fetched once.
 	cache map[[2]string]map[string]string
@@ -215,14 +242,16 @@ type resolver struct {
 // remoteClasses are the classes whose stores are reached over the network.
 var remoteClasses = []string{classSecrets, classConfigMaps, classSecretsManager, classSSM}
 
-// resolve replaces the references in v. A reference walstream cannot
-// resolve is an error saying why and what to do instead: the secret would
-// otherwise be lost, and the reference's text taken for the value.
-func (r *resolver) resolve(v string) (string, error) {
+// resolve replaces the references in v that r's mode reads, and returns
+// those it left. A reference walstream cannot resolve is an error saying
+// why and what to do instead: the secret would otherwise be lost, and the
+// reference's text taken for the value.
+func (r *resolver) resolve(v string) (string, []Unresolved, error) {
 	var errs []error
+	var left []Unresolved
 	out := providerRef.ReplaceAllStringFunc(v, func(ref string) string {
 		m := providerRef.FindStringSubmatch(ref)
-		alias, path, key := m[1], m[3], m[4]
+		alias := m[1]
 		p, ok := r.declared[alias]
 		if !ok {
 			p, ok = platformProviders[alias]
@@ -232,34 +261,80 @@ func (r *resolver) resolve(v string) (string, error) {
 				"(walstream knows the classes of Kafka's, Strimzi's and MSK's providers)", alias, alias, alias))
 			return ref
 		}
-		if r.local && slices.Contains(remoteClasses, p.class) {
-			return ref
-		}
-		s, err := r.get(alias, p, path, key)
+		// Its form is checked whether it is read or not.
+		loc, err := locate(alias, p, m[3], m[4])
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s (%s): %w", ref, p.class, err))
 			return ref
 		}
+		if r.mode == ResolveNone || r.mode == ResolveLocal && slices.Contains(remoteClasses, p.class) {
+			left = append(left, Unresolved{Ref: ref, Store: loc.store})
+			return ref
+		}
+		s, err := r.get(alias, p, loc)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s (%s, %s): %w", ref, loc.store, p.class, err))
+			return ref
+		}
 		return s
 	})
-	return out, errors.Join(errs...)
+	return out, left, errors.Join(errs...)
 }
 
-// get is what the provider gives for key at path.
-func (r *resolver) get(alias string, p provider, path, key string) (string, error) {
+// location is where a reference's value is, as its provider reads it.
+type location struct {
+	path, key string
+	// store names it for people: the variable, the file, the Secret, the
+	// secret in AWS.
+	store string
+}
+
+// locate checks a reference's path and key as its provider would, reading
+// nothing, and says where its value is: a reference left unresolved is
+// still checked, and one that cannot be read names where it looked.
+func locate(alias string, p provider, path, key string) (location, error) {
+	loc := location{path: path, key: key}
 	switch p.class {
 	case classEnv, classStrimziEnv:
-		return envProvider(r.env, p, path, key)
+		if path != "" {
+			return loc, fmt.Errorf("the environment has no path (%q): write ${alias:NAME}", path)
+		}
+		if pattern, ok := p.params["allowlist.pattern"]; ok {
+			re, err := regexp.Compile(pattern)
+			if err != nil {
+				return loc, fmt.Errorf("allowlist.pattern %q: %w", pattern, err)
+			}
+			if !re.MatchString(key) {
+				return loc, fmt.Errorf("environment variable %s does not match allowlist.pattern %q", key, pattern)
+			}
+		}
+		loc.store = "environment variable " + key
 	case classDirectory:
-		if err := allowedPath(p, path); err != nil {
-			return "", err
+		if path == "" {
+			return loc, errors.New("the directory provider needs a path: ${alias:/path/to/dir:file}")
 		}
-		return directoryProvider(path, key)
+		if strings.ContainsRune(key, filepath.Separator) {
+			return loc, fmt.Errorf("%q is not a file name in %s", key, path)
+		}
+		loc.store = "file " + filepath.Join(path, key)
+		return loc, allowedPath(p, path)
 	case classFile:
-		if err := allowedPath(p, path); err != nil {
-			return "", err
+		if path == "" {
+			return loc, errors.New("the file provider needs a path: ${alias:/path/to.properties:key}")
 		}
+		loc.store = "key " + key + " of properties file " + path
+		return loc, allowedPath(p, path)
 	case classSecrets, classConfigMaps:
+		kind := map[string]string{classSecrets: "Secret", classConfigMaps: "ConfigMap"}[p.class]
+		m := kubeName.FindStringSubmatch(path)
+		if m == nil {
+			return loc, fmt.Errorf("%q is not <namespace>/<name> or <name>", path)
+		}
+		ns := m[1]
+		if ns == "" {
+			ns = "the pod's namespace"
+		}
+		loc.store = fmt.Sprintf("key %s of %s %s (%s) in the Kubernetes API", key, kind, m[2], ns)
 	case classSecretsManager:
 		// MSK's provider takes a key's options after ?, and URL-encoded
 		// ARNs, whose colons Kafka's pattern would take for separators.
@@ -269,27 +344,48 @@ func (r *resolver) get(alias string, p provider, path, key string) (string, erro
 		}
 		decoded, err := url.QueryUnescape(path) // as Java's URLDecoder
 		if err != nil {
-			return "", fmt.Errorf("secret id %q: %w", path, err)
+			return loc, fmt.Errorf("secret id %q: %w", path, err)
 		}
-		path = decoded
+		loc.path, loc.key = decoded, key
+		loc.store = "secret " + decoded + " in AWS Secrets Manager"
+		if key != "" {
+			loc.store = "field " + key + " of " + loc.store
+		}
 	case classSSM:
-		return r.ssmParameter(p, key)
+		loc.store = "parameter " + key + " in AWS Systems Manager Parameter Store"
 	case classS3Import:
-		return "", errors.New("MSK's S3 import provider downloads a file (a trust store) and gives its path: walstream does not download it; " +
+		return loc, errors.New("MSK's S3 import provider downloads a file (a trust store) and gives its path: walstream does not download it; " +
 			"download the file where walstream runs and give walstream its path instead (a PEM file: the schema registry's CA file, or sslrootcert in the Postgres URL)")
 	default:
-		return "", fmt.Errorf("walstream does not know the class of provider %s; resolve the value and give it in the pasted config, or set the setting directly", alias)
+		return loc, fmt.Errorf("walstream does not know the class of provider %s; resolve the value and give it in the pasted config, or set the setting directly", alias)
 	}
-	data, err := r.fetch(alias, p, path)
+	return loc, nil
+}
+
+// get is what the provider gives at loc, which locate checked.
+func (r *resolver) get(alias string, p provider, loc location) (string, error) {
+	switch p.class {
+	case classEnv, classStrimziEnv:
+		v, ok := r.env.getenv(loc.key)
+		if !ok {
+			return "", fmt.Errorf("environment variable %s is not set", loc.key)
+		}
+		return v, nil
+	case classDirectory:
+		return directoryProvider(loc.path, loc.key)
+	case classSSM:
+		return r.ssmParameter(p, loc.key)
+	}
+	data, err := r.fetch(alias, p, loc.path)
 	if err != nil {
 		return "", err
 	}
-	v, ok := data[key]
+	v, ok := data[loc.key]
 	if !ok && p.class == classSecretsManager && p.params["NotFoundStrategy"] == "ignore" {
 		return "", nil
 	}
 	if !ok {
-		return "", fmt.Errorf("%s has no key %s", describePath(p.class, path), key)
+		return "", fmt.Errorf("%s has no key %s", describePath(p.class, loc.path), loc.key)
 	}
 	return v, nil
 }
@@ -336,28 +432,6 @@ func describePath(class, path string) string {
 	return path
 }
 
-// envProvider is EnvVarConfigProvider: no path; the variable, if its name
-// matches the allowlist.pattern parameter (Java's find: anywhere in it).
-func envProvider(env ProviderEnv, p provider, path, key string) (string, error) {
-	if path != "" {
-		return "", fmt.Errorf("the environment has no path (%q): write ${alias:NAME}", path)
-	}
-	if pattern, ok := p.params["allowlist.pattern"]; ok {
-		re, err := regexp.Compile(pattern)
-		if err != nil {
-			return "", fmt.Errorf("allowlist.pattern %q: %w", pattern, err)
-		}
-		if !re.MatchString(key) {
-			return "", fmt.Errorf("environment variable %s does not match allowlist.pattern %q", key, pattern)
-		}
-	}
-	v, ok := env.getenv(key)
-	if !ok {
-		return "", fmt.Errorf("environment variable %s is not set", key)
-	}
-	return v, nil
-}
-
 // allowedPath applies the allowed.paths parameter of Kafka's file and
 // directory providers (KIP-993): when set, path must lie under one of
 // them.
@@ -378,9 +452,6 @@ func allowedPath(p provider, path string) error {
 
 // fileProvider is FileConfigProvider: the keys of a properties file.
 func fileProvider(path string) (map[string]string, error) {
-	if path == "" {
-		return nil, errors.New("the file provider needs a path: ${alias:/path/to.properties:key}")
-	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -395,12 +466,6 @@ func fileProvider(path string) (map[string]string, error) {
 // directoryProvider is DirectoryConfigProvider: the content of the regular
 // file key in the directory path, as it is (a mounted Secret's key).
 func directoryProvider(dir, key string) (string, error) {
-	if dir == "" {
-		return "", errors.New("the directory provider needs a path: ${alias:/path/to/dir:file}")
-	}
-	if strings.ContainsRune(key, filepath.Separator) {
-		return "", fmt.Errorf("%q is not a file name in %s", key, dir)
-	}
 	name := filepath.Join(dir, key)
 	if fi, err := os.Stat(name); err != nil {
 		return "", err

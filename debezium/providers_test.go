@@ -32,7 +32,8 @@ func readNamed(t *testing.T, name, body string) *Connector {
 // values, with env as what its config providers read.
 func resolved(t *testing.T, name, body string, env ProviderEnv) (map[string]string, error) {
 	t.Helper()
-	return readNamed(t, name, body).Resolve(env, false, nil)
+	values, _, err := readNamed(t, name, body).Resolve(env, ResolveAll, nil)
+	return values, err
 }
 
 // connectorWith is a minimal connector config, as properties, whose
@@ -124,9 +125,12 @@ func TestConfigProviders(t *testing.T) {
 		t.Error("AWS was asked for a skipped key's secret")
 		return aws.Config{}, nil
 	}
-	values, err = readNamed(t, "c.properties", connectorWith("u", "p", "producer.override.sasl.jaas.config="+jaas)).
-		Resolve(fetching, false, func(k string) bool { return k == "producer.override.sasl.jaas.config" })
+	values, left, err := readNamed(t, "c.properties", connectorWith("u", "p", "producer.override.sasl.jaas.config="+jaas)).
+		Resolve(fetching, ResolveAll, func(k string) bool { return k == "producer.override.sasl.jaas.config" })
 	wantDB(t, values, err, db{"user": "u"})
+	if len(left) != 0 {
+		t.Errorf("a skipped key's reference listed as unresolved: %v", left)
+	}
 	if got := values["producer.override.sasl.jaas.config"]; got != jaas {
 		t.Errorf("skipped key resolved to %q, want %q as written", got, jaas)
 	}
@@ -147,6 +151,60 @@ func TestConfigProviders(t *testing.T) {
 		{"x", "config.providers=y", []string{"config.providers lists y, but config.providers.y.class is not set"}},
 	} {
 		_, err := resolved(t, "c.properties", connectorWith("u", c.value, strings.Split(c.more, "\n")...), env)
+		wantError(t, err, c.want...)
+	}
+}
+
+// TestResolveNone: resolving nothing, as a config checked away from where
+// it runs, reads no variable, file, Secret or AWS store; it lists every
+// reference with its key and where its value is, and still refuses one
+// whose form is wrong or whose provider walstream cannot read.
+func TestResolveNone(t *testing.T) {
+	env := DefaultProviderEnv()
+	env.getenv = func(k string) (string, bool) {
+		t.Errorf("the environment was read for %s", k)
+		return "", false
+	}
+	env.aws = func(context.Context, string) (aws.Config, error) {
+		t.Error("AWS was asked")
+		return aws.Config{}, nil
+	}
+	env.serviceAccount = filepath.Join(t.TempDir(), "none")
+	cc := readNamed(t, "c.properties", connectorWith("${env:PGUSER}", "${secrets:app/db:password}",
+		"database.sslrootcert=${directory:/mnt/ca:ca.crt}",
+		"value.converter.basic.auth.user.info=${secretsmanager:arn%3Aaws%3Asecretsmanager%3Aeu-west-1%3A1%3Asecret%3Aregistry:userinfo}",
+		"database.sslpassword=${ssm::/msk/sslpassword}"))
+	values, left, err := cc.Resolve(env, ResolveNone, nil)
+	wantDB(t, values, err, db{"user": "${env:PGUSER}", "password": "${secrets:app/db:password}"})
+	want := map[string]string{
+		"database.user":                        "environment variable PGUSER",
+		"database.password":                    "key password of Secret db (app) in the Kubernetes API",
+		"database.sslrootcert":                 "file /mnt/ca/ca.crt",
+		"database.sslpassword":                 "parameter /msk/sslpassword in AWS Systems Manager Parameter Store",
+		"value.converter.basic.auth.user.info": "field userinfo of secret arn:aws:secretsmanager:eu-west-1:1:secret:registry in AWS Secrets Manager",
+	}
+	if len(left) != len(want) {
+		t.Errorf("unresolved %+v, want %d", left, len(want))
+	}
+	for _, u := range left {
+		if u.Store != want[u.Key] || !strings.HasPrefix(u.Ref, "${") || !strings.Contains(u.At, "c.properties, line ") {
+			t.Errorf("unresolved %+v; want its store %q, the reference and where it is", u, want[u.Key])
+		}
+	}
+
+	for _, c := range []struct {
+		value, more string
+		want        []string
+	}{
+		{"${vault:secret/db:password}", "", []string{`config provider "vault" is not declared`}},
+		{"${e:OTHER}", "config.providers=e\nconfig.providers.e.class=" + classEnv + "\nconfig.providers.e.param.allowlist.pattern=^WS_",
+			[]string{"environment variable OTHER does not match allowlist.pattern"}},
+		{"${strimzidir:/mnt/db:password}", "", []string{"is not under the provider's allowed.paths (/opt/kafka)"}},
+		{"${secrets:Not_A_Name:password}", "", []string{`"Not_A_Name" is not <namespace>/<name> or <name>`}},
+		{"${s3import:us-west-2:bucket/truststore.jks}", "config.providers=s3import\nconfig.providers.s3import.class=" + classS3Import,
+			[]string{"S3 import provider downloads a file"}},
+	} {
+		_, _, err := readNamed(t, "c.properties", connectorWith("u", c.value, strings.Split(c.more, "\n")...)).Resolve(env, ResolveNone, nil)
 		wantError(t, err, c.want...)
 	}
 }
@@ -254,8 +312,11 @@ spec:
 	// Resolved locally, as for a config printed from it, a reference to a
 	// Secret is left as written and the Kubernetes API is not asked.
 	before := len(*paths)
-	values, err = readNamed(t, "connector.yaml", connect+connector("${k8s:db-creds:user}", "${k8s:db-creds:password}", "db")).Resolve(env, true, nil)
+	values, left, err := readNamed(t, "connector.yaml", connect+connector("${k8s:db-creds:user}", "${k8s:db-creds:password}", "db")).Resolve(env, ResolveLocal, nil)
 	wantDB(t, values, err, db{"user": "${k8s:db-creds:user}", "password": "${k8s:db-creds:password}"})
+	if len(left) != 2 || left[1].Key != "database.user" || left[1].Store != "key user of Secret db-creds (the pod's namespace) in the Kubernetes API" {
+		t.Errorf("unresolved %+v, want both references, the user's last, naming the Secret", left)
+	}
 	if len(*paths) != before {
 		t.Errorf("resolving locally asked the Kubernetes API %d times", len(*paths)-before)
 	}

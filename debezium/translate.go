@@ -29,11 +29,13 @@ type IgnoredKey struct{ Key, Why string }
 // Translation is what a connector config sets: walstream's settings by
 // name (an outbox router setting by its name in RouterSettings too), the
 // key that set each (From, where one key did), the schema registry's
-// secrets, which have no settings, and the keys walstream ignores.
+// secrets, which have no settings, the keys walstream ignores, and the
+// config provider references left unresolved, as written in the settings.
 type Translation struct {
 	Settings, From map[string]string
 	Registry       RegistryKeys
 	Ignored        []IgnoredKey
+	Unresolved     []Unresolved
 }
 
 // set sets a setting from a key.
@@ -182,20 +184,20 @@ var connectorDefaults = map[string]string{
 }
 
 // Translate maps a connector config onto walstream's settings, its config
-// provider references resolved; local leaves those to remote stores as
-// they are (Connector.Resolve).
-func Translate(cc *Connector, local bool) (*Translation, error) {
+// provider references resolved as mode says (Connector.Resolve).
+func Translate(cc *Connector, mode Resolving) (*Translation, error) {
 	tr := &Translation{Settings: make(map[string]string), From: make(map[string]string)}
 	var errs []error
 	refuse := func(key, why string) {
 		errs = append(errs, fmt.Errorf("%s: %s (see docs/debezium.md, Pasting a connector config)", cc.At(key), why))
 	}
 	// A key walstream ignores needs no secret fetched for it.
-	values, err := cc.Resolve(DefaultProviderEnv(), local, func(k string) bool {
+	values, unresolved, err := cc.Resolve(DefaultProviderEnv(), mode, func(k string) bool {
 		_, ignored := byPrefix(ignoredKeys, k)
 		return ignored && k != "snapshot.mode"
 	})
 	errs = append(errs, err)
+	tr.Unresolved = unresolved
 	if c := values["connector.class"]; strings.TrimSpace(c) != PostgresConnector {
 		refuse("connector.class", fmt.Sprintf("is %q; walstream takes %s", c, PostgresConnector))
 	}

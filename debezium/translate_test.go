@@ -29,7 +29,7 @@ tasks.max=1
 	if !ok || err != nil {
 		t.Fatalf("reading the connector config: %v, %v", ok, err)
 	}
-	tr, err := Translate(cc, true)
+	tr, err := Translate(cc, ResolveLocal)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -150,5 +152,64 @@ func TestValidate(t *testing.T) {
 	}
 	if _, _, err := runCLI(t, "validate", "--kafka-brokers", "k1:9092"); err == nil || !strings.Contains(err.Error(), "--pg-url") {
 		t.Errorf("validate without --pg-url: %v, want it required", err)
+	}
+}
+
+// TestValidateSecrets: validate checks a connector config whose secrets
+// are in the Kubernetes API and AWS Secrets Manager offline, as a CI
+// pipeline runs it, naming each reference it did not read; with
+// --resolve-secrets it reads them as run does, and fails naming each
+// store. Neither the Kubernetes API (no pod) nor AWS (its endpoint a
+// closed port on loopback) can be reached.
+func TestValidateSecrets(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "AKIDWALSTREAMTEST", "AWS_SECRET_ACCESS_KEY": "walstream-test-secret", "AWS_SESSION_TOKEN": "",
+		"AWS_PROFILE": "", "AWS_EC2_METADATA_DISABLED": "true", "AWS_MAX_ATTEMPTS": "1",
+		"AWS_CONFIG_FILE": filepath.Join(t.TempDir(), "none"), "AWS_SHARED_CREDENTIALS_FILE": filepath.Join(t.TempDir(), "none")} {
+		t.Setenv(k, v)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	path := filepath.Join(t.TempDir(), "connector.properties")
+	connector := strings.Join([]string{"name=orders", "connector.class=io.debezium.connector.postgresql.PostgresConnector",
+		"database.hostname=db.example", "database.dbname=app", "database.user=${secrets:app/db-creds:user}", "database.password=${secrets:app/db-creds:password}",
+		"topic.prefix=app", "table.include.list=public.outbox", "transforms=outbox", "transforms.outbox.type=io.debezium.transforms.outbox.EventRouter",
+		"key.converter=org.apache.kafka.connect.storage.StringConverter", "value.converter=io.confluent.connect.avro.AvroConverter",
+		"value.converter.schema.registry.url=http://registry:8081", "value.converter.basic.auth.credentials.source=USER_INFO",
+		"value.converter.basic.auth.user.info=${secretsmanager:registry:userinfo}",
+		"config.providers=secretsmanager", "config.providers.secretsmanager.class=com.amazonaws.kafka.config.providers.SecretsManagerConfigProvider",
+		"config.providers.secretsmanager.param.region=eu-west-1", "config.providers.secretsmanager.param.endpoint=" + closed}, "\n")
+	if err := os.WriteFile(path, []byte(connector), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, "validate", "--config", path, "--kafka-brokers", "k1:9092")
+	if err != nil {
+		t.Fatalf("validate offline: %v", err)
+	}
+	for _, want := range []string{`settings valid: stream "app/debezium"`, "3 config provider references not read",
+		path + ", line 5: database.user: ${secrets:app/db-creds:user}, key user of Secret db-creds (app) in the Kubernetes API",
+		path + ", line 6: database.password: ${secrets:app/db-creds:password}, key password of Secret db-creds (app) in the Kubernetes API",
+		path + ", line 15: value.converter.basic.auth.user.info: ${secretsmanager:registry:userinfo}, field userinfo of secret registry in AWS Secrets Manager"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("validate printed:\n%s\nwant it to say %q", out, want)
+		}
+	}
+
+	out, _, err = runCLI(t, "validate", "--config", path, "--kafka-brokers", "k1:9092", "--resolve-secrets")
+	if err == nil {
+		t.Fatalf("validate --resolve-secrets without the Kubernetes API or AWS passed:\n%s", out)
+	}
+	for _, want := range []string{"line 6: database.password: ${secrets:app/db-creds:password} (key password of Secret db-creds (app) in the Kubernetes API",
+		"it does not run in a pod (KUBERNETES_SERVICE_HOST is not set)",
+		"line 15: value.converter.basic.auth.user.info: ${secretsmanager:registry:userinfo} (field userinfo of secret registry in AWS Secrets Manager",
+		"reading secret registry from AWS Secrets Manager (region eu-west-1)", ln.Addr().String()} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("validate --resolve-secrets: %v\nwant it to say %q", err, want)
+		}
 	}
 }

@@ -443,7 +443,7 @@ func commandsReference(t *testing.T) string {
 }
 
 // subcommands are walstream's commands that take flags.
-var subcommands = []string{"run", "init", "status", "diff", "reemit"}
+var subcommands = []string{"run", "init", "status", "diff", "reemit", "validate"}
 
 // helpFlag is a flag as a command's --help lists it.
 type helpFlag struct{ name, def, usage string }
