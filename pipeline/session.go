@@ -115,8 +115,8 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
 		// Held by another process: which one, so that a standby says whom
-		// it waits for.
-		return false, replication.DescribeHeld(ctx, conn, names.Slot, err)
+		// it waits for, and a takeover refuses Debezium still streaming.
+		return false, s.refuseHeld(ctx, srv, replication.DescribeHeld(ctx, conn, names.Slot, err))
 	}
 	s.waits.done("standby", "no longer a standby: the slot is free")
 	// Logged once the slot is ours, not at every try of a standby instance.

@@ -74,6 +74,75 @@ func (e *TakeoverError) Error() string {
 
 func (e *TakeoverError) Unwrap() []error { return []error{ErrTakeover, e.Err} }
 
+// ErrConnectorStreaming means a takeover found its slot held by another
+// process than an instance of the stream: Debezium's connector, still
+// streaming from it.
+var ErrConnectorStreaming = errors.New("the connector still streams from the slot")
+
+// StreamingError is a takeover refused because Holder holds the slot:
+// not an instance of the stream (its application_name is another), so
+// not one to wait for as a standby, but what the takeover must follow.
+type StreamingError struct {
+	Held *replication.SlotHeldError
+	// Own is the application_name of the stream's connections; Why says
+	// why the start takes over.
+	Own, Why string
+}
+
+func (e *StreamingError) Error() string {
+	return fmt.Sprintf("%v: %v; its application_name is not this stream's (%q), so it is no walstream standing by, and %s: "+
+		"stop the connector (Strimzi: spec.state: stopped in the KafkaConnector; MSK Connect: delete the connector; Kafka Connect: PUT /connectors/<name>/stop), "+
+		"check that the slot is inactive and the connector STOPPED in Kafka Connect's status topic, then start again "+
+		"(see docs/debezium.md, Checking that the connector stopped)", ErrConnectorStreaming, e.Held, e.Own, e.Why)
+}
+
+func (e *StreamingError) Unwrap() []error { return []error{ErrConnectorStreaming, e.Held} }
+
+// refuseHeld turns held, the refusal of the slot at a session's start,
+// into a takeover's refusal when the holder is no instance of the stream
+// and the session would take over from Debezium (takeoverPending): the
+// connector still streams, and taking the slot whenever it lets go of it
+// (a task restarting) would start from an offset it is still moving.
+// Otherwise held is returned as it is, and the session waits as a
+// standby: another walstream of the stream holding the slot, or a holder
+// of a slot this stream already streamed from.
+func (s *session) refuseHeld(ctx context.Context, srv replication.Server, held error) error {
+	cfg := s.cfg
+	var h *replication.SlotHeldError
+	own := replication.AppName(&cfg.Postgres.Config)
+	if !cfg.Takeover.Enabled() || !errors.As(held, &h) || h.Holder.Application == own {
+		return held
+	}
+	why, err := takeoverPending(ctx, cfg, srv.Database)
+	if err != nil {
+		s.log.Warn("cannot tell whether this start takes over from Debezium; waiting for the slot as a standby", "holder", h.Holder.String(), "err", err)
+		return held
+	}
+	if why == "" {
+		return held
+	}
+	return &TakeoverError{Slot: cfg.Names.Slot, Source: cfg.Takeover.Source, Err: &StreamingError{Held: h, Own: own, Why: why}}
+}
+
+// takeoverPending says why a session of the stream starting now takes
+// over from Debezium, "" when it does not: Kafka holds no checkpoint of
+// the stream, or Debezium's offset is past it (takeOverAgain). An offset
+// that cannot be read takes nothing over, as in takeOverAgain.
+func takeoverPending(ctx context.Context, cfg *Config, database string) (string, error) {
+	cp, _, found, _, err := findCheckpoint(ctx, cfg, database)
+	if err != nil {
+		return "", err
+	}
+	if !found {
+		return "the start takes over from Debezium: Kafka holds no checkpoint of this stream", nil
+	}
+	off, err := readOffset(ctx, cfg)
+	if err != nil || off.Snapshot || off.Resume() <= reach(cp) {
+		return "", nil
+	}
+	return fmt.Sprintf("the start takes over from Debezium again: its offset (%s) is past this stream's checkpoint %s", off, cp), nil
+}
+
 // topicReader reads Kafka Connect's offsets topic from the cluster the
 // stream writes to.
 type topicReader struct{ conn kafka.Settings }

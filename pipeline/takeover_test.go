@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/debezium"
@@ -271,5 +274,86 @@ func TestTakeOverAgainKeepsTheCheckpoint(t *testing.T) {
 				t.Errorf("takeOverAgain = %s, in Kafka %v; want the checkpoint %s kept", got, inKafka, in)
 			}
 		})
+	}
+}
+
+// holdSlot streams slot on a replication connection of its own, named
+// app, as Debezium's task does, until the returned func releases it.
+func holdSlot(t *testing.T, pg *testenv.Postgres, slot, publication, app string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgconn.Connect(ctx, pg.URL("postgres", "postgres")+"&replication=database&application_name="+url.PathEscape(app))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + publication + "'"}}); err != nil {
+		conn.Close(ctx)
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { conn.Close(ctx) }) }
+	t.Cleanup(release)
+	return release
+}
+
+// A takeover refuses a slot Debezium still streams from, naming the
+// holder, where it would wait as a standby for another instance of the
+// stream; once the holder lets go, the standby takes over.
+func TestTakeoverRefusesAStreamingConnector(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	broker := testenv.StartKfake(t).Addr()
+	pg.Exec("postgres", `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb);
+		CREATE PUBLICATION walstream_outbox FOR TABLE public.outbox WITH (publish = 'insert, update')`)
+	pg.Exec("postgres", "SELECT pg_create_logical_replication_slot('walstream', 'pgoutput')")
+	var lsn string
+	if err := pg.Connect("postgres").QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	offset, err := pglogrepl.ParseLSN(lsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "offsets.json")
+	answer := fmt.Sprintf(`{"offsets":[{"partition":{"server":"dbz"},"offset":{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"ts_usec":%d}}]}`,
+		offset, offset, offset, time.Now().UnixMicro())
+	if err := os.WriteFile(file, []byte(answer), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, pg, broker)
+	cfg.Takeover = Takeover{Source: debezium.Source{Kind: debezium.SourceFile, Path: file}, Selector: debezium.Selector{Server: "dbz"}, Lookback: time.Minute}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+
+	release := holdSlot(t, pg, "walstream", "walstream_outbox", "Debezium Streaming")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = New(cfg, log, nil).Run(ctx)
+	var streaming *StreamingError
+	if !errors.Is(err, ErrTakeover) || !errors.As(err, &streaming) {
+		t.Fatalf("Run = %v, want a takeover refused while Debezium streams", err)
+	}
+	for _, want := range []string{`slot "walstream" is held by pid `, "application Debezium Streaming", "client 127.0.0.1:", `not this stream's ("walstream")`,
+		"Kafka holds no checkpoint of this stream", "spec.state: stopped", "delete the connector", "PUT /connectors/<name>/stop"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Run = %v\nwant it to say %q", err, want)
+		}
+	}
+	release()
+
+	// Another walstream of the stream holds it: a standby waits, then
+	// takes over once the slot is free.
+	release = holdSlot(t, pg, "walstream", "walstream_outbox", replication.ApplicationName)
+	p := New(cfg, log, nil)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	testenv.Eventually(t, 30*time.Second, "a standby waiting for the slot", func() bool { return p.state.standbyAt.Load() != 0 })
+	release()
+	testenv.Eventually(t, 30*time.Second, "the standby streaming after it took over", func() bool {
+		_, ok := p.state.streaming(time.Now())
+		return ok
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
 	}
 }

@@ -502,6 +502,16 @@ func named(params map[string]string) {
 	}
 }
 
+// AppName is the application_name walstream's connections of cfg give:
+// the connection string's, else ApplicationName. Another instance of the
+// same stream holding a slot shows it in pg_stat_activity.
+func AppName(cfg *pgconn.Config) string {
+	if name := cfg.RuntimeParams["application_name"]; name != "" {
+		return name
+	}
+	return ApplicationName
+}
+
 // Connect opens a regular connection, for setup, checks and slot polling.
 func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	cfg = cfg.Copy()
