@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -76,13 +77,20 @@ type cutoverCase struct {
 	// stops it as the first time and starts walstream as at the first
 	// cutover: a second cutover, from the offset Debezium stored since.
 	again2 bool
+	// checkStop checks the stop without Kafka Connect's REST API, as a
+	// GitOps pipeline does after committing the KafkaConnector's state:
+	// stopped: while Debezium streams, walstream refuses to take over
+	// naming the connector's slot, and walstream status reports the slot
+	// held and the connector RUNNING in the worker's status topic; once
+	// stopped, the slot free and the connector STOPPED.
+	checkStop bool
 	// ci runs the case in make test.
 	ci bool
 }
 
 var cutoverCases = []cutoverCase{
 	{name: "standalone_killed", mode: testenv.ConnectStandalone, stop: sigkill, from: fromFile, ci: true},
-	{name: "distributed_rest_stop", mode: testenv.ConnectDistributed, stop: restStop, from: fromREST, ci: true},
+	{name: "distributed_rest_stop", mode: testenv.ConnectDistributed, stop: restStop, from: fromREST, checkStop: true, ci: true},
 	{name: "standalone_sigterm", mode: testenv.ConnectStandalone, stop: sigterm, from: fromFile},
 	{name: "standalone_rest_stop_saved", mode: testenv.ConnectStandalone, stop: restStop, from: fromSaved},
 	{name: "distributed_killed", mode: testenv.ConnectDistributed, stop: sigkill, from: fromTopic},
@@ -143,8 +151,8 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 		// A group and topics of the run's own: a worker of another run
 		// must not take its tasks.
 		props["group.id"] = id
-		for _, topic := range []string{"config", "offset", "status"} {
-			props[topic+".storage.topic"] = id + "-" + topic + "s"
+		for topic, name := range map[string]string{"config": "configs", "offset": "offsets", "status": "status"} {
+			props[topic+".storage.topic"] = id + "-" + name
 		}
 	}
 	w := testenv.StartConnect(t, testenv.ConnectConfig{Mode: c.mode, Kafka: e.kafka.Addr(), Props: props})
@@ -204,7 +212,18 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 	// streamed counts Debezium's starts, by its topic.prefix, which a
 	// deleted connector's name no longer tells.
 	streamed := w.Streamed(id)
+	path := writeConnector(t, JSON, id, cfg)
+	args := func(source string) []string {
+		return []string{"run", "--config", path, "--kafka-brokers", e.kafka.Addr(), "--from-debezium-offset", source,
+			"--http-addr", "", "--status-interval", "1s", "--idle-interval", "500ms", "--log-level", "debug"}
+	}
+	if c.checkStop {
+		e.refusedWhileStreaming(ctx, t, args, path, id, slot)
+	}
 	e.stopDebezium(ctx, t, w, c, id)
+	if c.checkStop {
+		e.checkStopped(ctx, t, path, id)
+	}
 	// name is the connector Debezium runs as, which a rollback that
 	// creates it again changes.
 	name := id
@@ -226,11 +245,6 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 	source := e.offsetSource(ctx, t, w, c, id, id)
 	time.Sleep(500 * time.Millisecond) // rows committed while nothing streams
 
-	path := writeConnector(t, JSON, id, cfg)
-	args := func(source string) []string {
-		return []string{"run", "--config", path, "--kafka-brokers", e.kafka.Addr(), "--from-debezium-offset", source,
-			"--http-addr", "", "--status-interval", "1s", "--idle-interval", "500ms", "--log-level", "debug"}
-	}
 	p := testenv.StartWalstream(t, e.bin, args(source))
 	refused := ""
 	if err := waitStreamingOrExit(ctx, p); err != nil {
@@ -426,6 +440,87 @@ func waitStreamingOrExit(ctx context.Context, p *testenv.Process) error {
 		}
 	}
 	return nil
+}
+
+// stopStatus is what walstream status --json says of Debezium's
+// connector, and its exit.
+type stopStatus struct {
+	Debezium struct {
+		TakesOver  bool `json:"takes_over"`
+		SlotHolder *struct {
+			PID         int32  `json:"pid"`
+			Application string `json:"application_name"`
+		} `json:"slot_holder"`
+		State   string            `json:"state"`
+		Tasks   map[string]string `json:"tasks"`
+		Stopped bool              `json:"stopped"`
+	} `json:"debezium"`
+	Problems []string `json:"problems"`
+	exit     error
+	out      string
+}
+
+// connectorStop runs walstream status as a pipeline step checking that
+// the connector of case id stopped: the stream's connector config, the
+// offsets topic it takes over from, and the worker's status topic.
+func (e *env) connectorStop(ctx context.Context, t *testing.T, path, id string) stopStatus {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, e.bin, "status", "--config", path, "--kafka-brokers", e.kafka.Addr(),
+		"--from-debezium-offset", "kafka:"+id+"-offsets", "--connect-status-topic", id+"-status", "--json")
+	cmd.Env = testenv.WalstreamEnv()
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	var r stopStatus
+	r.exit = cmd.Run()
+	r.out = out.String() + errOut.String()
+	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+		t.Fatalf("walstream status --json: %v\n%s", err, r.out)
+	}
+	return r
+}
+
+// refusedWhileStreaming checks, while Debezium streams, that walstream
+// refuses to take over from the offsets topic, naming the connector's
+// slot and its holder, and that walstream status says the connector has
+// not stopped.
+func (e *env) refusedWhileStreaming(ctx context.Context, t *testing.T, args func(string) []string, path, id, slot string) {
+	t.Helper()
+	r := e.connectorStop(ctx, t, path, id)
+	d := r.Debezium
+	if r.exit == nil || d.Stopped || !d.TakesOver || d.State != "RUNNING" || d.Tasks["0"] != "RUNNING" ||
+		d.SlotHolder == nil || d.SlotHolder.Application != "Debezium Streaming" {
+		t.Fatalf("walstream status while Debezium streams (exit %v):\n%s\nwant it to fail, naming the slot held by Debezium Streaming and the connector RUNNING", r.exit, r.out)
+	}
+	p := testenv.StartWalstream(t, e.bin, args("kafka:"+id+"-offsets"))
+	if _, ok := p.Wait(2 * time.Minute); !ok {
+		t.Fatalf("walstream took no decision within 2 minutes while Debezium streams:\n%s", p.LastLines(20))
+	}
+	refused := lastLines(p.Log(), 1)
+	for _, want := range []string{"the connector still streams from the slot", fmt.Sprintf(`slot %q is held by pid %d`, slot, d.SlotHolder.PID),
+		"application Debezium Streaming", "spec.state: stopped", "walstream status"} {
+		if !strings.Contains(refused, want) {
+			t.Fatalf("walstream, while Debezium streams, said:\n%s\nwant %q", p.LastLines(20), want)
+		}
+	}
+	t.Logf("%s: while Debezium streams, walstream refused: %s; walstream status: %s", id, refused, r.Problems)
+}
+
+// checkStopped waits until walstream status says the connector stopped:
+// its slot free, and STOPPED with no task in the status topic.
+func (e *env) checkStopped(ctx context.Context, t *testing.T, path, id string) {
+	t.Helper()
+	var r stopStatus
+	deadline := time.Now().Add(time.Minute)
+	for r = e.connectorStop(ctx, t, path, id); r.exit != nil || !r.Debezium.Stopped; r = e.connectorStop(ctx, t, path, id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("walstream status a minute after the connector stopped (exit %v):\n%s", r.exit, r.out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if d := r.Debezium; d.State != "STOPPED" || len(d.Tasks) > 0 || d.SlotHolder != nil || !d.TakesOver {
+		t.Fatalf("walstream status once the connector stopped:\n%s\nwant the connector STOPPED with no task, the slot free, and a takeover to come", r.out)
+	}
+	t.Logf("%s: once the connector stopped, walstream status: state %s, no task, no other process holding the slot", id, r.Debezium.State)
 }
 
 // stopDebezium stops the connector as the case says.

@@ -261,7 +261,7 @@ var (
 		"additional-placement", "additional-error-on-missing", "failover-slot",
 		"stream", "kafka-brokers", "checkpoint-topic", "transactional-id", "on-error", "dlq-topic", "topic-creation", "topic-template"}
 	StatusSettings = slices.Concat([]string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "stream", "checkpoint-topic",
-		"checkpoint-key", "transactional-id", "on-error", "dlq-topic"}, kafkaConnection, []string{"blocking-query-text"})
+		"checkpoint-key", "transactional-id", "on-error", "dlq-topic"}, kafkaConnection, []string{"blocking-query-text", "from-debezium-offset", "debezium-connector"})
 	// diff reads the Kafka connection only.
 	DiffSettings = slices.Concat([]string{"config"}, kafkaConnection)
 	// reemit reads the stream's Postgres, tables, mapping of the event id,

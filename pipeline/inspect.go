@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/checkpoint/store"
+	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
@@ -65,6 +66,68 @@ type Inspection struct {
 	// none; RegistryErr is why it does not answer.
 	Registry    string
 	RegistryErr error
+	// Debezium is whether the connector a takeover follows has stopped,
+	// when the stream takes over from one or its status topic is named.
+	Debezium *DebeziumStop
+}
+
+// DebeziumStop is whether Debezium's connector has stopped, read without
+// Kafka Connect's REST API: from the slot's holder, and from Kafka
+// Connect's status topic where it is named.
+type DebeziumStop struct {
+	// Pending says why the stream's next start takes over from the
+	// connector, empty when it does not (takeoverPending).
+	Pending string
+	// Other is the slot's holder when it is no instance of the stream
+	// (its application_name is another): the connector still streaming.
+	Other *replication.Backend
+	// Status is the connector's state in the status topic, when one is
+	// named; StatusErr why it could not be read.
+	Status    *debezium.ConnectorStatus
+	StatusErr error
+}
+
+// Stopped reports whether the connector has let go of the slot, and its
+// status, where read, says it stopped or was deleted.
+func (d *DebeziumStop) Stopped() bool {
+	return d.Other == nil && d.StatusErr == nil && (d.Status == nil || d.Status.Stopped())
+}
+
+// inspectDebezium reads whether the connector the stream takes over from
+// stopped; a problem while the next start would take over from it, or the
+// status topic was named to check it.
+func (in *Inspection) inspectDebezium(ctx context.Context, cfg *Config) {
+	t := cfg.Takeover
+	if !t.Enabled() && t.StatusTopic == "" {
+		return
+	}
+	d := &DebeziumStop{}
+	if t.Enabled() && in.KafkaErr == nil {
+		d.Pending = takeoverPending(ctx, cfg, in.Checkpoint, in.Found)
+	}
+	if h := in.Holder; h != nil && h.Application != replication.AppName(&cfg.Postgres.Config) {
+		d.Other = h
+	}
+	if t.StatusTopic != "" {
+		st, err := debezium.ReadStatus(ctx, topicReader{cfg.Kafka}, t.StatusTopic, t.Selector.Connector)
+		d.Status, d.StatusErr = &st, err
+	}
+	in.Debezium = d
+	if d.Stopped() || d.Pending == "" && t.StatusTopic == "" {
+		return
+	}
+	var why []string
+	if d.Other != nil {
+		why = append(why, fmt.Sprintf("slot %q is held by %s, no instance of this stream", cfg.Names.Slot, d.Other))
+	}
+	switch {
+	case d.StatusErr != nil:
+		why = append(why, d.StatusErr.Error())
+	case d.Status != nil && !d.Status.Stopped():
+		why = append(why, "status topic "+t.StatusTopic+": "+d.Status.String())
+	}
+	in.Problems = append(in.Problems, fmt.Sprintf("Debezium's %s has not stopped: %s (see docs/debezium.md, Checking that the connector stopped)",
+		t.Selector, strings.Join(why, "; ")))
 }
 
 // routeValuesChecked bounds the route-by values Inspect reads per table.
@@ -175,6 +238,7 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 	if in.KafkaErr == nil {
 		in.inspectTopics(kctx, conn, &cfg)
 	}
+	in.inspectDebezium(ctx, &cfg)
 	if in.Found {
 		if err := owned(in.Checkpoint, &cfg, in.Server); err != nil {
 			in.Problems = append(in.Problems, err.Error())

@@ -2,9 +2,11 @@ package pipeline
 
 import (
 	"cmp"
+	"strconv"
 	"time"
 
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/replication"
 )
 
 // Report is an Inspection as `walstream status --json` prints it: the
@@ -95,12 +97,42 @@ type Report struct {
 	// SchemaRegistry is the registry keys or values need; absent when
 	// none does.
 	SchemaRegistry *RegistryReport `json:"schema_registry,omitempty"`
-	Streaming      bool            `json:"streaming"`
-	Problems       []string        `json:"problems"`
-	Warnings       []string        `json:"warnings"`
+	// Debezium is whether the connector the stream takes over from has
+	// stopped; absent unless the stream takes over from one or its status
+	// topic is named.
+	Debezium  *DebeziumReport `json:"debezium,omitempty"`
+	Streaming bool            `json:"streaming"`
+	Problems  []string        `json:"problems"`
+	Warnings  []string        `json:"warnings"`
 	// Error is why part of the report could not be read, e.g. Kafka
 	// unreachable; the rest is still reported.
 	Error string `json:"error,omitempty"`
+}
+
+// DebeziumReport is whether Debezium's connector stopped, read from the
+// slot's holder and Kafka Connect's status topic.
+type DebeziumReport struct {
+	Connector string `json:"connector"`
+	// OffsetSource is where a takeover reads the connector's offset;
+	// TakesOver whether the stream's next start takes over, and Why.
+	OffsetSource string `json:"offset_source,omitempty"`
+	TakesOver    bool   `json:"takes_over"`
+	Why          string `json:"why,omitempty"`
+	// SlotHolder is the slot's holder when it is no instance of the
+	// stream: the connector still streaming.
+	SlotHolder *HolderReport `json:"slot_holder,omitempty"`
+	// StatusTopic is Kafka Connect's status topic, when named; State the
+	// connector's state there ("deleted" after a tombstone, empty when
+	// the topic holds none), Tasks its tasks', Status all of it as text,
+	// and StatusError why it could not be read.
+	StatusTopic string            `json:"status_topic,omitempty"`
+	State       string            `json:"state,omitempty"`
+	Tasks       map[string]string `json:"tasks,omitempty"`
+	Status      string            `json:"status,omitempty"`
+	StatusError string            `json:"status_error,omitempty"`
+	// Stopped: the slot is held by no other process, and the status
+	// topic, where named, says the connector stopped or was deleted.
+	Stopped bool `json:"stopped"`
 }
 
 // HoldReport is a transaction holding back the last stable offset of a
@@ -129,6 +161,16 @@ type DecodingReport struct {
 	DecodedBytes         int64      `json:"total_bytes"`
 	StatsReset           *time.Time `json:"stats_reset,omitempty"`
 	WorkMem              string     `json:"logical_decoding_work_mem"`
+}
+
+// holderReport is what the report says of a slot's holder.
+func holderReport(h replication.Backend) *HolderReport {
+	r := &HolderReport{PID: h.PID, BackendType: h.Type, Application: h.Application, Client: h.Client, State: h.State, Text: h.String()}
+	if !h.Started.IsZero() {
+		at := h.Started
+		r.ConnectedAt = &at
+	}
+	return r
 }
 
 // HolderReport is the process holding the slot.
@@ -289,11 +331,7 @@ func (in *Inspection) Report(cfg Config, now time.Time) *Report {
 	// to stream from until it is consistent.
 	r.Streaming = st.Active && st.HasConfirmed && (in.Holder == nil || in.Holder.Type == "" || in.Holder.Type == "walsender")
 	if h := in.Holder; h != nil {
-		s.Holder = &HolderReport{PID: h.PID, BackendType: h.Type, Application: h.Application, Client: h.Client, State: h.State, Text: h.String()}
-		if !h.Started.IsZero() {
-			at := h.Started
-			s.Holder.ConnectedAt = &at
-		}
+		s.Holder = holderReport(*h)
 	}
 	if d := st.Decoding; d != nil {
 		s.Decoding = &DecodingReport{SpilledTransactions: d.SpillTxns, Spills: d.SpillCount, SpilledBytes: d.SpillBytes,
@@ -346,5 +384,37 @@ func (in *Inspection) Report(cfg Config, now time.Time) *Report {
 				FromLSN: g.From.String(), ToLSN: g.To.String(), Events: g.Events, At: g.At}
 		}
 	}
+	if d := in.Debezium; d != nil {
+		r.Debezium = debeziumReport(d, cfg.Takeover)
+	}
 	return &r
+}
+
+func debeziumReport(d *DebeziumStop, t Takeover) *DebeziumReport {
+	dr := &DebeziumReport{Connector: t.Selector.Connector, TakesOver: d.Pending != "", Why: d.Pending, StatusTopic: t.StatusTopic, Stopped: d.Stopped()}
+	if t.Enabled() {
+		dr.OffsetSource = t.Source.String()
+	}
+	if h := d.Other; h != nil {
+		dr.SlotHolder = holderReport(*h)
+	}
+	if d.StatusErr != nil {
+		dr.StatusError = d.StatusErr.Error()
+	}
+	if st := d.Status; st != nil && d.StatusErr == nil {
+		dr.Status = st.String()
+		switch {
+		case st.Deleted:
+			dr.State = "deleted"
+		case st.Found:
+			dr.State = st.Connector.State
+		}
+		for n, ts := range st.Tasks {
+			if dr.Tasks == nil {
+				dr.Tasks = make(map[string]string)
+			}
+			dr.Tasks[strconv.Itoa(n)] = ts.State
+		}
+	}
+	return dr
 }

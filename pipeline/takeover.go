@@ -36,6 +36,9 @@ type Takeover struct {
 	// than the commit, unless table.field.event.timestamp takes them from
 	// a column, whose times may lie before the commit.
 	Lookback time.Duration
+	// StatusTopic is Kafka Connect's status topic (status.storage.topic),
+	// where Inspect reads the connector's state; empty: it is not read.
+	StatusTopic string
 	// AcceptRepeatedIDs takes over although an outbox table's event id
 	// column has no unique index, with a warning: the lookup counts the
 	// records of each event id (checkpoint/store/takeover.go), and one that
@@ -113,11 +116,12 @@ func (s *session) refuseHeld(ctx context.Context, srv replication.Server, held e
 	if !cfg.Takeover.Enabled() || !errors.As(held, &h) || h.Holder.Application == own {
 		return held
 	}
-	why, err := takeoverPending(ctx, cfg, srv.Database)
+	cp, _, found, _, err := findCheckpoint(ctx, cfg, srv.Database)
 	if err != nil {
 		s.log.Warn("cannot tell whether this start takes over from Debezium; waiting for the slot as a standby", "holder", h.Holder.String(), "err", err)
 		return held
 	}
+	why := takeoverPending(ctx, cfg, cp, found)
 	if why == "" {
 		return held
 	}
@@ -126,25 +130,22 @@ func (s *session) refuseHeld(ctx context.Context, srv replication.Server, held e
 
 // takeoverPending says why a session of the stream starting now takes
 // over from Debezium, "" when it does not: Kafka holds no checkpoint of
-// the stream, or Debezium's offset is past it (takeOverAgain). An offset
-// that cannot be read takes nothing over, as in takeOverAgain.
-func takeoverPending(ctx context.Context, cfg *Config, database string) (string, error) {
-	cp, _, found, _, err := findCheckpoint(ctx, cfg, database)
-	if err != nil {
-		return "", err
-	}
+// the stream (found), or Debezium's offset is past it, cp
+// (takeOverAgain). An offset that cannot be read takes nothing over, as
+// in takeOverAgain.
+func takeoverPending(ctx context.Context, cfg *Config, cp checkpoint.Checkpoint, found bool) string {
 	if !found {
-		return "the start takes over from Debezium: Kafka holds no checkpoint of this stream", nil
+		return "the start takes over from Debezium: Kafka holds no checkpoint of this stream"
 	}
 	off, err := readOffset(ctx, cfg)
 	if err != nil || off.Snapshot || off.Resume() <= reach(cp) {
-		return "", nil
+		return ""
 	}
-	return fmt.Sprintf("the start takes over from Debezium again: its offset (%s) is past this stream's checkpoint %s", off, cp), nil
+	return fmt.Sprintf("the start takes over from Debezium again: its offset (%s) is past this stream's checkpoint %s", off, cp)
 }
 
-// topicReader reads Kafka Connect's offsets topic from the cluster the
-// stream writes to.
+// topicReader reads Kafka Connect's offsets and status topics from the
+// cluster the stream writes to.
 type topicReader struct{ conn kafka.Settings }
 
 var _ debezium.TopicReader = topicReader{}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -338,7 +339,23 @@ func TestTakeoverRefusesAStreamingConnector(t *testing.T) {
 			t.Errorf("Run = %v\nwant it to say %q", err, want)
 		}
 	}
+	// walstream status says the same, and that it stops once the slot is
+	// free.
+	in, err := Inspect(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := in.Debezium; d == nil || d.Stopped() || d.Other == nil || d.Other.Application != "Debezium Streaming" || d.Pending == "" ||
+		!slices.ContainsFunc(in.Problems, func(p string) bool {
+			return strings.Contains(p, "Debezium's connector (any name), topic.prefix dbz has not stopped")
+		}) {
+		t.Errorf("Inspect while Debezium streams: %+v, problems %q", in.Debezium, in.Problems)
+	}
 	release()
+	testenv.Eventually(t, 30*time.Second, "Inspect saying the connector stopped", func() bool {
+		in, err := Inspect(ctx, cfg)
+		return err == nil && in.Debezium != nil && in.Debezium.Stopped() && in.Debezium.Pending != "" && len(in.Problems) == 0
+	})
 
 	// Another walstream of the stream holds it: a standby waits, then
 	// takes over once the slot is free.

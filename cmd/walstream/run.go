@@ -167,6 +167,8 @@ func flagHints(err error) error {
 		return fmt.Errorf("%w (give each stream its own --stream, or check --transactional-id)", err)
 	case errors.As(err, &sharedKey):
 		return fmt.Errorf("%w (--stream)", err)
+	case errors.Is(err, pipeline.ErrConnectorStreaming):
+		return fmt.Errorf("%w (walstream status, with these flags and --connect-status-topic <status.storage.topic>, says when it stopped)", err)
 	case errors.Is(err, pipeline.ErrRepeatedIDs):
 		return fmt.Errorf("%w (--debezium-accept-repeated-ids)", err)
 	case errors.Is(err, kafka.ErrTopicMissing):

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,11 +26,15 @@ type statusReport = pipeline.Report
 // stream, and fails when a slot is lost or ahead of its checkpoint.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var asJSON bool
+	var statusTopic string
 	cfgs, err := config.ParseStreams(config.Command{Name: "status",
 		About: "Prints the slot's state and the checkpoint in Kafka of the stream, or of every stream a config file lists under streams: (--stream names one); " +
-			"exits non-zero when a slot is lost, missing or ahead of the checkpoint, or Kafka cannot be read.",
+			"exits non-zero when a slot is lost, missing or ahead of the checkpoint, or Kafka cannot be read, " +
+			"and, with --from-debezium-offset or --connect-status-topic, while Debezium's connector has not stopped (see docs/debezium.md, Checking that the connector stopped).",
 		Flags: func(fs *flag.FlagSet) {
 			fs.BoolVar(&asJSON, "json", false, "print JSON: the stream's report, or a list of every stream's")
+			fs.StringVar(&statusTopic, "connect-status-topic", "", "Kafka Connect's status topic (status.storage.topic), read from --kafka-brokers: "+
+				"report the state of the Debezium connector --debezium-connector names, and exit non-zero unless it stopped or was deleted and no other process holds the slot")
 		},
 		Uses:  config.StatusSettings,
 		Needs: func() (pg, kafka bool) { return true, true },
@@ -39,6 +44,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	reports := make([]*statusReport, len(cfgs))
 	for i, cfg := range cfgs {
+		if statusTopic != "" && cfg.Takeover.Selector.Connector == "" {
+			return fmt.Errorf("--connect-status-topic: the connector's name is needed: --debezium-connector, or the name of the connector config --config names")
+		}
+		cfg.Takeover.StatusTopic = statusTopic
 		ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		in, err := pipeline.Inspect(ictx, cfg.Config)
 		cancel()
@@ -178,6 +187,9 @@ func printStatus(w io.Writer, r *statusReport) {
 		}
 	}
 	printReemits(tw, r.Reemits)
+	if d := r.Debezium; d != nil {
+		printDebezium(line, d)
+	}
 	if sr := r.SchemaRegistry; sr != nil {
 		answers := "yes"
 		if !sr.Answers {
@@ -197,6 +209,35 @@ func printStatus(w io.Writer, r *statusReport) {
 	for _, p := range r.Problems {
 		line("PROBLEM", "%s", p)
 	}
+}
+
+// printDebezium says whether Debezium's connector stopped.
+func printDebezium(line func(name, format string, a ...any), d *pipeline.DebeziumReport) {
+	line("debezium", "connector %s", cmp.Or(d.Connector, "(any name)"))
+	if d.OffsetSource != "" {
+		line("  offset", "%s", d.OffsetSource)
+		takes := "no: Kafka holds this stream's checkpoint, and Debezium's offset is not past it"
+		if d.TakesOver {
+			takes = "yes: " + d.Why
+		}
+		line("  takes over", "%s", takes)
+	}
+	holder := "no other process: stopped, or streamed by walstream"
+	if d.SlotHolder != nil {
+		holder = "held by " + d.SlotHolder.Text + ", no instance of this stream"
+	}
+	line("  slot holder", "%s", holder)
+	switch {
+	case d.StatusError != "":
+		line("  status topic", "%s: %s", d.StatusTopic, d.StatusError)
+	case d.StatusTopic != "":
+		line("  status topic", "%s: %s", d.StatusTopic, d.Status)
+	}
+	stopped := "no"
+	if d.Stopped {
+		stopped = "yes"
+	}
+	line("  stopped", "%s", stopped)
 }
 
 // caughtUpText says whether the slot has confirmed everything the server
