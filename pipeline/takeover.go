@@ -82,9 +82,10 @@ func (e *TakeoverError) Unwrap() []error { return []error{ErrTakeover, e.Err} }
 // streaming from it.
 var ErrConnectorStreaming = errors.New("the connector still streams from the slot")
 
-// StreamingError is a takeover refused because Holder holds the slot:
-// not an instance of the stream (its application_name is another), so
-// not one to wait for as a standby, but what the takeover must follow.
+// StreamingError is a takeover refused because the process Held names
+// holds the slot: no instance of the stream (its application_name is
+// another), so not one to wait for as a standby, but the connector the
+// takeover must follow.
 type StreamingError struct {
 	Held *replication.SlotHeldError
 	// Own is the application_name of the stream's connections; Why says

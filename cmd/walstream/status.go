@@ -187,8 +187,8 @@ func printStatus(w io.Writer, r *statusReport) {
 		}
 	}
 	printReemits(tw, r.Reemits)
-	if d := r.Debezium; d != nil {
-		printDebezium(line, d)
+	if r.Debezium != nil {
+		printDebezium(line, r)
 	}
 	if sr := r.SchemaRegistry; sr != nil {
 		answers := "yes"
@@ -212,13 +212,17 @@ func printStatus(w io.Writer, r *statusReport) {
 }
 
 // printDebezium says whether Debezium's connector stopped.
-func printDebezium(line func(name, format string, a ...any), d *pipeline.DebeziumReport) {
+func printDebezium(line func(name, format string, a ...any), r *statusReport) {
+	d := r.Debezium
 	line("debezium", "connector %s", cmp.Or(d.Connector, "(any name)"))
 	if d.OffsetSource != "" {
 		line("  offset", "%s", d.OffsetSource)
 		takes := "no: Kafka holds this stream's checkpoint, and Debezium's offset is not past it"
-		if d.TakesOver {
+		switch {
+		case d.TakesOver:
 			takes = "yes: " + d.Why
+		case r.Error != "":
+			takes = "unknown: the checkpoint could not be read"
 		}
 		line("  takes over", "%s", takes)
 	}
