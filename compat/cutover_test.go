@@ -465,18 +465,25 @@ type stopStatus struct {
 // offsets topic it takes over from, and the worker's status topic.
 func (e *env) connectorStop(ctx context.Context, t *testing.T, path, id string) stopStatus {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, e.bin, "status", "--config", path, "--kafka-brokers", e.kafka.Addr(),
-		"--from-debezium-offset", "kafka:"+id+"-offsets", "--connect-status-topic", id+"-status", "--json")
-	cmd.Env = testenv.WalstreamEnv()
-	var out, errOut strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errOut
 	var r stopStatus
-	r.exit = cmd.Run()
-	r.out = out.String() + errOut.String()
-	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+	out, errOut, exit := e.status(ctx, path, id, "--json")
+	r.exit, r.out = exit, out+errOut
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("walstream status --json: %v\n%s", err, r.out)
 	}
 	return r
+}
+
+// status runs walstream status on the stream of case id, checking that
+// its connector stopped.
+func (e *env) status(ctx context.Context, path, id string, more ...string) (stdout, stderr string, exit error) {
+	cmd := exec.CommandContext(ctx, e.bin, append([]string{"status", "--config", path, "--kafka-brokers", e.kafka.Addr(),
+		"--from-debezium-offset", "kafka:" + id + "-offsets", "--connect-status-topic", id + "-status"}, more...)...)
+	cmd.Env = testenv.WalstreamEnv()
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	exit = cmd.Run()
+	return out.String(), errOut.String(), exit
 }
 
 // refusedWhileStreaming checks, while Debezium streams, that walstream
@@ -491,6 +498,10 @@ func (e *env) refusedWhileStreaming(ctx context.Context, t *testing.T, args func
 		d.SlotHolder == nil || d.SlotHolder.Application != "Debezium Streaming" {
 		t.Fatalf("walstream status while Debezium streams (exit %v):\n%s\nwant it to fail, naming the slot held by Debezium Streaming and the connector RUNNING", r.exit, r.out)
 	}
+	text, _, _ := e.status(ctx, path, id)
+	if !regexp.MustCompile(`(?m)^  stopped +no$`).MatchString(text) || !strings.Contains(text, "application Debezium Streaming") {
+		t.Fatalf("walstream status while Debezium streams:\n%s\nwant it to say the connector has not stopped, naming its slot's holder", text)
+	}
 	p := testenv.StartWalstream(t, e.bin, args("kafka:"+id+"-offsets"))
 	if _, ok := p.Wait(2 * time.Minute); !ok {
 		t.Fatalf("walstream took no decision within 2 minutes while Debezium streams:\n%s", p.LastLines(20))
@@ -502,7 +513,7 @@ func (e *env) refusedWhileStreaming(ctx context.Context, t *testing.T, args func
 			t.Fatalf("walstream, while Debezium streams, said:\n%s\nwant %q", p.LastLines(20), want)
 		}
 	}
-	t.Logf("%s: while Debezium streams, walstream refused: %s; walstream status: %s", id, refused, r.Problems)
+	t.Logf("%s: while Debezium streams, walstream refused: %s; walstream status:\n%s", id, refused, text)
 }
 
 // checkStopped waits until walstream status says the connector stopped:
