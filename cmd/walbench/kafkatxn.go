@@ -49,29 +49,43 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *rate <= 0 || *records < 1 {
 		return fmt.Errorf("-rate %v and -records %d must be positive", *rate, *records)
 	}
-	value := bytes.Repeat([]byte{'x'}, *size)
-	var commit func() error
+	txnID, topics := "walbench-kafka-txn", []string{floorTopic, floorCheckpointTopic}
+	var commit committer
 	switch *client {
 	case "franz-go":
-		cl, err := kgo.NewClient(kgo.SeedBrokers(*broker), kgo.TransactionalID("walbench-kafka-txn"), kgo.AllowAutoTopicCreation())
+		// Keys placed as walstream's producer places them: Kafka's murmur2.
+		cl, err := kgo.NewClient(kgo.SeedBrokers(*broker), kgo.TransactionalID(txnID), kgo.AllowAutoTopicCreation(),
+			kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
 		if err != nil {
 			return fmt.Errorf("creating the transactional client: %w", err)
 		}
 		defer cl.Close()
-		commit = franzGoCommit(ctx, cl, *records, value)
+		commit = franzGoCommitter(ctx, cl)
 	case "minimal":
-		mc, err := dialMinimal(ctx, *broker, "walbench-kafka-txn-minimal", floorTopic, floorCheckpointTopic)
+		mc, err := dialMinimal(ctx, *broker, txnID+"-minimal", topics...)
 		if err != nil {
 			return fmt.Errorf("starting the minimal client: %w", err)
 		}
 		defer mc.Close()
-		commit = minimalCommit(ctx, mc, *records, value)
+		commit = func(recs []txnRecord) (time.Time, error) { return mc.commit(ctx, recs) }
 	default:
 		return fmt.Errorf("-client %q is neither franz-go nor minimal", *client)
 	}
+	value := bytes.Repeat([]byte{'x'}, *size)
+	seq := 0
+	recs := make([]txnRecord, *records+1)
+	next := func() error {
+		for i := range *records {
+			seq++
+			recs[i] = txnRecord{floorTopic, strconv.AppendInt(nil, int64(seq), 10), value}
+		}
+		recs[*records] = txnRecord{floorCheckpointTopic, []byte("floor"), value[:min(len(value), 200)]}
+		_, err := commit(recs)
+		return err
+	}
 	// Warm up: the producer id, the coordinator and the partitions' leaders.
 	for range 20 {
-		if err := commit(); err != nil {
+		if err := next(); err != nil {
 			return fmt.Errorf("committing a warm-up transaction: %w", err)
 		}
 	}
@@ -89,7 +103,7 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return ctx.Err()
 		case <-tick.C:
 		}
-		if err := commit(); err != nil {
+		if err := next(); err != nil {
 			return fmt.Errorf("committing transaction %d: %w", n, err)
 		}
 	}
@@ -125,10 +139,19 @@ func (b *bench) kafkaFloor(ctx context.Context, client, broker string, rate floa
 	return time.Duration(ns / n), nil
 }
 
-// franzGoCommit returns a function that commits one transaction of records
-// records and a checkpoint record with cl, as walstream's producer does.
-func franzGoCommit(ctx context.Context, cl *kgo.Client, records int, value []byte) func() error {
-	seq := 0
+// txnRecord is a record of a transaction kafka-txn commits.
+type txnRecord struct {
+	topic      string
+	key, value []byte
+}
+
+// committer commits records in one Kafka transaction and returns when it
+// asked the broker to commit (EndTxn), the records written.
+type committer func(records []txnRecord) (time.Time, error)
+
+// franzGoCommitter commits with cl as walstream's producer does: the
+// records, Flush, EndTransaction.
+func franzGoCommitter(ctx context.Context, cl *kgo.Client) committer {
 	var mu sync.Mutex
 	var produceErr error
 	done := func(_ *kgo.Record, err error) {
@@ -136,38 +159,23 @@ func franzGoCommit(ctx context.Context, cl *kgo.Client, records int, value []byt
 		produceErr = cmp.Or(produceErr, err)
 		mu.Unlock()
 	}
-	return func() error {
+	return func(records []txnRecord) (time.Time, error) {
 		if err := cl.BeginTransaction(); err != nil {
-			return err
+			return time.Time{}, err
 		}
-		for range records {
-			seq++
-			cl.Produce(ctx, &kgo.Record{Topic: floorTopic, Key: strconv.AppendInt(nil, int64(seq), 10), Value: value}, done)
+		for _, r := range records {
+			cl.Produce(ctx, &kgo.Record{Topic: r.topic, Key: r.key, Value: r.value}, done)
 		}
-		cl.Produce(ctx, &kgo.Record{Topic: floorCheckpointTopic, Key: []byte("floor"), Value: value[:min(len(value), 200)]}, done)
 		if err := cl.Flush(ctx); err != nil {
-			return err
+			return time.Time{}, err
 		}
 		mu.Lock()
 		err := produceErr
 		mu.Unlock()
 		if err != nil {
-			return fmt.Errorf("producing: %w", err)
+			return time.Time{}, fmt.Errorf("producing: %w", err)
 		}
-		return cl.EndTransaction(ctx, kgo.TryCommit)
-	}
-}
-
-// minimalCommit is franzGoCommit with the minimal client.
-func minimalCommit(ctx context.Context, mc *minimalClient, records int, value []byte) func() error {
-	seq := 0
-	recs := make([]minimalRecord, records+1)
-	return func() error {
-		for i := range records {
-			seq++
-			recs[i] = minimalRecord{floorTopic, strconv.AppendInt(nil, int64(seq), 10), value}
-		}
-		recs[records] = minimalRecord{floorCheckpointTopic, []byte("floor"), value[:min(len(value), 200)]}
-		return mc.commit(ctx, recs)
+		at := time.Now()
+		return at, cl.EndTransaction(ctx, kgo.TryCommit)
 	}
 }

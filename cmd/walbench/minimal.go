@@ -18,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -47,6 +48,11 @@ type minimalClient struct {
 	seq   map[minimalPartition]int32
 	// partitions of each topic the transactions write.
 	partitions map[string]int32
+	// byKey places records as Kafka's default partitioner does, by the
+	// murmur2 hash of the key, whatever the topic; keyed is the record it
+	// is asked about.
+	byKey kgo.TopicPartitioner
+	keyed kgo.Record
 }
 
 type minimalPartition struct {
@@ -78,7 +84,7 @@ func dialMinimal(ctx context.Context, broker, txnID string, topics ...string) (*
 	}
 	runtime.LockOSThread()
 	c := &minimalClient{fd: fd, f: kmsg.NewRequestFormatter(kmsg.FormatterClientID("walbench-minimal")),
-		txnID: txnID, seq: make(map[minimalPartition]int32), partitions: make(map[string]int32)}
+		txnID: txnID, seq: make(map[minimalPartition]int32), partitions: make(map[string]int32), byKey: kgo.StickyKeyPartitioner(nil).ForTopic("")}
 	c.rd = bufio.NewReaderSize(c, 64<<10)
 	if err := c.init(ctx, topics); err != nil {
 		c.Close()
@@ -191,7 +197,8 @@ func (c *minimalClient) init(ctx context.Context, topics []string) error {
 		mt.Topic = kmsg.StringPtr(t)
 		md.Topics = append(md.Topics, mt)
 	}
-	// A topic created by this request may report no leader at first.
+	// A topic created by this request, or just before, may report no
+	// leader at first.
 	err = untilSettled(ctx, func() error {
 		resp, err := c.request(md)
 		if err != nil {
@@ -204,6 +211,12 @@ func (c *minimalClient) init(ctx context.Context, topics []string) error {
 		var lerr error
 		for _, t := range mr.Topics {
 			lerr = errors.Join(lerr, kerr.ErrorForCode(t.ErrorCode))
+			for _, p := range t.Partitions {
+				if p.Leader < 0 && p.ErrorCode == 0 {
+					p.ErrorCode = kerr.LeaderNotAvailable.Code
+				}
+				lerr = errors.Join(lerr, kerr.ErrorForCode(p.ErrorCode))
+			}
 			c.partitions[*t.Topic] = int32(len(t.Partitions))
 		}
 		if lerr != nil {
@@ -270,91 +283,124 @@ func untilSettled(ctx context.Context, fn func() error) error {
 	}
 }
 
-// minimalRecord is a record of a minimal transaction.
-type minimalRecord struct {
-	topic      string
-	key, value []byte
-}
-
-// commit commits records in one Kafka transaction. Records of topic go to
-// its partitions in turn.
-func (c *minimalClient) commit(ctx context.Context, records []minimalRecord) error {
-	batches := make(map[string]map[int32][]minimalRecord) // by topic, then partition
-	next := make(map[string]int32)
+// commit commits records in one Kafka transaction, each in the partition
+// Kafka's default partitioner picks for its key, and returns when it sent
+// EndTxn.
+func (c *minimalClient) commit(ctx context.Context, records []txnRecord) (time.Time, error) {
+	batches := make(map[string]map[int32][]txnRecord) // by topic, then partition
 	for _, r := range records {
 		if batches[r.topic] == nil {
-			batches[r.topic] = make(map[int32][]minimalRecord)
+			batches[r.topic] = make(map[int32][]txnRecord)
 		}
-		p := next[r.topic] % max(1, c.partitions[r.topic])
-		next[r.topic]++
+		c.keyed.Key = r.key
+		p := int32(c.byKey.Partition(&c.keyed, int(max(1, c.partitions[r.topic]))))
 		batches[r.topic][p] = append(batches[r.topic][p], r)
 	}
 	if !c.tv2 {
 		if err := c.addPartitions(ctx, batches); err != nil {
-			return err
+			return time.Time{}, err
 		}
 	}
-	pr := kmsg.NewPtrProduceRequest()
-	pr.Version = 9
-	if c.tv2 {
-		pr.Version = 12
+	if err := c.produce(ctx, batches); err != nil {
+		return time.Time{}, err
 	}
-	pr.TransactionID = &c.txnID
-	pr.Acks = -1
-	pr.TimeoutMillis = 30_000
-	for topic, parts := range batches {
-		pt := kmsg.NewProduceRequestTopic()
-		pt.Topic = topic
-		for p, recs := range parts {
-			pp := kmsg.NewProduceRequestTopicPartition()
-			pp.Partition = p
-			pp.Records = recordBatch(c.pid, c.epoch, c.seq[minimalPartition{topic, p}], recs)
-			pt.Partitions = append(pt.Partitions, pp)
-		}
-		pr.Topics = append(pr.Topics, pt)
-	}
-	resp, err := c.request(pr)
-	if err != nil {
-		return err
-	}
-	for _, t := range resp.(*kmsg.ProduceResponse).Topics {
-		for _, p := range t.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return fmt.Errorf("producing to %s[%d]: %w", t.Topic, p.Partition, err)
-			}
-		}
-	}
-	for topic, parts := range batches {
-		for p, recs := range parts {
-			c.seq[minimalPartition{topic, p}] += int32(len(recs))
-		}
-	}
-
 	et := kmsg.NewPtrEndTxnRequest()
 	et.Version = 3
 	if c.tv2 {
 		et.Version = 5
 	}
 	et.TransactionalID, et.ProducerID, et.ProducerEpoch, et.Commit = c.txnID, c.pid, c.epoch, true
-	if resp, err = c.request(et); err != nil {
-		return err
+	committing := time.Now()
+	resp, err := c.request(et)
+	if err != nil {
+		return committing, err
 	}
 	etr := resp.(*kmsg.EndTxnResponse)
 	if err := kerr.ErrorForCode(etr.ErrorCode); err != nil {
-		return fmt.Errorf("EndTxn: %w", err)
+		return committing, fmt.Errorf("EndTxn: %w", err)
 	}
 	if c.tv2 {
 		// The epoch bumped, and sequences start again with it.
 		c.pid, c.epoch = etr.ProducerID, etr.ProducerEpoch
 		clear(c.seq)
 	}
-	return nil
+	return committing, nil
 }
 
-// addPartitions adds the batches' partitions to the transaction. The
-// coordinator answers CONCURRENT_TRANSACTIONS while it still writes the
-// markers of the previous one; that is retried.
-func (c *minimalClient) addPartitions(ctx context.Context, batches map[string]map[int32][]minimalRecord) error {
+// produce writes the batches, which it empties. A partition answered "not
+// yet" is sent again (notYet): under transaction version 2 the broker adds
+// a partition to the transaction as it takes its first batch, and answers
+// CONCURRENT_TRANSACTIONS while the coordinator still writes the markers of
+// the previous one; a topic just created may have no leader yet.
+func (c *minimalClient) produce(ctx context.Context, batches map[string]map[int32][]txnRecord) error {
+	for try := 0; ; try++ {
+		pr := kmsg.NewPtrProduceRequest()
+		pr.Version = 9
+		if c.tv2 {
+			pr.Version = 12
+		}
+		pr.TransactionID = &c.txnID
+		pr.Acks = -1
+		pr.TimeoutMillis = 30_000
+		for topic, parts := range batches {
+			pt := kmsg.NewProduceRequestTopic()
+			pt.Topic = topic
+			for p, recs := range parts {
+				pp := kmsg.NewProduceRequestTopicPartition()
+				pp.Partition = p
+				pp.Records = recordBatch(c.pid, c.epoch, c.seq[minimalPartition{topic, p}], recs)
+				pt.Partitions = append(pt.Partitions, pp)
+			}
+			pr.Topics = append(pr.Topics, pt)
+		}
+		resp, err := c.request(pr)
+		if err != nil {
+			return err
+		}
+		var retry error
+		for _, t := range resp.(*kmsg.ProduceResponse).Topics {
+			for _, p := range t.Partitions {
+				err := kerr.ErrorForCode(p.ErrorCode)
+				switch {
+				case err == nil:
+					c.seq[minimalPartition{t.Topic, p.Partition}] += int32(len(batches[t.Topic][p.Partition]))
+					delete(batches[t.Topic], p.Partition)
+				case notYet(err) && try < 100:
+					retry = err
+				default:
+					return fmt.Errorf("producing to %s[%d]: %w", t.Topic, p.Partition, err)
+				}
+			}
+		}
+		left := 0
+		for topic, parts := range batches {
+			if len(parts) == 0 {
+				delete(batches, topic)
+			}
+			left += len(parts)
+		}
+		if left == 0 {
+			return nil
+		}
+		if retry == nil {
+			return fmt.Errorf("the Produce response left %d partitions unanswered", left)
+		}
+		if err := sleep(ctx, time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// notYet reports whether err only says "not yet": CONCURRENT_TRANSACTIONS
+// while the coordinator writes the markers of the previous transaction, or
+// an error Kafka calls retriable, such as a leader still being chosen.
+func notYet(err error) bool {
+	return errors.Is(err, kerr.ConcurrentTransactions) || kerr.IsRetriable(err)
+}
+
+// addPartitions adds the batches' partitions to the transaction. Answers
+// that say "not yet" (notYet) are retried.
+func (c *minimalClient) addPartitions(ctx context.Context, batches map[string]map[int32][]txnRecord) error {
 	ap := kmsg.NewPtrAddPartitionsToTxnRequest()
 	ap.Version = 3
 	ap.TransactionalID, ap.ProducerID, ap.ProducerEpoch = c.txnID, c.pid, c.epoch
@@ -378,7 +424,7 @@ func (c *minimalClient) addPartitions(ctx context.Context, batches map[string]ma
 		if aerr == nil {
 			return nil
 		}
-		if !errors.Is(aerr, kerr.ConcurrentTransactions) || try == 100 {
+		if !notYet(aerr) || try == 100 {
 			return fmt.Errorf("AddPartitionsToTxn: %w", aerr)
 		}
 		if err := sleep(ctx, time.Millisecond); err != nil {
@@ -391,7 +437,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // recordBatch encodes records as one uncompressed, transactional v2 record
 // batch of producer pid at epoch, its first sequence seq.
-func recordBatch(pid int64, epoch int16, seq int32, records []minimalRecord) []byte {
+func recordBatch(pid int64, epoch int16, seq int32, records []txnRecord) []byte {
 	const transactional = 0x10
 	now := time.Now().UnixMilli()
 	b := make([]byte, 0, 61+len(records)*(len(records[0].value)+32))

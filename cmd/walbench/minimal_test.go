@@ -29,25 +29,38 @@ func TestMinimalClientCommits(t *testing.T) {
 			}
 			const txns, perTxn = 10, 4
 			for i := range txns {
-				var recs []minimalRecord
+				var recs []txnRecord
 				for j := range perTxn {
-					recs = append(recs, minimalRecord{"data", fmt.Appendf(nil, "%d", i*perTxn+j), []byte("v")})
+					recs = append(recs, txnRecord{"data", fmt.Appendf(nil, "%d", i*perTxn+j), []byte("v")})
 				}
-				recs = append(recs, minimalRecord{"positions", []byte("k"), fmt.Appendf(nil, "%d", i)})
-				if err := mc.commit(ctx, recs); err != nil {
+				recs = append(recs, txnRecord{"positions", []byte("k"), fmt.Appendf(nil, "%d", i)})
+				before := time.Now()
+				committing, err := mc.commit(ctx, recs)
+				if err != nil {
 					t.Fatalf("transaction %d: %v", i, err)
 				}
+				if after := time.Now(); committing.Before(before) || committing.After(after) {
+					t.Fatalf("transaction %d: commit sent at %s, outside the call, %s to %s", i, committing, before, after)
+				}
 			}
-			// Records go to the partitions in turn, so each partition's keys
-			// rise in steps of the partition count.
+			// Each record is in the partition Kafka's default partitioner
+			// picks for its key, and each partition's keys rise.
+			byKey := kgo.StickyKeyPartitioner(nil).ForTopic("data")
+			partitions := int(mc.partitions["data"])
 			seen := make(map[int32][]int)
 			err = testenv.ReadCommitted(ctx, b.Addr(), "data", func(r *kgo.Record) {
 				var k int
 				fmt.Sscan(string(r.Key), &k)
 				seen[r.Partition] = append(seen[r.Partition], k)
+				if want := byKey.Partition(&kgo.Record{Key: r.Key}, partitions); int(r.Partition) != want {
+					t.Errorf("key %s in partition %d, want %d of %d", r.Key, r.Partition, want, partitions)
+				}
 			})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if len(seen) < 2 {
+				t.Errorf("%d records in %d partitions of %d: %v", txns*perTxn, len(seen), partitions, seen)
 			}
 			n := 0
 			for p, keys := range seen {
