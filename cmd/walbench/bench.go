@@ -319,7 +319,7 @@ func reportConfig(c *Config) map[string]any {
 		"rows": c.Rows, "rows_per_tx": c.RowsPerTx, "payload_bytes": c.PayloadBytes, "runs": c.Runs,
 		"huge_rows": c.HugeRows, "huge_runs": c.HugeRuns,
 		"latency_loads": c.LatencyLoads, "latency_seconds": c.LatencyFor.Seconds(), "latency_warmup_seconds": c.LatencyWarmup.Seconds(),
-		"latency_runs": c.LatencyRuns, "latency_writers": c.LatencyWriters,
+		"latency_runs": c.LatencyRuns, "latency_writers": c.LatencyWriters, "latency_floor": c.LatencyFloor,
 		"foreign_rows": c.ForeignRows, "foreign_runs": c.ForeignRuns,
 		"debezium_rows": c.DebeziumRows, "debezium_runs": c.DebeziumRuns, "debezium_modes": c.DebeziumModes,
 		"reemit_rows": c.ReemitRows, "reemit_load": c.ReemitLoad, "reemit_runs": c.ReemitRuns,

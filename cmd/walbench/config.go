@@ -74,6 +74,7 @@ type Config struct {
 	LatencyWarmup  time.Duration
 	LatencyRuns    int
 	LatencyWriters int
+	LatencyFloor   bool // Kafka's latency floor after each live load walstream held (floor.go)
 	ForeignRows    int
 	ForeignRuns    int
 	DebeziumRows   int
@@ -121,6 +122,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.DurationVar(&cfg.LatencyWarmup, "latency-warmup", DefaultLatencyWarmup, "time at each offered load before measuring")
 	fs.IntVar(&cfg.LatencyRuns, "latency-runs", DefaultLatencyRuns, "runs of the latency scenario")
 	fs.IntVar(&cfg.LatencyWriters, "latency-writers", DefaultLatencyWriters, "Postgres connections inserting rows in the latency scenario")
+	fs.BoolVar(&cfg.LatencyFloor, "latency-floor", true, "after each live load walstream held (the latency and reemit scenarios, walstream's in the debezium scenario), commit the Kafka transactions walstream committed in the measured time again, at the same moments, with a bare transactional producer (franz-go, then the minimal client) on the same broker, and time its records to read_committed visibility: Kafka's own latency floor")
 	fs.IntVar(&cfg.ForeignRows, "foreign-rows", DefaultForeignRows, "rows of each large transaction on a table outside the publication in the foreign scenario")
 	fs.IntVar(&cfg.ForeignRuns, "foreign-runs", DefaultForeignRuns, "large transactions, each followed by one outbox row, in the foreign scenario, with streaming of in-progress transactions off and then on")
 	fs.IntVar(&cfg.DebeziumRows, "debezium-rows", DefaultDebeziumRows, "rows of the debezium scenario's backlog, one per transaction; 0 skips the backlog")

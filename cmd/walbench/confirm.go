@@ -17,16 +17,97 @@ import (
 // it at the default.
 const checkpointTopic = "walstream.checkpoints"
 
+// checkpointKey is the key of the measured walstream's checkpoints: at its
+// defaults, its stream name.
+func checkpointKey(ctx context.Context, conn *pgx.Conn, slot string) (string, error) {
+	var database string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&database); err != nil {
+		return "", fmt.Errorf("reading the database name: %w", err)
+	}
+	return pipeline.StreamName(database, slot), nil
+}
+
+// checkpointLog reads one key's checkpoint records read_committed, from
+// its start on. Each record is one Kafka transaction walstream committed,
+// and says what it held (kafkaTxns).
+type checkpointLog struct {
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+	mu     sync.Mutex
+	seen   []seenCheckpoint
+	failed error
+}
+
+// seenCheckpoint is a checkpoint record as the log read it.
+type seenCheckpoint struct {
+	visible time.Time // when the consumer saw it
+	// committing is the record's own time: when walstream began to commit
+	// the transaction, before it produced the checkpoint record.
+	committing time.Time
+	cp         checkpoint.Checkpoint
+	bytes      int // the record's value
+}
+
+func startCheckpointLog(broker, key string) (*checkpointLog, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(checkpointTopic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+	if err != nil {
+		return nil, fmt.Errorf("creating the checkpoint consumer: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &checkpointLog{cl: cl, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for {
+			fs := cl.PollFetches(ctx)
+			now := time.Now()
+			if ctx.Err() != nil {
+				return
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				if string(r.Key) != key {
+					return
+				}
+				cp, at, err := checkpoint.Decode(r.Value)
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				if err != nil {
+					if l.failed == nil {
+						l.failed = fmt.Errorf("checkpoint of %s at offset %d: %w", key, r.Offset, err)
+					}
+					return
+				}
+				l.seen = append(l.seen, seenCheckpoint{visible: now, committing: at, cp: cp, bytes: len(r.Value)})
+			})
+		}
+	}()
+	return l, nil
+}
+
+// stop ends the log, once, and returns what it read.
+func (l *checkpointLog) stop() ([]seenCheckpoint, error) {
+	l.once.Do(func() {
+		l.cancel()
+		<-l.done
+		l.cl.Close()
+	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seen, l.failed
+}
+
 // confirmWatch measures how long after a Kafka commit the slot's
-// confirmed_flush_lsn covers it: a read_committed consumer notes when each
+// confirmed_flush_lsn covers it: a checkpoint log notes when each
 // checkpoint becomes visible, and a poller notes, every 10 ms, when the
 // slot's confirmed_flush_lsn moves. What slot-lag dashboards read trails
 // Kafka by that much.
 type confirmWatch struct {
+	log    *checkpointLog
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	done   chan struct{}
 	mu     sync.Mutex
-	seen   []position // checkpoints as they became visible
 	moved  []position // confirmed_flush_lsn as it moved
 	failed error
 }
@@ -39,57 +120,25 @@ type position struct {
 const confirmPoll = 10 * time.Millisecond
 
 func startConfirmWatch(broker, pgURL, slot string) (*confirmWatch, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(checkpointTopic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
-	if err != nil {
-		return nil, fmt.Errorf("creating the checkpoint consumer: %w", err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	conn, err := pgx.Connect(ctx, pgURL)
 	if err != nil {
 		cancel()
-		cl.Close()
 		return nil, fmt.Errorf("connecting the confirm poller: %w", err)
 	}
-	// walstream's checkpoint key at its defaults is its stream name.
-	var database string
-	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&database); err != nil {
-		cancel()
-		cl.Close()
-		conn.Close(context.Background())
-		return nil, fmt.Errorf("reading the database name: %w", err)
+	key, err := checkpointKey(ctx, conn, slot)
+	var log *checkpointLog
+	if err == nil {
+		log, err = startCheckpointLog(broker, key)
 	}
-	key := pipeline.StreamName(database, slot)
-	w := &confirmWatch{cancel: cancel}
-	w.wg.Add(2)
+	if err != nil {
+		cancel()
+		conn.Close(context.Background())
+		return nil, err
+	}
+	w := &confirmWatch{log: log, cancel: cancel, done: make(chan struct{})}
 	go func() {
-		defer w.wg.Done()
-		defer cl.Close()
-		for {
-			fs := cl.PollFetches(ctx)
-			now := time.Now()
-			if ctx.Err() != nil {
-				return
-			}
-			fs.EachRecord(func(r *kgo.Record) {
-				if string(r.Key) != key {
-					return
-				}
-				cp, _, err := checkpoint.Decode(r.Value)
-				w.mu.Lock()
-				defer w.mu.Unlock()
-				if err != nil {
-					w.fail(err)
-					return
-				}
-				if n := len(w.seen); n == 0 || cp.LSN > w.seen[n-1].lsn {
-					w.seen = append(w.seen, position{now, cp.LSN})
-				}
-			})
-		}
-	}()
-	go func() {
-		defer w.wg.Done()
+		defer close(w.done)
 		defer conn.Close(context.Background())
 		t := time.NewTicker(confirmPoll)
 		defer t.Stop()
@@ -130,28 +179,40 @@ func (w *confirmWatch) fail(err error) {
 // stop ends the watch and returns, in µs, the delay from each checkpoint
 // that became visible in [from, to] to the first poll that found the slot
 // confirmed at or past it, and how many were never confirmed: those count
-// with the delay until the watch stopped, a lower bound.
-func (w *confirmWatch) stop(from, to time.Time) (delays []int64, unconfirmed int, err error) {
+// with the delay until the watch stopped, a lower bound. It also returns
+// every checkpoint the watch read.
+func (w *confirmWatch) stop(from, to time.Time) (delays []int64, unconfirmed int, seen []seenCheckpoint, err error) {
 	stopped := time.Now()
 	w.cancel()
-	w.wg.Wait()
-	if w.failed != nil {
-		return nil, 0, w.failed
+	<-w.done
+	seen, err = w.log.stop()
+	if err == nil {
+		err = w.failed
 	}
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	// Checkpoints that do not move the position (a commit of notes alone)
+	// are not waited for.
+	var last pglogrepl.LSN
 	j := 0
-	for _, s := range w.seen {
-		if s.at.Before(from) || s.at.After(to) {
+	for _, s := range seen {
+		if s.cp.LSN <= last {
 			continue
 		}
-		for j < len(w.moved) && w.moved[j].lsn < s.lsn {
+		last = s.cp.LSN
+		if s.visible.Before(from) || s.visible.After(to) {
+			continue
+		}
+		for j < len(w.moved) && w.moved[j].lsn < s.cp.LSN {
 			j++
 		}
 		if j == len(w.moved) {
 			unconfirmed++
-			delays = append(delays, stopped.Sub(s.at).Microseconds())
+			delays = append(delays, stopped.Sub(s.visible).Microseconds())
 			continue
 		}
-		delays = append(delays, max(w.moved[j].at.Sub(s.at), 0).Microseconds())
+		delays = append(delays, max(w.moved[j].at.Sub(s.visible), 0).Microseconds())
 	}
-	return delays, unconfirmed, nil
+	return delays, unconfirmed, seen, nil
 }

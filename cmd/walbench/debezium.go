@@ -193,6 +193,9 @@ type PeerLatency struct {
 	CPUMicrosPerRow float64 `json:"cpu_us_per_row"`
 	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
 	Machine         Quiet   `json:"machine"`
+	// Floors, walstream's only, are Kafka's own latency under its
+	// transactions of the measured window (floor.go).
+	Floors []LatencyFloor `json:"kafka_floors,omitempty"`
 }
 
 // debeziumRound runs every tool once: the backlog, then the live loads.
@@ -447,7 +450,7 @@ func (b *bench) peerLatency(ctx context.Context, round int, p peer) ([]PeerLaten
 	}
 	var out []PeerLatency
 	for _, load := range b.cfg.LatencyLoads {
-		l, err := b.peerLatencyPhase(ctx, load, r, broker.addr)
+		l, err := b.peerLatencyPhase(ctx, fmt.Sprintf("%s-%s", prefix, load), load, p, r, broker.addr)
 		if err != nil {
 			return nil, fmt.Errorf("%s at %s: %w", p.name, load, err)
 		}
@@ -492,8 +495,10 @@ func (b *bench) waitPeerStreaming(ctx context.Context, p peer, r *running, broke
 
 // peerLatencyPhase holds one offered load for the warm-up plus the
 // measured time, as latencyPhase does for walstream alone, without the
-// figures only walstream has (its checkpoints, its producer's timestamps).
-func (b *bench) peerLatencyPhase(ctx context.Context, load Load, r *running, broker string) (PeerLatency, error) {
+// figures only walstream has (its producer's timestamps, the confirmed
+// slot) but Kafka's floor under walstream's transactions, its files and
+// topics named from prefix.
+func (b *bench) peerLatencyPhase(ctx context.Context, prefix string, load Load, p peer, r *running, broker string) (PeerLatency, error) {
 	l := PeerLatency{Load: load}
 	var err error
 	if l.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
@@ -504,6 +509,17 @@ func (b *bench) peerLatencyPhase(ctx context.Context, load Load, r *running, bro
 		return l, err
 	}
 	defer c.close()
+	var cps *checkpointLog
+	if b.cfg.LatencyFloor && !p.debezium {
+		key, err := checkpointKey(ctx, b.db.conn, p.slot)
+		if err != nil {
+			return l, err
+		}
+		if cps, err = startCheckpointLog(broker, key); err != nil {
+			return l, err
+		}
+		defer cps.stop()
+	}
 	start := time.Now()
 	w := b.newWriter(load, start, b.cfg.LatencyFor)
 	// The tool's CPU time is sampled when the warm-up ends and when the
@@ -550,6 +566,15 @@ func (b *bench) peerLatencyPhase(ctx context.Context, load Load, r *running, bro
 	l.P50Ms, l.P99Ms, l.P999Ms = percentile(lat, 0.50)/1e3, percentile(lat, 0.99)/1e3, percentile(lat, 0.999)/1e3
 	if len(lat) > 0 {
 		l.MaxMs = float64(slices.Max(lat)) / 1e3
+	}
+	if cps != nil {
+		seen, err := cps.stop()
+		if err != nil {
+			return l, err
+		}
+		if l.Floors, err = b.latencyFloors(ctx, broker, prefix, seen, c, w.measureFrom, measureTo); err != nil {
+			return l, err
+		}
 	}
 	return l, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,7 +26,8 @@ import (
 // walstream's CPU at a low rate: what the Kafka client costs for the same
 // transactions on the same machine and broker, with no Postgres and no
 // decoding. With -client minimal it commits them with minimalClient, the
-// floor under any Kafka client's.
+// floor under any Kafka client's. With -plan it commits the transactions
+// of a plan instead, for Kafka's latency floor (floor.go).
 const kafkaTxnCommand = "kafka-txn"
 
 // Topics of kafka-txn, apart from walstream's.
@@ -43,6 +45,7 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	size := fs.Int("value-bytes", 430, "bytes of each record's value")
 	dur := fs.Duration("for", 10*time.Second, "measured time")
 	client := fs.String("client", "franz-go", "franz-go, as walstream; or minimal, the least a transaction costs (see minimalClient)")
+	planPath := fs.String("plan", "", "instead of committing at -rate, commit the transactions of this plan (JSON, written by walbench: see floor.go) and print when each was sent and committed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -50,6 +53,20 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("-rate %v and -records %d must be positive", *rate, *records)
 	}
 	txnID, topics := "walbench-kafka-txn", []string{floorTopic, floorCheckpointTopic}
+	var plan floorPlan
+	if *planPath != "" {
+		js, err := os.ReadFile(*planPath)
+		if err != nil {
+			return fmt.Errorf("reading -plan: %w", err)
+		}
+		if err := json.Unmarshal(js, &plan); err != nil {
+			return fmt.Errorf("decoding -plan %s: %w", *planPath, err)
+		}
+		txnID, topics = "walbench-latency-floor", []string{plan.Topic, plan.CheckpointTopic}
+		if plan.ReemitTopic != "" {
+			topics = append(topics, plan.ReemitTopic)
+		}
+	}
 	var commit committer
 	switch *client {
 	case "franz-go":
@@ -71,6 +88,14 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	default:
 		return fmt.Errorf("-client %q is neither franz-go nor minimal", *client)
 	}
+	if *planPath != "" {
+		res, err := replay(ctx, commit, &plan)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(stdout).Encode(res)
+	}
+
 	value := bytes.Repeat([]byte{'x'}, *size)
 	seq := 0
 	recs := make([]txnRecord, *records+1)

@@ -79,6 +79,10 @@ type Latency struct {
 	WalstreamPeakRSSBytes        int64             `json:"walstream_peak_rss_bytes"`
 	Machine                      Quiet             `json:"machine"`
 	Profiles                     map[string]string `json:"profiles,omitempty"`
+	// Floors are Kafka's own latency under walstream's transactions of the
+	// measured window, committed again by bare producers right after it
+	// (floor.go); none with -latency-floor=false.
+	Floors []LatencyFloor `json:"kafka_floors,omitempty"`
 }
 
 // kafkaTxnRate is walstream's Kafka transactions a second in the phase.
@@ -139,7 +143,7 @@ func (b *bench) latencyRun(ctx context.Context, run int, profile bool) ([]Latenc
 		if profile {
 			pr = &profiler{dir: dir, prefix: "latency-" + load.String(), broker: broker, perf: b.perf}
 		}
-		l, err := b.latencyPhase(ctx, run, load, p, broker.addr, pr)
+		l, err := b.latencyPhase(ctx, run, load, p, broker.addr, filepath.Join(dir, name+"-"+load.String()), pr)
 		if err != nil {
 			return nil, fmt.Errorf("%s at %s: %w", name, load, err)
 		}
@@ -235,7 +239,8 @@ func (b *bench) recvLogicalFloor(ctx context.Context, load Load, logPath string)
 func latencyAggType(l Load) string { return fmt.Sprintf("Latency%dx%d", l.Rate, l.RowsPerTx) }
 
 // latencyPhase holds one offered load for warm-up plus the measured time.
-func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstreamProc, broker string, pr *profiler) (Latency, error) {
+// prefix names the files and topics of Kafka's floor.
+func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstreamProc, broker, prefix string, pr *profiler) (Latency, error) {
 	l := Latency{Run: run, Load: load}
 	var err error
 	if l.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
@@ -254,7 +259,7 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	confirmStopped := false
 	defer func() {
 		if !confirmStopped {
-			_, _, _ = cw.stop(time.Time{}, time.Time{})
+			_, _, _, _ = cw.stop(time.Time{}, time.Time{})
 		}
 	}()
 
@@ -314,7 +319,7 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	// Give the last commits of the window time to be confirmed: well over
 	// the 1 s the target allows, well under the status interval.
 	time.Sleep(3 * time.Second)
-	confirms, unconfirmed, err := cw.stop(measureFrom, measureTo)
+	confirms, unconfirmed, seen, err := cw.stop(measureFrom, measureTo)
 	confirmStopped = true
 	if err != nil {
 		return l, err
@@ -334,6 +339,13 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	l.Seconds = measureTo.Sub(measureFrom).Seconds()
 	l.AchievedRate = float64(w.measured.Load()) / l.Seconds
 	l.KafkaTxns = len(confirms) + unconfirmed
+	// The bare producers follow walstream at once, with the writers
+	// stopped, each into topics of its own on the same broker.
+	if b.cfg.LatencyFloor {
+		if l.Floors, err = b.latencyFloors(ctx, broker, prefix, seen, c, measureFrom, measureTo); err != nil {
+			return l, err
+		}
+	}
 	if n := w.measured.Load(); n > 0 && l.KafkaTxns > 0 {
 		cpu := (ws.CPU - cpu0).Seconds() * 1e6
 		l.WalstreamCPUMicrosPerRow = cpu / float64(n)
@@ -500,6 +512,7 @@ type latencyConsumer struct {
 	produced []int64
 	failed   error
 	n        atomic.Int64
+	bytes    int64 // of the records' values and headers
 	once     sync.Once
 }
 
@@ -542,6 +555,10 @@ func (c *latencyConsumer) run(ctx context.Context) {
 			c.ts = append(c.ts, ts)
 			c.lat = append(c.lat, now-ts)
 			c.produced = append(c.produced, r.Timestamp.UnixMicro()-ts)
+			c.bytes += int64(len(r.Value))
+			for _, h := range r.Headers {
+				c.bytes += int64(len(h.Key) + len(h.Value))
+			}
 		})
 		c.mu.Unlock()
 		c.n.Add(int64(fs.NumRecords()))
@@ -567,6 +584,38 @@ func recordTimestamp(v []byte) (int64, error) {
 }
 
 func (c *latencyConsumer) received() int64 { return c.n.Load() }
+
+// meanBytes is the mean size of the records' values and headers, 0 before
+// the first.
+func (c *latencyConsumer) meanBytes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.ts) == 0 {
+		return 0
+	}
+	return int(c.bytes / int64(len(c.ts)))
+}
+
+// recordTimes returns the records' Kafka timestamps, sorted: when
+// walstream handed each to franz-go, in ms.
+func (c *latencyConsumer) recordTimes() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]time.Time, len(c.ts))
+	for i := range c.ts {
+		out[i] = time.UnixMicro(c.ts[i] + c.produced[i])
+	}
+	slices.SortFunc(out, time.Time.Compare)
+	return out
+}
+
+// stamps returns every record's timestamp from its value and its latency
+// from there, µs.
+func (c *latencyConsumer) stamps() (ts, lat []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.ts), slices.Clone(c.lat)
+}
 
 func (c *latencyConsumer) err() error {
 	c.mu.Lock()

@@ -41,6 +41,10 @@ type ReemitRun struct {
 	WalstreamCPUSeconds   float64 `json:"walstream_cpu_seconds"`
 	WalstreamPeakRSSBytes int64   `json:"walstream_peak_rss_bytes"`
 	Machine               Quiet   `json:"machine"`
+	// Floors are Kafka's own latency under walstream's transactions while
+	// the request ran, re-emitted rows and live ones, committed again by
+	// bare producers after the run (floor.go); the live records are timed.
+	Floors []LatencyFloor `json:"kafka_floors,omitempty"`
 }
 
 // aggTypeReemit routes the re-emitted rows to a topic of their own, which
@@ -104,6 +108,17 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 		return nil, err
 	}
 	defer re.close()
+	var cps *checkpointLog
+	if b.cfg.LatencyFloor {
+		key, err := checkpointKey(ctx, b.db.conn, slotWalstream)
+		if err != nil {
+			return nil, err
+		}
+		if cps, err = startCheckpointLog(broker.addr, key); err != nil {
+			return nil, err
+		}
+		defer cps.stop()
+	}
 
 	// The live load runs until the re-emit is done, at most the drain
 	// timeout.
@@ -166,6 +181,15 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 	r.BeforeSample, r.BeforeP99Ms = len(before), percentile(before, 0.99)/1e3
 	b.logf("%s: %d rows re-emitted in %.1f s, %.0f rows/s; live %s p50 %.1f ms, p99 %.1f ms (before the request: p99 %.1f ms), %d missing, %d behind",
 		name, r.Rows, r.Seconds, r.RowsPerSec, r.Load, r.LiveP50Ms, r.LiveP99Ms, r.BeforeP99Ms, r.LiveMissing, r.LiveBehind)
+	if cps != nil {
+		seen, err := cps.stop()
+		if err != nil {
+			return nil, err
+		}
+		if r.Floors, err = b.latencyFloors(ctx, broker.addr, filepath.Join(dir, name), seen, live, requested, done); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.stop(); err != nil {
 		return nil, err
 	}

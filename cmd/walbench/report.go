@@ -162,6 +162,9 @@ func (r *Report) summarize() []Figure {
 			figure(scenario, "achieved load", "rows/s", ms(func(l Latency) float64 { return l.AchievedRate }), nil),
 			figure(scenario, "insert → visible p50", "ms", ms(func(l Latency) float64 { return l.P50Ms }), nil),
 			figure(scenario, "insert → visible p99", "ms", ms(func(l Latency) float64 { return l.P99Ms }), p99),
+		)
+		out = append(out, floorFigures(scenario, ls, func(l Latency) []LatencyFloor { return l.Floors })...)
+		out = append(out,
 			figure(scenario, "insert → walstream's producer p99", "ms", ms(func(l Latency) float64 { return l.ToProducerP99Ms }), nil),
 			figure(scenario, "walstream's producer → visible p99", "ms", ms(func(l Latency) float64 { return l.FromProducerP99Ms }), nil),
 			figure(scenario, "insert → visible p99.9", "ms", ms(func(l Latency) float64 { return l.P999Ms }), nil),
@@ -216,10 +219,13 @@ func (r *Report) reemitFigures() []Figure {
 		figure(scenario, "re-emit rate", "rows/s", of(r.Reemit, func(x *ReemitRun) float64 { return x.RowsPerSec }), nil),
 		figure(scenario, "live insert → visible p50, during the re-emit", "ms", of(r.Reemit, func(x *ReemitRun) float64 { return x.LiveP50Ms }), nil),
 		figure(scenario, "live insert → visible p99, during the re-emit", "ms", of(r.Reemit, func(x *ReemitRun) float64 { return x.LiveP99Ms }), &target{bound: 50}),
+	}
+	out = append(out, floorFigures(scenario, r.Reemit, func(x *ReemitRun) []LatencyFloor { return x.Floors })...)
+	out = append(out,
 		figure(scenario, "live insert → visible p99, before the request", "ms", of(r.Reemit, func(x *ReemitRun) float64 { return x.BeforeP99Ms }), nil),
 		figure(scenario, "walstream CPU per re-emitted row", "µs", of(r.Reemit, func(x *ReemitRun) float64 { return x.WalstreamCPUSeconds * 1e6 / float64(x.Rows) }), nil),
 		figure(scenario, "walstream peak RSS", "MB", of(r.Reemit, func(x *ReemitRun) float64 { return float64(x.WalstreamPeakRSSBytes) / 1e6 }), nil),
-	}
+	)
 	if len(r.Backlog) > 0 {
 		drain := figure("", "", "", of(r.Backlog, func(b *BacklogRun) float64 { return b.Walstream.RowsPerSec }), nil).Median
 		out = append(out, figure(scenario, "re-emit rate / backlog drain rate (median of this invocation's backlog runs)", "ratio",
@@ -271,11 +277,12 @@ func (r *Report) markdown() string {
 	}
 	if len(r.Latency) > 0 {
 		fmt.Fprintf(&b, "\n### Latency runs\n\n")
-		fmt.Fprintf(&b, "| run | offered rows/s | rows/tx | achieved | samples | p50 ms | p99 ms | p99.9 ms | max ms | missing | behind | insert→ack p99 µs | confirm p99 ms (of n) | walstream CPU µs/row | Kafka transactions/s | Kafka client alone CPU µs/row | minimal Kafka client CPU µs/row | pg_recvlogical CPU µs/row | load avg before |\n")
-		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		fmt.Fprintf(&b, "| run | offered rows/s | rows/tx | achieved | samples | p50 ms | p99 ms | Kafka's floor p50 / p99 ms (%s) | p99.9 ms | max ms | missing | behind | insert→ack p99 µs | confirm p99 ms (of n) | walstream CPU µs/row | Kafka transactions/s | Kafka client alone CPU µs/row | minimal Kafka client CPU µs/row | pg_recvlogical CPU µs/row | load avg before |\n",
+			strings.Join(floorClients(), "; "))
+		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, l := range append(append([]Latency{}, r.Latency...), r.ProfiledLatency...) {
-			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %d | %.2f | %.2f | %.2f | %.2f | %d | %d | %.0f | %.0f (%d) | %.2f | %.0f | %.2f | %.2f | %.2f | %s |\n",
-				runName(l.Run), l.Load.Rate, l.Load.RowsPerTx, l.AchievedRate, l.Samples, l.P50Ms, l.P99Ms, l.P999Ms, l.MaxMs, l.Missing, l.Behind,
+			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %d | %.2f | %.2f | %s | %.2f | %.2f | %d | %d | %.0f | %.0f (%d) | %.2f | %.0f | %.2f | %.2f | %.2f | %s |\n",
+				runName(l.Run), l.Load.Rate, l.Load.RowsPerTx, l.AchievedRate, l.Samples, l.P50Ms, l.P99Ms, floorCell(l.Floors), l.P999Ms, l.MaxMs, l.Missing, l.Behind,
 				l.InsertToAckP99Us, l.ConfirmP99Ms, l.ConfirmSamples, l.WalstreamCPUMicrosPerRow,
 				l.kafkaTxnRate(), l.KafkaClientCPUMicrosPerRow, l.MinimalClientCPUMicrosPerRow, l.RecvLogicalCPUMicrosPerRow, quiet(l.Machine))
 		}
@@ -474,7 +481,53 @@ func (r *Report) peerFigures() []Figure {
 			out = append(out, figure(f.scenario, name, "×", ratios, f.ratio))
 		}
 	}
+	// Kafka's floor under walstream's transactions, beside its latency.
+	for _, load := range r.peerLoads() {
+		var ls []PeerLatency
+		for _, p := range r.Peers {
+			if l, ok := peerLatency(p, load); ok && p.Tool == toolWalstream {
+				ls = append(ls, l)
+			}
+		}
+		out = append(out, floorFigures(fmt.Sprintf("debezium latency %d rows/s, %d/tx", load.Rate, load.RowsPerTx), ls,
+			func(l PeerLatency) []LatencyFloor { return l.Floors })...)
+	}
 	return out
+}
+
+// floorFigures are the figures of Kafka's floor under walstream's
+// transactions, for each bare producer, over runs; none when no run has a
+// floor.
+func floorFigures[T any](scenario string, runs []T, floors func(T) []LatencyFloor) []Figure {
+	var out []Figure
+	for _, client := range floorClients() {
+		var p50, p99, commit []float64
+		for _, r := range runs {
+			for _, f := range floors(r) {
+				if f.Client == client {
+					p50, p99, commit = append(p50, f.P50Ms), append(p99, f.P99Ms), append(commit, f.CommitP99Ms)
+				}
+			}
+		}
+		if len(p50) == 0 {
+			continue
+		}
+		name := fmt.Sprintf("Kafka's floor, %s committing walstream's transactions again:", client)
+		out = append(out,
+			figure(scenario, name+" send → visible p50", "ms", p50, nil),
+			figure(scenario, name+" send → visible p99", "ms", p99, nil),
+			figure(scenario, name+" commit → visible p99", "ms", commit, nil))
+	}
+	return out
+}
+
+// floorCell is a run's floors, p50 / p99 in floorClients' order.
+func floorCell(floors []LatencyFloor) string {
+	var cells []string
+	for _, f := range floors {
+		cells = append(cells, fmt.Sprintf("%.2f / %.2f", f.P50Ms, f.P99Ms))
+	}
+	return strings.Join(cells, "; ")
 }
 
 // runName is a run's number, or "profiled" for run 0.
