@@ -402,6 +402,11 @@ func (d *Drain) fill(r *BacklogRun) {
 // createTopics creates topics before walstream writes to them, as an
 // operator would.
 func createTopics(ctx context.Context, broker string, partitions int, topics ...string) error {
+	return createTopicsWith(ctx, broker, partitions, nil, topics...)
+}
+
+// createTopicsWith is createTopics with the topics' configs.
+func createTopicsWith(ctx context.Context, broker string, partitions int, configs map[string]*string, topics ...string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
 	if err != nil {
 		return fmt.Errorf("creating admin client: %w", err)
@@ -409,7 +414,7 @@ func createTopics(ctx context.Context, broker string, partitions int, topics ...
 	defer cl.Close()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := kadm.NewClient(cl).CreateTopics(cctx, int32(partitions), 1, nil, topics...)
+	resp, err := kadm.NewClient(cl).CreateTopics(cctx, int32(partitions), 1, configs, topics...)
 	if err != nil {
 		return fmt.Errorf("creating topics %v: %w", topics, err)
 	}

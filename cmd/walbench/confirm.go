@@ -50,6 +50,16 @@ type seenCheckpoint struct {
 	bytes      int // the record's value
 }
 
+// watchCheckpoints starts a log of the measured walstream's checkpoints,
+// of its stream on slot.
+func (b *bench) watchCheckpoints(ctx context.Context, broker, slot string) (*checkpointLog, error) {
+	key, err := checkpointKey(ctx, b.db.conn, slot)
+	if err != nil {
+		return nil, err
+	}
+	return startCheckpointLog(broker, key)
+}
+
 func startCheckpointLog(broker, key string) (*checkpointLog, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(checkpointTopic),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
@@ -179,18 +189,18 @@ func (w *confirmWatch) fail(err error) {
 // stop ends the watch and returns, in µs, the delay from each checkpoint
 // that became visible in [from, to] to the first poll that found the slot
 // confirmed at or past it, and how many were never confirmed: those count
-// with the delay until the watch stopped, a lower bound. It also returns
-// every checkpoint the watch read.
-func (w *confirmWatch) stop(from, to time.Time) (delays []int64, unconfirmed int, seen []seenCheckpoint, err error) {
+// with the delay until the watch stopped, a lower bound. Its log of
+// checkpoints stops with it.
+func (w *confirmWatch) stop(from, to time.Time) (delays []int64, unconfirmed int, err error) {
 	stopped := time.Now()
 	w.cancel()
 	<-w.done
-	seen, err = w.log.stop()
+	seen, err := w.log.stop()
 	if err == nil {
 		err = w.failed
 	}
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, err
 	}
 	// Checkpoints that do not move the position (a commit of notes alone)
 	// are not waited for.
@@ -214,5 +224,5 @@ func (w *confirmWatch) stop(from, to time.Time) (delays []int64, unconfirmed int
 		}
 		delays = append(delays, max(w.moved[j].at.Sub(s.visible), 0).Microseconds())
 	}
-	return delays, unconfirmed, seen, nil
+	return delays, unconfirmed, nil
 }

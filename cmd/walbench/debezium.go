@@ -511,11 +511,7 @@ func (b *bench) peerLatencyPhase(ctx context.Context, prefix string, load Load, 
 	defer c.close()
 	var cps *checkpointLog
 	if b.cfg.LatencyFloor && !p.debezium {
-		key, err := checkpointKey(ctx, b.db.conn, p.slot)
-		if err != nil {
-			return l, err
-		}
-		if cps, err = startCheckpointLog(broker, key); err != nil {
+		if cps, err = b.watchCheckpoints(ctx, broker, p.slot); err != nil {
 			return l, err
 		}
 		defer cps.stop()
@@ -568,11 +564,7 @@ func (b *bench) peerLatencyPhase(ctx context.Context, prefix string, load Load, 
 		l.MaxMs = float64(slices.Max(lat)) / 1e3
 	}
 	if cps != nil {
-		seen, err := cps.stop()
-		if err != nil {
-			return l, err
-		}
-		if l.Floors, err = b.latencyFloors(ctx, broker, prefix, seen, c, w.measureFrom, measureTo); err != nil {
+		if l.Floors, err = b.latencyFloors(ctx, broker, prefix, cps, c, w.measureFrom, measureTo); err != nil {
 			return l, err
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
 )
 
@@ -319,12 +318,16 @@ func measureFloor(client string, plan *floorPlan, res *floorResult, stamps, lat 
 	return f, nil
 }
 
-// latencyFloors commits walstream's transactions of [from, to), as its
-// checkpoints seen and its live records, read by c, tell, again with each
-// bare producer in turn against broker, and returns their figures. prefix,
-// a path, names the files that keep each plan and what its producer
-// printed, and its last element the topics.
-func (b *bench) latencyFloors(ctx context.Context, broker, prefix string, seen []seenCheckpoint, c *latencyConsumer, from, to time.Time) ([]LatencyFloor, error) {
+// latencyFloors commits walstream's transactions of [from, to), as the
+// checkpoints of cps, which it stops, and its live records, read by c,
+// tell, again with each bare producer in turn against broker, and returns
+// their figures. prefix, a path, names the files that keep each plan and
+// what its producer printed, and its last element the topics.
+func (b *bench) latencyFloors(ctx context.Context, broker, prefix string, cps *checkpointLog, c *latencyConsumer, from, to time.Time) ([]LatencyFloor, error) {
+	seen, err := cps.stop()
+	if err != nil {
+		return nil, err
+	}
 	txns, err := kafkaTxns(seen, c.recordTimes(), from, to)
 	if err != nil {
 		return nil, err
@@ -351,14 +354,32 @@ func (b *bench) latencyFloors(ctx context.Context, broker, prefix string, seen [
 	return out, nil
 }
 
-// latencyFloor runs kafka-txn -plan with client and times its records. The
-// plan and what kafka-txn printed go to files named from prefix.
+// latencyFloor runs kafka-txn -plan with client, a process of its own,
+// and times its records (floorRound).
 func (b *bench) latencyFloor(ctx context.Context, broker, prefix, client string, plan *floorPlan) (LatencyFloor, error) {
+	return floorRound(ctx, broker, b.cfg.Partitions, prefix, client, plan, func(args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, b.kafkaTxnExe, args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+		}
+		return out, nil
+	})
+}
+
+// floorRound creates plan's topics on broker, the records' with partitions
+// partitions, has kafkaTxn (walbench's arguments in, its output out) run
+// kafka-txn -plan with client, and times the records with a read_committed
+// consumer. The plan and what kafka-txn printed go to files named from
+// prefix.
+func floorRound(ctx context.Context, broker string, partitions int, prefix, client string, plan *floorPlan, kafkaTxn func(args ...string) ([]byte, error)) (LatencyFloor, error) {
 	topics := []string{plan.Topic}
 	if plan.ReemitTopic != "" {
 		topics = append(topics, plan.ReemitTopic)
 	}
-	if err := createTopics(ctx, broker, b.cfg.Partitions, topics...); err != nil {
+	if err := createTopics(ctx, broker, partitions, topics...); err != nil {
 		return LatencyFloor{}, err
 	}
 	if err := createCheckpointTopic(ctx, broker, plan.CheckpointTopic); err != nil {
@@ -381,12 +402,9 @@ func (b *bench) latencyFloor(ctx context.Context, broker, prefix, client string,
 	if err != nil {
 		return LatencyFloor{}, err
 	}
-	cmd := exec.CommandContext(ctx, b.kafkaTxnExe, kafkaTxnCommand, "-client", client, "-broker", broker, "-plan", path)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := kafkaTxn(kafkaTxnCommand, "-client", client, "-broker", broker, "-plan", path)
 	if err != nil {
-		return LatencyFloor{}, fmt.Errorf("running %s -plan %s: %w: %s", kafkaTxnCommand, path, err, bytes.TrimSpace(stderr.Bytes()))
+		return LatencyFloor{}, fmt.Errorf("running %s -plan %s: %w", kafkaTxnCommand, path, err)
 	}
 	if err := os.WriteFile(prefix+".sent.json", out, 0o644); err != nil {
 		return LatencyFloor{}, fmt.Errorf("keeping what %s -plan printed: %w", kafkaTxnCommand, err)
@@ -413,19 +431,5 @@ func (b *bench) latencyFloor(ctx context.Context, broker, prefix, client string,
 // createCheckpointTopic creates topic as walstream creates its checkpoint
 // topic on one broker: one partition, compacted.
 func createCheckpointTopic(ctx context.Context, broker, topic string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker))
-	if err != nil {
-		return fmt.Errorf("creating admin client: %w", err)
-	}
-	defer cl.Close()
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	resp, err := kadm.NewClient(cl).CreateTopic(cctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		return fmt.Errorf("creating topic %s: %w", topic, err)
-	}
-	return nil
+	return createTopicsWith(ctx, broker, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, topic)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,7 +188,7 @@ func TestFloorInReport(t *testing.T) {
 // Against a broker, each bare producer commits the plan's transactions at
 // their moments, and every timed record becomes visible to a
 // read_committed consumer, stamped with its transaction's send.
-func TestReplayPlan(t *testing.T) {
+func TestFloorRound(t *testing.T) {
 	b := testenv.StartBroker(t, testenv.BrokerKfake)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -196,61 +197,34 @@ func TestReplayPlan(t *testing.T) {
 			var txns []kafkaTxn
 			from := time.Now()
 			for i := range 30 {
-				at := from.Add(time.Duration(i) * 10 * time.Millisecond)
-				txns = append(txns, kafkaTxn{begun: at, records: i % 4, reemitted: i % 3})
+				txns = append(txns, kafkaTxn{begun: from.Add(time.Duration(i) * 10 * time.Millisecond), records: i % 4, reemitted: i % 3})
 			}
 			plan := newFloorPlan(txns, "walbench.floor.test."+client, 430, 300)
-			if err := createTopics(ctx, b.Addr(), 3, plan.Topic, plan.ReemitTopic); err != nil {
-				t.Fatal(err)
-			}
-			if err := createCheckpointTopic(ctx, b.Addr(), plan.CheckpointTopic); err != nil {
-				t.Fatal(err)
-			}
-			c, err := startLatencyConsumer(b.Addr(), plan.Topic)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.close()
-			js, err := json.Marshal(plan)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), "plan.json")
-			if err := os.WriteFile(path, js, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			// kafka-txn -plan as walbench starts it, in this process.
-			var stdout, stderr bytes.Buffer
-			if err := run(ctx, []string{kafkaTxnCommand, "-client", client, "-broker", b.Addr(), "-plan", path}, &stdout, &stderr); err != nil {
-				t.Fatalf("%v: %s", err, stderr.Bytes())
-			}
+			prefix := filepath.Join(t.TempDir(), "floor")
+			// kafka-txn as walbench starts it, in this process.
 			var res floorResult
-			if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-				t.Fatalf("kafka-txn -plan printed %q: %v", stdout.Bytes(), err)
+			kafkaTxn := func(args ...string) ([]byte, error) {
+				var stdout, stderr bytes.Buffer
+				if err := run(ctx, args, &stdout, &stderr); err != nil {
+					return nil, fmt.Errorf("%w: %s", err, stderr.Bytes())
+				}
+				return stdout.Bytes(), json.Unmarshal(stdout.Bytes(), &res)
+			}
+			f, err := floorRound(ctx, b.Addr(), 3, prefix, client, &plan, kafkaTxn)
+			if err != nil {
+				t.Fatal(err)
 			}
 			for i, s := range res.Txns {
 				if s.SendUs < s.DueUs || s.CommitUs < s.SendUs {
 					t.Errorf("transaction %d: due %d, sent %d, commit sent %d", i, s.DueUs, s.SendUs, s.CommitUs)
 				}
-				if i > 0 && s.DueUs-res.Txns[0].DueUs != plan.Txns[i].AtUs {
+				if s.DueUs-res.Txns[0].DueUs != plan.Txns[i].AtUs {
 					t.Errorf("transaction %d due %d µs after the first, want %d", i, s.DueUs-res.Txns[0].DueUs, plan.Txns[i].AtUs)
 				}
 			}
 			timed, reemitted := plan.records()
-			for deadline := time.Now().Add(30 * time.Second); c.received() < int64(res.WarmupRecords)+timed && time.Now().Before(deadline); {
-				time.Sleep(20 * time.Millisecond)
-			}
-			c.close()
-			if err := c.err(); err != nil {
-				t.Fatal(err)
-			}
-			stamps, lat := c.stamps()
-			f, err := measureFloor(client, &plan, &res, stamps, lat)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if f.Missing != 0 || f.Samples != int(timed) || f.P50Ms <= 0 || f.CommitP99Ms > f.MaxMs {
-				t.Errorf("floor %+v: want every one of %d records, latencies above 0, commit → visible within send → visible", f, timed)
+			if f.Txns != len(txns) || f.Missing != 0 || f.Samples != int(timed) || f.P50Ms <= 0 || f.CommitP99Ms > f.MaxMs {
+				t.Errorf("floor %+v: want %d transactions, every one of %d records, latencies above 0, commit → visible within send → visible", f, len(txns), timed)
 			}
 			if n, err := countRecords(ctx, b.Addr(), plan.ReemitTopic); err != nil || n != reemitted {
 				t.Errorf("%s holds %d records (%v), want %d", plan.ReemitTopic, n, err, reemitted)
@@ -258,8 +232,10 @@ func TestReplayPlan(t *testing.T) {
 			if n, err := countRecords(ctx, b.Addr(), plan.CheckpointTopic); err != nil || n != int64(plan.Warmup+len(plan.Txns)) {
 				t.Errorf("%s holds %d records (%v), want one a transaction, %d", plan.CheckpointTopic, n, err, plan.Warmup+len(plan.Txns))
 			}
-			if f.Txns != len(txns) {
-				t.Errorf("floor of %d transactions, want %d", f.Txns, len(txns))
+			for _, suffix := range []string{".plan.json", ".sent.json"} {
+				if _, err := os.Stat(prefix + suffix); err != nil {
+					t.Errorf("the round kept no %s: %v", suffix, err)
+				}
 			}
 		})
 	}

@@ -259,7 +259,7 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	confirmStopped := false
 	defer func() {
 		if !confirmStopped {
-			_, _, _, _ = cw.stop(time.Time{}, time.Time{})
+			_, _, _ = cw.stop(time.Time{}, time.Time{})
 		}
 	}()
 
@@ -319,7 +319,7 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	// Give the last commits of the window time to be confirmed: well over
 	// the 1 s the target allows, well under the status interval.
 	time.Sleep(3 * time.Second)
-	confirms, unconfirmed, seen, err := cw.stop(measureFrom, measureTo)
+	confirms, unconfirmed, err := cw.stop(measureFrom, measureTo)
 	confirmStopped = true
 	if err != nil {
 		return l, err
@@ -342,7 +342,7 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	// The bare producers follow walstream at once, with the writers
 	// stopped, each into topics of its own on the same broker.
 	if b.cfg.LatencyFloor {
-		if l.Floors, err = b.latencyFloors(ctx, broker, prefix, seen, c, measureFrom, measureTo); err != nil {
+		if l.Floors, err = b.latencyFloors(ctx, broker, prefix, cw.log, c, measureFrom, measureTo); err != nil {
 			return l, err
 		}
 	}

@@ -110,11 +110,7 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 	defer re.close()
 	var cps *checkpointLog
 	if b.cfg.LatencyFloor {
-		key, err := checkpointKey(ctx, b.db.conn, slotWalstream)
-		if err != nil {
-			return nil, err
-		}
-		if cps, err = startCheckpointLog(broker.addr, key); err != nil {
+		if cps, err = b.watchCheckpoints(ctx, broker.addr, slotWalstream); err != nil {
 			return nil, err
 		}
 		defer cps.stop()
@@ -182,11 +178,7 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 	b.logf("%s: %d rows re-emitted in %.1f s, %.0f rows/s; live %s p50 %.1f ms, p99 %.1f ms (before the request: p99 %.1f ms), %d missing, %d behind",
 		name, r.Rows, r.Seconds, r.RowsPerSec, r.Load, r.LiveP50Ms, r.LiveP99Ms, r.BeforeP99Ms, r.LiveMissing, r.LiveBehind)
 	if cps != nil {
-		seen, err := cps.stop()
-		if err != nil {
-			return nil, err
-		}
-		if r.Floors, err = b.latencyFloors(ctx, broker.addr, filepath.Join(dir, name), seen, live, requested, done); err != nil {
+		if r.Floors, err = b.latencyFloors(ctx, broker.addr, filepath.Join(dir, name), cps, live, requested, done); err != nil {
 			return nil, err
 		}
 	}
