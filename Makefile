@@ -19,10 +19,16 @@ IMAGE ?= walstream
 image:
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
 
-# Postgres 15, kcat and Prometheus (promtool) from Debian, Postgres 14, 16,
-# 17 and 18 from npm, when missing and run as root.
+# What a target runs, installed when missing and run as root, and only
+# that: `scripts/deps.sh TARGET` (demo, demo-kafka, chaos, compat, bench or
+# test; scripts/deps.sh --plan TARGET prints what it would install). The
+# targets below call it themselves; make deps installs for make test, which
+# needs everything: Postgres 15, kcat, gcc, Prometheus (promtool) and busybox
+# from Debian, Postgres 14, 16, 17 and 18 from npm, a Java runtime and with
+# Maven the Java servers of scripts/java/versions.env.
+DEPS := bash scripts/deps.sh
 deps:
-	bash scripts/deps.sh
+	$(DEPS) test
 
 # Unit and integration tests, with the race detector. Integration tests start
 # their own Postgres (15, and 14 to 18 for the core end-to-end test) and
@@ -39,11 +45,14 @@ deps:
 # test pod's script under busybox, the README.md helm-docs makes, which go
 # run takes from the Go module proxy), deploy/kubernetes and CHANGELOG.md.
 # They only decode and build: no -race.
-test: deps
+test:
+	$(DEPS) test
 	GOFLAGS="$(strip $(GOFLAGS) -pgo=off)" $(GO) test -race -count=1 -timeout 20m ./...
 	GOFLAGS="$(strip $(GOFLAGS) -pgo=off)" $(GO) test -C tools -count=1 -timeout 10m ./...
 
-demo: deps
+# scripts/demo.sh installs what it runs: scripts/deps.sh demo, or demo-kafka
+# with DEMO_BROKER=kafka.
+demo:
 	bash scripts/demo.sh
 
 # The generated parts of docs/: the configuration reference from the
@@ -89,7 +98,8 @@ CHAOS_DURATION ?= 10m
 CHAOS_MIN_ROWS ?= 200000
 CHAOS_REPORT   ?= $(CURDIR)/chaos/chaos-report.json
 CHAOS_FLAGS    ?=
-chaos: deps
+chaos:
+	$(DEPS) chaos
 	$(GO) test ./cmd/walstream -run '^TestReemit$$' -race -count=1 -timeout 20m -v -args -reemit.all
 	$(GO) test ./chaos -run TestChaos -count=1 -timeout 40m -v -args \
 		-chaos.duration=$(CHAOS_DURATION) -chaos.min-rows=$(CHAOS_MIN_ROWS) -chaos.report=$(CHAOS_REPORT) $(CHAOS_FLAGS)
@@ -102,7 +112,8 @@ chaos: deps
 # topic. First the harness's own test of a three-node cluster (start,
 # restarts, data kept), which make test leaves out.
 CHAOS_CLUSTER_REPORT ?= $(CURDIR)/chaos/chaos-cluster-report.json
-chaos-cluster: deps
+chaos-cluster:
+	$(DEPS) chaos
 	$(GO) test ./internal/testenv -run 'TestKafka$$' -count=1 -v -args -testenv.kafka-cluster
 	$(GO) test ./chaos -run TestChaos -count=1 -timeout 40m -v -args -chaos.kafka-nodes=3 \
 		-chaos.duration=$(CHAOS_DURATION) -chaos.min-rows=$(CHAOS_MIN_ROWS) -chaos.report=$(CHAOS_CLUSTER_REPORT) $(CHAOS_FLAGS)
@@ -113,7 +124,8 @@ chaos-cluster: deps
 # Debezium's incremental snapshot; `make test` runs a few. COMPAT_FLAGS adds flags, e.g.
 # COMPAT_FLAGS="-compat.mode=distributed -compat.dump=$(CURDIR)/compat/records".
 COMPAT_FLAGS ?=
-compat: deps
+compat:
+	$(DEPS) compat
 	$(GO) test ./compat -run 'TestCompat|TestCutover|TestShadowDiff|TestReemitBesideDebezium' -race -count=1 -timeout 60m -v -args -compat.all $(COMPAT_FLAGS)
 
 # The cutover from Debezium (docs/debezium.md): Debezium under load,
@@ -123,7 +135,8 @@ compat: deps
 # be in Kafka once, besides Debezium's own duplicates, which are counted.
 # `make test` runs two of the cases once.
 CUTOVER_RUNS ?= 3
-cutover: deps
+cutover:
+	$(DEPS) compat
 	$(GO) test ./compat -run 'TestCutover' -race -count=1 -timeout 60m -v -args -compat.all -cutover.runs=$(CUTOVER_RUNS)
 
 bench:
@@ -134,13 +147,15 @@ bench:
 # to bench/results/ (walbench.json, walbench.md, logs, profiles).
 # BENCH_FLAGS=-profile adds a profiled run; -h lists the flags.
 BENCH_FLAGS ?=
-bench-e2e: deps
+bench-e2e:
+	$(DEPS) bench
 	$(GO) run ./cmd/walbench -out $(CURDIR)/bench/results $(BENCH_FLAGS)
 
 # walstream's profile for profile-guided optimization, which go build
 # applies to every build of walstream: its CPU profile over a backlog drain,
 # a huge transaction and two live loads, taken by walbench (docs/benchmarks.md).
-pgo: deps
+pgo:
+	$(DEPS) bench
 	$(GO) run ./cmd/walbench -out $(CURDIR)/bench/pgo -pgo $(CURDIR)/cmd/walstream/default.pgo \
 		-scenarios backlog,huge,latency -runs 1 -rows 500000 -huge-runs 1 -huge-rows 500000 \
 		-latency-runs 1 -latency-loads 1000x1,10000x10 -latency-duration 20s -max-load 1 -quiet-timeout 1m

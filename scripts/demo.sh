@@ -9,7 +9,7 @@
 #   PGBIN           Postgres server binaries (default /usr/lib/postgresql/15/bin)
 #   DEMO_PG_PORT    Postgres port on 127.0.0.1 (default 55432)
 #   DEMO_BROKER     devbroker (default) or kafka: Apache Kafka, one node, as
-#                   scripts/deps.sh installs it (scripts/java/versions.env)
+#                   scripts/deps.sh demo-kafka installs it (scripts/java/versions.env)
 #   DEMO_BROKER_ADDR the broker's address (default 127.0.0.1:59092; Kafka's
 #                   controller listens on the next port)
 #   DEMO_HTTP_ADDR  walstream's /metrics, /healthz and /readyz (default 127.0.0.1:59187)
@@ -33,7 +33,9 @@ case "$BROKER_KIND" in
   devbroker | kafka) ;;
   *) echo "DEMO_BROKER=$BROKER_KIND: want devbroker or kafka" >&2; exit 2 ;;
 esac
-bash scripts/deps.sh
+# Only what this demo runs: Postgres 15, psql and kcat, and with Apache
+# Kafka a Java runtime and Kafka's jars.
+if [ "$BROKER_KIND" = kafka ]; then bash scripts/deps.sh demo-kafka; else bash scripts/deps.sh demo; fi
 if [ ! -x "$PGBIN/initdb" ] || ! command -v kcat >/dev/null || ! command -v psql >/dev/null; then
   echo "demo needs Postgres 15 server binaries in $PGBIN, psql and kcat: apt-get install -y postgresql kcat" >&2
   exit 1
@@ -74,9 +76,10 @@ psql -q -X -v ON_ERROR_STOP=1 "$url" -f testdata/outbox.sql
 if [ "$BROKER_KIND" = kafka ]; then
   # One KRaft node, as in docker-compose.yml: broker and controller in one
   # JVM, internal topics with one replica.
+  # shellcheck source=scripts/java/versions.env
   . scripts/java/versions.env
   libs=${WALSTREAM_JAVA_DIR:-/opt/walstream-java}/kafka-$KAFKA_VERSION/libs
-  [ -d "$libs" ] || { echo "Apache Kafka $KAFKA_VERSION is not in $libs: run scripts/deps.sh" >&2; exit 1; }
+  [ -d "$libs" ] || { echo "Apache Kafka $KAFKA_VERSION is not in $libs: run scripts/deps.sh demo-kafka" >&2; exit 1; }
   host=${BROKER%:*} port=${BROKER##*:}
   mkdir -p "$demo/kafka"
   cat >"$demo/kafka/server.properties" <<EOT
