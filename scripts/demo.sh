@@ -46,13 +46,13 @@ trap cleanup EXIT
 # An interrupt exits through the EXIT trap, which stops everything.
 trap 'exit 130' INT TERM
 
-# What the demo runs, in one build without default.pgo: the profile changes
+# The demo's binaries, in one build without default.pgo: the profile changes
 # nothing a demo shows, and compiling walstream's dependencies with it, then
-# again without it for the local broker, took a first build (an empty build
-# cache) from 133-148 s of CPU to 102 s. It runs while scripts/deps.sh installs
-# what this demo runs and is missing, only that: Postgres 15, psql and kcat,
-# and with Apache Kafka a Java runtime and Kafka's jars. On a first run one
-# waits mostly on the network and dpkg, the other on both cores.
+# again without it for the local broker, made a first build (an empty build
+# cache) 133-148 s of CPU against 102 s. It runs while scripts/deps.sh
+# installs what this demo runs and is missing (Postgres 15, psql and kcat;
+# with Apache Kafka a Java runtime and Kafka's jars): on a first run one
+# waits mostly on the network and dpkg, the other on the cores.
 pkgs=(./cmd/walstream)
 [ "$BROKER_KIND" = kafka ] || pkgs+=(./cmd/devbroker)
 [ -z "${DEMO_INBOX:-}" ] || pkgs+=(./examples/inbox)

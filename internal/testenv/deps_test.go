@@ -60,8 +60,8 @@ func TestDepsPlan(t *testing.T) {
 	m.check("demo-kafka", bare["demo-kafka"].without(pg...).without("kcat"))
 	m.check("test", bare["test"].without(pg...).without("kcat"))
 
-	// Only node there, as some installs of it come without npm; then a
-	// Java runtime and Kafka: Maven comes only with a server to install.
+	// node without npm, as Debian's nodejs comes; then a Java runtime and
+	// Kafka: Maven comes only with a server to install.
 	m.command("node")
 	m.check("test", bare["test"].without(pg...).without("kcat", "nodejs"))
 	m.command("java")
