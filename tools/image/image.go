@@ -280,12 +280,13 @@ func WriteArchive(file string, idx v1.ImageIndex, ref string, created time.Time)
 	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{RefName: ref, ContainerdName: ref})); err != nil {
 		return fmt.Errorf("writing the OCI layout: %w", err)
 	}
-	return tarDir(file, dir, created)
+	return TarLayout(file, dir, created)
 }
 
-// tarDir writes the files under dir to a tar archive at file, in name
-// order, owned by root and dated created.
-func tarDir(file, dir string, created time.Time) error {
+// TarLayout writes the OCI layout in dir to a tar archive at file, in name
+// order, owned by root and dated created: the same layout gives the same
+// bytes.
+func TarLayout(file, dir string, created time.Time) error {
 	var names []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && p != dir {
@@ -330,6 +331,48 @@ func tarDir(file, dir string, created time.Time) error {
 		return err
 	}
 	return out.Close()
+}
+
+// ReadArchive unpacks the OCI archive at file, as WriteArchive or
+// TarLayout writes it, into dir and returns the layout.
+func ReadArchive(file, dir string) (layout.Path, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		} else if err != nil {
+			return "", fmt.Errorf("reading %s: %w", file, err)
+		}
+		if !filepath.IsLocal(h.Name) {
+			return "", fmt.Errorf("reading %s: entry %q is outside the layout", file, h.Name)
+		}
+		p := filepath.Join(dir, h.Name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(p, 0o755)
+		case tar.TypeReg:
+			var b []byte
+			if b, err = io.ReadAll(tr); err == nil {
+				err = os.WriteFile(p, b, 0o644)
+			}
+		default:
+			err = fmt.Errorf("entry %q of type %q: an OCI layout holds files and folders only", h.Name, h.Typeflag)
+		}
+		if err != nil {
+			return "", fmt.Errorf("reading %s: %w", file, err)
+		}
+	}
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", file, err)
+	}
+	return p, nil
 }
 
 // WriteDockerArchive writes the image of one platform of idx, named ref,

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -120,7 +119,6 @@ func buildArchive(t *testing.T, created time.Time) string {
 // names with the version as ref name.
 func loadArchive(t *testing.T, file string, created time.Time) v1.ImageIndex {
 	t.Helper()
-	dir := t.TempDir()
 	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
@@ -137,22 +135,8 @@ func loadArchive(t *testing.T, file string, created time.Time) v1.ImageIndex {
 		if !h.ModTime.Equal(created) {
 			t.Errorf("%s dated %v, want the commit's time", h.Name, h.ModTime)
 		}
-		p := filepath.Join(dir, h.Name)
-		if h.Typeflag == tar.TypeDir {
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
-	lp, err := layout.FromPath(dir)
+	lp, err := ReadArchive(file, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,190 @@
+package release
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/walstream/walstream/tools/image"
+)
+
+// PublicKey is the file beside SHA256SUMS holding the public half of the
+// key a release is signed with. It is a convenience: a verifier takes the
+// key from a place it trusts, not from the release it checks.
+const PublicKey = "cosign.pub"
+
+// Options are what SignRelease signs.
+type Options struct {
+	// Dist is the release's folder, as make release fills it.
+	Dist string
+	// Version is the release's (v0.1.0); its files are named without the v.
+	Version string
+	// Repository is the image's name without tag, which the signature
+	// and the attestations' subject carry.
+	Repository string
+	// Created is the commit's time, which the signed archive's entries
+	// carry.
+	Created time.Time
+	// Key signs; Provenance is attested.
+	Key        *Signer
+	Provenance Provenance
+}
+
+// SignRelease signs a release in o.Dist, with the image archive, the
+// CycloneDX SBOM of each Linux binary and the other files made, and
+// writes beside them:
+//
+//	walstream_<v>_signed_oci.tar  the image index signed and attested (SLSA v1
+//	                               provenance, the SBOM of each platform's binary)
+//	cosign.pub                    the public key
+//	SHA256SUMS                    of every file of the release
+//	SHA256SUMS.sig                its signature
+//
+// Each is the same on every run for one commit and one key.
+func SignRelease(ctx context.Context, o Options) error {
+	v := strings.TrimPrefix(o.Version, "v")
+	idx, err := ReadIndex(filepath.Join(o.Dist, "walstream_"+v+ImageSuffix))
+	if err != nil {
+		return err
+	}
+	pred, err := o.Provenance.Predicate()
+	if err != nil {
+		return err
+	}
+	atts := []Attestation{{Type: TypeProvenance, Predicate: pred}}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return err
+	}
+	for _, d := range m.Manifests {
+		if d.Platform == nil {
+			return fmt.Errorf("image %s has a manifest for no platform: %s", o.Version, d.Digest)
+		}
+		sbom := filepath.Join(o.Dist, "walstream_"+v+"_"+d.Platform.OS+"_"+d.Platform.Architecture+".cdx.json")
+		b, err := os.ReadFile(sbom)
+		if err != nil {
+			return fmt.Errorf("the SBOM of the %s/%s image: %w", d.Platform.OS, d.Platform.Architecture, err)
+		}
+		atts = append(atts, Attestation{Type: TypeCycloneDX, Predicate: b})
+	}
+	sii, err := SignIndex(ctx, o.Key, idx, o.Repository, atts)
+	if err != nil {
+		return err
+	}
+	if err := WriteSignedArchive(filepath.Join(o.Dist, "walstream_"+v+SignedSuffix), sii, o.Created); err != nil {
+		return err
+	}
+	pub, err := o.Key.PublicKeyPEM()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.Dist, PublicKey), pub, 0o644); err != nil {
+		return err
+	}
+	sums, err := Checksums(o.Dist, v)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.Dist, Sums), sums, 0o644); err != nil {
+		return err
+	}
+	sig, err := SignBlob(o.Key, sums)
+	if err != nil {
+		return fmt.Errorf("signing %s: %w", Sums, err)
+	}
+	return os.WriteFile(filepath.Join(o.Dist, SumsSig), sig, 0o644)
+}
+
+// ReadIndex returns the image index of the OCI archive at file, as
+// image.WriteArchive writes it: the one index index.json names.
+func ReadIndex(file string) (v1.ImageIndex, error) {
+	dir, err := os.MkdirTemp("", "walstream-oci-")
+	if err != nil {
+		return nil, err
+	}
+	// The layout's blobs are read lazily: the folder stays until the
+	// process ends, in the system's temporary folder.
+	lp, err := image.ReadArchive(file, dir)
+	if err != nil {
+		return nil, err
+	}
+	top, err := lp.ImageIndex()
+	if err != nil {
+		return nil, err
+	}
+	m, err := top.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Manifests) != 1 {
+		return nil, fmt.Errorf("%s names %d images, want the release's index alone", file, len(m.Manifests))
+	}
+	return top.ImageIndex(m.Manifests[0].Digest)
+}
+
+// releaseFiles are the patterns of a release's files, version v without
+// the v, that SHA256SUMS covers: goreleaser's archives and SBOMs, the
+// images, the chart, the notes and the public key.
+func releaseFiles(v string) []string {
+	return []string{
+		"walstream_" + v + "_*.tar.gz",
+		"walstream_" + v + "_*.cdx.json",
+		"walstream_" + v + "_*.docker.tar",
+		"walstream_" + v + ImageSuffix,
+		"walstream_" + v + SignedSuffix,
+		"walstream-" + v + ".tgz",
+		"RELEASE_NOTES.md",
+		PublicKey,
+	}
+}
+
+// Checksums returns SHA256SUMS of the release of version v (without the v)
+// in dist, as sha256sum writes it, in name order.
+func Checksums(dist, v string) ([]byte, error) {
+	var names []string
+	for _, p := range releaseFiles(v) {
+		m, err := filepath.Glob(filepath.Join(dist, p))
+		if err != nil {
+			return nil, err
+		}
+		if len(m) == 0 {
+			return nil, fmt.Errorf("%s has no %s", dist, p)
+		}
+		for _, f := range m {
+			names = append(names, filepath.Base(f))
+		}
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, n := range slices.Compact(names) {
+		sum, err := fileSHA256(filepath.Join(dist, n))
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&b, "%s  %s\n", sum, n)
+	}
+	return []byte(b.String()), nil
+}
+
+// fileSHA256 returns the SHA-256 of the file at path, in hex.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
