@@ -6,7 +6,7 @@ LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 FUZZTIME ?= 60s
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build deps test demo docs notices manifests release bench bench-e2e pgo fuzz lint chaos chaos-cluster compat cutover image
+.PHONY: build deps test demo docs notices manifests release verify-release bench bench-e2e pgo fuzz lint chaos chaos-cluster compat cutover image
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/walstream ./cmd/walstream
@@ -79,10 +79,19 @@ manifests:
 
 # The release into dist/ from a clean tree: archives for linux/amd64,
 # linux/arm64 and darwin/arm64, SBOMs, the OCI image, the Helm chart,
-# release notes and SHA256SUMS, reproducibly (scripts/release.sh;
-# docs/development.md, Releases).
+# release notes and SHA256SUMS, reproducibly, signed with the cosign key
+# whose file COSIGN_KEY names (password in COSIGN_PASSWORD): SHA256SUMS.sig,
+# and the image signed and attested with its SLSA provenance and SBOMs
+# (scripts/release.sh; docs/development.md, Releases).
 release:
 	bash scripts/release.sh
+
+# Verifies dist/ offline with cosign and the public key COSIGN_PUB: the
+# signature of SHA256SUMS, every file against it, the image's signature
+# and its provenance and SBOM attestations (scripts/verify-release.sh).
+COSIGN_PUB ?= cosign.pub
+verify-release:
+	COSIGN_PUB=$(COSIGN_PUB) bash scripts/verify-release.sh dist
 
 # The long chaos run, after a re-emit request crashed at every crash point
 # (TestReemit -reemit.all): four streams (four databases, in three walstream

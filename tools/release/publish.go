@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -14,7 +16,68 @@ import (
 	ociremote "github.com/sigstore/cosign/v2/pkg/oci/remote"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/registry"
+
+	"github.com/walstream/walstream/tools/image"
 )
+
+// Publisher publishes a signed release from its folder: the image with
+// its signature and attestations, and the chart.
+type Publisher struct {
+	// Dist is the release's folder, Version its version (v0.1.0).
+	Dist, Version string
+	// Repository is the image's name without tag
+	// (ghcr.io/walstream/walstream); the image is pushed tagged Version.
+	Repository string
+	// Charts is the OCI repository of charts (oci://ghcr.io/walstream/charts).
+	Charts string
+	// Created is the commit's time, which the chart's manifest carries.
+	Created time.Time
+	// PlainHTTP pushes without TLS, to a registry on loopback.
+	PlainHTTP bool
+	// Credentials is the Docker config file the chart is pushed with;
+	// the image is pushed with Docker's own (DOCKER_CONFIG's folder, or
+	// ~/.docker), the same file once docker login has run. Empty, the
+	// chart is pushed with Helm's credentials.
+	Credentials string
+}
+
+// Published is what Publish pushed.
+type Published struct {
+	Image       name.Tag
+	ImageDigest v1.Hash
+	Chart       string
+	ChartDigest string
+}
+
+// Publish pushes the signed image (walstream_<v>_signed_oci.tar) and the
+// chart (walstream-<v>.tgz) of the release.
+func (p Publisher) Publish() (Published, error) {
+	var res Published
+	v := strings.TrimPrefix(p.Version, "v")
+	var opts []name.Option
+	if p.PlainHTTP {
+		opts = append(opts, name.Insecure)
+	}
+	tag, err := name.NewTag(p.Repository+":"+p.Version, opts...)
+	if err != nil {
+		return res, fmt.Errorf("naming the image %s:%s: %w", p.Repository, p.Version, err)
+	}
+	dir, err := os.MkdirTemp("", "walstream-publish-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	if _, err := image.ReadArchive(filepath.Join(p.Dist, "walstream_"+v+SignedSuffix), dir); err != nil {
+		return res, err
+	}
+	res.Image = tag
+	if res.ImageDigest, err = PushImage(dir, tag, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+		return res, err
+	}
+	r := ChartRegistry{Credentials: p.Credentials, PlainHTTP: p.PlainHTTP}
+	res.Chart, res.ChartDigest, err = r.PushChart(filepath.Join(p.Dist, "walstream-"+v+".tgz"), p.Charts, p.Created)
+	return res, err
+}
 
 // PushImage pushes the signed image in the OCI layout at dir, as
 // WriteSignedArchive writes it, to ref (ghcr.io/walstream/walstream:v0.1.0)

@@ -1,0 +1,59 @@
+// Command release-publish publishes a release that make release built and
+// signed in -dist: the image of every platform with its signature and
+// attestations (walstream_<v>_signed_oci.tar), as cosign load pushes it,
+// tagged with the version, and the chart (walstream-<v>.tgz) as helm push
+// does. The registries' credentials are those of docker login.
+//
+//	release-publish -dist dist -version v0.1.0 -epoch $SOURCE_DATE_EPOCH \
+//	  -repository ghcr.io/walstream/walstream -charts oci://ghcr.io/walstream/charts
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/walstream/walstream/tools/image"
+	"github.com/walstream/walstream/tools/release"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "release-publish:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("release-publish", flag.ContinueOnError)
+	p := release.Publisher{}
+	fs.StringVar(&p.Dist, "dist", "dist", "the release's folder, signed by release-sign")
+	fs.StringVar(&p.Version, "version", "", "the release's version (v0.1.0), the image's tag")
+	fs.StringVar(&p.Repository, "repository", image.Repository, "the image's name, without tag")
+	fs.StringVar(&p.Charts, "charts", "oci://ghcr.io/walstream/charts", "the OCI repository of the chart")
+	epoch := fs.String("epoch", os.Getenv("SOURCE_DATE_EPOCH"), "the commit's time in seconds since 1970 (SOURCE_DATE_EPOCH), the chart manifest's")
+	// Where docker login writes, which the image's push reads.
+	docker := os.Getenv("DOCKER_CONFIG")
+	if docker == "" {
+		home, _ := os.UserHomeDir()
+		docker = filepath.Join(home, ".docker")
+	}
+	fs.StringVar(&p.Credentials, "credentials", filepath.Join(docker, "config.json"), "the Docker config file with the chart registry's credentials (docker login)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	secs, err := strconv.ParseInt(*epoch, 10, 64)
+	if err != nil {
+		return fmt.Errorf("-epoch %q: want seconds since 1970: %w", *epoch, err)
+	}
+	p.Created = time.Unix(secs, 0).UTC()
+	res, err := p.Publish()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s@%s\n%s@%s\n", res.Image, res.ImageDigest, res.Chart, res.ChartDigest)
+	return nil
+}
