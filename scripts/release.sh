@@ -6,11 +6,10 @@
 #   walstream_<v>_linux_<arch>.docker.tar  the same images, one per platform, for docker load
 #   walstream-<v>.tgz                  the Helm chart
 #   RELEASE_NOTES.md                   the version's section of CHANGELOG.md
-#   walstream_<v>_signed_oci.tar       the image index signed and attested (SLSA v1
-#                                      provenance, the CycloneDX SBOMs), as cosign save writes it
-#   cosign.pub                         the public key
 #   SHA256SUMS                         of all of the above
 #   SHA256SUMS.sig                     its signature, as cosign sign-blob writes it
+#   walstream_<v>_signed_oci.tar       the image index signed and attested (SLSA v1
+#                                      provenance, the CycloneDX SBOMs), as cosign save writes it
 # On a commit tagged vX.Y.Z the version is the tag; on any other commit it
 # is git describe's name for it (v0.1.0-3-gabc1234), and the notes are the
 # Unreleased section. Every tool is pinned here and comes from the Go

@@ -4,8 +4,8 @@
 # the Go module proxy) as anyone would verify it (docs/development.md,
 # Releases):
 #   SHA256SUMS.sig   SHA256SUMS signed with the key      (cosign verify-blob)
-#   SHA256SUMS       every file of the release unchanged (sha256sum -c)
-#   the image        signed with the key                 (cosign verify --local-image)
+#   SHA256SUMS       every file it lists unchanged       (sha256sum -c)
+#   the signed image signed with the key                 (cosign verify --local-image)
 #                    attested: SLSA v1 provenance, CycloneDX SBOM
 #                                                        (cosign verify-attestation)
 #                    the one the image archive holds
@@ -35,11 +35,10 @@ cosign=$work/bin/cosign
   fail "$dist/SHA256SUMS.sig: SHA256SUMS is not signed with $pub"
 (cd "$dist" && sha256sum --strict --quiet -c SHA256SUMS) || fail "$dist: a file differs from SHA256SUMS (FAILED above)"
 
-signed=$(awk '$2 ~ /_signed_oci\.tar$/ {print $2}' "$dist/SHA256SUMS")
-image=$(awk '$2 ~ /_oci\.tar$/ && $2 !~ /_signed_oci\.tar$/ {print $2}' "$dist/SHA256SUMS")
-if [ -z "$signed" ] || [ -z "$image" ]; then
-  fail "SHA256SUMS lists no image archive and signed image archive"
-fi
+image=$(awk '$2 ~ /_oci\.tar$/ {print $2}' "$dist/SHA256SUMS")
+[ -n "$image" ] || fail "SHA256SUMS lists no image archive"
+signed=${image%_oci.tar}_signed_oci.tar
+[ -r "$dist/$signed" ] || fail "$dist has no $signed beside $image"
 mkdir "$work/layout"
 tar -xf "$dist/$signed" -C "$work/layout"
 "$cosign" verify --key "$pub" --insecure-ignore-tlog --local-image "$work/layout" >"$work/claims.json" ||

@@ -20,9 +20,7 @@ import (
 	"github.com/secure-systems-lab/go-securesystemslib/encrypted"
 	"github.com/sigstore/cosign/v2/pkg/cosign"
 	csig "github.com/sigstore/cosign/v2/pkg/signature"
-	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"github.com/sigstore/sigstore/pkg/signature"
-	"github.com/sigstore/sigstore/pkg/signature/options"
 )
 
 // Signer signs with a cosign private key. Its ECDSA signatures are RFC 6979's
@@ -72,16 +70,6 @@ func (s *Signer) SignMessage(message io.Reader, opts ...signature.SignOption) ([
 	}
 	// A nil random source asks crypto/ecdsa for RFC 6979.
 	return s.ecdsa.Sign(nil, h.Sum(nil), crypto.SHA256)
-}
-
-// PublicKeyPEM returns the public key as cosign public-key prints it: what
-// cosign verify --key reads.
-func (s *Signer) PublicKeyPEM() ([]byte, error) {
-	pub, err := s.PublicKey(options.NoOpOptionImpl{})
-	if err != nil {
-		return nil, err
-	}
-	return cryptoutils.MarshalPublicKeyToPEM(pub)
 }
 
 // LoadVerifier reads a public key in PEM, as cosign verify --key does.

@@ -17,11 +17,6 @@ import (
 	"github.com/walstream/walstream/tools/image"
 )
 
-// PublicKey is the file beside SHA256SUMS holding the public half of the
-// key a release is signed with. It is a convenience: a verifier takes the
-// key from a place it trusts, not from the release it checks.
-const PublicKey = "cosign.pub"
-
 // Options are what SignRelease signs.
 type Options struct {
 	// Dist is the release's folder, as make release fills it.
@@ -45,11 +40,12 @@ type Options struct {
 //
 //	walstream_<v>_signed_oci.tar  the image index signed and attested (SLSA v1
 //	                               provenance, the SBOM of each platform's binary)
-//	cosign.pub                    the public key
-//	SHA256SUMS                    of every file of the release
+//	SHA256SUMS                    of every other file of the release
 //	SHA256SUMS.sig                its signature
 //
-// Each is the same on every run for one commit and one key.
+// SHA256SUMS covers what does not depend on the key, so that anyone's
+// build of the commit gives the same; the signatures are the same on
+// every run for one commit and one key.
 func SignRelease(ctx context.Context, o Options) error {
 	v := strings.TrimPrefix(o.Version, "v")
 	idx, err := ReadIndex(filepath.Join(o.Dist, "walstream_"+v+ImageSuffix))
@@ -81,13 +77,6 @@ func SignRelease(ctx context.Context, o Options) error {
 		return err
 	}
 	if err := WriteSignedArchive(filepath.Join(o.Dist, "walstream_"+v+SignedSuffix), sii, o.Created); err != nil {
-		return err
-	}
-	pub, err := o.Key.PublicKeyPEM()
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(o.Dist, PublicKey), pub, 0o644); err != nil {
 		return err
 	}
 	sums, err := Checksums(o.Dist, v)
@@ -133,17 +122,16 @@ func ReadIndex(file string) (v1.ImageIndex, error) {
 
 // releaseFiles are the patterns of a release's files, version v without
 // the v, that SHA256SUMS covers: goreleaser's archives and SBOMs, the
-// images, the chart, the notes and the public key.
+// image, the chart, the notes. Not the signed image, which its signatures
+// make depend on the key, and which cosign verifies.
 func releaseFiles(v string) []string {
 	return []string{
 		"walstream_" + v + "_*.tar.gz",
 		"walstream_" + v + "_*.cdx.json",
 		"walstream_" + v + "_*.docker.tar",
 		"walstream_" + v + ImageSuffix,
-		"walstream_" + v + SignedSuffix,
 		"walstream-" + v + ".tgz",
 		"RELEASE_NOTES.md",
-		PublicKey,
 	}
 }
 

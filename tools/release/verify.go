@@ -43,9 +43,9 @@ type Verified struct {
 // VerifyDist verifies a release folder offline with the public key pub, as
 // scripts/verify-release.sh does with cosign: SHA256SUMS.sig over
 // SHA256SUMS, every file SHA256SUMS lists against its checksum, and the
-// signed image's archive: its index the one of the image archive, signed,
-// and attested with SLSA v1 provenance and a CycloneDX SBOM. An error
-// names the file that fails.
+// signed image's archive beside them: its index the one of the image
+// archive, signed, and attested with SLSA v1 provenance and a CycloneDX
+// SBOM. An error names the file that fails.
 func VerifyDist(ctx context.Context, dist string, pub []byte) (Verified, error) {
 	var res Verified
 	v, err := LoadVerifier(pub)
@@ -68,18 +68,16 @@ func VerifyDist(ctx context.Context, dist string, pub []byte) (Verified, error) 
 		return res, err
 	}
 	res.Files = len(files)
-	var signedFile, imageFile string
+	var imageFile string
 	for _, f := range files {
-		switch {
-		case strings.HasSuffix(f, SignedSuffix):
-			signedFile = f
-		case strings.HasSuffix(f, ImageSuffix):
+		if strings.HasSuffix(f, ImageSuffix) {
 			imageFile = f
 		}
 	}
-	if signedFile == "" || imageFile == "" {
-		return res, fmt.Errorf("%s lists no image archive (*%s) and signed image archive (*%s): %q", Sums, ImageSuffix, SignedSuffix, files)
+	if imageFile == "" {
+		return res, fmt.Errorf("%s lists no image archive (*%s): %q", Sums, ImageSuffix, files)
 	}
+	signedFile := strings.TrimSuffix(imageFile, ImageSuffix) + SignedSuffix
 	res.Index, res.Predicates, err = VerifyImage(ctx, filepath.Join(dist, signedFile), v)
 	if err != nil {
 		return res, err
