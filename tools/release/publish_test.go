@@ -56,7 +56,7 @@ func TestPublish(t *testing.T) {
 	ctx := context.Background()
 	dist := fixture(t)
 	key, pub := newKey(t)
-	if err := SignRelease(ctx, fixtureOptions(dist, key)); err != nil {
+	if err := SignRelease(fixtureOptions(dist, key)); err != nil {
 		t.Fatal(err)
 	}
 	v := strings.TrimPrefix(fixtureVersion, "v")
@@ -70,7 +70,7 @@ func TestPublish(t *testing.T) {
 	t.Logf("pushed %s@%s and %s@%s", pushed.Image, pushed.ImageDigest, pushed.Chart, pushed.ChartDigest)
 
 	// The image, by digest.
-	want, err := ReadIndex(filepath.Join(dist, "walstream_"+v+ImageSuffix))
+	want, err := ReadIndex(filepath.Join(dist, "walstream_"+v+ImageSuffix), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package release
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -46,9 +45,14 @@ type Options struct {
 // SHA256SUMS covers what does not depend on the key, so that anyone's
 // build of the commit gives the same; the signatures are the same on
 // every run for one commit and one key.
-func SignRelease(ctx context.Context, o Options) error {
+func SignRelease(o Options) error {
 	v := strings.TrimPrefix(o.Version, "v")
-	idx, err := ReadIndex(filepath.Join(o.Dist, "walstream_"+v+ImageSuffix))
+	tmp, err := os.MkdirTemp("", "walstream-oci-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	idx, err := ReadIndex(filepath.Join(o.Dist, "walstream_"+v+ImageSuffix), tmp)
 	if err != nil {
 		return err
 	}
@@ -72,7 +76,7 @@ func SignRelease(ctx context.Context, o Options) error {
 		}
 		atts = append(atts, Attestation{Type: TypeCycloneDX, Predicate: b})
 	}
-	sii, err := SignIndex(ctx, o.Key, idx, o.Repository, atts)
+	sii, err := SignIndex(o.Key, idx, o.Repository, atts)
 	if err != nil {
 		return err
 	}
@@ -93,15 +97,10 @@ func SignRelease(ctx context.Context, o Options) error {
 	return os.WriteFile(filepath.Join(o.Dist, SumsSig), sig, 0o644)
 }
 
-// ReadIndex returns the image index of the OCI archive at file, as
-// image.WriteArchive writes it: the one index index.json names.
-func ReadIndex(file string) (v1.ImageIndex, error) {
-	dir, err := os.MkdirTemp("", "walstream-oci-")
-	if err != nil {
-		return nil, err
-	}
-	// The layout's blobs are read lazily: the folder stays until the
-	// process ends, in the system's temporary folder.
+// ReadIndex unpacks the OCI archive at file, as image.WriteArchive writes
+// it, into dir and returns the one index its index.json names, which
+// reads its blobs from dir.
+func ReadIndex(file, dir string) (v1.ImageIndex, error) {
 	lp, err := image.ReadArchive(file, dir)
 	if err != nil {
 		return nil, err

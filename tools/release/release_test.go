@@ -153,7 +153,7 @@ func TestSignVerify(t *testing.T) {
 	signedFiles := []string{Sums, SumsSig, "walstream_" + v + SignedSuffix}
 	var first [][]byte
 	for i := range 2 {
-		if err := SignRelease(ctx, fixtureOptions(dist, key)); err != nil {
+		if err := SignRelease(fixtureOptions(dist, key)); err != nil {
 			t.Fatal(err)
 		}
 		for j, f := range signedFiles {
@@ -183,7 +183,7 @@ func TestSignVerify(t *testing.T) {
 	if strings.Contains(string(sums), SignedSuffix) || strings.Contains(string(sums), "artifacts.json") || res.Files != strings.Count(string(sums), "\n") {
 		t.Errorf("%d files verified; SHA256SUMS:\n%s", res.Files, sums)
 	}
-	idx, err := ReadIndex(filepath.Join(dist, "walstream_"+v+ImageSuffix))
+	idx, err := ReadIndex(filepath.Join(dist, "walstream_"+v+ImageSuffix), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestSignVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 		atts := []Attestation{{TypeProvenance, pred}, {TypeCycloneDX, []byte(`{"bomFormat":"CycloneDX"}`)}}
-		sii, err := SignIndex(ctx, key, idx, image.Repository, atts)
+		sii, err := SignIndex(key, idx, image.Repository, atts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +262,7 @@ func TestSignVerify(t *testing.T) {
 		}
 		t.Log(err)
 		// Nor is one without attestations taken.
-		if sii, err = SignIndex(ctx, key, idx, image.Repository, nil); err != nil {
+		if sii, err = SignIndex(key, idx, image.Repository, nil); err != nil {
 			t.Fatal(err)
 		}
 		file := filepath.Join(d, "unattested.tar")

@@ -2,7 +2,6 @@ package release
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -57,7 +56,7 @@ type Attestation struct {
 // attest does: what cosign verify and cosign verify-attestation check once
 // the result is in a registry (WriteSignedIndex, Push) or in an OCI layout
 // (cosign verify --local-image).
-func SignIndex(ctx context.Context, s *Signer, idx v1.ImageIndex, repo string, atts []Attestation) (oci.SignedImageIndex, error) {
+func SignIndex(s *Signer, idx v1.ImageIndex, repo string, atts []Attestation) (oci.SignedImageIndex, error) {
 	h, err := idx.Digest()
 	if err != nil {
 		return nil, err

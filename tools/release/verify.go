@@ -87,19 +87,11 @@ func VerifyDist(ctx context.Context, dist string, pub []byte) (Verified, error) 
 		return res, err
 	}
 	defer os.RemoveAll(tmp)
-	lp, err := image.ReadArchive(filepath.Join(dist, imageFile), tmp)
+	idx, err := ReadIndex(filepath.Join(dist, imageFile), tmp)
 	if err != nil {
 		return res, err
 	}
-	top, err := lp.ImageIndex()
-	if err != nil {
-		return res, err
-	}
-	m, err := top.IndexManifest()
-	if err != nil {
-		return res, err
-	}
-	if len(m.Manifests) != 1 || m.Manifests[0].Digest != res.Index {
+	if h, err := idx.Digest(); err != nil || h != res.Index {
 		return res, fmt.Errorf("%s: its image is not %s, the one %s signs", filepath.Join(dist, imageFile), res.Index, signedFile)
 	}
 	return res, nil

@@ -11,7 +11,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -87,7 +86,7 @@ func run(args []string) error {
 			Tools:     used,
 		},
 	}
-	if err := release.SignRelease(context.Background(), o); err != nil {
+	if err := release.SignRelease(o); err != nil {
 		return err
 	}
 	fmt.Printf("%s/%s signed with the key in %s\n", *dist, release.Sums, keyFile)
