@@ -43,8 +43,10 @@ deps:
 # chart (helm lint and rendering with Helm 3 and Helm 4, values.schema.json,
 # strict decoding, walstream validate on the rendered Deployment, the helm
 # test pod's script under busybox, the README.md helm-docs makes, which go
-# run takes from the Go module proxy), deploy/kubernetes and CHANGELOG.md.
-# They only decode and build: no -race.
+# run takes from the Go module proxy), deploy/kubernetes, CHANGELOG.md, a
+# small release signed, attested and verified as make release and make
+# verify-release do, published to and pulled from a registry on loopback,
+# and the workflows (actionlint). They only decode and build: no -race.
 test:
 	$(DEPS) test
 	GOFLAGS="$(strip $(GOFLAGS) -pgo=off)" $(GO) test -race -count=1 -timeout 20m ./...
