@@ -51,6 +51,8 @@ echo "walstream $version ($kind) from $commit, dated $(date -u -d "@$SOURCE_DATE
 tools=$(mktemp -d)
 trap 'rm -rf "$tools"' EXIT
 go build -C tools -o "$tools/" ./cmd/release-notes ./cmd/release-image ./cmd/release-chart ./cmd/release-sign
+# A key that does not load (a wrong password) stops here, not after the build.
+"$tools/release-sign" -check-key
 # The notes first: a tag whose changes CHANGELOG.md does not list stops here.
 "$tools/release-notes" -changelog CHANGELOG.md -version "$version" "${notes_flags[@]}" >"$tools/RELEASE_NOTES.md"
 

@@ -45,14 +45,11 @@ func run(args []string) error {
 	epoch := fs.String("epoch", os.Getenv("SOURCE_DATE_EPOCH"), "the commit's time in seconds since 1970 (SOURCE_DATE_EPOCH)")
 	repo := fs.String("repository", image.Repository, "the image's name, without tag")
 	builder := fs.String("builder", os.Getenv("SLSA_BUILDER_ID"), "the provenance's builder id (SLSA_BUILDER_ID): who ran the build")
+	check := fs.Bool("check-key", false, "only load the key, as make release does before it builds")
 	var used tools
 	fs.Var(&used, "tool", "a pinned module@version the build ran, for the provenance; repeatable")
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	secs, err := strconv.ParseInt(*epoch, 10, 64)
-	if err != nil {
-		return fmt.Errorf("-epoch %q: want seconds since 1970: %w", *epoch, err)
 	}
 	keyFile := os.Getenv("COSIGN_KEY")
 	if keyFile == "" {
@@ -65,6 +62,13 @@ func run(args []string) error {
 	key, err := release.LoadKey(pem, []byte(os.Getenv("COSIGN_PASSWORD")))
 	if err != nil {
 		return fmt.Errorf("%s: %w", keyFile, err)
+	}
+	if *check {
+		return nil
+	}
+	secs, err := strconv.ParseInt(*epoch, 10, 64)
+	if err != nil {
+		return fmt.Errorf("-epoch %q: want seconds since 1970: %w", *epoch, err)
 	}
 	if *builder == "" {
 		// Not a builder a policy would trust: a person's make release.
