@@ -209,7 +209,7 @@ var otherPrograms = map[string]bool{
 	"docker": true, "kubectl": true, "psql": true, "pg_recvlogical": true, "kcat": true, "curl": true,
 	"kafka-configs.sh": true, "kafka-reassign-partitions.sh": true, "kafka-console-consumer.sh": true,
 	"kafka-acls.sh": true, "kafka-topics.sh": true, "kafka-transactions.sh": true, "perf": true, "git": true, "aws": true,
-	"helm": true, "podman": true, "skopeo": true, "sha256sum": true, "deps.sh": true,
+	"helm": true, "podman": true, "skopeo": true, "sha256sum": true, "deps.sh": true, "cosign": true, "gh": true,
 }
 
 // envOnly are walstream's environment variables without a flag.

@@ -1,6 +1,9 @@
 package release
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"os"
@@ -30,8 +33,6 @@ type Publisher struct {
 	Repository string
 	// Charts is the OCI repository of charts (oci://ghcr.io/walstream/charts).
 	Charts string
-	// Created is the commit's time, which the chart's manifest carries.
-	Created time.Time
 	// PlainHTTP pushes without TLS, to a registry on loopback.
 	PlainHTTP bool
 	// Credentials is the Docker config file the chart is pushed with;
@@ -75,7 +76,7 @@ func (p Publisher) Publish() (Published, error) {
 		return res, err
 	}
 	r := ChartRegistry{Credentials: p.Credentials, PlainHTTP: p.PlainHTTP}
-	res.Chart, res.ChartDigest, err = r.PushChart(filepath.Join(p.Dist, "walstream-"+v+".tgz"), p.Charts, p.Created)
+	res.Chart, res.ChartDigest, err = r.PushChart(filepath.Join(p.Dist, "walstream-"+v+".tgz"), p.Charts)
 	return res, err
 }
 
@@ -125,15 +126,20 @@ func (r ChartRegistry) client() (*registry.Client, error) {
 
 // PushChart pushes the packaged chart at file to repo
 // (oci://ghcr.io/walstream/charts) as helm push does, as
-// <repo>/<name>:<version>, dated created rather than now so that the
-// manifest's digest is the same on every push of one release. It returns
-// the reference pushed and the manifest's digest.
-func (r ChartRegistry) PushChart(file, repo string, created time.Time) (ref, digest string, err error) {
+// <repo>/<name>:<version>, dated as the chart's files are (release-chart
+// dates them the commit's time) rather than now, so that the manifest's
+// digest is the same on every push of one release. It returns the
+// reference pushed and the manifest's digest.
+func (r ChartRegistry) PushChart(file, repo string) (ref, digest string, err error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return "", "", err
 	}
-	ch, err := loader.LoadArchive(strings.NewReader(string(data)))
+	ch, err := loader.LoadArchive(bytes.NewReader(data))
+	if err != nil {
+		return "", "", fmt.Errorf("reading the chart %s: %w", file, err)
+	}
+	created, err := packagedAt(data)
 	if err != nil {
 		return "", "", fmt.Errorf("reading the chart %s: %w", file, err)
 	}
@@ -147,6 +153,19 @@ func (r ChartRegistry) PushChart(file, repo string, created time.Time) (ref, dig
 		return "", "", fmt.Errorf("pushing the chart %s to %s: %w", file, ref, err)
 	}
 	return ref, res.Manifest.Digest, nil
+}
+
+// packagedAt returns the time of the first file of a packaged chart.
+func packagedAt(tgz []byte) (time.Time, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(tgz))
+	if err != nil {
+		return time.Time{}, err
+	}
+	h, err := tar.NewReader(zr).Next()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return h.ModTime, nil
 }
 
 // PullChart pulls the chart at ref (host/path/name@sha256:... or :version)

@@ -85,9 +85,11 @@ func fixture(t *testing.T) string {
 		t.Fatal(err)
 	}
 	ch.Metadata.Version, ch.Metadata.AppVersion = v, fixtureVersion
-	if _, err := chartutil.Save(ch, dist); err != nil {
+	saved, err := chartutil.Save(ch, t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
+	writeFile(t, filepath.Join(dist, filepath.Base(saved)), redate(t, saved))
 	// goreleaser's own files, which the release does not ship.
 	writeFile(t, filepath.Join(dist, "artifacts.json"), []byte("[]"))
 	return dist
@@ -98,6 +100,47 @@ func writeFile(t *testing.T, file string, b []byte) {
 	if err := os.WriteFile(file, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// redate returns the gzipped tar archive at file with every entry dated
+// fixtureTime, as release-chart dates the chart's the commit's time.
+func redate(t *testing.T, file string) []byte {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	tw := tar.NewWriter(zw)
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		h.ModTime = fixtureTime
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }
 
 func targz(t *testing.T, name string, data []byte) []byte {

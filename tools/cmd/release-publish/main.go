@@ -4,7 +4,7 @@
 // tagged with the version, and the chart (walstream-<v>.tgz) as helm push
 // does. The registries' credentials are those of docker login.
 //
-//	release-publish -dist dist -version v0.1.0 -epoch $SOURCE_DATE_EPOCH \
+//	release-publish -dist dist -version v0.1.0 \
 //	  -repository ghcr.io/walstream/walstream -charts oci://ghcr.io/walstream/charts
 package main
 
@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"time"
 
 	"github.com/walstream/walstream/tools/image"
 	"github.com/walstream/walstream/tools/release"
@@ -34,7 +32,6 @@ func run(args []string) error {
 	fs.StringVar(&p.Version, "version", "", "the release's version (v0.1.0), the image's tag")
 	fs.StringVar(&p.Repository, "repository", image.Repository, "the image's name, without tag")
 	fs.StringVar(&p.Charts, "charts", "oci://ghcr.io/walstream/charts", "the OCI repository of the chart")
-	epoch := fs.String("epoch", os.Getenv("SOURCE_DATE_EPOCH"), "the commit's time in seconds since 1970 (SOURCE_DATE_EPOCH), the chart manifest's")
 	// Where docker login writes, which the image's push reads.
 	docker := os.Getenv("DOCKER_CONFIG")
 	if docker == "" {
@@ -45,11 +42,6 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	secs, err := strconv.ParseInt(*epoch, 10, 64)
-	if err != nil {
-		return fmt.Errorf("-epoch %q: want seconds since 1970: %w", *epoch, err)
-	}
-	p.Created = time.Unix(secs, 0).UTC()
 	res, err := p.Publish()
 	if err != nil {
 		return err
