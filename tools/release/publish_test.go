@@ -31,8 +31,8 @@ import (
 )
 
 // startRegistry starts an OCI registry on loopback, CNCF Distribution's
-// (the registry of Docker Hub and GHCR's lineage) in this process with
-// in-memory storage, and returns its host:port.
+// (distribution/v3, the registry the OCI distribution spec grew from), in
+// this process with in-memory storage, and returns its host:port.
 func startRegistry(t *testing.T) string {
 	t.Helper()
 	// The registry logs every 404 a push's HEAD requests meet, as errors,

@@ -53,9 +53,9 @@ type Attestation struct {
 
 // SignIndex signs idx, named repo (ghcr.io/walstream/walstream), as cosign
 // sign signs an image by digest, and attests it with each of atts as cosign
-// attest does: what cosign verify and cosign verify-attestation check once
-// the result is in a registry (WriteSignedIndex, Push) or in an OCI layout
-// (cosign verify --local-image).
+// attest does: what cosign verify and cosign verify-attestation check in
+// the OCI layout WriteSignedArchive writes (cosign verify --local-image),
+// or in a registry once PushImage has pushed it.
 func SignIndex(s *Signer, idx v1.ImageIndex, repo string, atts []Attestation) (oci.SignedImageIndex, error) {
 	h, err := idx.Digest()
 	if err != nil {
