@@ -436,7 +436,9 @@ func validate(t *testing.T, dep *appsv1.Deployment, cms []Object, extra map[stri
 	if c.Args[0] != "run" {
 		t.Fatalf("args %q do not run walstream", c.Args)
 	}
-	args := []string{"validate"}
+	// The files the pod mounts are in place, as in the pod: validate reads
+	// the connector config's references to them as walstream run would.
+	args := []string{"validate", "--resolve-secrets"}
 	for _, a := range c.Args[1:] {
 		args = append(args, rebase(a))
 	}
