@@ -56,12 +56,15 @@ func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
+	// The load stops before the test ends, however it ends: the cleanup
+	// closes the connection it inserts on.
 	defer func() {
 		select {
 		case <-stop:
 		default:
 			close(stop)
 		}
+		<-loaded
 	}()
 	time.Sleep(time.Second)
 
