@@ -2,9 +2,8 @@ package config
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/internal/secret"
 	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/pipeline"
 	"github.com/walstream/walstream/publish"
@@ -47,6 +47,8 @@ type Config struct {
 	Router                                                                     map[string]string
 	TableSettings                                                              map[string]map[string]string
 	ConfigFile, PGURL, PGPasswordFile, Brokers, Slot, Publication, Table       string
+	PGAWSIAMAuth                                                               bool
+	PGAWSRegion                                                                string
 	KafkaTLS                                                                   bool
 	KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile, KafkaTLSServerName      string
 	KafkaSASLMechanism, KafkaSASLUser, KafkaSASLPasswordFile                   string
@@ -103,7 +105,9 @@ func (c *Config) Settings() []Setting {
 	return []Setting{
 		{"config", &c.ConfigFile, nil, "", "config file: walstream's YAML (settings by flag name, Debezium outbox router settings under outbox:, per-table ones under tables:; see docs/configuration.md), or a Debezium Postgres connector config as it is (.json, .properties, or a Strimzi KafkaConnector; see docs/debezium.md)"},
 		{"pg-url", &c.PGURL, nil, "", "Postgres connection URL or DSN of the primary (required); to follow a promotion, list every failover candidate with target_session_attrs=primary"},
-		{"pg-password-file", &c.PGPasswordFile, nil, "", "file holding the Postgres password (else the URL, passfile or ~/.pgpass)"},
+		{"pg-password-file", &c.PGPasswordFile, nil, "", "file holding the Postgres password (else the URL, passfile or ~/.pgpass), read again for each connection: a rotated password is used from the next one on"},
+		{"pg-aws-iam-auth", &c.PGAWSIAMAuth, nil, "", "Amazon RDS and Aurora IAM database authentication: each connection signs a new token with the AWS credentials of the default chain (IRSA, EKS Pod Identity, environment) instead of a password; needs sslmode=verify-full or require (see docs/postgres.md, Amazon RDS and Aurora)"},
+		{"pg-aws-region", &c.PGAWSRegion, nil, "", "with --pg-aws-iam-auth, the AWS region of the database (default: the one in the endpoint's host name, <id>.<hash>.<region>.rds.amazonaws.com)"},
 		{"kafka-brokers", &c.Brokers, nil, "Kafka.Brokers", "comma-separated Kafka bootstrap brokers (required)"},
 		{"kafka-tls", &c.KafkaTLS, nil, "", "connect to Kafka with TLS, verifying brokers against the system roots or --kafka-tls-ca-file"},
 		{"kafka-tls-ca-file", &c.KafkaTLSCAFile, nil, "", "PEM CA bundle to verify the brokers with (implies --kafka-tls)"},
@@ -272,9 +276,8 @@ func (c *Config) build() error {
 	var err error
 	if c.Postgres, err = pgx.ParseConfig(c.PGURL); err != nil && c.PGURL != "" {
 		bad("pg-url", err) // pgconn's parse errors redact the password
-	} else if err == nil && c.PGPasswordFile != "" {
-		c.Postgres.Password, err = readSecret(c.PGPasswordFile)
-		bad("pg-password-file", err)
+	} else if err == nil {
+		errs = append(errs, c.postgresCredentials()...)
 	}
 	c.Names = replication.Names{Slot: c.Slot, Publication: c.Publication}
 	c.streamNames()
@@ -491,10 +494,44 @@ func acceptRecreated(s string) (map[string]uint32, error) {
 	return out, nil
 }
 
+// postgresCredentials installs into the Postgres connection config what
+// each connection reads anew: the password file, or an IAM token, and the
+// TLS files the URL names.
+func (c *Config) postgresCredentials() []error {
+	var creds replication.Credentials
+	var errs []error
+	if c.PGPasswordFile != "" {
+		var err error
+		if creds.PasswordFile, err = secret.NewFile(c.PGPasswordFile); err != nil {
+			return []error{fmt.Errorf("--pg-password-file ($%s): %w", EnvName("pg-password-file"), err)}
+		}
+	}
+	switch {
+	case c.PGAWSIAMAuth && c.PGPasswordFile != "":
+		errs = append(errs, fmt.Errorf("--pg-aws-iam-auth ($%s): and --pg-password-file are both set; IAM authentication sends a token in place of the password", EnvName("pg-aws-iam-auth")))
+	case c.PGAWSIAMAuth && c.PGAWSRegion == "" && replication.RegionOf(c.Postgres.Host) == "":
+		errs = append(errs, fmt.Errorf("--pg-aws-region ($%s): needed with --pg-aws-iam-auth, since host %s is no RDS endpoint (<id>.<hash>.<region>.rds.amazonaws.com) to take the region from",
+			EnvName("pg-aws-region"), c.Postgres.Host))
+	case c.PGAWSIAMAuth:
+		creds.IAM = &replication.IAMAuth{Region: c.PGAWSRegion}
+	case c.PGAWSRegion != "":
+		errs = append(errs, fmt.Errorf("--pg-aws-region ($%s): set without --pg-aws-iam-auth, which it is for", EnvName("pg-aws-region")))
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	pg, err := creds.Install(context.Background(), c.Postgres)
+	if err != nil {
+		return []error{fmt.Errorf("--pg-aws-iam-auth ($%s): %w", EnvName("pg-aws-iam-auth"), err)}
+	}
+	c.Postgres = pg
+	return nil
+}
+
 // readSecret reads a secret file, dropping one trailing newline.
 func readSecret(path string) (string, error) {
 	b, err := os.ReadFile(path)
-	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), err
+	return secret.Trim(string(b)), err
 }
 
 // kafka builds the Kafka connection settings, reading the TLS files and
@@ -511,10 +548,10 @@ func (c *Config) kafka() (kafka.Settings, error) {
 		return conn, err
 	}
 	if conn.TLS == nil && c.KafkaTLS {
-		conn.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		conn.TLS = &secret.TLS{}
 	}
 	if c.KafkaSASLPasswordFile != "" {
-		if conn.SASLPassword, err = readSecret(c.KafkaSASLPasswordFile); err != nil {
+		if conn.SASLPasswordFile, err = secret.NewFile(c.KafkaSASLPasswordFile); err != nil {
 			return conn, fmt.Errorf("--kafka-sasl-password-file: %w", err)
 		}
 	}
@@ -522,8 +559,7 @@ func (c *Config) kafka() (kafka.Settings, error) {
 		ClientID: c.KafkaOAuthClientID, ClientSecret: os.Getenv(EnvKafkaOAuthClientSecret),
 		Scopes: strings.FieldsFunc(c.KafkaOAuthScope, func(r rune) bool { return r == ' ' || r == ',' })}
 	if c.KafkaOAuthClientSecretFile != "" {
-		var err error
-		if conn.OAuth.ClientSecret, err = readSecret(c.KafkaOAuthClientSecretFile); err != nil {
+		if conn.OAuth.ClientSecretFile, err = secret.NewFile(c.KafkaOAuthClientSecretFile); err != nil {
 			return conn, fmt.Errorf("--kafka-oauth-client-secret-file: %w", err)
 		}
 	}
@@ -583,34 +619,25 @@ func (c *Config) registry() []error {
 
 // tlsConfig is the TLS of a peer (kafka or schema-registry, the prefix of
 // its flags): verified against the CA bundle or the system roots, by
-// name, with a client certificate when one is given; nil when none of its
-// settings is set.
-func tlsConfig(peer, caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+// name, with a client certificate when one is given, its files read again
+// for each connection; nil when none of its settings is set.
+func tlsConfig(peer, caFile, certFile, keyFile, serverName string) (*secret.TLS, error) {
 	if caFile == "" && certFile == "" && keyFile == "" && serverName == "" {
 		return nil, nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("--%s-tls-ca-file: %w", peer, err)
-		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--%s-tls-ca-file %s: no PEM certificate in it", peer, caFile)
-		}
 	}
 	if (certFile == "") != (keyFile == "") {
 		return nil, fmt.Errorf("--%s-tls-cert-file and --%s-tls-key-file go together", peer, peer)
 	}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--%s-tls-cert-file/--%s-tls-key-file: %w", peer, peer, err)
+	if caFile != "" {
+		if _, err := secret.NewTLS(caFile, "", "", ""); err != nil {
+			return nil, fmt.Errorf("--%s-tls-ca-file: %w", peer, err)
 		}
-		cfg.Certificates = []tls.Certificate{cert}
 	}
-	return cfg, nil
+	t, err := secret.NewTLS(caFile, certFile, keyFile, serverName)
+	if err != nil {
+		return nil, fmt.Errorf("--%s-tls-cert-file/--%s-tls-key-file: %w", peer, peer, err)
+	}
+	return t, nil
 }
 
 // Logger logs to w at --log-level in --log-format; err is a bad level,

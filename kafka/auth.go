@@ -21,6 +21,7 @@ import (
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
 
+	"github.com/walstream/walstream/internal/secret"
 	"github.com/walstream/walstream/publish/format"
 )
 
@@ -32,9 +33,11 @@ type OAuthSettings struct {
 	// authentication, so a rotated token is used from the next one on.
 	TokenFile string
 	// TokenURL, ClientID and ClientSecret are the client-credentials
-	// grant's; Scopes are asked for, none when empty.
+	// grant's; Scopes are asked for, none when empty. ClientSecretFile,
+	// when set, holds the secret instead, read again for every token.
 	TokenURL, ClientID string
 	ClientSecret       string // never logged
+	ClientSecretFile   *secret.File
 	Scopes             []string
 }
 
@@ -50,17 +53,39 @@ const tokenRefreshEarly = 30 * time.Second
 func (c Settings) mechanism() sasl.Mechanism {
 	switch strings.ToUpper(c.SASLMechanism) {
 	case SASLPlain:
-		return plain.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsMechanism()
+		return plain.Plain(func(context.Context) (plain.Auth, error) {
+			pass, err := c.password()
+			return plain.Auth{User: c.SASLUser, Pass: pass}, err
+		})
 	case SASLScramSHA256:
-		return scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha256Mechanism()
+		return scram.Sha256(func(context.Context) (scram.Auth, error) {
+			pass, err := c.password()
+			return scram.Auth{User: c.SASLUser, Pass: pass}, err
+		})
 	case SASLScramSHA512:
-		return scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha512Mechanism()
+		return scram.Sha512(func(context.Context) (scram.Auth, error) {
+			pass, err := c.password()
+			return scram.Auth{User: c.SASLUser, Pass: pass}, err
+		})
 	case SASLOAuthBearer:
 		return oauthMechanism(c.OAuth)
 	case SASLAWSMSKIAM:
 		return mskIAMMechanism()
 	}
 	return nil
+}
+
+// password is the SASL password: the file's content now, read for every
+// authentication, or the one given.
+func (c Settings) password() (string, error) {
+	if c.SASLPasswordFile == nil {
+		return c.SASLPassword, nil
+	}
+	pass, _, err := c.SASLPasswordFile.Read()
+	if err != nil {
+		return "", fmt.Errorf("SASL %s: %w", strings.ToUpper(c.SASLMechanism), err)
+	}
+	return pass, nil
 }
 
 // oauthMechanism is OAUTHBEARER with a token from o's file or token
@@ -104,7 +129,7 @@ func oauthTokens(o OAuthSettings) sasl.Mechanism {
 		})
 	}
 	src := &tokenSource{cfg: clientcredentials.Config{ClientID: o.ClientID, ClientSecret: o.ClientSecret,
-		TokenURL: o.TokenURL, Scopes: o.Scopes, AuthStyle: oauth2.AuthStyleInHeader}}
+		TokenURL: o.TokenURL, Scopes: o.Scopes, AuthStyle: oauth2.AuthStyleInHeader}, secret: o.ClientSecretFile}
 	return oauth.Oauth(func(ctx context.Context) (oauth.Auth, error) {
 		tok, err := src.token(ctx)
 		if err != nil {
@@ -155,18 +180,33 @@ func jwtExpiry(tok string) (time.Time, bool) {
 // tokenRefreshEarly before it expires, or half its lifetime. It takes the
 // token's lifetime from expires_in and, failing that, from the JWT's exp.
 type tokenSource struct {
-	cfg   clientcredentials.Config
+	cfg clientcredentials.Config
+	// secret, when set, holds the client secret, read again for every
+	// token fetched.
+	secret *secret.File
 	mu    sync.Mutex
 	tok   string
 	exp   time.Time // zero: no expiry known, fetch for every authentication
 	renew time.Time // when to fetch the next one
 }
 
-func (s *tokenSource) token(ctx context.Context) (string, error) {
+func (s *tokenSource) token(ctx context.Context) (_ string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.tok != "" && !s.exp.IsZero() && time.Now().Before(s.renew) {
 		return s.tok, nil
+	}
+	if s.secret != nil {
+		cs, u, err := s.secret.Read()
+		if err != nil {
+			return "", err
+		}
+		s.cfg.ClientSecret = cs
+		defer func() {
+			if err != nil {
+				err = fmt.Errorf("%w (client secret %s)", err, u)
+			}
+		}()
 	}
 	t, err := s.cfg.Token(ctx)
 	if err != nil {

@@ -8,7 +8,6 @@
 package kafka
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -16,9 +15,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 
+	"github.com/walstream/walstream/internal/secret"
 	"github.com/walstream/walstream/publish/format"
 )
 
@@ -38,12 +39,17 @@ const saslMechanisms = SASLPlain + ", " + SASLScramSHA256 + ", " + SASLScramSHA5
 type Settings struct {
 	Brokers []string
 	// TLS, when not nil, encrypts every connection and verifies the
-	// brokers against its roots and server name.
-	TLS *tls.Config
+	// brokers against its roots and server name; its files are read
+	// again for each connection.
+	TLS *secret.TLS
 	// SASLMechanism is empty (no SASL) or one of the SASL constants.
 	SASLMechanism string
 	SASLUser      string
 	SASLPassword  string // never logged
+	// SASLPasswordFile, when set, holds the password instead, read again
+	// for every authentication, so that a rotated password is used from
+	// the next connection or re-authentication on.
+	SASLPasswordFile *secret.File
 	// OAuth is where OAUTHBEARER tokens come from.
 	OAuth OAuthSettings
 	// shared, once Shared set it, is the SASL mechanism every client made
@@ -89,7 +95,7 @@ func (c Settings) CheckSASL() error {
 	case "":
 		return nil
 	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
-		if c.SASLUser == "" || c.SASLPassword == "" {
+		if c.SASLUser == "" || (c.SASLPassword == "" && c.SASLPasswordFile == nil) {
 			return fmt.Errorf("SASL %s needs a user and a password", c.SASLMechanism)
 		}
 		return nil
@@ -102,7 +108,7 @@ func (c Settings) CheckSASL() error {
 			return nil
 		case o.TokenURL == "":
 			return fmt.Errorf("SASL %s needs a token file or a token endpoint with a client id and secret", m)
-		case o.ClientID == "" || o.ClientSecret == "":
+		case o.ClientID == "" || (o.ClientSecret == "" && o.ClientSecretFile == nil):
 			return fmt.Errorf("SASL %s with token endpoint %s needs a client id and a client secret", m, format.RedactURL(o.TokenURL))
 		}
 		if u, err := url.Parse(o.TokenURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
@@ -123,7 +129,9 @@ func (c Settings) CheckSASL() error {
 func (c Settings) Opts() []kgo.Opt {
 	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
 	if c.TLS != nil {
-		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
+		// A dialer of walstream's own, not kgo.DialTLSConfig, so that each
+		// connection reads the CA bundle and client certificate anew.
+		opts = append(opts, kgo.Dialer(c.TLS.DialContext))
 	}
 	m := c.shared
 	if m == nil {
@@ -133,4 +141,20 @@ func (c Settings) Opts() []kgo.Opt {
 		opts = append(opts, kgo.SASL(m))
 	}
 	return opts
+}
+
+// Explain adds to an error that says the broker refused SASL
+// authentication which password file content was used, when the password
+// comes from a file: after a rotation, a refusal with content changed
+// since start points at the broker's side, one with the content at start
+// at the file's.
+func (c Settings) Explain(err error) error {
+	if c.SASLPasswordFile == nil || !errors.Is(err, kerr.SaslAuthenticationFailed) {
+		return err
+	}
+	u := c.SASLPasswordFile.Last()
+	if u.Path == "" {
+		return err
+	}
+	return fmt.Errorf("%w (SASL %s as %s with the password %s)", err, strings.ToUpper(c.SASLMechanism), c.SASLUser, u)
 }

@@ -516,9 +516,10 @@ func AppName(cfg *pgconn.Config) string {
 func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	cfg = cfg.Copy()
 	named(cfg.RuntimeParams)
+	ctx, u := withUse(ctx)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, connectError("connecting to", &cfg.Config, err)
+		return nil, connectError("connecting to", &cfg.Config, u, err)
 	}
 	return conn, nil
 }
@@ -531,12 +532,21 @@ type ConnectError struct {
 	Host     string
 	Port     uint16
 	Database string
-	what     string
-	last     error // the last attempt's error that is not the TLS fallback
-	err      error // pgx's error, with every attempt
+	// Used says what the attempt authenticated with (the password file's
+	// content and when it was read, or the IAM token's region and signing
+	// time) when Credentials were installed; the error names it when the
+	// server refused the authentication.
+	Used string
+	what string
+	last error // the last attempt's error that is not the TLS fallback
+	err  error // pgx's error, with every attempt
 }
 
 func (e *ConnectError) Error() string {
+	var pgErr *pgconn.PgError
+	if e.Used != "" && errors.As(e.last, &pgErr) && strings.HasPrefix(pgErr.Code, "28") { // invalid authorization specification
+		return fmt.Sprintf("%s %s database %s: %v (%s)", e.what, e.Addr(), e.Database, e.last, e.Used)
+	}
 	return fmt.Sprintf("%s %s database %s: %v", e.what, e.Addr(), e.Database, e.last)
 }
 
@@ -547,7 +557,7 @@ func (e *ConnectError) Unwrap() []error { return []error{e.last, e.err} }
 // Addr is host:port, or the socket directory and port.
 func (e *ConnectError) Addr() string { return net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port))) }
 
-func connectError(what string, cfg *pgconn.Config, err error) error {
+func connectError(what string, cfg *pgconn.Config, u *use, err error) error {
 	last := err
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {
@@ -563,7 +573,7 @@ func connectError(what string, cfg *pgconn.Config, err error) error {
 			}
 		}
 	}
-	return &ConnectError{Host: cfg.Host, Port: cfg.Port, Database: cfg.Database, what: what, last: last, err: err}
+	return &ConnectError{Host: cfg.Host, Port: cfg.Port, Database: cfg.Database, Used: u.what, what: what, last: last, err: err}
 }
 
 // Loopback reports whether host names this machine, where an unencrypted

@@ -134,9 +134,10 @@ func Dial(ctx context.Context, cfg *pgconn.Config) (*pgconn.PgConn, error) {
 	cfg.RuntimeParams["replication"] = "database"
 	renderSettings(cfg.RuntimeParams)
 	cfg.DialFunc = dialLowat(cfg.DialFunc)
+	ctx, u := withUse(ctx)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, connectError("opening replication connection to", cfg, err)
+		return nil, connectError("opening replication connection to", cfg, u, err)
 	}
 	return conn, nil
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/walstream/walstream/internal/secret"
 )
 
 // SubjectStrategy names the subject a key's or value's schema is
@@ -87,8 +89,9 @@ type RegistrySettings struct {
 	// URLs are tried in order on a connection error.
 	URLs []string
 	// TLS, when not nil, verifies the registry against its roots and
-	// server name, and holds the client certificate.
-	TLS *tls.Config
+	// server name, and holds the client certificate; its files are read
+	// again for each connection.
+	TLS *secret.TLS
 	// User and Password are HTTP basic authentication; Token is a bearer
 	// token. Never logged.
 	User, Password, Token string
@@ -188,10 +191,13 @@ func newRegistry(s RegistrySettings, m *RegistryMetrics) (*registry, error) {
 	if timeout == 0 {
 		timeout = DefaultRegistryTimeout
 	}
-	opts := []sr.ClientOpt{sr.URLs(s.URLs...), sr.HTTPClient(&http.Client{Timeout: timeout}), sr.UserAgent("walstream")}
+	hc := &http.Client{Timeout: timeout}
 	if s.TLS != nil {
-		opts = append(opts, sr.DialTLSConfig(s.TLS.Clone()))
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.DialTLSContext = s.TLS.DialContext
+		hc.Transport = tr
 	}
+	opts := []sr.ClientOpt{sr.URLs(s.URLs...), sr.HTTPClient(hc), sr.UserAgent("walstream")}
 	if s.User != "" || s.Password != "" {
 		opts = append(opts, sr.BasicAuth(s.User, s.Password))
 	}
