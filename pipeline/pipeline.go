@@ -231,6 +231,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		if streamed {
 			b.Reset()
 		}
+		err = p.cfg.Kafka.Explain(err)
 		f := classifyFailure(err)
 		m.errors.WithLabelValues(f.kind).Inc()
 		p.state.setLastErr(err, f.peer == peerKafka)
