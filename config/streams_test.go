@@ -279,10 +279,16 @@ func TestFleetManifest(t *testing.T) {
 	}
 	for _, c := range cs {
 		w, ok := want[c.Stream]
-		if !ok || c.Postgres.Host != w.host || c.Postgres.Database != w.db || c.Postgres.Password != w.password ||
-			c.Kafka.SASLPassword != secrets["kafka-sasl-password"] || c.Create || c.HTTPAddr != "0.0.0.0:9187" {
+		// Passwords are read from their files at each connection.
+		pgPassword, _ := readSecret(c.PGPasswordFile)
+		var kafkaPassword string
+		if c.Kafka.SASLPasswordFile != nil {
+			kafkaPassword, _, _ = c.Kafka.SASLPasswordFile.Read()
+		}
+		if !ok || c.Postgres.Host != w.host || c.Postgres.Database != w.db || pgPassword != w.password ||
+			kafkaPassword != secrets["kafka-sasl-password"] || c.Create || c.HTTPAddr != "0.0.0.0:9187" {
 			t.Errorf("stream %q: host %q database %q, its password from its file %v, Kafka's %v, create %v, http %q",
-				c.Stream, c.Postgres.Host, c.Postgres.Database, c.Postgres.Password == w.password, c.Kafka.SASLPassword == secrets["kafka-sasl-password"], c.Create, c.HTTPAddr)
+				c.Stream, c.Postgres.Host, c.Postgres.Database, pgPassword == w.password, kafkaPassword == secrets["kafka-sasl-password"], c.Create, c.HTTPAddr)
 		}
 	}
 }

@@ -184,10 +184,10 @@ type tokenSource struct {
 	// secret, when set, holds the client secret, read again for every
 	// token fetched.
 	secret *secret.File
-	mu    sync.Mutex
-	tok   string
-	exp   time.Time // zero: no expiry known, fetch for every authentication
-	renew time.Time // when to fetch the next one
+	mu     sync.Mutex
+	tok    string
+	exp    time.Time // zero: no expiry known, fetch for every authentication
+	renew  time.Time // when to fetch the next one
 }
 
 func (s *tokenSource) token(ctx context.Context) (_ string, err error) {

@@ -26,10 +26,10 @@ func TestRegionOf(t *testing.T) {
 		"orders-proxy.proxy-c9akciq32.us-gov-west-1.rds.amazonaws.com":  "us-gov-west-1",
 		"orders.c9akciq32.cn-north-1.rds.amazonaws.com.cn":              "cn-north-1",
 		"ORDERS.C9AKCIQ32.EU-WEST-1.RDS.AMAZONAWS.COM":                  "eu-west-1",
-		"rds.amazonaws.com":                                             "",
-		"db.example.com":                                                "",
-		"127.0.0.1":                                                     "",
-		"eu-west-1.rds.amazonaws.com.example.com":                       "",
+		"rds.amazonaws.com": "",
+		"db.example.com":    "",
+		"127.0.0.1":         "",
+		"eu-west-1.rds.amazonaws.com.example.com": "",
 	} {
 		if got := RegionOf(host); got != want {
 			t.Errorf("RegionOf(%q) = %q, want %q", host, got, want)
