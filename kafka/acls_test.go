@@ -79,3 +79,97 @@ func TestACLs(t *testing.T) {
 		t.Errorf("topics granted: %v, want %v", names, want)
 	}
 }
+
+// iamRequires is the "Required actions" column of AWS's table of MSK IAM
+// actions (Amazon MSK developer guide, Semantics of IAM authorization
+// policy actions and resources): a policy that allows an action must allow
+// these too.
+var iamRequires = map[string][]string{
+	"DescribeCluster":                     {"Connect"},
+	"AlterCluster":                        {"Connect", "DescribeCluster"},
+	"DescribeClusterDynamicConfiguration": {"Connect"},
+	"AlterClusterDynamicConfiguration":    {"Connect", "DescribeClusterDynamicConfiguration"},
+	"WriteDataIdempotently":               {"Connect", "WriteData"},
+	"CreateTopic":                         {"Connect"},
+	"DescribeTopic":                       {"Connect"},
+	"AlterTopic":                          {"Connect", "DescribeTopic"},
+	"DeleteTopic":                         {"Connect", "DescribeTopic"},
+	"DescribeTopicDynamicConfiguration":   {"Connect"},
+	"AlterTopicDynamicConfiguration":      {"Connect", "DescribeTopicDynamicConfiguration"},
+	"ReadData":                            {"Connect", "DescribeTopic"}, // and AlterGroup for a consumer in a group
+	"WriteData":                           {"Connect", "DescribeTopic"},
+	"DescribeGroup":                       {"Connect"},
+	"AlterGroup":                          {"Connect", "DescribeGroup"},
+	"DeleteGroup":                         {"Connect", "DescribeGroup"},
+	"DescribeTransactionalId":             {"Connect"},
+	"AlterTransactionalId":                {"Connect", "DescribeTransactionalId", "WriteData"},
+}
+
+// TestIAMPolicy: the MSK IAM policy allows, on each resource, the actions
+// of every operation the ACLs grant there (a group's ACLs, such as a
+// fleet's membership would add, included), with the actions AWS requires
+// beside each; an operation without a known action fails instead of
+// leaving a gap.
+func TestIAMPolicy(t *testing.T) {
+	o, err := decode.NewOutbox("public", "outbox", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acls := ACLs(Access{TransactionalID: "walstream-orders", CheckpointTopic: "walstream.checkpoints", DeadLetterTopic: "walstream.dlq",
+		Outboxes: []*decode.Outbox{o}, TopicCreation: &TopicCreation{Default: TopicGroup{Configs: map[string]string{"retention.ms": "1"}}}})
+	acls = append(acls, ACL{Resource: "group", Pattern: "literal", Name: "walstream-fleet", Ops: []string{"Read", "Describe"}})
+	policy, err := IAMPolicy(acls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := map[string]bool{} // action on resource ARN
+	var all []string
+	for _, s := range policy.Statement {
+		for _, a := range s.Action {
+			act, ok := strings.CutPrefix(a, "kafka-cluster:")
+			if !ok {
+				t.Errorf("action %s is not a kafka-cluster action", a)
+			}
+			all = append(all, act)
+			for _, r := range s.Resource {
+				allowed[act+" "+r] = true
+			}
+		}
+	}
+	arn := func(a ACL) string {
+		name := a.Name
+		if a.Pattern == "prefixed" {
+			name += "*"
+		}
+		return "arn:aws:kafka:REGION:ACCOUNT:" + a.Resource + "/CLUSTER/CLUSTER-UUID/" + name
+	}
+	// What each operation walstream's ACLs grant is, in IAM's terms.
+	want := map[string]string{"topic Write": "WriteData", "topic Read": "ReadData", "topic Create": "CreateTopic",
+		"topic DescribeConfigs": "DescribeTopicDynamicConfiguration", "transactional-id Write": "AlterTransactionalId",
+		"group Read": "AlterGroup", "group Describe": "DescribeGroup"}
+	for _, a := range acls {
+		for _, op := range a.Ops {
+			act, ok := want[a.Resource+" "+op]
+			if !ok {
+				t.Errorf("%s on %s %s: no expectation; add its MSK IAM action here", op, a.Resource, a.Name)
+				continue
+			}
+			if !allowed[act+" "+arn(a)] {
+				t.Errorf("%s on %s %s: the policy does not allow %s on %s", op, a.Resource, a.Name, act, arn(a))
+			}
+		}
+	}
+	for _, act := range all {
+		for _, req := range iamRequires[act] {
+			if !slices.Contains(all, req) {
+				t.Errorf("the policy allows %s without %s, which AWS requires beside it", act, req)
+			}
+		}
+	}
+	if !allowed["Connect arn:aws:kafka:REGION:ACCOUNT:cluster/CLUSTER/CLUSTER-UUID"] {
+		t.Error("the policy does not allow connecting to the cluster")
+	}
+	if _, err := IAMPolicy([]ACL{{Resource: "topic", Name: "x", Ops: []string{"Frobnicate"}}}); err == nil {
+		t.Error("an operation without an IAM action: no error")
+	}
+}

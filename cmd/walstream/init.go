@@ -44,8 +44,7 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return config.PrintFromDebezium(stdout, fromDebezium)
 	}
 	if acls {
-		printACLs(stdout, cfg, principal)
-		return nil
+		return printACLs(stdout, cfg, principal)
 	}
 	named, err := replication.ParseProvider(providerName)
 	if err != nil {

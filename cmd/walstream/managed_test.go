@@ -20,6 +20,7 @@ import (
 	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/internal/testenv"
 	"github.com/walstream/walstream/kafka"
+	"go.yaml.in/yaml/v3"
 )
 
 // prepared creates the outbox table, the publication and the slot in
@@ -166,6 +167,29 @@ func TestKafkaACLs(t *testing.T) {
 		for _, op := range a.Ops {
 			grants = append(grants, grant{a, op})
 		}
+	}
+	// The KafkaUser init prints holds the same ACLs, as a set, as the ones
+	// this test grants below.
+	_, doc, _ := strings.Cut(string(out), "\n---\n")
+	doc, _, _ = strings.Cut(doc, "\n---\n")
+	var user strimziUser
+	if err := yaml.Unmarshal([]byte(doc), &user); err != nil || user.Kind != "KafkaUser" || user.Metadata.Name != "walstream" {
+		t.Fatalf("no KafkaUser for walstream in init's output (%v):\n%s", err, out)
+	}
+	var inUser, granted []string
+	for _, a := range user.Spec.Authorization.ACLs {
+		for _, op := range a.Operations {
+			inUser = append(inUser, fmt.Sprintf("%s %s %s %s %s", a.Resource.Type, a.Resource.PatternType, a.Resource.Name, op, a.Host))
+		}
+	}
+	for _, g := range grants {
+		pattern := map[string]string{"literal": "literal", "prefixed": "prefix"}[g.Pattern]
+		granted = append(granted, fmt.Sprintf("%s %s %s %s *", strimziTypes[g.Resource], pattern, g.Name, g.op))
+	}
+	slices.Sort(inUser)
+	slices.Sort(granted)
+	if !slices.Equal(slices.Compact(inUser), slices.Compact(granted)) || user.Spec.Authorization.Type != "simple" {
+		t.Errorf("KafkaUser's ACLs:\n%s\nwant the ones granted:\n%s", strings.Join(inUser, "\n"), strings.Join(granted, "\n"))
 	}
 	builder := func(g grant) *kadm.ACLBuilder {
 		b := kadm.NewACLs().Allow("User:walstream").AllowHosts("*")
