@@ -139,6 +139,11 @@ type KafkaSecurity struct {
 	// CertFile and KeyFile (PEM, as CA.Issue writes them) make the
 	// listener speak TLS, from a PEM keystore.
 	CertFile, KeyFile string
+	// ClientCAFile, when set, is a PEM truststore: the listener requires a
+	// client certificate (mutual TLS) issued by one of its CAs. The broker
+	// reads it when it starts, so a test can rewrite it before a restart
+	// to trust other clients.
+	ClientCAFile string
 	// ScramUsers are created at format time (StorageTool --add-scram) for
 	// SCRAM-SHA-256 and SCRAM-SHA-512, by name; with any, the listener
 	// speaks SASL.
@@ -507,6 +512,11 @@ func (k *Kafka) secureProps(props map[string]string, n *KafkaNode, sec *KafkaSec
 	if sec.CertFile != "" {
 		props[l+"ssl.keystore.type"] = "PEM"
 		props[l+"ssl.keystore.location"] = k.keystore()
+	}
+	if sec.ClientCAFile != "" {
+		props[l+"ssl.client.auth"] = "required"
+		props[l+"ssl.truststore.type"] = "PEM"
+		props[l+"ssl.truststore.location"] = sec.ClientCAFile
 	}
 	var mechs []string
 	if len(sec.ScramUsers) > 0 {
