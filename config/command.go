@@ -256,17 +256,17 @@ func expected(f *flag.Flag, err error) string {
 
 // Settings each command reads (Command.Uses); run reads them all.
 var (
-	InitSettings = []string{"config", "pg-url", "pg-password-file", "slot", "publication", "table",
+	InitSettings = []string{"config", "pg-url", "pg-password-file", "pg-aws-iam-auth", "pg-aws-region", "slot", "publication", "table",
 		"event-id-column", "event-key-column", "payload-column", "route-by-column", "timestamp-column",
 		"additional-placement", "additional-error-on-missing", "failover-slot",
 		"stream", "kafka-brokers", "checkpoint-topic", "transactional-id", "on-error", "dlq-topic", "topic-creation", "topic-template"}
-	StatusSettings = slices.Concat([]string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "stream", "checkpoint-topic",
+	StatusSettings = slices.Concat([]string{"config", "pg-url", "pg-password-file", "pg-aws-iam-auth", "pg-aws-region", "slot", "publication", "table", "stream", "checkpoint-topic",
 		"checkpoint-key", "transactional-id", "on-error", "dlq-topic"}, kafkaConnection, []string{"blocking-query-text", "from-debezium-offset", "debezium-connector"})
 	// diff reads the Kafka connection only.
 	DiffSettings = slices.Concat([]string{"config"}, kafkaConnection)
 	// reemit reads the stream's Postgres, tables, mapping of the event id,
 	// and checkpoint.
-	ReemitSettings = slices.Concat([]string{"config", "pg-url", "pg-password-file", "slot", "publication", "table", "event-id-column",
+	ReemitSettings = slices.Concat([]string{"config", "pg-url", "pg-password-file", "pg-aws-iam-auth", "pg-aws-region", "slot", "publication", "table", "event-id-column",
 		"stream", "checkpoint-topic", "checkpoint-key", "transactional-id"}, kafkaConnection)
 	// kafkaConnection are the settings of a connection to Kafka.
 	kafkaConnection = []string{"kafka-brokers", "kafka-tls", "kafka-tls-ca-file", "kafka-tls-cert-file", "kafka-tls-key-file", "kafka-tls-server-name",

@@ -197,9 +197,9 @@ func (s *tokenSource) token(ctx context.Context) (_ string, err error) {
 		return s.tok, nil
 	}
 	if s.secret != nil {
-		cs, u, err := s.secret.Read()
-		if err != nil {
-			return "", err
+		cs, u, rerr := s.secret.Read()
+		if rerr != nil {
+			return "", rerr
 		}
 		s.cfg.ClientSecret = cs
 		defer func() {
