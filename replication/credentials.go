@@ -136,7 +136,11 @@ func (a *IAMAuth) signer(ctx context.Context, cfg *pgconn.Config) (*iamSigner, e
 		}
 	}
 	if s.creds == nil {
-		ac, err := awsconfig.LoadDefaultConfig(ctx)
+		ac, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithCredentialsCacheOptions(func(o *aws.CredentialsCacheOptions) {
+			// Renewed a minute early: a token signed with credentials
+			// about to lapse could be refused on its way.
+			o.ExpiryWindow = time.Minute
+		}))
 		if err != nil {
 			return nil, fmt.Errorf("IAM database authentication: loading the AWS configuration: %w", err)
 		}

@@ -44,15 +44,15 @@ func NewTLS(caFile, certFile, keyFile, serverName string) (*TLS, error) {
 		}
 		t.start[path] = sha256.Sum256(b)
 	}
-	if _, _, err := t.Config(""); err != nil {
+	if _, _, err := t.config(""); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// Config is a tls.Config for one connection to host, made from the files
+// config is a tls.Config for one connection to host, made from the files
 // as they are now, and what was read from each.
-func (t *TLS) Config(host string) (*tls.Config, []Use, error) {
+func (t *TLS) config(host string) (*tls.Config, []Use, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
 	if cfg.ServerName == "" {
 		cfg.ServerName = host
@@ -107,7 +107,7 @@ func (t *TLS) DialContext(ctx context.Context, network, addr string) (net.Conn, 
 	if err != nil {
 		host = addr
 	}
-	cfg, uses, err := t.Config(host)
+	cfg, uses, err := t.config(host)
 	if err != nil {
 		return nil, err
 	}
@@ -115,13 +115,13 @@ func (t *TLS) DialContext(ctx context.Context, network, addr string) (net.Conn, 
 	conn, err := d.DialContext(ctx, network, addr)
 	var opErr *net.OpError
 	if err != nil && len(uses) > 0 && !(errors.As(err, &opErr) && opErr.Op == "dial") {
-		return nil, fmt.Errorf("%w (TLS files: %s)", err, Uses(uses))
+		return nil, fmt.Errorf("%w (TLS files: %s)", err, joinUses(uses))
 	}
 	return conn, err
 }
 
-// Uses joins uses for a message.
-func Uses(uses []Use) string {
+// joinUses joins uses for a message.
+func joinUses(uses []Use) string {
 	s := make([]string, len(uses))
 	for i, u := range uses {
 		s[i] = u.String()
