@@ -64,28 +64,43 @@ func TestIAMRefusals(t *testing.T) {
 	}
 }
 
+// testKeys are the AWS credentials the RDS stand-ins take tokens of.
+var testKeys = aws.Credentials{AccessKeyID: "AKIDWALSTREAMTEST", SecretAccessKey: "rds-Sekr1t-key"}
+
+// rdsProxy is an RDS stand-in for region eu-west-1 in front of a new
+// Postgres, with a certificate from a CA named caName.
+func rdsProxy(t *testing.T, caName string) (*testenv.RDSProxy, *testenv.CA) {
+	ca := testenv.NewCA(t, caName)
+	return testenv.StartRDSProxy(t, testenv.StartPostgres(t), ca, "eu-west-1", testKeys), ca
+}
+
+// installed is the config of url with creds installed.
+func installed(t *testing.T, url string, creds Credentials) *pgx.ConnConfig {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = creds.Install(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// iam signs with testKeys for region.
+func iam(region string) Credentials {
+	return Credentials{IAM: &IAMAuth{Region: region, Credentials: credentials.StaticCredentialsProvider{Value: testKeys}}}
+}
+
 // TestIAMAuth: through a stand-in that checks tokens as RDS does, both
 // kinds of connection authenticate with a token each; a wrong region and a
 // clock that disagrees are refused, the error naming what walstream signed
 // and never the token.
 func TestIAMAuth(t *testing.T) {
-	pg := testenv.StartPostgres(t)
-	ca := testenv.NewCA(t, "rds-test-ca")
-	keys := aws.Credentials{AccessKeyID: "AKIDWALSTREAMTEST", SecretAccessKey: "rds-Sekr1t-key"}
-	proxy := testenv.StartRDSProxy(t, pg, ca, "eu-west-1", keys)
+	proxy, ca := rdsProxy(t, "rds-test-ca")
 	ctx := context.Background()
 	url := fmt.Sprintf("postgres://postgres@%s:%d/postgres?sslmode=verify-full&sslrootcert=%s", proxy.Host, proxy.Port, ca.CertFile)
-	install := func(region string) *pgx.ConnConfig {
-		cfg, err := pgx.ParseConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err = Credentials{IAM: &IAMAuth{Region: region, Credentials: credentials.StaticCredentialsProvider{Value: keys}}}.Install(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
-	}
+	install := func(region string) *pgx.ConnConfig { return installed(t, url, iam(region)) }
 
 	cfg := install("eu-west-1")
 	conn, err := Connect(ctx, cfg)
@@ -117,7 +132,7 @@ func TestIAMAuth(t *testing.T) {
 				t.Errorf("error %q does not say %q", err, w)
 			}
 		}
-		if strings.Contains(err.Error(), "X-Amz-Signature") || strings.Contains(err.Error(), keys.SecretAccessKey) {
+		if strings.Contains(err.Error(), "X-Amz-Signature") || strings.Contains(err.Error(), testKeys.SecretAccessKey) {
 			t.Errorf("error %q holds the token", err)
 		}
 	}
@@ -154,13 +169,7 @@ func TestPasswordFileRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgx.ParseConfig(pg.URL("rotated", "postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg, err = (Credentials{PasswordFile: f}).Install(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
+	cfg := installed(t, pg.URL("rotated", "postgres"), Credentials{PasswordFile: f})
 	ctx := context.Background()
 	connect := func() error {
 		c, err := Connect(ctx, cfg)
@@ -195,10 +204,7 @@ func TestPasswordFileRotation(t *testing.T) {
 // its place (as Kubernetes swaps a Secret's ..data link) is read by the
 // next connection, without a new config.
 func TestRDSCABundle(t *testing.T) {
-	pg := testenv.StartPostgres(t)
-	ca := testenv.NewCA(t, "rds-ca-rsa2048-g1")
-	keys := aws.Credentials{AccessKeyID: "AKIDWALSTREAMTEST", SecretAccessKey: "rds-Sekr1t-key"}
-	proxy := testenv.StartRDSProxy(t, pg, ca, "eu-west-1", keys)
+	proxy, ca := rdsProxy(t, "rds-ca-rsa2048-g1")
 	dir := t.TempDir()
 	mount := func(caFile, name string) {
 		pem, err := os.ReadFile(caFile)
@@ -224,16 +230,10 @@ func TestRDSCABundle(t *testing.T) {
 	if err := os.Symlink("..data/global-bundle.pem", filepath.Join(dir, "global-bundle.pem")); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("postgres://postgres@%s:%d/postgres?sslmode=verify-full&sslrootcert=%s",
-		proxy.Host, proxy.Port, filepath.Join(dir, "global-bundle.pem")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg, err = (Credentials{IAM: &IAMAuth{Region: "eu-west-1", Credentials: credentials.StaticCredentialsProvider{Value: keys}}}).Install(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
+	cfg := installed(t, fmt.Sprintf("postgres://postgres@%s:%d/postgres?sslmode=verify-full&sslrootcert=%s",
+		proxy.Host, proxy.Port, filepath.Join(dir, "global-bundle.pem")), iam("eu-west-1"))
 	ctx := context.Background()
-	_, err = Connect(ctx, cfg)
+	_, err := Connect(ctx, cfg)
 	var unknown *UnknownCAError
 	if !errors.As(err, &unknown) || unknown.Issuer != "CN=rds-ca-rsa2048-g1" {
 		t.Fatalf("err = %v, want an UnknownCAError naming CN=rds-ca-rsa2048-g1", err)
