@@ -445,7 +445,7 @@ value.converter.apicurio.registry.headers.enabled: false
 		if len(r.URLs) != 1 || r.URLs[0] != "http://registry:8080/apis/ccompat/v7" {
 			t.Errorf("URLs %v, want the ccompat API", r.URLs)
 		}
-		if r.Token != "tok" || r.TLS == nil || r.TLS.CAFile != ca || !r.AutoRegister {
+		if r.Token != "tok" || r.TLS == nil || r.TLS.CA == nil || r.TLS.CA.Path != ca || !r.AutoRegister {
 			t.Errorf("token %q, TLS %v, auto-register %v", r.Token, r.TLS, r.AutoRegister)
 		}
 	})

@@ -92,16 +92,17 @@ func (c Credentials) Install(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Con
 	cfg.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, conn net.Conn) (net.Conn, error) {
 		// pc is the attempt's own config (Connect and Dial copy theirs,
 		// pgx copies again), whose password pgconn sends next.
-		var err error
 		if iam != nil {
-			err = iam.sign(ctx, pc)
+			if err := iam.sign(ctx, pc); err != nil {
+				return nil, err
+			}
 		} else {
-			var u secret.Use
-			pc.Password, u, err = c.PasswordFile.Read()
+			pass, u, err := c.PasswordFile.Read()
+			if err != nil {
+				return nil, err
+			}
+			pc.Password = pass
 			noteUse(ctx, "with the password "+u.String())
-		}
-		if err != nil {
-			return nil, err
 		}
 		if next != nil {
 			return next(ctx, pc, conn)

@@ -63,15 +63,21 @@ func NewFile(path string) (*File, error) {
 // Read reads the secret anew, less one trailing newline, and records the
 // use (Last).
 func (f *File) Read() (string, Use, error) {
+	b, u, err := f.content()
+	return Trim(string(b)), u, err
+}
+
+// content reads the file anew as it is, and records the use.
+func (f *File) content() ([]byte, Use, error) {
 	b, err := os.ReadFile(f.Path)
 	if err != nil {
-		return "", Use{}, fmt.Errorf("reading %s: %w", f.Path, err)
+		return nil, Use{}, fmt.Errorf("reading %s: %w", f.Path, err)
 	}
 	u := Use{Path: f.Path, At: time.Now(), Changed: sha256.Sum256(b) != f.start}
 	f.mu.Lock()
 	f.last = u
 	f.mu.Unlock()
-	return Trim(string(b)), u, nil
+	return b, u, nil
 }
 
 // Last is the last use of the file, zero before the first.

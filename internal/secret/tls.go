@@ -2,13 +2,11 @@ package secret
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"time"
 )
@@ -19,30 +17,31 @@ import (
 // connection gets a tls.Config of its own, verifying the peer's name
 // (ServerName, else the host dialed) as crypto/tls always does.
 type TLS struct {
-	CAFile, CertFile, KeyFile string
+	CA, Cert, Key *File // nil: none
 	// ServerName is the name the peer's certificate must hold; empty: the
 	// host dialed.
 	ServerName string
-	start      map[string][sha256.Size]byte // each file's content at NewTLS
 }
 
 // NewTLS reads the files once, so that a missing file, a bundle without a
 // certificate or a key that does not match its certificate is an error at
-// start. CertFile and KeyFile go together.
+// start. An empty path is no file; certFile and keyFile go together.
 func NewTLS(caFile, certFile, keyFile, serverName string) (*TLS, error) {
-	t := &TLS{CAFile: caFile, CertFile: certFile, KeyFile: keyFile, ServerName: serverName, start: map[string][sha256.Size]byte{}}
 	if (certFile == "") != (keyFile == "") {
 		return nil, errors.New("a client certificate and its key go together")
 	}
-	for _, path := range []string{caFile, certFile, keyFile} {
-		if path == "" {
+	t := &TLS{ServerName: serverName}
+	for _, f := range []struct {
+		path string
+		to   **File
+	}{{caFile, &t.CA}, {certFile, &t.Cert}, {keyFile, &t.Key}} {
+		if f.path == "" {
 			continue
 		}
-		b, err := os.ReadFile(path)
-		if err != nil {
+		var err error
+		if *f.to, err = NewFile(f.path); err != nil {
 			return nil, err
 		}
-		t.start[path] = sha256.Sum256(b)
 	}
 	if _, _, err := t.config(""); err != nil {
 		return nil, err
@@ -58,36 +57,35 @@ func (t *TLS) config(host string) (*tls.Config, []Use, error) {
 		cfg.ServerName = host
 	}
 	var uses []Use
-	read := func(path string) ([]byte, error) {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, err
+	read := func(f *File) ([]byte, error) {
+		b, u, err := f.content()
+		if err == nil {
+			uses = append(uses, u)
 		}
-		uses = append(uses, Use{Path: path, At: time.Now(), Changed: sha256.Sum256(b) != t.start[path]})
-		return b, nil
+		return b, err
 	}
-	if t.CAFile != "" {
-		pem, err := read(t.CAFile)
+	if t.CA != nil {
+		pem, err := read(t.CA)
 		if err != nil {
 			return nil, uses, err
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, uses, fmt.Errorf("CA bundle %s: no PEM certificate in it", t.CAFile)
+			return nil, uses, fmt.Errorf("CA bundle %s: no PEM certificate in it", t.CA.Path)
 		}
 	}
-	if t.CertFile != "" {
-		certPEM, err := read(t.CertFile)
+	if t.Cert != nil {
+		certPEM, err := read(t.Cert)
 		if err != nil {
 			return nil, uses, err
 		}
-		keyPEM, err := read(t.KeyFile)
+		keyPEM, err := read(t.Key)
 		if err != nil {
 			return nil, uses, err
 		}
 		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
-			return nil, uses, fmt.Errorf("client certificate %s and key %s: %w", t.CertFile, t.KeyFile, err)
+			return nil, uses, fmt.Errorf("client certificate %s and key %s: %w", t.Cert.Path, t.Key.Path, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
