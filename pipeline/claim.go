@@ -234,7 +234,7 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 	if len(rd.Open) > 0 {
 		return rd, false, onKafka(&OpenCheckpointError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, TransactionalID: cfg.TransactionalID, Open: rd.Open})
 	}
-	if done := prior.committed; done != (checkpoint.Checkpoint{}) && (!rd.Found || rd.Checkpoint.Less(done)) {
+	if done := prior.committed; done != (checkpoint.Checkpoint{}) && (!rd.Found || olderThan(rd.Checkpoint, done)) {
 		return rd, false, onKafka(&RegressedError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, Read: rd.Checkpoint, Found: rd.Found, Committed: done})
 	}
 	return rd, unmarked, nil
@@ -281,7 +281,8 @@ func (e *OpenCheckpointError) Error() string {
 }
 
 // RegressedError means Kafka returned a checkpoint older than one this
-// process committed under the key, its commit marker read back: resuming
+// process committed under the key in the same history (olderThan), its
+// commit marker read back: resuming
 // from it would publish again what Kafka holds. Kafka lost records (the
 // checkpoint topic deleted, a partition truncated by an unclean leader
 // election), or answered from a replica behind. A new session reads it
@@ -304,6 +305,26 @@ func (e *RegressedError) Error() string {
 		"When a commit does not become visible)", read, e.Key, e.Topic, e.Committed)
 }
 
+// olderThan reports whether read comes before committed in the stream's
+// history. Positions are compared within one history only: after a change
+// of system or database an operator accepted, the positions of the new one
+// are no later or earlier than the old one's; of one system's timelines,
+// the later one's checkpoints are the later ones (a failover the placement
+// accepted may resume before the old timeline's last position). A
+// checkpoint that names no system, written by an earlier version, is
+// compared by position.
+func olderThan(read, committed checkpoint.Checkpoint) bool {
+	r, c := read.Identity, committed.Identity
+	switch {
+	case !r.Known() || !c.Known():
+	case r.SystemID != c.SystemID || r.Database != c.Database:
+		return false
+	case r.Timeline != c.Timeline && r.Timeline != 0 && c.Timeline != 0:
+		return r.Timeline < c.Timeline
+	}
+	return read.Less(committed)
+}
+
 // earlier is what the sessions of a process learned that the next one
 // needs.
 type earlier struct {
@@ -317,6 +338,15 @@ type earlier struct {
 	// transaction the coordinator reported committed: its record is
 	// committed, whatever its partition shows.
 	acked publish.Acknowledged
+}
+
+// remember takes done, the last checkpoint a session committed, as the
+// one the next session may not resume before, unless it is older in the
+// same history.
+func (e *earlier) remember(done checkpoint.Checkpoint) {
+	if done != (checkpoint.Checkpoint{}) && !olderThan(done, e.committed) {
+		e.committed = done
+	}
 }
 
 // hangingAt is where a checkpoint record is: partition and offset.

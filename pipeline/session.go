@@ -258,9 +258,8 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if cerr := stream.Close(cctx, tracker); cerr != nil && ctx.Err() != nil {
 		s.log.Warn("sending the last status update", "err", cerr)
 	}
-	if done, _ := tracker.InKafka(); s.earlier.committed.Less(done) {
-		s.earlier.committed = done
-	}
+	done, _ := tracker.InKafka()
+	s.earlier.remember(done)
 	if a := prod.Acknowledged(); a.Checkpoint.LSN != 0 {
 		s.earlier.acked = a
 	}
