@@ -74,7 +74,9 @@ func TestRegressedWithinHistory(t *testing.T) {
 		{"no identity recorded", at(0x900, tl2), at(0x500, checkpoint.Identity{}), true},
 	} {
 		src := &fakeSource{fence: func(context.Context) error { return nil },
-			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) { return tc.read, time.Now(), true, nil }}
+			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
+				return tc.read, time.Now(), true, nil
+			}}
 		_, _, err := fenceAndRead(context.Background(), src, cfg, srv, &earlier{committed: tc.committed}, slog.New(slog.DiscardHandler))
 		var re *RegressedError
 		if errors.As(err, &re) != tc.regressed || err != nil && !tc.regressed {
