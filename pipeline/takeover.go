@@ -40,10 +40,13 @@ type Takeover struct {
 	// where Inspect reads the connector's state; empty: it is not read.
 	StatusTopic string
 	// AcceptRepeatedIDs takes over although an outbox table's event id
-	// column has no unique index, with a warning: the lookup counts the
-	// records of each event id (checkpoint/store/takeover.go), and one that
-	// Debezium published before the stretch walstream reads again may
-	// excuse an event of that id Debezium never published.
+	// column has no unique index or may be null, or the stream takes
+	// logical messages (whose ids nothing keeps unique), with a warning:
+	// the lookup counts the records of each event id
+	// (checkpoint/store/takeover.go), and one that Debezium published
+	// before the stretch walstream reads again may excuse an event of that
+	// id Debezium never published; an event with a null id is published
+	// even if Debezium had published it.
 	AcceptRepeatedIDs bool
 }
 
@@ -225,31 +228,59 @@ func takeOverFrom(ctx context.Context, conn *pgx.Conn, cfg *Config, slot replica
 }
 
 // uniqueIDs refuses a takeover from an outbox table whose event id column
-// has no unique index, unless AcceptRepeatedIDs says to warn instead. The
-// events Debezium published are found by event id, counted: a record of
-// an id written before the stretch walstream reads again (read because of
-// the lookback) is claimed by no event of the stretch, and excuses one of
-// that id that Debezium never published, which is then lost.
+// has no unique index or may be null, or of a stream that takes logical
+// messages, unless AcceptRepeatedIDs says to warn instead. The events
+// Debezium published are found by event id, counted: a record of an id
+// written before the stretch walstream reads again (read because of the
+// lookback) is claimed by no event of the stretch, and excuses one of that
+// id that Debezium never published, which is then lost. An event without
+// an id is never looked up, and published again if Debezium had published
+// it (store.Lookup). A logical message's id is a field of its content,
+// which nothing keeps unique.
 func uniqueIDs(ctx context.Context, conn *pgx.Conn, cfg *Config, log *slog.Logger) error {
+	accept := cfg.Takeover.AcceptRepeatedIDs
 	for _, o := range cfg.Outboxes {
 		t := replication.Table{Schema: o.Schema, Name: o.Table}
-		unique, err := replication.UniqueColumn(ctx, conn, t, o.Columns.ID)
+		unique, notNull, err := replication.UniqueColumn(ctx, conn, t, o.Columns.ID)
 		if err != nil {
 			return err
 		}
-		if unique {
-			continue
-		}
-		if !cfg.Takeover.AcceptRepeatedIDs {
+		col := pgx.Identifier{o.Columns.ID}.Sanitize()
+		switch {
+		case !unique && !accept:
 			return fmt.Errorf("%w: the event id column %s of table %s has no unique index on it alone, and the events Debezium published are found by id: "+
 				"an event of an id Debezium published shortly before its offset may be taken for one it did not publish, and not published. "+
 				"Create one (CREATE UNIQUE INDEX ON %s (%s)) or, when the ids never repeat (generated UUIDs, for example; a partitioned table's unique keys "+
 				"include its partition key, so none is on the id alone), take over accepting ids that may repeat (see docs/debezium.md, How the takeover avoids loss and duplicates)",
-				ErrRepeatedIDs, o.Columns.ID, t.SQL(), t.SQL(), pgx.Identifier{o.Columns.ID}.Sanitize())
+				ErrRepeatedIDs, o.Columns.ID, t.SQL(), t.SQL(), col)
+		case !unique:
+			log.Warn("taking over although the event id column has no unique index: an event whose id Debezium published shortly before its offset may not be published",
+				"table", t.SQL(), "column", o.Columns.ID)
 		}
-		log.Warn("taking over although the event id column has no unique index: an event whose id Debezium published shortly before its offset may not be published",
-			"table", t.SQL(), "column", o.Columns.ID)
+		switch {
+		case !notNull && !accept:
+			return fmt.Errorf("%w: the event id column %s of table %s may be null (a unique index permits any number of nulls), and an event without an id "+
+				"cannot be looked up among those Debezium published: it is published again if Debezium had published it. "+
+				"Declare the column NOT NULL (ALTER TABLE %s ALTER COLUMN %s SET NOT NULL), as Debezium's outbox table does, or take over accepting ids "+
+				"that may repeat (see docs/debezium.md, How the takeover avoids loss and duplicates)",
+				ErrRepeatedIDs, o.Columns.ID, t.SQL(), t.SQL(), col)
+		case !notNull:
+			log.Warn("taking over although the event id column may be null: an event with a null id is published even if Debezium had published it",
+				"table", t.SQL(), "column", o.Columns.ID)
+		}
 	}
+	if cfg.MessagePrefix == "" {
+		return nil
+	}
+	if !accept {
+		return fmt.Errorf("%w: the stream takes logical messages of prefix %q, whose event ids are fields of their content that no index keeps unique "+
+			"(and may be null): a message of an id Debezium published shortly before its offset may be taken for one it did not publish, and not published. "+
+			"Take over with the stream taking no logical messages (an empty message prefix) when Debezium's connector took none, or accepting ids "+
+			"that may repeat when the messages' ids never do (see docs/debezium.md, How the takeover avoids loss and duplicates)",
+			ErrRepeatedIDs, cfg.MessagePrefix)
+	}
+	log.Warn("taking over although the stream takes logical messages, whose ids no index keeps unique: a message whose id Debezium published shortly before its offset may not be published",
+		"message_prefix", cfg.MessagePrefix)
 	return nil
 }
 

@@ -101,9 +101,11 @@ func TestTakeoverErrorsArePermanent(t *testing.T) {
 // A takeover from Debezium on a table whose event ids repeat and may be
 // null: refused without a unique index unless accepted; then, across a
 // session that stops within the stretch Debezium may have published
-// (at a bad row) and one that goes on, every row is in Kafka exactly once.
+// (at a bad row) and one that goes on, every row is in Kafka: each row
+// with an id exactly once, one with a null id at least once.
 // Debezium published the first transaction's two events, whose id and
-// whose key and value come again later; walstream's own x comes again too.
+// whose key and value come again later, and before its offset an event of
+// a null id with that key and value; walstream's own x comes again too.
 // The slot is not confirmed past the takeover's start until Kafka holds
 // the whole stretch, so that the second session reads the stretch again
 // and each event claims its record.
@@ -131,6 +133,9 @@ func TestTakeoverRepeatedIDs(t *testing.T) {
 	slotConfirmed := func() pglogrepl.LSN {
 		return query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walstream'")
 	}
+	// Debezium published this before its offset: the lookback reads it,
+	// and no event of the stretch claims it.
+	pg.Exec("postgres", `INSERT INTO public.outbox VALUES (NULL, 'Order', 'k', 'Created', '"same"')`)
 	offset := lsn()
 	for _, rows := range []string{
 		`('r', 'Order', 'o-1', 'Created', '{"n": 1}'), (NULL, 'Order', 'k', 'Created', '"same"')`, // Debezium published these
@@ -161,6 +166,7 @@ func TestTakeoverRepeatedIDs(t *testing.T) {
 	}
 	defer dbz.Close()
 	if err := dbz.ProduceSync(ctx,
+		&kgo.Record{Topic: "outbox.event.Order", Key: []byte("k"), Value: []byte(`"same"`), Headers: []kgo.RecordHeader{{Key: format.HeaderID}}},
 		&kgo.Record{Topic: "outbox.event.Order", Key: []byte("o-1"), Value: []byte(`{"n": 1}`), Headers: []kgo.RecordHeader{{Key: format.HeaderID, Value: []byte("r")}}},
 		&kgo.Record{Topic: "outbox.event.Order", Key: []byte("k"), Value: []byte(`"same"`), Headers: []kgo.RecordHeader{{Key: format.HeaderID}}},
 	).FirstErr(); err != nil {
@@ -229,9 +235,51 @@ func TestTakeoverRepeatedIDs(t *testing.T) {
 	for _, r := range recs {
 		ids[strings.TrimPrefix(r.Headers, "id=")]++
 	}
-	// Debezium's r and null, walstream's x, r, null, x, r: each row once.
-	if want := map[string]int{"r": 3, "": 2, "x": 2}; !maps.Equal(ids, want) {
+	// Debezium's null (before its offset), r and null, walstream's x, r,
+	// null, x, r: each row with an id once. An event with a null id is
+	// never looked up: walstream publishes the first transaction's again,
+	// and the later one, whose key and value Debezium's null records have
+	// too, is not taken for one of them.
+	if want := map[string]int{"r": 3, "": 4, "x": 2}; !maps.Equal(ids, want) {
 		t.Fatalf("records by id %v, want %v", ids, want)
+	}
+}
+
+// A takeover is refused, naming the table and column or the message
+// prefix and why, when an event's id may be null (a unique index permits
+// any number of nulls) or the stream takes logical messages, whose ids no
+// index keeps unique; unless accepted.
+func TestTakeoverRefusesUnguardedIDs(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	conn := pg.Connect("postgres")
+	ctx := context.Background()
+	cfg := testConfig(t, pg, "localhost:1")
+	discard := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name, ddl, prefix string
+		want              []string // in the refusal; none: accepted
+	}{
+		{"a unique nullable id", "id text UNIQUE", "", []string{`column id of table "public"."outbox" may be null`, "SET NOT NULL"}},
+		{"a primary key", "id text PRIMARY KEY", "", nil},
+		{"a unique id, not null", "id uuid UNIQUE NOT NULL", "", nil},
+		{"logical messages", "id text PRIMARY KEY", "walstream", []string{`logical messages of prefix "walstream"`, "an empty message prefix"}},
+	} {
+		pg.Exec("postgres", "DROP TABLE IF EXISTS public.outbox; CREATE TABLE public.outbox ("+tc.ddl+", aggregatetype text, aggregateid text, type text, payload jsonb)")
+		cfg.MessagePrefix, cfg.Takeover.AcceptRepeatedIDs = tc.prefix, false
+		err := uniqueIDs(ctx, conn, &cfg, discard)
+		if len(tc.want) == 0 && err != nil || len(tc.want) > 0 && !errors.Is(err, ErrRepeatedIDs) {
+			t.Errorf("%s: uniqueIDs = %v; want refused %v", tc.name, err, len(tc.want) > 0)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", tc.name, err, w)
+			}
+		}
+		cfg.Takeover.AcceptRepeatedIDs = true
+		if err := uniqueIDs(ctx, conn, &cfg, discard); err != nil {
+			t.Errorf("%s, accepted: uniqueIDs = %v", tc.name, err)
+		}
 	}
 }
 

@@ -405,9 +405,9 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 		return p.addChunk(ctx, tx)
 	}
 	if p.seen != nil && tx.Xid != 0 && !p.seen.Takeover().Overlaps(tx.CommitLSN) {
-		checked, found := p.seen.Counts()
+		checked, found, idless := p.seen.Counts()
 		p.log.Info("past the takeover from Debezium: every later event is published", "until_lsn", p.seen.Takeover().Until.String(),
-			"events_checked", checked, "events_debezium_had_published", found)
+			"events_checked", checked, "events_debezium_had_published", found, "events_without_id_published", idless)
 		p.seen = nil
 	}
 	first, err := p.replays(ctx, tx)

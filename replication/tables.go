@@ -187,13 +187,16 @@ func DescribeRelation(ctx context.Context, conn *pgx.Conn, n Names, oid uint32) 
 // column (a primary key is one): a valid one, not partial, on no
 // expression. A unique index over more columns, as a partitioned table's
 // keys must include its partition key, does not make one column unique.
-func UniqueColumn(ctx context.Context, conn *pgx.Conn, t Table, column string) (bool, error) {
-	var unique bool
-	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = $2 AND NOT a.attisdropped
+// notNull reports whether the column is declared NOT NULL (a primary key's
+// is): a unique index permits any number of nulls.
+func UniqueColumn(ctx context.Context, conn *pgx.Conn, t Table, column string) (unique, notNull bool, err error) {
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = $2 AND NOT a.attisdropped
 		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
-			AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum)`, t.SQL(), column).Scan(&unique)
+			AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum),
+		EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped AND attnotnull)`,
+		t.SQL(), column).Scan(&unique, &notNull)
 	if err != nil {
-		return false, fmt.Errorf("looking up a unique index on column %s of table %s: %w", column, t.SQL(), err)
+		return false, false, fmt.Errorf("looking up a unique index on column %s of table %s: %w", column, t.SQL(), err)
 	}
-	return unique, nil
+	return unique, notNull, nil
 }

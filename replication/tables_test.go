@@ -101,7 +101,8 @@ func TestDescribeTables(t *testing.T) {
 
 	// A takeover asks whether the event id column is unique: a unique
 	// index on exactly the column, a primary key included, and no other
-	// kind (over more columns, partial, on an expression).
+	// kind (over more columns, partial, on an expression); and whether it
+	// is NOT NULL.
 	exec(`CREATE TABLE pk (id uuid PRIMARY KEY, n int);
 		CREATE TABLE plain (id text, n int, m int);
 		CREATE INDEX ON plain (id);
@@ -109,14 +110,16 @@ func TestDescribeTables(t *testing.T) {
 		CREATE UNIQUE INDEX ON plain (id) WHERE n > 0;
 		CREATE UNIQUE INDEX ON plain (lower(id));
 		CREATE UNIQUE INDEX ON plain (m) INCLUDE (id);
-		CREATE TABLE uniq (id text UNIQUE)`)
+		CREATE TABLE uniq (id text UNIQUE);
+		CREATE TABLE uniqnn (id text UNIQUE NOT NULL)`)
 	for _, c := range []struct {
-		table, column string
-		want          bool
-	}{{"pk", "id", true}, {"pk", "n", false}, {"plain", "id", false}, {"plain", "m", true}, {"uniq", "id", true}, {"missing", "id", false}} {
-		got, err := UniqueColumn(ctx, admin, Table{"public", c.table}, c.column)
-		if err != nil || got != c.want {
-			t.Errorf("UniqueColumn(%s, %s) = %v, %v; want %v", c.table, c.column, got, err, c.want)
+		table, column   string
+		unique, notNull bool
+	}{{"pk", "id", true, true}, {"pk", "n", false, false}, {"plain", "id", false, false}, {"plain", "m", true, false},
+		{"uniq", "id", true, false}, {"uniqnn", "id", true, true}, {"missing", "id", false, false}} {
+		unique, notNull, err := UniqueColumn(ctx, admin, Table{"public", c.table}, c.column)
+		if err != nil || unique != c.unique || notNull != c.notNull {
+			t.Errorf("UniqueColumn(%s, %s) = %v, %v, %v; want %v, %v", c.table, c.column, unique, notNull, err, c.unique, c.notNull)
 		}
 	}
 }

@@ -20,13 +20,21 @@ import (
 // up (Lookup) among the records of its topic, read once, read_committed,
 // from the takeover's Since: Debezium's records (its processing time is
 // their timestamp, never before the row's commit) and what this stream
-// committed since the takeover. Events are told apart by their id header,
-// or by key and value where the id is null.
+// committed since the takeover. Events are told apart by their id header.
 //
-// Identities may repeat (an id column without a unique index, null ids
-// with equal keys and values), so the lookup counts, never asks whether an
-// identity is there at all: each record excuses at most one event, and an
-// event is skipped only while a record of its identity is left unclaimed.
+// An event without an id (a null id column, a logical message whose id
+// field was null) is never looked up: it is published, a duplicate if
+// Debezium had published it. Nothing tells it from an event of equal key
+// and value that Debezium published before its offset, read because of
+// the lookback and claimed by no event of the stretch, which would excuse
+// it: the event would be lost. The takeover refuses a nullable id column
+// unless an operator accepts that (pipeline).
+//
+// Ids may repeat (an id column without a unique index), so the lookup
+// counts, never asks whether an id is there at all: each record excuses at
+// most one event, and an event is skipped only while a record of its id is
+// left unclaimed.
+//
 // Which records are copies of one event and which are events of their own
 // is told by who wrote them:
 //
@@ -36,9 +44,9 @@ import (
 //     At least once, a run that follows a crash publishes again, from the
 //     stored offset, what an earlier run had published: copies of the
 //     same events under another producer id. So Debezium's records of one
-//     identity count as the most any one producer id wrote of it: two
+//     id count as the most any one producer id wrote of it: two
 //     copies written by two runs excuse one event, two written by one run
-//     two. A distinct event of a repeated identity that two runs wrote one
+//     two. A distinct event of a repeated id that two runs wrote one
 //     each (a run killed with records in flight to another partition) is
 //     then published once more: a duplicate, never a loss.
 //   - walstream's own records since the takeover (a session restarted
@@ -51,8 +59,8 @@ import (
 //
 // Records of events committed before the slot's position, read because of
 // the lookback, are claimed by no event: one of them excuses a later event
-// of the same identity, which is why a takeover asks for a unique index on
-// the event id column (pipeline).
+// of the same id, which is why a takeover asks for a unique, not null
+// event id column (pipeline).
 
 // takeoverWait is how long the lookup waits for a topic's open
 // transaction to end: a killed exactly-once task leaves one open until the
@@ -71,11 +79,11 @@ type Lookup struct {
 	log      *slog.Logger
 	// own returns the producer id this stream writes under.
 	own func(ctx context.Context) (int64, error)
-	// tallies are, for each topic read, the records of each event identity.
+	// tallies are, for each topic read, the records of each event id.
 	tallies map[string]map[string]*tally
 	// found counts the events found already published, checked those
-	// looked up.
-	found, checked int
+	// looked up, idless those published without a look-up, having no id.
+	found, checked, idless int
 }
 
 // NewLookup looks events up for the takeover t, with clients connecting
@@ -84,7 +92,7 @@ func NewLookup(t *checkpoint.Takeover, opts []kgo.Opt, own func(context.Context)
 	return &Lookup{takeover: t, opts: opts, own: own, log: log, tallies: make(map[string]map[string]*tally)}
 }
 
-// tally is what a topic holds of one event identity.
+// tally is what a topic holds of one event id.
 type tally struct {
 	own     int   // records this stream wrote
 	runs    []run // every other producer's
@@ -134,13 +142,29 @@ func (t *tally) claim() bool {
 // Takeover is the takeover the lookup is for.
 func (p *Lookup) Takeover() *checkpoint.Takeover { return p.takeover }
 
-// Counts are the events looked up (Has) and those found already
-// published.
-func (p *Lookup) Counts() (checked, found int) { return p.checked, p.found }
+// Counts are the events looked up (Has), those found already published,
+// and those published without a look-up for having no id.
+func (p *Lookup) Counts() (checked, found, idless int) { return p.checked, p.found, p.idless }
+
+// eventID is the id header of rec's event; ok is false when it has none
+// or a null one.
+func eventID(rec *kgo.Record) (id string, ok bool) {
+	for _, h := range rec.Headers {
+		if h.Key == format.HeaderID && h.Value != nil {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
 
 // Claim reports whether rec's event is in its topic, and claims the record
-// that holds it: no other event is excused by it.
+// that holds it: no other event is excused by it. An event without an id
+// is never found.
 func (p *Lookup) Claim(ctx context.Context, rec *kgo.Record) (bool, error) {
+	id, ok := eventID(rec)
+	if !ok {
+		return false, nil
+	}
 	tallies, ok := p.tallies[rec.Topic]
 	if !ok {
 		var err error
@@ -149,12 +173,16 @@ func (p *Lookup) Claim(ctx context.Context, rec *kgo.Record) (bool, error) {
 		}
 		p.tallies[rec.Topic] = tallies
 	}
-	return tallies[format.EventKey(rec)].claim(), nil
+	return tallies[id].claim(), nil
 }
 
 // Has claims rec's record as Claim does, for an event to publish unless
 // found, and counts it.
 func (p *Lookup) Has(ctx context.Context, rec *kgo.Record) (bool, error) {
+	if _, ok := eventID(rec); !ok {
+		p.idless++
+		return false, nil
+	}
 	found, err := p.Claim(ctx, rec)
 	if err != nil {
 		return false, err
@@ -166,7 +194,8 @@ func (p *Lookup) Has(ctx context.Context, rec *kgo.Record) (bool, error) {
 	return found, nil
 }
 
-// read counts the records of each event identity in topic from Since on.
+// read counts the records of each event id in topic from Since on;
+// records without one are left out.
 func (p *Lookup) read(ctx context.Context, topic string) (map[string]*tally, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, takeoverReadDeadline)
@@ -178,7 +207,10 @@ func (p *Lookup) read(ctx context.Context, topic string) (map[string]*tally, err
 	tallies := make(map[string]*tally)
 	n := 0
 	err = kafka.ScanTopic(ctx, p.opts, topic, p.takeover.Since, takeoverWait, func(r *kgo.Record) error {
-		k := format.EventKey(r)
+		k, ok := eventID(r)
+		if !ok {
+			return nil
+		}
 		t := tallies[k]
 		if t == nil {
 			t = &tally{}
@@ -202,6 +234,6 @@ func (p *Lookup) read(ctx context.Context, topic string) (map[string]*tally, err
 		}
 	}
 	p.log.Info("read the events Debezium may have published before the takeover", "topic", topic, "records", n, "events", len(tallies),
-		"identities_excusing_several_events", repeated, "other_producers", len(producers), "since", p.takeover.Since.UTC().Format(time.RFC3339Nano), "seconds", time.Since(start).Seconds())
+		"ids_excusing_several_events", repeated, "other_producers", len(producers), "since", p.takeover.Since.UTC().Format(time.RFC3339Nano), "seconds", time.Since(start).Seconds())
 	return tallies, nil
 }
