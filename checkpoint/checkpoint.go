@@ -160,6 +160,12 @@ type Notes struct {
 	// Reemits are the re-emit requests the stream met: those queued or
 	// running, with their progress, and the last ones that ended.
 	Reemits Reemits `json:"reemits,omitempty"`
+	// Wrote names the topics the transaction that committed the record
+	// wrote to, the checkpoint topic among them, sorted; of that record
+	// alone, never carried on. A record its partition shows in a
+	// transaction still open is decided by the transaction's markers in
+	// them (checkpoint/store). Empty in the records of earlier versions.
+	Wrote []string `json:"wrote,omitempty"`
 }
 
 // Takeover records a stream that went on where Debezium's Postgres
@@ -301,6 +307,7 @@ type record struct {
 	Skipped  *Skip             `json:"skipped,omitempty"`
 	Takeover *Takeover         `json:"takeover,omitempty"`
 	Reemits  Reemits           `json:"reemits,omitempty"`
+	Wrote    []string          `json:"wrote,omitempty"`
 }
 
 type gapRecord struct {
@@ -325,7 +332,7 @@ func (c Checkpoint) Encode(owner Owner, now time.Time) []byte {
 		r.PartialCommitLSN = c.PartialCommitLSN.String()
 	}
 	if c.Notes != nil {
-		r.Tables, r.Skipped, r.Takeover, r.Reemits = c.Notes.Tables, c.Notes.Skipped, c.Notes.Takeover, c.Notes.Reemits
+		r.Tables, r.Skipped, r.Takeover, r.Reemits, r.Wrote = c.Notes.Tables, c.Notes.Skipped, c.Notes.Takeover, c.Notes.Reemits, c.Notes.Wrote
 	}
 	if c.Counted {
 		r.Events = &c.Events
@@ -355,8 +362,8 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 		}
 		c.Ordinal = r.Ordinal
 	}
-	if len(r.Tables) > 0 || r.Skipped != nil || r.Takeover != nil || len(r.Reemits) > 0 {
-		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped, Takeover: r.Takeover, Reemits: r.Reemits}
+	if len(r.Tables) > 0 || r.Skipped != nil || r.Takeover != nil || len(r.Reemits) > 0 || len(r.Wrote) > 0 {
+		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped, Takeover: r.Takeover, Reemits: r.Reemits, Wrote: r.Wrote}
 	}
 	c.Identity = Identity{SystemID: r.SystemID, Timeline: r.Timeline, Database: r.Database}
 	c.Owner = Owner{Stream: r.Stream, Slot: r.Slot, TransactionalID: r.TransactionalID}

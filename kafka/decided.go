@@ -265,3 +265,174 @@ func (r *PartitionReader) committedUntil(ctx context.Context, topic string, p in
 	}
 	return nil
 }
+
+// TransactionFate decides, by its markers in the partitions of topics, the
+// transaction of producer id pid whose records carry epoch, when another
+// partition it wrote shows it open (a marker the coordinator never wrote
+// there). Transaction version 2 bumps the epoch as a transaction ends and
+// writes its markers with the bumped epoch, and fencing a producer (an
+// InitProducerId) bumps it and aborts the transaction it had open. So a
+// marker of pid of a later epoch, following records of pid of epoch, ends
+// that transaction, provided it was pid's last: a later transaction of pid
+// would have written the same partition as the caller's record, and its
+// marker there would have decided the record. Under transaction version 1
+// a commit keeps the epoch, so its marker cannot be told from an earlier
+// transaction's: such a commit is not decided here. FateOpen means no
+// partition decides it; partitions that disagree are an error.
+func TransactionFate(ctx context.Context, connOpts []kgo.Opt, topics []string, pid int64, epoch int16) (Fate, error) {
+	r, err := NewPartitionReader(connOpts)
+	if err != nil {
+		return FateOpen, err
+	}
+	defer r.Close()
+	md, err := r.adm.Metadata(ctx, topics...)
+	if err != nil {
+		return FateOpen, fmt.Errorf("asking for the partitions of topics %v: %w", topics, err)
+	}
+	set := make(kadm.TopicsSet)
+	for _, t := range topics {
+		td, ok := md.Topics[t]
+		if !ok || td.Err != nil {
+			return FateOpen, fmt.Errorf("asking for the partitions of topic %s: %w", t, errors.Join(td.Err, kerr.UnknownTopicOrPartition))
+		}
+		for _, pd := range td.Partitions {
+			set.Add(t, pd.Partition)
+		}
+	}
+	// A partition's producer state holds the epoch of pid's last record or
+	// marker there: only where it is past epoch, and no transaction of pid
+	// is open, can a marker of a later epoch be.
+	described, err := r.adm.DescribeProducers(ctx, set)
+	if err != nil {
+		return FateOpen, fmt.Errorf("describing the producers of topics %v: %w", topics, err)
+	}
+	var failed error
+	described.EachPartition(func(d kadm.DescribedProducersPartition) {
+		if d.Err != nil && failed == nil {
+			failed = fmt.Errorf("describing the producers of topic %s partition %d: %w", d.Topic, d.Partition, d.Err)
+		}
+	})
+	if failed != nil {
+		return FateOpen, failed
+	}
+	var ended []kadm.DescribedProducer
+	described.EachProducer(func(d kadm.DescribedProducer) {
+		if d.ProducerID == pid && d.ProducerEpoch > epoch && d.CurrentTxnStartOffset < 0 {
+			ended = append(ended, d)
+		}
+	})
+	slices.SortFunc(ended, func(a, b kadm.DescribedProducer) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	fate, by := FateOpen, ""
+	for _, d := range ended {
+		f, err := r.endOf(ctx, d.Topic, d.Partition, pid, epoch)
+		if err != nil {
+			return FateOpen, err
+		}
+		where := fmt.Sprintf("%s-%d", d.Topic, d.Partition)
+		switch {
+		case f == FateOpen:
+		case fate == FateOpen:
+			fate, by = f, where
+		case f != fate:
+			return FateOpen, fmt.Errorf("the markers of producer id %d epoch %d disagree: %s in %s, %s in %s", pid, epoch, fate, by, f, where)
+		}
+	}
+	return fate, nil
+}
+
+func (f Fate) String() string {
+	switch f {
+	case FateCommitted:
+		return "committed"
+	case FateAborted:
+		return "aborted"
+	}
+	return "open"
+}
+
+// endWindow is how many offsets endOf reads at a time, back from a
+// partition's end.
+const endWindow = 4096
+
+// endOf returns what the marker of pid that ends its records of epoch in
+// partition p of topic says, reading back from the partition's end in
+// windows until a record or marker of pid of an earlier transaction: the
+// first marker of a later epoch following records of epoch. A record of
+// pid of a later epoch before any such marker is a later transaction
+// whose start tells nothing of the end: FateOpen.
+func (r *PartitionReader) endOf(ctx context.Context, topic string, p int32, pid int64, epoch int16) (Fate, error) {
+	starts, err := r.adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return FateOpen, fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
+	}
+	ends, err := r.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return FateOpen, fmt.Errorf("listing end offsets of topic %s: %w", topic, err)
+	}
+	start, _ := starts.Lookup(topic, p)
+	end, _ := ends.Lookup(topic, p)
+	// earlier: a record of an earlier transaction of pid, or the marker
+	// that ended one; pid's records of epoch follow it.
+	earlier := func(rec *kgo.Record) bool {
+		_, marker := MarkerFate(rec)
+		return marker && rec.ProducerEpoch <= epoch || !rec.Attrs.IsControl() && rec.ProducerEpoch < epoch
+	}
+	var seq []*kgo.Record // pid's records and markers from the window read last on
+	for hi := end.Offset; hi > start.Offset; {
+		lo := max(start.Offset, hi-endWindow)
+		var got []*kgo.Record
+		stalls := 0
+		for next := lo; next < hi; {
+			f, err := r.Fetch(ctx, topic, p, next, false, 100*time.Millisecond)
+			if err != nil {
+				if stalls++; stalls > 100 || ctx.Err() != nil {
+					return FateOpen, err
+				}
+				continue
+			}
+			for _, rec := range f.Records {
+				if rec.Offset < hi && rec.ProducerID == pid {
+					got = append(got, rec)
+				}
+			}
+			if f.Next > next {
+				next, stalls = f.Next, 0
+			} else if stalls++; stalls > 100 {
+				return FateOpen, fmt.Errorf("reading topic %s partition %d: no progress at offset %d, high watermark %d", topic, p, next, hi)
+			}
+		}
+		seq = append(got, seq...)
+		if slices.ContainsFunc(got, earlier) {
+			break
+		}
+		hi = lo
+	}
+	from := 0
+	for i, rec := range seq {
+		if earlier(rec) {
+			from = i + 1
+		}
+	}
+	ours := false
+	for _, rec := range seq[from:] {
+		f, marker := MarkerFate(rec)
+		switch {
+		case marker && ours:
+			return f, nil
+		case rec.Attrs.IsControl():
+		case rec.ProducerEpoch == epoch:
+			ours = true
+		default:
+			return FateOpen, nil
+		}
+	}
+	return FateOpen, nil
+}

@@ -149,11 +149,24 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 	}
 	// What became of the transaction of an open record of the stream's
 	// own id is asked before the fencing, which makes the coordinator
-	// forget it: one committed is resumed after like one acknowledged.
+	// forget it: one committed is resumed after like one acknowledged, one
+	// aborted is not waited for. A coordinator that cannot answer decides
+	// nothing.
+	asked := make(map[recordAt]kafka.Fate)
 	for _, o := range rd.Open {
-		if o.TransactionalID == cfg.TransactionalID && !prior.acked.Is(o) && src.CommittedOpen(ctx, o) {
+		if o.TransactionalID != cfg.TransactionalID || prior.acked.Is(o) {
+			continue
+		}
+		f, err := src.CoordinatorFate(ctx, o)
+		switch {
+		case err != nil:
+			log.Warn("the transaction coordinator cannot say what became of the transaction of an open checkpoint record: undecided", "record", o.String(), "err", err)
+		case f == kafka.FateCommitted:
 			log.Info("the transaction coordinator reports the transaction of an open checkpoint record committed", "record", o.String())
 			prior.acked = publish.Acknowledged{Partition: o.Partition, Offset: o.Offset, Checkpoint: o.Checkpoint}
+		case f == kafka.FateAborted:
+			log.Info("the transaction coordinator reports the transaction of an open checkpoint record aborted", "record", o.String())
+			asked[at(o)] = f
 		}
 	}
 	fenced := []string{cfg.TransactionalID}
@@ -205,32 +218,45 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 		}
 	}
 	// A record Kafka committed (acked) is resumed after. Any other past the
-	// wait is taken for a hanging transaction (Kafka lost track of the
-	// partition), never committed: nothing tells otherwise. It holds the
-	// partition's last stable offset until an operator aborts it.
+	// wait is of a hanging transaction (Kafka lost track of the partition),
+	// which holds the partition's last stable offset until an operator
+	// aborts it: what became of it is read from its markers in the other
+	// topics it wrote, never guessed. Resuming before a record whose
+	// transaction committed would publish its events again.
+	var undecided []undecidedRecord
 	rd.Open = slices.DeleteFunc(rd.Open, func(o store.OpenRecord) bool {
 		if !slices.Contains(fenced, o.TransactionalID) {
 			return false
 		}
-		if prior.acked.Is(o) {
-			// Kafka acknowledged its commit: resuming before it would
-			// publish its events again.
-			log.Warn("a checkpoint record of a transaction Kafka committed (it acknowledged the commit to this process, or its coordinator "+
-				"reported it committed before the fencing) is in a transaction its partition shows open: walstream resumes after it and "+
-				"commits a checkpoint at once, which decides the record (see docs/kafka.md, When a commit does not become visible)",
-				"record", o.String(), "checkpoint", o.Checkpoint.String())
-			if !rd.Found || rd.Checkpoint.Less(o.Checkpoint) {
-				rd.Checkpoint, rd.Found, rd.Writer, unmarked = o.Checkpoint, true, o.TransactionalID, true
+		if !prior.acked.Is(o) {
+			f, why := decide(ctx, src, o, asked[at(o)], prior, cfg)
+			switch f {
+			case kafka.FateOpen:
+				undecided = append(undecided, undecidedRecord{o, why})
+				return true
+			case kafka.FateAborted:
+				log.Warn("a checkpoint record of a fenced transactional id is in a transaction Kafka left hanging, which did not commit: "+
+					"walstream goes on without it; read_committed readers of the partition wait until it is aborted (see docs/kafka.md, A transaction holding the checkpoint topic)",
+					"record", o.String(), "decided_by", why, "abort", abortCommand(cfg, o))
+				return true
 			}
-			return true
+			log.Warn("a checkpoint record of a fenced transactional id is in a transaction Kafka left hanging, which committed", "record", o.String(), "decided_by", why)
+			prior.acked = publish.Acknowledged{Partition: o.Partition, Offset: o.Offset, Checkpoint: o.Checkpoint}
 		}
-		prior.markHanging(o)
-		log.Warn("a checkpoint record of a fenced transactional id is in a transaction Kafka left hanging: taken for one that never committed, "+
-			"walstream goes on without it (if Kafka committed it, its events are published again); read_committed readers of the partition wait until it is aborted (see docs/kafka.md, A transaction holding the checkpoint topic)",
-			"record", o.String(), "abort", fmt.Sprintf("kafka-transactions.sh --bootstrap-server <broker> abort --topic %s --partition %d --start-offset %d",
-				cfg.CheckpointTopic, o.Partition, o.Offset))
+		// Kafka committed it: resuming before it would publish its events
+		// again.
+		log.Warn("a checkpoint record of a transaction Kafka committed (it acknowledged the commit to this process, or its coordinator "+
+			"or its markers in the topics it wrote say so) is in a transaction its partition shows open: walstream resumes after it and "+
+			"commits a checkpoint at once, which decides the record (see docs/kafka.md, When a commit does not become visible)",
+			"record", o.String(), "checkpoint", o.Checkpoint.String())
+		if !rd.Found || rd.Checkpoint.Less(o.Checkpoint) {
+			rd.Checkpoint, rd.Found, rd.Writer, unmarked = o.Checkpoint, true, o.TransactionalID, true
+		}
 		return true
 	})
+	if len(undecided) > 0 {
+		return rd, false, &UndecidedCheckpointError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, Records: undecided}
+	}
 	if len(rd.Open) > 0 {
 		return rd, false, onKafka(&OpenCheckpointError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, TransactionalID: cfg.TransactionalID, Open: rd.Open})
 	}
@@ -331,9 +357,10 @@ type earlier struct {
 	// committed is the last checkpoint a session committed in Kafka: the
 	// next one never resumes from an older one.
 	committed checkpoint.Checkpoint
-	// hanging are the checkpoint records of fenced transactional ids found
-	// still open after a whole wait (awaitFenced): not waited for again.
-	hanging map[hangingAt]bool
+	// aborted are the checkpoint records of fenced transactional ids found
+	// still open after a whole wait (awaitFenced) whose transactions did
+	// not commit: not waited for again.
+	aborted map[recordAt]bool
 	// acked is the last commit Kafka acknowledged to a session, or whose
 	// transaction the coordinator reported committed: its record is
 	// committed, whatever its partition shows.
@@ -349,21 +376,89 @@ func (e *earlier) remember(done checkpoint.Checkpoint) {
 	}
 }
 
-// hangingAt is where a checkpoint record is: partition and offset.
-type hangingAt struct {
+// recordAt is where a checkpoint record is: partition and offset.
+type recordAt struct {
 	partition int32
 	offset    int64
 }
 
-func (e *earlier) isHanging(o store.OpenRecord) bool {
-	return e.hanging[hangingAt{o.Partition, o.Offset}]
+func at(o store.OpenRecord) recordAt { return recordAt{o.Partition, o.Offset} }
+
+// decide says what became of the transaction of o, a checkpoint record of
+// a fenced transactional id still open after the wait, and how that is
+// known: decided before in this process, asked of the coordinator before
+// the fencing, or read from its markers in the other topics it wrote. A
+// transaction that wrote nothing but o is taken for one that never
+// committed: resuming before it publishes nothing again. FateOpen when
+// nothing decides it.
+func decide(ctx context.Context, src checkpointSource, o store.OpenRecord, asked kafka.Fate, prior *earlier, cfg *Config) (kafka.Fate, string) {
+	switch {
+	case prior.aborted[at(o)]:
+		return kafka.FateAborted, "decided before"
+	case asked == kafka.FateAborted:
+		prior.markAborted(o)
+		return kafka.FateAborted, "the transaction coordinator, before the fencing"
+	case o.WroteNothingElse(cfg.CheckpointTopic):
+		prior.markAborted(o)
+		return kafka.FateAborted, "its transaction wrote nothing but the record"
+	}
+	f, err := src.MarkerFate(ctx, o)
+	switch {
+	case err != nil:
+		return kafka.FateOpen, err.Error()
+	case f == kafka.FateOpen:
+		return f, "no marker of its transaction in the topics it wrote decides it"
+	case f == kafka.FateAborted:
+		prior.markAborted(o)
+	}
+	return f, "its markers in the topics it wrote"
 }
 
-func (e *earlier) markHanging(o store.OpenRecord) {
-	if e.hanging == nil {
-		e.hanging = make(map[hangingAt]bool)
+func (e *earlier) markAborted(o store.OpenRecord) {
+	if e.aborted == nil {
+		e.aborted = make(map[recordAt]bool)
 	}
-	e.hanging[hangingAt{o.Partition, o.Offset}] = true
+	e.aborted[at(o)] = true
+}
+
+// abortCommand is how an operator aborts the hanging transaction of o.
+func abortCommand(cfg *Config, o store.OpenRecord) string {
+	return fmt.Sprintf("kafka-transactions.sh --bootstrap-server <broker> abort --topic %s --partition %d --start-offset %d",
+		cfg.CheckpointTopic, o.Partition, o.Offset)
+}
+
+// undecidedRecord is a checkpoint record nothing decides, and why.
+type undecidedRecord struct {
+	store.OpenRecord
+	why string
+}
+
+// UndecidedCheckpointError means a checkpoint record of a fenced
+// transactional id is still in an open transaction after the wait, and
+// nothing tells whether the transaction committed: not the coordinator,
+// which forgets once the id is fenced, nor its markers in the other
+// topics it wrote. Resuming before it would publish its events again if
+// it committed; resuming after it would lose them if it did not. An
+// operator decides: walstream stops.
+type UndecidedCheckpointError struct {
+	Key, Topic string
+	Records    []undecidedRecord
+}
+
+func (e *UndecidedCheckpointError) Error() string {
+	var recs []string
+	for _, r := range e.Records {
+		recs = append(recs, fmt.Sprintf("%s (%s)", r.OpenRecord, r.why))
+	}
+	o := e.Records[0]
+	return fmt.Sprintf("checkpoint key %q in topic %s holds a record in a transaction Kafka left open after its transactional id was fenced, "+
+		"and nothing tells whether it committed: %s. Resuming before it would publish its events again if it committed, and after it would "+
+		"lose them if it did not, so walstream stops. See whether the events of producer id %d are in the outbox topics read_committed "+
+		"(kafka-transactions.sh --bootstrap-server <broker> describe-producers --topic <outbox topic> --partition <n> names the producers of a partition): "+
+		"if they are, write a COMMIT marker for the transaction on checkpoint partition %d, else abort it there "+
+		"(kafka-transactions.sh --bootstrap-server <broker> abort --topic %s --partition %d --start-offset %d); then start walstream again "+
+		"(see docs/kafka.md, A transaction holding the checkpoint topic)",
+		e.Key, e.Topic, strings.Join(recs, "; "), o.ProducerID, o.Partition, e.Topic, o.Partition, o.Offset)
 }
 
 // awaitFenced reads the checkpoint again until no record of a fenced
@@ -377,7 +472,7 @@ func awaitFenced(ctx context.Context, src checkpointSource, rd store.Read, fence
 	}
 	undecided := func(rd store.Read) int {
 		return slices.IndexFunc(rd.Open, func(o store.OpenRecord) bool {
-			return slices.Contains(fenced, o.TransactionalID) && !prior.isHanging(o) && !prior.acked.Is(o)
+			return slices.Contains(fenced, o.TransactionalID) && !prior.aborted[at(o)] && !prior.acked.Is(o)
 		})
 	}
 	i := undecided(rd)

@@ -34,6 +34,7 @@ const (
 	kindRegistry      = "schema_registry"
 	kindSchemaRefused = "schema_refused"
 	kindTakeover      = "takeover"
+	kindUndecided     = "undecided_checkpoint"
 )
 
 // failureKinds are every kind classifyFailure gives, the placement
@@ -41,7 +42,7 @@ const (
 // the start (TestFailureKinds holds every kind constant to it).
 var failureKinds = []string{kindEpochBumped, kindTxnAborted, kindBadInput, kindSlotAhead, kindSlotMissing, kindSetup, kindFenced,
 	kindAuthorization, kindTLS, kindKafka, kindSlotInUse, kindPostgres, kindSharedKey, kindTopicMissing, kindRegistry,
-	kindSchemaRefused, kindTakeover, Phantoms.String(), OffHistory.String(), SystemChanged.String()}
+	kindSchemaRefused, kindTakeover, kindUndecided, Phantoms.String(), OffHistory.String(), SystemChanged.String()}
 
 // Peers a failure is blamed on, the label of walstream_reconnects_total.
 const (
@@ -72,7 +73,11 @@ func classifyFailure(err error) failure {
 	var sk *SharedKeyError
 	var re *format.RegistryError
 	var aborted *publish.AbortedError
+	var undecided *UndecidedCheckpointError
 	switch {
+	case errors.As(err, &undecided):
+		// An operator decides the record's transaction.
+		return failure{peerKafka, kindUndecided, true}
 	case errors.As(err, &sk):
 		return failure{peerKafka, kindSharedKey, true}
 	case errors.As(err, &eb):

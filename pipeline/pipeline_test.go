@@ -169,15 +169,25 @@ type fakeSource struct {
 	committed checkpoint.Checkpoint
 	reads     int
 	// coordinator, when set, is what the transaction coordinator says of
-	// an open record's transaction: committed or not.
-	coordinator func(o store.OpenRecord) bool
+	// an open record's transaction, and markers what its markers in the
+	// other topics it wrote say; unset, neither decides.
+	coordinator, markers func(o store.OpenRecord) (kafka.Fate, error)
 }
 
 var _ checkpointSource = (*fakeSource)(nil)
 
 func (f *fakeSource) Fence(ctx context.Context) error { return f.fence(ctx) }
-func (f *fakeSource) CommittedOpen(_ context.Context, o store.OpenRecord) bool {
-	return f.coordinator != nil && f.coordinator(o)
+func (f *fakeSource) CoordinatorFate(_ context.Context, o store.OpenRecord) (kafka.Fate, error) {
+	if f.coordinator == nil {
+		return kafka.FateOpen, nil
+	}
+	return f.coordinator(o)
+}
+func (f *fakeSource) MarkerFate(_ context.Context, o store.OpenRecord) (kafka.Fate, error) {
+	if f.markers == nil {
+		return kafka.FateOpen, errors.New("the record names no other topics")
+	}
+	return f.markers(o)
 }
 func (f *fakeSource) FenceOthers(context.Context, []string) error {
 	return errors.New("no transactional id but the stream's own wrote its checkpoints")
@@ -192,9 +202,11 @@ func (f *fakeSource) ReadCheckpoint(ctx context.Context) (store.Read, error) {
 
 // A record of the stream's own transactional id still open after the
 // stream fenced it is waited for: when Kafka commits it, the stream
-// resumes from it; when it stays open, it is a hanging transaction that
-// never commits, and the stream goes on without it. One of a producer it
-// does not know stays a reason to wait.
+// resumes from it. When it stays open, a transaction Kafka left hanging,
+// its markers in the other topics it wrote decide it: committed, the
+// stream resumes after it; aborted, before it. Nothing deciding it, the
+// stream stops, guessing neither. One of a producer it does not know
+// stays a reason to wait.
 func TestHangingOwnRecord(t *testing.T) {
 	srv := replication.Server{SystemID: "7", Timeline: 1, XLogPos: 0x10000, Database: "d"}
 	id := checkpoint.Identity{SystemID: "7", Timeline: 1, Database: "d"}
@@ -203,37 +215,101 @@ func TestHangingOwnRecord(t *testing.T) {
 	cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "k", CheckpointTopic: "cp", TransactionalID: "walstream-d/s",
 		undecidedWait: 2 * time.Second}
 	for _, tc := range []struct {
+		name    string
 		writer  string
 		decided int // reads that find the record open; 0: all
-		want    pglogrepl.LSN
-		ok      bool
-	}{{"walstream-d/s", 0, 0x500, true}, {"walstream-d/s", 3, 0x900, true}, {"", 0, 0, false}} {
+		markers kafka.Fate
+		want    pglogrepl.LSN // 0: an error
+	}{
+		{"decided by Kafka during the wait", "walstream-d/s", 3, kafka.FateOpen, 0x900},
+		{"hanging, committed by its markers", "walstream-d/s", 0, kafka.FateCommitted, 0x900},
+		{"hanging, aborted by its markers", "walstream-d/s", 0, kafka.FateAborted, 0x500},
+		{"hanging, undecided", "walstream-d/s", 0, kafka.FateOpen, 0},
+		{"an unknown producer's", "", 0, kafka.FateOpen, 0},
+	} {
 		src := &fakeSource{fence: func(context.Context) error { return nil },
 			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
 				return own, time.Now(), true, nil
 			},
 			open: []store.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: tc.writer,
-				Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Owner: checkpoint.Owner{Slot: "s", TransactionalID: tc.writer}}}},
-			decided: tc.decided, committed: later}
+				Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Identity: id, Owner: checkpoint.Owner{Slot: "s", TransactionalID: tc.writer}}}},
+			decided: tc.decided, committed: later,
+			markers: func(store.OpenRecord) (kafka.Fate, error) { return tc.markers, nil }}
 		prior := &earlier{}
 		cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, prior,
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
 		var open *OpenCheckpointError
+		var undecided *UndecidedCheckpointError
 		switch {
-		case tc.ok && (err != nil || cp.LSN != tc.want):
-			t.Errorf("writer %q, decided after %d reads: resume = %v, %v; want %s", tc.writer, tc.decided, cp, err, tc.want)
-		case !tc.ok && !errors.As(err, &open):
-			t.Errorf("writer %q: resume error %v, want an OpenCheckpointError", tc.writer, err)
+		case tc.want != 0 && (err != nil || cp.LSN != tc.want):
+			t.Errorf("%s: resume = %v, %v; want %s", tc.name, cp, err, tc.want)
+		case tc.want == 0 && tc.writer == "" && !errors.As(err, &open):
+			t.Errorf("%s: resume error %v, want an OpenCheckpointError", tc.name, err)
+		case tc.want == 0 && tc.writer != "" && (!errors.As(err, &undecided) || !classifyFailure(err).permanent ||
+			!strings.Contains(err.Error(), "partition 0 offset 426") || !strings.Contains(err.Error(), "--start-offset 426")):
+			t.Errorf("%s: resume = %v, %v; want a permanent UndecidedCheckpointError naming the record and how to abort it", tc.name, cp, err)
 		}
-		if !tc.ok || tc.decided > 0 {
+		if tc.want == 0 || tc.decided > 0 {
 			continue
 		}
 		// The next session of the process does not wait for the record
-		// found hanging: its replication stream would be idle meanwhile.
+		// decided before: its replication stream would be idle meanwhile.
 		src.reads = 0
 		if cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, prior,
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"})); err != nil || cp.LSN != tc.want || src.reads > 2 {
-			t.Errorf("the next session: resume = %v, %v after %d reads of the checkpoint; want %s after 2, without waiting", cp, err, src.reads, tc.want)
+			t.Errorf("%s, the next session: resume = %v, %v after %d reads of the checkpoint; want %s after 2, without waiting", tc.name, cp, err, src.reads, tc.want)
+		}
+	}
+}
+
+// A process killed while it waits for a record of its own transactional
+// id, whose coordinator could not say whether it committed, leaves the
+// next process nothing to ask: the coordinator forgot at the fencing. The
+// next process never takes the record for one that did not commit: its
+// markers decide it, or it stops.
+func TestUndecidedAfterKilledWait(t *testing.T) {
+	srv := replication.Server{SystemID: "7", Timeline: 1, XLogPos: 0x10000, Database: "d"}
+	id := checkpoint.Identity{SystemID: "7", Timeline: 1, Database: "d"}
+	owner := checkpoint.Owner{Slot: "s", TransactionalID: "walstream-d/s"}
+	read := checkpoint.Checkpoint{LSN: 0x500, Identity: id, Owner: owner}
+	open := store.OpenRecord{Partition: 0, Offset: 426, ProducerID: 9, ProducerEpoch: 3, TransactionalID: owner.TransactionalID,
+		Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Identity: id, Owner: owner, Notes: &checkpoint.Notes{Wrote: []string{"cp", "outbox.event.Order"}}}}
+	cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "k", CheckpointTopic: "cp", TransactionalID: owner.TransactionalID,
+		undecidedWait: time.Minute}
+	source := func(markers kafka.Fate) *fakeSource {
+		return &fakeSource{fence: func(context.Context) error { return nil },
+			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) { return read, time.Now(), true, nil },
+			open: []store.OpenRecord{open},
+			coordinator: func(store.OpenRecord) (kafka.Fate, error) {
+				return kafka.FateOpen, errors.New("COORDINATOR_LOAD_IN_PROGRESS")
+			},
+			markers: func(store.OpenRecord) (kafka.Fate, error) { return markers, nil }}
+	}
+	// The first process: the coordinator cannot answer; killed during
+	// the wait.
+	ctx, cancel := context.WithCancel(context.Background())
+	src := source(kafka.FateCommitted)
+	src.read = func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
+		if src.reads == 2 {
+			cancel()
+		}
+		return read, time.Now(), true, nil
+	}
+	if _, _, err := resume(ctx, src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, &earlier{},
+		slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"})); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first process: resume = %v, want it killed during the wait", err)
+	}
+	// The next processes, after their waits.
+	cfg.undecidedWait = 500 * time.Millisecond
+	for _, tc := range []struct {
+		markers kafka.Fate
+		want    pglogrepl.LSN // 0: an UndecidedCheckpointError
+	}{{kafka.FateCommitted, 0x900}, {kafka.FateAborted, 0x500}, {kafka.FateOpen, 0}} {
+		cp, _, err := resume(context.Background(), source(tc.markers), replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, &earlier{},
+			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
+		var undecided *UndecidedCheckpointError
+		if tc.want == 0 && !errors.As(err, &undecided) || tc.want != 0 && (err != nil || cp.LSN != tc.want) {
+			t.Errorf("the next process, the markers saying %s: resume = %v, %v; want %s (0: undecided)", tc.markers, cp, err, tc.want)
 		}
 	}
 }
@@ -273,12 +349,18 @@ func TestAcknowledgedOpenRecord(t *testing.T) {
 				return read, time.Now(), true, nil
 			},
 			open: []store.OpenRecord{{Partition: 0, Offset: 426, ProducerID: 9, TransactionalID: owner.TransactionalID, Checkpoint: acked}},
-			coordinator: func(store.OpenRecord) bool {
+			coordinator: func(store.OpenRecord) (kafka.Fate, error) {
 				if fenced {
 					t.Errorf("%s: the coordinator was asked after the fencing, which makes it forget", tc.name)
 				}
-				return tc.coordinator
-			}}
+				if tc.coordinator {
+					return kafka.FateCommitted, nil
+				}
+				return kafka.FateOpen, nil
+			},
+			// Past the wait, the transaction's markers say it did not
+			// commit.
+			markers: func(store.OpenRecord) (kafka.Fate, error) { return kafka.FateAborted, nil }}
 		fenced = false
 		cp, inKafka, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, &earlier{acked: tc.acked},
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))

@@ -15,6 +15,7 @@ import (
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
@@ -354,7 +355,8 @@ type checkpointSource interface {
 	FenceOthers(ctx context.Context, transactionalIDs []string) error
 	ReadCheckpoint(ctx context.Context) (store.Read, error)
 	CheckpointHistory(ctx context.Context) ([]checkpoint.Checkpoint, error)
-	CommittedOpen(ctx context.Context, o store.OpenRecord) bool
+	CoordinatorFate(ctx context.Context, o store.OpenRecord) (kafka.Fate, error)
+	MarkerFate(ctx context.Context, o store.OpenRecord) (kafka.Fate, error)
 }
 
 // sessionSource is a session's checkpointSource: its producer fences the

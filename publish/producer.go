@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -652,6 +654,8 @@ func (p *Producer) flush(ctx context.Context) error {
 	if p.skip != nil {
 		notes.Skipped = p.skip
 	}
+	notes.Wrote = append(slices.Collect(maps.Keys(p.byTopic)), p.cfg.CheckpointTopic)
+	slices.Sort(notes.Wrote)
 	cp := p.pos
 	cp.Notes = &notes
 	p.errMu.Lock()

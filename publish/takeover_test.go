@@ -226,4 +226,9 @@ func TestTakeoverCountsCopies(t *testing.T) {
 	if last := rd.Checkpoint; err != nil || last.Events != 8 {
 		t.Fatalf("last checkpoint %s counts %d events (%v), want the 8 walstream published", last, rd.Checkpoint.Events, err)
 	}
+	// The record names the topics its transaction wrote, by which its
+	// markers are found should its own partition show it open.
+	if n := rd.Checkpoint.Notes; n == nil || !slices.Equal(n.Wrote, []string{topic, "walstream.checkpoints"}) {
+		t.Errorf("the last checkpoint's notes %+v do not name the topics its transaction wrote", n)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/internal/testenv"
@@ -113,19 +114,19 @@ func decided(ctx context.Context, c *Checkpoints) (rd Read, err error) {
 }
 
 // The coordinator's word on the transaction of an open checkpoint record
-// of the stream's own transactional id: committed only while the id's
-// last transaction, under the record's producer id and epoch, is
-// committing or committed. Once the id's producer id is initialized again
-// the coordinator no longer tells, and the answer is no. On Apache Kafka,
-// whose coordinator it asks, with transaction version 2 (an epoch per
-// transaction) and 1.
-func TestCommittedOpen(t *testing.T) {
+// of the stream's own transactional id: committed or aborted only while
+// the id's last transaction, under the record's producer id and epoch, is
+// ending or ended so. Once the id's producer id is initialized again the
+// coordinator no longer tells, and the record is undecided; so it is when
+// the coordinator cannot be asked. On Apache Kafka, whose coordinator it
+// asks, with transaction version 2 (an epoch per transaction) and 1.
+func TestCoordinatorFate(t *testing.T) {
 	for _, kind := range []testenv.BrokerKind{testenv.BrokerKafka, testenv.BrokerKafkaTV1} {
-		t.Run(string(kind), func(t *testing.T) { testCommittedOpen(t, testenv.StartBroker(t, kind).Addr()) })
+		t.Run(string(kind), func(t *testing.T) { testCoordinatorFate(t, testenv.StartBroker(t, kind).Addr()) })
 	}
 }
 
-func testCommittedOpen(t *testing.T, broker string) {
+func testCoordinatorFate(t *testing.T, broker string) {
 	ctx := context.Background()
 	c := checkpoints(t, broker, "tx-c")
 	if _, err := c.ReadCheckpoint(ctx); err != nil { // creates the checkpoint topic
@@ -154,24 +155,22 @@ func testCommittedOpen(t *testing.T, broker string) {
 			t.Fatal(err)
 		}
 	}
+	fate := func(o OpenRecord, want kafka.Fate, what string) {
+		t.Helper()
+		if f, err := c.CoordinatorFate(ctx, o); err != nil || f != want {
+			t.Errorf("%s: %s, %v; want %s", what, f, err, want)
+		}
+	}
 	first := write()
-	if c.CommittedOpen(ctx, first) {
-		t.Error("a transaction still open: reported committed")
-	}
+	fate(first, kafka.FateOpen, "a transaction still open")
 	end(kgo.TryCommit)
-	if !c.CommittedOpen(ctx, first) {
-		t.Error("the transaction committed: not reported committed")
-	}
+	fate(first, kafka.FateCommitted, "the transaction committed")
 	second := write()
 	end(kgo.TryAbort)
-	if c.CommittedOpen(ctx, second) || c.CommittedOpen(ctx, first) {
-		t.Error("after an aborted transaction: its record, or the one committed before it, reported committed")
-	}
+	fate(second, kafka.FateAborted, "the transaction aborted")
 	third := write()
 	end(kgo.TryCommit)
-	if !c.CommittedOpen(ctx, third) {
-		t.Error("the last transaction committed: not reported committed")
-	}
+	fate(third, kafka.FateCommitted, "the last transaction committed")
 	// A producer of tx-c initializes its producer id, as the stream's does
 	// at its Fence.
 	fencer, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.TransactionalID("tx-c"))
@@ -182,7 +181,141 @@ func testCommittedOpen(t *testing.T, broker string) {
 	if _, _, err := fencer.ProducerID(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if c.CommittedOpen(ctx, third) {
-		t.Error("after the fencing: reported committed, though the coordinator no longer tells")
+	fate(third, kafka.FateOpen, "after the fencing, the coordinator no longer telling")
+	// A coordinator that cannot be asked decides nothing.
+	unreachable := New(Config{Kafka: kafka.Settings{Brokers: []string{"127.0.0.1:1"}}, Topic: "walstream.checkpoints", Key: "slot-a",
+		TransactionalID: "tx-c"}, slog.New(slog.DiscardHandler))
+	if f, err := unreachable.CoordinatorFate(ctx, third); err == nil || f != kafka.FateOpen {
+		t.Errorf("a coordinator that cannot be asked: %s, %v; want undecided, with the error", f, err)
+	}
+}
+
+// A checkpoint record its partition shows open is decided by its
+// transaction's markers in the other topics it wrote, as the record names
+// them: a marker of the record's producer id of a later epoch, following
+// its records. Under transaction version 2 a commit and an abort both bump
+// the epoch; under version 1 only an abort by a fencing does, and a commit
+// stays undecided. A record that names no other topics is undecided. On
+// Apache Kafka, with another producer writing the same partitions.
+func TestMarkerFate(t *testing.T) {
+	for _, kind := range []testenv.BrokerKind{testenv.BrokerKafka, testenv.BrokerKafkaTV1} {
+		t.Run(string(kind), func(t *testing.T) { testMarkerFate(t, testenv.StartBroker(t, kind).Addr(), kind == testenv.BrokerKafka) })
+	}
+}
+
+func testMarkerFate(t *testing.T, broker string, tv2 bool) {
+	ctx := context.Background()
+	const outbox = "outbox.event.Order"
+	c := checkpoints(t, broker, "tx-m")
+	if _, err := c.ReadCheckpoint(ctx); err != nil { // creates the checkpoint topic
+		t.Fatal(err)
+	}
+	adm, err := kgo.NewClient(kgo.SeedBrokers(broker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if _, err := kadm.NewClient(adm).CreateTopic(ctx, 3, 1, nil, outbox); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.TransactionalID("tx-m"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// Another producer writes the same partitions all along.
+	other, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	busy := func() {
+		t.Helper()
+		for p := range int32(3) {
+			if err := other.ProduceSync(ctx, &kgo.Record{Topic: outbox, Partition: p, Value: []byte("other")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write := func(wrote []string) OpenRecord {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		busy()
+		for _, p := range []int32{0, 2} {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: outbox, Partition: p, Value: []byte("event")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		busy()
+		cp := checkpoint.Checkpoint{LSN: 0x100, Notes: &checkpoint.Notes{Wrote: wrote}}
+		r, err := cl.ProduceSync(ctx, &kgo.Record{Topic: "walstream.checkpoints", Key: []byte("slot-a"),
+			Value: cp.Encode(checkpoint.Owner{Slot: "slot-a", TransactionalID: "tx-m"}, time.Now())}).First()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := OpenRecord{Partition: r.Partition, Offset: r.Offset, ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch, TransactionalID: "tx-m"}
+		o.Checkpoint, _, _ = checkpoint.Decode(r.Value)
+		return o
+	}
+	end := func(try kgo.TransactionEndTry) {
+		t.Helper()
+		if err := cl.EndTransaction(ctx, try); err != nil {
+			t.Fatal(err)
+		}
+		busy()
+	}
+	// fate waits for the markers: under transaction version 2, EndTxn
+	// returns before the coordinator writes them.
+	fate := func(o OpenRecord, want kafka.Fate, what string) {
+		t.Helper()
+		var f kafka.Fate
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if f, err = c.MarkerFate(ctx, o); err != nil || f == want || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil || f != want {
+			t.Errorf("%s: %s, %v; want %s", what, f, err, want)
+		}
+	}
+	wrote := []string{outbox, "walstream.checkpoints"}
+	committed := write(wrote)
+	fate(committed, kafka.FateOpen, "open")
+	end(kgo.TryCommit)
+	if tv2 {
+		fate(committed, kafka.FateCommitted, "committed")
+	} else {
+		fate(committed, kafka.FateOpen, "committed, under transaction version 1")
+	}
+	aborted := write(wrote)
+	end(kgo.TryAbort)
+	if tv2 {
+		fate(aborted, kafka.FateAborted, "aborted")
+	}
+	open := write(wrote)
+	fate(open, kafka.FateOpen, "open after others ended")
+	// The stream's next instance fences the id: Kafka aborts the open
+	// transaction with an epoch bumped.
+	fencer, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.TransactionalID("tx-m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fencer.Close()
+	if _, _, err := fencer.ProducerID(ctx); err != nil {
+		t.Fatal(err)
+	}
+	busy()
+	fate(open, kafka.FateAborted, "aborted by the fencing")
+	if tv2 {
+		fate(committed, kafka.FateCommitted, "committed, after later transactions")
+	}
+	// A record that names no other topic is not decided.
+	old := committed
+	old.Checkpoint.Notes = nil
+	if f, err := c.MarkerFate(ctx, old); err == nil || f != kafka.FateOpen {
+		t.Errorf("a record naming no topics: %s, %v; want undecided, with why", f, err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -38,36 +40,85 @@ func (c *Checkpoints) FenceOthers(ctx context.Context, ids []string) error {
 	return nil
 }
 
-// CommittedOpen reports whether the transaction coordinator holds the
-// transaction of o, an open record of the stream's transactional id, as
-// committed, so that the record is committed whatever its partition
-// shows. Ask it before the producer's Fence: initializing the producer id makes the
-// coordinator forget how the last transaction ended. A coordinator that
-// cannot be asked answers no.
-func (c *Checkpoints) CommittedOpen(ctx context.Context, o OpenRecord) bool {
+// CoordinatorFate asks the transaction coordinator what became of the
+// transaction of o, an open record of the stream's transactional id: it
+// committed, or aborted, when the id's last transaction, under o's
+// producer id and epoch, is committing or committed, aborting or aborted;
+// FateOpen, undecided, when it is still open or the coordinator no longer
+// tells (the id's producer id was initialized since: ask before the
+// producer's Fence, which makes the coordinator forget how the last
+// transaction ended). A coordinator that cannot be asked (loading its log
+// after a restart, unreachable) decides nothing: FateOpen, with the error.
+func (c *Checkpoints) CoordinatorFate(ctx context.Context, o OpenRecord) (kafka.Fate, error) {
 	cl, err := kgo.NewClient(c.opts...)
 	if err != nil {
-		return false
+		return kafka.FateOpen, fmt.Errorf("creating Kafka client: %w", err)
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	d, err := kadm.NewClient(cl).DescribeTransactions(ctx, c.cfg.TransactionalID)
 	if err != nil {
-		return false
+		return kafka.FateOpen, fmt.Errorf("describing transactional id %s: %w", c.cfg.TransactionalID, err)
 	}
 	t, ok := d[c.cfg.TransactionalID]
-	return ok && t.Err == nil && coordinatorCommitted(t, o)
+	if !ok {
+		return kafka.FateOpen, fmt.Errorf("describing transactional id %s: the coordinator did not answer for it", c.cfg.TransactionalID)
+	}
+	if t.Err != nil {
+		return kafka.FateOpen, fmt.Errorf("describing transactional id %s: %w", c.cfg.TransactionalID, t.Err)
+	}
+	return coordinatorFate(t, o), nil
 }
 
-// coordinatorCommitted reports whether t, the coordinator's description of
-// a transactional id, says that the transaction of o committed: the id's
-// last transaction is committing or committed, under o's producer id and
-// epoch (transaction version 2 bumps the epoch as a transaction ends).
-// Every transaction of walstream writes the checkpoint partition, and a
-// later one's marker would have decided o: a record still open is of the
-// last.
-func coordinatorCommitted(t kadm.DescribedTransaction, o OpenRecord) bool {
-	return t.ProducerID == o.ProducerID && (t.State == "PrepareCommit" || t.State == "CompleteCommit") &&
-		(t.ProducerEpoch == o.ProducerEpoch || t.ProducerEpoch == o.ProducerEpoch+1)
+// coordinatorFate is what t, the coordinator's description of a
+// transactional id, says of the transaction of o: the id's last
+// transaction is committing or committed (aborting or aborted) under o's
+// producer id and epoch (transaction version 2 bumps the epoch as a
+// transaction ends). Every transaction of walstream writes the checkpoint
+// partition, and a later one's marker would have decided o: a record still
+// open is of the last.
+func coordinatorFate(t kadm.DescribedTransaction, o OpenRecord) kafka.Fate {
+	if t.ProducerID != o.ProducerID || t.ProducerEpoch != o.ProducerEpoch && t.ProducerEpoch != o.ProducerEpoch+1 {
+		return kafka.FateOpen
+	}
+	switch t.State {
+	case "PrepareCommit", "CompleteCommit":
+		return kafka.FateCommitted
+	case "PrepareAbort", "CompleteAbort":
+		return kafka.FateAborted
+	}
+	return kafka.FateOpen
+}
+
+// MarkerFate decides the transaction of o, a record its partition shows in
+// a transaction still open, by the transaction's markers in the other
+// topics it wrote, as the record names them (checkpoint.Notes.Wrote):
+// kafka.TransactionFate. FateOpen when they do not decide it, and with an
+// error when the record names none (written by an earlier version) or they
+// cannot be read.
+func (c *Checkpoints) MarkerFate(ctx context.Context, o OpenRecord) (kafka.Fate, error) {
+	var topics []string
+	if n := o.Checkpoint.Notes; n != nil {
+		topics = slices.DeleteFunc(slices.Clone(n.Wrote), func(t string) bool { return t == c.cfg.Topic })
+	}
+	if len(topics) == 0 {
+		return kafka.FateOpen, errors.New("the record does not name other topics its transaction wrote (an earlier version of walstream wrote it)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	f, err := kafka.TransactionFate(ctx, c.opts, topics, o.ProducerID, o.ProducerEpoch)
+	if err != nil {
+		return kafka.FateOpen, fmt.Errorf("reading the markers of producer id %d epoch %d in topics %s: %w", o.ProducerID, o.ProducerEpoch,
+			strings.Join(topics, ", "), kafka.Authorization(err, ""))
+	}
+	return f, nil
+}
+
+// WroteNothingElse reports whether the transaction of o wrote nothing but
+// its checkpoint record, as the record says (checkpoint.Notes.Wrote):
+// taking it for one that never committed publishes nothing again.
+func (o OpenRecord) WroteNothingElse(checkpointTopic string) bool {
+	n := o.Checkpoint.Notes
+	return n != nil && len(n.Wrote) == 1 && n.Wrote[0] == checkpointTopic
 }
