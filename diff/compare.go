@@ -228,7 +228,7 @@ func (o *OneSided) add(id string, ts time.Time, examples int) {
 func (c Compare) read(ctx context.Context, topic string) (map[string]*summary, int, error) {
 	events := make(map[string]*summary)
 	n := 0
-	err := kafka.ScanTopic(ctx, c.Kafka.Opts(), topic, c.Since, 0, func(r *kgo.Record) error {
+	err := kafka.ScanTopic(ctx, c.Kafka.Opts(), topic, c.Since, func(r *kgo.Record) error {
 		n++
 		id := format.EventKey(r)
 		if s, ok := events[id]; ok {

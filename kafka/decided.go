@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -435,4 +436,135 @@ func (r *PartitionReader) endOf(ctx context.Context, topic string, p int32, pid 
 		}
 	}
 	return FateOpen, nil
+}
+
+// ScanDecided calls each with every committed record of topic from the
+// first timestamped at or after since (the log's start when since is
+// zero), partition after partition, with clients of its own. It reads as
+// ScanKey does, so that a transaction another producer holds open stops
+// nothing: read_committed up to each partition's last stable offset, and
+// past it each record decided by its transaction's marker. Records of
+// transactions still open when the read reaches the high watermark are
+// waited for, up to wait, reading on for their producers' markers alone:
+// an exactly-once task killed in a transaction leaves one open until the
+// broker aborts it, and what it wrote is committed or not only then. A
+// busy producer's transactions begun after the read reached the end are
+// not waited for. Within a partition records come in offset order, but
+// those whose markers came after the read reached the end, which come
+// last. A topic that does not exist holds no records.
+func ScanDecided(ctx context.Context, connOpts []kgo.Opt, topic string, since time.Time, wait time.Duration, each func(*kgo.Record) error) error {
+	r, err := NewPartitionReader(connOpts)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	starts, err := r.adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
+	}
+	if !since.IsZero() {
+		if starts, err = r.adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topic); err == nil {
+			err = starts.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("listing the offsets of topic %s at %s: %w", topic, since.UTC().Format(time.RFC3339Nano), err)
+		}
+	}
+	stable, err := stableOffsets(ctx, r.adm, topic)
+	if err != nil {
+		return err
+	}
+	ends, err := r.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("listing end offsets of topic %s: %w", topic, err)
+	}
+	all := func(*kgo.Record) bool { return true }
+	deadline := time.Now().Add(wait)
+	var parts []int32
+	ends.Each(func(o kadm.ListedOffset) { parts = append(parts, o.Partition) })
+	slices.Sort(parts)
+	for _, p := range parts {
+		start, ok := starts.Lookup(topic, p)
+		end, _ := ends.Lookup(topic, p)
+		if !ok || start.Offset < 0 || start.Offset >= end.Offset {
+			continue
+		}
+		lso, _ := stable.Lookup(topic, p)
+		if err := r.committedUntil(ctx, topic, p, start.Offset, min(lso.Offset, end.Offset), each); err != nil {
+			return err
+		}
+		if lso.Offset >= end.Offset {
+			continue
+		}
+		open, err := r.pastStable(ctx, topic, p, max(lso.Offset, start.Offset), end.Offset, all, each)
+		if err != nil {
+			return err
+		}
+		if len(open) == 0 {
+			continue
+		}
+		decided, err := r.awaitMarkers(ctx, topic, p, end.Offset, open, deadline)
+		if err != nil {
+			return err
+		}
+		for _, rec := range decided {
+			if err := each(rec); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// awaitMarkers reads partition p of topic on from from until the marker of
+// the producer of each record of open, and returns those committed in
+// offset order. Past deadline, a producer without one is
+// ErrOpenTransaction.
+func (r *PartitionReader) awaitMarkers(ctx context.Context, topic string, p int32, from int64, open []*kgo.Record, deadline time.Time) ([]*kgo.Record, error) {
+	pending := make(map[int64][]*kgo.Record)
+	for _, rec := range open {
+		pending[rec.ProducerID] = append(pending[rec.ProducerID], rec)
+	}
+	var done []*kgo.Record
+	for next := from; len(pending) > 0; {
+		if time.Now().After(deadline) {
+			var pids []string
+			for pid, recs := range pending {
+				pids = append(pids, fmt.Sprintf("producer id %d (from offset %d)", pid, recs[0].Offset))
+			}
+			slices.Sort(pids)
+			return nil, fmt.Errorf("%w: topic %s partition %d: %s kept a transaction open until %s", ErrOpenTransaction, topic, p,
+				strings.Join(pids, ", "), deadline.UTC().Format(time.RFC3339))
+		}
+		f, err := r.Fetch(ctx, topic, p, next, false, 200*time.Millisecond)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for _, rec := range f.Records {
+			fa, ok := MarkerFate(rec)
+			if !ok || pending[rec.ProducerID] == nil {
+				continue
+			}
+			if fa == FateCommitted {
+				done = append(done, pending[rec.ProducerID]...)
+			}
+			delete(pending, rec.ProducerID)
+		}
+		next = max(next, f.Next)
+	}
+	slices.SortFunc(done, byOffset)
+	return done, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -45,7 +44,7 @@ func ScanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each fu
 	if err != nil {
 		return nil, fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
 	}
-	stable, err := stableOffsets(ctx, r.adm, topic, 0)
+	stable, err := stableOffsets(ctx, r.adm, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +90,7 @@ func ScanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each fu
 func ReadTopic(ctx context.Context, conn Settings, topic string, each func(key, value []byte)) error {
 	ctx, cancel := context.WithTimeout(ctx, readDeadline)
 	defer cancel()
-	return ScanTopic(ctx, conn.Opts(), topic, time.Time{}, 0, func(r *kgo.Record) error {
+	return ScanTopic(ctx, conn.Opts(), topic, time.Time{}, func(r *kgo.Record) error {
 		each(r.Key, r.Value)
 		return nil
 	})
@@ -100,12 +99,9 @@ func ReadTopic(ctx context.Context, conn Settings, topic string, each func(key, 
 // ScanTopic calls each with every committed record of topic, read_committed,
 // partition after partition in offset order, from the first record
 // timestamped at or after since (the log's start when since is zero) to
-// the last stable offset, with a client of its own. With stable > 0 it
-// first waits up to that long until no partition has a transaction open,
-// so that what an ended producer left open is committed or aborted before
-// the read decides what Kafka holds. A topic that does not exist holds no
-// records.
-func ScanTopic(ctx context.Context, connOpts []kgo.Opt, topic string, since time.Time, stable time.Duration, each func(*kgo.Record) error) error {
+// the last stable offset, with a client of its own. A topic that does not
+// exist holds no records.
+func ScanTopic(ctx context.Context, connOpts []kgo.Opt, topic string, since time.Time, each func(*kgo.Record) error) error {
 	// Fetch v12, the last that names topics rather than topic ids: the
 	// reader sends its own fetches.
 	cl, err := kgo.NewClient(append(connOpts[:len(connOpts):len(connOpts)], kgo.MaxVersions(kversion.V2_8_0()))...)
@@ -124,7 +120,7 @@ func ScanTopic(ctx context.Context, connOpts []kgo.Opt, topic string, since time
 	if err != nil {
 		return fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
 	}
-	ends, err := stableOffsets(ctx, adm, topic, stable)
+	ends, err := stableOffsets(ctx, adm, topic)
 	if err != nil {
 		return err
 	}
@@ -206,50 +202,20 @@ func ScanTopic(ctx context.Context, connOpts []kgo.Opt, topic string, since time
 }
 
 // stableOffsets lists the topic's last stable offsets: everything before
-// them is committed or aborted. With wait > 0 it waits up to that long
-// until they reach the high watermarks, that is until no transaction is
-// open on any partition, and names the partitions that kept one open.
-func stableOffsets(ctx context.Context, adm *kadm.Client, topic string, wait time.Duration) (kadm.ListedOffsets, error) {
-	deadline := time.Now().Add(wait)
-	for {
-		ends, err := adm.ListCommittedOffsets(ctx, topic)
-		if err == nil {
-			err = ends.Error()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("listing committed offsets of topic %s: %w", topic, err)
-		}
-		if wait <= 0 {
-			return ends, nil
-		}
-		hw, err := adm.ListEndOffsets(ctx, topic)
-		if err == nil {
-			err = hw.Error()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("listing end offsets of topic %s: %w", topic, err)
-		}
-		var open []string
-		hw.Each(func(o kadm.ListedOffset) {
-			if s, ok := ends.Lookup(topic, o.Partition); !ok || s.Offset < o.Offset {
-				open = append(open, fmt.Sprint(o.Partition))
-			}
-		})
-		if len(open) == 0 {
-			return ends, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: topic %s partitions %s kept a transaction open for %s", ErrOpenTransaction, topic, strings.Join(open, ", "), wait)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+// them is committed or aborted.
+func stableOffsets(ctx context.Context, adm *kadm.Client, topic string) (kadm.ListedOffsets, error) {
+	stable, err := adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = stable.Error()
 	}
+	if err != nil {
+		return nil, fmt.Errorf("listing committed offsets of topic %s: %w", topic, err)
+	}
+	return stable, nil
 }
 
-// ErrOpenTransaction means a topic kept a transaction open longer than a
-// reader would wait: a producer that ended without committing or aborting
-// it, whose transaction the broker aborts after its transaction timeout.
+// ErrOpenTransaction means a partition kept a transaction open longer than
+// a reader would wait: a producer that ended without committing or
+// aborting it, whose transaction the broker aborts after its transaction
+// timeout.
 var ErrOpenTransaction = errors.New("a transaction is open")

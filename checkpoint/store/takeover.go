@@ -62,10 +62,13 @@ import (
 // of the same id, which is why a takeover asks for a unique, not null
 // event id column (pipeline).
 
-// takeoverWait is how long the lookup waits for a topic's open
-// transaction to end: a killed exactly-once task leaves one open until the
-// broker aborts it, after the producer's transaction.timeout.ms (one
-// minute by default in Kafka Connect).
+// takeoverWait is how long the lookup waits for a transaction open on a
+// partition when it reads it to end: a killed exactly-once task leaves one
+// open until the broker aborts it, after the producer's
+// transaction.timeout.ms (one minute by default in Kafka Connect). Only
+// those open when the read reaches the partition's end are waited for,
+// and only until their markers (kafka.ScanDecided): a busy producer
+// writing the same topic does not hold the lookup up.
 const takeoverWait = 90 * time.Second
 
 // takeoverReadDeadline bounds reading one topic.
@@ -79,6 +82,9 @@ type Lookup struct {
 	log      *slog.Logger
 	// own returns the producer id this stream writes under.
 	own func(ctx context.Context) (int64, error)
+	// wait is how long a transaction open on a topic is waited for
+	// (takeoverWait).
+	wait time.Duration
 	// tallies are, for each topic read, the records of each event id.
 	tallies map[string]map[string]*tally
 	// found counts the events found already published, checked those
@@ -89,7 +95,7 @@ type Lookup struct {
 // NewLookup looks events up for the takeover t, with clients connecting
 // with opts; own returns the producer id this stream writes under.
 func NewLookup(t *checkpoint.Takeover, opts []kgo.Opt, own func(context.Context) (int64, error), log *slog.Logger) *Lookup {
-	return &Lookup{takeover: t, opts: opts, own: own, log: log, tallies: make(map[string]map[string]*tally)}
+	return &Lookup{takeover: t, opts: opts, own: own, wait: takeoverWait, log: log, tallies: make(map[string]map[string]*tally)}
 }
 
 // tally is what a topic holds of one event id.
@@ -206,7 +212,7 @@ func (p *Lookup) read(ctx context.Context, topic string) (map[string]*tally, err
 	}
 	tallies := make(map[string]*tally)
 	n := 0
-	err = kafka.ScanTopic(ctx, p.opts, topic, p.takeover.Since, takeoverWait, func(r *kgo.Record) error {
+	err = kafka.ScanDecided(ctx, p.opts, topic, p.takeover.Since, p.wait, func(r *kgo.Record) error {
 		k, ok := eventID(r)
 		if !ok {
 			return nil
