@@ -199,7 +199,9 @@ func testCoordinatorFate(t *testing.T, broker string) {
 // Apache Kafka, with another producer writing the same partitions.
 func TestMarkerFate(t *testing.T) {
 	for _, kind := range []testenv.BrokerKind{testenv.BrokerKafka, testenv.BrokerKafkaTV1} {
-		t.Run(string(kind), func(t *testing.T) { testMarkerFate(t, testenv.StartBroker(t, kind).Addr(), kind == testenv.BrokerKafka) })
+		t.Run(string(kind), func(t *testing.T) {
+			testMarkerFate(t, testenv.StartBroker(t, kind).Addr(), kind == testenv.BrokerKafka)
+		})
 	}
 }
 
