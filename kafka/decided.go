@@ -78,6 +78,12 @@ type PartitionReader struct {
 	cl      *kgo.Client
 	adm     *kadm.Client
 	leaders map[string]map[int32]int32
+	// maxBytes bounds what one fetch returns of a partition; 16 MiB when
+	// zero.
+	maxBytes int32
+	// read counts the records fetched, control records included: what a
+	// read cost.
+	read int64
 }
 
 // NewPartitionReader creates a reader connecting with connOpts.
@@ -110,14 +116,15 @@ func (r *PartitionReader) Fetch(ctx context.Context, topic string, p int32, offs
 		return Fetched{}, err
 	}
 	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, int32(wait.Milliseconds()), 1, 16<<20
+	limit := cmp.Or(r.maxBytes, 16<<20)
+	req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, int32(wait.Milliseconds()), 1, limit
 	if committed {
 		req.IsolationLevel = 1
 	}
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic = topic
 	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, offset, 16<<20
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, offset, limit
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, r.cl.Broker(int(leader)))
@@ -148,6 +155,7 @@ func (r *PartitionReader) Fetch(ctx context.Context, topic string, p int32, offs
 	if fp.Err != nil {
 		return Fetched{}, fmt.Errorf("reading topic %s partition %d at offset %d: %w", topic, p, offset, fp.Err)
 	}
+	r.read += int64(len(fp.Records))
 	return Fetched{Records: fp.Records, Next: max(next, offset), End: part.HighWatermark, LSO: part.LastStableOffset}, nil
 }
 

@@ -34,6 +34,10 @@ func ScanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each fu
 		return nil, err
 	}
 	defer r.Close()
+	return r.scanKey(ctx, topic, key, each)
+}
+
+func (r *PartitionReader) scanKey(ctx context.Context, topic, key string, each func(*kgo.Record) error) (open []*kgo.Record, err error) {
 	starts, err := r.adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()

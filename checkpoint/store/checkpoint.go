@@ -122,11 +122,7 @@ func ReadCheckpoint(ctx context.Context, conn kafka.Settings, topic, key string)
 // transaction coordinator for the transactional ids that records written
 // by earlier versions do not name.
 func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string, writers bool) (Read, error) {
-	var last *kgo.Record
-	open, err := kafka.ScanKey(ctx, connOpts, topic, key, func(r *kgo.Record) error {
-		last = r
-		return nil
-	})
+	last, open, err := kafka.LastUnderKey(ctx, connOpts, topic, key)
 	if errors.Is(err, kerr.TopicAuthorizationFailed) {
 		err = fmt.Errorf("%w: the principal needs the Read ACL on checkpoint topic %s: %w", kafka.ErrAuthorization, topic, err)
 	}
