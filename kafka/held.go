@@ -2,8 +2,10 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -187,4 +189,71 @@ func Holds(ctx context.Context, conn Settings, topic string) ([]Hold, error) {
 	}
 	defer cl.Close()
 	return newHolds(cl).check(ctx, topic, time.Now(), holdAfter)
+}
+
+// EndHanging ends the transaction open at offset start of partition p of
+// topic, as kafka-transactions.sh abort does for a hanging transaction
+// (KIP-664): the partition's leader names the producer whose transaction
+// starts there (DescribeProducers), and a COMMIT marker, when commit is
+// set, or an ABORT marker is written to the partition alone
+// (WriteTxnMarkers) under that producer's id, epoch and coordinator epoch.
+// Its coordinator is not told: meant for a transaction it lost track of,
+// which no producer will end. It needs the ClusterAction ACL on the
+// cluster. It returns the hold it ended.
+func EndHanging(ctx context.Context, conn Settings, topic string, p int32, start int64, commit bool) (Hold, error) {
+	cl, err := kgo.NewClient(conn.Opts()...)
+	if err != nil {
+		return Hold{}, fmt.Errorf("creating Kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	set := make(kadm.TopicsSet)
+	set.Add(topic, p)
+	described, err := adm.DescribeProducers(ctx, set)
+	if err == nil {
+		described.EachPartition(func(d kadm.DescribedProducersPartition) { err = errors.Join(err, d.Err) })
+	}
+	if err != nil {
+		return Hold{}, fmt.Errorf("asking the leader of %s-%d for its open transactions: %w", topic, p, err)
+	}
+	var found *kadm.DescribedProducer
+	var open []string
+	for _, d := range described.SortedProducers() {
+		if d.CurrentTxnStartOffset < 0 {
+			continue
+		}
+		if d.CurrentTxnStartOffset == start {
+			found = &d
+		}
+		open = append(open, fmt.Sprintf("producer id %d at offset %d", d.ProducerID, d.CurrentTxnStartOffset))
+	}
+	if found == nil {
+		if len(open) == 0 {
+			open = append(open, "none")
+		}
+		return Hold{}, fmt.Errorf("no transaction of %s-%d starts at offset %d: transactions open there: %s", topic, p, start, strings.Join(open, ", "))
+	}
+	h := Hold{Topic: topic, Partition: p, Stable: start, ProducerID: found.ProducerID, Since: time.UnixMilli(found.LastTimestamp)}
+	h.name(ctx, adm)
+	resp, err := adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{ProducerID: found.ProducerID, ProducerEpoch: found.ProducerEpoch, Commit: commit,
+		CoordinatorEpoch: max(0, found.CoordinatorEpoch), Topics: set})
+	if err == nil {
+		resp.EachPartition(func(r kadm.TxnMarkersPartitionResponse) { err = errors.Join(err, r.Err) })
+	}
+	if err != nil {
+		return h, fmt.Errorf("writing the marker of producer id %d epoch %d to %s-%d (the principal needs the ClusterAction ACL on the cluster): %w",
+			found.ProducerID, found.ProducerEpoch, topic, p, err)
+	}
+	return h, nil
+}
+
+// name asks the coordinators for the transactional id of the hold's
+// producer, when they know it.
+func (h *Hold) name(ctx context.Context, adm *kadm.Client) {
+	listed, _ := adm.ListTransactions(ctx, []int64{h.ProducerID}, nil)
+	for _, t := range listed.Sorted() {
+		if t.ProducerID == h.ProducerID {
+			h.TransactionalID = t.TxnID
+		}
+	}
 }

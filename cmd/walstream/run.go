@@ -156,7 +156,12 @@ func flagHints(err error) error {
 	var recreated *decode.TableRecreatedError
 	var bad *decode.Error
 	var unattached *decode.UnattachedError
+	var undecided *pipeline.UndecidedCheckpointError
 	switch {
+	case errors.As(err, &undecided):
+		o := undecided.Records[0]
+		return fmt.Errorf("%w (committed: walstream status --commit-hanging %d:%d; not: walstream status --abort-hanging %d:%d)",
+			err, o.Partition, o.Offset, o.Partition, o.Offset)
 	case errors.Is(err, pipeline.ErrSlotAhead), errors.Is(err, pipeline.ErrSlotMissing):
 		return fmt.Errorf("%w (--allow-slot-ahead)", err)
 	case errors.As(err, &diverged) && diverged.Placement.Verdict == pipeline.Phantoms:

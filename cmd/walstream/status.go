@@ -8,11 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/walstream/walstream/config"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/pipeline"
 )
 
@@ -27,6 +29,7 @@ type statusReport = pipeline.Report
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var asJSON bool
 	var statusTopic string
+	var abort, commit string
 	cfgs, err := config.ParseStreams(config.Command{Name: "status",
 		About: "Prints the slot's state and the checkpoint in Kafka of the stream, or of every stream a config file lists under streams: (--stream names one); " +
 			"exits non-zero when a slot is lost, missing or ahead of the checkpoint, or Kafka cannot be read, " +
@@ -35,12 +38,21 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			fs.BoolVar(&asJSON, "json", false, "print JSON: the stream's report, or a list of every stream's")
 			fs.StringVar(&statusTopic, "connect-status-topic", "", "Kafka Connect's status topic (status.storage.topic), read from --kafka-brokers: "+
 				"report the state of the Debezium connector --debezium-connector names, and exit non-zero unless it stopped or was deleted and no other process holds the slot")
+			fs.StringVar(&abort, "abort-hanging", "", "first abort the transaction hanging on the checkpoint topic that starts at PARTITION:OFFSET, "+
+				"as kafka-transactions.sh abort does (needs the ClusterAction ACL; see docs/kafka.md, A transaction holding the checkpoint topic)")
+			fs.StringVar(&commit, "commit-hanging", "", "first commit the transaction hanging on the checkpoint topic that starts at PARTITION:OFFSET: "+
+				"only for a checkpoint record walstream stopped at whose transaction's events are in Kafka (see docs/kafka.md, A transaction holding the checkpoint topic)")
 		},
 		Uses:  config.StatusSettings,
 		Needs: func() (pg, kafka bool) { return true, true },
 	}, args, stdout)
 	if err != nil {
 		return err
+	}
+	if abort != "" || commit != "" {
+		if err := endHanging(ctx, cfgs, abort, commit, stdout); err != nil {
+			return err
+		}
 	}
 	reports := make([]*statusReport, len(cfgs))
 	for i, cfg := range cfgs {
@@ -88,6 +100,36 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		problems = append(problems, fmt.Errorf("%w: stream %s: %s", ErrUnhealthy, r.Stream, r.Problems[0]))
 	}
 	return errors.Join(problems...)
+}
+
+// endHanging ends the hanging transaction at PARTITION:OFFSET of the
+// checkpoint topic that abort or commit names, and says so.
+func endHanging(ctx context.Context, cfgs []*config.Config, abort, commit string, stdout io.Writer) error {
+	if abort != "" && commit != "" {
+		return errors.New("--abort-hanging and --commit-hanging: give one")
+	}
+	if len(cfgs) > 1 {
+		return errors.New("--abort-hanging and --commit-hanging end a transaction on one checkpoint topic: name the stream with --stream")
+	}
+	flagName, at, verb := "--abort-hanging", abort, "aborted"
+	if commit != "" {
+		flagName, at, verb = "--commit-hanging", commit, "committed"
+	}
+	part, off, ok := strings.Cut(at, ":")
+	p, perr := strconv.ParseInt(part, 10, 32)
+	o, oerr := strconv.ParseInt(off, 10, 64)
+	if !ok || perr != nil || oerr != nil || p < 0 || o < 0 {
+		return fmt.Errorf("%s %q: want PARTITION:OFFSET, the partition of the checkpoint topic and the offset its transaction starts at (walstream status names them)", flagName, at)
+	}
+	cfg := cfgs[0].Config
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	h, err := kafka.EndHanging(ectx, cfg.Kafka, cfg.CheckpointTopic, int32(p), o, commit != "")
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", flagName, at, err)
+	}
+	fmt.Fprintf(stdout, "%s the transaction of %s starting at offset %d of %s-%d\n\n", verb, h.Holder(), o, cfg.CheckpointTopic, p)
+	return nil
 }
 
 // count is an event count for people: "unknown" for -1.
@@ -205,6 +247,10 @@ func printStatus(w io.Writer, r *statusReport) {
 	}
 	for _, w := range r.Warnings {
 		line("WARN", "%s", w)
+	}
+	for _, h := range r.Checkpoint.HeldBy {
+		line("  to abort", "walstream status --abort-hanging %d:%d (a transaction of a process that is gone; one that goes on is aborted by Kafka at its timeout)",
+			h.Partition, h.StableOffset)
 	}
 	for _, p := range r.Problems {
 		line("PROBLEM", "%s", p)
