@@ -278,7 +278,9 @@ func TestUndecidedAfterKilledWait(t *testing.T) {
 		undecidedWait: time.Minute}
 	source := func(markers kafka.Fate) *fakeSource {
 		return &fakeSource{fence: func(context.Context) error { return nil },
-			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) { return read, time.Now(), true, nil },
+			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
+				return read, time.Now(), true, nil
+			},
 			open: []store.OpenRecord{open},
 			coordinator: func(store.OpenRecord) (kafka.Fate, error) {
 				return kafka.FateOpen, errors.New("COORDINATOR_LOAD_IN_PROGRESS")
