@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/pipeline"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -188,6 +189,11 @@ func TestDeployPrometheus(t *testing.T) {
 	// A walsender terminated under walstream: a reconnect and an error of
 	// kind postgres, which the errors panel and alert show.
 	e.pg.Exec("postgres", "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'walstream'")
+
+	// Another producer's transaction left open on the checkpoint topic: a
+	// hold, which walstream reads past, and which its metric and alert
+	// name.
+	testenv.OpenTransaction(t, e.broker, e.ns+"frozen", e.topic(pipeline.DefaultCheckpointTopic), "another-stream", []byte(`{}`))
 
 	promAddr := startPrometheus(t, promBin, addrA, addrB)
 	e.insertTx("Order", 200, 10, &seq, false)
