@@ -113,19 +113,26 @@ func decided(ctx context.Context, c *Checkpoints) (rd Read, err error) {
 	}
 }
 
+// What became of the transaction of an open checkpoint record, as its
+// coordinator says (testCoordinatorFate) and as its markers in the other
+// topics it wrote say (testMarkerFate). On Apache Kafka, with transaction
+// version 2 (an epoch per transaction) and 1, one broker each.
+func TestOpenRecordFate(t *testing.T) {
+	for _, kind := range []testenv.BrokerKind{testenv.BrokerKafka, testenv.BrokerKafkaTV1} {
+		t.Run(string(kind), func(t *testing.T) {
+			broker := testenv.StartBroker(t, kind).Addr()
+			t.Run("coordinator", func(t *testing.T) { testCoordinatorFate(t, broker) })
+			t.Run("markers", func(t *testing.T) { testMarkerFate(t, broker, kind == testenv.BrokerKafka) })
+		})
+	}
+}
+
 // The coordinator's word on the transaction of an open checkpoint record
 // of the stream's own transactional id: committed or aborted only while
 // the id's last transaction, under the record's producer id and epoch, is
 // ending or ended so. Once the id's producer id is initialized again the
 // coordinator no longer tells, and the record is undecided; so it is when
-// the coordinator cannot be asked. On Apache Kafka, whose coordinator it
-// asks, with transaction version 2 (an epoch per transaction) and 1.
-func TestCoordinatorFate(t *testing.T) {
-	for _, kind := range []testenv.BrokerKind{testenv.BrokerKafka, testenv.BrokerKafkaTV1} {
-		t.Run(string(kind), func(t *testing.T) { testCoordinatorFate(t, testenv.StartBroker(t, kind).Addr()) })
-	}
-}
-
+// the coordinator cannot be asked.
 func testCoordinatorFate(t *testing.T, broker string) {
 	ctx := context.Background()
 	c := checkpoints(t, broker, "tx-c")
@@ -195,16 +202,8 @@ func testCoordinatorFate(t *testing.T, broker string) {
 // them: a marker of the record's producer id of a later epoch, following
 // its records. Under transaction version 2 a commit and an abort both bump
 // the epoch; under version 1 only an abort by a fencing does, and a commit
-// stays undecided. A record that names no other topics is undecided. On
-// Apache Kafka, with another producer writing the same partitions.
-func TestMarkerFate(t *testing.T) {
-	for _, kind := range []testenv.BrokerKind{testenv.BrokerKafka, testenv.BrokerKafkaTV1} {
-		t.Run(string(kind), func(t *testing.T) {
-			testMarkerFate(t, testenv.StartBroker(t, kind).Addr(), kind == testenv.BrokerKafka)
-		})
-	}
-}
-
+// stays undecided. A record that names no other topics is undecided.
+// Another producer writes the same partitions all along.
 func testMarkerFate(t *testing.T, broker string, tv2 bool) {
 	ctx := context.Background()
 	const outbox = "outbox.event.Order"
