@@ -197,39 +197,24 @@ func (r *PartitionReader) pastStable(ctx context.Context, topic string, p int32,
 	committed func(*kgo.Record) error) (open []*kgo.Record, err error) {
 	pending := make(map[int64][]*kgo.Record) // by producer id, awaiting a marker
 	var done []*kgo.Record
-	stalls := 0
-	for next := from; next < end; {
-		f, err := r.Fetch(ctx, topic, p, next, false, 100*time.Millisecond)
-		if err != nil {
-			if stalls++; stalls > 100 || ctx.Err() != nil {
-				return nil, err
+	if err := r.scanRange(ctx, topic, p, from, end, false, func(rec *kgo.Record) error {
+		if fa, ok := MarkerFate(rec); ok {
+			if fa == FateCommitted {
+				done = append(done, pending[rec.ProducerID]...)
 			}
-			continue
+			delete(pending, rec.ProducerID)
+			return nil
 		}
-		for _, rec := range f.Records {
-			if rec.Offset >= end {
-				break
-			}
-			if fa, ok := MarkerFate(rec); ok {
-				if fa == FateCommitted {
-					done = append(done, pending[rec.ProducerID]...)
-				}
-				delete(pending, rec.ProducerID)
-				continue
-			}
-			switch {
-			case rec.Attrs.IsControl() || !want(rec):
-			case !rec.Attrs.IsTransactional() || rec.ProducerID < 0:
-				done = append(done, rec)
-			default:
-				pending[rec.ProducerID] = append(pending[rec.ProducerID], rec)
-			}
+		switch {
+		case rec.Attrs.IsControl() || !want(rec):
+		case !rec.Attrs.IsTransactional() || rec.ProducerID < 0:
+			done = append(done, rec)
+		default:
+			pending[rec.ProducerID] = append(pending[rec.ProducerID], rec)
 		}
-		if f.Next > next {
-			next, stalls = f.Next, 0
-		} else if stalls++; stalls > 100 {
-			return nil, fmt.Errorf("reading topic %s partition %d: no progress at offset %d, high watermark %d", topic, p, next, end)
-		}
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(done, byOffset)
 	for _, rec := range done {
@@ -249,9 +234,16 @@ func byOffset(a, b *kgo.Record) int { return cmp.Compare(a.Offset, b.Offset) }
 // committedUntil calls each with every committed record of partition p of
 // topic from from to until (a last stable offset), read_committed.
 func (r *PartitionReader) committedUntil(ctx context.Context, topic string, p int32, from, until int64, each func(*kgo.Record) error) error {
+	return r.scanRange(ctx, topic, p, from, until, true, each)
+}
+
+// scanRange calls each with every record of partition p of topic from from
+// to until, in offset order: read_committed when committed is set, else
+// read_uncommitted with control records.
+func (r *PartitionReader) scanRange(ctx context.Context, topic string, p int32, from, until int64, committed bool, each func(*kgo.Record) error) error {
 	stalls := 0
 	for next := from; next < until; {
-		f, err := r.Fetch(ctx, topic, p, next, true, 100*time.Millisecond)
+		f, err := r.Fetch(ctx, topic, p, next, committed, 100*time.Millisecond)
 		if err != nil {
 			if stalls++; stalls > 100 || ctx.Err() != nil {
 				return err
@@ -269,7 +261,7 @@ func (r *PartitionReader) committedUntil(ctx context.Context, topic string, p in
 		if f.Next > next {
 			next, stalls = f.Next, 0
 		} else if stalls++; stalls > 100 {
-			return fmt.Errorf("reading topic %s partition %d: no progress at offset %d, last stable offset %d", topic, p, next, until)
+			return fmt.Errorf("reading topic %s partition %d: no progress at offset %d, reading up to %d", topic, p, next, until)
 		}
 	}
 	return nil
@@ -398,25 +390,13 @@ func (r *PartitionReader) endOf(ctx context.Context, topic string, p int32, pid 
 	for hi := end.Offset; hi > start.Offset; {
 		lo := max(start.Offset, hi-endWindow)
 		var got []*kgo.Record
-		stalls := 0
-		for next := lo; next < hi; {
-			f, err := r.Fetch(ctx, topic, p, next, false, 100*time.Millisecond)
-			if err != nil {
-				if stalls++; stalls > 100 || ctx.Err() != nil {
-					return FateOpen, err
-				}
-				continue
+		if err := r.scanRange(ctx, topic, p, lo, hi, false, func(rec *kgo.Record) error {
+			if rec.ProducerID == pid {
+				got = append(got, rec)
 			}
-			for _, rec := range f.Records {
-				if rec.Offset < hi && rec.ProducerID == pid {
-					got = append(got, rec)
-				}
-			}
-			if f.Next > next {
-				next, stalls = f.Next, 0
-			} else if stalls++; stalls > 100 {
-				return FateOpen, fmt.Errorf("reading topic %s partition %d: no progress at offset %d, high watermark %d", topic, p, next, hi)
-			}
+			return nil
+		}); err != nil {
+			return FateOpen, err
 		}
 		seq = append(got, seq...)
 		if slices.ContainsFunc(got, earlier) {
@@ -466,23 +446,9 @@ func ScanDecided(ctx context.Context, connOpts []kgo.Opt, topic string, since ti
 		return err
 	}
 	defer r.Close()
-	starts, err := r.adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
-	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
-	}
-	if !since.IsZero() {
-		if starts, err = r.adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topic); err == nil {
-			err = starts.Error()
-		}
-		if err != nil {
-			return fmt.Errorf("listing the offsets of topic %s at %s: %w", topic, since.UTC().Format(time.RFC3339Nano), err)
-		}
+	starts, err := startOffsets(ctx, r.adm, topic, since)
+	if starts == nil || err != nil {
+		return err
 	}
 	stable, err := stableOffsets(ctx, r.adm, topic)
 	if err != nil {

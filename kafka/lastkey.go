@@ -156,27 +156,11 @@ func (r *PartitionReader) backToKey(ctx context.Context, topic string, p int32, 
 // control records kept.
 func (r *PartitionReader) readRange(ctx context.Context, topic string, p int32, lo, hi int64) ([]*kgo.Record, error) {
 	var recs []*kgo.Record
-	stalls := 0
-	for next := lo; next < hi; {
-		f, err := r.Fetch(ctx, topic, p, next, false, 100*time.Millisecond)
-		if err != nil {
-			if stalls++; stalls > 100 || ctx.Err() != nil {
-				return nil, err
-			}
-			continue
-		}
-		for _, rec := range f.Records {
-			if rec.Offset < hi {
-				recs = append(recs, rec)
-			}
-		}
-		if f.Next > next {
-			next, stalls = f.Next, 0
-		} else if stalls++; stalls > 100 {
-			return nil, fmt.Errorf("reading topic %s partition %d: no progress at offset %d, reading up to %d", topic, p, next, hi)
-		}
-	}
-	return recs, nil
+	err := r.scanRange(ctx, topic, p, lo, hi, false, func(rec *kgo.Record) error {
+		recs = append(recs, rec)
+		return nil
+	})
+	return recs, err
 }
 
 // openBefore returns the records under key that begin transactions open

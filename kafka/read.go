@@ -114,27 +114,13 @@ func ScanTopic(ctx context.Context, connOpts []kgo.Opt, topic string, since time
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
-	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
+	starts, err := startOffsets(ctx, adm, topic, since)
+	if starts == nil || err != nil {
+		return err
 	}
 	ends, err := stableOffsets(ctx, adm, topic)
 	if err != nil {
 		return err
-	}
-	if !since.IsZero() {
-		if starts, err = adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topic); err == nil {
-			err = starts.Error()
-		}
-		if err != nil {
-			return fmt.Errorf("listing the offsets of topic %s at %s: %w", topic, since.UTC().Format(time.RFC3339Nano), err)
-		}
 	}
 	next := make(map[int32]int64)
 	until := make(map[int32]int64)
@@ -203,6 +189,31 @@ func ScanTopic(ctx context.Context, connOpts []kgo.Opt, topic string, since time
 		}
 	}
 	return nil
+}
+
+// startOffsets lists where a read of topic from since begins in each
+// partition: at the first record timestamped at or after since, at the
+// log's start when since is zero; nil for a topic that does not exist.
+func startOffsets(ctx context.Context, adm *kadm.Client, topic string, since time.Time) (kadm.ListedOffsets, error) {
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
+	}
+	if !since.IsZero() {
+		if starts, err = adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topic); err == nil {
+			err = starts.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing the offsets of topic %s at %s: %w", topic, since.UTC().Format(time.RFC3339Nano), err)
+		}
+	}
+	return starts, nil
 }
 
 // stableOffsets lists the topic's last stable offsets: everything before
