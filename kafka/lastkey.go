@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -63,15 +62,9 @@ func LastUnderKey(ctx context.Context, connOpts []kgo.Opt, topic, key string) (l
 }
 
 func (r *PartitionReader) lastUnderKey(ctx context.Context, topic, key string) (last *kgo.Record, open []*kgo.Record, err error) {
-	starts, err := r.adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
-	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
+	starts, err := startOffsets(ctx, r.adm, topic, time.Time{})
+	if starts == nil || err != nil {
+		return nil, nil, err
 	}
 	ends, err := r.adm.ListEndOffsets(ctx, topic)
 	if err == nil {

@@ -38,15 +38,9 @@ func ScanKey(ctx context.Context, connOpts []kgo.Opt, topic, key string, each fu
 }
 
 func (r *PartitionReader) scanKey(ctx context.Context, topic, key string, each func(*kgo.Record) error) (open []*kgo.Record, err error) {
-	starts, err := r.adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
-	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
+	starts, err := startOffsets(ctx, r.adm, topic, time.Time{})
+	if starts == nil || err != nil {
+		return nil, err
 	}
 	stable, err := stableOffsets(ctx, r.adm, topic)
 	if err != nil {
