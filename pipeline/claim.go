@@ -152,7 +152,6 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 	// forget it: one committed is resumed after like one acknowledged, one
 	// aborted is not waited for. A coordinator that cannot answer decides
 	// nothing.
-	asked := make(map[recordAt]kafka.Fate)
 	for _, o := range rd.Open {
 		if o.TransactionalID != cfg.TransactionalID || prior.acked.Is(o) {
 			continue
@@ -166,7 +165,7 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 			prior.acked = publish.Acknowledged{Partition: o.Partition, Offset: o.Offset, Checkpoint: o.Checkpoint}
 		case f == kafka.FateAborted:
 			log.Info("the transaction coordinator reports the transaction of an open checkpoint record aborted", "record", o.String())
-			asked[at(o)] = f
+			prior.markAborted(o)
 		}
 	}
 	fenced := []string{cfg.TransactionalID}
@@ -229,7 +228,7 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 			return false
 		}
 		if !prior.acked.Is(o) {
-			f, why := decide(ctx, src, o, asked[at(o)], prior, cfg)
+			f, why := decide(ctx, src, o, prior, cfg)
 			switch f {
 			case kafka.FateOpen:
 				undecided = append(undecided, undecidedRecord{o, why})
@@ -308,11 +307,11 @@ func (e *OpenCheckpointError) Error() string {
 
 // RegressedError means Kafka returned a checkpoint older than one this
 // process committed under the key in the same history (olderThan), its
-// commit marker read back: resuming
-// from it would publish again what Kafka holds. Kafka lost records (the
-// checkpoint topic deleted, a partition truncated by an unclean leader
-// election), or answered from a replica behind. A new session reads it
-// again; a new process resumes from whatever Kafka holds.
+// commit marker read back: resuming from it would publish again what
+// Kafka holds. Kafka lost records (the checkpoint topic deleted, a
+// partition truncated by an unclean leader election), or answered from a
+// replica behind. A new session reads it again; a new process resumes from
+// whatever Kafka holds.
 type RegressedError struct {
 	Key, Topic string
 	Read       checkpoint.Checkpoint
@@ -357,9 +356,10 @@ type earlier struct {
 	// committed is the last checkpoint a session committed in Kafka: the
 	// next one never resumes from an older one.
 	committed checkpoint.Checkpoint
-	// aborted are the checkpoint records of fenced transactional ids found
-	// still open after a whole wait (awaitFenced) whose transactions did
-	// not commit: not waited for again.
+	// aborted are the checkpoint records of fenced transactional ids whose
+	// transactions did not commit, as their coordinator said before the
+	// fencing or their markers after a whole wait (awaitFenced), though
+	// their partition shows them open: not waited for again.
 	aborted map[recordAt]bool
 	// acked is the last commit Kafka acknowledged to a session, or whose
 	// transaction the coordinator reported committed: its record is
@@ -386,18 +386,15 @@ func at(o store.OpenRecord) recordAt { return recordAt{o.Partition, o.Offset} }
 
 // decide says what became of the transaction of o, a checkpoint record of
 // a fenced transactional id still open after the wait, and how that is
-// known: decided before in this process, asked of the coordinator before
-// the fencing, or read from its markers in the other topics it wrote. A
-// transaction that wrote nothing but o is taken for one that never
-// committed: resuming before it publishes nothing again. FateOpen when
-// nothing decides it.
-func decide(ctx context.Context, src checkpointSource, o store.OpenRecord, asked kafka.Fate, prior *earlier, cfg *Config) (kafka.Fate, string) {
+// known: decided before in this process (by the coordinator, asked before
+// the fencing, or by its markers), or read from its markers in the other
+// topics it wrote. A transaction that wrote nothing but o is taken for one
+// that never committed: resuming before it publishes nothing again.
+// FateOpen when nothing decides it.
+func decide(ctx context.Context, src checkpointSource, o store.OpenRecord, prior *earlier, cfg *Config) (kafka.Fate, string) {
 	switch {
 	case prior.aborted[at(o)]:
-		return kafka.FateAborted, "decided before"
-	case asked == kafka.FateAborted:
-		prior.markAborted(o)
-		return kafka.FateAborted, "the transaction coordinator, before the fencing"
+		return kafka.FateAborted, "decided before, by its coordinator or its markers"
 	case o.WroteNothingElse(cfg.CheckpointTopic):
 		prior.markAborted(o)
 		return kafka.FateAborted, "its transaction wrote nothing but the record"

@@ -336,15 +336,16 @@ func TestAcknowledgedOpenRecord(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		acked       publish.Acknowledged
-		coordinator bool // reports the record's transaction committed before the fencing
+		coordinator kafka.Fate // what it reports of the record's transaction before the fencing
 		want        pglogrepl.LSN
 		waited      bool
 	}{
-		{"the record acknowledged", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked}, false, 0x900, false},
-		{"another offset", publish.Acknowledged{Partition: 0, Offset: 425, Checkpoint: acked}, false, 0x500, true},
-		{"another checkpoint", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked.Published(1)}, false, 0x500, true},
-		{"none", none, false, 0x500, true},
-		{"committed as the coordinator says", none, true, 0x900, false},
+		{"the record acknowledged", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked}, kafka.FateOpen, 0x900, false},
+		{"another offset", publish.Acknowledged{Partition: 0, Offset: 425, Checkpoint: acked}, kafka.FateOpen, 0x500, true},
+		{"another checkpoint", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked.Published(1)}, kafka.FateOpen, 0x500, true},
+		{"none", none, kafka.FateOpen, 0x500, true},
+		{"committed as the coordinator says", none, kafka.FateCommitted, 0x900, false},
+		{"aborted as the coordinator says", none, kafka.FateAborted, 0x500, false},
 	} {
 		src := &fakeSource{fence: func(context.Context) error { fenced = true; return nil },
 			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
@@ -355,10 +356,7 @@ func TestAcknowledgedOpenRecord(t *testing.T) {
 				if fenced {
 					t.Errorf("%s: the coordinator was asked after the fencing, which makes it forget", tc.name)
 				}
-				if tc.coordinator {
-					return kafka.FateCommitted, nil
-				}
-				return kafka.FateOpen, nil
+				return tc.coordinator, nil
 			},
 			// Past the wait, the transaction's markers say it did not
 			// commit.
