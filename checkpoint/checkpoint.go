@@ -160,12 +160,6 @@ type Notes struct {
 	// Reemits are the re-emit requests the stream met: those queued or
 	// running, with their progress, and the last ones that ended.
 	Reemits Reemits `json:"reemits,omitempty"`
-	// Wrote names the topics the transaction that committed the record
-	// wrote to, the checkpoint topic among them, sorted; of that record
-	// alone, never carried on. A record its partition shows in a
-	// transaction still open is decided by the transaction's markers in
-	// them (checkpoint/store). Empty in the records of earlier versions.
-	Wrote []string `json:"wrote,omitempty"`
 }
 
 // Takeover records a stream that went on where Debezium's Postgres
@@ -307,7 +301,9 @@ type record struct {
 	Skipped  *Skip             `json:"skipped,omitempty"`
 	Takeover *Takeover         `json:"takeover,omitempty"`
 	Reemits  Reemits           `json:"reemits,omitempty"`
-	Wrote    []string          `json:"wrote,omitempty"`
+	// Wrote names the topics the transaction that committed the record
+	// wrote to, the checkpoint topic among them: of that record alone.
+	Wrote []string `json:"wrote,omitempty"`
 }
 
 type gapRecord struct {
@@ -326,13 +322,21 @@ type gapRecord struct {
 
 // Encode returns the checkpoint record's value, written by owner.
 func (c Checkpoint) Encode(owner Owner, now time.Time) []byte {
-	r := record{Stream: owner.Stream, Slot: owner.Slot, TransactionalID: owner.TransactionalID, LSN: c.LSN.String(), Ordinal: c.Ordinal, Time: now.UTC(),
+	return c.EncodeIn(owner, now, nil)
+}
+
+// EncodeIn returns the value of the checkpoint record of a transaction
+// that wrote to the topics wrote, the checkpoint topic among them: a
+// record its partition shows in a transaction still open is decided by
+// the transaction's markers in them (checkpoint/store).
+func (c Checkpoint) EncodeIn(owner Owner, now time.Time, wrote []string) []byte {
+	r := record{Wrote: wrote, Stream: owner.Stream, Slot: owner.Slot, TransactionalID: owner.TransactionalID, LSN: c.LSN.String(), Ordinal: c.Ordinal, Time: now.UTC(),
 		SystemID: c.Identity.SystemID, Timeline: c.Identity.Timeline, Database: c.Identity.Database}
 	if c.PartialCommitLSN != 0 {
 		r.PartialCommitLSN = c.PartialCommitLSN.String()
 	}
 	if c.Notes != nil {
-		r.Tables, r.Skipped, r.Takeover, r.Reemits, r.Wrote = c.Notes.Tables, c.Notes.Skipped, c.Notes.Takeover, c.Notes.Reemits, c.Notes.Wrote
+		r.Tables, r.Skipped, r.Takeover, r.Reemits = c.Notes.Tables, c.Notes.Skipped, c.Notes.Takeover, c.Notes.Reemits
 	}
 	if c.Counted {
 		r.Events = &c.Events
@@ -343,6 +347,17 @@ func (c Checkpoint) Encode(owner Owner, now time.Time) []byte {
 	}
 	b, _ := json.Marshal(r) // cannot fail: strings, integers and times
 	return b
+}
+
+// Wrote returns the topics a checkpoint record's transaction wrote to, as
+// the record names them (EncodeIn); none for a record of an earlier
+// version, or one that does not decode.
+func Wrote(b []byte) []string {
+	var r struct {
+		Wrote []string `json:"wrote"`
+	}
+	_ = json.Unmarshal(b, &r) // a record that does not decode names none
+	return r.Wrote
 }
 
 // Decode parses a checkpoint record's value.
@@ -362,8 +377,8 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 		}
 		c.Ordinal = r.Ordinal
 	}
-	if len(r.Tables) > 0 || r.Skipped != nil || r.Takeover != nil || len(r.Reemits) > 0 || len(r.Wrote) > 0 {
-		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped, Takeover: r.Takeover, Reemits: r.Reemits, Wrote: r.Wrote}
+	if len(r.Tables) > 0 || r.Skipped != nil || r.Takeover != nil || len(r.Reemits) > 0 {
+		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped, Takeover: r.Takeover, Reemits: r.Reemits}
 	}
 	c.Identity = Identity{SystemID: r.SystemID, Timeline: r.Timeline, Database: r.Database}
 	c.Owner = Owner{Stream: r.Stream, Slot: r.Slot, TransactionalID: r.TransactionalID}

@@ -79,18 +79,25 @@ func TestEncodeDecode(t *testing.T) {
 func TestEncodeDecodeNotes(t *testing.T) {
 	now := time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC)
 	skip := &Skip{Event: "0/16B3700:2", LSN: "0/16B3650", Table: "public.outbox", EventID: "e-1", Reason: "aggregate id is NULL", Time: now}
-	cp := Checkpoint{LSN: 0x16B3748, Notes: &Notes{Tables: map[string]uint32{"public.outbox": 16454}, Skipped: skip,
-		Wrote: []string{"outbox.event.Order", "walstream.checkpoints"}}}
-	b := cp.Encode(Owner{Slot: "walstream"}, now)
+	cp := Checkpoint{LSN: 0x16B3748, Notes: &Notes{Tables: map[string]uint32{"public.outbox": 16454}, Skipped: skip}}
+	wrote := []string{"outbox.event.Order", "walstream.checkpoints"}
+	b := cp.EncodeIn(Owner{Slot: "walstream"}, now, wrote)
 	for _, want := range []string{`"tables":{"public.outbox":16454}`, `"skipped":{"event":"0/16B3700:2"`, `"wrote":["outbox.event.Order","walstream.checkpoints"]`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("record %s lacks %s", b, want)
 		}
 	}
 	got, _, err := Decode(b)
-	if err != nil || got.LSN != cp.LSN || got.Notes == nil || got.Notes.Tables["public.outbox"] != 16454 || *got.Notes.Skipped != *skip ||
-		!slices.Equal(got.Notes.Wrote, cp.Notes.Wrote) {
+	if err != nil || got.LSN != cp.LSN || got.Notes == nil || got.Notes.Tables["public.outbox"] != 16454 || *got.Notes.Skipped != *skip {
 		t.Fatalf("round trip of %s = %+v, %v", b, got, err)
+	}
+	// The topics its transaction wrote are the record's alone, not the
+	// stream's notes.
+	if w := Wrote(b); !slices.Equal(w, wrote) {
+		t.Errorf("Wrote(%s) = %v, want %v", b, w, wrote)
+	}
+	if w := Wrote(cp.Encode(Owner{Slot: "walstream"}, now)); w != nil {
+		t.Errorf("a record naming no topics: Wrote = %v", w)
 	}
 	old, _, err := Decode([]byte(`{"slot":"walstream","lsn":"0/16B3748","time":"2026-11-23T01:02:03Z"}`))
 	if err != nil || old != (Checkpoint{LSN: 0x16B3748, Owner: Owner{Slot: "walstream"}}) {

@@ -273,7 +273,7 @@ func TestUndecidedAfterKilledWait(t *testing.T) {
 	owner := checkpoint.Owner{Slot: "s", TransactionalID: "walstream-d/s"}
 	read := checkpoint.Checkpoint{LSN: 0x500, Identity: id, Owner: owner}
 	open := store.OpenRecord{Partition: 0, Offset: 426, ProducerID: 9, ProducerEpoch: 3, TransactionalID: owner.TransactionalID,
-		Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Identity: id, Owner: owner, Notes: &checkpoint.Notes{Wrote: []string{"cp", "outbox.event.Order"}}}}
+		Checkpoint: checkpoint.Checkpoint{LSN: 0x900, Identity: id, Owner: owner}, Wrote: []string{"cp", "outbox.event.Order"}}
 	cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "k", CheckpointTopic: "cp", TransactionalID: owner.TransactionalID,
 		undecidedWait: time.Minute}
 	source := func(markers kafka.Fate) *fakeSource {

@@ -654,8 +654,8 @@ func (p *Producer) flush(ctx context.Context) error {
 	if p.skip != nil {
 		notes.Skipped = p.skip
 	}
-	notes.Wrote = append(slices.Collect(maps.Keys(p.byTopic)), p.cfg.CheckpointTopic)
-	slices.Sort(notes.Wrote)
+	wrote := append(slices.Collect(maps.Keys(p.byTopic)), p.cfg.CheckpointTopic)
+	slices.Sort(wrote)
 	cp := p.pos
 	cp.Notes = &notes
 	p.errMu.Lock()
@@ -664,7 +664,7 @@ func (p *Producer) flush(ctx context.Context) error {
 	p.produce(ctx, &kgo.Record{
 		Topic: p.cfg.CheckpointTopic,
 		Key:   []byte(p.cfg.CheckpointKey),
-		Value: cp.Encode(checkpoint.Owner{Stream: p.cfg.Stream, Slot: p.cfg.Slot, TransactionalID: p.cfg.TransactionalID}, start),
+		Value: cp.EncodeIn(checkpoint.Owner{Stream: p.cfg.Stream, Slot: p.cfg.Slot, TransactionalID: p.cfg.TransactionalID}, start, wrote),
 	}, nil)
 	p.hook("after-produce")
 

@@ -13,6 +13,7 @@ import (
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish/format"
 )
 
@@ -228,7 +229,8 @@ func TestTakeoverCountsCopies(t *testing.T) {
 	}
 	// The record names the topics its transaction wrote, by which its
 	// markers are found should its own partition show it open.
-	if n := rd.Checkpoint.Notes; n == nil || !slices.Equal(n.Wrote, []string{topic, "walstream.checkpoints"}) {
-		t.Errorf("the last checkpoint's notes %+v do not name the topics its transaction wrote", n)
+	last, _, err := kafka.LastUnderKey(ctx, []kgo.Opt{kgo.SeedBrokers(broker)}, "walstream.checkpoints", "slot-a")
+	if err != nil || last == nil || !slices.Equal(checkpoint.Wrote(last.Value), []string{topic, "walstream.checkpoints"}) {
+		t.Errorf("the last checkpoint record does not name the topics its transaction wrote: %v, %v", last, err)
 	}
 }

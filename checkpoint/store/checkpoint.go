@@ -79,6 +79,9 @@ type OpenRecord struct {
 	TransactionalID string
 	// Checkpoint is the record decoded, zero when it does not decode.
 	Checkpoint checkpoint.Checkpoint
+	// Wrote are the topics its transaction wrote to, as the record names
+	// them (checkpoint.Wrote); none in a record of an earlier version.
+	Wrote []string
 }
 
 func (o OpenRecord) String() string {
@@ -139,6 +142,7 @@ func readCheckpoint(ctx context.Context, connOpts []kgo.Opt, topic, key string, 
 	for _, rec := range open {
 		o := OpenRecord{Partition: rec.Partition, Offset: rec.Offset, ProducerID: rec.ProducerID, ProducerEpoch: rec.ProducerEpoch}
 		o.Checkpoint, _, _ = checkpoint.Decode(rec.Value)
+		o.Wrote = checkpoint.Wrote(rec.Value)
 		o.TransactionalID = o.Checkpoint.Owner.TransactionalID
 		r.Open = append(r.Open, o)
 	}

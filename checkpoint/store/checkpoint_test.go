@@ -250,14 +250,15 @@ func testMarkerFate(t *testing.T, broker string, tv2 bool) {
 			}
 		}
 		busy()
-		cp := checkpoint.Checkpoint{LSN: 0x100, Notes: &checkpoint.Notes{Wrote: wrote}}
+		cp := checkpoint.Checkpoint{LSN: 0x100}
 		r, err := cl.ProduceSync(ctx, &kgo.Record{Topic: "walstream.checkpoints", Key: []byte("slot-a"),
-			Value: cp.Encode(checkpoint.Owner{Slot: "slot-a", TransactionalID: "tx-m"}, time.Now())}).First()
+			Value: cp.EncodeIn(checkpoint.Owner{Slot: "slot-a", TransactionalID: "tx-m"}, time.Now(), wrote)}).First()
 		if err != nil {
 			t.Fatal(err)
 		}
 		o := OpenRecord{Partition: r.Partition, Offset: r.Offset, ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch, TransactionalID: "tx-m"}
 		o.Checkpoint, _, _ = checkpoint.Decode(r.Value)
+		o.Wrote = checkpoint.Wrote(r.Value)
 		return o
 	}
 	end := func(try kgo.TransactionEndTry) {
@@ -315,7 +316,7 @@ func testMarkerFate(t *testing.T, broker string, tv2 bool) {
 	}
 	// A record that names no other topic is not decided.
 	old := committed
-	old.Checkpoint.Notes = nil
+	old.Wrote = nil
 	if f, err := c.MarkerFate(ctx, old); err == nil || f != kafka.FateOpen {
 		t.Errorf("a record naming no topics: %s, %v; want undecided, with why", f, err)
 	}

@@ -93,15 +93,12 @@ func coordinatorFate(t kadm.DescribedTransaction, o OpenRecord) kafka.Fate {
 
 // MarkerFate decides the transaction of o, a record its partition shows in
 // a transaction still open, by the transaction's markers in the other
-// topics it wrote, as the record names them (checkpoint.Notes.Wrote):
+// topics it wrote, as the record names them (OpenRecord.Wrote):
 // kafka.TransactionFate. FateOpen when they do not decide it, and with an
 // error when the record names none (written by an earlier version) or they
 // cannot be read.
 func (c *Checkpoints) MarkerFate(ctx context.Context, o OpenRecord) (kafka.Fate, error) {
-	var topics []string
-	if n := o.Checkpoint.Notes; n != nil {
-		topics = slices.DeleteFunc(slices.Clone(n.Wrote), func(t string) bool { return t == c.cfg.Topic })
-	}
+	topics := slices.DeleteFunc(slices.Clone(o.Wrote), func(t string) bool { return t == c.cfg.Topic })
 	if len(topics) == 0 {
 		return kafka.FateOpen, errors.New("the record does not name other topics its transaction wrote (an earlier version of walstream wrote it)")
 	}
@@ -116,9 +113,8 @@ func (c *Checkpoints) MarkerFate(ctx context.Context, o OpenRecord) (kafka.Fate,
 }
 
 // WroteNothingElse reports whether the transaction of o wrote nothing but
-// its checkpoint record, as the record says (checkpoint.Notes.Wrote):
-// taking it for one that never committed publishes nothing again.
+// its checkpoint record, as the record says (Wrote): taking it for one
+// that never committed publishes nothing again.
 func (o OpenRecord) WroteNothingElse(checkpointTopic string) bool {
-	n := o.Checkpoint.Notes
-	return n != nil && len(n.Wrote) == 1 && n.Wrote[0] == checkpointTopic
+	return len(o.Wrote) == 1 && o.Wrote[0] == checkpointTopic
 }
