@@ -140,9 +140,9 @@ func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
 	if hint == nil {
 		t.Fatalf("walstream status does not say how to abort the hold:\n%s", text)
 	}
-	if out, _, err := runCLI(t, "status", "--abort-hanging", hint[1], "--pg-url", e.pg.URL("postgres", "postgres"), "--kafka-brokers", e.broker); err != nil ||
-		!strings.Contains(out, "aborted the transaction of tenant-frozen-mid-commit starting at offset") {
-		t.Fatalf("walstream status --abort-hanging %s: %v\n%s", hint[1], err, out)
+	if _, said, err := runCLI(t, "status", "--abort-hanging", hint[1], "--pg-url", e.pg.URL("postgres", "postgres"), "--kafka-brokers", e.broker); err != nil ||
+		!strings.Contains(said, "aborted the transaction of tenant-frozen-mid-commit starting at offset") {
+		t.Fatalf("walstream status --abort-hanging %s: %v\n%s", hint[1], err, said)
 	}
 	// The stream's own commits keep the partition's last stable offset
 	// held for moments: it moves past the foreign transaction's start.

@@ -50,7 +50,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if abort != "" || commit != "" {
-		if err := endHanging(ctx, cfgs, abort, commit, stdout); err != nil {
+		if err := endHanging(ctx, cfgs, abort, commit, stderr); err != nil {
 			return err
 		}
 	}
@@ -103,8 +103,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // endHanging ends the hanging transaction at PARTITION:OFFSET of the
-// checkpoint topic that abort or commit names, and says so.
-func endHanging(ctx context.Context, cfgs []*config.Config, abort, commit string, stdout io.Writer) error {
+// checkpoint topic that abort or commit names, and says so on w, apart
+// from the status that follows.
+func endHanging(ctx context.Context, cfgs []*config.Config, abort, commit string, w io.Writer) error {
 	if abort != "" && commit != "" {
 		return errors.New("--abort-hanging and --commit-hanging: give one")
 	}
@@ -128,7 +129,7 @@ func endHanging(ctx context.Context, cfgs []*config.Config, abort, commit string
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", flagName, at, err)
 	}
-	fmt.Fprintf(stdout, "%s the transaction of %s starting at offset %d of %s-%d\n\n", verb, h.Holder(), o, cfg.CheckpointTopic, p)
+	fmt.Fprintf(w, "%s the transaction of %s starting at offset %d of %s-%d\n", verb, h.Holder(), o, cfg.CheckpointTopic, p)
 	return nil
 }
 
