@@ -25,13 +25,14 @@ var mayImport = map[string][]string{
 	"debezium":         {"decode"},
 	"publish/format":   {"decode", "internal/secret"},
 	"kafka":            {"decode", "internal/secret", "publish/format"},
+	"group":            {"kafka"},
 	"checkpoint/store": {"checkpoint", "kafka", "publish/format"},
 	"diff":             {"kafka", "publish/format"},
 	"publish":          {"checkpoint", "checkpoint/store", "decode", "kafka", "publish/format"},
-	"pipeline": {"checkpoint", "checkpoint/store", "debezium", "decode", "kafka", "publish", "publish/format",
+	"pipeline": {"checkpoint", "checkpoint/store", "debezium", "decode", "group", "kafka", "publish", "publish/format",
 		"replication"},
-	"config": {"debezium", "decode", "internal/secret", "kafka", "pipeline", "publish", "publish/format", "replication"},
-	"cmd/walstream": {"checkpoint", "checkpoint/store", "config", "debezium", "decode", "diff", "kafka", "pipeline", "publish",
+	"config": {"debezium", "decode", "group", "internal/secret", "kafka", "pipeline", "publish", "publish/format", "replication"},
+	"cmd/walstream": {"checkpoint", "checkpoint/store", "config", "debezium", "decode", "diff", "group", "kafka", "pipeline", "publish",
 		"publish/format", "replication"},
 }
 
@@ -42,7 +43,7 @@ var notLibrary = []string{"internal/testenv", "chaos", "compat", "cmd/walbench",
 
 // kafkaFacing are the packages that may import franz-go (kgo, kadm, kmsg
 // and the rest): the Kafka clients are theirs alone.
-var kafkaFacing = []string{"kafka", "publish", "publish/format", "checkpoint/store", "diff"}
+var kafkaFacing = []string{"kafka", "publish", "publish/format", "checkpoint/store", "diff", "group"}
 
 // pure are the packages that do no I/O and log nothing: they may import
 // no package that reaches the outside world, and of the modules outside

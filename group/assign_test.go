@@ -1,0 +1,192 @@
+package group
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+)
+
+// streams names streams s01 to s<to>, from from.
+func streams(from, to int) []string {
+	var out []string
+	for i := from; i <= to; i++ {
+		out = append(out, fmt.Sprintf("s%02d", i))
+	}
+	return out
+}
+
+func TestAssign(t *testing.T) {
+	all := streams(1, 12)
+	for _, tc := range []struct {
+		name    string
+		members map[string]Metadata
+		// want is each member's number of streams; moved the streams
+		// given to another member than the one that ran them.
+		want  map[string]int
+		moved int
+		// keep are streams that must stay where they are, by member.
+		keep map[string][]string
+	}{
+		{name: "first join: 12 streams on 3 members",
+			members: map[string]Metadata{"a": {Streams: all}, "b": {Streams: all}, "c": {Streams: all}},
+			want:    map[string]int{"a": 4, "b": 4, "c": 4}},
+		{name: "balanced stays as it is",
+			members: map[string]Metadata{"a": {Streams: all, Owned: streams(1, 4)}, "b": {Streams: all, Owned: streams(5, 8)}, "c": {Streams: all, Owned: streams(9, 12)}},
+			want:    map[string]int{"a": 4, "b": 4, "c": 4}, keep: map[string][]string{"a": streams(1, 4), "b": streams(5, 8), "c": streams(9, 12)}},
+		{name: "a member left: only its streams move",
+			members: map[string]Metadata{"a": {Streams: all, Owned: streams(1, 4)}, "b": {Streams: all, Owned: streams(5, 8)}},
+			want:    map[string]int{"a": 6, "b": 6}, keep: map[string][]string{"a": streams(1, 4), "b": streams(5, 8)}},
+		{name: "a member joined: it takes its share, and nothing else moves",
+			members: map[string]Metadata{"a": {Streams: all, Owned: streams(1, 6)}, "b": {Streams: all, Owned: streams(7, 12)}, "c": {Streams: all}},
+			want:    map[string]int{"a": 4, "b": 4, "c": 4}, moved: 4},
+		{name: "13 streams on 3 members",
+			members: map[string]Metadata{"a": {Streams: streams(1, 13)}, "b": {Streams: streams(1, 13)}, "c": {Streams: streams(1, 13)}},
+			want:    map[string]int{"a": 5, "b": 4, "c": 4}},
+		{name: "a member whose config lacks a stream is never given it",
+			members: map[string]Metadata{"a": {Streams: streams(1, 3)}, "b": {Streams: streams(1, 2), Owned: streams(3, 3)}},
+			want:    map[string]int{"a": 2, "b": 1}, moved: 1, keep: map[string][]string{"a": streams(3, 3)}},
+		{name: "two members claim one stream: the first keeps it",
+			members: map[string]Metadata{"a": {Streams: all, Owned: streams(1, 6)}, "b": {Streams: all, Owned: streams(6, 12)}},
+			want:    map[string]int{"a": 6, "b": 6}, moved: 1, keep: map[string][]string{"a": streams(1, 6), "b": streams(7, 12)}},
+		{name: "a stream no member lists is given to none",
+			members: map[string]Metadata{"a": {Streams: streams(1, 2), Owned: []string{"gone"}}},
+			want:    map[string]int{"a": 2}},
+		{name: "two fleets in one group: each stream to a member of its own fleet",
+			members: map[string]Metadata{"a": {Streams: streams(1, 4)}, "b": {Streams: streams(1, 4)}, "c": {Streams: streams(11, 12)}},
+			want:    map[string]int{"a": 2, "b": 2, "c": 2}},
+		{name: "a member of no stream",
+			members: map[string]Metadata{"a": {Streams: streams(1, 2)}, "b": {}},
+			want:    map[string]int{"a": 2, "b": 0}},
+		{name: "overlapping configs: the streams of fewer candidates placed first",
+			members: map[string]Metadata{"a": {Streams: streams(1, 4)}, "b": {Streams: streams(1, 2)}},
+			want:    map[string]int{"a": 2, "b": 2}, keep: map[string][]string{"a": streams(3, 4)}},
+		{name: "no member", members: map[string]Metadata{}, want: map[string]int{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Assign(tc.members)
+			owner := make(map[string]string)
+			loads := make(map[string]int)
+			if ids := slices.Sorted(maps.Keys(tc.members)); len(got) != len(ids) {
+				t.Fatalf("Assign gave %d members, want %d: %v", len(got), len(ids), got)
+			}
+			for i, m := range got {
+				if i > 0 && got[i-1].ID >= m.ID {
+					t.Errorf("members not in id order: %v", got)
+				}
+				if !slices.IsSorted(m.Streams) {
+					t.Errorf("member %s: streams %v not sorted", m.ID, m.Streams)
+				}
+				loads[m.ID] = len(m.Streams)
+				for _, s := range m.Streams {
+					if o, ok := owner[s]; ok {
+						t.Errorf("stream %s given to %s and %s", s, o, m.ID)
+					}
+					owner[s] = m.ID
+					if !slices.Contains(tc.members[m.ID].Streams, s) {
+						t.Errorf("stream %s given to %s, whose config lacks it", s, m.ID)
+					}
+				}
+			}
+			for id, md := range tc.members {
+				for _, s := range md.Streams {
+					if _, ok := owner[s]; !ok {
+						t.Errorf("stream %s (listed by %s) given to none", s, id)
+					}
+				}
+			}
+			if !maps.Equal(loads, tc.want) {
+				t.Errorf("streams per member %v, want %v\n%v", loads, tc.want, got)
+			}
+			for id, ss := range tc.keep {
+				for _, s := range ss {
+					if owner[s] != id {
+						t.Errorf("stream %s moved from %s to %s", s, id, owner[s])
+					}
+				}
+			}
+			moved := 0
+			for id, md := range tc.members {
+				for _, s := range md.Owned {
+					if o, ok := owner[s]; ok && o != id {
+						moved++
+					}
+				}
+			}
+			if moved != tc.moved {
+				t.Errorf("%d streams moved, want %d", moved, tc.moved)
+			}
+		})
+	}
+}
+
+// Assign is sticky over a sequence of joins and leaves: each step moves
+// only what must move, and the loads stay within one of each other.
+func TestAssignSequence(t *testing.T) {
+	all := streams(1, 12)
+	members := map[string]Metadata{}
+	owned := map[string][]string{}
+	step := func(what string, wantMoved int) {
+		t.Helper()
+		for id, md := range members {
+			md.Owned = owned[id]
+			members[id] = md
+		}
+		got := Assign(members)
+		moved := 0
+		lo, hi := len(all), 0
+		next := map[string][]string{}
+		for _, m := range got {
+			for _, s := range m.Streams {
+				if !slices.Contains(owned[m.ID], s) {
+					moved++
+				}
+			}
+			next[m.ID] = m.Streams
+			lo, hi = min(lo, len(m.Streams)), max(hi, len(m.Streams))
+		}
+		if moved != wantMoved || hi-lo > 1 {
+			t.Errorf("%s: %d streams started anew (want %d), loads from %d to %d", what, moved, wantMoved, lo, hi)
+		}
+		owned = next
+	}
+	members["a"] = Metadata{Streams: all}
+	step("a alone", 12)
+	members["b"] = Metadata{Streams: all}
+	step("b joins", 6)
+	members["c"] = Metadata{Streams: all}
+	step("c joins", 4)
+	delete(members, "b")
+	delete(owned, "b")
+	step("b leaves", 4)
+	members["d"] = Metadata{Streams: all}
+	step("d joins", 4)
+	step("nothing changes", 0)
+}
+
+// Metadata and assignments read back as written, and unknown fields of a
+// later version are ignored.
+func TestFormat(t *testing.T) {
+	md := Metadata{Version: formatVersion, Name: "host-1", Streams: []string{"a", "b"}, Owned: []string{"a"}}
+	got, err := decodeMetadata(encode(md))
+	if err != nil || !slices.Equal(got.Streams, md.Streams) || !slices.Equal(got.Owned, md.Owned) || got.Name != md.Name {
+		t.Fatalf("metadata read back as %+v (%v), want %+v", got, err, md)
+	}
+	a, err := decodeAssignment([]byte(`{"version":2,"generation":7,"leader":"m1","members":[{"id":"m1","name":"h1","streams":["a"]},{"id":"m2","name":"h2","streams":["b"]}],"later":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Self = "m2"
+	if o, ok := a.Owner("a"); !ok || o.Name != "h1" || !slices.Equal(a.Mine(), []string{"b"}) || a.Generation != 7 {
+		t.Errorf("assignment %+v: owner of a %+v, mine %v", a, o, a.Mine())
+	}
+	if _, ok := a.Owner("c"); ok {
+		t.Error("a stream of no member has an owner")
+	}
+	if _, err := decodeMetadata([]byte("\x00\x01consumer")); err == nil {
+		t.Error("another program's metadata decoded")
+	}
+	if (Assignment{}).Known() || len((Assignment{}).Mine()) != 0 {
+		t.Error("the zero assignment is known or gives streams")
+	}
+}
