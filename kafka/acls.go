@@ -36,6 +36,9 @@ type Access struct {
 	// TopicCreation, when set, creates missing topics and compares
 	// existing ones with its configs.
 	TopicCreation *TopicCreation
+	// Group, when set, is the group of the stream's fleet, which its
+	// process joins.
+	Group string
 }
 
 // ACLs are the least-privilege ACLs of a producer of cfg. Kafka implies
@@ -83,6 +86,10 @@ func ACLs(cfg Access) []ACL {
 			Why: "checkpoints: read at each start, written in every transaction; created when missing"},
 		ACL{Resource: "topic", Pattern: "literal", Name: cfg.CheckpointTopic, Ops: []string{"DescribeConfigs"}, Optional: true,
 			Why: "checking the checkpoint topic's cleanup.policy and min.insync.replicas (without it walstream warns that it cannot)"})
+	if cfg.Group != "" {
+		acls = append(acls, ACL{Resource: "group", Pattern: "literal", Name: cfg.Group, Ops: []string{"Read"},
+			Why: "the fleet's membership: joining the group, heartbeats, leaving; Read implies the Describe walstream status needs"})
+	}
 	if cfg.TopicCreation.SetsConfigs() {
 		for _, a := range acls {
 			if a.Resource == "topic" && a.Name != cfg.CheckpointTopic {

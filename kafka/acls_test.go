@@ -27,7 +27,7 @@ func TestACLs(t *testing.T) {
 	anyTopic := outbox("public", "any_outbox", map[string]string{"route.topic.replacement": "${routedByValue}"})
 	messages := outbox("", "logical message walstream", nil)
 	cfg := Access{TransactionalID: "walstream-orders", CheckpointTopic: "walstream.checkpoints", DeadLetterTopic: "orders.dlq",
-		SkipEvent: decode.Ref{CommitLSN: 0x10, Ordinal: 1}, SkipTopic: "walstream.skipped",
+		SkipEvent: decode.Ref{CommitLSN: 0x10, Ordinal: 1}, SkipTopic: "walstream.skipped", Group: "walstream-fleet-walstream.checkpoints",
 		Outboxes:      []*decode.Outbox{orders, shared, anyTopic, messages, nil},
 		TopicCreation: &TopicCreation{Default: TopicGroup{Configs: map[string]string{"retention.ms": "604800000"}}}}
 	type grant struct {
@@ -52,6 +52,7 @@ func TestACLs(t *testing.T) {
 		{"topic", "literal", "walstream.skipped", "Write,Create", false},
 		{"topic", "literal", "walstream.checkpoints", "Read,Write,Create", false},
 		{"topic", "literal", "walstream.checkpoints", "DescribeConfigs", true},
+		{"group", "literal", "walstream-fleet-walstream.checkpoints", "Read", false}, // a fleet's membership
 		{"topic", "prefixed", "orders.", "DescribeConfigs", true},
 		{"topic", "prefixed", "outbox.event.", "DescribeConfigs", true},
 		{"topic", "literal", "*", "DescribeConfigs", true},
@@ -64,7 +65,7 @@ func TestACLs(t *testing.T) {
 
 	// The logical messages' own route, when no table shares it, is
 	// granted too; without topic configs nothing asks for DescribeConfigs
-	// but the checkpoint topic's check.
+	// but the checkpoint topic's check; without a fleet's group, no group.
 	cfg = Access{TransactionalID: "t", CheckpointTopic: "cp", Outboxes: []*decode.Outbox{orders, messages}}
 	var names []string
 	for _, a := range ACLs(cfg) {
@@ -73,6 +74,9 @@ func TestACLs(t *testing.T) {
 		}
 		if a.Name != "cp" && slices.Contains(a.Ops, "DescribeConfigs") {
 			t.Errorf("DescribeConfigs on %s without topic configs", a.Name)
+		}
+		if a.Resource == "group" {
+			t.Errorf("group %s granted without a fleet", a.Name)
 		}
 	}
 	if want := []string{"prefixed orders.", "prefixed outbox.event."}; !slices.Equal(names, want) {
@@ -106,18 +110,17 @@ var iamRequires = map[string][]string{
 }
 
 // TestIAMPolicy: the MSK IAM policy allows, on each resource, the actions
-// of every operation the ACLs grant there (a group's ACLs, such as a
-// fleet's membership would add, included), with the actions AWS requires
-// beside each; an operation without a known action fails instead of
-// leaving a gap.
+// of every operation the ACLs grant there (a fleet's group's included),
+// with the actions AWS requires beside each; an operation without a known
+// action fails instead of leaving a gap.
 func TestIAMPolicy(t *testing.T) {
 	o, err := decode.NewOutbox("public", "outbox", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	acls := ACLs(Access{TransactionalID: "walstream-orders", CheckpointTopic: "walstream.checkpoints", DeadLetterTopic: "walstream.dlq",
-		Outboxes: []*decode.Outbox{o}, TopicCreation: &TopicCreation{Default: TopicGroup{Configs: map[string]string{"retention.ms": "1"}}}})
-	acls = append(acls, ACL{Resource: "group", Pattern: "literal", Name: "walstream-fleet", Ops: []string{"Read", "Describe"}})
+		Outboxes: []*decode.Outbox{o}, TopicCreation: &TopicCreation{Default: TopicGroup{Configs: map[string]string{"retention.ms": "1"}}},
+		Group: "walstream-fleet"})
 	policy, err := IAMPolicy(acls)
 	if err != nil {
 		t.Fatal(err)
