@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/walstream/walstream/group"
 	"github.com/walstream/walstream/internal/testenv"
 	"github.com/walstream/walstream/kafka"
 )
@@ -66,6 +69,131 @@ func TestSuperviseAllKeepsSiblings(t *testing.T) {
 	}
 	if len(told) != 1 || told[0] != 1 {
 		t.Fatalf("stopped called for %v, want [1]", told)
+	}
+}
+
+// assignedStream is a stream's Run in a shared fleet: it counts its runs,
+// runs until ctx ends, then takes release to let go, or stops at once
+// with err.
+type assignedStream struct {
+	release time.Duration
+	err     error
+
+	mu            sync.Mutex
+	runs, running int
+}
+
+func (s *assignedStream) Run(ctx context.Context) error {
+	s.mu.Lock()
+	s.runs++
+	s.running++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.running--
+		s.mu.Unlock()
+	}()
+	if s.err != nil {
+		return s.err
+	}
+	<-ctx.Done()
+	time.Sleep(s.release)
+	return nil
+}
+
+func (s *assignedStream) counts() (runs, running int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runs, s.running
+}
+
+// A shared fleet runs the streams its group's assignment gives the
+// process: it starts those given, releases those taken away (owning each
+// until its Run returned), keeps a stream stopped on an error where it is
+// while it is given there, stops everything when the membership is lost,
+// and runs a stream again when it is given back. Its health endpoints
+// name the member a stream is given to.
+func TestSharedFleet(t *testing.T) {
+	discard := slog.New(slog.DiscardHandler)
+	reg := prometheus.NewRegistry()
+	var ps []*Pipeline
+	for _, name := range []string{"a", "b", "c"} {
+		ps = append(ps, New(fleetConfig(t, name, "postgres://db/"+name, name), discard, reg))
+	}
+	f := NewSharedFleet(ps...)
+	bad := errors.New("bad input")
+	streams := map[string]*assignedStream{"a": {release: 300 * time.Millisecond}, "b": {}, "c": {err: bad}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var stopped []string
+	for name, s := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = f.runAssigned(ctx, name, s, discard, func(err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				stopped = append(stopped, name)
+			})
+		}()
+	}
+	get := func(h http.HandlerFunc, url string) (int, string) {
+		rec := httptest.NewRecorder()
+		h(rec, httptest.NewRequest(http.MethodGet, url, nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := get(f.Readyz, "/readyz?stream=a"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not assigned: this process has not joined the fleet's group yet") {
+		t.Errorf("before any assignment, /readyz?stream=a = %d %q", code, body)
+	}
+	assign := func(gen int32, members ...group.Member) group.Assignment {
+		a := group.Assignment{Generation: gen, Leader: "m1", Members: members, Self: "m1"}
+		f.Assign(a)
+		return a
+	}
+	running := func(name string) bool { _, n := streams[name].counts(); return n > 0 }
+
+	assign(1, group.Member{ID: "m1", Name: "host-1", Streams: []string{"a", "b", "c"}})
+	testenv.Eventually(t, 5*time.Second, "a and b running, c stopped", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return running("a") && running("b") && len(stopped) == 1
+	})
+	if got := f.Owned(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("owned %v, want a, b and c, stopped on its error", got)
+	}
+
+	// a and c go to another member: a is owned until its Run returned.
+	assign(2, group.Member{ID: "m1", Name: "host-1", Streams: []string{"b"}}, group.Member{ID: "m2", Name: "host-2", Streams: []string{"a", "c"}})
+	if got := f.Owned(); !slices.Contains(got, "a") {
+		t.Errorf("owned %v at once after a was taken away, want a until it is released", got)
+	}
+	testenv.Eventually(t, 5*time.Second, "a released", func() bool { return slices.Equal(f.Owned(), []string{"b"}) })
+	if running("a") {
+		t.Error("a released while its Run goes on")
+	}
+	if code, body := get(f.Readyz, "/readyz?stream=a"); code != http.StatusOK || body != "assigned to member m2 on host-2 (generation 2)\n" {
+		t.Errorf("/readyz?stream=a = %d %q, want 200 naming m2", code, body)
+	}
+	if code, body := get(f.Healthz, "/healthz"); code != http.StatusOK || !strings.Contains(body, "c: assigned to member m2 on host-2") {
+		t.Errorf("/healthz = %d %q", code, body)
+	}
+
+	// The membership is lost: nothing runs, and nothing is said to run.
+	f.Assign(group.Assignment{Lost: "the coordinator has not answered for 7.5s"})
+	testenv.Eventually(t, 5*time.Second, "b released", func() bool { return len(f.Owned()) == 0 && !running("b") })
+	if code, body := get(f.Readyz, "/readyz"); code != http.StatusServiceUnavailable ||
+		strings.Count(body, "not assigned: this process is not a member of the fleet's group now: the coordinator has not answered for 7.5s") != 3 {
+		t.Errorf("/readyz with no assignment = %d %q, want 503 for each stream, saying why", code, body)
+	}
+
+	// c is given back: it runs again.
+	assign(3, group.Member{ID: "m1", Name: "host-1", Streams: []string{"c"}}, group.Member{ID: "m2", Name: "host-2", Streams: []string{"a", "b"}})
+	testenv.Eventually(t, 5*time.Second, "c run again", func() bool { runs, _ := streams["c"].counts(); return runs == 2 })
+	cancel()
+	wg.Wait()
+	if runs, _ := streams["a"].counts(); runs != 1 {
+		t.Errorf("a ran %d times, want once", runs)
 	}
 }
 
@@ -185,11 +313,79 @@ const outboxDDL = `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetyp
 // Postgres.
 func TestStandbyAndFleet(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.Settings("log_connections = on"))
-	broker := testenv.StartKfake(t)
+	broker := testenv.StartKfake(t, kfake.GroupMinSessionTimeout(time.Second))
 	pg.Exec("postgres", outboxDDL)
 	t.Run("one stops, the others go on", func(t *testing.T) { fleetOneStops(t, pg, broker.Addr()) })
 	t.Run("standby stream by stream", func(t *testing.T) { fleetStandbyStreamByStream(t, pg, broker.Addr()) })
+	t.Run("moved by the fleet's group", func(t *testing.T) { fleetMovedByGroup(t, pg, broker.Addr()) })
 	t.Run("standby keeps one connection", func(t *testing.T) { standbyKeepsOneConnection(t, pg, broker.Addr()) })
+}
+
+// Two processes of one fleet, each a shared fleet of the same two streams
+// in a group on kfake: the first runs both; the second joins and takes
+// one, which the first releases; the second leaves and the first runs the
+// stream again, its Pipeline run a second time on the metrics it
+// registered once, and publishes what was written meanwhile.
+func fleetMovedByGroup(t *testing.T, pg *testenv.Postgres, broker string) {
+	names := []string{"red", "blue"}
+	var cfgs []Config
+	for _, name := range names {
+		c := testConfig(t, pg, broker)
+		c.Stream, c.CheckpointKey, c.TransactionalID = name, name, "walstream-"+name
+		c.Names.Slot, c.Names.Publication = name, name
+		c.Fleet = group.Settings{Group: "walstream-fleet-test", SessionTimeout: 3 * time.Second, HeartbeatInterval: 100 * time.Millisecond, RebalanceTimeout: 5 * time.Second}
+		cfgs = append(cfgs, c)
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	type process struct {
+		ps   []*Pipeline
+		reg  *prometheus.Registry
+		stop func() error
+	}
+	start := func(name string) *process {
+		p := &process{reg: prometheus.NewRegistry()}
+		for _, c := range cfgs {
+			p.ps = append(p.ps, New(c, log.With("process", name, "stream", c.Stream), p.reg))
+		}
+		m, err := group.NewMembership(cfgs[0].Kafka, group.Config{Settings: cfgs[0].Fleet, Name: name, Streams: names}, log.With("process", name), group.NewMetrics(p.reg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- NewSharedFleet(p.ps...).RunShared(ctx, m, nil) }()
+		var once sync.Once
+		var err2 error
+		p.stop = func() error { once.Do(func() { cancel(); err2 = <-done }); return err2 }
+		t.Cleanup(func() { _ = p.stop() })
+		return p
+	}
+	streaming := func(p *Pipeline) bool { _, ok := p.state.streaming(time.Now()); return ok }
+
+	first := start("first")
+	testenv.Eventually(t, 30*time.Second, "the first process streaming both streams", func() bool { return streaming(first.ps[0]) && streaming(first.ps[1]) })
+	second := start("second")
+	moved := -1
+	testenv.Eventually(t, 30*time.Second, "one stream moved to the second process", func() bool {
+		for i := range names {
+			if streaming(second.ps[i]) && !streaming(first.ps[i]) && streaming(first.ps[1-i]) && !streaming(second.ps[1-i]) {
+				moved = i
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("%s moved to the second process", names[moved])
+
+	if err := second.stop(); err != nil {
+		t.Fatalf("the second process's RunShared = %v", err)
+	}
+	testenv.Eventually(t, 30*time.Second, names[moved]+" back on the first process", func() bool { return streaming(first.ps[moved]) })
+	before := published(t, first.reg, "outbox.event.Moved")
+	pg.Exec("postgres", `INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000a1', 'Moved', 'm-1', 'Created', '{}')`)
+	testenv.Eventually(t, 30*time.Second, "the row published by both streams of the first process", func() bool {
+		return published(t, first.reg, "outbox.event.Moved") == before+2
+	})
 }
 
 // Two streams of one process, in two databases, on one registry: bad input

@@ -134,6 +134,16 @@ type failedAt struct {
 	msg string
 }
 
+// reset clears what an earlier Run recorded: its stop, its errors, its
+// Kafka probes and holds.
+func (st *state) reset() {
+	st.stopped.Store(nil)
+	st.lastErr.Store(nil)
+	st.kafkaFailed.Store(nil)
+	st.kafka.Store(nil)
+	st.held.Store(nil)
+}
+
 func (st *state) setLastErr(err error, kafka bool) {
 	msg := oneLine(err)
 	st.lastErr.Store(&msg)

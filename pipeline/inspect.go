@@ -11,6 +11,7 @@ import (
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/debezium"
+	"github.com/walstream/walstream/group"
 	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish/format"
 	"github.com/walstream/walstream/replication"
@@ -174,6 +175,23 @@ func (in *Inspection) inspectTopics(ctx context.Context, conn *pgx.Conn, cfg *Co
 // inspectKafkaTimeout bounds reading the checkpoint: a reachable cluster
 // answers in far less, and the slot's state is worth printing without it.
 const inspectKafkaTimeout = 10 * time.Second
+
+// InspectFleet describes the group of cfg's fleet (cfg.Fleet.Group) as its
+// coordinator does: its members, and the streams each runs.
+func InspectFleet(ctx context.Context, cfg Config) (*FleetReport, error) {
+	kctx, cancel := context.WithTimeout(ctx, inspectKafkaTimeout)
+	defer cancel()
+	d, err := group.Describe(kctx, cfg.Kafka, cfg.Fleet.Group)
+	if err != nil {
+		return nil, fmt.Errorf("at %s: %w", strings.Join(cfg.Kafka.Brokers, ","), err)
+	}
+	f := &FleetReport{Group: d.Group, State: d.State, Generation: d.Generation, Leader: d.Leader, Members: []FleetMemberReport{}}
+	for _, m := range d.Members {
+		f.Members = append(f.Members, FleetMemberReport{MemberID: m.ID, ClientID: m.ClientID, ClientHost: m.Host, Host: m.Name,
+			Streams: append([]string{}, m.Streams...)})
+	}
+	return f, nil
+}
 
 // Inspect reads the slot and the checkpoint, changing nothing, so that it
 // may run while walstream streams.

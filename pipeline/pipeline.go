@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/group"
 	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/publish"
 	"github.com/walstream/walstream/publish/format"
@@ -138,6 +139,12 @@ type Config struct {
 	// Reemit is how re-emit requests read their rows.
 	Reemit ReemitSettings
 
+	// Fleet, when its Group is set, shares the streams of the process
+	// with the other processes of its fleet: each runs the streams the
+	// group's assignment gives it (see NewSharedFleet). The same in every
+	// stream of a process.
+	Fleet group.Settings
+
 	// Hook, if not nil, is called at named points (after-produce,
 	// before-commit, after-commit, mid-transaction, mid-stream, mid-chunk)
 	// so that crash tests can kill the process there.
@@ -204,9 +211,9 @@ func (c *Config) storeConfig() store.Config {
 
 // KafkaACLs are the least-privilege Kafka ACLs of the stream: its
 // transactional id, the topics its outboxes and logical messages route
-// to, its dead-letter and checkpoint topics.
+// to, its dead-letter and checkpoint topics, and its fleet's group.
 func (c *Config) KafkaACLs() []kafka.ACL {
-	return kafka.ACLs(kafka.Access{TransactionalID: c.TransactionalID, CheckpointTopic: c.CheckpointTopic,
+	return kafka.ACLs(kafka.Access{TransactionalID: c.TransactionalID, CheckpointTopic: c.CheckpointTopic, Group: c.Fleet.Group,
 		Outboxes: append(slices.Clip(c.Outboxes), c.Messages), DeadLetterTopic: c.DeadLetterTopic,
 		SkipEvent: c.SkipEvent, SkipTopic: c.SkipTopic, TopicCreation: c.TopicCreation})
 }
@@ -214,7 +221,14 @@ func (c *Config) KafkaACLs() []kafka.ACL {
 // Run streams until ctx ends or a permanent error. Every transient failure
 // tears the session down and starts again from what Kafka holds, after a
 // backoff. A ctx that ends is a clean stop: Run returns nil.
+//
+// Run may be called again once it returned, as a fleet's process does
+// for a stream its group gives it again: each call starts as the first,
+// from the checkpoint in Kafka, with what the health endpoints say of
+// the last call cleared.
 func (p *Pipeline) Run(ctx context.Context) error {
+	p.state.reset()
+	defer p.idle()
 	log, m := p.log, p.metrics
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 500*time.Millisecond, 30*time.Second, 0
@@ -293,6 +307,14 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// idle clears what a Run that ended left of a standby's wait: a stream
+// released by its process waits for nothing.
+func (p *Pipeline) idle() {
+	p.metrics.standby.Set(0)
+	p.state.standbyAt.Store(0)
+	p.waits.clear()
 }
 
 // maxBumps fencings within bumpWindow, none of them by an instance on this

@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"cmp"
+	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -100,10 +102,13 @@ type Report struct {
 	// Debezium is whether the connector the stream takes over from has
 	// stopped; absent unless the stream takes over from one or its status
 	// topic is named.
-	Debezium  *DebeziumReport `json:"debezium,omitempty"`
-	Streaming bool            `json:"streaming"`
-	Problems  []string        `json:"problems"`
-	Warnings  []string        `json:"warnings"`
+	Debezium *DebeziumReport `json:"debezium,omitempty"`
+	// Fleet is the member of the fleet's group the last assignment gives
+	// the stream to; absent when its process joins no fleet's group.
+	Fleet     *FleetStreamReport `json:"fleet,omitempty"`
+	Streaming bool               `json:"streaming"`
+	Problems  []string           `json:"problems"`
+	Warnings  []string           `json:"warnings"`
 	// Error is why part of the report could not be read, e.g. Kafka
 	// unreachable; the rest is still reported.
 	Error string `json:"error,omitempty"`
@@ -417,4 +422,49 @@ func debeziumReport(d *DebeziumStop, t Takeover) *DebeziumReport {
 		}
 	}
 	return dr
+}
+
+// FleetReport is a fleet's group as `walstream status` prints it: the
+// coordinator's state, and each member with the streams the last
+// assignment gives it.
+type FleetReport struct {
+	Group      string              `json:"group"`
+	State      string              `json:"state"`
+	Generation int32               `json:"generation"`
+	Leader     string              `json:"leader,omitempty"`
+	Members    []FleetMemberReport `json:"members"`
+}
+
+// FleetMemberReport is one member of a fleet's group: its member id, the
+// client id and host the coordinator sees, the host it says it runs on,
+// and its streams.
+type FleetMemberReport struct {
+	MemberID   string   `json:"member_id"`
+	ClientID   string   `json:"client_id"`
+	ClientHost string   `json:"client_host"`
+	Host       string   `json:"host"`
+	Streams    []string `json:"streams"`
+}
+
+// FleetStreamReport is a stream's fleet, and the member that runs the
+// stream.
+type FleetStreamReport struct {
+	FleetReport
+	MemberID string `json:"member_id,omitempty"`
+	Host     string `json:"host,omitempty"`
+}
+
+// AddFleet notes in r its fleet and which member runs its stream, and
+// warns when none does: no process of the fleet runs, or none has the
+// stream in its config.
+func (r *Report) AddFleet(f *FleetReport) {
+	r.Fleet = &FleetStreamReport{FleetReport: *f}
+	for _, m := range f.Members {
+		if slices.Contains(m.Streams, r.Stream) {
+			r.Fleet.MemberID, r.Fleet.Host = m.MemberID, m.Host
+			return
+		}
+	}
+	r.Warnings = append(r.Warnings, fmt.Sprintf("no member of the fleet's group %s (%s, %d members) runs stream %s: no process of the fleet runs, or none has the stream in its config",
+		f.Group, f.State, len(f.Members), r.Stream))
 }

@@ -123,6 +123,7 @@ func published(t *testing.T, reg *prometheus.Registry, topic string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var n float64 // over the streams of a fleet
 	for _, mf := range mfs {
 		if mf.GetName() != "walstream_events_published_total" {
 			continue
@@ -130,12 +131,12 @@ func published(t *testing.T, reg *prometheus.Registry, topic string) float64 {
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "topic" && l.GetValue() == topic {
-					return m.GetCounter().GetValue()
+					n += m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
-	return 0
+	return n
 }
 
 // testWriter logs through t.

@@ -119,6 +119,17 @@ func (c *Config) Validate() error {
 	if c.Takeover.Enabled() && c.Takeover.Lookback < 0 {
 		bad("Takeover.Lookback", fmt.Errorf("must not be negative, got %s", c.Takeover.Lookback))
 	}
+	if f := c.Fleet; f.Group != "" {
+		if f.SessionTimeout <= 0 {
+			bad("Fleet.SessionTimeout", fmt.Errorf("must be positive, got %s", f.SessionTimeout))
+		}
+		if f.HeartbeatInterval <= 0 || 3*f.HeartbeatInterval > f.SessionTimeout {
+			bad("Fleet.HeartbeatInterval", fmt.Errorf("must be positive and at most a third of the session timeout (%s), got %s", f.SessionTimeout, f.HeartbeatInterval))
+		}
+		if f.RebalanceTimeout < time.Second {
+			bad("Fleet.RebalanceTimeout", fmt.Errorf("must be at least 1s, got %s", f.RebalanceTimeout))
+		}
+	}
 	bad("Kafka.Brokers", c.Kafka.CheckBrokers())
 	bad("Kafka.SASLMechanism", c.Kafka.CheckSASL())
 	schemas := c.Encoding.Value == format.JSONSchema || c.Encoding.Value == format.Avro

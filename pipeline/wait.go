@@ -62,3 +62,11 @@ func (w *waits) done(kind, msg string) {
 		w.log.Info(msg, "waited_seconds", int64(time.Since(since).Seconds()))
 	}
 }
+
+// clear ends any wait without a word: its Run ended.
+func (w *waits) clear() {
+	w.mu.Lock()
+	w.kind = ""
+	w.mu.Unlock()
+	w.state.waiting.Store(nil)
+}
