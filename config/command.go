@@ -103,6 +103,7 @@ func ParseStreams(cmd Command, args []string, stdout io.Writer) ([]*Config, erro
 			sc.Stream = ""
 			delete(sset, "stream")
 		}
+		sc.listed = true
 		err := sc.applyFile(sfs, sset, f, i)
 		if err == nil {
 			err = sc.finish(cmd)
@@ -121,11 +122,24 @@ func ParseStreams(cmd Command, args []string, stdout io.Writer) ([]*Config, erro
 	if len(picked) == 0 {
 		return nil, fmt.Errorf("--stream %q: config file %s has no such stream (%s)", pick, f.path, streamNames(all))
 	}
+	// --fleet=auto (the process's, so every stream's) shares a list of
+	// streams that write to one Kafka cluster, where the fleet's group
+	// is; --fleet=on a list of several is refused by CheckFleet.
+	if all[0].FleetMembership == fleetAuto && slices.ContainsFunc(all, func(sc *Config) bool { return !slices.Equal(sc.Kafka.Brokers, all[0].Kafka.Brokers) }) {
+		for _, sc := range all {
+			sc.Fleet.Group = ""
+		}
+	}
 	var cfgs []pipeline.Config
 	for _, sc := range all {
 		cfgs = append(cfgs, sc.Config)
+		if g, first := sc.Fleet.Group, all[0].Fleet.Group; g != first {
+			errs = append(errs, fmt.Errorf("streams %s and %s would join different fleet groups, %s and %s, derived from their checkpoint topics: "+
+				"give them one checkpoint topic, or name the group with --fleet-group ($%s)", all[0].Stream, sc.Stream, first, g, EnvName("fleet-group")))
+		}
 	}
-	if err := pipeline.CheckFleet(cfgs); err != nil {
+	errs = append(errs, pipeline.CheckFleet(cfgs))
+	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("config file %s: %w", f.path, err)
 	}
 	return picked, nil
@@ -259,9 +273,11 @@ var (
 	InitSettings = []string{"config", "pg-url", "pg-password-file", "pg-aws-iam-auth", "pg-aws-region", "slot", "publication", "table",
 		"event-id-column", "event-key-column", "payload-column", "route-by-column", "timestamp-column",
 		"additional-placement", "additional-error-on-missing", "failover-slot",
-		"stream", "kafka-brokers", "checkpoint-topic", "transactional-id", "on-error", "dlq-topic", "topic-creation", "topic-template"}
+		"stream", "kafka-brokers", "checkpoint-topic", "transactional-id", "on-error", "dlq-topic", "topic-creation", "topic-template",
+		"fleet", "fleet-group"}
 	StatusSettings = slices.Concat([]string{"config", "pg-url", "pg-password-file", "pg-aws-iam-auth", "pg-aws-region", "slot", "publication", "table", "stream", "checkpoint-topic",
-		"checkpoint-key", "transactional-id", "on-error", "dlq-topic"}, kafkaConnection, []string{"blocking-query-text", "from-debezium-offset", "debezium-connector"})
+		"checkpoint-key", "transactional-id", "on-error", "dlq-topic"}, kafkaConnection, []string{"blocking-query-text", "from-debezium-offset", "debezium-connector",
+		"fleet", "fleet-group"})
 	// diff reads the Kafka connection only.
 	DiffSettings = slices.Concat([]string{"config"}, kafkaConnection)
 	// reemit reads the stream's Postgres, tables, mapping of the event id,

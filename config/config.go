@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/group"
 	"github.com/walstream/walstream/internal/secret"
 	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/pipeline"
@@ -29,6 +30,13 @@ import (
 )
 
 const defaultHTTPAddr = "127.0.0.1:9187"
+
+// Values of --fleet.
+const (
+	fleetAuto = "auto"
+	fleetOn   = "on"
+	fleetOff  = "off"
+)
 
 // Policies for rows that cannot become records (--on-error).
 const (
@@ -61,6 +69,9 @@ type Config struct {
 	RegistryTLSServerName                                                      string
 	CompressionText, SkipEventText, AcceptRecreatedText                        string
 	HTTPAddr, HTTPConfigFile, PprofAddr, LogLevel, LogFormat                   string
+	// FleetMembership is --fleet: auto, on or off; build resolves it into
+	// Fleet.Group, empty when the process joins no fleet's group.
+	FleetMembership string
 	// ExtendedHeaders adds Debezium's __debezium.context.* headers;
 	// MessageNullFields keeps a logical message's null fields, as
 	// DecodeLogicalDecodingMessageContent's fields.null.include does.
@@ -85,6 +96,9 @@ type Config struct {
 	// takeoverName is the connector's name --from-debezium-offset's URL
 	// gives.
 	takeoverName string
+	// listed: the stream is an entry of a config file's streams: list,
+	// which --fleet=auto shares among the processes of the config.
+	listed bool
 }
 
 // Setting is one flag; its environment variable (EnvName) and its config
@@ -183,6 +197,11 @@ func (c *Config) Settings() []Setting {
 		{"max-record-bytes", &c.MaxRecordBytes, pipeline.DefaultMaxRecordBytes, "MaxRecordBytes", "largest record to send; keep it within the topics' max.message.bytes"},
 		{"slot-poll-interval", &c.SlotPollInterval, pipeline.DefaultSlotPollInterval, "SlotPollInterval", "how often the slot's state is read for metrics and checked"},
 		{"ready-confirm-age", &c.ReadyConfirmAge, pipeline.DefaultReadyConfirmAge, "ReadyConfirmAge", "/readyz fails when no position was confirmed to Postgres for this long"},
+		{"fleet", &c.FleetMembership, fleetAuto, "", "share the streams among the processes run with the same config, each stream run by one of them, balanced and moved as processes join and leave, by a Kafka group of their own (see docs/operations.md, A fleet across processes): auto (on for a config file's streams: list on one Kafka cluster), on, or off (each process runs every stream, and waits as a standby for those another process streams)"},
+		{"fleet-group", &c.Fleet.Group, nil, "", "the Kafka group id of the fleet's processes (default walstream-fleet-<checkpoint topic>: every process of one config agrees on it, and a fleet of another config on the same checkpoint topic may share it, since each stream goes only to processes whose config has it)"},
+		{"fleet-session-timeout", &c.Fleet.SessionTimeout, group.DefaultSessionTimeout, "Fleet.SessionTimeout", "how long the fleet's group waits for a process that stopped heartbeating (killed, paused, cut off from Kafka) before its streams move to the others; such a process stops its streams a margin before (see docs/operations.md, A fleet across processes)"},
+		{"fleet-heartbeat-interval", &c.Fleet.HeartbeatInterval, group.DefaultHeartbeatInterval, "Fleet.HeartbeatInterval", "how often a process of a fleet heartbeats to its group, and so how soon it learns that streams move; at most a third of --fleet-session-timeout"},
+		{"fleet-rebalance-timeout", &c.Fleet.RebalanceTimeout, group.DefaultRebalanceTimeout, "Fleet.RebalanceTimeout", "how long the fleet's group waits for every process to join again when processes join or leave; one that does not is left out of the new assignment"},
 		{"http-config-file", &c.HTTPConfigFile, nil, "", "Prometheus exporter-toolkit web config (TLS, basic auth) for the HTTP listener"},
 		{"pprof-addr", &c.PprofAddr, nil, "", "serve /debug/pprof on this loopback address; empty: off"},
 		{"http-addr", &c.HTTPAddr, defaultHTTPAddr, "", "listen address for /metrics, /healthz and /readyz; empty disables, port 0 picks one; one that binds every interface is logged as a warning"},
@@ -351,6 +370,18 @@ func (c *Config) build() error {
 	}
 	if c.Takeover.Enabled() && c.Takeover.Source.Kind == debezium.SourceREST && c.Takeover.Selector.Connector == "" {
 		bad("from-debezium-offset", errors.New("reading the offset from Kafka Connect's REST API needs the connector's name: --debezium-connector, or the URL of the connector (http://connect:8083/connectors/<name>)"))
+	}
+	switch c.FleetMembership {
+	case fleetOn, fleetAuto:
+		if c.FleetMembership == fleetOn || c.listed {
+			c.Fleet.Group = cmp.Or(c.Fleet.Group, group.DefaultGroup(c.CheckpointTopic))
+			break
+		}
+		c.Fleet.Group = ""
+	case fleetOff:
+		c.Fleet.Group = ""
+	default:
+		bad("fleet", fmt.Errorf("%q is not %s, %s or %s", c.FleetMembership, fleetAuto, fleetOn, fleetOff))
 	}
 	c.Hook = pipeline.CrashHook(os.Getenv("WALSTREAM_CRASH_AT"))
 	for _, err := range unjoin(c.Validate()) {

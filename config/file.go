@@ -110,7 +110,8 @@ func mappingValue(n *yaml.Node, key string) *yaml.Node {
 // one of each).
 var (
 	streamOnly  = []string{"stream", "checkpoint-key", "transactional-id", "skip-event", "accept-recreated-table", "from-debezium-offset", "debezium-connector"}
-	processWide = []string{"config", "http-addr", "http-config-file", "pprof-addr", "log-level", "log-format"}
+	processWide = []string{"config", "http-addr", "http-config-file", "pprof-addr", "log-level", "log-format",
+		"fleet", "fleet-group", "fleet-session-timeout", "fleet-heartbeat-interval", "fleet-rebalance-timeout"}
 )
 
 // applyFile sets every flag the command line and the environment left

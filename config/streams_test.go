@@ -224,7 +224,8 @@ func TestConfigStreamsErrors(t *testing.T) {
 
 // TestFleetManifest: the fleet example's config is what walstream reads:
 // three streams, each with its password from its mounted file and none in
-// a URL, one of them the connector config beside it.
+// a URL, one of them the connector config beside it, shared by the pods
+// through their fleet's group.
 func TestFleetManifest(t *testing.T) {
 	b, err := os.ReadFile("../docs/fleet/walstream.yaml")
 	if err != nil {
@@ -286,9 +287,69 @@ func TestFleetManifest(t *testing.T) {
 			kafkaPassword, _, _ = c.Kafka.SASLPasswordFile.Read()
 		}
 		if !ok || c.Postgres.Host != w.host || c.Postgres.Database != w.db || pgPassword != w.password ||
-			kafkaPassword != secrets["kafka-sasl-password"] || c.Create || c.HTTPAddr != "0.0.0.0:9187" {
+			kafkaPassword != secrets["kafka-sasl-password"] || c.Create || c.HTTPAddr != "0.0.0.0:9187" ||
+			c.Fleet.Group != "walstream-fleet-walstream.checkpoints" {
 			t.Errorf("stream %q: host %q database %q, its password from its file %v, Kafka's %v, create %v, http %q",
 				c.Stream, c.Postgres.Host, c.Postgres.Database, pgPassword == w.password, kafkaPassword == secrets["kafka-sasl-password"], c.Create, c.HTTPAddr)
+		}
+	}
+}
+
+// A config file's streams: list joins a fleet's group by default, its name
+// derived from the checkpoint topic; a stream alone does not unless asked;
+// the group's settings are the process's, and a list on several Kafka
+// clusters, or of several checkpoint topics, is said plainly.
+func TestConfigFleet(t *testing.T) {
+	two := func(extra, second string) string {
+		return writeFile(t, `
+kafka-brokers: kafka:9092
+`+extra+`
+streams:
+  - pg-url: postgres://walstream@db/orders
+  - pg-url: postgres://walstream@db/billing
+    slot: billing
+`+second)
+	}
+	cs, err := parseRun(t, "--config", two("", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if f := c.Fleet; f.Group != "walstream-fleet-walstream.checkpoints" || f.SessionTimeout != 10*time.Second || f.HeartbeatInterval != time.Second ||
+			f.RebalanceTimeout != 30*time.Second {
+			t.Errorf("stream %s: fleet %+v, want the default group and timeouts", c.Stream, f)
+		}
+	}
+	if cs, err := parseRun(t, "--config", two("fleet: off", "")); err != nil || cs[0].Fleet.Group != "" || cs[1].Fleet.Group != "" {
+		t.Errorf("fleet: off: %v, %v", cs, err)
+	}
+	if cs, err := parseRun(t, "--config", two("fleet-group: payments\nfleet-session-timeout: 20s", "    checkpoint-topic: other")); err != nil ||
+		cs[1].Fleet.Group != "payments" || cs[1].Fleet.SessionTimeout != 20*time.Second {
+		t.Errorf("a named group: %+v, %v", cs, err)
+	}
+	// One stream: standby as before, unless asked.
+	one := []string{"--pg-url", "postgres://walstream@db/app", "--kafka-brokers", "kafka:9092"}
+	if cs, err := parseRun(t, one...); err != nil || cs[0].Fleet.Group != "" {
+		t.Errorf("one stream: group %q, %v", cs[0].Fleet.Group, err)
+	}
+	if cs, err := parseRun(t, append(one, "--fleet", "on", "--checkpoint-topic", "cp")...); err != nil || cs[0].Fleet.Group != "walstream-fleet-cp" {
+		t.Errorf("one stream, --fleet on: %+v, %v", cs, err)
+	}
+	// Several Kafka clusters: auto runs without a group, on is refused.
+	elsewhere := "    kafka-brokers: other-kafka:9092"
+	if cs, err := parseRun(t, "--config", two("", elsewhere)); err != nil || cs[0].Fleet.Group != "" || cs[1].Fleet.Group != "" {
+		t.Errorf("streams on two Kafka clusters, fleet auto: %v", err)
+	}
+	for _, tc := range []struct{ name, extra, second, want string }{
+		{"two clusters", "fleet: on", elsewhere, "write to different Kafka clusters (kafka:9092 and other-kafka:9092), and the fleet's group walstream-fleet-walstream.checkpoints is on one"},
+		{"two checkpoint topics", "", "    checkpoint-topic: other", "would join different fleet groups, walstream-fleet-walstream.checkpoints and walstream-fleet-other, derived from their checkpoint topics: " +
+			"give them one checkpoint topic, or name the group with --fleet-group ($WALSTREAM_FLEET_GROUP)"},
+		{"a stream's own", "", "    fleet-session-timeout: 5s", "fleet-session-timeout is the process's, not a stream's"},
+		{"not a value", "fleet: yes", "", `--fleet ($WALSTREAM_FLEET): "yes" is not auto, on or off`},
+		{"heartbeats too rare", "fleet-heartbeat-interval: 4s", "", "--fleet-heartbeat-interval ($WALSTREAM_FLEET_HEARTBEAT_INTERVAL): must be positive and at most a third of the session timeout (10s), got 4s"},
+	} {
+		if _, err := parseRun(t, "--config", two(tc.extra, tc.second)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
 }
