@@ -118,7 +118,8 @@ func TestOAuthBearer(t *testing.T) {
 // no auto-creation, walstream streams with exactly the ACLs `walstream init
 // --kafka-acls` prints; without any one of the required ones it stops with
 // an error naming the operation and the resource, having confirmed nothing
-// past what Kafka holds; without the optional one it warns.
+// past what Kafka holds; without the optional one it warns. A process of a
+// fleet needs its fleet's group's too, which init prints then.
 func TestKafkaACLs(t *testing.T) {
 	t.Parallel()
 	const password, adminPassword = "walstream-acl-Sekr1t", "admin-acl-Sekr1t"
@@ -198,6 +199,8 @@ func TestKafkaACLs(t *testing.T) {
 			b = b.Topics(g.Name)
 		case "transactional-id":
 			b = b.TransactionalIDs(g.Name)
+		case "group":
+			b = b.Groups(g.Name)
 		}
 		pattern := kadm.ACLPatternLiteral
 		if g.Pattern == "prefixed" {
@@ -285,6 +288,32 @@ func TestKafkaACLs(t *testing.T) {
 			withheld(g, func() { e.insertTx(typ, 2, 1, &seq, false) })
 		}
 	}
+
+	// A process of a fleet: Read on its group too, and nothing else.
+	args = append(args, "--fleet", "on")
+	cmd = exec.Command(binary, append(initArgs, "--fleet", "on")...)
+	cmd.Env = append(os.Environ(), env)
+	if out, err = cmd.CombinedOutput(); err != nil {
+		t.Fatalf("walstream init --kafka-acls --fleet on: %v\n%s", err, out)
+	}
+	fleetCfg, err := config.Parse(config.Command{Name: "init", Needs: func() (bool, bool) { return false, false }},
+		append(initArgs[4:len(initArgs):len(initArgs)], "--kafka-sasl-password-file", secretFile(t, password), "--fleet", "on"), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fleetGrants []grant
+	for _, a := range fleetCfg.KafkaACLs() {
+		if !slices.ContainsFunc(grants, func(g grant) bool {
+			return g.Resource == a.Resource && g.Name == a.Name && slices.Contains(a.Ops, g.op)
+		}) {
+			fleetGrants = append(fleetGrants, grant{a, a.Ops[0]})
+		}
+	}
+	if len(fleetGrants) != 1 || fleetGrants[0].Resource != "group" || fleetGrants[0].op != "Read" || !strings.Contains(string(out), "--group "+fleetGrants[0].Name) {
+		t.Fatalf("a fleet's ACLs add %+v, want Read on its group, printed:\n%s", fleetGrants, out)
+	}
+	set(fleetGrants[0], true)
+	withheld(fleetGrants[0], func() { e.insertTx("Order", 2, 1, &seq, false) })
 
 	p = e.start(args, env).streaming(t)
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)

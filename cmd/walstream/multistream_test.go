@@ -24,7 +24,9 @@ import (
 // never restarts its session. `walstream status` lists all three. A second
 // process of the same streams, with the fix of the stopped one's bad event
 // in its entry, takes that stream over and stands by for the other two.
-// SIGTERM then exits the first non-zero, naming the stopped stream.
+// SIGTERM then exits the first non-zero, naming the stopped stream. The
+// processes share no fleet's group (fleet: off): TestFleetAcrossProcesses
+// runs one.
 func TestStreamsInOneProcess(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t) // orders and billing, in two databases of one server
@@ -39,6 +41,7 @@ func TestStreamsInOneProcess(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "walstream.yaml")
 		err := os.WriteFile(path, fmt.Appendf(nil, `
 kafka-brokers: %s
+fleet: off                         # each process every stream, as a standby where another streams
 http-addr: 127.0.0.1:0
 status-interval: 1s
 idle-interval: 500ms

@@ -22,6 +22,7 @@ import (
 	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/debezium"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/group"
 	"github.com/walstream/walstream/pipeline"
 	"github.com/walstream/walstream/publish"
 )
@@ -285,6 +286,7 @@ func registries(t *testing.T) (pipe, client *registrar) {
 	reg := newRegistry()
 	pipe = &registrar{Registerer: reg, gather: reg}
 	pipeline.New(c.Config, log, pipe)
+	group.NewMetrics(pipe) // a fleet's process's
 
 	// The producer's client, created as a session creates it; creating a
 	// client connects to nothing.

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/decode"
+	"github.com/walstream/walstream/group"
 	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/pipeline"
 )
@@ -112,20 +113,33 @@ func runStream(ctx context.Context, cfgs []*config.Config, stderr io.Writer) (er
 		}
 		pipelines[i] = pipeline.New(cfg.Config, sl, reg)
 	}
+	shared := first.Fleet.Group != ""
 	fleet := pipeline.NewFleet(pipelines...)
+	var member *group.Membership
+	if shared {
+		fleet = pipeline.NewSharedFleet(pipelines...)
+		if member, err = newMembership(cfgs, base, reg); err != nil {
+			return err
+		}
+	}
 	stopHTTP, err := serveHTTP(reg, fleet, first, log)
 	if err != nil {
 		return err
 	}
 	defer stopHTTP()
 	ran = true
-	if len(cfgs) == 1 {
+	if len(cfgs) == 1 && !shared {
 		return flagHints(fleet.Run(ctx, nil)) // logged as the process stops
 	}
-	err = fleet.Run(ctx, func(p *pipeline.Pipeline, err error) {
+	streamStopped := func(p *pipeline.Pipeline, err error) {
 		peer, kind := pipeline.Describe(err)
 		p.Log().Error("stream stopped on a permanent error; the other streams go on", "err", flagHints(err), "peer", peer, "kind", kind)
-	})
+	}
+	if shared {
+		err = fleet.RunShared(ctx, member, streamStopped)
+	} else {
+		err = fleet.Run(ctx, streamStopped)
+	}
 	// Each stream's error, which fleet.Run joins, with the flag that
 	// changes its outcome.
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -134,9 +148,29 @@ func runStream(ctx context.Context, cfgs []*config.Config, stderr io.Writer) (er
 	for i, e := range stopped {
 		if se := (*pipeline.StreamError)(nil); errors.As(e, &se) {
 			stopped[i] = &pipeline.StreamError{Stream: se.Stream, Err: flagHints(se.Err)}
+		} else {
+			stopped[i] = flagHints(e) // the fleet's membership
 		}
 	}
 	return errors.Join(stopped...)
+}
+
+// newMembership is the process's membership of its fleet's group, on the
+// first stream's Kafka cluster (pipeline.CheckFleet has checked that every
+// stream is on it), as the host it runs on.
+func newMembership(cfgs []*config.Config, log *slog.Logger, reg prometheus.Registerer) (*group.Membership, error) {
+	first := cfgs[0]
+	host, err := os.Hostname()
+	if err != nil {
+		host = fmt.Sprintf("pid %d", os.Getpid())
+	}
+	names := make([]string, len(cfgs))
+	for i, c := range cfgs {
+		names[i] = c.Stream
+	}
+	log.Info("joining the fleet's group", "group", first.Fleet.Group, "host", host, "streams", len(names),
+		"session_timeout", first.Fleet.SessionTimeout, "heartbeat_interval", first.Fleet.HeartbeatInterval)
+	return group.NewMembership(first.Kafka, group.Config{Settings: first.Fleet, Name: host, Streams: names}, log, group.NewMetrics(reg))
 }
 
 // newRegistry is the registry /metrics serves, holding Go's and the
@@ -182,6 +216,8 @@ func flagHints(err error) error {
 		return fmt.Errorf("%w (--accept-recreated-table %s=%d)", err, recreated.Table, recreated.NewOID)
 	case errors.As(err, &bad) && bad.Event.CommitLSN != 0 && errors.As(err, &unattached):
 		return fmt.Errorf("%w (to send this one event to --dlq-topic and go on: --skip-event %s; every row of the relation, with any other bad row: --on-error=dead-letter)", err, bad.Event.Ref())
+	case errors.Is(err, group.ErrRefused) && !errors.Is(err, kafka.ErrAuthorization):
+		return fmt.Errorf("%w (--fleet-group names the group, --fleet-session-timeout its session timeout; --fleet=off runs without)", err)
 	case errors.As(err, &bad) && bad.Event.CommitLSN != 0:
 		return fmt.Errorf("%w (to send this one event to --dlq-topic and go on: --skip-event %s; see docs/outbox.md, Bad input)", err, bad.Event.Ref())
 	}

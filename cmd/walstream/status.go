@@ -71,6 +71,17 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		reports[i] = in.Report(cfg.Config, time.Now())
 	}
+	var fleet *pipeline.FleetReport
+	if first := cfgs[0]; first.Fleet.Group != "" {
+		fleet, err = pipeline.InspectFleet(ctx, first.Config)
+		for _, r := range reports {
+			if err != nil {
+				r.Warnings = append(r.Warnings, fmt.Sprintf("describing the fleet's group %s: %v", first.Fleet.Group, err))
+			} else {
+				r.AddFleet(fleet)
+			}
+		}
+	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -82,6 +93,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 	} else {
+		if fleet != nil {
+			printFleet(stdout, fleet)
+			fmt.Fprintln(stdout)
+		}
 		for i, r := range reports {
 			if i > 0 {
 				fmt.Fprintln(stdout)
@@ -147,6 +162,13 @@ func printStatus(w io.Writer, r *statusReport) {
 	line := func(name, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", name, fmt.Sprintf(format, a...)) }
 	s, c, sv, fo := r.Slot, r.Checkpoint, r.Server, r.Failover
 	line("stream", "%s (transactional id %s)", r.Stream, r.TransactionalID)
+	switch f := r.Fleet; {
+	case f == nil:
+	case f.MemberID == "":
+		line("  run by", "no member of the fleet")
+	default:
+		line("  run by", "member %s on %s", f.MemberID, f.Host)
+	}
 	line("slot", "%s", s.Name)
 	if s.Exists {
 		active := "no"
@@ -310,4 +332,23 @@ func resetText(at *time.Time) string {
 		return ""
 	}
 	return "; since " + at.UTC().Format(time.RFC3339)
+}
+
+// printFleet lists the members of the fleet's group and the streams each
+// runs.
+func printFleet(w io.Writer, f *pipeline.FleetReport) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintf(tw, "fleet\tgroup %s: %s, generation %d, %d members\n", f.Group, f.State, f.Generation, len(f.Members))
+	for _, m := range f.Members {
+		leader := ""
+		if m.MemberID == f.Leader {
+			leader = ", the leader"
+		}
+		streams := "none"
+		if len(m.Streams) > 0 {
+			streams = strings.Join(m.Streams, ", ")
+		}
+		fmt.Fprintf(tw, "  member %s\ton %s (client %s at %s%s): %d streams: %s\n", m.MemberID, m.Host, m.ClientID, m.ClientHost, leader, len(m.Streams), streams)
+	}
 }
