@@ -103,7 +103,7 @@ var valueSets = []valueSet{
 	{name: "existing-configmap", file: "testdata/existing-configmap.yaml",
 		configMaps: map[string]map[string]string{"my-walstream": {"walstream.yaml": "stream: from-configmap\nlinger: 20ms\n"}},
 		streams:    []string{"from-configmap"}, brokers: 1, memLimit: 64 << 20, memFrom: "the streams' queues and batches", replicas: 3},
-	{name: "streams", file: "testdata/streams.yaml", streams: []string{"orders", "billing"}, brokers: 1, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 2, goMemEnv: "409MiB"},
+	{name: "streams", file: "testdata/streams.yaml", streams: []string{"orders", "billing"}, brokers: 1, memLimit: 409 << 20, memFrom: "GOMEMLIMIT", replicas: 3, goMemEnv: "409MiB"},
 }
 
 func (vs valueSet) values(t *testing.T) map[string]any {

@@ -307,7 +307,7 @@ func TestChartRefuses(t *testing.T) {
 		{"unknown setting", "config: {lingr: 5ms}", true, []string{"at '/config'", "'lingr' not allowed"}},
 		{"unknown setting of a stream", "config: {stream: null, streams: [{stream: a, slott: a}]}", true, []string{"at '/config/streams/0'", "'slott' not allowed"}},
 		{"unknown router key", "config: {outbox: {table.field.evnt.id: id}}", true, []string{"at '/config/outbox'", "'table.field.evnt.id' not allowed"}},
-		{"mistyped value", "replicaCount: two", true, []string{"at '/replicaCount'", "want integer"}},
+		{"mistyped value", "replicaCount: two", true, []string{"at '/replicaCount'", "want null or integer"}},
 		{"mistyped setting", "config: {max-batch-events: [1]}", true, []string{"at '/config/max-batch-events'"}},
 		{"unknown alert", "metrics: {prometheusRule: {alerts: {WalstreamLag: {enabled: false}}}}", true, []string{"'WalstreamLag' not allowed"}},
 		{"threshold of none", "metrics: {prometheusRule: {alerts: {WalstreamDown: {threshold: 1}}}}", true, []string{"at '/metrics/prometheusRule/alerts/WalstreamDown'", "'threshold' not allowed"}},

@@ -177,3 +177,20 @@ rounded down; empty without either.
 {{- printf "%dMiB" (int64 (floor (divf (mulf $bytes .Values.goMemLimitPercent) 104857600.0))) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The pods: replicaCount, or 3 for a fleet (a streams: list in config,
+which its pods share) and 2 for one stream (it and its standby).
+*/}}
+{{- define "walstream.replicas" -}}
+{{- if kindIs "invalid" .Values.replicaCount -}}
+{{- eq (include "walstream.fleet" .) "true" | ternary 3 2 -}}
+{{- else -}}
+{{- .Values.replicaCount -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when config holds a streams: list: its pods are a fleet. */}}
+{{- define "walstream.fleet" -}}
+{{- and (not .Values.existingConfigMap.name) (not .Values.connector.config) (kindIs "slice" .Values.config.streams) -}}
+{{- end -}}
