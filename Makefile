@@ -96,38 +96,44 @@ verify-release:
 	COSIGN_PUB=$(COSIGN_PUB) bash scripts/verify-release.sh dist
 
 # The long chaos run, after a re-emit request crashed at every crash point
-# (TestReemit -reemit.all): four streams (four databases, in three walstream
-# processes, one of them two streams) on one Apache Kafka 4.x node and one
-# checkpoint topic; walstream killed and paused mid-commit, another
-# producer's transaction left open on the checkpoint topic, re-emit
-# requests, Postgres and the broker restarted and the network cut for
-# CHAOS_DURATION under load, then every row of every stream checked.
+# (TestReemit -reemit.all): a fleet (CHAOS_FLEET) of eight streams (eight
+# databases) in three walstream processes that all run one config and share
+# the streams through their fleet's Kafka group, on one Apache Kafka 4.x
+# node and one checkpoint topic; its processes killed (also at their crash
+# points), paused past and within the group's session timeout, stopped and
+# started again, restarted in turn as a rollout does; re-emit requests,
+# Postgres and the broker restarted and the network cut for CHAOS_DURATION
+# under load, then every row of every stream checked. CHAOS_FLEET= runs the
+# streams in processes of their own instead, with the faults of one
+# stream's process (paused mid-commit, a zombie, another producer's
+# transaction left open on the checkpoint topic, a recreated outbox).
 # CHAOS_MIN_ROWS counts the rows of all streams. `make test` runs a short
 # variant of both. CHAOS_FLAGS adds flags, e.g. CHAOS_FLAGS=-chaos.skip=broker-restart-sigkill,
 # or CHAOS_FLAGS=-chaos.broker=devbroker for the local broker (kfake).
 CHAOS_DURATION ?= 10m
 CHAOS_MIN_ROWS ?= 200000
 CHAOS_REPORT   ?= $(CURDIR)/chaos/chaos-report.json
+CHAOS_FLEET    ?= -chaos.fleet=3 -chaos.streams=8
 CHAOS_FLAGS    ?=
 chaos:
 	$(DEPS) chaos
 	$(GO) test ./cmd/walstream -run '^TestReemit$$' -race -count=1 -timeout 20m -v -args -reemit.all
 	$(GO) test ./chaos -run TestChaos -count=1 -timeout 40m -v -args \
-		-chaos.duration=$(CHAOS_DURATION) -chaos.min-rows=$(CHAOS_MIN_ROWS) -chaos.report=$(CHAOS_REPORT) $(CHAOS_FLAGS)
+		-chaos.duration=$(CHAOS_DURATION) -chaos.min-rows=$(CHAOS_MIN_ROWS) -chaos.report=$(CHAOS_REPORT) $(CHAOS_FLEET) $(CHAOS_FLAGS)
 
 # The same on a Kafka cluster of three brokers (and two controller-only
-# nodes), with the cluster's faults: the transaction coordinator, a
+# nodes), with the cluster's faults: the transaction coordinator (of a
+# stream's transactional id, and so of the fleet's group at times), a
 # partition leader, the checkpoint topic's leader and the active controller
-# killed, two brokers down, one cut off; walstream killed and paused past
-# its transaction timeout, and the foreign transaction on the checkpoint
-# topic. First the harness's own test of a three-node cluster (start,
-# restarts, data kept), which make test leaves out.
+# killed, two brokers down, one cut off; and the fleet's. First the
+# harness's own test of a three-node cluster (start, restarts, data kept),
+# which make test leaves out.
 CHAOS_CLUSTER_REPORT ?= $(CURDIR)/chaos/chaos-cluster-report.json
 chaos-cluster:
 	$(DEPS) chaos
 	$(GO) test ./internal/testenv -run 'TestKafka$$' -count=1 -v -args -testenv.kafka-cluster
 	$(GO) test ./chaos -run TestChaos -count=1 -timeout 40m -v -args -chaos.kafka-nodes=3 \
-		-chaos.duration=$(CHAOS_DURATION) -chaos.min-rows=$(CHAOS_MIN_ROWS) -chaos.report=$(CHAOS_CLUSTER_REPORT) $(CHAOS_FLAGS)
+		-chaos.duration=$(CHAOS_DURATION) -chaos.min-rows=$(CHAOS_MIN_ROWS) -chaos.report=$(CHAOS_CLUSTER_REPORT) $(CHAOS_FLEET) $(CHAOS_FLAGS)
 
 # Debezium 3.6.1 (in Kafka Connect) and walstream on the whole
 # compatibility corpus, each record compared byte for byte (compat/), the

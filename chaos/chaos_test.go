@@ -39,6 +39,9 @@ var (
 	flagBroker   = flag.String("chaos.broker", brokerKafka, "the broker: kafka (Apache Kafka 4.x, transaction version 2) or devbroker (kfake, cmd/devbroker)")
 	flagNodes    = flag.Int("chaos.kafka-nodes", 1, "Kafka brokers: 1 plays the broker restarts and network faults; 3 the cluster's faults "+
 		"(coordinator, leaders and controller killed, two brokers down, one cut off), beside two controller-only nodes")
+	flagFleet = flag.Int("chaos.fleet", 0, "walstream processes running one config of every stream, which they share through their fleet's Kafka group, "+
+		"with a fleet's faults (kills, pauses past and within the session timeout, leaves and joins, rolling restarts); 0: a process per stream "+
+		"but the last -chaos.shared, with the faults of one stream's process (a zombie, a pause mid-commit, a recreated outbox)")
 )
 
 // catchUpLimit is how long after the faults stop walstream may take to
@@ -76,8 +79,13 @@ func TestChaos(t *testing.T) {
 		skip[faultPartitions] = true
 	}
 	cluster := *flagBroker == brokerKafka && *flagNodes > 1
+	fleet := *flagFleet > 0
+	if fleet && (*flagFleet < 2 || *flagStreams < 2) {
+		t.Fatalf("-chaos.fleet %d with -chaos.streams %d: a fleet is two processes or more sharing two streams or more", *flagFleet, *flagStreams)
+	}
+	every := slices.Concat(deck(true, false, false, 1, nil), deck(true, true, false, 1, nil), deck(true, false, true, 3, nil), deck(true, true, true, 3, nil))
 	for _, k := range strings.FieldsFunc(*flagSkip, func(r rune) bool { return r == ',' }) {
-		if !slices.ContainsFunc(append(deck(true, false, 1, nil), deck(true, true, 1, nil)...), func(f fault) bool { return f.kind == k }) {
+		if !slices.ContainsFunc(every, func(f fault) bool { return f.kind == k }) {
 			t.Fatalf("-chaos.skip: unknown fault kind %q", k)
 		}
 		skip[k] = true
@@ -116,8 +124,12 @@ func TestChaos(t *testing.T) {
 	logf := func(format string, args ...any) {
 		t.Logf("%7.1fs "+format, append([]any{time.Since(wall).Seconds()}, args...)...)
 	}
-	logf("seed %d, duration %s, %d streams (the last %d in one process), %d writers each, at %.0f rows/s in all, %s outbox, logs in %s",
-		seed, *flagDuration, *flagStreams, *flagShared, *flagWriters, rate, *flagOutbox, dir)
+	carried := fmt.Sprintf("the last %d in one process", *flagShared)
+	if fleet {
+		carried = fmt.Sprintf("a fleet of %d processes sharing them", *flagFleet)
+	}
+	logf("seed %d, duration %s, %d streams (%s), %d writers each, at %.0f rows/s in all, %s outbox, logs in %s",
+		seed, *flagDuration, *flagStreams, carried, *flagWriters, rate, *flagOutbox, dir)
 
 	wsBin := walstreamBinary(t, *flagBinary)
 
@@ -127,6 +139,10 @@ func TestChaos(t *testing.T) {
 		// Writers see a commit only once its WAL is written, so an
 		// immediate restart cannot take back a commit the ledger reported.
 		"synchronous_commit = on",
+		// A slot and a walsender per stream, and room for a fleet's
+		// streams to be taken over while their walsenders time out.
+		fmt.Sprintf("max_replication_slots = %d", max(10, 2*(*flagStreams))),
+		fmt.Sprintf("max_wal_senders = %d", max(10, 3*(*flagStreams))),
 	))
 	pgURL := pg.URL("postgres", "postgres")
 	ctx, cancel := context.WithTimeout(context.Background(), *flagDuration+10*time.Minute)
@@ -181,8 +197,9 @@ func TestChaos(t *testing.T) {
 	}, reemitArgs...)
 	var ids atomic.Int64
 	var sups []*supervisor
-	for _, hosted := range processes(streams, *flagShared) {
+	for _, hosted := range processes(streams, *flagShared, *flagFleet) {
 		sup := newSupervisor(wsBin, dir, &ids, common, hosted...)
+		sup.fleet = fleet
 		t.Cleanup(sup.close)
 		sups = append(sups, sup)
 		first, err := sup.start("")
@@ -218,7 +235,14 @@ func TestChaos(t *testing.T) {
 	// Faults, after a short warm-up; the load runs on until the end.
 	until := time.Now().Add(*flagDuration)
 	fl := newFaults(&rig{pg: pg, pgURL: pgURL, broker: br, px: px, streams: streams, cons: cons, smp: smp, wsBin: wsBin,
-		logf: logf, outboxDDL: outboxDDL(partitioned)}, seed, long, cluster, skip)
+		logf: logf, outboxDDL: outboxDDL(partitioned)}, seed, long, cluster, fleet, skip)
+	if fleet {
+		settleAt := time.Now()
+		if !fl.settled(ctx, 90*time.Second) {
+			t.Fatalf("the fleet of %d processes did not stream its %d streams, each once and evenly, within 90 s", *flagFleet, len(streams))
+		}
+		logf("the fleet streams every stream, evenly, %s after its last process started", time.Since(settleAt).Round(10*time.Millisecond))
+	}
 	time.Sleep(3 * time.Second)
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); fl.run(ctx, until) }()
@@ -252,6 +276,7 @@ func TestChaos(t *testing.T) {
 	behind, _ := fl.waitConfirmed(ctx, streams, end, catchUpLimit)
 	catchUp := time.Since(faultsStopped)
 	logf("slots confirmed %s after %s; behind: %q", end, catchUp.Round(10*time.Millisecond), names(behind))
+	unsettled := fleet && !fl.settled(ctx, time.Minute)
 	// The re-emit requests made run to their end; the checker judges them.
 	reemitWait := time.Now()
 	cons.waitReemits(ctx, 2*time.Minute)
@@ -265,11 +290,14 @@ func TestChaos(t *testing.T) {
 	if len(behind) > 0 {
 		fail("the slots of %s did not confirm the end of the load (%s) within %s of the faults stopping", names(behind), end, catchUpLimit)
 	}
+	if unsettled {
+		fail("the fleet did not stream every stream once, each process about as many as the others, within a minute of the catch-up")
+	}
 	for _, sup := range sups {
 		switch p := sup.current(); {
 		case p == nil:
 			fail("no walstream of %s running at the end", sup)
-		case slices.ContainsFunc(behind, func(st *stream) bool { return st.sup == sup }):
+		case slices.ContainsFunc(behind, func(st *stream) bool { return slices.Contains(st.sups, sup) }):
 			// A goroutine dump shows where it is stuck.
 			stopProc(p, syscall.SIGQUIT, 10*time.Second)
 			fail("walstream #%d's goroutine dump (SIGQUIT) is in %s", p.id, p.f.Name())
@@ -295,7 +323,7 @@ func TestChaos(t *testing.T) {
 	smp.finish()
 
 	rep := report{
-		Variant: map[bool]string{false: "short", true: "long"}[long], Broker: br.String(), Seed: seed,
+		Variant: map[bool]string{false: "short", true: "long"}[long], Broker: br.String(), Seed: seed, Fleet: *flagFleet,
 		Duration: flagDuration.String(), WallSeconds: time.Since(wall).Seconds(), Load: st,
 		FaultsLeftOut: slices.Sorted(maps.Keys(skip)), CrashPointsReached: make(map[string]int),
 		SessionRestarts: make(map[string]int), KafkaTxnFailures: make(map[string]int),
@@ -336,7 +364,7 @@ func TestChaos(t *testing.T) {
 	for _, e := range fr.Errors {
 		fail("fault: %s", e)
 	}
-	for _, ft := range deck(long, cluster, len(sups), skip) {
+	for _, ft := range deck(long, cluster, fleet, len(sups), skip) {
 		if fr.Counts[ft.kind] == 0 {
 			fail("fault %s was never injected", ft.kind)
 		}
@@ -371,8 +399,14 @@ func TestChaos(t *testing.T) {
 		fail("no walstream reached its crash point")
 	}
 	// The cluster's faults take longer (a killed broker is back after
-	// tens of seconds), so its deck has fewer kills in the same time.
-	if minKills := map[bool]int{false: 30, true: 10}[cluster]; long && fr.Counts[faultKill] < minKills {
+	// tens of seconds), and so do a fleet's (a pause past the session
+	// timeout, a rollout of every process), so their decks have fewer
+	// kills in the same time.
+	minKills := map[bool]int{false: 30, true: 10}[cluster]
+	if fleet && !cluster {
+		minKills = 20
+	}
+	if long && fr.Counts[faultKill] < minKills {
 		fail("only %d kills of walstream, want at least %d in a long run", fr.Counts[faultKill], minKills)
 	}
 	if rep.ReplaysSkippedLogged == 0 && rep.ReplaysSkippedScraped == 0 {
@@ -396,8 +430,16 @@ func TestChaos(t *testing.T) {
 
 // processes says which streams each walstream process carries: the last
 // shared streams one process (a config file's streams: list), every other
-// stream a process of its own. The checks stay per stream.
-func processes(streams []*stream, shared int) [][]*stream {
+// stream a process of its own; in a fleet of n processes, each carries
+// every stream. The checks stay per stream.
+func processes(streams []*stream, shared, fleet int) [][]*stream {
+	if fleet > 0 {
+		ps := make([][]*stream, fleet)
+		for i := range ps {
+			ps[i] = streams
+		}
+		return ps
+	}
 	shared = min(max(shared, 1), len(streams))
 	var ps [][]*stream
 	for _, st := range streams[:len(streams)-shared] {
@@ -410,7 +452,7 @@ func processes(streams []*stream, shared int) [][]*stream {
 // consumer's records) and judges them; fail records what fails.
 func (st *stream) verdict(ctx context.Context, t *testing.T, brokers string, cons *consumer, gap map[string]bool, fail func(string, ...any)) streamReport {
 	sr := streamReport{Name: st.name, Database: st.db, Slot: st.slot, TransactionalID: st.txnID, Topics: st.prefix + "*",
-		Process: st.sup.String(), Load: st.load.snapshot(), Atomicity: st.atom, Checkpoints: st.cp, SessionRestarts: st.sup.sessionRestarts(st)}
+		Process: st.process(), Load: st.load.snapshot(), Atomicity: st.atom, Checkpoints: st.cp, SessionRestarts: st.sessionRestarts()}
 	ledger, err := readLedger(ctx, st.url)
 	if err != nil {
 		t.Fatal(err)
@@ -476,6 +518,7 @@ func (st *stream) verdict(ctx context.Context, t *testing.T, brokers string, con
 type report struct {
 	Variant               string         `json:"variant"`
 	Broker                string         `json:"broker"`
+	Fleet                 int            `json:"fleet_processes,omitempty"`
 	Seed                  uint64         `json:"seed"`
 	Duration              string         `json:"duration"`
 	WallSeconds           float64        `json:"wall_seconds"`
@@ -547,18 +590,34 @@ func (r *report) summary(path string) string {
 	for _, s := range r.Streams {
 		procs[s.Process] = true
 	}
-	return fmt.Sprintf("chaos %s %s on %s: %d streams in %d walstream processes, one checkpoint topic; %d rows committed, %d rolled back; %d faults (%s); %d crash points reached; "+
+	layout := fmt.Sprintf("%d streams in %d walstream processes", len(r.Streams), len(procs))
+	if r.Fleet > 0 {
+		layout = fmt.Sprintf("%d streams shared by a fleet of %d walstream processes", len(r.Streams), r.Fleet)
+	}
+	fleet := ""
+	if len(r.Faults.Moves) > 0 {
+		slowest := make(map[string]float64)
+		for _, m := range r.Faults.Moves {
+			slowest[m.Kind] = max(slowest[m.Kind], m.Seconds)
+		}
+		var kinds []string
+		for _, k := range slices.Sorted(maps.Keys(slowest)) {
+			kinds = append(kinds, fmt.Sprintf("%s %.1fs", k, slowest[k]))
+		}
+		fleet = fmt.Sprintf("the fleet's streams moved %d times, the slowest after %s; pauses: %v; ", len(r.Faults.Moves), strings.Join(kinds, ", "), r.Faults.FleetPauses)
+	}
+	return fmt.Sprintf("chaos %s %s on %s: %s, one checkpoint topic; %d rows committed, %d rolled back; %d faults (%s); %d crash points reached; "+
 		"replays skipped %d (logged) / %d (metrics); duplicates %d, lost %d (and %d of %d in named recreation gaps), not in ledger %d, order violations %d, "+
 		"atomicity violations %d in %d snapshots (%d settled), checkpoint violations %d in %d samples (%d past the WAL end, %d judged after a hold); "+
 		"holds of the checkpoint topic %d (longest %.0fs), other streams' session restarts during them %d; "+
 		"re-emit requests %d (%d done, %d cancelled, %d failed), %d records re-emitted, %d duplicates within a request, %d rows missed; "+
-		"Postgres streamed %d transactions in progress and spilled %d; caught up in %.1fs; by stream: %s; report %s",
-		verdict, r.Duration, r.Broker, len(r.Streams), len(procs), r.Load.RowsCommitted, r.Load.RowsRolledBack, total, strings.Join(kinds, " "), crashes,
+		"%sPostgres streamed %d transactions in progress and spilled %d; caught up in %.1fs; by stream: %s; report %s",
+		verdict, r.Duration, r.Broker, layout, r.Load.RowsCommitted, r.Load.RowsRolledBack, total, strings.Join(kinds, " "), crashes,
 		r.ReplaysSkippedLogged, r.ReplaysSkippedScraped, r.Verdict.Duplicates, r.Verdict.Lost, r.Verdict.LostInGap, r.Faults.GapRows, r.Verdict.NotInLedger,
 		r.Verdict.OrderViolations, r.Atomicity.Violations, r.Atomicity.Snapshots, r.Atomicity.Settled, r.Checkpoints.Violations, r.Checkpoints.Samples,
 		r.Checkpoints.PastWALEnd, r.Checkpoints.JudgedLate, holds, heldFor, restarts,
 		r.Reemits.Requests, r.Reemits.Done, r.Reemits.Cancelled, r.Reemits.Failed, r.Reemits.Records, r.Reemits.Duplicates, r.Reemits.Missing,
-		r.Sampler.StreamTxns, r.Sampler.SpillTxns, r.CatchUpSeconds, strings.Join(per, "; "), path)
+		fleet, r.Sampler.StreamTxns, r.Sampler.SpillTxns, r.CatchUpSeconds, strings.Join(per, "; "), path)
 }
 
 func sum(m map[string]int) int {

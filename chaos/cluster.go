@@ -114,8 +114,14 @@ func (f *faults) twoDown(ctx context.Context) string {
 	}
 	killed := time.Now()
 	// Whatever was in flight settles within the commit timeout; after
-	// that nothing may commit until the brokers are back.
+	// that nothing may commit until the brokers are back. What settled is
+	// read up to the last stable offsets, which the fencing of the two
+	// (and the last broker's leading every partition) may have moved on
+	// since the checker last fetched.
 	sleep(ctx, commitTimeout+2*time.Second)
+	if lso, complete, err := f.rig.cons.stableOffsets(ctx); err != nil || !complete || !f.rig.cons.waitCaughtUp(ctx, lso, 10*time.Second) {
+		f.note("two brokers down: the checker did not read up to the last stable offsets (%v, complete %v)", err, complete)
+	}
 	last := func() map[*stream]checkpoint.Checkpoint {
 		cps := make(map[*stream]checkpoint.Checkpoint)
 		for _, st := range f.rig.streams {
@@ -129,11 +135,11 @@ func (f *faults) twoDown(ctx context.Context) string {
 	saidReadyz, saidStatus := false, false
 	const why = "Kafka cannot take walstream's writes"
 	for until := killed.Add(40*time.Second + time.Duration(f.rng.Int64N(int64(10*time.Second)))); time.Now().Before(until) && ctx.Err() == nil; sleep(ctx, time.Second) {
-		if p := asked.sup.current(); p != nil && !saidReadyz {
-			if code, body := getReadyz(p, asked); code != 0 {
-				readyz = fmt.Sprintf("%d %s", code, body)
-				saidReadyz = code == http.StatusServiceUnavailable && strings.Contains(body, why)
-			}
+		if code, body := f.readyz(asked); code != 0 && !saidReadyz {
+			readyz = fmt.Sprintf("%d %s", code, body)
+			// A fleet's processes lose its group too, whose coordinator
+			// cannot complete a rebalance, and say so.
+			saidReadyz = code == http.StatusServiceUnavailable && (strings.Contains(body, why) || f.fleet && strings.Contains(body, msgNotMember))
 		}
 		if !saidStatus && time.Since(killed) > 25*time.Second {
 			status = f.status(ctx, asked)
@@ -147,7 +153,7 @@ func (f *faults) twoDown(ctx context.Context) string {
 		}
 	}
 	if !saidReadyz {
-		f.failf("with two of three brokers down, /readyz of %s never said %q; it last said: %s", asked.name, why, readyz)
+		f.failf("with two of three brokers down, /readyz of %s never said %q (or, in a fleet, %q); it last said: %s", asked.name, why, msgNotMember, readyz)
 	}
 	if !saidStatus {
 		f.failf("with two of three brokers down, walstream status of %s did not say %q:\n%s", asked.name, why, status)

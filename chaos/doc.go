@@ -13,6 +13,18 @@
 // walstream process of its own but the last two (-chaos.shared), which
 // share one, from a config file's streams: list.
 //
+// -chaos.fleet=3 (what make chaos and make chaos-cluster run, with
+// -chaos.streams=8) runs a fleet instead (fleet.go): three processes of one
+// config of every stream, which they share through their fleet's Kafka
+// group, each supervised. A fault on a stream acts on whichever process its
+// metrics say streams it: killed (also at its crash points), paused past
+// the group's session timeout (it must stop its streams and join again)
+// and within it, stopped and started again (a leave and a join); and every
+// process replaced in turn, as a rollout does. The fleet must settle after
+// each: every stream streamed by one process, evenly. The report records how
+// long streams took to move. The faults below that hold one stream's
+// process, and the recreated outbox, are the other layout's.
+//
 // Faults on one stream pick it at random: its walstream process killed
 // (also at its named crash points), stopped with SIGTERM, paused past its
 // transaction timeout, a zombie; its walsender terminated; its outbox
@@ -63,8 +75,8 @@
 // as part of `go test ./...`. `make chaos` and `make chaos-cluster` run
 // the long ones:
 //
-//	go test ./chaos -run TestChaos -timeout 40m -v -args -chaos.duration=10m -chaos.report=chaos-report.json
-//	go test ./chaos -run TestChaos -timeout 40m -v -args -chaos.duration=10m -chaos.kafka-nodes=3
+//	go test ./chaos -run TestChaos -timeout 40m -v -args -chaos.duration=10m -chaos.fleet=3 -chaos.streams=8 -chaos.report=chaos-report.json
+//	go test ./chaos -run TestChaos -timeout 40m -v -args -chaos.duration=10m -chaos.fleet=3 -chaos.streams=8 -chaos.kafka-nodes=3
 //
 // A run ends with a summary line and a JSON report (-chaos.report, by
 // default in the run's temp dir), both naming the broker, with totals and

@@ -51,7 +51,19 @@ const (
 	faultControllerKill     = "kafka-controller-kill"
 	faultTwoBrokersDown     = "kafka-two-brokers-down"
 	faultBrokerCutOff       = "kafka-broker-cut-off"
+	// A fleet's faults (-chaos.fleet), on the process of a stream picked
+	// at random: paused past the group's session timeout (its streams
+	// move, and it must stop them when it runs again), paused briefly
+	// (nothing moves), and every process restarted in turn as a rollout
+	// does. A fleet's walstream-sigterm is a leave, then a join.
+	faultFleetPause = "walstream-paused-past-session-timeout"
+	faultFleetBrief = "walstream-paused-briefly"
+	faultRolling    = "fleet-rolling-restart"
 )
+
+// sessionTimeout is the fleet's group's session timeout, walstream's
+// default: a process paused longer loses its streams.
+const sessionTimeout = 10 * time.Second
 
 // crashPoints are walstream's named crash points (pipeline.CrashHook);
 // mid-chunk is within a re-emit request's chunk.
@@ -72,18 +84,28 @@ type fault struct {
 // walstream process, its slot, its outbox, its transaction coordinator.
 // The others hit every stream at once.
 var perStream = map[string]bool{faultKill: true, faultTerm: true, faultPause: true, faultTerminateSender: true,
-	faultZombie: true, faultRecreate: true, faultPartitions: true, faultCoordinatorKill: true, faultReemit: true}
+	faultZombie: true, faultRecreate: true, faultPartitions: true, faultCoordinatorKill: true, faultReemit: true,
+	faultFleetPause: true, faultFleetBrief: true}
 
 // deck is one round of faults. The short variant plays one deck, which has
 // every kind and every crash point; the long one plays decks until its
 // time is up. A cluster's deck has its broker faults instead of the one
 // broker's restarts and network faults. Kinds in skip are left out. With
 // three walstream processes or more (procs), the short deck plays its
-// pause inside the foreign transaction's hold (foreign).
-func deck(long, cluster bool, procs int, skip map[string]bool) []fault {
-	d := []fault{{kind: faultTerm}, {kind: faultForeign}, {kind: faultPartitions}, {kind: faultReemit}}
-	if long || procs < 3 || skip[faultForeign] {
-		d = append(d, fault{kind: faultPause})
+// pause inside the foreign transaction's hold (foreign). A fleet's deck
+// has its pauses and rollouts instead of the faults that hold one
+// stream's process (a zombie, a pause mid-commit, a foreign transaction
+// watched against the other processes) or stop one stream for good (a
+// recreated outbox table).
+func deck(long, cluster, fleet bool, procs int, skip map[string]bool) []fault {
+	d := []fault{{kind: faultTerm}, {kind: faultPartitions}, {kind: faultReemit}}
+	switch {
+	case fleet:
+		d = append(d, fault{kind: faultFleetPause}, fault{kind: faultFleetBrief}, fault{kind: faultRolling})
+	case long || procs < 3 || skip[faultForeign]:
+		d = append(d, fault{kind: faultForeign}, fault{kind: faultPause})
+	default:
+		d = append(d, fault{kind: faultForeign})
 	}
 	if cluster {
 		d = append(d, fault{kind: faultCoordinatorKill}, fault{kind: faultOutboxLeaderKill}, fault{kind: faultCheckpointLeadKill},
@@ -93,7 +115,10 @@ func deck(long, cluster bool, procs int, skip map[string]bool) []fault {
 			fault{kind: faultBrokerKill}, fault{kind: faultBrokerTerm},
 			fault{kind: faultBlackholePG}, fault{kind: faultBlackholeKafka},
 			fault{kind: faultResetPG}, fault{kind: faultResetKafka}, fault{kind: faultLatencyKafka},
-			fault{kind: faultTerminateSender}, fault{kind: faultZombie}, fault{kind: faultRecreate})
+			fault{kind: faultTerminateSender})
+		if !fleet {
+			d = append(d, fault{kind: faultZombie}, fault{kind: faultRecreate})
+		}
 	}
 	for _, p := range crashPoints {
 		d = append(d, fault{kind: faultKill, crashAt: p})
@@ -108,6 +133,9 @@ func deck(long, cluster bool, procs int, skip map[string]bool) []fault {
 		d = append(d, fault{kind: faultPartitions}, fault{kind: faultReemit})
 		if !cluster {
 			d = append(d, fault{kind: faultPGImmediate}, fault{kind: faultTerminateSender})
+		}
+		if fleet {
+			d = append(d, fault{kind: faultTerm}, fault{kind: faultFleetPause}, fault{kind: faultFleetBrief})
 		}
 	}
 	return slices.DeleteFunc(d, func(f fault) bool { return skip[f.kind] })
@@ -132,8 +160,10 @@ type rig struct {
 func (r *rig) processes() []*supervisor {
 	var sups []*supervisor
 	for _, st := range r.streams {
-		if !slices.Contains(sups, st.sup) {
-			sups = append(sups, st.sup)
+		for _, s := range st.sups {
+			if !slices.Contains(sups, s) {
+				sups = append(sups, s)
+			}
 		}
 	}
 	return sups
@@ -151,6 +181,7 @@ type faults struct {
 	rng     *mrand.Rand
 	long    bool
 	cluster bool
+	fleet   bool
 	skip    map[string]bool
 
 	mu  sync.Mutex
@@ -177,6 +208,11 @@ type faultReport struct {
 	Targets map[string][]int32 `json:"cluster_fault_targets,omitempty"`
 	// ByStream counts the faults on one stream, by stream and kind.
 	ByStream map[string]map[string]int `json:"by_stream"`
+	// Moves are how long a fleet's streams took to stream in another
+	// process after a fault on theirs; FleetPauses how a paused process
+	// of a fleet went on.
+	Moves       []move         `json:"fleet_moves,omitempty"`
+	FleetPauses map[string]int `json:"fleet_pause_outcomes,omitempty"`
 	// Holds are the checkpoint partition's holds: a stream paused
 	// mid-commit, a foreign transaction.
 	Holds  []hold   `json:"holds"`
@@ -184,10 +220,11 @@ type faultReport struct {
 	Notes  []string `json:"notes,omitempty"`
 }
 
-func newFaults(r *rig, seed uint64, long, cluster bool, skip map[string]bool) *faults {
-	f := &faults{rig: r, rng: mrand.New(mrand.NewPCG(seed, 0xfa17)), long: long, cluster: cluster, skip: skip, rep: faultReport{
+func newFaults(r *rig, seed uint64, long, cluster, fleet bool, skip map[string]bool) *faults {
+	f := &faults{rig: r, rng: mrand.New(mrand.NewPCG(seed, 0xfa17)), long: long, cluster: cluster, fleet: fleet, skip: skip, rep: faultReport{
 		Counts: make(map[string]int), CrashesArmed: make(map[string]int), ZombieOutcomes: make(map[string]int),
-		PauseOutcomes: make(map[string]int), Targets: make(map[string][]int32), ByStream: make(map[string]map[string]int)}}
+		PauseOutcomes: make(map[string]int), Targets: make(map[string][]int32), ByStream: make(map[string]map[string]int),
+		FleetPauses: make(map[string]int)}}
 	for _, st := range r.streams {
 		f.rep.ByStream[st.name] = make(map[string]int)
 	}
@@ -208,6 +245,7 @@ func (f *faults) report() faultReport {
 	r := f.rep
 	r.Counts, r.CrashesArmed, r.ZombieOutcomes = maps.Clone(r.Counts), maps.Clone(r.CrashesArmed), maps.Clone(r.ZombieOutcomes)
 	r.PauseOutcomes, r.Targets = maps.Clone(r.PauseOutcomes), maps.Clone(r.Targets)
+	r.Moves, r.FleetPauses = slices.Clone(r.Moves), maps.Clone(r.FleetPauses)
 	r.Errors, r.Notes, r.GapStops, r.Holds = slices.Clone(r.Errors), slices.Clone(r.Notes), slices.Clone(r.GapStops), slices.Clone(r.Holds)
 	r.ByStream = make(map[string]map[string]int)
 	for k, v := range f.rep.ByStream {
@@ -245,7 +283,7 @@ func (f *faults) note(format string, args ...any) {
 // run plays decks until until (the first deck always in full) or ctx ends.
 func (f *faults) run(ctx context.Context, until time.Time) {
 	for round := 0; round == 0 || (f.long && time.Now().Before(until)); round++ {
-		d := deck(f.long, f.cluster, len(f.rig.processes()), f.skip)
+		d := deck(f.long, f.cluster, f.fleet, len(f.rig.processes()), f.skip)
 		f.rng.Shuffle(len(d), func(i, j int) { d[i], d[j] = d[j], d[i] })
 		for _, ft := range d {
 			if ctx.Err() != nil || (round > 0 && time.Now().After(until)) {
@@ -277,6 +315,11 @@ func (f *faults) run(ctx context.Context, until time.Time) {
 // inject injects one fault; st is the stream a fault of one stream acts on.
 func (f *faults) inject(ctx context.Context, ft fault, st *stream) string {
 	r := f.rig
+	if f.fleet && slices.Contains([]string{faultKill, faultTerm, faultFleetPause, faultFleetBrief}, ft.kind) {
+		// A fault on a process that streams: st's, once an earlier
+		// fault's moves are over.
+		f.settled(ctx, 30*time.Second)
+	}
 	switch ft.kind {
 	case faultKill:
 		return f.kill(ctx, st, ft.crashAt)
@@ -285,11 +328,14 @@ func (f *faults) inject(ctx context.Context, ft fault, st *stream) string {
 		if p == nil {
 			return "no walstream running"
 		}
+		if f.fleet {
+			return f.leave(ctx, p)
+		}
 		stopProc(p, syscall.SIGTERM, 30*time.Second)
 		if p.Err() != nil {
 			f.failf("walstream #%d of %s did not exit 0 within 30s of SIGTERM: %s\n%s", p.id, st.name, p.ExitDesc(), p.LastLines(10))
 		}
-		f.restart(st, "")
+		f.restart(p.sup, "")
 		return fmt.Sprintf("#%d %s", p.id, p.ExitDesc())
 	case faultPGImmediate, faultPGFast:
 		mode := map[string]string{faultPGImmediate: "immediate", faultPGFast: "fast"}[ft.kind]
@@ -350,6 +396,12 @@ func (f *faults) inject(ctx context.Context, ft fault, st *stream) string {
 		return f.twoDown(ctx)
 	case faultBrokerCutOff:
 		return f.cutOff(ctx)
+	case faultFleetPause:
+		return f.fleetPause(ctx, st, sessionTimeout+2*time.Second+time.Duration(f.rng.Int64N(int64(6*time.Second))))
+	case faultFleetBrief:
+		return f.fleetPause(ctx, st, time.Second+time.Duration(f.rng.Int64N(int64(3*time.Second))))
+	case faultRolling:
+		return f.rolling(ctx)
 	}
 	panic("unknown fault " + ft.kind)
 }
@@ -423,20 +475,25 @@ func (f *faults) slotActive(ctx context.Context, st *stream) (bool, error) {
 }
 
 // current returns the walstream running st, starting one if there is
-// none.
+// none. In a fleet, where no process may stream st while it moves, it is
+// another process of the fleet.
 func (f *faults) current(st *stream) *wsProc {
-	if p := st.sup.current(); p != nil {
+	if p := st.proc(); p != nil {
 		return p
 	}
-	return f.restart(st, "")
+	for _, i := range f.rng.Perm(len(st.sups)) {
+		if p := st.sups[i].current(); p != nil {
+			return p
+		}
+	}
+	return f.restart(st.sup, "")
 }
 
-// restart starts a walstream of st (and of the other streams its process
-// carries).
-func (f *faults) restart(st *stream, crashAt string) *wsProc {
-	p, err := st.sup.start(crashAt)
+// restart starts the walstream of sup.
+func (f *faults) restart(sup *supervisor, crashAt string) *wsProc {
+	p, err := sup.start(crashAt)
 	if err != nil {
-		f.failf("starting walstream of %s: %v", st.sup, err)
+		f.failf("starting walstream of %s: %v", sup, err)
 	}
 	return p
 }
@@ -448,9 +505,14 @@ func (f *faults) kill(ctx context.Context, st *stream, point string) string {
 	if p == nil {
 		return "no walstream running"
 	}
+	streaming := p.streamingNow()
+	killed := time.Now()
 	stopProc(p, syscall.SIGKILL, 10*time.Second)
 	if point == "" {
-		f.restart(st, "")
+		f.restart(p.sup, "")
+		if f.fleet {
+			return fmt.Sprintf("#%d; %s", p.id, f.moved(ctx, faultKill, p, streaming, killed))
+		}
 		return fmt.Sprintf("#%d", p.id)
 	}
 	// Each stream has its share of the load: a crash point N commits or
@@ -472,7 +534,7 @@ func (f *faults) kill(ctx context.Context, st *stream, point string) string {
 	f.mu.Lock()
 	f.rep.CrashesArmed[point]++
 	f.mu.Unlock()
-	np := f.restart(st, crashAt)
+	np := f.restart(p.sup, crashAt)
 	if np == nil {
 		return "restart failed"
 	}
@@ -487,7 +549,7 @@ func (f *faults) kill(ctx context.Context, st *stream, point string) string {
 		f.mu.Lock()
 		f.rep.CrashesMissed++
 		f.mu.Unlock()
-		f.restart(st, "")
+		f.restart(p.sup, "")
 		return fmt.Sprintf("#%d, then #%d did not reach %s in 20s", p.id, np.id, crashAt)
 	}
 	return fmt.Sprintf("#%d, then #%d crashed at %s", p.id, np.id, crashAt)
@@ -515,7 +577,7 @@ func (f *faults) zombie(ctx context.Context, st *stream) string {
 	}
 	released := time.Since(stopped)
 	streamsBefore := len(reStreaming.FindAllString(a.Log(), -1))
-	b := f.restart(st, "")
+	b := f.restart(st.sup, "")
 	if b == nil || !b.streaming(60*time.Second) {
 		f.failf("zombie: second walstream not streaming within 60s")
 	}
@@ -590,7 +652,7 @@ func (f *faults) recreate(ctx context.Context, st *stream) string {
 	conn, err := pgx.Connect(ctx, st.url)
 	if err != nil {
 		f.failf("connecting to recreate the outbox of %s: %v", st.name, err)
-		f.restart(st, "")
+		f.restart(st.sup, "")
 		return "no connection"
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
@@ -691,7 +753,7 @@ func (f *faults) recreate(ctx context.Context, st *stream) string {
 	f.rep.GapStops = append(f.rep.GapStops, stop)
 	f.mu.Unlock()
 	st.sup.accept(st, newOID)
-	f.restart(st, "")
+	f.restart(st.sup, "")
 	return fmt.Sprintf("OID %d, now %d, %d rows in the gap; #%d stopped", oldOID, newOID, len(gap), p.id)
 }
 

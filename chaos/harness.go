@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,6 +124,7 @@ func removeToxics(p *toxiproxy.Proxy) error {
 type wsProc struct {
 	*testenv.Process
 	id      int
+	sup     *supervisor
 	crashAt string   // WALSTREAM_CRASH_AT, empty for none
 	f       *os.File // the process's log file; closed once it exited
 
@@ -131,8 +133,24 @@ type wsProc struct {
 	// the exit is not taken for a failure or a crash point.
 	expected bool
 	// skippedMetric is the last walstream_replayed_events_skipped_total
-	// scraped from the process.
+	// scraped from the process; live the streams its last scrape found
+	// streaming (walstream_streaming).
 	skippedMetric float64
+	live          map[string]bool
+}
+
+// streams reports whether p's last scrape found stream name streaming.
+func (p *wsProc) streams(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.live[name]
+}
+
+// streamingNow lists the streams p's last scrape found streaming.
+func (p *wsProc) streamingNow() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.live))
 }
 
 // streaming waits up to d for the process to stream; false when it exits
@@ -147,6 +165,7 @@ var (
 	reHTTPAddr    = regexp.MustCompile(`msg="http listening".* addr=(\S+)`)
 	reSkipped     = regexp.MustCompile(`replayed_events_skipped=(\d+)`)
 	reSkipMetric  = regexp.MustCompile(`(?m)^walstream_replayed_events_skipped_total(?:\{[^}]*\})? (\S+)$`)
+	reStreamingOn = regexp.MustCompile(`(?m)^walstream_streaming\{[^}]*stream="([^"]+)"[^}]*\} 1$`)
 	reSessionEnds = regexp.MustCompile(`msg="session ended, restarting from the checkpoint".* peer=(\w+)`)
 	reTxnFailed   = regexp.MustCompile(`msg="Kafka transaction failed: .*" .*cause=(\w+)`)
 	reStream      = regexp.MustCompile(` stream=(\S+)`)
@@ -169,6 +188,9 @@ type supervisor struct {
 	streams []*stream
 	logDir  string
 	ids     *atomic.Int64 // numbers the processes of every supervisor
+	// fleet: the processes of every supervisor run the same config and
+	// share its streams through their fleet's group.
+	fleet bool
 
 	mu         sync.Mutex
 	cur        *wsProc
@@ -183,7 +205,10 @@ func newSupervisor(bin, logDir string, ids *atomic.Int64, common []string, strea
 	s := &supervisor{bin: bin, common: common, streams: streams, logDir: logDir, ids: ids,
 		crashes: make(map[string]int), accepted: make(map[string]string)}
 	for _, st := range streams {
-		st.sup = s
+		if st.sup == nil {
+			st.sup = s
+		}
+		st.sups = append(st.sups, s)
 	}
 	return s
 }
@@ -212,7 +237,12 @@ func (s *supervisor) argv(id int) ([]string, error) {
 		return args, nil
 	}
 	var b strings.Builder
-	b.WriteString("streams:\n")
+	if s.fleet {
+		b.WriteString("fleet: on\nstreams:\n")
+	} else {
+		// Each stream's process is its own: no fleet's group to share them.
+		b.WriteString("fleet: off\nstreams:\n")
+	}
 	for _, st := range s.streams {
 		fmt.Fprintf(&b, "  - pg-url: %q\n    slot: %q\n    outbox:\n      route.topic.replacement: %q\n", st.wsURL, st.slot, st.prefix+"${routedByValue}")
 		if a := s.accepted[st.name]; a != "" {
@@ -264,7 +294,7 @@ func (s *supervisor) spawn(crashAt string) (*wsProc, error) {
 		f.Close()
 		return nil, err
 	}
-	p := &wsProc{Process: proc, id: id, crashAt: crashAt, f: f}
+	p := &wsProc{Process: proc, id: id, sup: s, crashAt: crashAt, f: f}
 	s.all = append(s.all, p)
 	go s.watch(p)
 	go s.scrape(p)
@@ -336,6 +366,13 @@ func (s *supervisor) scrape(p *wsProc) {
 			p.skippedMetric = sum
 			p.mu.Unlock()
 		}
+		live := make(map[string]bool)
+		for _, m := range reStreamingOn.FindAllSubmatch(body, -1) {
+			live[string(m[1])] = true
+		}
+		p.mu.Lock()
+		p.live = live
+		p.mu.Unlock()
 	}
 }
 

@@ -197,7 +197,7 @@ func (f *faults) settle(ctx context.Context, ss []*stream) map[*stream]bool {
 	deadline := time.Now().Add(time.Minute)
 	for _, st := range ss {
 		for time.Now().Before(deadline) && ctx.Err() == nil {
-			if p := st.sup.current(); p != nil && p.streaming(time.Until(deadline)) {
+			if p := st.proc(); p != nil && p.streaming(time.Until(deadline)) {
 				break
 			}
 			sleep(ctx, 200*time.Millisecond)
@@ -244,7 +244,7 @@ func (f *faults) watch(ctx context.Context, kind string, holders []string, heldA
 		if !settled[st] {
 			h.rec.NotSettled = append(h.rec.NotSettled, st.name)
 		}
-		h.ends[st] = len(st.sup.lines(reSessionEnds, st))
+		h.ends[st] = len(st.lines(reSessionEnds))
 		h.late[st] = f.rig.smp.judgedLate(st)
 	}
 	if len(ss) > 0 {
@@ -264,7 +264,7 @@ func (f *faults) watch(ctx context.Context, kind string, holders []string, heldA
 func (h *holdWatch) through(ctx context.Context, until time.Time) {
 	for time.Now().Before(until) && ctx.Err() == nil {
 		if h.asked != nil && len(h.rec.Named) < len(h.rec.Holders) {
-			if p := h.asked.sup.current(); p != nil {
+			if p := h.asked.proc(); p != nil {
 				if code, body := getReadyz(p, h.asked); code == http.StatusOK {
 					for _, holder := range h.rec.Holders {
 						if _, ok := h.rec.Named[holder]; ok {
@@ -329,7 +329,7 @@ func (h *holdWatch) end(ctx context.Context, d time.Duration) {
 	h.rec.Samples, h.rec.Skipped = f.rig.smp.Samples-h.ticks[0], f.rig.smp.Skipped-h.ticks[1]
 	f.rig.smp.mu.Unlock()
 	for _, st := range h.streams {
-		ended := st.sup.lines(reSessionEnds, st)
+		ended := st.lines(reSessionEnds)
 		var lines []string
 		for _, m := range ended[min(h.ends[st], len(ended)):] {
 			lines = append(lines, m[0])
@@ -361,7 +361,7 @@ func (h *holdWatch) end(ctx context.Context, d time.Duration) {
 		logged := func(holder string) bool {
 			return slices.ContainsFunc(strings.Split(holder, "|"), func(id string) bool { return slices.Contains(h.rec.Logged, id) })
 		}
-		for _, m := range h.asked.sup.lines(reHoldLogged, h.asked) {
+		for _, m := range h.asked.lines(reHoldLogged) {
 			if !slices.Contains(h.rec.Logged, m[1]) {
 				h.rec.Logged = append(h.rec.Logged, m[1])
 			}
@@ -401,7 +401,7 @@ func (f *faults) pauseStart(ctx context.Context, st *stream) *pausing {
 	}
 	stopProc(before, syscall.SIGKILL, 10*time.Second)
 	n := 1 + f.rng.IntN(max(2, 10/len(f.rig.streams)))
-	p := f.restart(st, fmt.Sprintf("before-commit:%d:stop", n))
+	p := f.restart(st.sup, fmt.Sprintf("before-commit:%d:stop", n))
 	if p == nil {
 		return nil
 	}
@@ -626,7 +626,7 @@ func (f *faults) restartHeld(ctx context.Context, st *stream, point string, held
 		return st.name + ": no walstream running"
 	}
 	stopProc(p, syscall.SIGKILL, 10*time.Second)
-	np := f.restart(st, point)
+	np := f.restart(st.sup, point)
 	if np == nil {
 		return st.name + ": restart failed"
 	}
@@ -634,7 +634,7 @@ func (f *faults) restartHeld(ctx context.Context, st *stream, point string, held
 	case <-np.Done():
 	case <-time.After(30 * time.Second):
 		stopProc(np, syscall.SIGKILL, 10*time.Second)
-		f.restart(st, "")
+		f.restart(st.sup, "")
 		f.note("walstream #%d of %s did not reach %s within 30s while %s was held", np.id, st.name, point, checkpointTopic)
 		return fmt.Sprintf("%s: #%d did not reach %s", st.name, np.id, point)
 	case <-ctx.Done():

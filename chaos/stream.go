@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -26,10 +27,14 @@ type stream struct {
 	prefix string
 	url    string // direct, the harness's
 	wsURL  string // through the Postgres proxy, walstream's
-	sup    *supervisor
-	load   *load
-	atom   *atomicity
-	cp     *cpCheck // owned by the sampler, under its lock
+	// sup is the supervisor of the stream's process; in a fleet
+	// (-chaos.fleet), sups are those of every process of the fleet, any of
+	// which may stream it, and sup is the first.
+	sup  *supervisor
+	sups []*supervisor
+	load *load
+	atom *atomicity
+	cp   *cpCheck // owned by the sampler, under its lock
 	// gap are the event ids committed to a recreated outbox table before
 	// it was in the publication (guarded by the faults' lock).
 	gap map[string]bool
@@ -53,6 +58,48 @@ func newStreams(n int, pgAddr, proxyAddr string) []*stream {
 
 func pgURL(addr, db string) string {
 	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", addr, db)
+}
+
+// proc is the walstream process that streams st now: its process, or in a
+// fleet the one whose metrics last said it streams st; nil when none does.
+func (st *stream) proc() *wsProc {
+	if len(st.sups) == 1 {
+		return st.sup.current()
+	}
+	for _, s := range st.sups {
+		if p := s.current(); p != nil && p.streams(st.name) {
+			return p
+		}
+	}
+	return nil
+}
+
+// lines returns re's submatches in the lines about st of every process
+// that ran it.
+func (st *stream) lines(re *regexp.Regexp) [][]string {
+	var out [][]string
+	for _, s := range st.sups {
+		out = append(out, s.lines(re, st)...)
+	}
+	return out
+}
+
+// sessionRestarts counts st's session restarts in every process that ran
+// it, by peer.
+func (st *stream) sessionRestarts() map[string]int {
+	n := make(map[string]int)
+	for _, m := range st.lines(reSessionEnds) {
+		n[m[1]]++
+	}
+	return n
+}
+
+// process names what runs st: its process's streams, or its fleet.
+func (st *stream) process() string {
+	if len(st.sups) == 1 {
+		return st.sup.String()
+	}
+	return fmt.Sprintf("a fleet of %d processes", len(st.sups))
 }
 
 // args are walstream's settings of the stream.
