@@ -147,7 +147,7 @@ func TestDocs(t *testing.T) {
 }
 
 // readmeMaxLines is how long README.md may grow.
-const readmeMaxLines = 250
+const readmeMaxLines = 200
 
 var (
 	// metricName is a walstream metric's name, or the beginning of some
