@@ -95,6 +95,10 @@ type Config struct {
 	// TopicCreation, when set, creates missing outbox and dead-letter
 	// topics; nil relies on the broker's auto-creation.
 	TopicCreation *kafka.TopicCreation
+	// Markers, when set, reads the commits' markers back on the checkpoint
+	// partition for this stream and the others of the process that reach
+	// the cluster as it does; nil gives each session's producer its own.
+	Markers *kafka.Markers
 
 	// StreamInProgress has Postgres (14 and later) stream transactions
 	// larger than logical_decoding_work_mem while they are in progress,
@@ -199,7 +203,7 @@ func (c *Config) publishConfig() publish.Config {
 		Linger: c.Linger, IdleInterval: c.IdleInterval, CommitTimeout: c.CommitTimeout,
 		MaxRecordBytes: c.MaxRecordBytes, DeadLetterTopic: c.DeadLetterTopic, Encoding: c.Encoding,
 		Compression: c.Compression, TopicCreation: c.TopicCreation,
-		SkipEvent: c.SkipEvent, SkipTopic: c.SkipTopic,
+		SkipEvent: c.SkipEvent, SkipTopic: c.SkipTopic, Markers: c.Markers,
 	}
 }
 

@@ -242,58 +242,30 @@ func (p *Producer) describeTransaction(ctx context.Context) (kmsg.DescribeTransa
 // aborted although Kafka acknowledged its commit; one with no marker
 // within the commit timeout Kafka left undecided there. Confirming either
 // would let Postgres drop rows no reader sees, lost for good once the
-// transaction is aborted. It reads the partition read_uncommitted from the
-// record on (kafka/decided.go), so that another producer's transaction
-// open on the partition, which holds back its last stable offset and with
-// it what read_committed readers see, neither delays nor fails the
-// confirmation.
+// transaction is aborted. The partition is read read_uncommitted from the
+// record on (kafka.Markers, kafka/decided.go), so that another producer's
+// transaction open on the partition, which holds back its last stable
+// offset and with it what read_committed readers see, neither delays nor
+// fails the confirmation; by one loop for every stream of the process that
+// shares the Markers.
 func (p *Producer) visible(ctx context.Context, at recordAt, cp checkpoint.Checkpoint) error {
 	if at.offset < 0 {
 		return nil // no acknowledgement carried an offset: nothing to wait for
 	}
-	if p.reader == nil {
-		r, err := kafka.NewPartitionReader(p.opts)
-		if err != nil {
-			return err
-		}
-		p.reader = r
-	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
 	defer cancel()
 	topic := p.cfg.CheckpointTopic
-	pid, next, stable := int64(-1), at.offset, int64(-1)
-	var ferr error
-	for ctx.Err() == nil {
-		// The first fetch returns the record at once; later ones wait at
-		// the broker for what follows it, the marker above all.
-		f, err := p.reader.Fetch(ctx, topic, at.partition, next, false, 500*time.Millisecond)
-		if err != nil {
-			ferr = err
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-			continue
-		}
-		stable = f.LSO
-		for _, r := range f.Records {
-			switch fa, marker := kafka.MarkerFate(r); {
-			case r.Offset == at.offset:
-				pid = r.ProducerID
-			case pid < 0 || !marker || r.ProducerID != pid:
-			case fa == kafka.FateCommitted:
-				return nil
-			default:
-				return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: f.LSO, Aborted: true}
-			}
-		}
-		if pid < 0 && f.Next > at.offset {
-			return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: f.LSO,
-				Err: fmt.Errorf("the partition holds no record at offset %d", at.offset)}
-		}
-		next = max(next, f.Next)
+	d, err := p.markers.Await(ctx, topic, at.partition, at.offset)
+	switch {
+	case errors.Is(err, kafka.ErrNoRecord):
+		return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: d.Stable,
+			Err: fmt.Errorf("the partition holds no record at offset %d", at.offset)}
+	case err != nil:
+		return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: d.Stable, Waited: p.cfg.CommitTimeout, Err: err}
+	case d.Fate == kafka.FateAborted:
+		return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: d.Stable, Aborted: true}
 	}
-	return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: stable, Waited: p.cfg.CommitTimeout, Err: errors.Join(ctx.Err(), ferr)}
+	return nil
 }
 
 // InvisibleError is a commit Kafka acknowledged that the checkpoint

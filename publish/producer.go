@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/decode"
@@ -72,6 +73,10 @@ type Config struct {
 	// topics before the first record to them; when nil, walstream relies on
 	// the broker's auto.create.topics.enable.
 	TopicCreation *kafka.TopicCreation
+	// Markers, when set, reads the commits' markers back on the checkpoint
+	// partition for this producer and others of the process on the same
+	// cluster; when nil, the producer reads them with its own.
+	Markers *kafka.Markers
 }
 
 // Compression is a record batch codec.
@@ -200,9 +205,11 @@ type Producer struct {
 	// written is where the open transaction's checkpoint record was
 	// written, once Kafka acknowledged it.
 	written recordAt
-	// reader reads the checkpoint partition after each commit (visible),
-	// created at the first.
-	reader *kafka.PartitionReader
+	// markers reads each commit's marker back on the checkpoint partition
+	// (visible): the one cfg.Markers names, shared with other streams, or
+	// the producer's own, which Close closes.
+	markers    *kafka.Markers
+	ownMarkers bool
 	// unsettled is a commit Kafka acknowledged whose marker is still to be
 	// looked for (settle); nil when there is none.
 	unsettled *commit
@@ -283,6 +290,9 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 	if err != nil {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}
+	if p.markers = cfg.Markers; p.markers == nil {
+		p.markers, p.ownMarkers = kafka.NewMarkers(p.opts), true
+	}
 	p.topics = kafka.NewTopicCreator(p.client, cfg.TopicCreation, log)
 	p.writable = kafka.NewWritability(p.client, cfg.TransactionalID)
 	return p, nil
@@ -292,8 +302,8 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 // when the next instance initializes the producer id, or on timeout.
 func (p *Producer) Close() {
 	p.client.Close()
-	if p.reader != nil {
-		p.reader.Close()
+	if p.ownMarkers {
+		p.markers.Close()
 	}
 }
 
@@ -517,11 +527,14 @@ func (p *Producer) room(ctx context.Context, n, bytes int, commitFirst bool) err
 			return err
 		}
 	}
-	if err := p.begin(); err != nil {
+	// Linger runs from the first event's arrival: settling the commit
+	// before (begin) takes place within it.
+	arrived := time.Now()
+	if err := p.begin(ctx); err != nil {
 		return err
 	}
 	if p.records == 0 {
-		p.started = time.Now()
+		p.started = arrived
 	}
 	return nil
 }
@@ -616,9 +629,22 @@ func (p *Producer) stuck(ctx context.Context, err error) error {
 	return err
 }
 
-func (p *Producer) begin() error {
+func (p *Producer) begin(ctx context.Context) error {
 	if p.inTxn {
 		return nil
+	}
+	// The commit before is settled before this transaction hands the client
+	// a record. On Kafka 4 (transaction version 2) a Produce that reaches
+	// the broker while the coordinator still completes the commit before,
+	// writing its markers, is held there for the broker's retry backoff
+	// (add.partitions.to.txn.retry.backoff.ms, 20 ms): each commit right
+	// after another (a re-emitted chunk, a part of a large transaction)
+	// paid that. Its marker read back on the checkpoint partition means
+	// the coordinator has written the markers. The open transaction's
+	// checkpoint covers that commit's events, so it must be found
+	// committed first anyway.
+	if err := p.settle(ctx); err != nil {
+		return err
 	}
 	if err := p.client.BeginTransaction(); err != nil {
 		return p.fail(context.Background(), fmt.Errorf("beginning Kafka transaction: %w", err))
@@ -647,7 +673,7 @@ func (p *Producer) flush(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
-	if err := p.begin(); err != nil {
+	if err := p.begin(ctx); err != nil {
 		return err
 	}
 	notes := p.notes
@@ -676,11 +702,6 @@ func (p *Producer) flush(ctx context.Context) error {
 	if err := p.takeProduceErr(); err != nil {
 		return p.fail(ctx, err)
 	}
-	// The commit before, if still unsettled, must be found committed
-	// before this one is: this checkpoint covers its events.
-	if err := p.settle(ctx); err != nil {
-		return err
-	}
 	p.hook("before-commit")
 	if err := p.client.EndTransaction(cctx, kgo.TryCommit); err != nil {
 		return p.fail(ctx, fmt.Errorf("committing Kafka transaction for checkpoint %s: %w", p.pos, err))
@@ -697,13 +718,12 @@ func (p *Producer) flush(ctx context.Context) error {
 	if len(p.batch) > 0 {
 		c.newest = p.batch[len(p.batch)-1].CommitTime
 	}
-	// The commit is settled later: before the next one, when its marker
-	// is long written, or Linger after it when no other comes. Looking for
-	// the marker at once, as Kafka is still writing it, took two fetches
-	// for most commits and held up the next transaction; a transaction
-	// larger than a Kafka transaction, published in parts, waited that
-	// round trip part after part. A commit no other follows is confirmed
-	// to Postgres up to Linger later.
+	// The commit is settled later: as the next transaction begins, before
+	// it hands the client a record (begin), or Linger after it when no
+	// other comes. Looking for the marker here, as Kafka is still writing
+	// it, would hold up the producer even when nothing follows, and a
+	// transaction that begins a linger later finds it written. A commit
+	// no other follows is confirmed to Postgres up to Linger later.
 	c.ended = time.Now()
 	p.unsettled = &c
 	p.metrics.committed(p.byTopic, p.dead, p.bytes, time.Since(start), p.pos.LSN)
@@ -874,6 +894,10 @@ type Metrics struct {
 	takeover     prometheus.Counter
 	held         *prometheus.GaugeVec
 	reemit       *reemitMetrics
+	// requests times the producer's Kafka requests, by kind: a Produce
+	// held in the broker (a transaction begun while the coordinator still
+	// completes the one before) shows as a second mode.
+	requests *prometheus.HistogramVec
 	// kafka are franz-go's client metrics. kprom allows one client at a
 	// time, so only the producer's client reports them.
 	kafka kgo.Hook
@@ -914,12 +938,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 				"(its transactional id, or producer id): read_committed readers of the topic see no later checkpoint until it ends; walstream reads past it."},
 			[]string{"partition", "holder"}),
 	}
+	m.requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "walstream_kafka_request_duration_seconds",
+		Help:    "Time from writing a request of the producer's Kafka client to reading its answer, by request (Produce, EndTxn, InitProducerID, ...).",
+		Buckets: prometheus.ExponentialBuckets(0.00025, 2, 14)}, []string{"request"})
 	m.transactions.WithLabelValues("committed")
 	m.transactions.WithLabelValues("aborted")
+	for _, k := range []kmsg.Key{kmsg.Produce, kmsg.EndTxn} {
+		m.requests.WithLabelValues(k.Name())
+	}
 	m.kafka = kafka.ClientMetrics(reg)
 	m.registry = format.NewRegistryMetrics(reg)
 	m.reemit = newReemitMetrics(reg)
-	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters, m.txnFailures, m.takeover, m.held)
+	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters, m.txnFailures, m.takeover, m.held, m.requests)
 	return m
 }
 
@@ -954,7 +985,18 @@ func (m *Metrics) hooks() []kgo.Hook {
 	if m == nil {
 		return nil
 	}
-	return []kgo.Hook{m.kafka}
+	return []kgo.Hook{m.kafka, requestTimer{m.requests}}
+}
+
+// requestTimer observes each request's round trip from franz-go's hook.
+type requestTimer struct{ h *prometheus.HistogramVec }
+
+var _ kgo.HookBrokerE2E = requestTimer{}
+
+func (t requestTimer) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if e2e.Err() == nil {
+		t.h.WithLabelValues(kmsg.NameForKey(key)).Observe(e2e.DurationE2E().Seconds())
+	}
 }
 
 func (m *Metrics) txnFailed(cause string) {

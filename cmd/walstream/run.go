@@ -95,6 +95,12 @@ func runStream(ctx context.Context, cfgs []*config.Config, stderr io.Writer) (er
 		memLimit = strconv.FormatInt(limit, 10)
 	}
 	reg := newRegistry()
+	markers := shareMarkers(cfgs)
+	defer func() {
+		for _, m := range markers {
+			m.Close()
+		}
+	}()
 	pipelines := make([]*pipeline.Pipeline, len(cfgs))
 	for i, cfg := range cfgs {
 		sl := base.With("stream", cfg.Stream, "slot", cfg.Slot)
@@ -171,6 +177,24 @@ func newMembership(cfgs []*config.Config, log *slog.Logger, reg prometheus.Regis
 	log.Info("joining the fleet's group", "group", first.Fleet.Group, "host", host, "streams", len(names),
 		"session_timeout", first.Fleet.SessionTimeout, "heartbeat_interval", first.Fleet.HeartbeatInterval)
 	return group.NewMembership(first.Kafka, group.Config{Settings: first.Fleet, Name: host, Streams: names}, log, group.NewMetrics(reg))
+}
+
+// shareMarkers gives the streams that reach one Kafka cluster as one
+// principal one reader of their commits' markers (kafka.Markers), where
+// each producer would read its own, and returns the readers. A stream
+// alone gets one too.
+func shareMarkers(cfgs []*config.Config) []*kafka.Markers {
+	var out []*kafka.Markers
+	var by []kafka.Settings // the settings each of out connects with
+	for _, cfg := range cfgs {
+		i := slices.IndexFunc(by, cfg.Kafka.SameAccess)
+		if i < 0 {
+			out, by = append(out, kafka.NewMarkers(cfg.Kafka.Opts())), append(by, cfg.Kafka)
+			i = len(out) - 1
+		}
+		cfg.Markers = out[i]
+	}
+	return out
 }
 
 // newRegistry is the registry /metrics serves, holding Go's and the

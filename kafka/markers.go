@@ -1,0 +1,335 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/walstream/walstream/internal/secret"
+)
+
+// Markers tells when transactional records are decided by their
+// producers' markers (decided.go), for any number of waiters: one fetch
+// loop per partition, read_uncommitted with control records, serves every
+// record waited for there. The streams of a process commit their
+// checkpoints to one partition of one topic, so one loop with one client
+// decides every stream's commits, where a reader per stream fetched the
+// same records once for each. A loop runs only while someone waits.
+type Markers struct {
+	opts []kgo.Opt
+	// wait is how long a fetch waits at the broker for what follows.
+	wait time.Duration
+
+	mu      sync.Mutex
+	watches map[topicPartition]*watch
+	closed  bool
+	ctx     context.Context // ends at Close; the loops' fetches use it
+	cancel  context.CancelFunc
+	loops   sync.WaitGroup
+}
+
+type topicPartition struct {
+	topic string
+	p     int32
+}
+
+// NewMarkers returns a Markers whose loops connect with connOpts, each
+// with a client of its own, created when it first runs.
+func NewMarkers(connOpts []kgo.Opt) *Markers {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Markers{opts: connOpts, wait: 500 * time.Millisecond, watches: make(map[topicPartition]*watch), ctx: ctx, cancel: cancel}
+}
+
+// Close stops the loops and closes their clients; a wait still running
+// returns ErrMarkersClosed.
+func (m *Markers) Close() {
+	m.mu.Lock()
+	m.closed = true
+	m.cancel()
+	for _, w := range m.watches {
+		w.failAll(ErrMarkersClosed)
+	}
+	m.mu.Unlock()
+	m.loops.Wait()
+	for _, w := range m.watches {
+		if w.reader != nil {
+			w.reader.Close()
+		}
+	}
+}
+
+// ErrMarkersClosed: the Markers was closed while a wait ran.
+var ErrMarkersClosed = errors.New("the reader of markers was closed")
+
+// ErrNoRecord: the partition holds no record a producer wrote at the
+// offset waited for (none, or a marker).
+var ErrNoRecord = errors.New("the partition holds no record at the offset")
+
+// Decision is what became of a record waited for, and the partition's last
+// stable offset at the last fetch (-1 before any).
+type Decision struct {
+	Fate   Fate
+	Stable int64
+}
+
+// Await waits until the transactional record at offset of partition p of
+// topic is decided: the first marker of its producer id after it commits
+// or aborts it. It returns FateOpen with ctx's error (and the last fetch's,
+// if one failed) when ctx ends first, and ErrNoRecord when the partition
+// holds no record there.
+func (m *Markers) Await(ctx context.Context, topic string, p int32, offset int64) (Decision, error) {
+	wt := &waiter{offset: offset, pid: -1, done: make(chan waitResult, 1)}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return Decision{Stable: -1}, ErrMarkersClosed
+	}
+	tp := topicPartition{topic, p}
+	w := m.watches[tp]
+	if w == nil {
+		w = &watch{tp: tp, next: -1, stable: -1}
+		m.watches[tp] = w
+	}
+	w.add(wt)
+	if !w.running && len(w.waiters) > 0 {
+		w.running = true
+		m.loops.Add(1)
+		go m.loop(w)
+	}
+	m.mu.Unlock()
+	select {
+	case r := <-wt.done:
+		return r.d, r.err
+	case <-ctx.Done():
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case r := <-wt.done: // decided meanwhile
+		return r.d, r.err
+	default:
+	}
+	w.remove(wt)
+	return Decision{Stable: w.stable}, errors.Join(ctx.Err(), w.err)
+}
+
+// loop fetches w's partition while anyone waits there.
+func (m *Markers) loop(w *watch) {
+	defer m.loops.Done()
+	for {
+		m.mu.Lock()
+		if len(w.waiters) == 0 || m.closed {
+			w.running = false
+			m.mu.Unlock()
+			return
+		}
+		from := w.from()
+		if w.reader == nil {
+			r, err := NewPartitionReader(m.opts)
+			if err != nil {
+				w.failAll(err)
+				w.running = false
+				m.mu.Unlock()
+				return
+			}
+			w.reader = r
+		}
+		m.mu.Unlock()
+		// The first fetch returns the records at once; later ones wait at
+		// the broker for what follows them, the markers above all.
+		f, err := w.reader.Fetch(m.ctx, w.tp.topic, w.tp.p, from, false, m.wait)
+		m.mu.Lock()
+		if err != nil {
+			w.err = err
+			m.mu.Unlock()
+			select {
+			case <-m.ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		w.err, w.stable = nil, f.LSO
+		w.read(from, f)
+		m.mu.Unlock()
+	}
+}
+
+// watch is one partition's waiters and what its loop read. The Markers'
+// mutex guards it; reader is the loop's alone.
+type watch struct {
+	tp      topicPartition
+	reader  *PartitionReader
+	running bool
+	waiters []*waiter
+	// next is the offset the loop reads from next, -1 before it read.
+	next int64
+	// seen are the last records read, in offset order, from seen[0] to
+	// next: a waiter whose record was read before it came is decided
+	// from them, without reading them again.
+	seen   []seenRecord
+	stable int64
+	err    error // of the last fetch, nil once one succeeds
+}
+
+// seenLimit bounds seen: far more records than the checkpoint partition
+// takes while a commit is acknowledged and waited for.
+const seenLimit = 4096
+
+type seenRecord struct {
+	offset int64
+	pid    int64
+	marker bool
+	fate   Fate
+}
+
+type waiter struct {
+	offset int64
+	pid    int64 // the record's producer id, -1 until it is read
+	done   chan waitResult
+}
+
+type waitResult struct {
+	d   Decision
+	err error
+}
+
+// add takes wt, deciding it from what was read when that covers its
+// record.
+func (w *watch) add(wt *waiter) {
+	if w.next >= 0 && wt.offset < w.next && len(w.seen) > 0 && wt.offset >= w.seen[0].offset {
+		i := sort.Search(len(w.seen), func(i int) bool { return w.seen[i].offset >= wt.offset })
+		if i == len(w.seen) || w.seen[i].offset != wt.offset || w.seen[i].marker {
+			w.finish(wt, FateOpen, ErrNoRecord)
+			return
+		}
+		wt.pid = w.seen[i].pid
+		for _, s := range w.seen[i+1:] {
+			if s.marker && s.pid == wt.pid {
+				w.finish(wt, s.fate, nil)
+				return
+			}
+		}
+	}
+	w.waiters = append(w.waiters, wt)
+}
+
+func (w *watch) remove(wt *waiter) {
+	for i, o := range w.waiters {
+		if o == wt {
+			w.waiters = append(w.waiters[:i], w.waiters[i+1:]...)
+			return
+		}
+	}
+}
+
+// from is where the loop reads next: where it stopped; or further on when
+// every waiter's record is further on and none waits for a marker (the
+// partition in between holds other producers' records, which decide
+// nothing waited for); or back at a waiter's record that was read before
+// it came and is no longer in seen.
+func (w *watch) from() int64 {
+	low, markers := int64(-1), false
+	for _, wt := range w.waiters {
+		switch {
+		case wt.pid >= 0:
+			markers = true
+		case low < 0 || wt.offset < low:
+			low = wt.offset
+		}
+	}
+	if low >= 0 && (w.next < 0 || low < w.next || low > w.next && !markers) {
+		w.next, w.seen = low, w.seen[:0]
+	}
+	return w.next
+}
+
+// read takes one fetch from from: each record waited for gives its
+// producer id, each marker decides the records of its producer id before
+// it, and a record waited for that the fetch passed without holding is
+// missing.
+func (w *watch) read(from int64, f Fetched) {
+	for _, r := range f.Records {
+		fa, marker := MarkerFate(r)
+		w.seen = append(w.seen, seenRecord{offset: r.Offset, pid: r.ProducerID, marker: marker, fate: fa})
+		kept := w.waiters[:0]
+		for _, wt := range w.waiters {
+			switch {
+			case wt.offset == r.Offset && marker: // no record a producer wrote
+				w.finish(wt, FateOpen, ErrNoRecord)
+				continue
+			case wt.offset == r.Offset:
+				wt.pid = r.ProducerID
+			case marker && wt.pid >= 0 && wt.pid == r.ProducerID && r.Offset > wt.offset:
+				w.finish(wt, fa, nil)
+				continue
+			}
+			kept = append(kept, wt)
+		}
+		w.waiters = kept
+	}
+	if n := len(w.seen) - seenLimit; n > 0 {
+		w.seen = append(w.seen[:0], w.seen[n:]...)
+	}
+	next := max(w.next, f.Next)
+	kept := w.waiters[:0]
+	for _, wt := range w.waiters {
+		if wt.pid < 0 && wt.offset < next && wt.offset >= from {
+			w.finish(wt, FateOpen, ErrNoRecord)
+			continue
+		}
+		kept = append(kept, wt)
+	}
+	w.waiters = kept
+	w.next = next
+}
+
+func (w *watch) finish(wt *waiter, fa Fate, err error) {
+	wt.done <- waitResult{Decision{Fate: fa, Stable: w.stable}, err}
+}
+
+func (w *watch) failAll(err error) {
+	for _, wt := range w.waiters {
+		w.finish(wt, FateOpen, fmt.Errorf("reading topic %s partition %d: %w", w.tp.topic, w.tp.p, err))
+	}
+	w.waiters = nil
+}
+
+// SameAccess reports whether clients made from c and o reach the same
+// brokers as the same principal, so that one client may read for both.
+// Secrets held in files are the same when their paths are.
+func (c Settings) SameAccess(o Settings) bool {
+	return slices.Equal(sortedCopy(c.Brokers), sortedCopy(o.Brokers)) && sameTLS(c.TLS, o.TLS) &&
+		strings.EqualFold(c.SASLMechanism, o.SASLMechanism) && c.SASLUser == o.SASLUser && c.SASLPassword == o.SASLPassword &&
+		samePath(c.SASLPasswordFile, o.SASLPasswordFile) &&
+		c.OAuth.TokenFile == o.OAuth.TokenFile && c.OAuth.TokenURL == o.OAuth.TokenURL &&
+		c.OAuth.ClientID == o.OAuth.ClientID && c.OAuth.ClientSecret == o.OAuth.ClientSecret &&
+		samePath(c.OAuth.ClientSecretFile, o.OAuth.ClientSecretFile) && slices.Equal(c.OAuth.Scopes, o.OAuth.Scopes)
+}
+
+func sortedCopy(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// sameTLS: both plain, or both TLS with the same server name and the same
+// files for roots and client certificate (a principal under mutual TLS).
+func sameTLS(a, b *secret.TLS) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.ServerName == b.ServerName && samePath(a.CA, b.CA) && samePath(a.Cert, b.Cert) && samePath(a.Key, b.Key)
+}
+
+func samePath(a, b *secret.File) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Path == b.Path
+}
