@@ -217,6 +217,18 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 			}
 		}
 	}
+	if cfg.Scenarios[ScenarioFleet] {
+		for i := 1; i <= cfg.FleetRuns; i++ {
+			r, err := b.fleetRun(ctx, i)
+			if err != nil {
+				return fmt.Errorf("fleet run %d: %w", i, err)
+			}
+			rep.Fleet = append(rep.Fleet, r)
+			if err := save(); err != nil {
+				return err
+			}
+		}
+	}
 	rep.Finished = time.Now().UTC()
 	if err := save(); err != nil {
 		return err
@@ -306,6 +318,7 @@ type Report struct {
 	Latency  []Latency      `json:"latency"`
 	Foreign  []*ForeignRun  `json:"foreign,omitempty"`
 	Reemit   []*ReemitRun   `json:"reemit,omitempty"`
+	Fleet    []*FleetRun    `json:"fleet,omitempty"`
 	// Peers are the debezium scenario's runs: each tool in each round.
 	Peers []*PeerRun `json:"debezium,omitempty"`
 	// Profiled is the profiled run, left out of the summary: sampling
@@ -323,6 +336,7 @@ func reportConfig(c *Config) map[string]any {
 		"foreign_rows": c.ForeignRows, "foreign_runs": c.ForeignRuns,
 		"debezium_rows": c.DebeziumRows, "debezium_runs": c.DebeziumRuns, "debezium_modes": c.DebeziumModes,
 		"reemit_rows": c.ReemitRows, "reemit_load": c.ReemitLoad, "reemit_runs": c.ReemitRuns,
+		"fleet_streams": c.FleetStreams, "fleet_load": c.FleetLoad, "fleet_runs": c.FleetRuns, "fleet_debezium": c.FleetDebezium,
 		"walstream_args": c.WalstreamArgs,
 		"partitions":     c.Partitions, "external_postgres": c.PGURL != "", "max_load": c.MaxLoad,
 		"broker": c.Broker,

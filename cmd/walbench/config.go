@@ -41,6 +41,9 @@ const (
 	DefaultReemitRows      = 1_000_000
 	DefaultReemitLoad      = "1000x1"
 	DefaultReemitRuns      = 1
+	DefaultFleetStreams    = 10
+	DefaultFleetLoad       = "100x1"
+	DefaultFleetRuns       = 1
 )
 
 // Scenario names for --scenarios.
@@ -59,6 +62,9 @@ const (
 	// ScenarioReemit re-emits a backlog of outbox rows with walstream
 	// reemit while a live load runs (reemit.go).
 	ScenarioReemit = "reemit"
+	// ScenarioFleet is many streams in one process, each under a live
+	// load, beside one of them alone (fleet.go).
+	ScenarioFleet = "fleet"
 )
 
 // Config is everything walbench is told.
@@ -83,6 +89,10 @@ type Config struct {
 	ReemitRows     int
 	ReemitLoad     Load
 	ReemitRuns     int
+	FleetStreams   int
+	FleetLoad      Load // each stream's
+	FleetRuns      int
+	FleetDebezium  string // empty, standalone or distributed
 	Scenarios      map[string]bool
 	Profile        bool
 	PGO            string // empty: no profile for profile-guided optimization
@@ -131,7 +141,11 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&cfg.ReemitRows, "reemit-rows", DefaultReemitRows, "rows the reemit scenario re-emits with one request")
 	reemitLoad := fs.String("reemit-load", DefaultReemitLoad, "live load during the reemit scenario's request, RATExROWS as in -latency-loads")
 	fs.IntVar(&cfg.ReemitRuns, "reemit-runs", DefaultReemitRuns, "runs of the reemit scenario")
-	scenarios := fs.String("scenarios", DefaultScenarios, "scenarios to run, comma-separated: backlog, huge, latency, foreign (Postgres 14 and later), debezium (Debezium as the peer, on Apache Kafka), reemit (a re-emit request beside a live load)")
+	fs.IntVar(&cfg.FleetStreams, "fleet-streams", DefaultFleetStreams, "streams in the one walstream process of the fleet scenario, each its own outbox table, publication and slot")
+	fleetLoad := fs.String("fleet-load", DefaultFleetLoad, "each stream's live load in the fleet scenario, RATExROWS as in -latency-loads")
+	fs.IntVar(&cfg.FleetRuns, "fleet-runs", DefaultFleetRuns, "runs of the fleet scenario")
+	fs.StringVar(&cfg.FleetDebezium, "fleet-debezium", "", "in each fleet run, also run the streams as connectors of Debezium's Postgres connector in one Kafka Connect worker of this mode (standalone or distributed, Apache Kafka only) under the same load; empty: not")
+	scenarios := fs.String("scenarios", DefaultScenarios, "scenarios to run, comma-separated: backlog, huge, latency, foreign (Postgres 14 and later), debezium (Debezium as the peer, on Apache Kafka), reemit (a re-emit request beside a live load), fleet (many streams in one process)")
 	fs.BoolVar(&cfg.Profile, "profile", false, "add one profiled backlog run (perf for every process, a pprof CPU profile of the broker); its figures are not in the medians")
 	fs.StringVar(&cfg.PGO, "pgo", "", "write walstream's CPU profile over every measured phase, merged, to this file (cmd/walstream/default.pgo: see docs/benchmarks.md); walstream then runs with --pprof-addr, and the report names it")
 	fs.StringVar(&cfg.PGURL, "pg-url", "", "use this Postgres (superuser, wal_level=logical) instead of starting a throwaway cluster")
@@ -161,6 +175,11 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("-reemit-load %q: one load, RATExROWS: %v", *reemitLoad, err)
 	} else {
 		cfg.ReemitLoad = l[0]
+	}
+	if l, err := parseLoads(*fleetLoad); err != nil || len(l) != 1 {
+		return nil, fmt.Errorf("-fleet-load %q: one load, RATExROWS: %v", *fleetLoad, err)
+	} else {
+		cfg.FleetLoad = l[0]
 	}
 	cfg.Scenarios = make(map[string]bool)
 	for _, s := range strings.Split(*scenarios, ",") {
@@ -208,7 +227,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("-payload-bytes must be at least 200 (the JSON without padding), got %d", c.PayloadBytes))
 	}
 	for s := range c.Scenarios {
-		if s != ScenarioBacklog && s != ScenarioHuge && s != ScenarioLatency && s != ScenarioForeign && s != ScenarioDebezium && s != ScenarioReemit {
+		if s != ScenarioBacklog && s != ScenarioHuge && s != ScenarioLatency && s != ScenarioForeign && s != ScenarioDebezium && s != ScenarioReemit && s != ScenarioFleet {
 			errs = append(errs, fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
@@ -227,6 +246,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ReemitRows <= 0 || c.ReemitRuns < 0 || c.ReemitLoad.Rate <= 0 || c.ReemitLoad.RowsPerTx <= 0 {
 		errs = append(errs, errors.New("-reemit-rows and the rate and rows of -reemit-load must be positive, -reemit-runs not negative"))
+	}
+	if c.FleetStreams < 1 || c.FleetStreams > 100 || c.FleetRuns < 0 || c.FleetLoad.Rate <= 0 || c.FleetLoad.RowsPerTx <= 0 || c.FleetLoad.RowsPerTx > c.FleetLoad.Rate {
+		errs = append(errs, errors.New("-fleet-streams must be from 1 to 100 (the Postgres walbench starts has 128 slots), -fleet-runs not negative, and -fleet-load a positive rate of at least one transaction per second"))
+	}
+	if c.FleetDebezium != "" && (c.FleetDebezium != "standalone" && c.FleetDebezium != "distributed" || c.Broker != BrokerKafka) {
+		errs = append(errs, fmt.Errorf("-fleet-debezium %q: standalone or distributed, on Apache Kafka (-broker kafka)", c.FleetDebezium))
 	}
 	if c.DebeziumRows < 0 || c.DebeziumRuns < 0 {
 		errs = append(errs, errors.New("-debezium-rows and -debezium-runs must not be negative"))

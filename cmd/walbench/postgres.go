@@ -29,6 +29,10 @@ var pgSettings = [...]string{
 	"autovacuum = off",
 	"max_wal_size = 16GB",
 	"checkpoint_timeout = 1h",
+	// The fleet scenario's streams: a slot, a walsender and a writer each.
+	"max_replication_slots = 128",
+	"max_wal_senders = 128",
+	"max_connections = 400",
 }
 
 // postgres is the server walbench measures against: a throwaway cluster it
@@ -175,11 +179,21 @@ var benchSlots = []string{slotRecvLogical, slotGoRecv, slotWalstream, slotWalstr
 // dropSlots drops walbench's slots, waiting up to 30s for the walsenders
 // of clients that just left to release them.
 func (d *db) dropSlots(ctx context.Context) error {
+	return d.dropSlotsWhere(ctx, "slot_name = ANY($1)", benchSlots)
+}
+
+// dropSlotsLike drops the slots whose names match pattern (LIKE), as
+// dropSlots does walbench's own.
+func (d *db) dropSlotsLike(ctx context.Context, pattern string) error {
+	return d.dropSlotsWhere(ctx, "slot_name LIKE $1", pattern)
+}
+
+// dropSlotsWhere drops the slots that cond, on arg, picks.
+func (d *db) dropSlotsWhere(ctx context.Context, cond string, arg any) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var active int
-		err := d.conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY($1) AND active",
-			benchSlots).Scan(&active)
+		err := d.conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE "+cond+" AND active", arg).Scan(&active)
 		if err != nil {
 			return fmt.Errorf("reading walbench's slots: %w", err)
 		}
@@ -188,8 +202,7 @@ func (d *db) dropSlots(ctx context.Context) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return d.exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = ANY($1)",
-		benchSlots)
+	return d.exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE "+cond, arg)
 }
 
 // createSlot creates a pgoutput slot and returns its consistent point.

@@ -202,6 +202,41 @@ func (r *Report) summarize() []Figure {
 		)
 	}
 	out = append(out, r.reemitFigures()...)
+	out = append(out, r.fleetFigures()...)
+	return out
+}
+
+// fleetFigures are the fleet scenario's, with their targets: each stream's
+// p99 in the fleet within 1.5 × stream 1's alone (the worst stream's, as a
+// ratio), the fleet's CPU per Kafka transaction within franz-go's alone
+// and pg_recvlogical's together.
+func (r *Report) fleetFigures() []Figure {
+	if len(r.Fleet) == 0 {
+		return nil
+	}
+	f := r.Fleet[0]
+	scenario := fmt.Sprintf("fleet of %d streams, %s each", f.Streams, f.Load)
+	out := []Figure{
+		figure(scenario, "stream 1 alone: insert → visible p99", "ms", of(r.Fleet, func(x *FleetRun) float64 { return x.Alone.Streams[0].P99Ms }), nil),
+		figure(scenario, "the fleet's worst stream: insert → visible p99", "ms", of(r.Fleet, func(x *FleetRun) float64 { return x.Fleet.WorstP99Ms }), nil),
+		figure(scenario, "the fleet's worst p99 / stream 1's alone", "ratio", of(r.Fleet, func(x *FleetRun) float64 { return x.Fleet.WorstP99Ms / x.Alone.Streams[0].P99Ms }), &target{bound: 1.5}),
+		figure(scenario, "the fleet's CPU per Kafka transaction", "µs", of(r.Fleet, func(x *FleetRun) float64 { return x.Fleet.CPUMicrosPerTxn }), nil),
+		figure(scenario, "the same / (franz-go alone + pg_recvlogical), per transaction", "ratio", of(r.Fleet, func(x *FleetRun) float64 {
+			return x.Fleet.CPUMicrosPerTxn / (x.KafkaClientCPUMicrosPerTxn + x.RecvLogicalCPUMicrosPerTxn)
+		}), &target{bound: 1}),
+		figure(scenario, "the fleet under the load: CPU", "cores", of(r.Fleet, func(x *FleetRun) float64 { return x.Fleet.CPUCores }), nil),
+		figure(scenario, "the fleet idle: CPU", "cores", of(r.Fleet, func(x *FleetRun) float64 { return x.Idle.CPUCores }), nil),
+		figure(scenario, "the fleet idle: RSS", "MB", of(r.Fleet, func(x *FleetRun) float64 { return float64(x.Idle.RSSBytes) / 1e6 }), nil),
+		figure(scenario, "the fleet: peak RSS under the load", "MB", of(r.Fleet, func(x *FleetRun) float64 { return float64(x.Fleet.PeakRSSBytes) / 1e6 }), nil),
+	}
+	if f.Debezium != nil {
+		out = append(out,
+			figure(scenario, "Debezium, one worker, a connector per stream: CPU", "cores", of(r.Fleet, func(x *FleetRun) float64 { return x.Debezium.CPUCores }), nil),
+			figure(scenario, "walstream's fleet CPU / Debezium's", "ratio", of(r.Fleet, func(x *FleetRun) float64 { return x.Fleet.CPUCores / x.Debezium.CPUCores }), &target{bound: 0.25}),
+			figure(scenario, "Debezium: worst p99", "ms", of(r.Fleet, func(x *FleetRun) float64 { return x.Debezium.WorstP99Ms }), nil),
+			figure(scenario, "Debezium: peak RSS", "MB", of(r.Fleet, func(x *FleetRun) float64 { return float64(x.Debezium.PeakRSSBytes) / 1e6 }), nil),
+		)
+	}
 	return out
 }
 
@@ -318,6 +353,30 @@ func (r *Report) markdown() string {
 			fmt.Fprintln(&b)
 		}
 	}
+	if len(r.Fleet) > 0 {
+		fmt.Fprintf(&b, "\n### Fleet runs\n\n")
+		fmt.Fprintf(&b, "| run | streams | load each | phase | p50 ms (median of streams) | p99 ms (worst stream) | p99 ms of each stream | CPU cores | Kafka transactions | CPU µs per transaction | franz-go alone + pg_recvlogical µs per transaction | peak RSS MB | load avg before |\n|---|---:|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|\n")
+		for _, x := range r.Fleet {
+			for _, ph := range []struct {
+				name string
+				p    FleetPhase
+			}{{"stream 1 alone", x.Alone}, {"fleet", x.Fleet}, {"Debezium, " + x.DebeziumMode, deref(x.Debezium)}} {
+				if ph.p.Streams == nil {
+					continue
+				}
+				var p50s []int64
+				var p99s []string
+				for _, s := range ph.p.Streams {
+					p50s = append(p50s, int64(s.P50Ms*1e3))
+					p99s = append(p99s, fmt.Sprintf("%.1f", s.P99Ms))
+				}
+				fmt.Fprintf(&b, "| %d | %d | %s | %s | %.2f | %.2f | %s | %.3f | %d | %.0f | %.0f + %.0f | %.0f | %s |\n", x.Run, len(ph.p.Streams), x.Load, ph.name,
+					percentile(p50s, 0.5)/1e3, ph.p.WorstP99Ms, strings.Join(p99s, ", "), ph.p.CPUCores, ph.p.KafkaTxns, ph.p.CPUMicrosPerTxn,
+					x.KafkaClientCPUMicrosPerTxn, x.RecvLogicalCPUMicrosPerTxn, float64(ph.p.PeakRSSBytes)/1e6, quiet(ph.p.Machine))
+			}
+			fmt.Fprintf(&b, "| %d | %d | | idle | | | | %.3f | | | | %.0f (RSS) | %s |\n", x.Run, x.Streams, x.Idle.CPUCores, float64(x.Idle.RSSBytes)/1e6, quiet(x.Idle.Machine))
+		}
+	}
 	if len(r.Foreign) > 0 {
 		fmt.Fprintf(&b, "\n### Foreign runs\n\n")
 		fmt.Fprintf(&b, "| streaming | rows/tx | repetitions | p50 ms | p99 ms | max ms | spilled MB (txns) | streamed MB (txns) | load avg before |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
@@ -327,6 +386,15 @@ func (r *Report) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// deref is *p, the zero value for nil.
+func deref[T any](p *T) T {
+	var v T
+	if p != nil {
+		v = *p
+	}
+	return v
 }
 
 // settings lists properties as k=v, sorted.

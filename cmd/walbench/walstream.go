@@ -18,6 +18,9 @@ type walstreamProc struct {
 	p      *testenv.Process
 	mu     sync.Mutex
 	stream time.Time // when it logged that it streams; zero before
+	// streams counts the lines saying a stream streams: one per stream of
+	// a streams: list, again after each new session.
+	streams int
 }
 
 // walstreamArgs are the settings of every measured walstream: its
@@ -90,6 +93,7 @@ func startWalstream(bin string, args []string, logPath string) (*walstreamProc, 
 				if w.stream.IsZero() {
 					w.stream = time.Now()
 				}
+				w.streams++
 				w.mu.Unlock()
 			}
 		}})
@@ -124,6 +128,39 @@ func (w *walstreamProc) exited() error {
 // waitStreaming waits until walstream holds the slot and streams.
 func (w *walstreamProc) waitStreaming(ctx context.Context, within time.Duration) error {
 	return w.p.WaitLog(ctx, testenv.StreamingLine, within)
+}
+
+// waitStreams waits until n streams of a streams: list stream.
+func (w *walstreamProc) waitStreams(ctx context.Context, n int, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		w.mu.Lock()
+		streams := w.streams
+		w.mu.Unlock()
+		switch {
+		case streams >= n:
+			return nil
+		case w.p.Exited():
+			return w.exited()
+		case time.Now().After(deadline):
+			return fmt.Errorf("%d of %d streams stream after %s; walstream's last log lines:\n%s", streams, n, within, w.p.LastLines(20))
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // stop sends SIGTERM and waits for walstream to exit cleanly; it is

@@ -1,0 +1,592 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/walstream/walstream/internal/testenv"
+	"golang.org/x/sync/errgroup"
+)
+
+// The fleet scenario: many streams in one walstream process (a streams:
+// list), each its own outbox table, publication and slot, each under the
+// same live load. It measures, in one run:
+//   - stream 1 alone in its process under that load, then every stream
+//     in one process under it: each stream's insert → visible latency, so
+//     that what sharing the process costs a stream shows;
+//   - the process's CPU per Kafka transaction under the load, beside the
+//     floors of the same transactions: franz-go alone committing them
+//     (kafka-txn at their rate and size) and pg_recvlogical receiving one
+//     stream's load (per transaction);
+//   - the process idle, every stream streaming an outbox nobody writes:
+//     its CPU (cores) and resident memory.
+
+// FleetRun is one run of the fleet scenario.
+type FleetRun struct {
+	Run     int  `json:"run"`
+	Streams int  `json:"streams"`
+	Load    Load `json:"load"` // each stream's
+	// Alone is stream 1 alone in its process; Fleet every stream in one.
+	Alone FleetPhase `json:"alone"`
+	Fleet FleetPhase `json:"fleet"`
+	Idle  FleetIdle  `json:"idle"`
+	// Debezium is the same streams as connectors of one Kafka Connect
+	// worker (-fleet-debezium), under the same load; nil when not run.
+	Debezium     *FleetPhase `json:"debezium,omitempty"`
+	DebeziumMode string      `json:"debezium_mode,omitempty"`
+	// KafkaClientCPUMicrosPerTxn is franz-go alone committing the fleet's
+	// Kafka transactions (their rate, records and size), and
+	// RecvLogicalCPUMicrosPerTxn pg_recvlogical receiving one stream's
+	// load, per Postgres transaction: the floors under the fleet's CPU per
+	// Kafka transaction at low rates, where each Kafka transaction is one
+	// Postgres transaction.
+	KafkaClientCPUMicrosPerTxn float64 `json:"kafka_client_cpu_us_per_txn"`
+	RecvLogicalCPUMicrosPerTxn float64 `json:"pg_recvlogical_cpu_us_per_txn"`
+}
+
+// FleetPhase is a process of streams under the load.
+type FleetPhase struct {
+	Streams []StreamLatency `json:"streams"`
+	// WorstP99Ms is the highest of the streams' p99s.
+	WorstP99Ms float64 `json:"worst_p99_ms"`
+	Seconds    float64 `json:"measured_seconds"`
+	// CPUCores is the process's CPU time over the measured time;
+	// KafkaTxns its Kafka transactions then (every stream's commits), and
+	// CPUMicrosPerTxn the one over the other.
+	CPUCores        float64 `json:"cpu_cores"`
+	KafkaTxns       int64   `json:"kafka_txns"`
+	CPUMicrosPerTxn float64 `json:"cpu_us_per_txn"`
+	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
+	Machine         Quiet   `json:"machine"`
+}
+
+// StreamLatency is one stream's insert → visible latency in a phase.
+type StreamLatency struct {
+	Stream  int     `json:"stream"`
+	Samples int     `json:"samples"`
+	P50Ms   float64 `json:"p50_ms"`
+	P99Ms   float64 `json:"p99_ms"`
+	MaxMs   float64 `json:"max_ms"`
+	Missing int64   `json:"missing"`
+	Behind  int64   `json:"behind_schedule"`
+}
+
+// FleetIdle is the process with every stream streaming and nothing
+// written.
+type FleetIdle struct {
+	Seconds  float64 `json:"measured_seconds"`
+	CPUCores float64 `json:"cpu_cores"`
+	RSSBytes int64   `json:"rss_bytes"` // VmRSS at the end
+	Machine  Quiet   `json:"machine"`
+}
+
+// fleetStream is stream i's table, publication, slot and aggregate type
+// (its topic), 1-based.
+type fleetStream int
+
+func (s fleetStream) table() string       { return fmt.Sprintf("public.outbox_fleet_%d", s) }
+func (s fleetStream) publication() string { return fmt.Sprintf("walbench_fleet_%d", s) }
+func (s fleetStream) slot() string        { return fmt.Sprintf("walbench_fleet_%d", s) }
+func (s fleetStream) aggType() string     { return fmt.Sprintf("Fleet%d", s) }
+
+// fleetSlots matches every slot of the fleet scenario, for dropping them.
+const fleetSlots = "walbench_fleet_%"
+
+// fleetSetup drops what an earlier run left and creates n tables, each in
+// a publication of its own, and their slots.
+func (b *bench) fleetSetup(ctx context.Context, n int) error {
+	if err := b.db.dropSlotsLike(ctx, fleetSlots); err != nil {
+		return err
+	}
+	var sql strings.Builder
+	for i := 1; i <= n; i++ {
+		s := fleetStream(i)
+		fmt.Fprintf(&sql, `DROP PUBLICATION IF EXISTS %[2]s;
+DROP TABLE IF EXISTS %[1]s;
+CREATE TABLE %[1]s (
+	id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+	aggregatetype text NOT NULL,
+	aggregateid text NOT NULL,
+	type text NOT NULL,
+	payload jsonb NOT NULL);
+CREATE PUBLICATION %[2]s FOR TABLE %[1]s WITH (publish = 'insert');
+`, s.table(), s.publication())
+	}
+	if err := b.db.exec(ctx, sql.String()); err != nil {
+		return err
+	}
+	for i := 1; i <= n; i++ {
+		if _, err := b.db.createSlot(ctx, fleetStream(i).slot()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fleetRun runs the scenario once.
+func (b *bench) fleetRun(ctx context.Context, run int) (*FleetRun, error) {
+	name := fmt.Sprintf("fleet-%d", run)
+	dir := filepath.Join(b.cfg.OutDir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	n, load := b.cfg.FleetStreams, b.cfg.FleetLoad
+	r := &FleetRun{Run: run, Streams: n, Load: load}
+	b.logf("%s: %d streams at %s each", name, n, load)
+	if err := b.fleetSetup(ctx, n); err != nil {
+		return nil, err
+	}
+	broker, err := b.startBroker(ctx, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer b.closeBroker(name, broker)
+	topics := make([]string, n)
+	for i := range topics {
+		topics[i] = topicFor(fleetStream(i + 1).aggType())
+	}
+	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topics...); err != nil {
+		return nil, err
+	}
+
+	// Stream 1 alone, then the fleet, each in a process of its own.
+	if r.Alone, err = b.fleetPhase(ctx, filepath.Join(dir, "alone"), broker.addr, 1, nil); err != nil {
+		return nil, fmt.Errorf("%s, stream 1 alone: %w", name, err)
+	}
+	b.logf("%s: stream 1 alone: p50 %.1f ms, p99 %.1f ms; %.3f cores, %.0f µs CPU per Kafka transaction",
+		name, r.Alone.Streams[0].P50Ms, r.Alone.Streams[0].P99Ms, r.Alone.CPUCores, r.Alone.CPUMicrosPerTxn)
+	if r.Fleet, err = b.fleetPhase(ctx, filepath.Join(dir, "fleet"), broker.addr, n, &r.Idle); err != nil {
+		return nil, fmt.Errorf("%s, %d streams: %w", name, n, err)
+	}
+	b.logf("%s: %d streams: worst p99 %.1f ms (stream 1 alone %.1f); %.3f cores, %.0f µs CPU per Kafka transaction, peak RSS %.0f MB; idle %.3f cores, RSS %.0f MB",
+		name, n, r.Fleet.WorstP99Ms, r.Alone.Streams[0].P99Ms, r.Fleet.CPUCores, r.Fleet.CPUMicrosPerTxn, float64(r.Fleet.PeakRSSBytes)/1e6,
+		r.Idle.CPUCores, float64(r.Idle.RSSBytes)/1e6)
+
+	// The floors, with the fleet stopped.
+	if r.Fleet.KafkaTxns > 0 {
+		rate := float64(r.Fleet.KafkaTxns) / r.Fleet.Seconds
+		var rows int64
+		for _, s := range r.Fleet.Streams {
+			rows += int64(s.Samples)
+		}
+		perTxn, err := b.kafkaFloor(ctx, "franz-go", broker.addr, rate, max(1, int(rows/r.Fleet.KafkaTxns)))
+		if err != nil {
+			return nil, err
+		}
+		r.KafkaClientCPUMicrosPerTxn = perTxn.Seconds() * 1e6
+	}
+	perRow, err := b.recvLogicalFloorOn(ctx, fleetStream(1), load, filepath.Join(dir, "pg_recvlogical.log"))
+	if err != nil {
+		return nil, fmt.Errorf("%s: pg_recvlogical: %w", name, err)
+	}
+	r.RecvLogicalCPUMicrosPerTxn = perRow * float64(load.RowsPerTx)
+	b.logf("%s: floors per Kafka transaction: franz-go alone %.0f µs, pg_recvlogical %.0f µs", name, r.KafkaClientCPUMicrosPerTxn, r.RecvLogicalCPUMicrosPerTxn)
+	if mode := b.cfg.FleetDebezium; mode != "" {
+		m := testenv.ConnectStandalone
+		if mode == "distributed" {
+			m = testenv.ConnectDistributed
+		}
+		d, err := b.fleetDebezium(ctx, filepath.Join(dir, "debezium"), broker.addr, n, m)
+		if err != nil {
+			return nil, fmt.Errorf("%s, Debezium: %w", name, err)
+		}
+		r.Debezium, r.DebeziumMode = &d, mode
+		b.logf("%s: Debezium (%s worker, %d connectors): worst p99 %.1f ms; %.3f cores (walstream's fleet %.3f, %.2f of it), peak RSS %.0f MB",
+			name, mode, n, d.WorstP99Ms, d.CPUCores, r.Fleet.CPUCores, r.Fleet.CPUCores/d.CPUCores, float64(d.PeakRSSBytes)/1e6)
+	}
+	return r, b.db.dropSlotsLike(ctx, fleetSlots)
+}
+
+// fleetPhase starts walstream with streams 1 to n and measures it
+// (fleetLoad).
+func (b *bench) fleetPhase(ctx context.Context, dir, broker string, n int, idle *FleetIdle) (FleetPhase, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return FleetPhase{}, err
+	}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return FleetPhase{}, err
+	}
+	args, err := b.fleetArgs(dir, broker, metricsAddr, n)
+	if err != nil {
+		return FleetPhase{}, err
+	}
+	p, err := startWalstream(b.walstream, args, filepath.Join(dir, "walstream.log"))
+	if err != nil {
+		return FleetPhase{}, err
+	}
+	defer func() {
+		if err := p.stop(); err != nil {
+			b.logf("%s: stopping walstream: %v", dir, err)
+		}
+	}()
+	if err := p.waitStreams(ctx, n, time.Minute+time.Duration(n)*time.Second); err != nil {
+		return FleetPhase{}, err
+	}
+	return b.fleetLoad(ctx, broker, n, fleetProc{pid: p.pid(), exited: p.exited, txns: func() (int64, error) { return committedTxns(metricsAddr) }}, idle)
+}
+
+// fleetProc is the process under the fleet's load: walstream, or a Kafka
+// Connect worker; txns counts its Kafka transactions, when it can.
+type fleetProc struct {
+	pid    int
+	exited func() error
+	txns   func() (int64, error)
+}
+
+// fleetLoad holds the load on streams 1 to n for the warm-up and the
+// measured time, while p publishes them, and measures. With idle set, it
+// then measures p idle.
+func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc, idle *FleetIdle) (FleetPhase, error) {
+	var ph FleetPhase
+	var err error
+	if ph.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
+		return ph, err
+	}
+	topics := make([]string, n)
+	for i := range topics {
+		topics[i] = topicFor(fleetStream(i + 1).aggType())
+	}
+	start := time.Now()
+	c, err := startFleetConsumer(broker, topics, start)
+	if err != nil {
+		return ph, err
+	}
+	defer c.close()
+
+	writers := make([]*writer, n)
+	for i := range writers {
+		s := fleetStream(i + 1)
+		w := b.newWriter(b.cfg.FleetLoad, start, b.cfg.LatencyFor)
+		w.aggType, w.insert = s.aggType(), insertInto(s.table())
+		writers[i] = w
+	}
+	s := newSampler()
+	var txns0 int64
+	measured := make(chan error, 1)
+	txns := p.txns
+	if txns == nil {
+		txns = func() (int64, error) { return 0, nil }
+	}
+	timer := time.AfterFunc(b.cfg.LatencyWarmup, func() {
+		s.sample(p.pid)
+		var err error
+		txns0, err = txns()
+		measured <- err
+	})
+	g, gctx := errgroup.WithContext(ctx)
+	for _, w := range writers {
+		g.Go(func() error { return w.run(gctx, b.pg.url, 1, start) })
+	}
+	err = g.Wait()
+	measureTo := time.Now()
+	if timer.Stop() {
+		return ph, errors.Join(err, errors.New("the writers finished before the warm-up ended"))
+	}
+	if merr := <-measured; err == nil {
+		err = merr
+	}
+	if err != nil {
+		return ph, err
+	}
+	cpu0 := s.get(p.pid).CPU
+	s.sample(p.pid)
+	txns1, err := txns()
+	if err != nil {
+		return ph, err
+	}
+	ws := s.get(p.pid)
+	ph.Seconds = measureTo.Sub(writers[0].measureFrom).Seconds()
+	ph.CPUCores = (ws.CPU - cpu0).Seconds() / ph.Seconds
+	ph.KafkaTxns = txns1 - txns0
+	if ph.KafkaTxns > 0 {
+		ph.CPUMicrosPerTxn = (ws.CPU - cpu0).Seconds() * 1e6 / float64(ph.KafkaTxns)
+	}
+	ph.PeakRSSBytes = ws.HWM
+
+	// Every row written must arrive.
+	var written int64
+	for _, w := range writers {
+		written += w.written.Load()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for c.received() < written && time.Now().Before(deadline) {
+		if err := p.exited(); err != nil {
+			return ph, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := c.err(); err != nil {
+		return ph, err
+	}
+	for i, w := range writers {
+		lat := c.latencies(topics[i], w.measureFrom.UnixMicro())
+		sl := StreamLatency{Stream: i + 1, Samples: len(lat), P50Ms: percentile(lat, 0.50) / 1e3, P99Ms: percentile(lat, 0.99) / 1e3,
+			Missing: max(w.written.Load()-c.receivedOf(topics[i]), 0), Behind: w.behind.Load()}
+		if len(lat) > 0 {
+			sl.MaxMs = float64(slices.Max(lat)) / 1e3
+		}
+		ph.Streams = append(ph.Streams, sl)
+		ph.WorstP99Ms = max(ph.WorstP99Ms, sl.P99Ms)
+	}
+	if idle == nil {
+		return ph, nil
+	}
+	// Idle: nothing is written; the walsenders send keepalives and each
+	// stream its status updates and idle checkpoints.
+	if idle.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
+		return ph, err
+	}
+	s.sample(p.pid)
+	cpu0, from := s.get(p.pid).CPU, time.Now()
+	if err := sleepCtx(ctx, b.cfg.LatencyFor); err != nil {
+		return ph, err
+	}
+	s.sample(p.pid)
+	idle.Seconds = time.Since(from).Seconds()
+	idle.CPUCores = (s.get(p.pid).CPU - cpu0).Seconds() / idle.Seconds
+	idle.RSSBytes = s.get(p.pid).RSS
+	return ph, p.exited()
+}
+
+// fleetDebezium runs streams 1 to n as n connectors of Debezium's Postgres
+// connector with the outbox router in one Kafka Connect worker of mode, on
+// the slots walstream streamed, and measures it under the same load
+// (fleetLoad).
+func (b *bench) fleetDebezium(ctx context.Context, dir, broker string, n int, mode testenv.ConnectMode) (FleetPhase, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return FleetPhase{}, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "connect.log"))
+	if err != nil {
+		return FleetPhase{}, err
+	}
+	defer logf.Close()
+	c, err := testenv.LaunchConnect(ctx, testenv.ConnectConfig{Mode: mode, Kafka: broker, Props: debeziumWorker,
+		Heap: debeziumHeap, JVM: debeziumJVM(), Output: logf})
+	if err != nil {
+		return FleetPhase{}, err
+	}
+	defer c.Close()
+	exited := func() error {
+		if c.Running() {
+			return nil
+		}
+		return fmt.Errorf("kafka connect exited; its last log lines:\n%s", c.LastLines(20))
+	}
+	for i := 1; i <= n; i++ {
+		s := fleetStream(i)
+		cfg, err := b.debeziumConnector(peer{slot: s.slot(), debezium: true, mode: mode})
+		if err != nil {
+			return FleetPhase{}, err
+		}
+		cfg["table.include.list"], cfg["publication.name"], cfg["topic.prefix"] = s.table(), s.publication(), fmt.Sprintf("walbench%d", i)
+		if err := c.CreateConnector(ctx, fmt.Sprintf("walbench-%d", i), cfg); err != nil {
+			return FleetPhase{}, err
+		}
+	}
+	// Each connector streams once a probe row of its table arrives.
+	probes, err := startCounter(broker, topicFor("Probe"))
+	if err != nil {
+		return FleetPhase{}, err
+	}
+	defer probes.close()
+	deadline := time.Now().Add(2*time.Minute + time.Duration(n)*5*time.Second)
+	for i := 1; i <= n; i++ {
+		for j := int64(0); probes.count() < int64(i); j++ {
+			if err := exited(); err != nil {
+				return FleetPhase{}, err
+			}
+			if time.Now().After(deadline) {
+				return FleetPhase{}, fmt.Errorf("connector %d of %d published no probe row in time", i, n)
+			}
+			if j%20 == 0 { // a row a second until one arrives
+				if err := b.db.probeInto(ctx, fleetStream(i).table(), j); err != nil {
+					return FleetPhase{}, err
+				}
+			}
+			time.Sleep(pollEvery)
+		}
+	}
+	return b.fleetLoad(ctx, broker, n, fleetProc{pid: c.Process().Pid(), exited: exited}, nil)
+}
+
+// fleetArgs writes the config file of streams 1 to n and returns
+// walstream's arguments: the file, the bench's connections, a metrics
+// listener on metricsAddr, and -walstream-args.
+func (b *bench) fleetArgs(dir, broker, metricsAddr string, n int) ([]string, error) {
+	var f strings.Builder
+	f.WriteString("streams:\n")
+	for i := 1; i <= n; i++ {
+		s := fleetStream(i)
+		fmt.Fprintf(&f, "  - slot: %s\n    publication: %s\n    table: %s\n", s.slot(), s.publication(), s.table())
+	}
+	path := filepath.Join(dir, "walstream.yaml")
+	if err := os.WriteFile(path, []byte(f.String()), 0o644); err != nil {
+		return nil, fmt.Errorf("writing %s: %w", path, err)
+	}
+	return append([]string{"run", "--config", path, "--pg-url", b.pg.url, "--kafka-brokers", broker, "--create=false",
+		"--http-addr", metricsAddr}, b.cfg.WalstreamArgs...), nil
+}
+
+// recvLogicalFloorOn is recvLogicalFloor on stream s's table and
+// publication.
+func (b *bench) recvLogicalFloorOn(ctx context.Context, s fleetStream, load Load, logPath string) (float64, error) {
+	return b.recvLogicalFloorWith(ctx, load, logPath, s.publication(), func(w *writer) { w.aggType, w.insert = s.aggType(), insertInto(s.table()) })
+}
+
+// freeAddr is a loopback address with a port free now.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// committedTxns sums walstream_kafka_transactions_total{result="committed"}
+// over every stream walstream's /metrics at addr reports.
+func committedTxns(addr string) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("reading walstream's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "walstream_kafka_transactions_total{") || !strings.Contains(line, `result="committed"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing %q: %w", line, err)
+		}
+		sum += v
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("reading walstream's metrics: %w", err)
+	}
+	return int64(sum), nil
+}
+
+// fleetConsumer reads many topics read_committed and keeps, per topic,
+// each record's row timestamp and latency, as latencyConsumer does for
+// one, for the rows written from a moment on: a phase's.
+type fleetConsumer struct {
+	from   int64 // µs since the epoch
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+	mu     sync.Mutex
+	ts     map[string][]int64
+	lat    map[string][]int64
+	n      int64
+	failed error
+}
+
+func startFleetConsumer(broker string, topics []string, from time.Time) (*fleetConsumer, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, fmt.Errorf("creating the fleet's consumer: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &fleetConsumer{from: from.UnixMicro(), cl: cl, cancel: cancel, done: make(chan struct{}), ts: make(map[string][]int64), lat: make(map[string][]int64)}
+	go c.run(ctx)
+	return c, nil
+}
+
+func (c *fleetConsumer) run(ctx context.Context) {
+	defer close(c.done)
+	for {
+		fs := c.cl.PollFetches(ctx)
+		now := time.Now().UnixMicro()
+		if ctx.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		fs.EachError(func(t string, p int32, err error) {
+			if c.failed == nil {
+				c.failed = fmt.Errorf("consuming %s partition %d: %w", t, p, err)
+			}
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			ts, err := recordTimestamp(r.Value)
+			if err != nil {
+				if c.failed == nil {
+					c.failed = err
+				}
+				return
+			}
+			if ts < c.from {
+				return // an earlier phase's
+			}
+			c.ts[r.Topic] = append(c.ts[r.Topic], ts)
+			c.lat[r.Topic] = append(c.lat[r.Topic], now-ts)
+			c.n++
+		})
+		c.mu.Unlock()
+	}
+}
+
+func (c *fleetConsumer) received() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (c *fleetConsumer) receivedOf(topic string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(len(c.ts[topic]))
+}
+
+// latencies are topic's latencies, µs, of rows timestamped at or after
+// from.
+func (c *fleetConsumer) latencies(topic string, from int64) []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int64
+	for i, ts := range c.ts[topic] {
+		if ts >= from {
+			out = append(out, c.lat[topic][i])
+		}
+	}
+	return out
+}
+
+func (c *fleetConsumer) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed
+}
+
+func (c *fleetConsumer) close() {
+	c.once.Do(func() {
+		c.cancel()
+		<-c.done
+		c.cl.Close()
+	})
+}
