@@ -21,6 +21,12 @@ import (
 // checkpoints to one partition of one topic, so one loop with one client
 // decides every stream's commits, where a reader per stream fetched the
 // same records once for each. A loop runs only while someone waits.
+//
+// A wait has a due time: the loop reads for it no sooner, unless a read
+// for another wait decides it first. Waits that can be answered late (a
+// commit to confirm to Postgres) are so answered together, several
+// streams' commits by one fetch; one that cannot wait (Wait) is read for
+// at once.
 type Markers struct {
 	opts []kgo.Opt
 	// wait is how long a fetch waits at the broker for what follows.
@@ -47,7 +53,7 @@ func NewMarkers(connOpts []kgo.Opt) *Markers {
 }
 
 // Close stops the loops and closes their clients; a wait still running
-// returns ErrMarkersClosed.
+// ends with ErrMarkersClosed.
 func (m *Markers) Close() {
 	m.mu.Lock()
 	m.closed = true
@@ -78,56 +84,127 @@ type Decision struct {
 	Stable int64
 }
 
-// Await waits until the transactional record at offset of partition p of
-// topic is decided: the first marker of its producer id after it commits
-// or aborts it. It returns FateOpen with ctx's error (and the last fetch's,
-// if one failed) when ctx ends first, and ErrNoRecord when the partition
-// holds no record there.
-func (m *Markers) Await(ctx context.Context, topic string, p int32, offset int64) (Decision, error) {
-	wt := &waiter{offset: offset, pid: -1, done: make(chan waitResult, 1)}
+// Watch is one wait for a record to be decided.
+type Watch struct {
+	m  *Markers
+	w  *watch
+	wt *waiter
+}
+
+// Watch starts waiting until the transactional record at offset of
+// partition p of topic is decided: the first marker of its producer id
+// after it commits or aborts it. The loop reads for it at due, or sooner
+// when another wait's read or Hurry asks.
+func (m *Markers) Watch(topic string, p int32, offset int64, due time.Time) *Watch {
+	wt := &waiter{offset: offset, pid: -1, due: due, done: make(chan struct{})}
 	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return Decision{Stable: -1}, ErrMarkersClosed
-	}
+	defer m.mu.Unlock()
 	tp := topicPartition{topic, p}
 	w := m.watches[tp]
 	if w == nil {
-		w = &watch{tp: tp, next: -1, stable: -1}
+		w = &watch{tp: tp, next: -1, stable: -1, kick: make(chan struct{}, 1)}
 		m.watches[tp] = w
 	}
+	x := &Watch{m: m, w: w, wt: wt}
+	if m.closed {
+		w.finish(wt, FateOpen, ErrMarkersClosed)
+		return x
+	}
 	w.add(wt)
-	if !w.running && len(w.waiters) > 0 {
+	m.start(w)
+	return x
+}
+
+// start runs w's loop unless it runs, and wakes it if it sleeps; m.mu is
+// held.
+func (m *Markers) start(w *watch) {
+	if len(w.waiters) == 0 {
+		return
+	}
+	if !w.running {
 		w.running = true
 		m.loops.Add(1)
 		go m.loop(w)
+		return
 	}
-	m.mu.Unlock()
 	select {
-	case r := <-wt.done:
-		return r.d, r.err
-	case <-ctx.Done():
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	select {
-	case r := <-wt.done: // decided meanwhile
-		return r.d, r.err
+	case w.kick <- struct{}{}:
 	default:
 	}
-	w.remove(wt)
-	return Decision{Stable: w.stable}, errors.Join(ctx.Err(), w.err)
 }
 
-// loop fetches w's partition while anyone waits there.
+// Done is closed once the record is decided, or the wait failed.
+func (x *Watch) Done() <-chan struct{} { return x.wt.done }
+
+// Hurry moves the wait's due time to by, when that is sooner.
+func (x *Watch) Hurry(by time.Time) {
+	x.m.mu.Lock()
+	defer x.m.mu.Unlock()
+	if x.wt.finished || !by.Before(x.wt.due) {
+		return
+	}
+	x.wt.due = by
+	x.m.start(x.w)
+}
+
+// Wait reads for the record at once (Hurry) and returns its decision: its
+// fate, ErrNoRecord when the partition holds no record there, or, when
+// ctx ends first, FateOpen with ctx's error (and the last fetch's, if one
+// failed), and the wait goes on.
+func (x *Watch) Wait(ctx context.Context) (Decision, error) {
+	x.Hurry(time.Now())
+	select {
+	case <-x.wt.done:
+		return x.wt.d, x.wt.err
+	case <-ctx.Done():
+	}
+	x.m.mu.Lock()
+	defer x.m.mu.Unlock()
+	if x.wt.finished { // decided meanwhile
+		return x.wt.d, x.wt.err
+	}
+	return Decision{Stable: x.w.stable}, errors.Join(ctx.Err(), x.w.err)
+}
+
+// Stop ends the wait: nobody needs the record decided any longer.
+func (x *Watch) Stop() {
+	x.m.mu.Lock()
+	defer x.m.mu.Unlock()
+	if !x.wt.finished {
+		x.w.remove(x.wt)
+	}
+}
+
+// loop fetches w's partition while anyone waits there: at once for a wait
+// that is due, else at the first one's due time.
 func (m *Markers) loop(w *watch) {
 	defer m.loops.Done()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		m.mu.Lock()
 		if len(w.waiters) == 0 || m.closed {
 			w.running = false
 			m.mu.Unlock()
 			return
+		}
+		if due := w.due(); due.After(time.Now()) {
+			m.mu.Unlock()
+			if timer == nil {
+				timer = time.NewTimer(time.Until(due))
+			} else {
+				timer.Reset(time.Until(due))
+			}
+			select {
+			case <-m.ctx.Done():
+			case <-w.kick:
+			case <-timer.C:
+			}
+			continue
 		}
 		from := w.from()
 		if w.reader == nil {
@@ -166,6 +243,7 @@ type watch struct {
 	tp      topicPartition
 	reader  *PartitionReader
 	running bool
+	kick    chan struct{} // wakes the loop from its wait for a due time
 	waiters []*waiter
 	// next is the offset the loop reads from next, -1 before it read.
 	next int64
@@ -190,13 +268,24 @@ type seenRecord struct {
 
 type waiter struct {
 	offset int64
-	pid    int64 // the record's producer id, -1 until it is read
-	done   chan waitResult
+	pid    int64     // the record's producer id, -1 until it is read
+	due    time.Time // when the loop reads for it at the latest
+	// done is closed once d and err are set (finished).
+	done     chan struct{}
+	finished bool
+	d        Decision
+	err      error
 }
 
-type waitResult struct {
-	d   Decision
-	err error
+// due is the first due time of w's waits.
+func (w *watch) due() time.Time {
+	var first time.Time
+	for i, wt := range w.waiters {
+		if i == 0 || wt.due.Before(first) {
+			first = wt.due
+		}
+	}
+	return first
 }
 
 // add takes wt, deciding it from what was read when that covers its
@@ -290,7 +379,8 @@ func (w *watch) read(from int64, f Fetched) {
 }
 
 func (w *watch) finish(wt *waiter, fa Fate, err error) {
-	wt.done <- waitResult{Decision{Fate: fa, Stable: w.stable}, err}
+	wt.d, wt.err, wt.finished = Decision{Fate: fa, Stable: w.stable}, err, true
+	close(wt.done)
 }
 
 func (w *watch) failAll(err error) {

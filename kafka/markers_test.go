@@ -78,7 +78,7 @@ func TestMarkersDecideEveryWaiter(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, err := m.Await(ctx, "cps", 0, offsets[i])
+			d, err := m.Watch("cps", 0, offsets[i], time.Now()).Wait(ctx)
 			results[i] = result{d, err}
 		}()
 	}
@@ -106,11 +106,11 @@ func TestMarkersDecideEveryWaiter(t *testing.T) {
 	late := ps[1].produce("cps", "late")
 	done := make(chan result, 1)
 	go func() {
-		d, err := m.Await(ctx, "cps", 0, late)
+		d, err := m.Watch("cps", 0, late, time.Now()).Wait(ctx)
 		done <- result{d, err}
 	}()
 	time.Sleep(200 * time.Millisecond) // the loop reads past early
-	if d, err := m.Await(ctx, "cps", 0, early); err != nil || d.Fate != FateCommitted {
+	if d, err := m.Watch("cps", 0, early, time.Now()).Wait(ctx); err != nil || d.Fate != FateCommitted {
 		t.Errorf("the record read before its wait: Await = %+v, %v; want committed", d, err)
 	}
 	ps[1].end(true)
@@ -120,7 +120,7 @@ func TestMarkersDecideEveryWaiter(t *testing.T) {
 
 	// A marker is no record a producer wrote: the partition holds none to
 	// wait for there.
-	if _, err := m.Await(ctx, "cps", 0, late+1); !errors.Is(err, ErrNoRecord) {
+	if _, err := m.Watch("cps", 0, late+1, time.Now()).Wait(ctx); !errors.Is(err, ErrNoRecord) {
 		t.Errorf("Await at the marker's offset = %v, want ErrNoRecord", err)
 	}
 
@@ -128,12 +128,58 @@ func TestMarkersDecideEveryWaiter(t *testing.T) {
 	open := ps[2].produce("cps", "open")
 	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancelShort()
-	if d, err := m.Await(short, "cps", 0, open); !errors.Is(err, context.DeadlineExceeded) || d.Fate != FateOpen {
-		t.Errorf("Await of an open record = %+v, %v; want open, the deadline exceeded", d, err)
+	x := m.Watch("cps", 0, open, time.Now())
+	if d, err := x.Wait(short); !errors.Is(err, context.DeadlineExceeded) || d.Fate != FateOpen {
+		t.Errorf("Wait of an open record = %+v, %v; want open, the deadline exceeded", d, err)
 	}
 	ps[2].end(false)
-	if d, err := m.Await(ctx, "cps", 0, open); err != nil || d.Fate != FateAborted {
-		t.Errorf("Await of the record aborted since = %+v, %v; want aborted", d, err)
+	if d, err := x.Wait(ctx); err != nil || d.Fate != FateAborted {
+		t.Errorf("Wait of the record aborted since = %+v, %v; want aborted", d, err)
+	}
+}
+
+// A wait due later is read for no sooner, unless a read for another wait
+// decides it first: then several are answered by one fetch.
+func TestMarkersWaitUntilDue(t *testing.T) {
+	conn, _ := cluster(t, 1, kfake.SeedTopics(1, "cps"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := NewMarkers(conn.Opts())
+	defer m.Close()
+	a, b := newTxnProducer(t, conn, "tx-a"), newTxnProducer(t, conn, "tx-b")
+	offA := a.produce("cps", "a")
+	a.end(true)
+	offB := b.produce("cps", "b")
+	b.end(true)
+
+	lazy := m.Watch("cps", 0, offA, time.Now().Add(time.Hour))
+	select {
+	case <-lazy.Done():
+		t.Fatal("a wait due in an hour was answered at once")
+	case <-time.After(300 * time.Millisecond):
+	}
+	// A wait due now reads the partition, which decides the lazy one too.
+	if d, err := m.Watch("cps", 0, offB, time.Now()).Wait(ctx); err != nil || d.Fate != FateCommitted {
+		t.Fatalf("Wait = %+v, %v; want committed", d, err)
+	}
+	select {
+	case <-lazy.Done():
+	case <-time.After(time.Second):
+		t.Fatal("the lazy wait was not answered by the other's read")
+	}
+	if d, err := lazy.Wait(ctx); err != nil || d.Fate != FateCommitted {
+		t.Errorf("the lazy wait: %+v, %v; want committed", d, err)
+	}
+
+	// Hurry brings a lazy wait's read forward.
+	offC := a.produce("cps", "c")
+	a.end(true)
+	x := m.Watch("cps", 0, offC, time.Now().Add(time.Hour))
+	x.Hurry(time.Now().Add(100 * time.Millisecond))
+	select {
+	case <-x.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a hurried wait was not answered")
 	}
 }
 
@@ -145,16 +191,16 @@ func TestMarkersClose(t *testing.T) {
 	m := NewMarkers(conn.Opts())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := m.Await(context.Background(), "cps", 0, off)
+		_, err := m.Watch("cps", 0, off, time.Now()).Wait(context.Background())
 		errc <- err
 	}()
 	time.Sleep(200 * time.Millisecond)
 	m.Close()
 	if err := <-errc; !errors.Is(err, ErrMarkersClosed) {
-		t.Errorf("Await across Close = %v, want ErrMarkersClosed", err)
+		t.Errorf("Wait across Close = %v, want ErrMarkersClosed", err)
 	}
-	if _, err := m.Await(context.Background(), "cps", 0, off); !errors.Is(err, ErrMarkersClosed) {
-		t.Errorf("Await after Close = %v, want ErrMarkersClosed", err)
+	if _, err := m.Watch("cps", 0, off, time.Now()).Wait(context.Background()); !errors.Is(err, ErrMarkersClosed) {
+		t.Errorf("Wait after Close = %v, want ErrMarkersClosed", err)
 	}
 	p.end(false)
 }

@@ -543,7 +543,12 @@ func (c confirmOnCommit) Committed(cp checkpoint.Checkpoint, events int, newest 
 	if before.LSN < cp.LSN {
 		c.stream.ConfirmSoon()
 	}
-	nudge(c.reemit)
+	// The reemitter waits for a commit only when no request is active:
+	// a commit without one gives it nothing to do, and waking it for each
+	// cost a goroutine switch per Kafka transaction.
+	if slices.ContainsFunc(reemitsOf(cp), func(r checkpoint.Reemit) bool { return r.State.Active() }) {
+		nudge(c.reemit)
+	}
 	return nil
 }
 

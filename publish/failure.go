@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/kafka"
 )
 
@@ -234,33 +233,34 @@ func (p *Producer) describeTransaction(ctx context.Context) (kmsg.DescribeTransa
 	return kmsg.DescribeTransactionsResponseTransactionState{}, fmt.Errorf("the coordinator did not describe transactional id %s", p.cfg.TransactionalID)
 }
 
-// visible waits until the transaction Kafka acknowledged as committed,
-// its checkpoint cp at at, is decided on the checkpoint partition, its
-// COMMIT marker after the checkpoint record, and only then is the
-// position confirmed to Postgres. Kafka writes the markers after EndTxn
-// returns, within milliseconds. A record followed by an ABORT marker was
-// aborted although Kafka acknowledged its commit; one with no marker
-// within the commit timeout Kafka left undecided there. Confirming either
-// would let Postgres drop rows no reader sees, lost for good once the
+// visible waits until the transaction Kafka acknowledged as committed, c,
+// is decided on the checkpoint partition, its COMMIT marker after the
+// checkpoint record, and only then is the position confirmed to Postgres.
+// Kafka writes the markers after EndTxn returns, within milliseconds. A
+// record followed by an ABORT marker was aborted although Kafka
+// acknowledged its commit; one with no marker within the commit timeout of
+// the acknowledgement Kafka left undecided there. Confirming either would
+// let Postgres drop rows no reader sees, lost for good once the
 // transaction is aborted. The partition is read read_uncommitted from the
 // record on (kafka.Markers, kafka/decided.go), so that another producer's
 // transaction open on the partition, which holds back its last stable
 // offset and with it what read_committed readers see, neither delays nor
 // fails the confirmation; by one loop for every stream of the process that
 // shares the Markers.
-func (p *Producer) visible(ctx context.Context, at recordAt, cp checkpoint.Checkpoint) error {
-	if at.offset < 0 {
+func (p *Producer) visible(ctx context.Context, c *commit) error {
+	if c.watch == nil {
 		return nil // no acknowledgement carried an offset: nothing to wait for
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
+	ctx, cancel := context.WithDeadline(ctx, c.ended.Add(p.cfg.CommitTimeout))
 	defer cancel()
-	topic := p.cfg.CheckpointTopic
-	d, err := p.markers.Await(ctx, topic, at.partition, at.offset)
+	topic, at, cp := p.cfg.CheckpointTopic, c.at, c.cp
+	d, err := c.watch.Wait(ctx)
 	switch {
 	case errors.Is(err, kafka.ErrNoRecord):
 		return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: d.Stable,
 			Err: fmt.Errorf("the partition holds no record at offset %d", at.offset)}
 	case err != nil:
+		c.watch.Stop()
 		return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: d.Stable, Waited: p.cfg.CommitTimeout, Err: err}
 	case d.Fate == kafka.FateAborted:
 		return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: d.Stable, Aborted: true}

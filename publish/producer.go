@@ -251,6 +251,9 @@ type commit struct {
 	events int
 	newest time.Time
 	ended  time.Time // when Kafka acknowledged it
+	// watch waits for its marker on the checkpoint partition; nil when no
+	// acknowledgement carried its record's offset.
+	watch *kafka.Watch
 }
 
 // recordAt is a record's partition and offset; offset -1 while unknown.
@@ -344,6 +347,7 @@ func (p *Producer) Start(pos positions) {
 // replayed from the slot by the next run.
 func (p *Producer) Run(ctx context.Context, q *Queue) error {
 	defer p.abort(ctx)
+	defer p.stopWatch()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	// armed is what the timer is set for: most transactions join an open
@@ -359,6 +363,10 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 			}
 			due = timer.C
 		}
+		var decided <-chan struct{}
+		if c := p.unsettled; c != nil && c.watch != nil {
+			decided = c.watch.Done()
+		}
 		var err error
 		select {
 		case <-ctx.Done():
@@ -367,10 +375,12 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 		case tx := <-q.ch:
 			err = p.add(ctx, tx)
 			q.done(tx)
+		case <-decided:
+			err = p.settle(ctx)
 		case <-due:
 			armed = time.Time{}
 			if p.records == 0 && !p.dirty && p.unsettled != nil {
-				err = p.settle(ctx)
+				err = p.settle(ctx) // its marker not found in time
 			} else {
 				err = p.flush(ctx)
 			}
@@ -400,8 +410,13 @@ func (p *Producer) flushAt() (time.Time, bool) {
 		// A request met, refused or cancelled: its requester waits.
 		return time.Now(), true
 	}
-	if p.unsettled != nil {
-		return p.unsettled.ended.Add(p.cfg.Linger), true // Run settles it
+	if c := p.unsettled; c != nil {
+		if c.watch == nil {
+			return time.Now(), true // nothing to wait for
+		}
+		// Run settles it once its marker is found (decided); this only
+		// bounds the wait.
+		return c.ended.Add(p.cfg.CommitTimeout), true
 	}
 	if done, at := p.tracker.InKafka(); done.Less(p.pos) {
 		return at.Add(p.cfg.IdleInterval), true
@@ -719,12 +734,18 @@ func (p *Producer) flush(ctx context.Context) error {
 		c.newest = p.batch[len(p.batch)-1].CommitTime
 	}
 	// The commit is settled later: as the next transaction begins, before
-	// it hands the client a record (begin), or Linger after it when no
-	// other comes. Looking for the marker here, as Kafka is still writing
-	// it, would hold up the producer even when nothing follows, and a
-	// transaction that begins a linger later finds it written. A commit
-	// no other follows is confirmed to Postgres up to Linger later.
+	// it hands the client a record (begin), or once its marker is read,
+	// settleDelay after it or sooner, when no other comes. Looking for the
+	// marker here, as Kafka is still writing it, would hold up the
+	// producer even when nothing follows, and a transaction that begins a
+	// linger later finds it written. A read a while later finds the
+	// markers of the other streams' commits of that while too (Markers),
+	// and answers them all at once. A commit no other follows is
+	// confirmed to Postgres up to settleDelay later.
 	c.ended = time.Now()
+	if c.at.offset >= 0 {
+		c.watch = p.markers.Watch(p.cfg.CheckpointTopic, c.at.partition, c.at.offset, c.ended.Add(max(p.cfg.Linger, settleDelay)))
+	}
 	p.unsettled = &c
 	p.metrics.committed(p.byTopic, p.dead, p.bytes, time.Since(start), p.pos.LSN)
 	p.metrics.reemitCommitted(p.reemitted, p.notes.Reemits)
@@ -733,6 +754,20 @@ func (p *Producer) flush(ctx context.Context) error {
 	}
 	p.reset()
 	return nil
+}
+
+// settleDelay is how long after a commit its marker is looked for at the
+// latest when no other transaction follows (or Linger, if longer): long
+// enough for the reads of several streams' commits to be one, short
+// beside ConfirmInterval, within which the commit is confirmed anyway.
+const settleDelay = 20 * time.Millisecond
+
+// stopWatch ends the wait for an unsettled commit as Run returns without
+// settling it: the next session reads it as the checkpoint.
+func (p *Producer) stopWatch() {
+	if c := p.unsettled; c != nil && c.watch != nil {
+		c.watch.Stop()
+	}
 }
 
 // settle waits until the unsettled commit, if any, is decided on the
@@ -746,7 +781,7 @@ func (p *Producer) settle(ctx context.Context) error {
 		return nil
 	}
 	p.unsettled = nil
-	if err := p.visible(ctx, c.at, c.cp); err != nil {
+	if err := p.visible(ctx, c); err != nil {
 		err = p.fail(ctx, err)
 		if ie := (*InvisibleError)(nil); errors.As(err, &ie) {
 			// The client is sound, only the commit before is not: the
@@ -771,7 +806,7 @@ func (p *Producer) settleLast(ctx context.Context) {
 	p.unsettled = nil
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	err := p.visible(sctx, c.at, c.cp)
+	err := p.visible(sctx, c)
 	if err == nil {
 		err = p.tracker.Committed(c.cp, c.events, c.newest)
 	}
