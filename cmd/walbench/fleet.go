@@ -81,6 +81,10 @@ type StreamLatency struct {
 	MaxMs   float64 `json:"max_ms"`
 	Missing int64   `json:"missing"`
 	Behind  int64   `json:"behind_schedule"`
+	// ToProducerP99Ms is the p99 from the insert to the publisher handing
+	// the record to its Kafka client (the record's timestamp), as in the
+	// latency scenario: Postgres's commit, the walsender, decoding.
+	ToProducerP99Ms float64 `json:"to_producer_p99_ms"`
 }
 
 // FleetIdle is the process with every stream streaming and nothing
@@ -332,9 +336,9 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 		return ph, err
 	}
 	for i, w := range writers {
-		lat := c.latencies(topics[i], w.measureFrom.UnixMicro())
+		lat, toProducer := c.latencies(topics[i], w.measureFrom.UnixMicro())
 		sl := StreamLatency{Stream: i + 1, Samples: len(lat), P50Ms: percentile(lat, 0.50) / 1e3, P99Ms: percentile(lat, 0.99) / 1e3,
-			Missing: max(w.written.Load()-c.receivedOf(topics[i]), 0), Behind: w.behind.Load()}
+			ToProducerP99Ms: percentile(toProducer, 0.99) / 1e3, Missing: max(w.written.Load()-c.receivedOf(topics[i]), 0), Behind: w.behind.Load()}
 		if len(lat) > 0 {
 			sl.MaxMs = float64(slices.Max(lat)) / 1e3
 		}
@@ -502,6 +506,8 @@ type fleetConsumer struct {
 	mu     sync.Mutex
 	ts     map[string][]int64
 	lat    map[string][]int64
+	// produced is each record's timestamp less its row's, µs.
+	produced map[string][]int64
 	n      int64
 	failed error
 }
@@ -513,7 +519,8 @@ func startFleetConsumer(broker string, topics []string, from time.Time) (*fleetC
 		return nil, fmt.Errorf("creating the fleet's consumer: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &fleetConsumer{from: from.UnixMicro(), cl: cl, cancel: cancel, done: make(chan struct{}), ts: make(map[string][]int64), lat: make(map[string][]int64)}
+	c := &fleetConsumer{from: from.UnixMicro(), cl: cl, cancel: cancel, done: make(chan struct{}),
+		ts: make(map[string][]int64), lat: make(map[string][]int64), produced: make(map[string][]int64)}
 	go c.run(ctx)
 	return c, nil
 }
@@ -545,6 +552,7 @@ func (c *fleetConsumer) run(ctx context.Context) {
 			}
 			c.ts[r.Topic] = append(c.ts[r.Topic], ts)
 			c.lat[r.Topic] = append(c.lat[r.Topic], now-ts)
+			c.produced[r.Topic] = append(c.produced[r.Topic], r.Timestamp.UnixMicro()-ts)
 			c.n++
 		})
 		c.mu.Unlock()
@@ -563,18 +571,18 @@ func (c *fleetConsumer) receivedOf(topic string) int64 {
 	return int64(len(c.ts[topic]))
 }
 
-// latencies are topic's latencies, µs, of rows timestamped at or after
-// from.
-func (c *fleetConsumer) latencies(topic string, from int64) []int64 {
+// latencies are topic's latencies, and the times to the publisher's
+// Kafka client, µs, of rows timestamped at or after from.
+func (c *fleetConsumer) latencies(topic string, from int64) (lat, toProducer []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []int64
 	for i, ts := range c.ts[topic] {
 		if ts >= from {
-			out = append(out, c.lat[topic][i])
+			lat = append(lat, c.lat[topic][i])
+			toProducer = append(toProducer, c.produced[topic][i])
 		}
 	}
-	return out
+	return lat, toProducer
 }
 
 func (c *fleetConsumer) err() error {

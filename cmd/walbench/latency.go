@@ -432,14 +432,18 @@ func (w *writer) run(ctx context.Context, url string, conns int, start time.Time
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(jobs)
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
+		// The pacer sleeps until the next transaction is due, at least a
+		// millisecond: a ticker every millisecond woke it a thousand times
+		// a second whatever the rate, which at low rates, many writers at
+		// once (the fleet scenario), took the cores from what is measured.
+		timer := time.NewTimer(0)
+		defer timer.Stop()
 		var next int64 // first row of the next transaction
 		for next < w.total {
 			select {
 			case <-gctx.Done():
 				return gctx.Err()
-			case <-tick.C:
+			case <-timer.C:
 			}
 			due := min(int64(time.Since(start).Seconds()*txPerSec)*per, w.total)
 			for ; next < due; next += per {
@@ -449,6 +453,8 @@ func (w *writer) run(ctx context.Context, url string, conns int, start time.Time
 					w.behind.Add(1)
 				}
 			}
+			at := start.Add(time.Duration(float64(next/per+1) / txPerSec * float64(time.Second)))
+			timer.Reset(max(time.Until(at), time.Millisecond))
 		}
 		return nil
 	})
