@@ -40,8 +40,9 @@ type Config struct {
 	// Outboxes route events to topics by their tables' settings.
 	Outboxes []*decode.Outbox
 	// A Kafka transaction is committed when it holds MaxBatchEvents events
-	// or MaxBatchBytes bytes, or Linger after its first event. Postgres
-	// transactions are never split unless larger than these limits.
+	// or MaxBatchBytes bytes, or Linger after the commit before it (at
+	// once, when its first event came later). Postgres transactions are
+	// never split unless larger than these limits.
 	MaxBatchEvents int
 	MaxBatchBytes  int
 	Linger         time.Duration
@@ -181,14 +182,17 @@ type Producer struct {
 	failed  bool // a Kafka operation failed: never abort then (see abort)
 	records int
 	bytes   int
-	dead    int                   // dead letters in the open transaction
-	batch   []*decode.Tx          // what the open transaction holds; refusals point into it
-	byTopic map[string]int        // events per topic in the open transaction
-	started time.Time             // when the open Kafka transaction got its first event
-	pos     checkpoint.Checkpoint // position once the open batch commits
-	resume  checkpoint.Checkpoint // where the session started
-	notes   checkpoint.Notes      // what every checkpoint records besides pos
-	skip    *checkpoint.Skip      // the skip in the open batch, until it commits
+	dead    int            // dead letters in the open transaction
+	batch   []*decode.Tx   // what the open transaction holds; refusals point into it
+	byTopic map[string]int // events per topic in the open transaction
+	started time.Time      // when the open Kafka transaction got its first event
+	// lastCommit is when Kafka acknowledged the last commit, or when Start
+	// was called.
+	lastCommit time.Time
+	pos        checkpoint.Checkpoint // position once the open batch commits
+	resume     checkpoint.Checkpoint // where the session started
+	notes      checkpoint.Notes      // what every checkpoint records besides pos
+	skip       *checkpoint.Skip      // the skip in the open batch, until it commits
 	// dirty says the notes changed since the last commit (a re-emit
 	// request met or moved on), which the next commit must record even
 	// when it publishes nothing; reemitted counts the re-emitted records
@@ -286,8 +290,13 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 		// timestamp, which table.field.event.timestamp may set in the past.
 		// Flush's CommitTimeout bounds the wait instead.
 		kgo.MaxBufferedBytes(2*cfg.MaxBatchBytes),
-		// Room for one record of MaxRecordBytes with its batch overhead.
-		kgo.ProducerBatchMaxBytes(int32(max(1_000_012, cfg.MaxRecordBytes+16<<10))),
+		kgo.ProducerBatchMaxBytes(int32(batchBytes(cfg))),
+		// The producer decides when records go out: at its commit (Flush),
+		// or as a batch fills. Not the client's own linger (10 ms), which
+		// would send a transaction's records before the commit before it
+		// is settled (begin), and a Kafka transaction's records in several
+		// requests when --linger is longer.
+		kgo.ProducerLinger(time.Minute),
 		kgo.WithHooks(m.hooks()...),
 	)...)
 	if err != nil {
@@ -300,6 +309,10 @@ func New(cfg Config, log *slog.Logger, m *Metrics, hook func(string)) (*Producer
 	p.writable = kafka.NewWritability(p.client, cfg.TransactionalID)
 	return p, nil
 }
+
+// batchBytes is the client's record batch limit: room for one record of
+// MaxRecordBytes with its batch overhead.
+func batchBytes(cfg Config) int { return max(1_000_012, cfg.MaxRecordBytes+16<<10) }
 
 // Close releases the client. An open transaction is aborted by the broker
 // when the next instance initializes the producer id, or on timeout.
@@ -327,6 +340,7 @@ func (p *Producer) Fence(ctx context.Context) error {
 func (p *Producer) Start(pos positions) {
 	p.pos, p.resume, p.tracker = pos.Resume(), pos.Resume(), pos
 	p.notes = checkpoint.Notes{Tables: p.cfg.Tables}
+	p.lastCommit = time.Now() // Linger counts from the session's start, as from a commit
 	if n := p.pos.Notes; n != nil {
 		p.notes.Skipped, p.notes.Takeover, p.notes.Reemits = n.Skipped, n.Takeover, n.Reemits
 		if t := p.pos.TakeoverAhead(); t != nil {
@@ -400,11 +414,16 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 // whether it answers, so that a session does not start streaming without.
 func (p *Producer) CheckRegistry(ctx context.Context) error { return p.router.CheckRegistry(ctx) }
 
-// flushAt is when the open batch is due: Linger after its first event, or,
-// with only a position to commit, IdleInterval after the last commit.
+// flushAt is when the open batch is due: Linger after the last commit, or
+// at once when its first event came later; with only a position to
+// commit, IdleInterval after the last commit.
 func (p *Producer) flushAt() (time.Time, bool) {
 	if p.records > 0 {
-		return p.started.Add(p.cfg.Linger), true
+		// Linger after the commit before, or at once: a transaction's first
+		// event that comes Linger or more after the last commit waits for
+		// no other, since Kafka transactions come no more often than one a
+		// Linger that way too, which is what it bounds.
+		return later(p.started, p.lastCommit.Add(p.cfg.Linger)), true
 	}
 	if p.dirty {
 		// A request met, refused or cancelled: its requester waits.
@@ -545,7 +564,7 @@ func (p *Producer) room(ctx context.Context, n, bytes int, commitFirst bool) err
 	// Linger runs from the first event's arrival: settling the commit
 	// before (begin) takes place within it.
 	arrived := time.Now()
-	if err := p.begin(ctx); err != nil {
+	if err := p.begin(ctx, p.bytes+bytes >= batchBytes(p.cfg)); err != nil {
 		return err
 	}
 	if p.records == 0 {
@@ -644,21 +663,26 @@ func (p *Producer) stuck(ctx context.Context, err error) error {
 	return err
 }
 
-func (p *Producer) begin(ctx context.Context) error {
+// begin begins a Kafka transaction unless one is open. No record of it
+// goes to the broker before the commit before it is settled: on Kafka 4
+// (transaction version 2) a Produce that reaches the broker while the
+// coordinator still completes the commit before, writing its markers, is
+// held there for the broker's retry backoff
+// (add.partitions.to.txn.retry.backoff.ms, 20 ms), and commits right after
+// one another (a re-emitted chunk, a part of a large transaction) paid that
+// at each. The commit's marker read back on the checkpoint partition means
+// the coordinator has written the markers; and the new transaction's
+// checkpoint covers that commit's events, so it must be found committed
+// first anyway. The client sends a transaction's records at flush, where
+// the read begun here is waited for; when fills says they may fill a batch,
+// which the client sends at once, begin waits for it itself.
+func (p *Producer) begin(ctx context.Context, fills bool) error {
 	if p.inTxn {
 		return nil
 	}
-	// The commit before is settled before this transaction hands the client
-	// a record. On Kafka 4 (transaction version 2) a Produce that reaches
-	// the broker while the coordinator still completes the commit before,
-	// writing its markers, is held there for the broker's retry backoff
-	// (add.partitions.to.txn.retry.backoff.ms, 20 ms): each commit right
-	// after another (a re-emitted chunk, a part of a large transaction)
-	// paid that. Its marker read back on the checkpoint partition means
-	// the coordinator has written the markers. The open transaction's
-	// checkpoint covers that commit's events, so it must be found
-	// committed first anyway.
-	if err := p.settle(ctx); err != nil {
+	if c := p.unsettled; c != nil && c.watch != nil && !fills {
+		c.watch.Hurry(time.Now()) // flush waits for it before sending
+	} else if err := p.settle(ctx); err != nil {
 		return err
 	}
 	if err := p.client.BeginTransaction(); err != nil {
@@ -688,7 +712,7 @@ func (p *Producer) flush(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
-	if err := p.begin(ctx); err != nil {
+	if err := p.begin(ctx, false); err != nil {
 		return err
 	}
 	notes := p.notes
@@ -708,7 +732,10 @@ func (p *Producer) flush(ctx context.Context) error {
 		Value: cp.EncodeIn(checkpoint.Owner{Stream: p.cfg.Stream, Slot: p.cfg.Slot, TransactionalID: p.cfg.TransactionalID}, start, wrote),
 	}, nil)
 	p.hook("after-produce")
-
+	// Nothing is sent before the commit before is settled (begin).
+	if err := p.settle(ctx); err != nil {
+		return err
+	}
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.CommitTimeout)
 	defer cancel()
 	if err := p.client.Flush(cctx); err != nil {
@@ -743,6 +770,7 @@ func (p *Producer) flush(ctx context.Context) error {
 	// and answers them all at once. A commit no other follows is
 	// confirmed to Postgres up to settleDelay later.
 	c.ended = time.Now()
+	p.lastCommit = c.ended
 	if c.at.offset >= 0 {
 		c.watch = p.markers.Watch(p.cfg.CheckpointTopic, c.at.partition, c.at.offset, c.ended.Add(max(p.cfg.Linger, settleDelay)))
 	}
@@ -754,6 +782,14 @@ func (p *Producer) flush(ctx context.Context) error {
 	}
 	p.reset()
 	return nil
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // settleDelay is how long after a commit its marker is looked for at the

@@ -70,53 +70,78 @@ func running(t *testing.T, errc chan error, what string, cond func() bool) {
 }
 
 // A commit is looked for on the checkpoint partition later, not as Kafka
-// writes its marker, but before the next transaction hands the client a
-// record: on Kafka 4 a Produce that comes while the coordinator still
-// completes the commit before is held in the broker for its retry backoff,
-// and the next checkpoint covers the earlier commit's events anyway. One
-// Kafka transaction per event (MaxBatchEvents 1), and the commit settled
-// only Linger (an hour) after it, unless another comes. The look for the
-// hidden marker takes CommitTimeout, which bounds the first commit too: 4
-// s, not 1, lets that commit through on a loaded machine.
+// writes its marker, and found decided before the next commits, whose
+// checkpoint covers its events. One Kafka transaction per event
+// (MaxBatchEvents 1), and the commit settled only Linger (an hour) after
+// it, unless another comes. The look for the hidden marker takes
+// CommitTimeout, which bounds the first commit too: 4 s, not 1, lets that
+// commit through on a loaded machine.
 func TestCommitSettledBeforeTheNext(t *testing.T) {
-	k := testenv.StartKfake(t)
-	produced, commits, hide := watchCommits(k)
-	hide.Store(true)
-	p := newProducerWith(t, k.Addr(), "tx-settle", func(c *Config) {
-		c.MaxBatchEvents, c.Linger, c.IdleInterval, c.CommitTimeout = 1, time.Hour, time.Hour, 4*time.Second
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.Fence(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var settled atomic.Int32
-	start := checkpoint.Checkpoint{LSN: 0x10}
-	p.Start(&fakePositions{resume: start, done: start, at: time.Now(), committed: func(checkpoint.Checkpoint) { settled.Add(1) }})
-	q := NewQueue(1 << 20)
-	errc := make(chan error, 1)
-	go func() { errc <- p.Run(ctx, q) }()
-
-	if err := q.Put(ctx, oneRow(0x100, "a")); err != nil {
-		t.Fatal(err)
-	}
-	running(t, errc, "the first commit", func() bool { return commits.Load() == 1 })
-	first := produced.Load() // a produce request retried counts twice
-	if err := q.Put(ctx, oneRow(0x200, "b")); err != nil {
-		t.Fatal(err)
-	}
-	var ie *InvisibleError
-	if err := <-errc; !errors.As(err, &ie) || ie.Checkpoint != (checkpoint.Checkpoint{LSN: 0x110}).String() {
-		t.Fatalf("Run = %v, want the first commit (checkpoint 0/110) not visible", err)
-	}
-	if n := produced.Load(); n != first {
-		t.Errorf("%d produce requests with events after the first commit, want none while its marker was not found", n-first)
-	}
-	if n := commits.Load(); n != 1 {
-		t.Errorf("%d commits, want 1: the second committed before the first was found decided", n)
-	}
-	if n := settled.Load(); n != 0 {
-		t.Errorf("%d commits reached the tracker, want none", n)
+	for _, tc := range []struct {
+		name string
+		// queued puts both transactions on the queue before Run: the
+		// second begins right after the first commit. Either way it sends
+		// nothing before that commit is settled (begin).
+		queued bool
+	}{{"a while after", false}, {"right after", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := testenv.StartKfake(t)
+			_, commits, hide := watchCommits(k)
+			var afterCommit atomic.Int32 // produce requests with events after the first commit
+			c := k.Cluster()
+			c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+					if tp.Topic != "walstream.checkpoints" && commits.Load() > 0 {
+						afterCommit.Add(1)
+						break
+					}
+				}
+				return nil, nil, false
+			})
+			hide.Store(true)
+			p := newProducerWith(t, k.Addr(), "tx-settle", func(c *Config) {
+				c.MaxBatchEvents, c.Linger, c.IdleInterval, c.CommitTimeout = 1, time.Hour, time.Hour, 4*time.Second
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := p.Fence(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var settled atomic.Int32
+			start := checkpoint.Checkpoint{LSN: 0x10}
+			p.Start(&fakePositions{resume: start, done: start, at: time.Now(), committed: func(checkpoint.Checkpoint) { settled.Add(1) }})
+			q := NewQueue(1 << 20)
+			if err := q.Put(ctx, oneRow(0x100, "a")); err != nil {
+				t.Fatal(err)
+			}
+			if tc.queued {
+				if err := q.Put(ctx, oneRow(0x200, "b")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			errc := make(chan error, 1)
+			go func() { errc <- p.Run(ctx, q) }()
+			if !tc.queued {
+				running(t, errc, "the first commit", func() bool { return commits.Load() == 1 })
+				if err := q.Put(ctx, oneRow(0x200, "b")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var ie *InvisibleError
+			if err := <-errc; !errors.As(err, &ie) || ie.Checkpoint != (checkpoint.Checkpoint{LSN: 0x110}).String() {
+				t.Fatalf("Run = %v, want the first commit (checkpoint 0/110) not visible", err)
+			}
+			if n := afterCommit.Load(); n != 0 {
+				t.Errorf("%d produce requests with events after the first commit, want none while its marker was not found", n)
+			}
+			if n := commits.Load(); n != 1 {
+				t.Errorf("%d commits, want 1: the second committed before the first was found decided", n)
+			}
+			if n := settled.Load(); n != 0 {
+				t.Errorf("%d commits reached the tracker, want none", n)
+			}
+		})
 	}
 }
 
