@@ -281,13 +281,13 @@ func (b *bench) drainClient(ctx context.Context, r *BacklogRun, tool, slot strin
 // until stopped, into /dev/null; pgoutput needs the protocol version and
 // the publication.
 func (b *bench) recvLogicalCmd(end pglogrepl.LSN) []string {
-	return b.recvLogicalCmdOn(benchPublication, end)
+	return b.recvLogicalCmdOn(b.pg.url, end)
 }
 
-// recvLogicalCmdOn is recvLogicalCmd on another publication.
-func (b *bench) recvLogicalCmdOn(publication string, end pglogrepl.LSN) []string {
-	args := []string{b.cfg.RecvLogical, "-d", b.pg.url, "--slot", slotRecvLogical, "--start", "--no-loop",
-		"--plugin", "pgoutput", "-o", "proto_version=1", "-o", "publication_names=" + publication, "-f", "/dev/null"}
+// recvLogicalCmdOn is recvLogicalCmd in the database at url.
+func (b *bench) recvLogicalCmdOn(url string, end pglogrepl.LSN) []string {
+	args := []string{b.cfg.RecvLogical, "-d", url, "--slot", slotRecvLogical, "--start", "--no-loop",
+		"--plugin", "pgoutput", "-o", "proto_version=1", "-o", "publication_names=" + benchPublication, "-f", "/dev/null"}
 	if end != 0 {
 		args = append(args, "--endpos", end.String())
 	}

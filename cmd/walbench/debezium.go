@@ -634,11 +634,8 @@ func debeziumVersions() string {
 }
 
 // probe inserts one row of the probe's aggregate type.
-func (d *db) probe(ctx context.Context, n int64) error { return d.probeInto(ctx, benchTable, n) }
-
-// probeInto inserts one row of the probe's aggregate type into table.
-func (d *db) probeInto(ctx context.Context, table string, n int64) error {
-	_, err := d.conn.Exec(ctx, `INSERT INTO `+table+` (aggregatetype, aggregateid, type, payload) VALUES ('Probe', $1, 'Probe', '{}')`,
+func (d *db) probe(ctx context.Context, n int64) error {
+	_, err := d.conn.Exec(ctx, `INSERT INTO public.outbox (aggregatetype, aggregateid, type, payload) VALUES ('Probe', $1, 'Probe', '{}')`,
 		pgx.QueryExecModeSimpleProtocol, strconv.FormatInt(n, 10))
 	if err != nil {
 		return fmt.Errorf("inserting a probe row: %w", err)

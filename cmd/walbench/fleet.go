@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -96,47 +97,77 @@ type FleetIdle struct {
 	Machine  Quiet   `json:"machine"`
 }
 
-// fleetStream is stream i's table, publication, slot and aggregate type
-// (its topic), 1-based.
+// fleetStream is stream i, 1-based: its database, which holds its outbox
+// table and publication as walbench's own does (public.outbox, walbench),
+// its slot and its rows' aggregate type (its topic). A database each: a
+// walsender decodes every change of its database and only then filters
+// by publication, so streams of tables of one database would each decode
+// every stream's rows.
 type fleetStream int
 
-func (s fleetStream) table() string       { return fmt.Sprintf("public.outbox_fleet_%d", s) }
-func (s fleetStream) publication() string { return fmt.Sprintf("walbench_fleet_%d", s) }
-func (s fleetStream) slot() string        { return fmt.Sprintf("walbench_fleet_%d", s) }
-func (s fleetStream) aggType() string     { return fmt.Sprintf("Fleet%d", s) }
+func (s fleetStream) database() string { return fmt.Sprintf("walbench_fleet_%d", s) }
+func (s fleetStream) slot() string     { return fmt.Sprintf("walbench_fleet_%d", s) }
+func (s fleetStream) aggType() string  { return fmt.Sprintf("Fleet%d", s) }
+
+// url is the stream's database's URL, on the server at base.
+func (s fleetStream) url(base string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("parsing the Postgres URL: %w", err)
+	}
+	u.Path = "/" + s.database()
+	return u.String(), nil
+}
 
 // fleetSlots matches every slot of the fleet scenario, for dropping them.
 const fleetSlots = "walbench_fleet_%"
 
-// fleetSetup drops what an earlier run left and creates n tables, each in
-// a publication of its own, and their slots.
+// fleetSetup drops the slots an earlier run left, and creates, for each of
+// n streams, its database (once), its outbox table and publication anew,
+// and its slot.
 func (b *bench) fleetSetup(ctx context.Context, n int) error {
 	if err := b.db.dropSlotsLike(ctx, fleetSlots); err != nil {
 		return err
 	}
-	var sql strings.Builder
 	for i := 1; i <= n; i++ {
 		s := fleetStream(i)
-		fmt.Fprintf(&sql, `DROP PUBLICATION IF EXISTS %[2]s;
-DROP TABLE IF EXISTS %[1]s;
-CREATE TABLE %[1]s (
-	id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-	aggregatetype text NOT NULL,
-	aggregateid text NOT NULL,
-	type text NOT NULL,
-	payload jsonb NOT NULL);
-CREATE PUBLICATION %[2]s FOR TABLE %[1]s WITH (publish = 'insert');
-`, s.table(), s.publication())
-	}
-	if err := b.db.exec(ctx, sql.String()); err != nil {
-		return err
-	}
-	for i := 1; i <= n; i++ {
-		if _, err := b.db.createSlot(ctx, fleetStream(i).slot()); err != nil {
+		var exists bool
+		if err := b.db.conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", s.database()).Scan(&exists); err != nil {
+			return fmt.Errorf("looking for database %s: %w", s.database(), err)
+		}
+		if !exists {
+			if err := b.db.exec(ctx, "CREATE DATABASE "+s.database()); err != nil {
+				return err
+			}
+		}
+		if err := b.inFleetDB(ctx, s, func(d *db) error {
+			if err := d.exec(ctx, setupSQL); err != nil {
+				return err
+			}
+			if err := d.exec(ctx, resetSQL); err != nil {
+				return err
+			}
+			_, err := d.createSlot(ctx, s.slot())
+			return err
+		}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// inFleetDB calls fn with a connection to stream s's database.
+func (b *bench) inFleetDB(ctx context.Context, s fleetStream, fn func(*db) error) error {
+	u, err := s.url(b.pg.url)
+	if err != nil {
+		return err
+	}
+	d, err := connect(ctx, u)
+	if err != nil {
+		return fmt.Errorf("database %s: %w", s.database(), err)
+	}
+	defer d.close()
+	return fn(d)
 }
 
 // fleetRun runs the scenario once.
@@ -191,7 +222,14 @@ func (b *bench) fleetRun(ctx context.Context, run int) (*FleetRun, error) {
 		}
 		r.KafkaClientCPUMicrosPerTxn = perTxn.Seconds() * 1e6
 	}
-	perRow, err := b.recvLogicalFloorOn(ctx, fleetStream(1), load, filepath.Join(dir, "pg_recvlogical.log"))
+	var perRow float64
+	err = b.inFleetDB(ctx, fleetStream(1), func(d *db) error {
+		u, err := fleetStream(1).url(b.pg.url)
+		if err == nil {
+			perRow, err = b.recvLogicalFloorIn(ctx, d, u, load, filepath.Join(dir, "pg_recvlogical.log"), fleetStream(1).aggType())
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: pg_recvlogical: %w", name, err)
 	}
@@ -271,11 +309,15 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 	defer c.close()
 
 	writers := make([]*writer, n)
+	urls := make([]string, n)
 	for i := range writers {
 		s := fleetStream(i + 1)
 		w := b.newWriter(b.cfg.FleetLoad, start, b.cfg.LatencyFor)
-		w.aggType, w.insert = s.aggType(), insertInto(s.table())
+		w.aggType = s.aggType()
 		writers[i] = w
+		if urls[i], err = s.url(b.pg.url); err != nil {
+			return ph, err
+		}
 	}
 	s := newSampler()
 	var txns0 int64
@@ -291,8 +333,8 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 		measured <- err
 	})
 	g, gctx := errgroup.WithContext(ctx)
-	for _, w := range writers {
-		g.Go(func() error { return w.run(gctx, b.pg.url, 1, start) })
+	for i, w := range writers {
+		g.Go(func() error { return w.run(gctx, urls[i], 1, start) })
 	}
 	err = g.Wait()
 	measureTo := time.Now()
@@ -396,7 +438,7 @@ func (b *bench) fleetDebezium(ctx context.Context, dir, broker string, n int, mo
 		if err != nil {
 			return FleetPhase{}, err
 		}
-		cfg["table.include.list"], cfg["publication.name"], cfg["topic.prefix"] = s.table(), s.publication(), fmt.Sprintf("walbench%d", i)
+		cfg["database.dbname"], cfg["topic.prefix"] = s.database(), fmt.Sprintf("walbench%d", i)
 		if err := c.CreateConnector(ctx, fmt.Sprintf("walbench-%d", i), cfg); err != nil {
 			return FleetPhase{}, err
 		}
@@ -417,7 +459,7 @@ func (b *bench) fleetDebezium(ctx context.Context, dir, broker string, n int, mo
 				return FleetPhase{}, fmt.Errorf("connector %d of %d published no probe row in time", i, n)
 			}
 			if j%20 == 0 { // a row a second until one arrives
-				if err := b.db.probeInto(ctx, fleetStream(i).table(), j); err != nil {
+				if err := b.inFleetDB(ctx, fleetStream(i), func(d *db) error { return d.probe(ctx, j) }); err != nil {
 					return FleetPhase{}, err
 				}
 			}
@@ -435,20 +477,18 @@ func (b *bench) fleetArgs(dir, broker, metricsAddr string, n int) ([]string, err
 	f.WriteString("streams:\n")
 	for i := 1; i <= n; i++ {
 		s := fleetStream(i)
-		fmt.Fprintf(&f, "  - slot: %s\n    publication: %s\n    table: %s\n", s.slot(), s.publication(), s.table())
+		u, err := s.url(b.pg.url)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&f, "  - pg-url: %q\n    slot: %s\n", u, s.slot())
 	}
 	path := filepath.Join(dir, "walstream.yaml")
 	if err := os.WriteFile(path, []byte(f.String()), 0o644); err != nil {
 		return nil, fmt.Errorf("writing %s: %w", path, err)
 	}
-	return append([]string{"run", "--config", path, "--pg-url", b.pg.url, "--kafka-brokers", broker, "--create=false",
-		"--http-addr", metricsAddr}, b.cfg.WalstreamArgs...), nil
-}
-
-// recvLogicalFloorOn is recvLogicalFloor on stream s's table and
-// publication.
-func (b *bench) recvLogicalFloorOn(ctx context.Context, s fleetStream, load Load, logPath string) (float64, error) {
-	return b.recvLogicalFloorWith(ctx, load, logPath, s.publication(), func(w *writer) { w.aggType, w.insert = s.aggType(), insertInto(s.table()) })
+	return append([]string{"run", "--config", path, "--publication", benchPublication, "--table", benchTable, "--kafka-brokers", broker,
+		"--create=false", "--http-addr", metricsAddr}, b.cfg.WalstreamArgs...), nil
 }
 
 // freeAddr is a loopback address with a port free now.

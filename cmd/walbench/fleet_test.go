@@ -30,9 +30,9 @@ func TestFleetArgsParse(t *testing.T) {
 	}
 	for i, c := range cfgs {
 		s := fleetStream(i + 1)
-		if c.Slot != s.slot() || c.Publication != s.publication() || c.Table != s.table() || c.Linger.String() != "2ms" {
-			t.Errorf("stream %d: slot %s, publication %s, table %s, linger %s; want %s, %s, %s, 2ms",
-				i+1, c.Slot, c.Publication, c.Table, c.Linger, s.slot(), s.publication(), s.table())
+		if c.Slot != s.slot() || c.Postgres.Database != s.database() || c.Publication != benchPublication || c.Table != benchTable || c.Linger.String() != "2ms" {
+			t.Errorf("stream %d: slot %s, database %s, publication %s, table %s, linger %s; want %s, %s, %s, %s, 2ms",
+				i+1, c.Slot, c.Postgres.Database, c.Publication, c.Table, c.Linger, s.slot(), s.database(), benchPublication, benchTable)
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,12 +97,6 @@ SELECT $1, 'order-' || (g % 100000), 'OrderCreated',
 FROM generate_series($2::bigint, $2::bigint + $4 - 1) AS g
 RETURNING (payload->>'ts_us')::bigint`
 
-// insertInto is latencyInsert into another outbox table of the same
-// layout.
-func insertInto(table string) string {
-	return strings.Replace(latencyInsert, benchTable, table, 1)
-}
-
 // tsField is the timestamp's name in the payload's text form, which a
 // record holds as it is (the string converter, Avro's string) or escaped
 // in a JSON string (the JSON converter: \"ts_us\": ).
@@ -179,13 +172,13 @@ func (b *bench) latencyRun(ctx context.Context, run int, profile bool) ([]Latenc
 // at that load, as kafkaFloor is the Kafka side: a C client that only
 // receives the same messages.
 func (b *bench) recvLogicalFloor(ctx context.Context, load Load, logPath string) (float64, error) {
-	return b.recvLogicalFloorWith(ctx, load, logPath, benchPublication, func(*writer) {})
+	return b.recvLogicalFloorIn(ctx, b.db, b.pg.url, load, logPath, latencyAggType(load))
 }
 
-// recvLogicalFloorWith is recvLogicalFloor on publication, the writer
-// made to write its table by setup.
-func (b *bench) recvLogicalFloorWith(ctx context.Context, load Load, logPath, publication string, setup func(*writer)) (float64, error) {
-	if _, err := b.db.createSlot(ctx, slotRecvLogical); err != nil {
+// recvLogicalFloorIn is recvLogicalFloor in the database d is connected
+// to, at url, its rows of aggregate type aggType.
+func (b *bench) recvLogicalFloorIn(ctx context.Context, d *db, url string, load Load, logPath, aggType string) (float64, error) {
+	if _, err := d.createSlot(ctx, slotRecvLogical); err != nil {
 		return 0, err
 	}
 	logf, err := os.Create(logPath)
@@ -193,7 +186,7 @@ func (b *bench) recvLogicalFloorWith(ctx context.Context, load Load, logPath, pu
 		return 0, err
 	}
 	defer logf.Close()
-	args := b.recvLogicalCmdOn(publication, 0)
+	args := b.recvLogicalCmdOn(url, 0)
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -210,10 +203,10 @@ func (b *bench) recvLogicalFloorWith(ctx context.Context, load Load, logPath, pu
 	}()
 	start := time.Now()
 	w := b.newWriter(load, start, 10*time.Second)
-	setup(w)
+	w.aggType = aggType
 	s := newSampler()
 	timer := time.AfterFunc(b.cfg.LatencyWarmup, func() { s.sample(cmd.Process.Pid) })
-	err = w.run(ctx, b.pg.url, b.cfg.LatencyWriters, start)
+	err = w.run(ctx, url, b.cfg.LatencyWriters, start)
 	if timer.Stop() {
 		return 0, errors.Join(err, errors.New("the writers finished before the warm-up ended"))
 	}
@@ -240,7 +233,7 @@ func (b *bench) recvLogicalFloorWith(ctx context.Context, load Load, logPath, pu
 	if err != nil {
 		return 0, fmt.Errorf("stopping pg_recvlogical (log %s): %w", logPath, err)
 	}
-	if err := b.db.dropSlots(ctx); err != nil {
+	if err := d.dropSlots(ctx); err != nil {
 		return 0, err
 	}
 	n := w.measured.Load()
@@ -407,7 +400,6 @@ type writer struct {
 	load        Load
 	total       int64 // rows to schedule, a multiple of load.RowsPerTx
 	aggType     string
-	insert      string // the statement: latencyInsert, or insertInto another table
 	pad         int
 	measureFrom time.Time
 
@@ -421,7 +413,7 @@ type writer struct {
 // newWriter is a writer of load from start for the warm-up plus measured,
 // counting the rows after the warm-up as measured.
 func (b *bench) newWriter(load Load, start time.Time, measured time.Duration) *writer {
-	return &writer{load: load, aggType: latencyAggType(load), insert: latencyInsert, pad: b.pad, measureFrom: start.Add(b.cfg.LatencyWarmup),
+	return &writer{load: load, aggType: latencyAggType(load), pad: b.pad, measureFrom: start.Add(b.cfg.LatencyWarmup),
 		total: int64(float64(load.Rate)/float64(load.RowsPerTx)*(b.cfg.LatencyWarmup+measured).Seconds()) * int64(load.RowsPerTx)}
 }
 
@@ -478,7 +470,7 @@ func (w *writer) run(ctx context.Context, url string, conns int, start time.Time
 			var ts []int64
 			for first := range jobs {
 				ts = ts[:0]
-				rows, err := conn.Query(gctx, w.insert, w.aggType, first, w.pad, per)
+				rows, err := conn.Query(gctx, latencyInsert, w.aggType, first, w.pad, per)
 				if err != nil {
 					return fmt.Errorf("inserting rows from %d: %w", first, err)
 				}
