@@ -548,8 +548,8 @@ type fleetConsumer struct {
 	lat    map[string][]int64
 	// produced is each record's timestamp less its row's, µs.
 	produced map[string][]int64
-	n      int64
-	failed error
+	n        int64
+	failed   error
 }
 
 func startFleetConsumer(broker string, topics []string, from time.Time) (*fleetConsumer, error) {
