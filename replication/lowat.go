@@ -51,8 +51,11 @@ type lowatConn struct {
 	raw    syscall.RawConn
 	raised bool // owned by the reading goroutine
 
-	// rd buffers the socket's reads, readBufBytes at a time; created by
-	// the first Read and owned by the reading goroutine.
+	// rd buffers the socket's reads, readBufBytes at a time, while the mark
+	// is raised; created then and dropped once the mark is lowered and it
+	// is empty, so that a stream that keeps up holds no such buffer (a
+	// process of many streams held one for each). Owned by the reading
+	// goroutine.
 	rd *bufio.Reader
 
 	mu       sync.Mutex // orders deadline changes against the short ones Read sets
@@ -130,9 +133,18 @@ var _ net.Conn = (*lowatConn)(nil)
 
 // Read passes on what the last socket read buffered, and reads the socket
 // again, as much as it holds up to readBufBytes, only once that is used up.
+// While the mark is down, it reads the socket for the caller's buffer as it
+// comes: messages come one at a time then.
 func (c *lowatConn) Read(b []byte) (int, error) {
-	if c.rd == nil {
-		c.rd = bufio.NewReaderSize(socket{c}, readBufBytes)
+	switch {
+	case c.rd != nil && c.rd.Buffered() > 0:
+	case c.raised:
+		if c.rd == nil {
+			c.rd = bufio.NewReaderSize(socket{c}, readBufBytes)
+		}
+	default:
+		c.rd = nil
+		return c.read(b)
 	}
 	return c.rd.Read(b)
 }

@@ -78,10 +78,13 @@ func TestLowatKeepsTheUsersDeadline(t *testing.T) {
 	}
 }
 
-// One socket read serves many of pgconn's 8 KiB reads, and an error that
-// ends the stream comes only after every byte before it.
+// While the mark is raised, one socket read serves many of pgconn's 8 KiB
+// reads, and an error that ends the stream comes only after every byte
+// before it. Once it is lowered and what it buffered is read, the buffer
+// is let go: a stream that keeps up holds none.
 func TestLowatPassesOnWhatItBuffered(t *testing.T) {
 	c, srv := lowatPair(t)
+	c.raise()
 	want := make([]byte, 100<<10)
 	for i := range want {
 		want[i] = byte(i * 7)
@@ -109,5 +112,38 @@ func TestLowatPassesOnWhatItBuffered(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("read %d bytes, not the %d sent", len(got), len(want))
+	}
+
+	// The backlog ends with bytes still buffered: they are read first,
+	// then the buffer goes.
+	c, srv = lowatPair(t)
+	c.raise()
+	if _, err := srv.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	for len(got) < len(want) {
+		n, err := c.Read(chunk)
+		if err != nil {
+			t.Fatalf("Read after %d bytes: %v", len(got), err)
+		}
+		got = append(got, chunk[:n]...)
+		if c.raised && c.rd != nil && c.rd.Buffered() > 0 {
+			if err := c.lower(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes across the mark's lowering, not the %d sent", len(got), len(want))
+	}
+	if _, err := srv.Write([]byte("COMMIT")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Read(chunk); err != nil || string(chunk[:n]) != "COMMIT" {
+		t.Fatalf("Read = %q, %v; want COMMIT", chunk[:n], err)
+	}
+	if c.rd != nil {
+		t.Errorf("the mark down and its buffer read, Read kept a %d-byte buffer", c.rd.Size())
 	}
 }
