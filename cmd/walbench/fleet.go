@@ -124,7 +124,8 @@ const fleetSlots = "walbench_fleet_%"
 
 // fleetSetup drops the slots an earlier run left, and creates, for each of
 // n streams, its database (once), its outbox table and publication anew,
-// and its slot.
+// then the slots: after all of it, so that no walsender reads the WAL of
+// the other databases' setup.
 func (b *bench) fleetSetup(ctx context.Context, n int) error {
 	if err := b.db.dropSlotsLike(ctx, fleetSlots); err != nil {
 		return err
@@ -135,8 +136,10 @@ func (b *bench) fleetSetup(ctx context.Context, n int) error {
 		if err := b.db.conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", s.database()).Scan(&exists); err != nil {
 			return fmt.Errorf("looking for database %s: %w", s.database(), err)
 		}
+		// FILE_COPY writes a record to the WAL where the default writes
+		// the template's every page.
 		if !exists {
-			if err := b.db.exec(ctx, "CREATE DATABASE "+s.database()); err != nil {
+			if err := b.db.exec(ctx, "CREATE DATABASE "+s.database()+" STRATEGY = FILE_COPY"); err != nil {
 				return err
 			}
 		}
@@ -144,9 +147,14 @@ func (b *bench) fleetSetup(ctx context.Context, n int) error {
 			if err := d.exec(ctx, setupSQL); err != nil {
 				return err
 			}
-			if err := d.exec(ctx, resetSQL); err != nil {
-				return err
-			}
+			return d.exec(ctx, resetSQL)
+		}); err != nil {
+			return err
+		}
+	}
+	for i := 1; i <= n; i++ {
+		s := fleetStream(i)
+		if err := b.inFleetDB(ctx, s, func(d *db) error {
 			_, err := d.createSlot(ctx, s.slot())
 			return err
 		}); err != nil {
