@@ -381,12 +381,16 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 		if c := p.unsettled; c != nil && c.watch != nil {
 			decided = c.watch.Done()
 		}
+		live, chunks := q.next()
 		var err error
 		select {
 		case <-ctx.Done():
 			p.settleLast(ctx)
 			return ctx.Err()
-		case tx := <-q.ch:
+		case tx := <-live:
+			err = p.add(ctx, tx)
+			q.done(tx)
+		case tx := <-chunks:
 			err = p.add(ctx, tx)
 			q.done(tx)
 		case <-decided:

@@ -8,18 +8,40 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// Queue hands transactions from the replication loop to the producer. It is
-// bounded by bytes, so a slow broker stops WAL from being read instead of
-// filling memory; the slot retains the WAL meanwhile.
+// Queue hands transactions from the replication loop to the producer, and
+// re-emitted chunks from the reemitter. It is bounded by bytes, so a slow
+// broker stops WAL from being read instead of filling memory; the slot
+// retains the WAL meanwhile. Chunks wait in a lane of their own, which the
+// producer takes from only while no transaction is queued: a live
+// transaction waits behind the chunk being committed at most, not behind
+// the next one too.
 type Queue struct {
 	ch       chan *decode.Tx
+	chunks   chan *decode.Tx
 	sem      *semaphore.Weighted
 	maxBytes int64
 }
 
 // NewQueue returns a queue holding at most maxBytes of event bytes.
 func NewQueue(maxBytes int64) *Queue {
-	return &Queue{ch: make(chan *decode.Tx, 1<<14), sem: semaphore.NewWeighted(maxBytes), maxBytes: maxBytes}
+	return &Queue{ch: make(chan *decode.Tx, 1<<14), chunks: make(chan *decode.Tx, 1), sem: semaphore.NewWeighted(maxBytes), maxBytes: maxBytes}
+}
+
+// lane is the channel tx goes through.
+func (q *Queue) lane(tx *decode.Tx) chan *decode.Tx {
+	if tx.Chunk != nil {
+		return q.chunks
+	}
+	return q.ch
+}
+
+// next is the lane the producer takes from: both, unless a transaction
+// is queued, which goes first.
+func (q *Queue) next() (live, chunks <-chan *decode.Tx) {
+	if len(q.ch) > 0 {
+		return q.ch, nil
+	}
+	return q.ch, q.chunks
 }
 
 // Put enqueues tx, waiting for room. It either enqueues tx or returns
@@ -38,7 +60,7 @@ func (q *Queue) Put(ctx context.Context, tx *decode.Tx) error {
 	}
 	q.sem.Release(step - w)
 	select {
-	case q.ch <- tx:
+	case q.lane(tx) <- tx:
 		return nil
 	case <-ctx.Done():
 		q.sem.Release(w)
@@ -55,7 +77,7 @@ func (q *Queue) TryPut(tx *decode.Tx) bool {
 		return false
 	}
 	select {
-	case q.ch <- tx:
+	case q.lane(tx) <- tx:
 		return true
 	default:
 		q.sem.Release(w)

@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -73,5 +74,31 @@ func TestQueuePutWaitsForAQuarter(t *testing.T) {
 	// The room it did not need is free again: one more fits.
 	if !q.TryPut(tx) {
 		t.Fatal("Put kept the room beyond its transaction")
+	}
+}
+
+// A queued transaction goes before a queued chunk, whatever their order:
+// a live transaction waits behind the chunk being committed at most.
+func TestQueueTransactionsBeforeChunks(t *testing.T) {
+	ctx := context.Background()
+	q := NewQueue(1 << 20)
+	chunk := &decode.Tx{Chunk: &decode.Chunk{Request: "r"}}
+	live := &decode.Tx{CommitLSN: 0x100, EndLSN: 0x110, Final: true}
+	for _, tx := range []*decode.Tx{chunk, live} {
+		if err := q.Put(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []*decode.Tx{live, chunk} {
+		lv, ch := q.next()
+		var got *decode.Tx
+		select {
+		case got = <-lv:
+		case got = <-ch:
+		}
+		if got != want {
+			t.Fatalf("took %+v, want %+v", got, want)
+		}
+		q.done(got)
 	}
 }
