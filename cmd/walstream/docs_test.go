@@ -19,8 +19,8 @@ import (
 	"github.com/walstream/walstream/config"
 )
 
-// TestDocs checks README.md and every file in docs/ for what can be
-// checked without a reader:
+// TestDocs checks README.md, ARCHITECTURE.md and every file in docs/ for
+// what can be checked without a reader:
 //
 //   - every relative link resolves to a file or directory of the
 //     repository, and every #anchor to a heading of the document it
@@ -45,12 +45,13 @@ import (
 //   - what they say Docker Compose runs (Postgres N, Apache Kafka X.Y) is
 //     what docker-compose.yml runs.
 //
-// It also checks the pointers into docs/ that code, scripts and deploy/
-// give ("see docs/postgres.md, Phantom events"): the file exists, and the
-// words after it begin a heading of it, or a heading begins them.
+// It also checks the pointers into docs/ that code, scripts, deploy/ and
+// ARCHITECTURE.md give ("see docs/postgres.md, Phantom events"): the file
+// exists, and the words after it begin a heading of it, or a heading
+// begins them.
 func TestDocs(t *testing.T) {
 	root := "../.."
-	files := []string{filepath.Join(root, "README.md"), filepath.Join(root, "examples/inbox/README.md")}
+	files := []string{filepath.Join(root, "README.md"), filepath.Join(root, "ARCHITECTURE.md"), filepath.Join(root, "examples/inbox/README.md")}
 	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil || len(docs) == 0 {
 		t.Fatalf("no docs/*.md: %v", err)
@@ -433,7 +434,7 @@ func slugify(h string) string {
 var pointer = regexp.MustCompile(`docs/([a-z0-9-]+\.md)(?:,[ ]"?([A-Za-z][^);"\n]*))?`)
 
 // checkPointers checks every pointer into docs/ that the module's code,
-// scripts and deploy/ files give.
+// scripts, deploy/ files and ARCHITECTURE.md give.
 func checkPointers(t *testing.T, root string, anchors map[string]map[string]bool) {
 	n := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -450,7 +451,7 @@ func checkPointers(t *testing.T, root string, anchors map[string]map[string]bool
 		switch filepath.Ext(name) {
 		case ".go", ".yml", ".yaml", ".sh":
 		default:
-			if name != "Makefile" && name != "Dockerfile" {
+			if name != "Makefile" && name != "Dockerfile" && name != "ARCHITECTURE.md" {
 				return nil
 			}
 		}
