@@ -1,11 +1,3 @@
-// Package checkpoint owns walstream's positions: what is durable in Kafka,
-// what may be confirmed to Postgres, and which replayed events to skip.
-//
-// A Postgres transaction is identified by the LSN of its commit record
-// (Begin.FinalLSN == Commit.CommitLSN), which is known at BEGIN, before the
-// transaction ends. That lets a transaction too large for one Kafka
-// transaction be published in parts, each part's checkpoint naming the
-// transaction and the ordinal of its last published event.
 package checkpoint
 
 import (

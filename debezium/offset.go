@@ -1,17 +1,3 @@
-// Package debezium reads Debezium's Postgres connector as Kafka Connect
-// runs it. Where it stopped: the source offset Kafka Connect stored for
-// it, from Connect's offsets REST endpoint (KIP-875), its offsets topic,
-// or a file (a saved REST answer, or a standalone worker's offsets file),
-// and what each of its fields means for a reader that goes on from it;
-// whether it stopped, from a distributed worker's status topic. Its
-// connector config as its user has it (JSON, properties, a Strimzi
-// KafkaConnector), with the references to Kafka Connect's config
-// providers resolved: the environment, files, Kubernetes Secrets and
-// ConfigMaps, AWS Secrets Manager and Parameter Store; and its keys
-// mapped onto walstream's settings, each named as its flag and its config
-// file key, ignored with the reason or refused (Translate). It parses and
-// fetches; what to do with the position is the pipeline's, and with the
-// settings its caller's.
 package debezium
 
 import (

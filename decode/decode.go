@@ -1,11 +1,3 @@
-// Package decode turns pgoutput (protocol version 1) messages into outbox
-// events grouped by Postgres transaction. It does no I/O.
-//
-// Transactions are decoded whole and in commit order: those Postgres
-// streams while in progress (protocol version 2) are kept by Streams until
-// they commit and then decoded like the others (stream.go). A transaction
-// with more events than a Kafka transaction should hold is handed on in
-// parts, so memory stays bounded whatever the transaction's size.
 package decode
 
 import (

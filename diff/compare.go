@@ -1,6 +1,3 @@
-// Package diff compares two sets of Kafka topics event by event, for
-// walstream diff: Debezium's topics and those walstream writes beside them
-// in a shadow run.
 package diff
 
 import (

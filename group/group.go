@@ -1,15 +1,3 @@
-// Package group shares a fleet's streams among its processes: each process
-// is a member of a Kafka group of walstream's own protocol type, run by the
-// coordinator of the Kafka cluster the streams write to, through the
-// classic group protocol Kafka Connect's distributed workers use
-// (JoinGroup, SyncGroup, Heartbeat, LeaveGroup). At each generation the
-// group's leader decides which member runs which stream (Assign, pure) and
-// sends every member the whole decision; a member runs the streams given
-// to it (Handler). No lease or lock of walstream's own is involved, and the
-// group is no safety: a stream's slot, which one walsender holds at a
-// time, and its transactional id keep two processes from streaming it at
-// once, so an assignment gone wrong (a zombie, a split group) may delay a
-// stream, never duplicate or lose a row.
 package group
 
 import (

@@ -1,10 +1,3 @@
-// Package kafka sets up walstream's Kafka clients and what several of them
-// share: connection settings (brokers, TLS, SASL with OAuth tokens and AWS
-// credentials), the topics walstream creates and checks, the ACLs a stream
-// needs, the readiness probe, which partitions can take writes, franz-go's
-// client metrics, and reading a partition past its last stable offset,
-// each record decided by its transaction's marker. It knows nothing of
-// checkpoints or events: checkpoint/store, publish and diff build on it.
 package kafka
 
 import (

@@ -1,8 +1,3 @@
-// Package pipeline runs walstream's stream: it wires replication, decode,
-// publish and checkpoint into sessions, and supervises them. A session is
-// one attempt at streaming; the supervisor restarts it from the checkpoint
-// in Kafka after every transient failure, waits as a standby while another
-// instance holds the slot, and stops on a permanent one.
 package pipeline
 
 import (

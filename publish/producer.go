@@ -1,8 +1,3 @@
-// Package publish writes outbox events to Kafka with a transactional
-// producer. Each Kafka transaction carries, besides its events, a
-// checkpoint record naming the stream position it completes, so the
-// position and the events become visible to read_committed consumers
-// together, or not at all.
 package publish
 
 import (

@@ -1,6 +1,3 @@
-// Package replication talks the Postgres logical replication protocol:
-// it checks and prepares the server, streams the slot, and confirms
-// positions back. It is the only package that speaks to Postgres.
 package replication
 
 import (

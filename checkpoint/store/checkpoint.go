@@ -1,12 +1,3 @@
-// Package store reads what Kafka holds of a stream's checkpoints: the last
-// one committed under its key, the transactional id that wrote it and the
-// records under the key in transactions still open (read past the last
-// stable offset, each decided by its producer's marker), the history the
-// compacted topic still holds, and, before a session reads for good, the
-// fencing of other transactional ids that wrote them. After a takeover
-// from Debezium it looks up the events Debezium had published (Lookup).
-// The checkpoint package stays pure: the record format and the positions
-// are its; the Kafka clients are here.
 package store
 
 import (

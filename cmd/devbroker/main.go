@@ -1,7 +1,3 @@
-// Command devbroker runs franz-go's kfake, an in-process Kafka-protocol
-// broker with transactions and read_committed, for local development, the
-// demo and tests. It is a stand-in, not a Kafka: run real Apache Kafka in
-// production (docker-compose.yml shows one).
 package main
 
 import (

@@ -1,17 +1,3 @@
-// Command walbench is walstream's end-to-end benchmark. It starts a
-// throwaway Postgres 15 and a kfake broker process on loopback, builds
-// walstream, and measures:
-//
-//   - the ceiling: pg_recvlogical draining a backlog of outbox rows from a
-//     pgoutput slot, which is as fast as Postgres can decode and send it;
-//   - walstream draining the same backlog from a second slot into Kafka,
-//     with its CPU time and peak RSS, and the ratio to the ceiling;
-//   - one huge Postgres transaction, drained the same way;
-//   - live latency from a row's insert to its read_committed visibility at
-//     a fixed offered load.
-//
-// It prints a markdown table and writes every figure as JSON. See
-// docs/benchmarks.md for the method and the results.
 package main
 
 import (

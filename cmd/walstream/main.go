@@ -1,5 +1,3 @@
-// Command walstream streams a transactional outbox from a Postgres logical
-// replication slot into Kafka, exactly once.
 package main
 
 import (

@@ -1,11 +1,3 @@
-// Package secret reads the files walstream's secrets and certificates are
-// mounted as, again each time a new connection uses them, so that a
-// rotated password, CA bundle or client certificate takes effect without a
-// restart. Kubernetes updates a mounted Secret by swapping a symbolic link
-// (..data) in its directory, which a watch on the file itself misses:
-// reading the path anew at each use always finds the current content.
-// Connections are made rarely (per session, per broker), so reading a few
-// small files for each costs nothing that matters.
 package secret
 
 import (

@@ -1,9 +1,3 @@
-// Package testenv starts the outside systems integration tests, the chaos
-// suite and walbench need, on loopback: a throwaway Postgres cluster of a
-// chosen major version (and a physical standby of it), a Kafka-protocol
-// broker, walstream and other binaries of this module as child processes,
-// and read_committed readers of what landed in Kafka. When CI is set, a
-// system that cannot start fails the test instead of skipping.
 package testenv
 
 import (

@@ -1,9 +1,3 @@
-// Package format makes outbox events into the Kafka records Debezium's
-// outbox event router writes, byte for byte: the topic by the table's
-// route, the key and the value by a Kafka Connect converter each (String,
-// JSON with or without schemas, Binary, Avro with a schema registry), the
-// payload expanded as table.expand.json.payload asks, and the headers. It
-// builds records and sends nothing: Kafka transport is package publish's.
 package format
 
 import (
