@@ -20,16 +20,20 @@
 //
 // A session (session.go) connects, checks the outbox tables against the
 // catalog (tables.go), makes or checks the publication and the slot,
-// starts replication, and decides where to resume: claim.go fences the
-// stream's older instances and reads the checkpoint (fenceAndRead),
-// place.go puts it in the server's history (Place, resolve,
-// DivergedError), and takeover.go makes the first checkpoint of a
-// takeover from Debezium's offset, or refuses it (Takeover, StreamingError
-// while Debezium's connector still holds the slot). Then it runs, in one
-// errgroup, the stream (replication.Stream), the feed (feed.go:
-// replication → decode → queue, with fileSpool, spool.go, as the Spool of
-// a transaction streamed in progress: a temporary file unlinked at once),
-// the producer, the slot monitor, the progress log, and the reemitter.
+// starts replication, and decides where to resume: claim.go reads the
+// checkpoint once before the first session (claim: under the key earlier
+// versions wrote, LegacyKey, when only that holds one), then at every
+// session fences the stream's older instances and reads it for good
+// (fenceAndRead; a record it cannot decide is an
+// UndecidedCheckpointError), place.go puts it in the server's history
+// (Place, resolve, DivergedError), and takeover.go makes the first
+// checkpoint of a takeover from Debezium's offset, or refuses it
+// (Takeover, StreamingError while Debezium's connector still holds the
+// slot). Then it runs, in one errgroup, the stream (replication.Stream),
+// the feed (feed.go: replication → decode → queue, with fileSpool,
+// spool.go, as the Spool of a transaction streamed in progress: a
+// temporary file unlinked at once), the producer, the slot monitor, the
+// progress log, and the reemitter.
 //
 // Re-emit requests: RequestReemit, CancelReemit and ListReemits
 // (request.go) write requests to the WAL and list them; the reemitter
