@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"io/fs"
 	"os"
@@ -181,9 +184,9 @@ var worldly = []string{"os", "net", "syscall", "log", "io/fs", "io/ioutil", "pat
 
 // listed is what go list says of a package.
 type listed struct {
-	ImportPath string
-	GoFiles    []string
-	Imports    []string
+	ImportPath, Dir, Name   string
+	GoFiles, IgnoredGoFiles []string
+	Imports                 []string
 }
 
 // inModule is a package's path in the module, "." for its root.
@@ -405,6 +408,196 @@ func TestCheckTable(t *testing.T) {
 		_, problems := parseTable(tableHeading + "\n\n| package | job | may import |\n|---|---|---|\n" + bad)
 		if len(problems) != 1 {
 			t.Errorf("parseTable(%q): %q, want one problem", bad, problems)
+		}
+	}
+}
+
+// declarations are the names the module's packages declare, outside
+// their tests.
+type declarations struct {
+	// top are each package's top-level names, by package name.
+	top map[string]map[string]bool
+	// members are the fields and methods of each type name, whatever the
+	// package that declares it.
+	members map[string]map[string]bool
+	// dirs are the packages' directories.
+	dirs []string
+}
+
+// declare reads the declarations of pkgs, but for commands' and the
+// root's, which no document names as package.Name.
+func declare(t *testing.T, pkgs []listed) declarations {
+	t.Helper()
+	d := declarations{top: make(map[string]map[string]bool), members: make(map[string]map[string]bool)}
+	member := func(typ, name string) {
+		if d.members[typ] == nil {
+			d.members[typ] = make(map[string]bool)
+		}
+		d.members[typ][name] = true
+	}
+	fset := token.NewFileSet()
+	for _, p := range pkgs {
+		d.dirs = append(d.dirs, p.Dir)
+		top := make(map[string]bool)
+		if p.Name != "main" && p.ImportPath != module {
+			d.top[p.Name] = top
+		}
+		for _, name := range slices.Concat(p.GoFiles, p.IgnoredGoFiles) {
+			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, decl := range f.Decls {
+				switch decl := decl.(type) {
+				case *ast.FuncDecl:
+					if decl.Recv == nil {
+						top[decl.Name.Name] = true
+						continue
+					}
+					recv := decl.Recv.List[0].Type
+					if star, ok := recv.(*ast.StarExpr); ok {
+						recv = star.X
+					}
+					if index, ok := recv.(*ast.IndexExpr); ok {
+						recv = index.X
+					}
+					if id, ok := recv.(*ast.Ident); ok {
+						member(id.Name, decl.Name.Name)
+					}
+				case *ast.GenDecl:
+					for _, spec := range decl.Specs {
+						switch spec := spec.(type) {
+						case *ast.ValueSpec:
+							for _, n := range spec.Names {
+								top[n.Name] = true
+							}
+						case *ast.TypeSpec:
+							top[spec.Name.Name] = true
+							var fields *ast.FieldList
+							switch typ := spec.Type.(type) {
+							case *ast.StructType:
+								fields = typ.Fields
+							case *ast.InterfaceType:
+								fields = typ.Methods
+							}
+							for _, field := range fieldsOf(fields) {
+								for _, n := range field.Names {
+									member(spec.Name.Name, n.Name)
+								}
+								if len(field.Names) == 0 { // embedded: its name is its type's
+									typ := field.Type
+									if star, ok := typ.(*ast.StarExpr); ok {
+										typ = star.X
+									}
+									switch typ := typ.(type) {
+									case *ast.Ident:
+										member(spec.Name.Name, typ.Name)
+									case *ast.SelectorExpr:
+										member(spec.Name.Name, typ.Sel.Name)
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return d
+}
+
+func fieldsOf(l *ast.FieldList) []*ast.Field {
+	if l == nil {
+		return nil
+	}
+	return l.List
+}
+
+var (
+	// goFile is a Go file's path in backquotes: its directory, or only
+	// its name when the text says the package.
+	goFile = regexp.MustCompile(`^[A-Za-z0-9_./-]+\.go$`)
+	// dotted is a name in backquotes such as pkg.Name, Type.Member or
+	// pkg.Type.Member.
+	dotted = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$`)
+)
+
+// check says what code, a text in backquotes, names that does not exist:
+// a Go file, a package's declaration (pkg.Name), a field or method of a
+// type (Type.Member, pkg.Type.Member); empty when it exists, or when code
+// is none of those (a flag, a setting, a header's name).
+func (d declarations) check(code string) string {
+	switch {
+	case goFile.MatchString(code) && strings.Contains(code, "/"):
+		if _, err := os.Stat(code); err != nil {
+			return fmt.Sprintf("names %s, which does not exist", code)
+		}
+	case goFile.MatchString(code):
+		if !slices.ContainsFunc(d.dirs, func(dir string) bool { _, err := os.Stat(filepath.Join(dir, code)); return err == nil }) {
+			return fmt.Sprintf("names %s, which no package has", code)
+		}
+	case dotted.MatchString(code):
+		parts := strings.Split(code, ".")
+		if top, ok := d.top[parts[0]]; ok {
+			if !top[parts[1]] {
+				return fmt.Sprintf("names %s, which package %s does not declare", code, parts[0])
+			}
+			parts = parts[1:]
+		} else if d.members[parts[0]] == nil {
+			return "" // neither a package nor a type: a header's name, a file's
+		}
+		if len(parts) > 1 && !d.members[parts[0]][parts[1]] {
+			return fmt.Sprintf("names %s: %s has no field or method %s", code, parts[0], parts[1])
+		}
+	}
+	return ""
+}
+
+// TestArchitectureNames keeps the files and the declarations
+// ARCHITECTURE.md names in backquotes to those that exist, so that the
+// walks through the packages stay traceable.
+func TestArchitectureNames(t *testing.T) {
+	b, err := os.ReadFile(architecture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := declare(t, goList(t))
+	for i, line := range strings.Split(string(b), "\n") {
+		for _, m := range quoted.FindAllStringSubmatch(line, -1) {
+			if p := d.check(m[1]); p != "" {
+				t.Errorf("%s:%d: %s", architecture, i+1, p)
+			}
+		}
+	}
+}
+
+// The checker of names finds what it is for: a declaration, a member and
+// a file that do not exist, and passes what does or is no name.
+func TestCheckNames(t *testing.T) {
+	d := declarations{
+		top:     map[string]map[string]bool{"decode": {"Decoder": true, "Config": true, "New": true}},
+		members: map[string]map[string]bool{"Decoder": {"Decode": true}, "Config": {"Skip": true}},
+		dirs:    []string{"decode"},
+	}
+	for _, tc := range []struct {
+		code, want string // want empty: no problem
+	}{
+		{"decode.Decoder", ""},
+		{"decode.Config.Skip", ""},
+		{"Decoder.Decode", ""},
+		{"decode/decode.go", ""},
+		{"decode.go", ""},
+		{"walstream.reemit", ""},
+		{"--fleet", ""},
+		{"decode.Gone", "which package decode does not declare"},
+		{"decode.Config.Gone", "Config has no field or method Gone"},
+		{"decode.New.Field", "New has no field or method Field"},
+		{"Decoder.decode", "Decoder has no field or method decode"},
+		{"decode/gone.go", "decode/gone.go, which does not exist"},
+		{"gone.go", "gone.go, which no package has"},
+	} {
+		if got := d.check(tc.code); tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("check(%q) = %q, want %q", tc.code, got, tc.want)
 		}
 	}
 }

@@ -7,7 +7,8 @@
 // pipeline wires them into sessions and supervises them, and config reads
 // the settings. Each package's own documentation says what it owns.
 //
-// Its one test, architecture_test.go, holds ARCHITECTURE.md's table of
-// packages to the packages that exist, and each package to the imports its
-// row allows.
+// Its one test file, architecture_test.go, holds ARCHITECTURE.md's table
+// of packages to the packages that exist, each package to the imports its
+// row allows, and the files and declarations the document names to those
+// that exist.
 package walstream
