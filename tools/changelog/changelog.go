@@ -1,6 +1,3 @@
-// Package changelog reads CHANGELOG.md, kept as Keep a Changelog asks: a
-// section per release, newest first, under an Unreleased one; a release's
-// notes are its section.
 package changelog
 
 import (

@@ -1,9 +1,3 @@
-// Package image builds walstream's OCI image from release binaries,
-// without a container engine or a base image from a registry: a base
-// layer made here (the nonroot user, Mozilla's CA certificates as Go's
-// x509roots module ships them, /tmp) and the binary's layer, one image
-// per platform under one index. The same inputs give the same bytes:
-// every time in it is the commit's, and no file records who built it.
 package image
 
 import (
