@@ -14,15 +14,14 @@
 //
 // Its connector config as its user has it (ReadConnector, connector.go):
 // JSON, properties, a Strimzi KafkaConnector with the KafkaConnect that
-// declares its config providers, or YAML; errors name the key and its
-// line (Connector.At). References to Kafka Connect's config providers are
+// declares its config providers, or YAML; errors name the key and its line
+// (Connector.At). References to Kafka Connect's config providers are
 // resolved as far as a command asks (Connector.Resolve, providers.go,
 // Resolving: ResolveAll for run, ResolveLocal for the config file init
 // prints from a connector config, ResolveNone for validate unless asked,
 // which lists them as Unresolved): Kafka's environment, file and directory
-// providers,
-// Strimzi's Kubernetes Secrets and ConfigMaps, AWS Secrets Manager and
-// Parameter Store.
+// providers, Strimzi's Kubernetes Secrets and ConfigMaps, AWS Secrets
+// Manager and Parameter Store.
 //
 // Its keys mapped onto walstream's settings (Translate, translate.go): each
 // setting named as its flag and its config file key, with the key that set
