@@ -23,5 +23,9 @@
 // end (LastUnderKey, lastkey.go), every record of a key (ScanKey) or of a
 // topic from a time (ScanDecided, for a takeover's lookup; ScanTopic and
 // ReadTopic read_committed, read.go), and a transaction decided by its
-// markers in other partitions (TransactionFate).
+// markers in other partitions (TransactionFate). Markers (markers.go)
+// decides records waited for as they are committed: one loop per
+// partition serves every waiter there, so the streams of a process that
+// reach a cluster as one principal (Settings.SameAccess) share one reader
+// of the checkpoint partition for their commits' markers.
 package kafka
