@@ -588,60 +588,50 @@ func structString(dst []byte, col *decode.Column, ev *decode.Event, expanded *js
 // precise, time.precision.mode adaptive): type, and the logical name and
 // version where it sets one.
 func connectType(col *decode.Column) (typ, name string) {
-	if _, ok := col.Elem(); ok {
+	switch _, array := col.Elem(); {
+	case array:
 		return "array", ""
-	}
-	if col.Enum() {
+	case col.Enum():
 		return "string", "io.debezium.data.Enum"
+	case col.VariableScale():
+		return "struct", "io.debezium.data.VariableScaleDecimal"
+	case col.Type == decode.TypeTime && millisTimestamp(col):
+		return "int32", "io.debezium.time.Time"
+	case col.Type == decode.TypeTimestamp && millisTimestamp(col):
+		return "int64", "io.debezium.time.Timestamp"
 	}
-	switch col.Type {
-	case decode.TypeBool:
-		return "boolean", ""
-	case decode.TypeInt2:
-		return "int16", ""
-	case decode.TypeInt4:
-		return "int32", ""
-	case decode.TypeInt8:
-		return "int64", ""
-	case decode.TypeFloat4:
-		return "float", ""
-	case decode.TypeFloat8:
-		return "double", ""
-	case decode.TypeBytea:
-		return "bytes", ""
-	case decode.TypeNumeric:
-		if col.VariableScale() {
-			return "struct", "io.debezium.data.VariableScaleDecimal"
-		}
-		return "bytes", "org.apache.kafka.connect.data.Decimal"
-	case decode.TypeMoney:
-		return "bytes", "org.apache.kafka.connect.data.Decimal"
-	case decode.TypeUUID:
-		return "string", "io.debezium.data.Uuid"
-	case decode.TypeJSON, decode.TypeJSONB:
-		return "string", "io.debezium.data.Json"
-	case decode.TypeXML:
-		return "string", "io.debezium.data.Xml"
-	case decode.TypeDate:
-		return "int32", "io.debezium.time.Date"
-	case decode.TypeTime:
-		if millisTimestamp(col) {
-			return "int32", "io.debezium.time.Time"
-		}
-		return "int64", "io.debezium.time.MicroTime"
-	case decode.TypeTimeTZ:
-		return "string", "io.debezium.time.ZonedTime"
-	case decode.TypeTimestamp:
-		if millisTimestamp(col) {
-			return "int64", "io.debezium.time.Timestamp"
-		}
-		return "int64", "io.debezium.time.MicroTimestamp"
-	case decode.TypeTimestampTZ:
-		return "string", "io.debezium.time.ZonedTimestamp"
-	case decode.TypeInterval:
-		return "int64", "io.debezium.time.MicroDuration"
+	if s, ok := connectTypes[col.Type]; ok {
+		return s.typ, s.name
 	}
 	return "string", ""
+}
+
+// typeSchema is the type and logical name of a column type's Connect
+// schema.
+type typeSchema struct{ typ, name string }
+
+// connectTypes are the Connect schemas of the column types connectType
+// does not decide otherwise; any other type is a string.
+var connectTypes = map[uint32]typeSchema{
+	decode.TypeBool:        {"boolean", ""},
+	decode.TypeInt2:        {"int16", ""},
+	decode.TypeInt4:        {"int32", ""},
+	decode.TypeInt8:        {"int64", ""},
+	decode.TypeFloat4:      {"float", ""},
+	decode.TypeFloat8:      {"double", ""},
+	decode.TypeBytea:       {"bytes", ""},
+	decode.TypeNumeric:     {"bytes", "org.apache.kafka.connect.data.Decimal"},
+	decode.TypeMoney:       {"bytes", "org.apache.kafka.connect.data.Decimal"},
+	decode.TypeUUID:        {"string", "io.debezium.data.Uuid"},
+	decode.TypeJSON:        {"string", "io.debezium.data.Json"},
+	decode.TypeJSONB:       {"string", "io.debezium.data.Json"},
+	decode.TypeXML:         {"string", "io.debezium.data.Xml"},
+	decode.TypeDate:        {"int32", "io.debezium.time.Date"},
+	decode.TypeTime:        {"int64", "io.debezium.time.MicroTime"},
+	decode.TypeTimeTZ:      {"string", "io.debezium.time.ZonedTime"},
+	decode.TypeTimestamp:   {"int64", "io.debezium.time.MicroTimestamp"},
+	decode.TypeTimestampTZ: {"string", "io.debezium.time.ZonedTimestamp"},
+	decode.TypeInterval:    {"int64", "io.debezium.time.MicroDuration"},
 }
 
 // millisTimestamp: time.precision.mode=adaptive gives a timestamp(0..3)
