@@ -64,7 +64,7 @@ type verdict struct {
 	// a recreated outbox table before it was in the publication, a gap
 	// walstream stopped at and named: not failures.
 	LostInGap int      `json:"lost_in_named_gaps"`
-	Examples  []string `json:"examples,omitempty"`
+	Examples  examples `json:"examples,omitempty"`
 }
 
 func (v *verdict) failures() int {
@@ -82,14 +82,23 @@ func (v *verdict) add(w verdict, name string) {
 	v.PartitionViolations += w.PartitionViolations
 	v.Mismatches += w.Mismatches
 	v.LostInGap += w.LostInGap
-	for _, e := range w.Examples {
-		v.example("%s: %s", name, e)
+	v.Examples.addFrom(w.Examples, name)
+}
+
+// examples are a check's first failures, a line each: at most 20, so that
+// a report stays short however many there are.
+type examples []string
+
+func (e *examples) add(format string, args ...any) {
+	if len(*e) < 20 {
+		*e = append(*e, fmt.Sprintf(format, args...))
 	}
 }
 
-func (v *verdict) example(format string, args ...any) {
-	if len(v.Examples) < 20 {
-		v.Examples = append(v.Examples, fmt.Sprintf(format, args...))
+// addFrom adds stream name's examples, each prefixed with its name.
+func (e *examples) addFrom(o examples, name string) {
+	for _, x := range o {
+		e.add("%s: %s", name, x)
 	}
 }
 
@@ -128,29 +137,29 @@ func judge(recs []record, ledger map[string]ledgerRow, rolledBack, gap map[strin
 			if rolledBack[r.ID] {
 				v.RolledBackSeen++
 			}
-			v.example("%s: id %s (tx %s) is not in the ledger (rolled back: %v)", where, r.ID, r.Payload.Tx, rolledBack[r.ID])
+			v.Examples.add("%s: id %s (tx %s) is not in the ledger (rolled back: %v)", where, r.ID, r.Payload.Tx, rolledBack[r.ID])
 			continue
 		}
 		if seen[r.ID] > 1 {
-			v.example("%s: id %s (tx %s, %s seq %d) delivered again", where, r.ID, want.Tx, want.Agg, want.Seq)
+			v.Examples.add("%s: id %s (tx %s, %s seq %d) delivered again", where, r.ID, want.Tx, want.Agg, want.Seq)
 			continue
 		}
 		typ, _, _ := strings.Cut(want.Agg, "-")
 		if r.BadValue != "" || r.Topic != prefix+typ || r.Key != want.Agg ||
 			r.Payload.Agg != want.Agg || r.Payload.Seq != want.Seq || r.Payload.Tx != want.Tx || r.Payload.N != txRows[want.Tx] {
 			v.Mismatches++
-			v.example("%s: id %s key %q payload %+v %q disagrees with ledger %+v (%d rows in tx)", where, r.ID, r.Key, r.Payload, r.BadValue, want, txRows[want.Tx])
+			v.Examples.add("%s: id %s key %q payload %+v %q disagrees with ledger %+v (%d rows in tx)", where, r.ID, r.Key, r.Payload, r.BadValue, want, txRows[want.Tx])
 			continue
 		}
 		part := fmt.Sprintf("%s/%d", r.Topic, r.Partition)
 		if p, ok := partOf[r.Key]; ok && p != part {
 			v.PartitionViolations++
-			v.example("%s: aggregate %s also in %s", where, r.Key, p)
+			v.Examples.add("%s: aggregate %s also in %s", where, r.Key, p)
 		}
 		partOf[r.Key] = part
 		if r.Payload.Seq <= lastSeq[r.Key] {
 			v.OrderViolations++
-			v.example("%s: aggregate %s seq %d after %d", where, r.Key, r.Payload.Seq, lastSeq[r.Key])
+			v.Examples.add("%s: aggregate %s seq %d after %d", where, r.Key, r.Payload.Seq, lastSeq[r.Key])
 		}
 		lastSeq[r.Key] = max(lastSeq[r.Key], r.Payload.Seq)
 	}
@@ -166,7 +175,7 @@ func judge(recs []record, ledger map[string]ledgerRow, rolledBack, gap map[strin
 		}
 		if seen[id] == 0 {
 			v.Lost++
-			v.example("id %s (tx %s, %s seq %d) is in the ledger but not in Kafka", id, r.Tx, r.Agg, r.Seq)
+			v.Examples.add("id %s (tx %s, %s seq %d) is in the ledger but not in Kafka", id, r.Tx, r.Agg, r.Seq)
 		}
 	}
 	return v
@@ -193,7 +202,7 @@ type atomicity struct {
 	Snapshots  int      `json:"snapshots"`
 	Settled    int      `json:"settled_snapshots"`
 	Violations int      `json:"violations"`
-	Examples   []string `json:"examples,omitempty"`
+	Examples   examples `json:"examples,omitempty"`
 }
 
 func newAtomicity(maxBatch int) *atomicity {
@@ -232,9 +241,7 @@ func (a *atomicity) snapshot(newly []record, settled bool) {
 		if settled && !a.violated[tx] {
 			a.violated[tx] = true
 			a.Violations++
-			if len(a.Examples) < 20 {
-				a.Examples = append(a.Examples, fmt.Sprintf("snapshot %d: transaction %s visible with %d of its %d rows", a.Snapshots, tx, a.visible[tx], n))
-			}
+			a.Examples.add("snapshot %d: transaction %s visible with %d of its %d rows", a.Snapshots, tx, a.visible[tx], n)
 		}
 	}
 }
@@ -406,29 +413,27 @@ func sleep(ctx context.Context, d time.Duration) {
 // outbox and checkpoint topics in one ListOffsets request. ok is false
 // while a topic does not exist yet.
 func (c *consumer) stableOffsets(ctx context.Context) (map[tp]int64, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	listed, err := c.adm.ListCommittedOffsets(ctx, c.topics...)
-	if err != nil {
-		return nil, false, fmt.Errorf("listing stable offsets: %w", err)
-	}
-	return c.offsetsOf(listed)
+	return c.offsets(ctx, c.adm.ListCommittedOffsets, "stable offsets")
 }
 
 // endOffsets lists the high watermark of every partition of the outbox and
 // checkpoint topics: past the last stable offset while a transaction is
 // open there or its marker is still to be written.
 func (c *consumer) endOffsets(ctx context.Context) (map[tp]int64, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	listed, err := c.adm.ListEndOffsets(ctx, c.topics...)
-	if err != nil {
-		return nil, false, fmt.Errorf("listing end offsets: %w", err)
-	}
-	return c.offsetsOf(listed)
+	return c.offsets(ctx, c.adm.ListEndOffsets, "end offsets")
 }
 
-func (c *consumer) offsetsOf(listed kadm.ListedOffsets) (map[tp]int64, bool, error) {
+// offsets lists the offsets of every partition of the outbox and
+// checkpoint topics with list, one of the admin client's ListOffsets
+// requests; what names them in its error. ok is false while a topic does
+// not exist yet or a partition's offset was not listed.
+func (c *consumer) offsets(ctx context.Context, list func(context.Context, ...string) (kadm.ListedOffsets, error), what string) (map[tp]int64, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	listed, err := list(ctx, c.topics...)
+	if err != nil {
+		return nil, false, fmt.Errorf("listing %s: %w", what, err)
+	}
 	out := make(map[tp]int64)
 	ok := true
 	for _, topic := range c.topics {
@@ -596,7 +601,7 @@ type cpCheck struct {
 	JudgedLate  int      `json:"samples_judged_after_a_hold"`
 	MaxDeferral float64  `json:"longest_deferral_seconds"`
 	Unresolved  int      `json:"samples_judged_unresolved"`
-	Examples    []string `json:"examples,omitempty"`
+	Examples    examples `json:"examples,omitempty"`
 	pending     []pendingConfirm
 }
 
@@ -612,12 +617,6 @@ func (c *cpCheck) add(d *cpCheck) {
 	c.MaxDeferral = max(c.MaxDeferral, d.MaxDeferral)
 	c.Unresolved += d.Unresolved
 	c.Examples = append(c.Examples, d.Examples...)
-}
-
-func (c *cpCheck) example(format string, args ...any) {
-	if len(c.Examples) < 20 {
-		c.Examples = append(c.Examples, fmt.Sprintf(format, args...))
-	}
 }
 
 // pendingConfirm is a confirmed position past the visible checkpoint, and
@@ -757,7 +756,7 @@ func (s *sampler) sample(ctx context.Context) bool {
 		if conf > walEnd {
 			c.PastWALEnd++
 			c.Violations++
-			c.example("%s: slot %s confirmed_flush_lsn %s is past the server's WAL end %s", now.Format(time.TimeOnly), st.slot, conf, walEnd)
+			c.Examples.add("%s: slot %s confirmed_flush_lsn %s is past the server's WAL end %s", now.Format(time.TimeOnly), st.slot, conf, walEnd)
 		}
 		cp, ok := s.cons.lastCheckpoint(st.name, lso[cpPart])
 		if !ok {
@@ -801,7 +800,7 @@ func (s *sampler) judge(st *stream, now time.Time, final bool) {
 			continue
 		}
 		c.Violations++
-		c.example("%s: slot %s confirmed_flush_lsn %s is past the checkpoint committed in Kafka %s",
+		c.Examples.add("%s: slot %s confirmed_flush_lsn %s is past the checkpoint committed in Kafka %s",
 			p.at.Format(time.TimeOnly), st.slot, p.confirmed, cp)
 	}
 	c.pending = rest

@@ -185,7 +185,7 @@ type reemitVerdict struct {
 	// their last checkpoint counts.
 	RecordsCountMismatch int      `json:"records_not_as_counted"`
 	Unknown              int      `json:"records_of_unknown_requests"`
-	Examples             []string `json:"examples,omitempty"`
+	Examples             examples `json:"examples,omitempty"`
 }
 
 func (v *reemitVerdict) failures() int {
@@ -206,15 +206,7 @@ func (v *reemitVerdict) add(w reemitVerdict, name string) {
 	v.NotSelected += w.NotSelected
 	v.RecordsCountMismatch += w.RecordsCountMismatch
 	v.Unknown += w.Unknown
-	for _, e := range w.Examples {
-		v.example("%s: %s", name, e)
-	}
-}
-
-func (v *reemitVerdict) example(format string, args ...any) {
-	if len(v.Examples) < 20 {
-		v.Examples = append(v.Examples, fmt.Sprintf(format, args...))
-	}
+	v.Examples.addFrom(w.Examples, name)
 }
 
 // reemitStates returns the last state the checkpoints under key record
@@ -278,12 +270,12 @@ func judgeReemits(recs []record, reqs []*reemitRequest, states map[string]checkp
 			v.NeverMet++
 			if len(got) > 0 {
 				v.Unknown += len(got)
-				v.example("request %s: %d records, but no checkpoint records the request", q.ID, len(got))
+				v.Examples.add("request %s: %d records, but no checkpoint records the request", q.ID, len(got))
 			}
 			continue
 		case st.State.Active():
 			v.NotEnded++
-			v.example("request %s is still %s at the end", q.ID, st.State)
+			v.Examples.add("request %s is still %s at the end", q.ID, st.State)
 		case st.State == checkpoint.ReemitDone:
 			v.Done++
 		case st.State == checkpoint.ReemitCancelled:
@@ -293,23 +285,23 @@ func judgeReemits(recs []record, reqs []*reemitRequest, states map[string]checkp
 			if !strings.Contains(st.Error, "does not exist") && !strings.Contains(st.Error, "is not in publication") {
 				v.NotSelected++ // counted as a failure: nothing but a dropped table may fail a request
 			}
-			v.example("request %s failed: %s", q.ID, st.Error)
+			v.Examples.add("request %s failed: %s", q.ID, st.Error)
 		}
 		seen := make(map[string]bool)
 		for _, r := range got {
 			if seen[r.ID] {
 				v.Duplicates++
-				v.example("request %s published event %s twice (%s/%d@%d)", q.ID, r.ID, r.Topic, r.Partition, r.Offset)
+				v.Examples.add("request %s published event %s twice (%s/%d@%d)", q.ID, r.ID, r.Topic, r.Partition, r.Offset)
 			}
 			seen[r.ID] = true
 			if _, ok := ledger[r.ID]; !ok || !q.Pred.match(r) {
 				v.NotSelected++
-				v.example("request %s (%s) published event %s, which it does not select (in the ledger: %v)", q.ID, q.Pred.SQL, r.ID, ok)
+				v.Examples.add("request %s (%s) published event %s, which it does not select (in the ledger: %v)", q.ID, q.Pred.SQL, r.ID, ok)
 			}
 		}
 		if int64(len(seen)) != st.Rows {
 			v.RecordsCountMismatch++
-			v.example("request %s: %d records, its checkpoint counts %d rows", q.ID, len(seen), st.Rows)
+			v.Examples.add("request %s: %d records, its checkpoint counts %d rows", q.ID, len(seen), st.Rows)
 		}
 		if st.State != checkpoint.ReemitDone {
 			continue
@@ -321,14 +313,14 @@ func judgeReemits(recs []record, reqs []*reemitRequest, states map[string]checkp
 		for _, id := range slices.Sorted(maps.Keys(q.before)) {
 			if now[id] && !seen[id] {
 				v.Missing++
-				v.example("request %s (%s) did not publish event %s, which was in the table before it and is still", q.ID, q.Pred.SQL, id)
+				v.Examples.add("request %s (%s) did not publish event %s, which was in the table before it and is still", q.ID, q.Pred.SQL, id)
 			}
 		}
 	}
 	for id, got := range byReq {
 		if !known[id] {
 			v.Unknown += len(got)
-			v.example("%d records name request %s, which the harness did not make", len(got), id)
+			v.Examples.add("%d records name request %s, which the harness did not make", len(got), id)
 		}
 	}
 	return v, nil
