@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -364,19 +365,13 @@ const endWindow = 4096
 // pid of a later epoch before any such marker is a later transaction
 // whose start tells nothing of the end: FateOpen.
 func (r *PartitionReader) endOf(ctx context.Context, topic string, p int32, pid int64, epoch int16) (Fate, error) {
-	starts, err := r.adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
+	starts, err := listOffsets(ctx, r.adm.ListStartOffsets, "start offsets", topic)
 	if err != nil {
-		return FateOpen, fmt.Errorf("listing start offsets of topic %s: %w", topic, err)
+		return FateOpen, err
 	}
-	ends, err := r.adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	ends, err := endOffsets(ctx, r.adm, topic)
 	if err != nil {
-		return FateOpen, fmt.Errorf("listing end offsets of topic %s: %w", topic, err)
+		return FateOpen, err
 	}
 	start, _ := starts.Lookup(topic, p)
 	end, _ := ends.Lookup(topic, p)
@@ -454,19 +449,13 @@ func ScanDecided(ctx context.Context, connOpts []kgo.Opt, topic string, since ti
 	if err != nil {
 		return err
 	}
-	ends, err := r.adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	ends, err := endOffsets(ctx, r.adm, topic)
 	if err != nil {
-		return fmt.Errorf("listing end offsets of topic %s: %w", topic, err)
+		return err
 	}
 	all := func(*kgo.Record) bool { return true }
 	deadline := time.Now().Add(wait)
-	var parts []int32
-	ends.Each(func(o kadm.ListedOffset) { parts = append(parts, o.Partition) })
-	slices.Sort(parts)
-	for _, p := range parts {
+	for _, p := range slices.Sorted(maps.Keys(ends[topic])) {
 		start, ok := starts.Lookup(topic, p)
 		end, _ := ends.Lookup(topic, p)
 		if !ok || start.Offset < 0 || start.Offset >= end.Offset {

@@ -92,19 +92,13 @@ func newHolds(cl *kgo.Client) *holds {
 // coordinators (ListTransactions, DescribeTransactions); what cannot be
 // asked (an ACL, an old broker) is left out of the hold, not the hold.
 func (h *holds) check(ctx context.Context, topic string, now time.Time, after time.Duration) ([]Hold, error) {
-	stable, err := h.adm.ListCommittedOffsets(ctx, topic)
-	if err == nil {
-		err = stable.Error()
-	}
+	stable, err := listOffsets(ctx, h.adm.ListCommittedOffsets, "the last stable offsets", topic)
 	if err != nil {
-		return nil, fmt.Errorf("listing the last stable offsets of topic %s: %w", topic, err)
+		return nil, err
 	}
-	ends, err := h.adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	ends, err := listOffsets(ctx, h.adm.ListEndOffsets, "the end offsets", topic)
 	if err != nil {
-		return nil, fmt.Errorf("listing the end offsets of topic %s: %w", topic, err)
+		return nil, err
 	}
 	var held []Hold
 	stable.Each(func(o kadm.ListedOffset) {

@@ -3,7 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
-	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -66,17 +66,11 @@ func (r *PartitionReader) lastUnderKey(ctx context.Context, topic, key string) (
 	if starts == nil || err != nil {
 		return nil, nil, err
 	}
-	ends, err := r.adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	ends, err := endOffsets(ctx, r.adm, topic)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listing end offsets of topic %s: %w", topic, err)
+		return nil, nil, err
 	}
-	var parts []int32
-	ends.Each(func(o kadm.ListedOffset) { parts = append(parts, o.Partition) })
-	slices.Sort(parts)
-	for _, p := range parts {
+	for _, p := range slices.Sorted(maps.Keys(ends[topic])) {
 		start, _ := starts.Lookup(topic, p)
 		end, _ := ends.Lookup(topic, p)
 		l, o, low, err := r.backToKey(ctx, topic, p, key, start.Offset, end.Offset)

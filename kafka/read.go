@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -46,18 +47,12 @@ func (r *PartitionReader) scanKey(ctx context.Context, topic, key string, each f
 	if err != nil {
 		return nil, err
 	}
-	ends, err := r.adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	ends, err := endOffsets(ctx, r.adm, topic)
 	if err != nil {
-		return nil, fmt.Errorf("listing end offsets of topic %s: %w", topic, err)
+		return nil, err
 	}
 	ours := func(rec *kgo.Record) bool { return string(rec.Key) == key }
-	var parts []int32
-	stable.Each(func(o kadm.ListedOffset) { parts = append(parts, o.Partition) })
-	slices.Sort(parts)
-	for _, p := range parts {
+	for _, p := range slices.Sorted(maps.Keys(stable[topic])) {
 		start, _ := starts.Lookup(topic, p)
 		lso, _ := stable.Lookup(topic, p)
 		end, _ := ends.Lookup(topic, p)
@@ -213,14 +208,26 @@ func startOffsets(ctx context.Context, adm *kadm.Client, topic string, since tim
 // stableOffsets lists the topic's last stable offsets: everything before
 // them is committed or aborted.
 func stableOffsets(ctx context.Context, adm *kadm.Client, topic string) (kadm.ListedOffsets, error) {
-	stable, err := adm.ListCommittedOffsets(ctx, topic)
+	return listOffsets(ctx, adm.ListCommittedOffsets, "committed offsets", topic)
+}
+
+// endOffsets lists the topic's end offsets (high watermarks).
+func endOffsets(ctx context.Context, adm *kadm.Client, topic string) (kadm.ListedOffsets, error) {
+	return listOffsets(ctx, adm.ListEndOffsets, "end offsets", topic)
+}
+
+// listOffsets lists the topic's offsets with list, one of the admin
+// client's ListOffsets requests, failing on any partition's error too;
+// what names the offsets in the error.
+func listOffsets(ctx context.Context, list func(context.Context, ...string) (kadm.ListedOffsets, error), what, topic string) (kadm.ListedOffsets, error) {
+	offsets, err := list(ctx, topic)
 	if err == nil {
-		err = stable.Error()
+		err = offsets.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("listing committed offsets of topic %s: %w", topic, err)
+		return nil, fmt.Errorf("listing %s of topic %s: %w", what, topic, err)
 	}
-	return stable, nil
+	return offsets, nil
 }
 
 // ErrOpenTransaction means a partition kept a transaction open longer than
