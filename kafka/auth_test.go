@@ -96,11 +96,7 @@ func TestOAuthClientCredentials(t *testing.T) {
 	}
 	auth := func() string {
 		t.Helper()
-		_, msg, err := c.shared.Authenticate(context.Background(), "k:9092")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(msg)
+		return saslStart(t, c, "k:9092")
 	}
 	if a, b := auth(), auth(); !strings.Contains(a, "token-1") || a != b || calls.Load() != 1 {
 		t.Errorf("two authentications within the token's life: %q, %q, %d requests; want token-1 once", a, b, calls.Load())
@@ -159,17 +155,24 @@ func clearAWS(t *testing.T) {
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 }
 
+// saslStart authenticates with c's SASL mechanism to the broker at addr
+// and returns the first message it sends.
+func saslStart(t *testing.T, c Settings, addr string) string {
+	t.Helper()
+	_, msg, err := c.shared.Authenticate(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(msg)
+}
+
 // mskChallenge authenticates as AWS_MSK_IAM to an MSK broker name and
 // returns the payload's fields.
 func mskChallenge(t *testing.T) map[string]string {
 	t.Helper()
-	c := Settings{SASLMechanism: SASLAWSMSKIAM}.Shared()
-	_, msg, err := c.shared.Authenticate(context.Background(), "b-1.walstream.abc123.c2.kafka.eu-west-1.amazonaws.com:9098")
-	if err != nil {
-		t.Fatal(err)
-	}
+	msg := saslStart(t, Settings{SASLMechanism: SASLAWSMSKIAM}.Shared(), "b-1.walstream.abc123.c2.kafka.eu-west-1.amazonaws.com:9098")
 	var fields map[string]string
-	if err := json.Unmarshal(msg, &fields); err != nil {
+	if err := json.Unmarshal([]byte(msg), &fields); err != nil {
 		t.Fatalf("AWS_MSK_IAM payload %q: %v", msg, err)
 	}
 	return fields
@@ -280,13 +283,10 @@ func TestMSKIAMCredentialChain(t *testing.T) {
 		t.Setenv("AWS_ENDPOINT_URL_STS", sts.URL)
 		c := Settings{SASLMechanism: SASLAWSMSKIAM}.Shared()
 		for i := 0; i < 2; i++ {
-			_, msg, err := c.shared.Authenticate(context.Background(), "b-1.x.kafka.eu-west-1.amazonaws.com:9098")
-			if err != nil {
-				t.Fatal(err)
-			}
+			msg := saslStart(t, c, "b-1.x.kafka.eu-west-1.amazonaws.com:9098")
 			// Ten minutes to live is outside the five-minute window: the
 			// first credentials are kept.
-			if !strings.Contains(string(msg), "AKIDIRSA1/") {
+			if !strings.Contains(msg, "AKIDIRSA1/") {
 				t.Errorf("authentication %d: %s, want AKIDIRSA1", i, msg)
 			}
 		}
@@ -313,11 +313,8 @@ func TestMSKIAMCredentialChain(t *testing.T) {
 		t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-identity-token")
 		c := Settings{SASLMechanism: SASLAWSMSKIAM}.Shared()
 		for i := 1; i <= 2; i++ {
-			_, msg, err := c.shared.Authenticate(context.Background(), "b-1.x.kafka.eu-west-1.amazonaws.com:9098")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := fmt.Sprintf("AKIDPOD%d/", i); !strings.Contains(string(msg), want) {
+			msg := saslStart(t, c, "b-1.x.kafka.eu-west-1.amazonaws.com:9098")
+			if want := fmt.Sprintf("AKIDPOD%d/", i); !strings.Contains(msg, want) {
 				t.Errorf("authentication %d: %s, want %s", i, msg, want)
 			}
 		}

@@ -31,21 +31,13 @@ func TestSASLPasswordFile(t *testing.T) {
 	if err := c.CheckSASL(); err != nil {
 		t.Fatal(err)
 	}
-	initial := func() string {
-		t.Helper()
-		_, msg, err := c.shared.Authenticate(context.Background(), "broker:9092")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(msg)
-	}
-	if got := initial(); got != "\x00walstream\x00first" {
+	if got := saslStart(t, c, "broker:9092"); got != "\x00walstream\x00first" {
 		t.Errorf("first authentication sent %q", got)
 	}
 	if err := os.WriteFile(path, []byte("second\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got := initial(); got != "\x00walstream\x00second" {
+	if got := saslStart(t, c, "broker:9092"); got != "\x00walstream\x00second" {
 		t.Errorf("after the rotation sent %q, want the new password", got)
 	}
 	refused := fmt.Errorf("producing: %w", kerr.SaslAuthenticationFailed)
