@@ -246,27 +246,33 @@ func uniqueIDs(ctx context.Context, conn *pgx.Conn, cfg *Config, log *slog.Logge
 			return err
 		}
 		col := pgx.Identifier{o.Columns.ID}.Sanitize()
-		switch {
-		case !unique && !accept:
-			return fmt.Errorf("%w: the event id column %s of table %s has no unique index on it alone, and the events Debezium published are found by id: "+
+		// What the lookup by id needs of the column: each missing refuses
+		// the takeover, or is warned of when accepted.
+		for _, c := range []struct {
+			ok      bool
+			refusal error
+			warning string
+		}{
+			{unique, fmt.Errorf("%w: the event id column %s of table %s has no unique index on it alone, and the events Debezium published are found by id: "+
 				"an event of an id Debezium published shortly before its offset may be taken for one it did not publish, and not published. "+
 				"Create one (CREATE UNIQUE INDEX ON %s (%s)) or, when the ids never repeat (generated UUIDs, for example; a partitioned table's unique keys "+
 				"include its partition key, so none is on the id alone), take over accepting ids that may repeat (see docs/debezium.md, How the takeover avoids loss and duplicates)",
-				ErrRepeatedIDs, o.Columns.ID, t.SQL(), t.SQL(), col)
-		case !unique:
-			log.Warn("taking over although the event id column has no unique index: an event whose id Debezium published shortly before its offset may not be published",
-				"table", t.SQL(), "column", o.Columns.ID)
-		}
-		switch {
-		case !notNull && !accept:
-			return fmt.Errorf("%w: the event id column %s of table %s may be null (a unique index permits any number of nulls), and an event without an id "+
+				ErrRepeatedIDs, o.Columns.ID, t.SQL(), t.SQL(), col),
+				"taking over although the event id column has no unique index: an event whose id Debezium published shortly before its offset may not be published"},
+			{notNull, fmt.Errorf("%w: the event id column %s of table %s may be null (a unique index permits any number of nulls), and an event without an id "+
 				"cannot be looked up among those Debezium published: it is published again if Debezium had published it. "+
 				"Declare the column NOT NULL (ALTER TABLE %s ALTER COLUMN %s SET NOT NULL), as Debezium's outbox table does, or take over accepting ids "+
 				"that may repeat (see docs/debezium.md, How the takeover avoids loss and duplicates)",
-				ErrRepeatedIDs, o.Columns.ID, t.SQL(), t.SQL(), col)
-		case !notNull:
-			log.Warn("taking over although the event id column may be null: an event with a null id is published even if Debezium had published it",
-				"table", t.SQL(), "column", o.Columns.ID)
+				ErrRepeatedIDs, o.Columns.ID, t.SQL(), t.SQL(), col),
+				"taking over although the event id column may be null: an event with a null id is published even if Debezium had published it"},
+		} {
+			switch {
+			case c.ok:
+			case !accept:
+				return c.refusal
+			default:
+				log.Warn(c.warning, "table", t.SQL(), "column", o.Columns.ID)
+			}
 		}
 	}
 	if cfg.MessagePrefix == "" {
