@@ -2,13 +2,12 @@ package pipeline
 
 import (
 	"context"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/internal/testenv"
 )
@@ -26,8 +25,8 @@ func TestConfirmsPromptly(t *testing.T) {
 	cfg.StatusInterval, cfg.ConfirmInterval = 30*time.Second, 250*time.Millisecond
 	cfg.SlotPollInterval, cfg.ProgressInterval = 200*time.Millisecond, 200*time.Millisecond
 	reg := prometheus.NewRegistry()
-	logs := &syncBuffer{}
-	p := New(cfg, slog.New(slog.NewTextHandler(logs, nil)), reg)
+	logs := &testenv.LogBuffer{}
+	p := New(cfg, logs.Logger(), reg)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)
@@ -35,25 +34,13 @@ func TestConfirmsPromptly(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "streaming", func() bool { _, ok := p.state.streaming(time.Now()); return ok })
 
 	conn := pg.Connect("postgres")
-	lsn := func(query string) pglogrepl.LSN {
-		t.Helper()
-		var text string
-		if err := conn.QueryRow(context.Background(), query).Scan(&text); err != nil {
-			t.Fatal(err)
-		}
-		l, err := pglogrepl.ParseLSN(text)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
 	// Let the session's first status update go by, so that the next one
 	// is 30 s away unless a commit brings it forward.
 	time.Sleep(time.Second)
 	pg.Exec("postgres", `INSERT INTO outbox SELECT gen_random_uuid(), 'Order', 'o-' || i, 'Created', '{}' FROM generate_series(1, 3) i`)
-	inserted := lsn("SELECT pg_current_wal_insert_lsn()::text")
+	inserted := queryLSN(t, conn, "SELECT pg_current_wal_insert_lsn()::text")
 	start := time.Now()
-	for lsn("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walstream'") < inserted {
+	for queryLSN(t, conn, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walstream'") < inserted {
 		if time.Since(start) > 10*time.Second {
 			t.Fatalf("confirmed_flush_lsn did not reach %s within 10 s of the commit (status interval 30 s)", inserted)
 		}
@@ -110,20 +97,16 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// syncBuffer collects log output written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+// queryLSN runs sql, which selects one LSN as text, on conn.
+func queryLSN(t *testing.T, conn *pgx.Conn, sql string) pglogrepl.LSN {
+	t.Helper()
+	var text string
+	if err := conn.QueryRow(context.Background(), sql).Scan(&text); err != nil {
+		t.Fatal(err)
+	}
+	lsn, err := pglogrepl.ParseLSN(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lsn
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/decode"
@@ -70,16 +69,10 @@ func TestRunStreamsAndStops(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "streaming", func() bool { _, ok := p.state.streaming(time.Now()); return ok })
 
 	pg.Exec("postgres", `INSERT INTO outbox VALUES ('11111111-1111-1111-1111-111111111111', 'Order', 'o-1', 'Created', '{"n": 1}')`)
-	var text string
-	if err := pg.Connect("postgres").QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&text); err != nil {
-		t.Fatal(err)
-	}
-	inserted, err := pglogrepl.ParseLSN(text)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inserted := queryLSN(t, pg.Connect("postgres"), "SELECT pg_current_wal_insert_lsn()::text")
 	var in *Inspection
 	testenv.Eventually(t, 30*time.Second, "the row's checkpoint in Kafka and confirmed", func() bool {
+		var err error
 		if in, err = Inspect(context.Background(), cfg); err != nil {
 			t.Fatal(err)
 		}

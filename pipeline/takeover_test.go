@@ -117,21 +117,9 @@ func TestTakeoverRepeatedIDs(t *testing.T) {
 	pg.Exec("postgres", `CREATE TABLE public.outbox (id text, aggregatetype text, aggregateid text, type text, payload jsonb);
 		CREATE PUBLICATION walstream_outbox FOR TABLE public.outbox WITH (publish = 'insert, update')`)
 	pg.Exec("postgres", "SELECT pg_create_logical_replication_slot('walstream', 'pgoutput')")
-	query := func(sql string) pglogrepl.LSN {
-		t.Helper()
-		var text string
-		if err := conn.QueryRow(ctx, sql).Scan(&text); err != nil {
-			t.Fatal(err)
-		}
-		l, err := pglogrepl.ParseLSN(text)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	lsn := func() pglogrepl.LSN { return query("SELECT pg_current_wal_insert_lsn()::text") }
+	lsn := func() pglogrepl.LSN { return queryLSN(t, conn, "SELECT pg_current_wal_insert_lsn()::text") }
 	slotConfirmed := func() pglogrepl.LSN {
-		return query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walstream'")
+		return queryLSN(t, conn, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walstream'")
 	}
 	// Debezium published this before its offset: the lookback reads it,
 	// and no event of the stretch claims it.
@@ -355,14 +343,7 @@ func TestTakeoverRefusesAStreamingConnector(t *testing.T) {
 	pg.Exec("postgres", `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb);
 		CREATE PUBLICATION walstream_outbox FOR TABLE public.outbox WITH (publish = 'insert, update')`)
 	pg.Exec("postgres", "SELECT pg_create_logical_replication_slot('walstream', 'pgoutput')")
-	var lsn string
-	if err := pg.Connect("postgres").QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {
-		t.Fatal(err)
-	}
-	offset, err := pglogrepl.ParseLSN(lsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	offset := queryLSN(t, pg.Connect("postgres"), "SELECT pg_current_wal_insert_lsn()::text")
 	file := filepath.Join(t.TempDir(), "offsets.json")
 	answer := fmt.Sprintf(`{"offsets":[{"partition":{"server":"dbz"},"offset":{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"ts_usec":%d}}]}`,
 		offset, offset, offset, time.Now().UnixMicro())
@@ -376,7 +357,7 @@ func TestTakeoverRefusesAStreamingConnector(t *testing.T) {
 	release := holdSlot(t, pg, "walstream", "walstream_outbox", "Debezium Streaming")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err = New(cfg, log, nil).Run(ctx)
+	err := New(cfg, log, nil).Run(ctx)
 	var streaming *StreamingError
 	if !errors.Is(err, ErrTakeover) || !errors.As(err, &streaming) {
 		t.Fatalf("Run = %v, want a takeover refused while Debezium streams", err)
