@@ -76,15 +76,22 @@ func event(ordinal uint64, id string) decode.Event {
 // runUntil runs the producer over txs and returns once the tracker saw want.
 func runUntil(t *testing.T, p *Producer, want checkpoint.Checkpoint, txs ...*decode.Tx) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	q := NewQueue(1 << 20)
-	reached := make(chan struct{})
 	// Each run resumes where the last one committed, as a new session would.
 	from := &fakePositions{at: time.Now()}
 	if last, ok := p.tracker.(*fakePositions); ok {
 		from.resume, from.done = last.done, last.done
 	}
+	runFrom(t, p, from, want, txs...)
+}
+
+// runFrom starts the producer on from, runs it over txs and returns once
+// from was told want committed.
+func runFrom(t *testing.T, p *Producer, from *fakePositions, want checkpoint.Checkpoint, txs ...*decode.Tx) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q := NewQueue(1 << 20)
+	reached := make(chan struct{})
 	from.committed = func(cp checkpoint.Checkpoint) {
 		// The position decides; the event count each checkpoint carries is
 		// checked where a test names it.

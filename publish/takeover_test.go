@@ -176,29 +176,7 @@ func TestTakeoverCountsCopies(t *testing.T) {
 		if err := p.Fence(ctx); err != nil {
 			t.Fatal(err)
 		}
-		reached := make(chan struct{})
-		p.Start(&fakePositions{resume: resume, at: time.Now(), committed: func(cp checkpoint.Checkpoint) {
-			if cp.LSN == want {
-				close(reached)
-			}
-		}})
-		q := NewQueue(1 << 20)
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		errc := make(chan error, 1)
-		go func() { errc <- p.Run(rctx, q) }()
-		for _, tx := range txs {
-			if err := q.Put(rctx, tx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		select {
-		case <-reached:
-		case err := <-errc:
-			t.Fatalf("Run = %v before checkpoint %s", err, want)
-		}
-		cancel()
-		<-errc
+		runFrom(t, p, &fakePositions{resume: resume, at: time.Now()}, checkpoint.Checkpoint{LSN: want}, txs...)
 	}
 	session(checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Takeover: tk}}, 0x4100, stretch[:3]...)
 	rd, err := checkpoints(p).ReadCheckpoint(ctx)
