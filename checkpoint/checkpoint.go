@@ -307,9 +307,6 @@ type gapRecord struct {
 	To               string    `json:"to_lsn"`
 	Events           int64     `json:"events"` // -1: unknown
 	Time             time.Time `json:"time"`
-	// Notes' fields, at the top level; absent from older records.
-	Tables  map[string]uint32 `json:"tables,omitempty"`
-	Skipped *Skip             `json:"skipped,omitempty"`
 }
 
 // Encode returns the checkpoint record's value, written by owner.
