@@ -180,14 +180,7 @@ func testCoordinatorFate(t *testing.T, broker string) {
 	fate(third, kafka.FateCommitted, "the last transaction committed")
 	// A producer of tx-c initializes its producer id, as the stream's does
 	// at its Fence.
-	fencer, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.TransactionalID("tx-c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fencer.Close()
-	if _, _, err := fencer.ProducerID(ctx); err != nil {
-		t.Fatal(err)
-	}
+	fence(t, broker, "tx-c")
 	fate(third, kafka.FateOpen, "after the fencing, the coordinator no longer telling")
 	// A coordinator that cannot be asked decides nothing.
 	unreachable := New(Config{Kafka: kafka.Settings{Brokers: []string{"127.0.0.1:1"}}, Topic: "walstream.checkpoints", Key: "slot-a",
@@ -301,14 +294,7 @@ func testMarkerFate(t *testing.T, broker string, tv2 bool) {
 	fate(open, kafka.FateOpen, "open after others ended")
 	// The stream's next instance fences the id: Kafka aborts the open
 	// transaction with an epoch bumped.
-	fencer, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.TransactionalID("tx-m"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fencer.Close()
-	if _, _, err := fencer.ProducerID(ctx); err != nil {
-		t.Fatal(err)
-	}
+	fence(t, broker, "tx-m")
 	busy()
 	fate(open, kafka.FateAborted, "aborted by the fencing")
 	if tv2 {
@@ -319,5 +305,20 @@ func testMarkerFate(t *testing.T, broker string, tv2 bool) {
 	old.Wrote = nil
 	if f, err := c.MarkerFate(ctx, old); err == nil || f != kafka.FateOpen {
 		t.Errorf("a record naming no topics: %s, %v; want undecided, with why", f, err)
+	}
+}
+
+// fence initializes a producer id of the transactional id txid, as a
+// stream's producer does at its Fence: Kafka aborts the id's open
+// transaction with its epoch bumped.
+func fence(t *testing.T, broker, txid string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.TransactionalID(txid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if _, _, err := cl.ProducerID(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
