@@ -171,14 +171,7 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			_, err := Parse(Run, tc.args, &bytes.Buffer{})
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
+			wantRefused(t, err, tc.want...)
 		})
 	}
 }
@@ -297,14 +290,7 @@ func TestConfigFileErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse(Run, append([]string{"--config", writeFile(t, tc.body)}, tc.args...), &bytes.Buffer{})
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
+			wantRefused(t, err, tc.want...)
 		})
 	}
 }
@@ -449,4 +435,18 @@ value.converter.apicurio.registry.headers.enabled: false
 			t.Errorf("token %q, TLS %v, auto-register %v", r.Token, r.TLS, r.AutoRegister)
 		}
 	})
+}
+
+// wantRefused checks that err refuses the settings, mentioning each of
+// want.
+func wantRefused(t *testing.T, err error, want ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
 }
