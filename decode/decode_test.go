@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,20 +64,30 @@ func outboxConfig(schema string, mod func(*Outbox)) Config {
 // decodeAll feeds frames to a decoder and returns what it hands on.
 func decodeAll(t *testing.T, d *Decoder, frames []frame) []*Tx {
 	t.Helper()
-	var txs []*Tx
-	for _, f := range frames {
-		tx, err := d.Decode(f.lsn, f.data)
-		if err != nil {
-			t.Fatalf("Decode at %s: %v", f.lsn, err)
-		}
-		if tx != nil {
-			txs = append(txs, tx)
-		}
+	txs, err := decodeUntilError(d, frames)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if d.InTx() {
 		t.Fatal("a transaction is still open after the last frame")
 	}
 	return txs
+}
+
+// decodeUntilError feeds frames to a decoder until one fails, and returns
+// what it handed on and the failure.
+func decodeUntilError(d *Decoder, frames []frame) ([]*Tx, error) {
+	var txs []*Tx
+	for _, f := range frames {
+		tx, err := d.Decode(f.lsn, f.data)
+		if err != nil {
+			return txs, fmt.Errorf("Decode at %s: %w", f.lsn, err)
+		}
+		if tx != nil {
+			txs = append(txs, tx)
+		}
+	}
+	return txs, nil
 }
 
 type wantEvent struct{ id, aggType, aggID, typ, payload string }
@@ -377,17 +388,7 @@ func TestDecodeLogicalMessages(t *testing.T) {
 	cfg := outboxConfig("public", nil)
 	cfg.MessagePrefix = "walstream"
 	d := New(cfg)
-	var txs []*Tx
-	var err error
-	for _, f := range readFrames(t, "logical-message") {
-		var tx *Tx
-		if tx, err = d.Decode(f.lsn, f.data); err != nil {
-			break
-		}
-		if tx != nil {
-			txs = append(txs, tx)
-		}
-	}
+	txs, err := decodeUntilError(d, readFrames(t, "logical-message"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,18 +477,7 @@ func TestDecodeUpdateBehavior(t *testing.T) {
 		op InvalidOp
 	}{{OpWarn}, {OpError}, {OpFatal}} {
 		cfg := outboxConfig("public", func(o *Outbox) { o.OnUpdate = tc.op })
-		d := New(cfg)
-		var err error
-		var txs []*Tx
-		for _, f := range readFrames(t, "insert-delete-update") {
-			var tx *Tx
-			if tx, err = d.Decode(f.lsn, f.data); err != nil {
-				break
-			}
-			if tx != nil {
-				txs = append(txs, tx)
-			}
-		}
+		txs, err := decodeUntilError(New(cfg), readFrames(t, "insert-delete-update"))
 		const id = "55555555-5555-5555-5555-555555555555"
 		if tc.op == OpFatal {
 			var de *Error
