@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os/exec"
 	"strings"
 	"sync"
@@ -211,12 +212,13 @@ func insertRows(t *testing.T, pg *testenv.Postgres, n int, agg string) []string 
 	return ids
 }
 
-// tableIDs are the ids in pg's outbox table.
-func tableIDs(t *testing.T, pg *testenv.Postgres) map[string]bool {
+// outboxIDs are the event ids of the rows of pg's outbox table that
+// satisfy where.
+func outboxIDs(t *testing.T, pg *testenv.Postgres, where string) map[string]bool {
 	t.Helper()
 	conn := pg.Connect("postgres")
 	defer conn.Close(context.Background())
-	rows, err := conn.Query(context.Background(), "SELECT id::text FROM outbox")
+	rows, err := conn.Query(context.Background(), "SELECT id::text FROM outbox WHERE "+where)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +374,7 @@ func TestFailoverSafe(t *testing.T) {
 	if l.n == 0 {
 		t.Fatal("the load committed nothing")
 	}
-	want := tableIDs(t, standby)
+	want := outboxIDs(t, standby, "true")
 	waitKafka(t, broker, want, p, 40*time.Second)
 	time.Sleep(time.Second) // anything else walstream was going to publish
 	got := kafkaIDs(t, broker)
@@ -463,12 +465,7 @@ func TestFailoverPhantoms(t *testing.T) {
 		t.Fatal(err)
 	}
 	const nPhantoms = 40
-	phantoms := insertRows(t, primary, nPhantoms, "phantom")
-	waitKafka(t, broker, union(before, phantoms), p, 30*time.Second)
-	if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	oldEnd := serverLSN(t, primary)
+	phantoms, oldEnd := publishPhantoms(t, p, primary, broker, nPhantoms, before)
 	if err := primary.StopImmediate(); err != nil {
 		t.Fatal(err)
 	}
@@ -486,24 +483,15 @@ func TestFailoverPhantoms(t *testing.T) {
 	}
 
 	url := standby.URL("postgres", "postgres")
-	stopped := testenv.StartWalstream(t, binary, runArgs(url, broker))
-	out := waitExit(t, stopped, 60*time.Second)
-	wantIn(t, "the log", out, fmt.Sprintf("phantom events: %d events were published from WAL between", nPhantoms), "timeline 1 forked", "--accept-phantoms")
-	if got := kafkaIDs(t, broker); len(got) != len(before)+len(phantoms) {
-		t.Fatalf("Kafka holds %d events after the stop, want the %d published before", len(got), len(before)+len(phantoms))
-	}
+	stopsOnPhantoms(t, url, broker, len(before)+len(phantoms),
+		fmt.Sprintf("phantom events: %d events were published from WAL between", nPhantoms), "timeline 1 forked", "--accept-phantoms")
 	st, err := status(t, url, broker)
 	if err == nil {
 		t.Errorf("walstream status exited 0 with phantom events")
 	}
 	wantIn(t, "walstream status", st, "phantom", fmt.Sprint(nPhantoms))
 
-	go_ := testenv.StartWalstream(t, binary, runArgs(url, broker, "--accept-phantoms", "--http-addr", "127.0.0.1:0"))
-	testenv.WaitStreaming(t, go_, 60*time.Second)
-	later := insertRows(t, standby, 10, "later")
-	want := union(before, phantoms, after, later)
-	waitKafka(t, broker, want, go_, 30*time.Second)
-	time.Sleep(time.Second)
+	go_, want := streamLater(t, standby, url, broker, union(before, phantoms, after), 10, "--accept-phantoms", "--http-addr", "127.0.0.1:0")
 	exactly(t, kafkaIDs(t, broker), want)
 	if v := metric(t, (&proc{go_}).httpAddr(t), "walstream_phantom_events"); v != nPhantoms {
 		t.Errorf("walstream_phantom_events = %v, want %d", v, nPhantoms)
@@ -664,13 +652,7 @@ func TestRestoredServerBehindCheckpoint(t *testing.T) {
 	}
 	p = testenv.StartWalstream(t, binary, runArgs(url, broker))
 	testenv.WaitStreaming(t, p, 60*time.Second)
-	const nPhantoms = 20
-	phantoms := insertRows(t, pg, nPhantoms, "phantom")
-	waitKafka(t, broker, union(first, phantoms), p, 30*time.Second)
-	if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	oldEnd := serverLSN(t, pg)
+	phantoms, oldEnd := publishPhantoms(t, p, pg, broker, 20, first)
 	if err := pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -685,17 +667,8 @@ func TestRestoredServerBehindCheckpoint(t *testing.T) {
 		t.Fatalf("the restored server's WAL (%s) passed the old one (%s): the test does not reach below the checkpoint", end, oldEnd)
 	}
 
-	out := waitExit(t, testenv.StartWalstream(t, binary, runArgs(url, broker)), 60*time.Second)
-	wantIn(t, "the log", out, "phantom events: at least", "on the same timeline", "restored", "--accept-phantoms")
-	if got := kafkaIDs(t, broker); len(got) != len(first)+len(phantoms) {
-		t.Fatalf("Kafka holds %d events after the stop, want the %d published before", len(got), len(first)+len(phantoms))
-	}
-	goOn := testenv.StartWalstream(t, binary, runArgs(url, broker, "--accept-phantoms"))
-	testenv.WaitStreaming(t, goOn, 60*time.Second)
-	later := insertRows(t, pg, 5, "later")
-	want := union(first, phantoms, after, later)
-	waitKafka(t, broker, want, goOn, 30*time.Second)
-	time.Sleep(time.Second)
+	stopsOnPhantoms(t, url, broker, len(first)+len(phantoms), "phantom events: at least", "on the same timeline", "restored", "--accept-phantoms")
+	_, want := streamLater(t, pg, url, broker, union(first, phantoms, after), 5, "--accept-phantoms")
 	// Where the copy's WAL ends cannot be told on one timeline, so
 	// walstream goes on from the slot's position in the copy: the rows the
 	// copy holds that were published before may come again (Postgres 15
@@ -751,10 +724,47 @@ func slotRecreatedOnRequest(t *testing.T, pg *testenv.Postgres, url, broker stri
 		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'walstream'").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("slots named walstream: %d (%v), want none: it must not be recreated silently", n, err)
 	}
-	p := testenv.StartWalstream(t, binary, runArgs(url, broker, "--allow-slot-ahead"))
+	_, want := streamLater(t, pg, url, broker, union(published), 10, "--allow-slot-ahead")
+	exactly(t, kafkaIDs(t, broker), want)
+}
+
+// publishPhantoms inserts n rows on pg, waits until walstream p published
+// them after those published before, stops p, and returns the rows' ids
+// and the server's WAL end: what a server that replaces pg does not hold.
+func publishPhantoms(t *testing.T, p *testenv.Process, pg *testenv.Postgres, broker string, n int, published []string) ([]string, pglogrepl.LSN) {
+	t.Helper()
+	phantoms := insertRows(t, pg, n, "phantom")
+	waitKafka(t, broker, union(published, phantoms), p, 30*time.Second)
+	if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return phantoms, serverLSN(t, pg)
+}
+
+// stopsOnPhantoms starts walstream on url and checks that it stops, its
+// log saying says, with Kafka holding the n events published before.
+func stopsOnPhantoms(t *testing.T, url, broker string, n int, says ...string) {
+	t.Helper()
+	out := waitExit(t, testenv.StartWalstream(t, binary, runArgs(url, broker)), 60*time.Second)
+	wantIn(t, "the log", out, says...)
+	if got := kafkaIDs(t, broker); len(got) != n {
+		t.Fatalf("Kafka holds %d events after the stop, want the %d published before", len(got), n)
+	}
+}
+
+// streamLater starts walstream on url with extra arguments, inserts n
+// rows on pg once it streams, and waits until Kafka holds them with those
+// published before, and a second more for anything else walstream would
+// publish. It returns walstream and the ids Kafka should hold.
+func streamLater(t *testing.T, pg *testenv.Postgres, url, broker string, published map[string]bool, n int, extra ...string) (*testenv.Process, map[string]bool) {
+	t.Helper()
+	p := testenv.StartWalstream(t, binary, runArgs(url, broker, extra...))
 	testenv.WaitStreaming(t, p, 60*time.Second)
-	after := insertRows(t, pg, 10, "after")
-	waitKafka(t, broker, union(published, after), p, 30*time.Second)
+	want := maps.Clone(published)
+	for _, id := range insertRows(t, pg, n, "later") {
+		want[id] = true
+	}
+	waitKafka(t, broker, want, p, 30*time.Second)
 	time.Sleep(time.Second)
-	exactly(t, kafkaIDs(t, broker), union(published, after))
+	return p, want
 }

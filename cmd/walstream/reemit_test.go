@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/internal/testenv"
 	"github.com/walstream/walstream/pipeline"
 )
@@ -149,24 +148,6 @@ func byID(id string) func(pipeline.ReemitReport) bool {
 	return func(r pipeline.ReemitReport) bool { return r.ID == id }
 }
 
-// outboxRows returns the outbox's event ids that satisfy where.
-func (e *reemitEnv) outboxRows(t *testing.T, where string) map[string]bool {
-	t.Helper()
-	rows, err := e.pg.Connect("postgres").Query(context.Background(), "SELECT id::text FROM outbox WHERE "+where)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		out[id] = true
-	}
-	return out
-}
-
 // records reads every outbox topic once the stream confirmed what was
 // written, and splits them: live records by event id, re-emitted ones by
 // request.
@@ -233,7 +214,7 @@ func (e *reemitEnv) checkLive(t *testing.T, live []record) map[string]record {
 		}
 		byEvent[ev] = r
 	}
-	all := e.outboxRows(t, "true")
+	all := outboxIDs(t, e.pg, "true")
 	for ev := range all {
 		if _, ok := byEvent[ev]; !ok {
 			t.Errorf("outbox row %s was not published live", ev)
@@ -268,16 +249,16 @@ func TestReemit(t *testing.T) {
 	}
 	var requests []made
 
-	orders := e.outboxRows(t, "aggregatetype = 'Order'")
+	orders := outboxIDs(t, e.pg, "aggregatetype = 'Order'")
 	id := e.request(t, "--where", "aggregatetype = 'Order'")
 	requests = append(requests, made{id, orders, nil})
 	done := e.wait(t, byID(id), "done", time.Minute)
-	requests[0].may = e.outboxRows(t, "aggregatetype = 'Order'") // orders the live load added meanwhile
+	requests[0].may = outboxIDs(t, e.pg, "aggregatetype = 'Order'") // orders the live load added meanwhile
 	if done.Rows < int64(len(orders)) || done.Origin != "walstream reemit" || done.Where != "aggregatetype = 'Order'" {
 		t.Errorf("request by predicate: %+v, want at least %d rows", done, len(orders))
 	}
 
-	customers := slices.Sorted(maps.Keys(e.outboxRows(t, "aggregatetype = 'Customer'")))
+	customers := slices.Sorted(maps.Keys(outboxIDs(t, e.pg, "aggregatetype = 'Customer'")))
 	ids := []string{customers[3], customers[500], customers[1200]}
 	id = e.request(t, "--ids", strings.Join(ids, ","))
 	requests = append(requests, made{id, map[string]bool{ids[0]: true, ids[1]: true, ids[2]: true}, nil})
@@ -285,7 +266,7 @@ func TestReemit(t *testing.T) {
 
 	from, to := customers[100], customers[400]
 	id = e.request(t, "--from-key", from, "--to-key", to, "--where", "aggregatetype = 'Customer'")
-	requests = append(requests, made{id, e.outboxRows(t, fmt.Sprintf("aggregatetype = 'Customer' AND id BETWEEN '%s' AND '%s'", from, to)), nil})
+	requests = append(requests, made{id, outboxIDs(t, e.pg, fmt.Sprintf("aggregatetype = 'Customer' AND id BETWEEN '%s' AND '%s'", from, to)), nil})
 	e.wait(t, byID(id), "done", time.Minute)
 
 	// Debezium's signal, with its additional conditions.
@@ -298,7 +279,7 @@ func TestReemit(t *testing.T) {
 	if !strings.HasPrefix(sig.ID, "sig-1@") {
 		t.Errorf("the signal's request is named %s", sig.ID)
 	}
-	requests = append(requests, made{sig.ID, e.outboxRows(t, "aggregatetype = 'Customer'"), nil})
+	requests = append(requests, made{sig.ID, outboxIDs(t, e.pg, "aggregatetype = 'Customer'"), nil})
 
 	// A cancel midway: the request ends where the stream meets the
 	// cancel; /readyz and status show it while it runs.
@@ -360,7 +341,7 @@ func TestReemit(t *testing.T) {
 	e.stop()
 	live, reemitted := e.records(t)
 	byEvent := e.checkLive(t, live)
-	everything := e.outboxRows(t, "true")
+	everything := outboxIDs(t, e.pg, "true")
 	for _, r := range requests {
 		checkRequest(t, r.id, reemitted[r.id], r.want, r.may, byEvent)
 		delete(reemitted, r.id)
@@ -405,7 +386,7 @@ func (e *reemitEnv) reemitCrashes(t *testing.T, args []string) map[string]map[st
 		if err := e.p.stop(); err != nil {
 			t.Fatal(err)
 		}
-		before := e.outboxRows(t, "true")
+		before := outboxIDs(t, e.pg, "true")
 		id := e.request(t)
 		out[id] = before
 		e.p = e.start(args, "WALSTREAM_CRASH_AT="+point)
