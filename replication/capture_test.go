@@ -195,12 +195,7 @@ CREATE PUBLICATION walstream_outbox FOR TABLE outbox WITH (publish = 'insert, up
 				t.Fatal(err)
 			}
 			conn := connect(t, pg.URL("postgres", db))
-			exec := func(sql string) {
-				t.Helper()
-				if _, err := conn.Exec(context.Background(), sql); err != nil {
-					t.Fatalf("%s: %v", sql, err)
-				}
-			}
+			exec := execOn(t, conn)
 			exec(`CREATE SCHEMA bin;
 CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text NOT NULL, type text, payload jsonb NOT NULL);
 CREATE TABLE audit (n int, note text);

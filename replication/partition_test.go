@@ -23,12 +23,7 @@ func TestPartitionedOutbox(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	ctx := context.Background()
 	admin := connect(t, pg.URL("postgres", "postgres"))
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := admin.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execOn(t, admin)
 	exec(partitionedDDL)
 	if err := Prepare(ctx, admin, names, createAll); err != nil {
 		t.Fatal(err)

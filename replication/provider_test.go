@@ -17,12 +17,7 @@ func TestCheckManagedProviders(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.Settings("wal_level = replica"))
 	ctx := context.Background()
 	admin := connect(t, pg.URL("postgres", "postgres"))
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := admin.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execOn(t, admin)
 	exec(outboxDDL)
 	exec("CREATE ROLE app LOGIN; CREATE ROLE rds_replication NOLOGIN; GRANT SELECT ON public.outbox TO app")
 	tables := []TableColumns{{Table: Table{"public", "outbox"}, Columns: []string{"id"}}}

@@ -24,6 +24,17 @@ func connect(t *testing.T, url string) *pgx.Conn {
 	return conn
 }
 
+// execOn returns a func that runs SQL on conn, failing the test with the
+// statement.
+func execOn(t *testing.T, conn *pgx.Conn) func(sql string) {
+	return func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(context.Background(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
 var names = Names{Slot: "walstream", Publication: "walstream_outbox", Tables: []Table{{"public", "outbox"}}}
 
 const outboxDDL = `CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)`

@@ -16,12 +16,7 @@ func TestDescribeTables(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	ctx := context.Background()
 	admin := connect(t, pg.URL("postgres", "postgres"))
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := admin.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execOn(t, admin)
 	exec(`CREATE TABLE public.outbox (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text, type text DEFAULT 'created',
 		payload jsonb, n int GENERATED ALWAYS AS (1) STORED)`)
 	exec("ALTER TABLE public.outbox DROP COLUMN type")
