@@ -130,18 +130,15 @@ func (b *bench) backlogRun(ctx context.Context, scenario string, run int, rows, 
 
 	// The broker is idle until walstream starts; starting it now keeps its
 	// start-up out of the quiet window before the measured drains.
-	broker, err := b.startBroker(ctx, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer b.closeBroker(name, broker)
 	topics := []string{topicFor(aggTypeBacklog)}
 	if b.cfg.Avro {
 		topics = append(topics, avroTopicPrefix+aggTypeBacklog)
 	}
-	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topics...); err != nil {
+	broker, err := b.startPhaseBroker(ctx, name, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"), topics...)
+	if err != nil {
 		return nil, err
 	}
+	defer b.closeBroker(name, broker)
 
 	var ceilingProf, goRecvProf, walstreamProf *profiler
 	if profile {

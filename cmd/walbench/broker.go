@@ -259,6 +259,20 @@ func (b *brokerProc) stopProfile(ctx context.Context) (string, error) {
 	return b.waitLine(ctx, brokerProfileWritten, 30*time.Second)
 }
 
+// startPhaseBroker starts a phase's broker (startBroker) with its topics
+// made, or stops it again; the phase defers closeBroker(name, ...).
+func (b *bench) startPhaseBroker(ctx context.Context, name, dataDir, profileDir, logPath string, topics ...string) (*brokerProc, error) {
+	broker, err := b.startBroker(ctx, dataDir, profileDir, logPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topics...); err != nil {
+		b.closeBroker(name, broker)
+		return nil, err
+	}
+	return broker, nil
+}
+
 // closeBroker stops the broker, logging a failure under name, and removes its
 // data: what a phase defers once its broker has started.
 func (b *bench) closeBroker(name string, bp *brokerProc) {

@@ -326,15 +326,12 @@ func (b *bench) startPeer(ctx context.Context, p peer, broker *brokerProc, logPr
 
 // peerDrain is one tool draining rows from its slot into a fresh broker.
 func (b *bench) peerDrain(ctx context.Context, p peer, rows int64, logPrefix string) (*PeerDrain, error) {
-	broker, err := b.startBroker(ctx, logPrefix+"-kafka-data", filepath.Dir(logPrefix), logPrefix+"-broker.log")
+	topic := topicFor(aggTypeBacklog)
+	broker, err := b.startPhaseBroker(ctx, filepath.Base(logPrefix), logPrefix+"-kafka-data", filepath.Dir(logPrefix), logPrefix+"-broker.log", topic)
 	if err != nil {
 		return nil, err
 	}
 	defer b.closeBroker(filepath.Base(logPrefix), broker)
-	topic := topicFor(aggTypeBacklog)
-	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topic); err != nil {
-		return nil, err
-	}
 	c, err := startCounter(broker.addr, topic)
 	if err != nil {
 		return nil, err
@@ -421,18 +418,12 @@ func (b *bench) peerLatency(ctx context.Context, round int, p peer) ([]PeerLaten
 		return nil, err
 	}
 	prefix := filepath.Join(dir, p.name)
-	broker, err := b.startBroker(ctx, prefix+"-kafka-data", dir, prefix+"-broker.log")
+	topics := latencyTopics(b.cfg.LatencyLoads)
+	broker, err := b.startPhaseBroker(ctx, name, prefix+"-kafka-data", dir, prefix+"-broker.log", topics...)
 	if err != nil {
 		return nil, err
 	}
 	defer b.closeBroker(name, broker)
-	var topics []string
-	for _, l := range b.cfg.LatencyLoads {
-		topics = append(topics, topicFor(latencyAggType(l)))
-	}
-	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topics...); err != nil {
-		return nil, err
-	}
 	r, err := b.startPeer(ctx, p, broker, prefix)
 	if err != nil {
 		return nil, err

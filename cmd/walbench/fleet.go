@@ -191,18 +191,15 @@ func (b *bench) fleetRun(ctx context.Context, run int) (*FleetRun, error) {
 	if err := b.fleetSetup(ctx, n); err != nil {
 		return nil, err
 	}
-	broker, err := b.startBroker(ctx, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer b.closeBroker(name, broker)
 	topics := make([]string, n)
 	for i := range topics {
 		topics[i] = topicFor(fleetStream(i + 1).aggType())
 	}
-	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topics...); err != nil {
+	broker, err := b.startPhaseBroker(ctx, name, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"), topics...)
+	if err != nil {
 		return nil, err
 	}
+	defer b.closeBroker(name, broker)
 
 	// Stream 1 alone, then the fleet, each in a process of its own.
 	if r.Alone, err = b.fleetPhase(ctx, filepath.Join(dir, "alone"), broker.addr, 1, nil); err != nil {

@@ -101,15 +101,12 @@ func (b *bench) foreignRun(ctx context.Context, streaming bool) (*ForeignRun, er
 	if _, err := b.db.createSlot(ctx, slotWalstream); err != nil {
 		return nil, err
 	}
-	broker, err := b.startBroker(ctx, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"))
+	topic := topicFor(aggTypeForeign)
+	broker, err := b.startPhaseBroker(ctx, name, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"), topic)
 	if err != nil {
 		return nil, err
 	}
 	defer b.closeBroker(name, broker)
-	topic := topicFor(aggTypeForeign)
-	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topic); err != nil {
-		return nil, err
-	}
 	args := append(b.walstreamArgs(broker.addr), "--stream-in-progress="+strconv.FormatBool(streaming))
 	p, err := startWalstream(b.walstream, args, filepath.Join(dir, "walstream.log"))
 	if err != nil {

@@ -120,18 +120,12 @@ func (b *bench) latencyRun(ctx context.Context, run int, profile bool) ([]Latenc
 	if _, err := b.db.createSlot(ctx, slotWalstream); err != nil {
 		return nil, err
 	}
-	broker, err := b.startBroker(ctx, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"))
+	topics := latencyTopics(b.cfg.LatencyLoads)
+	broker, err := b.startPhaseBroker(ctx, name, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"), topics...)
 	if err != nil {
 		return nil, err
 	}
 	defer b.closeBroker(name, broker)
-	var topics []string
-	for _, l := range b.cfg.LatencyLoads {
-		topics = append(topics, topicFor(latencyAggType(l)))
-	}
-	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topics...); err != nil {
-		return nil, err
-	}
 	p, stop, err := b.startStreaming(ctx, name, broker.addr, dir)
 	if err != nil {
 		return nil, err
@@ -241,6 +235,15 @@ func (b *bench) recvLogicalFloorIn(ctx context.Context, d *db, url string, load 
 		return 0, errors.New("no rows inserted in the measured time")
 	}
 	return cpu.Seconds() * 1e6 / float64(n), nil
+}
+
+// latencyTopics are the topics of the latency phases' loads.
+func latencyTopics(loads []Load) []string {
+	topics := make([]string, len(loads))
+	for i, l := range loads {
+		topics[i] = topicFor(latencyAggType(l))
+	}
+	return topics
 }
 
 func latencyAggType(l Load) string { return fmt.Sprintf("Latency%dx%d", l.Rate, l.RowsPerTx) }

@@ -82,14 +82,11 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 	if _, err := b.db.createSlot(ctx, slotWalstream); err != nil {
 		return nil, err
 	}
-	broker, err := b.startBroker(ctx, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"))
+	broker, err := b.startPhaseBroker(ctx, name, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"), topicFor(latencyAggType(r.Load)), topicFor(aggTypeReemit))
 	if err != nil {
 		return nil, err
 	}
 	defer b.closeBroker(name, broker)
-	if err := createTopics(ctx, broker.addr, b.cfg.Partitions, topicFor(latencyAggType(r.Load)), topicFor(aggTypeReemit)); err != nil {
-		return nil, err
-	}
 	p, stop, err := b.startStreaming(ctx, name, broker.addr, dir)
 	if err != nil {
 		return nil, err
