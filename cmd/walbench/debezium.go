@@ -573,8 +573,7 @@ type counter struct {
 }
 
 func startCounter(broker, topic string) (*counter, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := readCommittedClient(broker, topic)
 	if err != nil {
 		return nil, fmt.Errorf("creating the counter of %s: %w", topic, err)
 	}

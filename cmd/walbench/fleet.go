@@ -558,8 +558,7 @@ type fleetConsumer struct {
 }
 
 func startFleetConsumer(broker string, topics []string, from time.Time) (*fleetConsumer, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topics...),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := readCommittedClient(broker, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("creating the fleet's consumer: %w", err)
 	}

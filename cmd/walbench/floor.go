@@ -231,7 +231,7 @@ func replay(ctx context.Context, commit committer, plan *floorPlan) (*floorResul
 	at := func(due time.Time) (time.Time, error) {
 		due = later(due, ended.Add(floorPause))
 		if d := time.Until(due); d > 0 {
-			if err := sleep(ctx, d); err != nil {
+			if err := sleepCtx(ctx, d); err != nil {
 				return due, err
 			}
 		}

@@ -532,9 +532,14 @@ type latencyConsumer struct {
 	once     sync.Once
 }
 
-func startLatencyConsumer(broker, topic string) (*latencyConsumer, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic),
+// readCommittedClient reads topics read_committed from their start.
+func readCommittedClient(broker string, topics ...string) (*kgo.Client, error) {
+	return kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+}
+
+func startLatencyConsumer(broker, topic string) (*latencyConsumer, error) {
+	cl, err := readCommittedClient(broker, topic)
 	if err != nil {
 		return nil, fmt.Errorf("creating the latency consumer: %w", err)
 	}

@@ -277,7 +277,7 @@ func untilSettled(ctx context.Context, fn func() error) error {
 		if err == nil || try == 100 || !kerr.IsRetriable(err) {
 			return err
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -385,7 +385,7 @@ func (c *minimalClient) produce(ctx context.Context, batches map[string]map[int3
 		if retry == nil {
 			return fmt.Errorf("the Produce response left %d partitions unanswered", left)
 		}
-		if err := sleep(ctx, time.Millisecond); err != nil {
+		if err := sleepCtx(ctx, time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -427,7 +427,7 @@ func (c *minimalClient) addPartitions(ctx context.Context, batches map[string]ma
 		if !notYet(aerr) || try == 100 {
 			return fmt.Errorf("AddPartitionsToTxn: %w", aerr)
 		}
-		if err := sleep(ctx, time.Millisecond); err != nil {
+		if err := sleepCtx(ctx, time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -470,15 +470,4 @@ func recordBatch(pid int64, epoch int16, seq int32, records []txnRecord) []byte 
 	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-12))
 	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], castagnoli))
 	return b
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
