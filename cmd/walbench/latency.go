@@ -117,16 +117,8 @@ func (b *bench) latencyRun(ctx context.Context, run int, profile bool) ([]Latenc
 	if err := b.db.reset(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := b.db.createSlot(ctx, slotWalstream); err != nil {
-		return nil, err
-	}
 	topics := latencyTopics(b.cfg.LatencyLoads)
-	broker, err := b.startPhaseBroker(ctx, name, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"), topics...)
-	if err != nil {
-		return nil, err
-	}
-	defer b.closeBroker(name, broker)
-	p, stop, err := b.startStreaming(ctx, name, broker.addr, dir)
+	broker, p, stop, err := b.streamingPhase(ctx, name, dir, topics...)
 	if err != nil {
 		return nil, err
 	}

@@ -79,15 +79,7 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 	if err := b.db.exec(ctx, "ANALYZE public.outbox"); err != nil {
 		return nil, err
 	}
-	if _, err := b.db.createSlot(ctx, slotWalstream); err != nil {
-		return nil, err
-	}
-	broker, err := b.startPhaseBroker(ctx, name, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"), topicFor(latencyAggType(r.Load)), topicFor(aggTypeReemit))
-	if err != nil {
-		return nil, err
-	}
-	defer b.closeBroker(name, broker)
-	p, stop, err := b.startStreaming(ctx, name, broker.addr, dir)
+	broker, p, stop, err := b.streamingPhase(ctx, name, dir, topicFor(latencyAggType(r.Load)), topicFor(aggTypeReemit))
 	if err != nil {
 		return nil, err
 	}

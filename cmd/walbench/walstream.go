@@ -59,6 +59,24 @@ func (b *bench) avroArgs(broker string) []string {
 // avroTopicPrefix names the -avro drain's topics.
 const avroTopicPrefix = "outbox.avro."
 
+// streamingPhase makes walstream's slot and starts the phase's broker
+// with its topics and walstream streaming into it; stop ends both.
+func (b *bench) streamingPhase(ctx context.Context, name, dir string, topics ...string) (*brokerProc, *walstreamProc, func(), error) {
+	if _, err := b.db.createSlot(ctx, slotWalstream); err != nil {
+		return nil, nil, nil, err
+	}
+	broker, err := b.startPhaseBroker(ctx, name, filepath.Join(b.workDir, name+"-kafka"), dir, filepath.Join(dir, "broker.log"), topics...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	p, stop, err := b.startStreaming(ctx, name, broker.addr, dir)
+	if err != nil {
+		b.closeBroker(name, broker)
+		return nil, nil, nil, err
+	}
+	return broker, p, func() { stop(); b.closeBroker(name, broker) }, nil
+}
+
 // startStreaming starts walstream on the broker at addr, its log in dir,
 // and waits until it streams. stop, which the caller defers, stops it and
 // logs what fails.
