@@ -125,26 +125,12 @@ func (r *Report) summarize() []Figure {
 	}
 	drains(ScenarioBacklog, r.Backlog, &target{atLeast: true, bound: 1.3}, &target{atLeast: true, bound: 0.95}, &target{bound: 3.5}, 100)
 	// The huge scenario runs two sizes; each gets its own figures.
-	bySize := map[int64][]*BacklogRun{}
-	var sizes []int64
-	for _, h := range r.Huge {
-		if _, ok := bySize[h.Rows]; !ok {
-			sizes = append(sizes, h.Rows)
-		}
-		bySize[h.Rows] = append(bySize[h.Rows], h)
-	}
+	bySize, sizes := groupBy(r.Huge, func(h *BacklogRun) int64 { return h.Rows })
 	for _, n := range sizes {
 		drains(fmt.Sprintf("%s, %d rows", ScenarioHuge, n), bySize[n], &target{atLeast: true, bound: 0.9}, nil, nil, 200)
 	}
 
-	byLoad := map[Load][]Latency{}
-	var order []Load
-	for _, l := range r.Latency {
-		if _, ok := byLoad[l.Load]; !ok {
-			order = append(order, l.Load)
-		}
-		byLoad[l.Load] = append(byLoad[l.Load], l)
-	}
+	byLoad, order := groupBy(r.Latency, func(l Latency) Load { return l.Load })
 	for _, load := range order {
 		ls := byLoad[load]
 		scenario := fmt.Sprintf("latency %d rows/s, %d/tx", load.Rate, load.RowsPerTx)
@@ -625,4 +611,19 @@ func num(v float64) string {
 	default:
 		return fmt.Sprintf("%.2f", v)
 	}
+}
+
+// groupBy groups vs by key, and lists the keys in the order they first
+// come.
+func groupBy[K comparable, V any](vs []V, key func(V) K) (map[K][]V, []K) {
+	by := map[K][]V{}
+	var order []K
+	for _, v := range vs {
+		k := key(v)
+		if _, ok := by[k]; !ok {
+			order = append(order, k)
+		}
+		by[k] = append(by[k], v)
+	}
+	return by, order
 }
