@@ -564,38 +564,28 @@ func (b *bench) peerLatencyPhase(ctx context.Context, prefix string, load Load, 
 
 // counter counts a topic's records as a read_committed consumer sees them.
 type counter struct {
-	cl     *kgo.Client
-	cancel context.CancelFunc
-	done   chan struct{}
+	*poller
 	n      atomic.Int64
 	last   atomic.Int64 // when a record was last seen, Unix nanoseconds
 	failed atomic.Pointer[error]
 }
 
 func startCounter(broker, topic string) (*counter, error) {
-	cl, err := readCommittedClient(broker, topic)
-	if err != nil {
-		return nil, fmt.Errorf("creating the counter of %s: %w", topic, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &counter{cl: cl, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		for {
-			fs := cl.PollFetches(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			fs.EachError(func(t string, p int32, err error) {
-				e := fmt.Errorf("consuming %s partition %d: %w", t, p, err)
-				c.failed.CompareAndSwap(nil, &e)
-			})
-			if n := fs.NumRecords(); n > 0 {
-				c.n.Add(int64(n))
-				c.last.Store(time.Now().UnixNano())
-			}
+	c := &counter{}
+	p, err := startPoller(broker, "the counter of "+topic, []string{topic}, func(fs kgo.Fetches, _ int64) {
+		fs.EachError(func(t string, p int32, err error) {
+			e := fmt.Errorf("consuming %s partition %d: %w", t, p, err)
+			c.failed.CompareAndSwap(nil, &e)
+		})
+		if n := fs.NumRecords(); n > 0 {
+			c.n.Add(int64(n))
+			c.last.Store(time.Now().UnixNano())
 		}
-	}()
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.poller = p
 	return c, nil
 }
 
@@ -606,12 +596,6 @@ func (c *counter) err() error {
 		return *e
 	}
 	return nil
-}
-
-func (c *counter) close() {
-	c.cancel()
-	<-c.done
-	c.cl.Close()
 }
 
 // debeziumVersions names Kafka Connect's and Debezium's releases.

@@ -543,14 +543,11 @@ func committedTxns(addr string) (int64, error) {
 // each record's row timestamp and latency, as latencyConsumer does for
 // one, for the rows written from a moment on: a phase's.
 type fleetConsumer struct {
-	from   int64 // µs since the epoch
-	cl     *kgo.Client
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
-	mu     sync.Mutex
-	ts     map[string][]int64
-	lat    map[string][]int64
+	*poller
+	from int64 // µs since the epoch
+	mu   sync.Mutex
+	ts   map[string][]int64
+	lat  map[string][]int64
 	// produced is each record's timestamp less its row's, µs.
 	produced map[string][]int64
 	n        int64
@@ -558,49 +555,39 @@ type fleetConsumer struct {
 }
 
 func startFleetConsumer(broker string, topics []string, from time.Time) (*fleetConsumer, error) {
-	cl, err := readCommittedClient(broker, topics...)
+	c := &fleetConsumer{from: from.UnixMicro(), ts: make(map[string][]int64), lat: make(map[string][]int64), produced: make(map[string][]int64)}
+	p, err := startPoller(broker, "the fleet's consumer", topics, c.take)
 	if err != nil {
-		return nil, fmt.Errorf("creating the fleet's consumer: %w", err)
+		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &fleetConsumer{from: from.UnixMicro(), cl: cl, cancel: cancel, done: make(chan struct{}),
-		ts: make(map[string][]int64), lat: make(map[string][]int64), produced: make(map[string][]int64)}
-	go c.run(ctx)
+	c.poller = p
 	return c, nil
 }
 
-func (c *fleetConsumer) run(ctx context.Context) {
-	defer close(c.done)
-	for {
-		fs := c.cl.PollFetches(ctx)
-		now := time.Now().UnixMicro()
-		if ctx.Err() != nil {
+func (c *fleetConsumer) take(fs kgo.Fetches, now int64) {
+	c.mu.Lock()
+	fs.EachError(func(t string, p int32, err error) {
+		if c.failed == nil {
+			c.failed = fmt.Errorf("consuming %s partition %d: %w", t, p, err)
+		}
+	})
+	fs.EachRecord(func(r *kgo.Record) {
+		ts, err := recordTimestamp(r.Value)
+		if err != nil {
+			if c.failed == nil {
+				c.failed = err
+			}
 			return
 		}
-		c.mu.Lock()
-		fs.EachError(func(t string, p int32, err error) {
-			if c.failed == nil {
-				c.failed = fmt.Errorf("consuming %s partition %d: %w", t, p, err)
-			}
-		})
-		fs.EachRecord(func(r *kgo.Record) {
-			ts, err := recordTimestamp(r.Value)
-			if err != nil {
-				if c.failed == nil {
-					c.failed = err
-				}
-				return
-			}
-			if ts < c.from {
-				return // an earlier phase's
-			}
-			c.ts[r.Topic] = append(c.ts[r.Topic], ts)
-			c.lat[r.Topic] = append(c.lat[r.Topic], now-ts)
-			c.produced[r.Topic] = append(c.produced[r.Topic], r.Timestamp.UnixMicro()-ts)
-			c.n++
-		})
-		c.mu.Unlock()
-	}
+		if ts < c.from {
+			return // an earlier phase's
+		}
+		c.ts[r.Topic] = append(c.ts[r.Topic], ts)
+		c.lat[r.Topic] = append(c.lat[r.Topic], now-ts)
+		c.produced[r.Topic] = append(c.produced[r.Topic], r.Timestamp.UnixMicro()-ts)
+		c.n++
+	})
+	c.mu.Unlock()
 }
 
 func (c *fleetConsumer) received() int64 {
@@ -633,12 +620,4 @@ func (c *fleetConsumer) err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.failed
-}
-
-func (c *fleetConsumer) close() {
-	c.once.Do(func() {
-		c.cancel()
-		<-c.done
-		c.cl.Close()
-	})
 }

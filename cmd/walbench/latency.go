@@ -506,12 +506,10 @@ func (w *writer) ackOffsets() []int64 {
 // latencyConsumer reads a topic read_committed and notes, for each record,
 // the row's timestamp and the time it was seen.
 type latencyConsumer struct {
-	cl     *kgo.Client
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	ts     []int64 // row timestamps, µs since the epoch
-	lat    []int64 // seen minus timestamp, µs
+	*poller
+	mu  sync.Mutex
+	ts  []int64 // row timestamps, µs since the epoch
+	lat []int64 // seen minus timestamp, µs
 	// produced is the record's timestamp minus the row's, µs: walstream
 	// leaves the record timestamp to franz-go, which sets it when
 	// walstream hands it the record. It splits lat into the time up to
@@ -521,61 +519,88 @@ type latencyConsumer struct {
 	failed   error
 	n        atomic.Int64
 	bytes    int64 // of the records' values and headers
-	once     sync.Once
 }
 
-// readCommittedClient reads topics read_committed from their start.
-func readCommittedClient(broker string, topics ...string) (*kgo.Client, error) {
-	return kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topics...),
+// poller polls a client reading topics read_committed from their start,
+// in a goroutine of its own until close, and hands each poll's fetches
+// to its consumer with when they came (µs since the epoch).
+type poller struct {
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// startPoller starts polling topics on broker for take; what names the
+// consumer in an error.
+func startPoller(broker, what string, topics []string, take func(fs kgo.Fetches, now int64)) (*poller, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", what, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &poller{cl: cl, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for {
+			fs := cl.PollFetches(ctx)
+			now := time.Now().UnixMicro()
+			if ctx.Err() != nil {
+				return
+			}
+			take(fs, now)
+		}
+	}()
+	return p, nil
+}
+
+// close stops the polling and closes the client; it may be called again.
+func (p *poller) close() {
+	p.once.Do(func() {
+		p.cancel()
+		<-p.done
+		p.cl.Close()
+	})
 }
 
 func startLatencyConsumer(broker, topic string) (*latencyConsumer, error) {
-	cl, err := readCommittedClient(broker, topic)
+	c := &latencyConsumer{}
+	p, err := startPoller(broker, "the latency consumer", []string{topic}, c.take)
 	if err != nil {
-		return nil, fmt.Errorf("creating the latency consumer: %w", err)
+		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &latencyConsumer{cl: cl, cancel: cancel, done: make(chan struct{})}
-	go c.run(ctx)
+	c.poller = p
 	return c, nil
 }
 
-func (c *latencyConsumer) run(ctx context.Context) {
-	defer close(c.done)
-	for {
-		fs := c.cl.PollFetches(ctx)
-		now := time.Now().UnixMicro()
-		if ctx.Err() != nil {
+func (c *latencyConsumer) take(fs kgo.Fetches, now int64) {
+	var ferr error
+	fs.EachError(func(t string, p int32, err error) {
+		ferr = fmt.Errorf("consuming %s partition %d: %w", t, p, err)
+	})
+	c.mu.Lock()
+	if ferr != nil && c.failed == nil {
+		c.failed = ferr
+	}
+	fs.EachRecord(func(r *kgo.Record) {
+		ts, err := recordTimestamp(r.Value)
+		if err != nil {
+			if c.failed == nil {
+				c.failed = err
+			}
 			return
 		}
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) {
-			ferr = fmt.Errorf("consuming %s partition %d: %w", t, p, err)
-		})
-		c.mu.Lock()
-		if ferr != nil && c.failed == nil {
-			c.failed = ferr
+		c.ts = append(c.ts, ts)
+		c.lat = append(c.lat, now-ts)
+		c.produced = append(c.produced, r.Timestamp.UnixMicro()-ts)
+		c.bytes += int64(len(r.Value))
+		for _, h := range r.Headers {
+			c.bytes += int64(len(h.Key) + len(h.Value))
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			ts, err := recordTimestamp(r.Value)
-			if err != nil {
-				if c.failed == nil {
-					c.failed = err
-				}
-				return
-			}
-			c.ts = append(c.ts, ts)
-			c.lat = append(c.lat, now-ts)
-			c.produced = append(c.produced, r.Timestamp.UnixMicro()-ts)
-			c.bytes += int64(len(r.Value))
-			for _, h := range r.Headers {
-				c.bytes += int64(len(h.Key) + len(h.Value))
-			}
-		})
-		c.mu.Unlock()
-		c.n.Add(int64(fs.NumRecords()))
-	}
+	})
+	c.mu.Unlock()
+	c.n.Add(int64(fs.NumRecords()))
 }
 
 // recordTimestamp finds ts_us in a record's JSON value.
@@ -649,12 +674,4 @@ func (c *latencyConsumer) samples(from int64) (lat, toProducer, fromProducer []i
 		}
 	}
 	return lat, toProducer, fromProducer
-}
-
-func (c *latencyConsumer) close() {
-	c.once.Do(func() {
-		c.cancel()
-		<-c.done
-		c.cl.Close()
-	})
 }
