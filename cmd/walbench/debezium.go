@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -510,19 +509,10 @@ func (b *bench) peerLatencyPhase(ctx context.Context, prefix string, load Load, 
 	start := time.Now()
 	w := b.newWriter(load, start, b.cfg.LatencyFor)
 	// The tool's CPU time is sampled when the warm-up ends and when the
-	// writers stop; atMeasure says the first sample is taken.
+	// writers stop.
 	s := newSampler()
-	atMeasure := make(chan struct{})
-	timer := time.AfterFunc(b.cfg.LatencyWarmup, func() {
-		s.sample(r.pid)
-		close(atMeasure)
-	})
-	err = w.run(ctx, b.pg.url, b.cfg.LatencyWriters, start)
-	measureTo := time.Now()
-	if timer.Stop() {
-		return l, errors.Join(err, errors.New("the writers finished before the warm-up ended"))
-	}
-	<-atMeasure
+	measureTo, err := measure(b.cfg.LatencyWarmup, func() error { s.sample(r.pid); return nil },
+		func() error { return w.run(ctx, b.pg.url, b.cfg.LatencyWriters, start) })
 	if err != nil {
 		return l, err
 	}

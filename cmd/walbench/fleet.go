@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -326,29 +325,22 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 	}
 	s := newSampler()
 	var txns0 int64
-	measured := make(chan error, 1)
 	txns := p.txns
 	if txns == nil {
 		txns = func() (int64, error) { return 0, nil }
 	}
-	timer := time.AfterFunc(b.cfg.LatencyWarmup, func() {
+	measureTo, err := measure(b.cfg.LatencyWarmup, func() error {
 		s.sample(p.pid)
 		var err error
 		txns0, err = txns()
-		measured <- err
+		return err
+	}, func() error {
+		g, gctx := errgroup.WithContext(ctx)
+		for i, w := range writers {
+			g.Go(func() error { return w.run(gctx, urls[i], 1, start) })
+		}
+		return g.Wait()
 	})
-	g, gctx := errgroup.WithContext(ctx)
-	for i, w := range writers {
-		g.Go(func() error { return w.run(gctx, urls[i], 1, start) })
-	}
-	err = g.Wait()
-	measureTo := time.Now()
-	if timer.Stop() {
-		return ph, errors.Join(err, errors.New("the writers finished before the warm-up ended"))
-	}
-	if merr := <-measured; err == nil {
-		err = merr
-	}
 	if err != nil {
 		return ph, err
 	}

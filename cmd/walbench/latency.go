@@ -191,12 +191,8 @@ func (b *bench) recvLogicalFloorIn(ctx context.Context, d *db, url string, load 
 	w := b.newWriter(load, start, 10*time.Second)
 	w.aggType = aggType
 	s := newSampler()
-	timer := time.AfterFunc(b.cfg.LatencyWarmup, func() { s.sample(cmd.Process.Pid) })
-	err = w.run(ctx, url, b.cfg.LatencyWriters, start)
-	if timer.Stop() {
-		return 0, errors.Join(err, errors.New("the writers finished before the warm-up ended"))
-	}
-	if err != nil {
+	if _, err := measure(b.cfg.LatencyWarmup, func() error { s.sample(cmd.Process.Pid); return nil },
+		func() error { return w.run(ctx, url, b.cfg.LatencyWriters, start) }); err != nil {
 		return 0, err
 	}
 	cpu0 := s.get(cmd.Process.Pid).CPU
@@ -227,6 +223,23 @@ func (b *bench) recvLogicalFloorIn(ctx context.Context, d *db, url string, load 
 		return 0, errors.New("no rows inserted in the measured time")
 	}
 	return cpu.Seconds() * 1e6 / float64(n), nil
+}
+
+// measure runs write, a phase's writers, and calls atWarmup once the
+// warm-up has passed, as the measured window starts; it returns when the
+// writers stopped, and fails when they stopped before the warm-up ended.
+func measure(warmup time.Duration, atWarmup, write func() error) (end time.Time, err error) {
+	done := make(chan error, 1)
+	timer := time.AfterFunc(warmup, func() { done <- atWarmup() })
+	err = write()
+	end = time.Now()
+	if timer.Stop() {
+		return end, errors.Join(err, errors.New("the writers finished before the warm-up ended"))
+	}
+	if werr := <-done; err == nil {
+		err = werr
+	}
+	return end, err
 }
 
 // latencyTopics are the topics of the latency phases' loads.
@@ -271,21 +284,12 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	// walstream's CPU time is sampled when the warm-up ends and when the
 	// writers stop; a profile covers the same window.
 	s := newSampler()
-	atMeasure := make(chan error, 1)
 	var pgo *pgoPhase
-	timer := time.AfterFunc(b.cfg.LatencyWarmup, func() {
+	measureTo, err := measure(b.cfg.LatencyWarmup, func() error {
 		s.sample(p.pid())
 		pgo = b.pgo.start(ctx, fmt.Sprintf("latency-%d-%s", run, load))
-		atMeasure <- pr.start(ctx)
-	})
-	err = w.run(ctx, b.pg.url, b.cfg.LatencyWriters, start)
-	measureTo := time.Now()
-	if timer.Stop() {
-		return l, errors.Join(err, errors.New("the writers finished before the warm-up ended"))
-	}
-	if perr := <-atMeasure; err == nil {
-		err = perr
-	}
+		return pr.start(ctx)
+	}, func() error { return w.run(ctx, b.pg.url, b.cfg.LatencyWriters, start) })
 	if err != nil {
 		return l, errors.Join(err, pgo.stop())
 	}
