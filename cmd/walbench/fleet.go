@@ -563,14 +563,7 @@ func (c *fleetConsumer) take(fs kgo.Fetches, now int64) {
 			c.failed = fmt.Errorf("consuming %s partition %d: %w", t, p, err)
 		}
 	})
-	fs.EachRecord(func(r *kgo.Record) {
-		ts, err := recordTimestamp(r.Value)
-		if err != nil {
-			if c.failed == nil {
-				c.failed = err
-			}
-			return
-		}
+	eachTimed(fs, &c.failed, func(r *kgo.Record, ts int64) {
 		if ts < c.from {
 			return // an earlier phase's
 		}

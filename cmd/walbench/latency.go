@@ -587,14 +587,7 @@ func (c *latencyConsumer) take(fs kgo.Fetches, now int64) {
 	if ferr != nil && c.failed == nil {
 		c.failed = ferr
 	}
-	fs.EachRecord(func(r *kgo.Record) {
-		ts, err := recordTimestamp(r.Value)
-		if err != nil {
-			if c.failed == nil {
-				c.failed = err
-			}
-			return
-		}
+	eachTimed(fs, &c.failed, func(r *kgo.Record, ts int64) {
 		c.ts = append(c.ts, ts)
 		c.lat = append(c.lat, now-ts)
 		c.produced = append(c.produced, r.Timestamp.UnixMicro()-ts)
@@ -605,6 +598,21 @@ func (c *latencyConsumer) take(fs kgo.Fetches, now int64) {
 	})
 	c.mu.Unlock()
 	c.n.Add(int64(fs.NumRecords()))
+}
+
+// eachTimed calls f with each fetched record and its row's timestamp; a
+// record without one is an error, the first kept in *failed.
+func eachTimed(fs kgo.Fetches, failed *error, f func(r *kgo.Record, ts int64)) {
+	fs.EachRecord(func(r *kgo.Record) {
+		ts, err := recordTimestamp(r.Value)
+		if err != nil {
+			if *failed == nil {
+				*failed = err
+			}
+			return
+		}
+		f(r, ts)
+	})
 }
 
 // recordTimestamp finds ts_us in a record's JSON value.
