@@ -394,18 +394,12 @@ func (w *watch) failAll(err error) {
 // brokers as the same principal, so that one client may read for both.
 // Secrets held in files are the same when their paths are.
 func (c Settings) SameAccess(o Settings) bool {
-	return slices.Equal(sortedCopy(c.Brokers), sortedCopy(o.Brokers)) && sameTLS(c.TLS, o.TLS) &&
+	return slices.Equal(slices.Sorted(slices.Values(c.Brokers)), slices.Sorted(slices.Values(o.Brokers))) && sameTLS(c.TLS, o.TLS) &&
 		strings.EqualFold(c.SASLMechanism, o.SASLMechanism) && c.SASLUser == o.SASLUser && c.SASLPassword == o.SASLPassword &&
 		samePath(c.SASLPasswordFile, o.SASLPasswordFile) &&
 		c.OAuth.TokenFile == o.OAuth.TokenFile && c.OAuth.TokenURL == o.OAuth.TokenURL &&
 		c.OAuth.ClientID == o.OAuth.ClientID && c.OAuth.ClientSecret == o.OAuth.ClientSecret &&
 		samePath(c.OAuth.ClientSecretFile, o.OAuth.ClientSecretFile) && slices.Equal(c.OAuth.Scopes, o.OAuth.Scopes)
-}
-
-func sortedCopy(s []string) []string {
-	s = slices.Clone(s)
-	slices.Sort(s)
-	return s
 }
 
 // sameTLS: both plain, or both TLS with the same server name and the same

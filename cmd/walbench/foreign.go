@@ -107,19 +107,11 @@ func (b *bench) foreignRun(ctx context.Context, streaming bool) (*ForeignRun, er
 		return nil, err
 	}
 	defer b.closeBroker(name, broker)
-	args := append(b.walstreamArgs(broker.addr), "--stream-in-progress="+strconv.FormatBool(streaming))
-	p, err := startWalstream(b.walstream, args, filepath.Join(dir, "walstream.log"))
+	p, stop, err := b.startStreaming(ctx, name, broker.addr, dir, "--stream-in-progress="+strconv.FormatBool(streaming))
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err := p.stop(); err != nil {
-			b.logf("%s: stopping walstream: %v", name, err)
-		}
-	}()
-	if err := p.waitStreaming(ctx, time.Minute); err != nil {
-		return nil, err
-	}
+	defer stop()
 	c, err := startLatencyConsumer(broker.addr, topic)
 	if err != nil {
 		return nil, err

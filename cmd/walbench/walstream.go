@@ -77,11 +77,11 @@ func (b *bench) streamingPhase(ctx context.Context, name, dir string, topics ...
 	return broker, p, func() { stop(); b.closeBroker(name, broker) }, nil
 }
 
-// startStreaming starts walstream on the broker at addr, its log in dir,
-// and waits until it streams. stop, which the caller defers, stops it and
-// logs what fails.
-func (b *bench) startStreaming(ctx context.Context, name, addr, dir string) (p *walstreamProc, stop func(), err error) {
-	p, err = startWalstream(b.walstream, b.walstreamArgs(addr), filepath.Join(dir, "walstream.log"))
+// startStreaming starts walstream on the broker at addr, with extra
+// arguments besides the bench's, its log in dir, and waits until it
+// streams. stop, which the caller defers, stops it and logs what fails.
+func (b *bench) startStreaming(ctx context.Context, name, addr, dir string, extra ...string) (p *walstreamProc, stop func(), err error) {
+	p, err = startWalstream(b.walstream, append(b.walstreamArgs(addr), extra...), filepath.Join(dir, "walstream.log"))
 	if err != nil {
 		return nil, nil, err
 	}
