@@ -333,6 +333,19 @@ streams:
 	if cs, err := parseRun(t, "--config", two("", elsewhere)); err != nil || cs[0].Fleet.Group != "" || cs[1].Fleet.Group != "" {
 		t.Errorf("streams on two Kafka clusters, fleet auto: %v", err)
 	}
+	// One cluster's brokers in another order: one cluster, one group.
+	reordered := func(brokers string) string {
+		return writeFile(t, `
+kafka-brokers: kafka:9092,kafka-2:9092
+streams:
+  - pg-url: postgres://walstream@db/orders
+  - pg-url: postgres://walstream@db/billing
+    slot: billing
+    kafka-brokers: `+brokers+"\n")
+	}
+	if cs, err := parseRun(t, "--config", reordered("kafka-2:9092,kafka:9092")); err != nil || cs[1].Fleet.Group != "walstream-fleet-walstream.checkpoints" {
+		t.Errorf("streams on one Kafka cluster, brokers in two orders, fleet auto: %v", err)
+	}
 	for _, tc := range []struct{ name, extra, second, want string }{
 		{"two clusters", "fleet: on", elsewhere, "write to different Kafka clusters (kafka:9092 and other-kafka:9092), and the fleet's group walstream-fleet-walstream.checkpoints is on one"},
 		{"two checkpoint topics", "", "    checkpoint-topic: other", "would join different fleet groups, walstream-fleet-walstream.checkpoints and walstream-fleet-other, derived from their checkpoint topics: " +

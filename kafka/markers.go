@@ -394,7 +394,7 @@ func (w *watch) failAll(err error) {
 // brokers as the same principal, so that one client may read for both.
 // Secrets held in files are the same when their paths are.
 func (c Settings) SameAccess(o Settings) bool {
-	return slices.Equal(slices.Sorted(slices.Values(c.Brokers)), slices.Sorted(slices.Values(o.Brokers))) && sameTLS(c.TLS, o.TLS) &&
+	return c.Cluster() == o.Cluster() && sameTLS(c.TLS, o.TLS) &&
 		strings.EqualFold(c.SASLMechanism, o.SASLMechanism) && c.SASLUser == o.SASLUser && c.SASLPassword == o.SASLPassword &&
 		samePath(c.SASLPasswordFile, o.SASLPasswordFile) &&
 		c.OAuth.TokenFile == o.OAuth.TokenFile && c.OAuth.TokenURL == o.OAuth.TokenURL &&

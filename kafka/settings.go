@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -57,6 +58,13 @@ type Settings struct {
 func (c Settings) Shared() Settings {
 	c.shared = c.mechanism()
 	return c
+}
+
+// Cluster names the cluster the settings reach: the brokers, sorted and
+// joined with commas, so that two lists of one cluster's brokers in
+// different orders name it alike.
+func (c Settings) Cluster() string {
+	return strings.Join(slices.Sorted(slices.Values(c.Brokers)), ",")
 }
 
 // CheckBrokers reports a broker address that cannot be dialed. A missing

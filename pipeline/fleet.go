@@ -307,15 +307,15 @@ func CheckFleet(cfgs []Config) error {
 	}
 	for _, c := range cfgs {
 		unique(c.Stream, "name", c.Stream)
-		cluster := strings.Join(c.Kafka.Brokers, ",")
+		cluster := c.Kafka.Cluster()
 		unique(c.Stream, "checkpoint key", fmt.Sprintf("%q in topic %s of Kafka %s", c.CheckpointKey, c.CheckpointTopic, cluster))
 		unique(c.Stream, "transactional id", fmt.Sprintf("%q in Kafka %s", c.TransactionalID, cluster))
 		if c.Postgres != nil {
 			unique(c.Stream, "slot", fmt.Sprintf("%q on %s:%d", c.Names.Slot, c.Postgres.Host, c.Postgres.Port))
 		}
-		if first := cfgs[0]; c.Fleet.Group != "" && cluster != strings.Join(first.Kafka.Brokers, ",") {
+		if first := cfgs[0]; c.Fleet.Group != "" && cluster != first.Kafka.Cluster() {
 			errs = append(errs, fmt.Errorf("streams %s and %s write to different Kafka clusters (%s and %s), and the fleet's group %s is on one: "+
-				"run them as two fleets, or without a fleet's group", first.Stream, c.Stream, strings.Join(first.Kafka.Brokers, ","), cluster, c.Fleet.Group))
+				"run them as two fleets, or without a fleet's group", first.Stream, c.Stream, first.Kafka.Cluster(), cluster, c.Fleet.Group))
 		}
 	}
 	return errors.Join(errs...)

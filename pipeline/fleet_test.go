@@ -238,6 +238,19 @@ func TestCheckFleet(t *testing.T) {
 	if err != nil && strings.Contains(err.Error(), "billing-3") {
 		t.Errorf("CheckFleet = %v: billing-3 writes to another Kafka cluster", err)
 	}
+	// One cluster's brokers listed in two orders are one cluster: one
+	// fleet's group, and one transactional id.
+	a := fleetConfig(t, "a", "postgres://db/a", "a")
+	b := fleetConfig(t, "b", "postgres://db/b", "b")
+	a.Kafka.Brokers, b.Kafka.Brokers = []string{"k1:9092", "k2:9092"}, []string{"k2:9092", "k1:9092"}
+	a.Fleet.Group, b.Fleet.Group = "g", "g"
+	if err := CheckFleet([]Config{a, b}); err != nil {
+		t.Errorf("brokers in two orders: %v", err)
+	}
+	b.TransactionalID = a.TransactionalID
+	if err := CheckFleet([]Config{a, b}); err == nil || !strings.Contains(err.Error(), `streams a and b have the same transactional id "walstream-a" in Kafka k1:9092,k2:9092`) {
+		t.Errorf("one transactional id, brokers in two orders: %v", err)
+	}
 }
 
 // A fleet's /healthz and /readyz answer for every stream, one line each:
