@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -281,7 +282,8 @@ func (b *bench) fleetPhase(ctx context.Context, dir, broker string, n int, idle 
 	if err := p.waitStreams(ctx, n, time.Minute+time.Duration(n)*time.Second); err != nil {
 		return FleetPhase{}, err
 	}
-	return b.fleetLoad(ctx, broker, n, fleetProc{pid: p.pid(), exited: p.exited, txns: func() (int64, error) { return committedTxns(metricsAddr) }}, idle)
+	return b.fleetLoad(ctx, broker, n, fleetProc{pid: p.pid(), exited: p.exited, txns: func() (int64, error) { return committedTxns(metricsAddr) },
+		profile: filepath.Base(filepath.Dir(dir)) + "-" + filepath.Base(dir)}, idle)
 }
 
 // fleetProc is the process under the fleet's load: walstream, or a Kafka
@@ -290,6 +292,9 @@ type fleetProc struct {
 	pid    int
 	exited func() error
 	txns   func() (int64, error)
+	// profile names the phase in walstream's profiles of -pgo; empty for
+	// a process walbench does not profile.
+	profile string
 }
 
 // fleetLoad holds the load on streams 1 to n for the warm-up and the
@@ -329,8 +334,12 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 	if txns == nil {
 		txns = func() (int64, error) { return 0, nil }
 	}
+	var pgo *pgoPhase
 	measureTo, err := measure(b.cfg.LatencyWarmup, func() error {
 		s.sample(p.pid)
+		if p.profile != "" {
+			pgo = b.pgo.start(ctx, p.profile)
+		}
 		var err error
 		txns0, err = txns()
 		return err
@@ -342,10 +351,13 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 		return g.Wait()
 	})
 	if err != nil {
-		return ph, err
+		return ph, errors.Join(err, pgo.stop())
 	}
 	cpu0 := s.get(p.pid).CPU
 	s.sample(p.pid)
+	if err := pgo.stop(); err != nil {
+		return ph, err
+	}
 	txns1, err := txns()
 	if err != nil {
 		return ph, err
