@@ -76,7 +76,7 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 	b.pg = &postgres{url: cfg.PGURL}
 	if cfg.PGURL == "" {
 		b.logf("starting Postgres from %s", cfg.PGBin)
-		if b.pg, err = startPostgres(ctx, cfg.PGBin); err != nil {
+		if b.pg, err = startPostgres(ctx, cfg.PGBin, cfg.PGSettings); err != nil {
 			return err
 		}
 	}
@@ -337,8 +337,8 @@ func reportConfig(c *Config) map[string]any {
 		"debezium_rows": c.DebeziumRows, "debezium_runs": c.DebeziumRuns, "debezium_modes": c.DebeziumModes,
 		"reemit_rows": c.ReemitRows, "reemit_load": c.ReemitLoad, "reemit_runs": c.ReemitRuns,
 		"fleet_streams": c.FleetStreams, "fleet_load": c.FleetLoad, "fleet_runs": c.FleetRuns, "fleet_debezium": c.FleetDebezium,
-		"walstream_args": c.WalstreamArgs,
-		"partitions":     c.Partitions, "external_postgres": c.PGURL != "", "max_load": c.MaxLoad,
+		"walstream_args": c.WalstreamArgs, "pg_settings": c.PGSettings,
+		"partitions": c.Partitions, "external_postgres": c.PGURL != "", "max_load": c.MaxLoad,
 		"broker": c.Broker,
 	}
 	if c.Scenarios[ScenarioDebezium] {

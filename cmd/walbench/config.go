@@ -95,8 +95,9 @@ type Config struct {
 	FleetDebezium  string // empty, standalone or distributed
 	Scenarios      map[string]bool
 	Profile        bool
-	PGO            string // empty: no profile for profile-guided optimization
-	PGURL          string // empty: start a throwaway cluster
+	PGO            string   // empty: no profile for profile-guided optimization
+	PGURL          string   // empty: start a throwaway cluster
+	PGSettings     []string // name=value, added to the throwaway cluster's
 	PGBin          string
 	RecvLogical    string // pg_recvlogical binary
 	WalstreamBin   string // empty: build ./cmd/walstream
@@ -149,6 +150,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.BoolVar(&cfg.Profile, "profile", false, "add one profiled backlog run (perf for every process, a pprof CPU profile of the broker); its figures are not in the medians")
 	fs.StringVar(&cfg.PGO, "pgo", "", "write walstream's CPU profile over every measured phase, merged, to this file (cmd/walstream/default.pgo: see docs/benchmarks.md); walstream then runs with --pprof-addr, and the report names it")
 	fs.StringVar(&cfg.PGURL, "pg-url", "", "use this Postgres (superuser, wal_level=logical) instead of starting a throwaway cluster")
+	pgSettings := fs.String("pg-settings", "", "settings added to the throwaway Postgres's, comma-separated name=value (e.g. synchronous_commit=off,wal_writer_delay=10ms); the report names them")
 	fs.StringVar(&cfg.PGBin, "pg-bin", DefaultPGBin, "directory of the Postgres 15 server binaries")
 	fs.StringVar(&cfg.RecvLogical, "pg-recvlogical", "", "pg_recvlogical binary (default: in -pg-bin, else on PATH)")
 	fs.StringVar(&cfg.WalstreamBin, "walstream-bin", "", "walstream binary to measure (default: go build ./cmd/walstream)")
@@ -188,6 +190,11 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 		}
 	}
 	cfg.WalstreamArgs = strings.Fields(*extra)
+	for _, kv := range strings.Split(*pgSettings, ",") {
+		if kv = strings.TrimSpace(kv); kv != "" {
+			cfg.PGSettings = append(cfg.PGSettings, kv)
+		}
+	}
 	for _, m := range strings.Split(*modes, ",") {
 		if m = strings.TrimSpace(m); m != "" {
 			cfg.DebeziumModes = append(cfg.DebeziumModes, m)
@@ -266,6 +273,14 @@ func (c *Config) Validate() error {
 	}
 	if c.OutDir == "" {
 		errs = append(errs, errors.New("-out must not be empty"))
+	}
+	for _, kv := range c.PGSettings {
+		if name, _, ok := strings.Cut(kv, "="); !ok || strings.TrimSpace(name) == "" {
+			errs = append(errs, fmt.Errorf("-pg-settings: %q is not name=value", kv))
+		}
+	}
+	if len(c.PGSettings) > 0 && c.PGURL != "" {
+		errs = append(errs, errors.New("-pg-settings applies to the Postgres walbench starts, not to one given with -pg-url"))
 	}
 	return errors.Join(errs...)
 }

@@ -43,9 +43,9 @@ type postgres struct {
 }
 
 // startPostgres initdbs a cluster from the server binaries in bin and
-// starts it.
-func startPostgres(ctx context.Context, bin string) (*postgres, error) {
-	c, err := testenv.LaunchPostgres(ctx, testenv.PostgresConfig{BinDir: bin, Settings: pgSettings[:]})
+// starts it, with extra (name=value) after walbench's own settings.
+func startPostgres(ctx context.Context, bin string, extra []string) (*postgres, error) {
+	c, err := testenv.LaunchPostgres(ctx, testenv.PostgresConfig{BinDir: bin, Settings: append(pgSettings[:], extra...)})
 	if err != nil {
 		return nil, fmt.Errorf("%w (or pass -pg-url)", err)
 	}

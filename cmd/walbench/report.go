@@ -267,6 +267,9 @@ func (r *Report) markdown() string {
 	} else {
 		fmt.Fprintf(&b, "walstream ran at its defaults.\n\n")
 	}
+	if settings, _ := r.Config["pg_settings"].([]string); len(settings) > 0 {
+		fmt.Fprintf(&b, "Postgres ran with, beyond walbench's own settings: `%s`\n\n", strings.Join(settings, ", "))
+	}
 	fmt.Fprintf(&b, "| scenario | figure | median | range | runs | target | met |\n|---|---|---:|---:|---:|---|---|\n")
 	for _, f := range r.summarize() {
 		met := ""
