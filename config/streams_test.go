@@ -334,16 +334,15 @@ streams:
 		t.Errorf("streams on two Kafka clusters, fleet auto: %v", err)
 	}
 	// One cluster's brokers in another order: one cluster, one group.
-	reordered := func(brokers string) string {
-		return writeFile(t, `
+	reordered := writeFile(t, `
 kafka-brokers: kafka:9092,kafka-2:9092
 streams:
   - pg-url: postgres://walstream@db/orders
   - pg-url: postgres://walstream@db/billing
     slot: billing
-    kafka-brokers: `+brokers+"\n")
-	}
-	if cs, err := parseRun(t, "--config", reordered("kafka-2:9092,kafka:9092")); err != nil || cs[1].Fleet.Group != "walstream-fleet-walstream.checkpoints" {
+    kafka-brokers: kafka-2:9092,kafka:9092
+`)
+	if cs, err := parseRun(t, "--config", reordered); err != nil || cs[1].Fleet.Group != "walstream-fleet-walstream.checkpoints" {
 		t.Errorf("streams on one Kafka cluster, brokers in two orders, fleet auto: %v", err)
 	}
 	for _, tc := range []struct{ name, extra, second, want string }{
