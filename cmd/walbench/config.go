@@ -184,22 +184,12 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 		cfg.FleetLoad = l[0]
 	}
 	cfg.Scenarios = make(map[string]bool)
-	for _, s := range strings.Split(*scenarios, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			cfg.Scenarios[s] = true
-		}
+	for _, s := range commaList(*scenarios) {
+		cfg.Scenarios[s] = true
 	}
 	cfg.WalstreamArgs = strings.Fields(*extra)
-	for _, kv := range strings.Split(*pgSettings, ",") {
-		if kv = strings.TrimSpace(kv); kv != "" {
-			cfg.PGSettings = append(cfg.PGSettings, kv)
-		}
-	}
-	for _, m := range strings.Split(*modes, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			cfg.DebeziumModes = append(cfg.DebeziumModes, m)
-		}
-	}
+	cfg.PGSettings = commaList(*pgSettings)
+	cfg.DebeziumModes = commaList(*modes)
 	if cfg.RecvLogical == "" {
 		cfg.RecvLogical = filepath.Join(cfg.PGBin, "pg_recvlogical")
 		if _, err := exec.LookPath(cfg.RecvLogical); err != nil {
@@ -283,6 +273,18 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("-pg-settings applies to the Postgres walbench starts, not to one given with -pg-url"))
 	}
 	return errors.Join(errs...)
+}
+
+// commaList splits a comma-separated flag value, its items trimmed and
+// empty ones left out.
+func commaList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // Load is an offered load of the latency scenario: Rate rows per second
