@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/walstream/walstream/internal/testenv"
@@ -257,6 +259,10 @@ type Machine struct {
 	Commit      string `json:"commit,omitempty"`
 	Broker      string `json:"broker"`
 	Debezium    string `json:"debezium,omitempty"`
+	// Memory is what the kernel does to the page cache that a broker's
+	// figures depend on (seasonTopics): the read-ahead of the device the
+	// brokers' data is on, and proactive reclaim.
+	Memory string `json:"memory,omitempty"`
 }
 
 func (b *bench) machine(ctx context.Context) (Machine, error) {
@@ -303,7 +309,42 @@ func (b *bench) machine(ctx context.Context) (Machine, error) {
 	if b.cfg.Scenarios[ScenarioDebezium] {
 		m.Debezium = debeziumVersions()
 	}
+	m.Memory = memoryNote("/sys", os.TempDir())
 	return m, nil
+}
+
+// memoryNote says how far the kernel reads ahead on the device holding dir
+// and whether DAMON pages out memory left untouched, from the sysfs at
+// sys; "" when it tells neither.
+func memoryNote(sys, dir string) string {
+	var notes []string
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err == nil {
+		major := (st.Dev>>8)&0xfff | (st.Dev>>32)&^0xfff
+		minor := st.Dev&0xff | (st.Dev>>12)&^0xff
+		dev, err := filepath.EvalSymlinks(filepath.Join(sys, "dev", "block", fmt.Sprintf("%d:%d", major, minor)))
+		if err != nil {
+			dev = ""
+		}
+		// A partition's queue is its disk's, one directory up.
+		for _, q := range []string{filepath.Join(dev, "queue"), filepath.Join(dev, "..", "queue")} {
+			if kb, err := os.ReadFile(filepath.Join(q, "read_ahead_kb")); err == nil {
+				notes = append(notes, fmt.Sprintf("read-ahead %s KB on %s's device", strings.TrimSpace(string(kb)), dir))
+				break
+			}
+		}
+	}
+	ctx := filepath.Join(sys, "kernel", "mm", "damon", "admin", "kdamonds", "0")
+	read := func(rel string) string {
+		b, _ := os.ReadFile(filepath.Join(ctx, rel))
+		return strings.TrimSpace(string(b))
+	}
+	if read("state") == "on" && read("contexts/0/schemes/0/action") == "pageout" {
+		age, _ := strconv.ParseInt(read("contexts/0/schemes/0/access_pattern/age/min"), 10, 64)
+		aggr, _ := strconv.ParseInt(read("contexts/0/monitoring_attrs/intervals/aggr_us"), 10, 64)
+		notes = append(notes, fmt.Sprintf("DAMON pages out memory untouched for %s", time.Duration(age*aggr)*time.Microsecond))
+	}
+	return strings.Join(notes, "; ")
 }
 
 // Report is everything walbench measured, as written to walbench.json.

@@ -273,6 +273,47 @@ func (b *bench) startPhaseBroker(ctx context.Context, name, dataDir, profileDir,
 	return broker, nil
 }
 
+// seasonTopics writes each of the partitions of topics past its first
+// index entry, as a topic in use has long been. Kafka preallocates a
+// segment's offset and time indexes as sparse 10 MB files and maps them;
+// the first entry, written once index.interval.bytes (4 KiB) of records
+// follow the segment's start, faults the mapping in, and a kernel reading
+// ahead far zeroes that much of each file at the fault (8 MB a file at
+// read_ahead_kb 8192, where 128 is common). New topics written at one rate
+// reach their first entries together: fifty streams' 150 partitions held
+// the broker's request handlers for 2 s at once, every stream's p99. A
+// phase seasons its topics just before its load, as a kernel's proactive
+// reclaim may drop what was faulted in and left untouched a while. Each
+// partition gets a record of more than 4 KiB and then a small one, in
+// batches of their own: the second one's append writes the entries. Both
+// carry ts_us 0, which the latency consumers take for an earlier phase's.
+func seasonTopics(ctx context.Context, broker string, partitions int, topics ...string) error {
+	// Uncompressed, as the record's size on the broker is what counts.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))
+	if err != nil {
+		return fmt.Errorf("creating the client that seasons topics: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, value := range [][]byte{seasonFill, []byte(`{"ts_us":0}`)} {
+		var recs []*kgo.Record
+		for _, t := range topics {
+			for p := range int32(partitions) {
+				recs = append(recs, &kgo.Record{Topic: t, Partition: p, Value: value})
+			}
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return fmt.Errorf("seasoning topics %v: %w", topics, err)
+		}
+	}
+	return nil
+}
+
+// seasonFill is a record of more than index.interval.bytes.
+var seasonFill = []byte(`{"ts_us":0,"fill":"` + strings.Repeat("x", 4200) + `"}`)
+
 // closeBroker stops the broker, logging a failure under name, and removes its
 // data: what a phase defers once its broker has started.
 func (b *bench) closeBroker(name string, bp *brokerProc) {

@@ -310,6 +310,11 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 	for i := range topics {
 		topics[i] = topicFor(fleetStream(i + 1).aggType())
 	}
+	t0 := time.Now()
+	if err := seasonTopics(ctx, broker, b.cfg.Partitions, topics...); err != nil {
+		return ph, err
+	}
+	b.logf("seasoned %d topics in %s", len(topics), time.Since(t0).Round(time.Millisecond))
 	start := time.Now()
 	c, err := startFleetConsumer(broker, topics, start)
 	if err != nil {

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/config"
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // The fleet's walstream reads its streams as walstream run does: each its
@@ -52,5 +58,62 @@ walstream_kafka_transaction_failures_total{cause="other",database="d",slot="a",s
 	n, err := committedTxns(srv.Listener.Addr().String())
 	if err != nil || n != 470 {
 		t.Fatalf("committedTxns = %d, %v; want 470", n, err)
+	}
+}
+
+// Seasoned topics are past their first index entries on Apache Kafka, which
+// a fleet's fresh partitions would otherwise reach together under its
+// load, and the consumers of the latency phases skip what seasoned them.
+func TestSeasonTopics(t *testing.T) {
+	k := testenv.StartKafka(t, testenv.KafkaConfig{})
+	ctx := t.Context()
+	const topic, partitions = "walbench.season", 2
+	if err := createTopics(ctx, k.Addr(), partitions, topic); err != nil {
+		t.Fatal(err)
+	}
+	// firstEntries reads the first entry of partition p's offset index
+	// (relative offset, position) and of its time index (timestamp);
+	// zeros while the preallocated files hold none.
+	firstEntries := func(p int) (rel, pos uint32, ts uint64) {
+		dir := filepath.Join(k.Nodes()[0].DataDir(), fmt.Sprintf("%s-%d", topic, p))
+		read := func(name string, n int) []byte {
+			b, err := os.ReadFile(filepath.Join(dir, "00000000000000000000."+name))
+			if errors.Is(err, os.ErrNotExist) {
+				return make([]byte, n) // Kafka creates indexes as first used
+			}
+			if err != nil || len(b) < n {
+				t.Fatalf("reading partition %d's %s: %d bytes, %v", p, name, len(b), err)
+			}
+			return b[:n]
+		}
+		idx, tidx := read("index", 8), read("timeindex", 12)
+		return binary.BigEndian.Uint32(idx), binary.BigEndian.Uint32(idx[4:]), binary.BigEndian.Uint64(tidx)
+	}
+	for p := range partitions {
+		if rel, pos, ts := firstEntries(p); rel != 0 || pos != 0 || ts != 0 {
+			t.Fatalf("partition %d of a new topic has index entries (offset %d at %d, time %d)", p, rel, pos, ts)
+		}
+	}
+
+	if err := seasonTopics(ctx, k.Addr(), partitions, topic); err != nil {
+		t.Fatal(err)
+	}
+	for p := range partitions {
+		if rel, pos, ts := firstEntries(p); rel != 1 || pos <= 4096 || ts == 0 {
+			t.Errorf("partition %d after seasoning: offset index's first entry offset %d at byte %d, time index's first timestamp %d; "+
+				"want offset 1 past byte 4096, a timestamp", p, rel, pos, ts)
+		}
+	}
+	var n int
+	if err := testenv.ReadCommitted(ctx, k.Addr(), topic, func(r *kgo.Record) {
+		n++
+		if ts, err := recordTimestamp(r.Value); err != nil || ts != 0 {
+			t.Errorf("seasoning record at partition %d offset %d: ts_us %d, %v; want 0, which consumers skip", r.Partition, r.Offset, ts, err)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2*partitions {
+		t.Errorf("%d seasoning records, want two a partition, %d", n, 2*partitions)
 	}
 }

@@ -262,6 +262,9 @@ func (r *Report) markdown() string {
 	fmt.Fprintf(&b, "## walbench results\n\n")
 	fmt.Fprintf(&b, "%s, %d CPUs, %.0f GiB; kernel %s; %s; Postgres %s; %s; walstream %s (%s); broker: %s\n\n",
 		m.CPU, m.CPUs, float64(m.MemoryBytes)/(1<<30), m.Kernel, m.Go, m.Postgres, m.RecvLogical, m.Walstream, m.Commit, m.Broker)
+	if m.Memory != "" {
+		fmt.Fprintf(&b, "Page cache: %s.\n\n", m.Memory)
+	}
 	if args, _ := r.Config["walstream_args"].([]string); len(args) > 0 {
 		fmt.Fprintf(&b, "walstream ran at its defaults except: `%s`\n\n", strings.Join(args, " "))
 	} else {

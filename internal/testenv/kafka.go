@@ -454,7 +454,7 @@ func (k *Kafka) serverProps(n *KafkaNode) string {
 		"inter.broker.listener.name":               "PLAINTEXT",
 		"controller.listener.names":                "CONTROLLER",
 		"listener.security.protocol.map":           "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-		"log.dirs":                                 filepath.Join(n.dir, "data"),
+		"log.dirs":                                 n.DataDir(),
 		"num.partitions":                           "3",
 		"default.replication.factor":               rf,
 		"min.insync.replicas":                      isr,
@@ -757,6 +757,9 @@ func (n *KafkaNode) Resume() {
 		p.Signal(syscall.SIGCONT)
 	}
 }
+
+// DataDir is the node's log.dirs: a directory per partition it holds.
+func (n *KafkaNode) DataDir() string { return filepath.Join(n.dir, "data") }
 
 // Log is everything the node's current process logged.
 func (n *KafkaNode) Log() string {
