@@ -37,9 +37,12 @@ import (
 func TestForeignTransactionOnCheckpointTopic(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	// A commit timeout of 4 s: a commit that waited for read_committed
-	// visibility would fail within the hold.
-	p := e.start([]string{"--http-addr", "127.0.0.1:0", "--commit-timeout", "4s"}).streaming(t)
+	// A commit that waited for read_committed visibility would stall the
+	// confirmations the hold's loop below wants within 3 s each. The commit
+	// timeout is 10 s: with 4, a broker that held one produce 4 s on a
+	// machine busy with the whole suite (seen once, not again in 7 runs)
+	// ended a session, though nothing waited for the hold.
+	p := e.start([]string{"--http-addr", "127.0.0.1:0", "--commit-timeout", "10s"}).streaming(t)
 	addr := p.httpAddr(t)
 	ctx := context.Background()
 
