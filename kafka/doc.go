@@ -9,7 +9,8 @@
 // (topics.go: the checkpoint topic, made to outlive a broker, and the
 // outbox topics under TopicCreation); the least-privilege ACLs of a stream
 // (ACLs, acls.go, for walstream init --kafka-acls); the readiness Prober
-// (probe.go), whose client never initializes a producer id; which
+// (probe.go), whose client never initializes a producer id and whose
+// answers serve the streams of a process that ask within moments; which
 // partitions cannot take writes now (Writability, writable.go, with the
 // transaction state partition of the stream's transactional id); which
 // transactions hold back a topic's last stable offset (Hold, held.go);

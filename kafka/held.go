@@ -167,12 +167,6 @@ func (h *holds) name(ctx context.Context, held []Hold) {
 	}
 }
 
-// Holds returns the transactions open for some seconds that hold back the
-// last stable offset of a partition of the checkpoint topic.
-func (p *Prober) Holds(ctx context.Context, topic string) ([]Hold, error) {
-	return p.holds.check(ctx, topic, time.Now(), holdAfter)
-}
-
 // Holds is Prober.Holds for an operator's tool, with a client of its own,
 // which sees a partition only once: it reports the transactions whose
 // coordinator says they have been open for some seconds.

@@ -86,6 +86,16 @@ func NewWritability(cl *kgo.Client, transactionalID string) *Writability {
 // state partition of the transactional id) that cannot take writes now;
 // none when all can.
 func (w *Writability) Check(ctx context.Context, topics ...string) ([]string, error) {
+	resp, err := w.metadata(ctx, topics...)
+	if err != nil {
+		return nil, err
+	}
+	return w.judge(ctx, resp, w.transactionalID), nil
+}
+
+// metadata reads the metadata of topics and of the transaction state
+// topic.
+func (w *Writability) metadata(ctx context.Context, topics ...string) (*kmsg.MetadataResponse, error) {
 	topics = append(slices.Clip(topics), transactionLog)
 	req := kmsg.NewPtrMetadataRequest()
 	for _, t := range topics {
@@ -98,7 +108,12 @@ func (w *Writability) Check(ctx context.Context, topics ...string) ([]string, er
 	if err != nil {
 		return nil, fmt.Errorf("reading the metadata of %s: %w", strings.Join(topics, ", "), err)
 	}
-	return unwritable(resp, w.transactionalID, func(topic string) int { return w.minInSync(ctx, topic) }), nil
+	return resp, nil
+}
+
+// judge is unwritable with the topics' min.insync.replicas read as needed.
+func (w *Writability) judge(ctx context.Context, resp *kmsg.MetadataResponse, transactionalID string) []string {
+	return unwritable(resp, transactionalID, func(topic string) int { return w.minInSync(ctx, topic) })
 }
 
 // unwritable reads a metadata response: the partitions without a leader

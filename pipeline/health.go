@@ -194,16 +194,22 @@ const (
 // probeKafka probes Kafka until ctx ends or stop is called, which waits for
 // the probing goroutine to end.
 func (p *Pipeline) probeKafka(ctx context.Context) (stop func()) {
-	pr, err := kafka.NewProber(p.cfg.Kafka, p.cfg.TransactionalID, p.log)
-	if err != nil {
-		p.state.kafka.Store(&probeResult{at: time.Now(), err: err})
-		return func() {}
+	pr, own := p.cfg.Prober, false
+	if pr == nil {
+		var err error
+		if pr, err = kafka.NewProber(p.cfg.Kafka, p.log); err != nil {
+			p.state.kafka.Store(&probeResult{at: time.Now(), err: err})
+			return func() {}
+		}
+		own = true
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer pr.Close()
+		if own {
+			defer pr.Close()
+		}
 		t := time.NewTicker(kafkaProbeInterval)
 		defer t.Stop()
 		told := make(map[holdKey]kafka.Hold)
@@ -216,7 +222,7 @@ func (p *Pipeline) probeKafka(ctx context.Context) (stop func()) {
 			if err == nil {
 				// An error here is no answer about the partitions, which
 				// the probe's own answer already covers.
-				unwritable, _ = pr.Unwritable(pctx, p.cfg.CheckpointTopic)
+				unwritable, _ = pr.Unwritable(pctx, p.cfg.TransactionalID, p.cfg.CheckpointTopic)
 				held, herr = pr.Holds(pctx, p.cfg.CheckpointTopic)
 			}
 			pcancel()

@@ -94,6 +94,10 @@ type Config struct {
 	// partition for this stream and the others of the process that reach
 	// the cluster as it does; nil gives each session's producer its own.
 	Markers *kafka.Markers
+	// Prober, when set, probes Kafka for readiness for this stream and the
+	// others of the process that reach the cluster as it does; nil gives
+	// the stream its own.
+	Prober *kafka.Prober
 
 	// StreamInProgress has Postgres (14 and later) stream transactions
 	// larger than logical_decoding_work_mem while they are in progress,

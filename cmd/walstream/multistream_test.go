@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walstream/walstream/config"
 	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/kafka"
 )
 
 // TestStreamsInOneProcess: one walstream process streams three outboxes on Apache
@@ -187,4 +190,29 @@ streams:
 	}
 	lines := strings.Split(strings.TrimSpace(p.Log()), "\n")
 	wantAll(t, lines[len(lines)-1], "walstream: stream orders: ", "00000000-0000-0000-0000-0000000000b1", "--skip-event")
+}
+
+// The streams that reach one cluster as one principal, however they list
+// its brokers, share one reader of markers and one readiness prober; a
+// stream of another cluster has its own.
+func TestShareKafka(t *testing.T) {
+	cfg := func(brokers ...string) *config.Config {
+		c := &config.Config{}
+		c.Kafka = kafka.Settings{Brokers: brokers}
+		return c
+	}
+	cfgs := []*config.Config{cfg("a:9092", "b:9092"), cfg("b:9092", "a:9092"), cfg("c:9092")}
+	closeAll := shareKafka(cfgs, slog.New(slog.DiscardHandler))
+	defer closeAll()
+	for i, c := range cfgs {
+		if c.Markers == nil || c.Prober == nil {
+			t.Fatalf("stream %d: markers %v, prober %v; want both", i, c.Markers, c.Prober)
+		}
+	}
+	if cfgs[0].Markers != cfgs[1].Markers || cfgs[0].Prober != cfgs[1].Prober {
+		t.Error("two streams of one cluster do not share its reader of markers and prober")
+	}
+	if cfgs[2].Markers == cfgs[0].Markers || cfgs[2].Prober == cfgs[0].Prober {
+		t.Error("a stream of another cluster shares the first cluster's reader of markers or prober")
+	}
 }

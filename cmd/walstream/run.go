@@ -95,12 +95,7 @@ func runStream(ctx context.Context, cfgs []*config.Config, stderr io.Writer) (er
 		memLimit = strconv.FormatInt(limit, 10)
 	}
 	reg := newRegistry()
-	markers := shareMarkers(cfgs)
-	defer func() {
-		for _, m := range markers {
-			m.Close()
-		}
-	}()
+	defer shareKafka(cfgs, base)()
 	pipelines := make([]*pipeline.Pipeline, len(cfgs))
 	for i, cfg := range cfgs {
 		sl := base.With("stream", cfg.Stream, "slot", cfg.Slot)
@@ -179,22 +174,33 @@ func newMembership(cfgs []*config.Config, log *slog.Logger, reg prometheus.Regis
 	return group.NewMembership(first.Kafka, group.Config{Settings: first.Fleet, Name: host, Streams: names}, log, group.NewMetrics(reg))
 }
 
-// shareMarkers gives the streams that reach one Kafka cluster as one
+// shareKafka gives the streams that reach one Kafka cluster as one
 // principal one reader of their commits' markers (kafka.Markers), where
-// each producer would read its own, and returns the readers. A stream
-// alone gets one too.
-func shareMarkers(cfgs []*config.Config) []*kafka.Markers {
-	var out []*kafka.Markers
-	var by []kafka.Settings // the settings each of out connects with
+// each producer would read its own, and one readiness prober
+// (kafka.Prober), where each stream would probe alone; it returns what
+// closes them. A stream alone gets its own. A prober that cannot be made
+// is left to each stream, which then says why.
+func shareKafka(cfgs []*config.Config, log *slog.Logger) (closeAll func()) {
+	var markers []*kafka.Markers
+	var probers []*kafka.Prober
+	var by []kafka.Settings // the settings each of them connects with
 	for _, cfg := range cfgs {
 		i := slices.IndexFunc(by, cfg.Kafka.SameAccess)
 		if i < 0 {
-			out, by = append(out, kafka.NewMarkers(cfg.Kafka.Opts())), append(by, cfg.Kafka)
-			i = len(out) - 1
+			pr, _ := kafka.NewProber(cfg.Kafka, log) // nil: each stream makes its own, and says why it cannot
+			markers, probers, by = append(markers, kafka.NewMarkers(cfg.Kafka.Opts())), append(probers, pr), append(by, cfg.Kafka)
+			i = len(by) - 1
 		}
-		cfg.Markers = out[i]
+		cfg.Markers, cfg.Prober = markers[i], probers[i]
 	}
-	return out
+	return func() {
+		for i, m := range markers {
+			m.Close()
+			if probers[i] != nil {
+				probers[i].Close()
+			}
+		}
+	}
 }
 
 // newRegistry is the registry /metrics serves, holding Go's and the
