@@ -318,25 +318,20 @@ func (b *bench) machine(ctx context.Context) (Machine, error) {
 // sys; "" when it tells neither.
 func memoryNote(sys, dir string) string {
 	var notes []string
-	var st syscall.Stat_t
-	if err := syscall.Stat(dir, &st); err == nil {
-		major := (st.Dev>>8)&0xfff | (st.Dev>>32)&^0xfff
-		minor := st.Dev&0xff | (st.Dev>>12)&^0xff
-		dev, err := filepath.EvalSymlinks(filepath.Join(sys, "dev", "block", fmt.Sprintf("%d:%d", major, minor)))
-		if err != nil {
-			dev = ""
-		}
-		// A partition's queue is its disk's, one directory up.
-		for _, q := range []string{filepath.Join(dev, "queue"), filepath.Join(dev, "..", "queue")} {
-			if kb, err := os.ReadFile(filepath.Join(q, "read_ahead_kb")); err == nil {
-				notes = append(notes, fmt.Sprintf("read-ahead %s KB on %s's device", strings.TrimSpace(string(kb)), dir))
-				break
+	if id, ok := deviceOf(dir); ok {
+		if dev, err := filepath.EvalSymlinks(filepath.Join(sys, "dev", "block", id)); err == nil {
+			// A partition's queue is its disk's, one directory up.
+			for _, q := range []string{filepath.Join(dev, "queue"), filepath.Join(dev, "..", "queue")} {
+				if kb, err := os.ReadFile(filepath.Join(q, "read_ahead_kb")); err == nil {
+					notes = append(notes, fmt.Sprintf("read-ahead %s KB on %s's device", strings.TrimSpace(string(kb)), dir))
+					break
+				}
 			}
 		}
 	}
-	ctx := filepath.Join(sys, "kernel", "mm", "damon", "admin", "kdamonds", "0")
+	damon := filepath.Join(sys, "kernel", "mm", "damon", "admin", "kdamonds", "0")
 	read := func(rel string) string {
-		b, _ := os.ReadFile(filepath.Join(ctx, rel))
+		b, _ := os.ReadFile(filepath.Join(damon, rel))
 		return strings.TrimSpace(string(b))
 	}
 	if read("state") == "on" && read("contexts/0/schemes/0/action") == "pageout" {
@@ -345,6 +340,18 @@ func memoryNote(sys, dir string) string {
 		notes = append(notes, fmt.Sprintf("DAMON pages out memory untouched for %s", time.Duration(age*aggr)*time.Microsecond))
 	}
 	return strings.Join(notes, "; ")
+}
+
+// deviceOf is the device holding path as sysfs names it under dev/block,
+// "major:minor".
+func deviceOf(path string) (string, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return "", false
+	}
+	major := (st.Dev>>8)&0xfff | (st.Dev>>32)&^0xfff
+	minor := st.Dev&0xff | (st.Dev>>12)&^0xff
+	return fmt.Sprintf("%d:%d", major, minor), true
 }
 
 // Report is everything walbench measured, as written to walbench.json.

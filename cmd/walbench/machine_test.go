@@ -1,11 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -14,12 +12,10 @@ import (
 // them; a sysfs showing neither gives no note.
 func TestMemoryNote(t *testing.T) {
 	dir := t.TempDir()
-	var st syscall.Stat_t
-	if err := syscall.Stat(dir, &st); err != nil {
-		t.Fatal(err)
+	id, ok := deviceOf(dir)
+	if !ok {
+		t.Fatalf("no device for %s", dir)
 	}
-	major := (st.Dev>>8)&0xfff | (st.Dev>>32)&^0xfff
-	minor := st.Dev&0xff | (st.Dev>>12)&^0xff
 	sys := t.TempDir()
 	write := func(rel, v string) {
 		p := filepath.Join(sys, rel)
@@ -42,7 +38,7 @@ func TestMemoryNote(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(sys, "dev/block"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("../../devices/virtual/block/vdz/vdz1", filepath.Join(sys, "dev/block", fmt.Sprintf("%d:%d", major, minor))); err != nil {
+	if err := os.Symlink("../../devices/virtual/block/vdz/vdz1", filepath.Join(sys, "dev/block", id)); err != nil {
 		t.Fatal(err)
 	}
 	damon := "kernel/mm/damon/admin/kdamonds/0/"
