@@ -34,6 +34,15 @@ type Prober struct {
 	mu    sync.Mutex
 	meta  map[string]*fresh[*kmsg.MetadataResponse] // by the topics asked about
 	held  map[string]*heldTopic
+	// told are the holds Changed reported begun and not yet ended, by
+	// topic.
+	told map[string]map[holdKey]Hold
+}
+
+// holdKey is one transaction holding one partition.
+type holdKey struct {
+	partition int32
+	stable    int64
 }
 
 // heldTopic is a topic's holds; holds is used under fresh's lock.
@@ -54,7 +63,7 @@ func NewProber(conn Settings, log *slog.Logger) (*Prober, error) {
 		return nil, fmt.Errorf("creating Kafka client: %w", err)
 	}
 	return &Prober{client: cl, writable: NewWritability(cl, ""),
-		meta: make(map[string]*fresh[*kmsg.MetadataResponse]), held: make(map[string]*heldTopic)}, nil
+		meta: make(map[string]*fresh[*kmsg.MetadataResponse]), held: make(map[string]*heldTopic), told: make(map[string]map[holdKey]Hold)}, nil
 }
 
 // Probe sends one metadata request for no topic and reports whether a
@@ -104,6 +113,36 @@ func (p *Prober) Holds(ctx context.Context, topic string) ([]Hold, error) {
 	}
 	p.mu.Unlock()
 	return h.get(ctx, func() ([]Hold, error) { return h.holds.check(ctx, topic, time.Now(), holdAfter) })
+}
+
+// Changed returns, of held (an answer of Holds for topic), the holds no
+// caller was told of before, and those told of that held ends, and
+// remembers which are told: the streams that share the Prober hear of a
+// hold once, not once each, as it holds the topic they share.
+func (p *Prober) Changed(topic string, held []Hold) (began, ended []Hold) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	told := p.told[topic]
+	if told == nil {
+		told = make(map[holdKey]Hold)
+		p.told[topic] = told
+	}
+	seen := make(map[holdKey]bool, len(held))
+	for _, h := range held {
+		k := holdKey{h.Partition, h.Stable}
+		seen[k] = true
+		if _, ok := told[k]; !ok {
+			told[k] = h
+			began = append(began, h)
+		}
+	}
+	for k, h := range told {
+		if !seen[k] {
+			delete(told, k)
+			ended = append(ended, h)
+		}
+	}
+	return began, ended
 }
 
 // Close releases the client.

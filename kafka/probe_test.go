@@ -95,3 +95,41 @@ func TestProberShared(t *testing.T) {
 		t.Errorf("after %s: %d more probes, %d writability checks in all; want at least 1, 2", probeFresh, p, ch)
 	}
 }
+
+// The streams sharing a Prober hear of a hold once: the first to see it
+// begun or ended is told, the others are not; a hold of another topic, or
+// at another offset, is another hold.
+func TestProberChanged(t *testing.T) {
+	pr, err := NewProber(Settings{Brokers: []string{"127.0.0.1:1"}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	h := Hold{Topic: "cps", Partition: 0, Stable: 14, End: 20, ProducerID: 7, TransactionalID: "tenant"}
+	moved := h
+	moved.Stable = 21
+	for _, step := range []struct {
+		what          string
+		topic         string
+		held          []Hold
+		began, ended  int
+		wantStableNew int64
+	}{
+		{"stream a sees the hold", "cps", []Hold{h}, 1, 0, 14},
+		{"stream b sees the same hold", "cps", []Hold{h}, 0, 0, 0},
+		{"another topic's streams see it there", "other", []Hold{h}, 1, 0, 14},
+		{"stream a sees it held further on", "cps", []Hold{moved}, 1, 1, 21},
+		{"stream b sees the same", "cps", []Hold{moved}, 0, 0, 0},
+		{"stream b sees it end", "cps", nil, 0, 1, 0},
+		{"stream a sees it ended too", "cps", nil, 0, 0, 0},
+	} {
+		began, ended := pr.Changed(step.topic, step.held)
+		if len(began) != step.began || len(ended) != step.ended {
+			t.Errorf("%s: told of %d begun, %d ended; want %d, %d", step.what, len(began), len(ended), step.began, step.ended)
+			continue
+		}
+		if step.began > 0 && began[0].Stable != step.wantStableNew {
+			t.Errorf("%s: told of the hold at %d, want %d", step.what, began[0].Stable, step.wantStableNew)
+		}
+	}
+}

@@ -212,7 +212,6 @@ func (p *Pipeline) probeKafka(ctx context.Context) (stop func()) {
 		}
 		t := time.NewTicker(kafkaProbeInterval)
 		defer t.Stop()
-		told := make(map[holdKey]kafka.Hold)
 		for {
 			pctx, pcancel := context.WithTimeout(ctx, kafkaProbeTimeout)
 			err := pr.Probe(pctx)
@@ -227,7 +226,8 @@ func (p *Pipeline) probeKafka(ctx context.Context) (stop func()) {
 			}
 			pcancel()
 			if err == nil && herr == nil {
-				p.tellHolds(held, told)
+				began, ended := pr.Changed(p.cfg.CheckpointTopic, held)
+				p.tellHolds(held, began, ended)
 			}
 			if ctx.Err() != nil {
 				return
@@ -250,38 +250,23 @@ func (p *Pipeline) probeKafka(ctx context.Context) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-// holdKey is one transaction holding one partition.
-type holdKey struct {
-	partition int32
-	stable    int64
-}
-
 // tellHolds records the transactions that hold back the checkpoint
 // topic's last stable offset, for readiness, status and the metric, and
-// logs each when it is first seen and when it ends. told is what was
-// logged, kept by the probing goroutine.
-func (p *Pipeline) tellHolds(held []kafka.Hold, told map[holdKey]kafka.Hold) {
+// logs those that began and ended: of the streams sharing a prober, the
+// one that first sees a change logs it (kafka.Prober.Changed).
+func (p *Pipeline) tellHolds(held, began, ended []kafka.Hold) {
 	p.state.held.Store(&held)
 	now := time.Now()
 	p.metrics.pub.Held(held, now)
-	seen := make(map[holdKey]bool)
-	for _, h := range held {
-		k := holdKey{h.Partition, h.Stable}
-		seen[k] = true
-		if _, ok := told[k]; !ok {
-			told[k] = h
-			p.log.Warn("a transaction holds back the checkpoint topic: read_committed readers of it see no checkpoint of any stream written after it began, "+
-				"until Kafka ends it, at its timeout at the latest; walstream reads past it and goes on (see docs/kafka.md, A transaction holding the checkpoint topic)",
-				"hold", h.String(), "holder", h.Holder(), "producer_id", h.ProducerID, "partition", h.Partition, "stable_offset", h.Stable,
-				"open_seconds", now.Sub(h.Since).Seconds())
-		}
+	for _, h := range began {
+		p.log.Warn("a transaction holds back the checkpoint topic: read_committed readers of it see no checkpoint of any stream written after it began, "+
+			"until Kafka ends it, at its timeout at the latest; walstream reads past it and goes on (see docs/kafka.md, A transaction holding the checkpoint topic)",
+			"hold", h.String(), "holder", h.Holder(), "producer_id", h.ProducerID, "partition", h.Partition, "stable_offset", h.Stable,
+			"open_seconds", now.Sub(h.Since).Seconds())
 	}
-	for k, h := range told {
-		if !seen[k] {
-			delete(told, k)
-			p.log.Info("the transaction holding back the checkpoint topic ended", "holder", h.Holder(), "partition", h.Partition,
-				"stable_offset", h.Stable, "held_seconds", now.Sub(h.Since).Seconds())
-		}
+	for _, h := range ended {
+		p.log.Info("the transaction holding back the checkpoint topic ended", "holder", h.Holder(), "partition", h.Partition,
+			"stable_offset", h.Stable, "held_seconds", now.Sub(h.Since).Seconds())
 	}
 }
 
