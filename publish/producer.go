@@ -767,11 +767,15 @@ func (p *Producer) flush(ctx context.Context) error {
 	// linger later finds it written. A read a while later finds the
 	// markers of the other streams' commits of that while too (Markers),
 	// and answers them all at once. A commit no other follows is
-	// confirmed to Postgres up to settleDelay later.
+	// confirmed to Postgres up to settleDelay (or Linger) later, and
+	// within half of CommitTimeout, which bounds the wait for its marker:
+	// a read due after that bound left a Linger longer than CommitTimeout
+	// failing every commit no other followed.
 	c.ended = time.Now()
 	p.lastCommit = c.ended
 	if c.at.offset >= 0 {
-		c.watch = p.markers.Watch(p.cfg.CheckpointTopic, c.at.partition, c.at.offset, c.ended.Add(max(p.cfg.Linger, settleDelay)))
+		due := c.ended.Add(min(max(p.cfg.Linger, settleDelay), p.cfg.CommitTimeout/2))
+		c.watch = p.markers.Watch(p.cfg.CheckpointTopic, c.at.partition, c.at.offset, due)
 	}
 	p.unsettled = &c
 	p.metrics.committed(p.byTopic, p.dead, p.bytes, time.Since(start), p.pos.LSN)

@@ -189,6 +189,44 @@ func TestLastCommitSettledAtTheEnd(t *testing.T) {
 	}
 }
 
+// A commit no other follows is settled within half of CommitTimeout even
+// when Linger is longer: its marker was looked for only Linger after it,
+// past CommitTimeout, which failed the commit as not visible.
+func TestLingerLongerThanCommitTimeout(t *testing.T) {
+	k := testenv.StartKfake(t)
+	p := newProducerWith(t, k.Addr(), "tx-long-linger", func(c *Config) {
+		c.MaxBatchEvents, c.Linger, c.IdleInterval, c.CommitTimeout = 1, time.Hour, time.Hour, 2*time.Second
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan checkpoint.Checkpoint, 2)
+	start := checkpoint.Checkpoint{LSN: 0x10}
+	p.Start(&fakePositions{resume: start, done: start, at: time.Now(), committed: func(cp checkpoint.Checkpoint) { got <- cp }})
+	q := NewQueue(1 << 20)
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, q) }()
+	if err := q.Put(ctx, oneRow(0x100, "a")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cp := <-got:
+		if cp.LSN != 0x110 {
+			t.Errorf("settled %s, want 0/110", cp)
+		}
+	case err := <-errc:
+		t.Fatalf("Run = %v, want the commit settled", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the commit was not settled within 10 s")
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+}
+
 // Another producer's transaction open on the checkpoint partition holds
 // back its last stable offset, and with it what read_committed readers
 // see. A stream must neither wait for it (its commits are confirmed by
