@@ -33,10 +33,11 @@ type Chunk struct {
 	// Err, when set, ends the request as failed instead: its predicate no
 	// longer plans, its table no longer fits the mapping.
 	Err string
-	// Taken, if not nil, is called once the producer has taken the chunk
-	// (published or dropped it), so that its reader hands on the next one
-	// only then: a live transaction waits in the queue behind one chunk at
-	// most.
+	// Taken, if not nil, is called once the producer is done with the
+	// chunk (published or dropped it), so that its reader bounds the
+	// chunks handed on and not yet done with. A live transaction waits
+	// for the chunk being published at most: chunks wait in a lane of
+	// their own.
 	Taken func()
 }
 

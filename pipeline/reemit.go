@@ -65,9 +65,9 @@ type reemitter struct {
 	// handedLast are the requests whose last chunk (or failure) was
 	// handed on: their end is on its way to Kafka.
 	handedLast map[string]bool
-	// taken is signalled when the producer took the last chunk handed on;
-	// nil when none is outstanding.
-	taken chan struct{}
+	// taken are signalled, oldest first, as the producer is done with
+	// the chunks handed on: at most chunksAhead are outstanding.
+	taken []chan struct{}
 	// next is when the rate limit lets the next chunk be read.
 	next time.Time
 }
@@ -240,21 +240,29 @@ func (r *reemitter) chunk(ctx context.Context) error {
 	return nil
 }
 
-// hand puts a chunk on the queue once the producer took the one before.
+// chunksAhead is how many chunks handed on the producer may not be done
+// with: the one it publishes and one waiting in its lane, while the next
+// is read. With one, the reading and the publishing of a chunk waited for
+// each other whenever either took longer than usual.
+const chunksAhead = 2
+
+// hand puts a chunk on the queue once fewer than chunksAhead are
+// outstanding.
 func (r *reemitter) hand(ctx context.Context, tx *decode.Tx) error {
-	if r.taken != nil {
+	if len(r.taken) >= chunksAhead {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-r.taken:
+		case <-r.taken[0]:
 		}
+		r.taken = r.taken[1:]
 	}
 	taken := make(chan struct{})
 	tx.Chunk.Taken = func() { close(taken) }
 	if err := r.out.Put(ctx, tx); err != nil {
 		return err
 	}
-	r.taken = taken
+	r.taken = append(r.taken, taken)
 	return nil
 }
 

@@ -460,7 +460,7 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 		return err
 	}
 	if n := len(tx.Events) - first; n > 0 {
-		if err := p.room(ctx, n, tx.Bytes, false); err != nil {
+		if err := p.room(ctx, n, tx.Bytes); err != nil {
 			return err
 		}
 		dup := 0
@@ -552,10 +552,10 @@ func (p *Producer) replays(ctx context.Context, tx *decode.Tx) (int, error) {
 }
 
 // room makes the open Kafka transaction ready for n more records of bytes
-// bytes: it commits the open one first when they would not fit, or when
-// commitFirst, and begins one when none is open.
-func (p *Producer) room(ctx context.Context, n, bytes int, commitFirst bool) error {
-	if p.records > 0 && (commitFirst || p.records+n > p.cfg.MaxBatchEvents || p.bytes+bytes > p.cfg.MaxBatchBytes) {
+// bytes: it commits the open one first when they would not fit, and begins
+// one when none is open.
+func (p *Producer) room(ctx context.Context, n, bytes int) error {
+	if p.records > 0 && (p.records+n > p.cfg.MaxBatchEvents || p.bytes+bytes > p.cfg.MaxBatchBytes) {
 		if err := p.flush(ctx); err != nil {
 			return err
 		}

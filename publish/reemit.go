@@ -130,13 +130,9 @@ func (p *Producer) addChunk(ctx context.Context, tx *decode.Tx) error {
 	}
 	n := len(recs)
 	if n > 0 {
-		// Whatever the open transaction holds is committed before a chunk
-		// joins it: a Kafka transaction holds one chunk at most, and the
-		// live events that come while it is open, so that a live event
-		// waits for one chunk's commit at most. Chunks sharing one
-		// transaction up to MaxBatchEvents held live events behind
-		// thousands of re-emitted rows.
-		if err := p.room(ctx, n, tx.Bytes, p.records > 0); err != nil {
+		// The chunk joins the open transaction, which holds live events
+		// only: every chunk is committed as soon as it is added, below.
+		if err := p.room(ctx, n, tx.Bytes); err != nil {
 			return err
 		}
 		for j, rec := range recs {
@@ -161,10 +157,14 @@ func (p *Producer) addChunk(ctx context.Context, tx *decode.Tx) error {
 		p.log.Info("re-emit request done", "request", r.ID, "table", r.Table, "rows", r.Rows)
 	}
 	p.notes.Reemits, p.dirty = p.notes.Reemits.With(r), true
-	if p.records >= p.cfg.MaxBatchEvents || p.bytes >= p.cfg.MaxBatchBytes {
-		return p.flush(ctx)
-	}
-	return nil
+	// A Kafka transaction holds one chunk at most, so that a live event
+	// waits for one chunk's commit at most (chunks sharing a transaction
+	// up to MaxBatchEvents held live events behind thousands of
+	// re-emitted rows), and the chunk is committed at once: it is a batch
+	// already, and lingering after the commit before, as live events do,
+	// only idled the re-emit a Linger per chunk and held the live events
+	// that joined it as long.
+	return p.flush(ctx)
 }
 
 // reemitMetrics are the metrics of re-emit requests.

@@ -211,3 +211,49 @@ func TestReemitChunkPerTransaction(t *testing.T) {
 		t.Errorf("the live event committed with %d rows done, want it with one of the chunks", liveWith)
 	}
 }
+
+// A chunk is committed as soon as the producer takes it, with the live
+// events of the open transaction, whatever the linger: it is a batch
+// already, and a linger per chunk idled the re-emit and held the live
+// events that joined it.
+func TestReemitChunkCommitsAtOnce(t *testing.T) {
+	broker := testenv.StartKfake(t).Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	q, committed, errc := runStream(ctx, t, broker, "tx-n", func(c *Config) { c.Stream, c.Linger, c.CommitTimeout = "s", time.Hour, 4*time.Second })
+	req := decode.Request{Action: decode.ActionReemit, ID: "r", Stream: "s", Table: "public.outbox", Origin: decode.OriginCLI}
+	chunk := &decode.Tx{Chunk: &decode.Chunk{Request: "r", Last: []string{"b"}, Key: []string{"id"}, Upper: []string{"z"}},
+		Events: []decode.Event{event(0, "a"), event(0, "b")}}
+	for i := range chunk.Events {
+		chunk.Bytes += chunk.Events[i].Size()
+	}
+	for _, tx := range []*decode.Tx{
+		{CommitLSN: 0x100, EndLSN: 0x110, Final: true, Requests: []decode.Request{req}},
+		{CommitLSN: 0x200, EndLSN: 0x210, Final: true, Events: []decode.Event{event(1, "live")}, Bytes: 10},
+		chunk,
+	} {
+		if err := q.Put(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		select {
+		case cp := <-committed:
+			i := -1
+			if cp.Notes != nil {
+				i = cp.Notes.Reemits.Find("r")
+			}
+			if i < 0 || cp.Notes.Reemits[i].Rows == 0 {
+				continue
+			}
+			if rows := cp.Notes.Reemits[i].Rows; rows != 2 || cp.LSN != 0x210 {
+				t.Fatalf("the chunk committed at %s with %d rows done; want 2 rows, with the live event (0/210)", cp, rows)
+			}
+			return
+		case err := <-errc:
+			t.Fatalf("Run ended: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the chunk was not committed within 20 s: it waited for the linger (1 h)")
+		}
+	}
+}
