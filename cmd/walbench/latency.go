@@ -676,10 +676,15 @@ func (c *latencyConsumer) err() error {
 // samples returns, in µs, for the rows timestamped at or after from: the
 // latencies, the time to walstream's producer and the time from there.
 func (c *latencyConsumer) samples(from int64) (lat, toProducer, fromProducer []int64) {
+	return c.between(from, math.MaxInt64)
+}
+
+// between is samples of the rows timestamped from from to to.
+func (c *latencyConsumer) between(from, to int64) (lat, toProducer, fromProducer []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, ts := range c.ts {
-		if ts >= from {
+		if ts >= from && ts < to {
 			lat = append(lat, c.lat[i])
 			toProducer = append(toProducer, c.produced[i])
 			fromProducer = append(fromProducer, c.lat[i]-c.produced[i])

@@ -36,6 +36,13 @@ type ReemitRun struct {
 	LiveBehind   int64   `json:"live_behind_schedule"`
 	BeforeP99Ms  float64 `json:"live_p99_before_ms"`
 	BeforeSample int     `json:"live_samples_before"`
+	// The live p99s split at walstream's producer, as in the latency
+	// scenario: from the insert to walstream handing the record to the
+	// Kafka client (the record's timestamp), and from there to visible.
+	ToProducerP99Ms         float64 `json:"live_to_producer_p99_ms"`
+	FromProducerP99Ms       float64 `json:"live_from_producer_p99_ms"`
+	BeforeToProducerP99Ms   float64 `json:"live_to_producer_p99_before_ms"`
+	BeforeFromProducerP99Ms float64 `json:"live_from_producer_p99_before_ms"`
 	// WalstreamCPUSeconds is walstream's CPU time while the request ran,
 	// and its peak RSS over the run.
 	WalstreamCPUSeconds   float64 `json:"walstream_cpu_seconds"`
@@ -156,16 +163,19 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 	// A writer stopped within a statement may have committed rows it did not
 	// count: more received than written is no miss.
 	r.LiveMissing, r.LiveBehind = max(w.written.Load()-live.received(), 0), w.behind.Load()
-	during := live.between(requested.UnixMicro(), done.UnixMicro())
+	during, to, from := live.between(requested.UnixMicro(), done.UnixMicro())
 	r.LiveSamples = len(during)
 	r.LiveP50Ms, r.LiveP99Ms = percentile(during, 0.50)/1e3, percentile(during, 0.99)/1e3
+	r.ToProducerP99Ms, r.FromProducerP99Ms = percentile(to, 0.99)/1e3, percentile(from, 0.99)/1e3
 	if len(during) > 0 {
 		r.LiveMaxMs = float64(slices.Max(during)) / 1e3
 	}
-	before := live.between(w.measureFrom.UnixMicro(), requested.UnixMicro())
+	before, to, from := live.between(w.measureFrom.UnixMicro(), requested.UnixMicro())
 	r.BeforeSample, r.BeforeP99Ms = len(before), percentile(before, 0.99)/1e3
-	b.logf("%s: %d rows re-emitted in %.1f s, %.0f rows/s; live %s p50 %.1f ms, p99 %.1f ms (before the request: p99 %.1f ms), %d missing, %d behind",
-		name, r.Rows, r.Seconds, r.RowsPerSec, r.Load, r.LiveP50Ms, r.LiveP99Ms, r.BeforeP99Ms, r.LiveMissing, r.LiveBehind)
+	r.BeforeToProducerP99Ms, r.BeforeFromProducerP99Ms = percentile(to, 0.99)/1e3, percentile(from, 0.99)/1e3
+	b.logf("%s: %d rows re-emitted in %.1f s, %.0f rows/s; live %s p50 %.1f ms, p99 %.1f ms (insert → producer p99 %.1f ms, producer → visible p99 %.1f ms; before the request: p99 %.1f ms, %.1f and %.1f), %d missing, %d behind",
+		name, r.Rows, r.Seconds, r.RowsPerSec, r.Load, r.LiveP50Ms, r.LiveP99Ms, r.ToProducerP99Ms, r.FromProducerP99Ms,
+		r.BeforeP99Ms, r.BeforeToProducerP99Ms, r.BeforeFromProducerP99Ms, r.LiveMissing, r.LiveBehind)
 	if cps != nil {
 		if r.Floors, err = b.latencyFloors(ctx, broker.addr, filepath.Join(dir, name), cps, live, requested, done); err != nil {
 			return nil, err
@@ -197,20 +207,6 @@ func (b *bench) requestReemit(ctx context.Context, broker, logPath string) (stri
 		return "", fmt.Errorf("walstream reemit printed no request id: %s", out)
 	}
 	return string(m[1]), nil
-}
-
-// between returns the latencies, in µs, of the rows timestamped from from
-// to to.
-func (c *latencyConsumer) between(from, to int64) []int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []int64
-	for i, ts := range c.ts {
-		if ts >= from && ts < to {
-			out = append(out, c.lat[i])
-		}
-	}
-	return out
 }
 
 // wait waits until the counter read n records and returns when it saw
