@@ -82,6 +82,9 @@ var ErrNoRecord = errors.New("the partition holds no record at the offset")
 type Decision struct {
 	Fate   Fate
 	Stable int64
+	// At is when the wait ended: when the fetch that decided the record
+	// was read, or the wait began, for a record read before it.
+	At time.Time
 }
 
 // Watch is one wait for a record to be decided.
@@ -379,7 +382,7 @@ func (w *watch) read(from int64, f Fetched) {
 }
 
 func (w *watch) finish(wt *waiter, fa Fate, err error) {
-	wt.d, wt.err, wt.finished = Decision{Fate: fa, Stable: w.stable}, err, true
+	wt.d, wt.err, wt.finished = Decision{Fate: fa, Stable: w.stable, At: time.Now()}, err, true
 	close(wt.done)
 }
 

@@ -85,7 +85,9 @@ func TestMarkersDecideEveryWaiter(t *testing.T) {
 	// Every waiter waits on records still open; then each is decided,
 	// the even ones committed and the odd ones aborted, last first.
 	time.Sleep(200 * time.Millisecond)
+	ended := make([]time.Time, n)
 	for i := n - 1; i >= 0; i-- {
+		ended[i] = time.Now()
 		ps[i].end(i%2 == 0)
 	}
 	wg.Wait()
@@ -96,6 +98,10 @@ func TestMarkersDecideEveryWaiter(t *testing.T) {
 		}
 		if r.err != nil || r.d.Fate != want {
 			t.Errorf("record %d at offset %d: Await = %+v, %v; want fate %d", i, offsets[i], r.d, r.err, want)
+		}
+		// The decision is timed by the read that found the marker.
+		if r.d.At.Before(ended[i]) {
+			t.Errorf("record %d decided at %s, before its transaction ended at %s", i, r.d.At.Format(time.StampMicro), ended[i].Format(time.StampMicro))
 		}
 	}
 

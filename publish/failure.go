@@ -265,6 +265,7 @@ func (p *Producer) visible(ctx context.Context, c *commit) error {
 	case d.Fate == kafka.FateAborted:
 		return &InvisibleError{Checkpoint: cp.String(), Topic: topic, At: at, Stable: d.Stable, Aborted: true}
 	}
+	p.metrics.markerRead(d.At.Sub(c.ended))
 	return nil
 }
 

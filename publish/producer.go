@@ -961,6 +961,7 @@ type Metrics struct {
 	bytes        prometheus.Counter
 	transactions *prometheus.CounterVec
 	commitTime   prometheus.Histogram
+	markerTime   prometheus.Histogram
 	committedLSN prometheus.Gauge
 	deadLetters  prometheus.Counter
 	registry     *format.RegistryMetrics
@@ -995,6 +996,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		commitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "walstream_commit_duration_seconds", Help: "Time to flush and commit one Kafka transaction.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		markerTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "walstream_commit_marker_seconds",
+			Help: "Time from Kafka's answer to a commit to its marker read on the checkpoint partition: how long Kafka took to write the commit's markers, " +
+				"which read_committed readers wait for, or, when that took less, how long walstream waited to look (20 ms or the linger, whichever is longer, or until the next transaction began).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		committedLSN: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "walstream_committed_lsn", Help: "Position committed in Kafka, as a WAL byte offset."}),
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
@@ -1024,7 +1030,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.kafka = kafka.ClientMetrics(reg)
 	m.registry = format.NewRegistryMetrics(reg)
 	m.reemit = newReemitMetrics(reg)
-	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.committedLSN, m.deadLetters, m.txnFailures, m.takeover, m.held, m.requests)
+	reg.MustRegister(m.events, m.batchEvents, m.batchBytes, m.bytes, m.transactions, m.commitTime, m.markerTime, m.committedLSN, m.deadLetters, m.txnFailures, m.takeover, m.held, m.requests)
 	return m
 }
 
@@ -1046,6 +1052,14 @@ func (m *Metrics) committed(byTopic map[string]int, dead, bytes int, d time.Dura
 	m.transactions.WithLabelValues("committed").Inc()
 	m.commitTime.Observe(d.Seconds())
 	m.committedLSN.Set(float64(lsn))
+}
+
+// markerRead observes how long after Kafka's answer a commit's marker
+// was read.
+func (m *Metrics) markerRead(d time.Duration) {
+	if m != nil {
+		m.markerTime.Observe(max(d, 0).Seconds())
+	}
 }
 
 func (m *Metrics) registryMetrics() *format.RegistryMetrics {

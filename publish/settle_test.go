@@ -3,11 +3,15 @@ package publish
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/walstream/walstream/checkpoint"
@@ -225,6 +229,63 @@ func TestLingerLongerThanCommitTimeout(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
+}
+
+// Each settled commit is timed from Kafka's answer to its marker read on
+// the checkpoint partition (walstream_commit_marker_seconds).
+func TestCommitMarkerTimed(t *testing.T) {
+	k := testenv.StartKfake(t)
+	reg := prometheus.NewRegistry()
+	cfg := Config{Outboxes: []*decode.Outbox{testOutbox},
+		Kafka: kafka.Settings{Brokers: []string{k.Addr()}}, TransactionalID: "tx-marker", CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
+		Slot: "slot-a", MaxBatchEvents: 1, MaxBatchBytes: 1 << 20,
+		Linger: time.Millisecond, IdleInterval: time.Hour, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,
+	}
+	p, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(reg), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan checkpoint.Checkpoint, 2)
+	start := checkpoint.Checkpoint{LSN: 0x10}
+	p.Start(&fakePositions{resume: start, done: start, at: time.Now(), committed: func(cp checkpoint.Checkpoint) { got <- cp }})
+	q := NewQueue(1 << 20)
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, q) }()
+	for _, tx := range []*decode.Tx{oneRow(0x100, "a"), oneRow(0x200, "b")} {
+		if err := q.Put(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for settled := 0; settled < 2; settled++ {
+		select {
+		case <-got:
+		case err := <-errc:
+			t.Fatalf("Run = %v", err)
+		case <-ctx.Done():
+			t.Fatalf("%d commits settled, want 2", settled)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h *dto.Histogram
+	for _, mf := range mfs {
+		if mf.GetName() == "walstream_commit_marker_seconds" {
+			h = mf.GetMetric()[0].GetHistogram()
+		}
+	}
+	if h == nil || h.GetSampleCount() != 2 || h.GetSampleSum() < 0 || h.GetSampleSum() > 2*cfg.CommitTimeout.Seconds() {
+		t.Fatalf("walstream_commit_marker_seconds = %v, want 2 samples within the commit timeout", h)
+	}
+	cancel()
+	<-errc
 }
 
 // Another producer's transaction open on the checkpoint partition holds
