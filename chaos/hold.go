@@ -361,7 +361,7 @@ func (h *holdWatch) end(ctx context.Context, d time.Duration) {
 		logged := func(holder string) bool {
 			return slices.ContainsFunc(strings.Split(holder, "|"), func(id string) bool { return slices.Contains(h.rec.Logged, id) })
 		}
-		for _, m := range h.asked.lines(reHoldLogged) {
+		for _, m := range h.asked.processLines(reHoldLogged) {
 			if !slices.Contains(h.rec.Logged, m[1]) {
 				h.rec.Logged = append(h.rec.Logged, m[1])
 			}

@@ -84,6 +84,18 @@ func (st *stream) lines(re *regexp.Regexp) [][]string {
 	return out
 }
 
+// processLines returns re's submatches in every line of every process that
+// ran st, whichever of its streams the line is about: what a process logs
+// once for all of its streams (a hold of the checkpoint topic) is logged
+// by whichever stream saw it first.
+func (st *stream) processLines(re *regexp.Regexp) [][]string {
+	var out [][]string
+	for _, s := range st.sups {
+		out = append(out, s.lines(re, nil)...)
+	}
+	return out
+}
+
 // sessionRestarts counts st's session restarts in every process that ran
 // it, by peer.
 func (st *stream) sessionRestarts() map[string]int {
