@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"slices"
 	"time"
+
+	"github.com/walstream/walstream/checkpoint"
 )
 
 // ReemitRun is one run of the reemit scenario: a backlog of outbox rows
@@ -20,8 +22,9 @@ type ReemitRun struct {
 	Run  int   `json:"run"`
 	Rows int64 `json:"rows"`
 	// Seconds is from the request's commit (walstream reemit returning) to
-	// the last re-emitted record visible to a read_committed consumer;
-	// RowsPerSec is Rows over it.
+	// the checkpoint that records it done, committed with its last chunk,
+	// visible to a read_committed consumer; RowsPerSec is Rows over it.
+	// Its records are read after that.
 	Seconds    float64 `json:"seconds"`
 	RowsPerSec float64 `json:"rows_per_sec"`
 	// Live is the live load's latency, insert to visible, over the rows
@@ -99,18 +102,15 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 		return nil, err
 	}
 	defer live.close()
-	re, err := startCounter(broker.addr, topicFor(aggTypeReemit))
+	// The request's end is its checkpoint read back: the one that records
+	// it done, committed with its last chunk. Its records are counted
+	// after that, so that walbench reads them after the measured time, as
+	// the backlog drain it is compared with reads none.
+	cps, err := b.watchCheckpoints(ctx, broker.addr, slotWalstream)
 	if err != nil {
 		return nil, err
 	}
-	defer re.close()
-	var cps *checkpointLog
-	if b.cfg.LatencyFloor {
-		if cps, err = b.watchCheckpoints(ctx, broker.addr, slotWalstream); err != nil {
-			return nil, err
-		}
-		defer cps.stop()
-	}
+	defer cps.stop()
 
 	// The live load runs until the re-emit is done, at most the drain
 	// timeout.
@@ -135,8 +135,8 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 		return nil, err
 	}
 	requested := time.Now()
-	b.logf("%s: re-emit request %s made; waiting for %d records", name, id, r.Rows)
-	done, err := re.wait(ctx, r.Rows, b.cfg.DrainTimeout, p.exited)
+	b.logf("%s: re-emit request %s made; waiting for it done", name, id)
+	done, err := cps.reemitDone(ctx, id, r.Rows, b.cfg.DrainTimeout, p.exited)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w (walstream log %s)", name, err, filepath.Join(dir, "walstream.log"))
 	}
@@ -149,6 +149,15 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 	r.WalstreamCPUSeconds, r.WalstreamPeakRSSBytes = (ws.CPU - cpu0).Seconds(), ws.HWM
 	r.Seconds = done.Sub(requested).Seconds()
 	r.RowsPerSec = float64(r.Rows) / r.Seconds
+	re, err := startCounter(broker.addr, topicFor(aggTypeReemit))
+	if err != nil {
+		return nil, err
+	}
+	defer re.close()
+	if _, err := re.wait(ctx, r.Rows, b.cfg.DrainTimeout, p.exited); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	time.Sleep(time.Second) // a record past the last would be a duplicate
 	if n := re.count(); n != r.Rows {
 		return nil, fmt.Errorf("%s: %d re-emitted records, want %d", name, n, r.Rows)
 	}
@@ -176,7 +185,7 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 	b.logf("%s: %d rows re-emitted in %.1f s, %.0f rows/s; live %s p50 %.1f ms, p99 %.1f ms (insert → producer p99 %.1f ms, producer → visible p99 %.1f ms; before the request: p99 %.1f ms, %.1f and %.1f), %d missing, %d behind",
 		name, r.Rows, r.Seconds, r.RowsPerSec, r.Load, r.LiveP50Ms, r.LiveP99Ms, r.ToProducerP99Ms, r.FromProducerP99Ms,
 		r.BeforeP99Ms, r.BeforeToProducerP99Ms, r.BeforeFromProducerP99Ms, r.LiveMissing, r.LiveBehind)
-	if cps != nil {
+	if b.cfg.LatencyFloor {
 		if r.Floors, err = b.latencyFloors(ctx, broker.addr, filepath.Join(dir, name), cps, live, requested, done); err != nil {
 			return nil, err
 		}
@@ -229,5 +238,45 @@ func (c *counter) wait(ctx context.Context, n int64, within time.Duration, exite
 			return last, err
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// reemitDone waits until the log reads a checkpoint that records request
+// id done with rows rows, and returns when it read it: the commit of the
+// request's last chunk, visible to read_committed readers.
+func (l *checkpointLog) reemitDone(ctx context.Context, id string, rows int64, within time.Duration, exited func() error) (time.Time, error) {
+	deadline := time.Now().Add(within)
+	for next := 0; ; time.Sleep(10 * time.Millisecond) {
+		l.mu.Lock()
+		seen, failed := l.seen[next:], l.failed
+		next = len(l.seen)
+		l.mu.Unlock()
+		if failed != nil {
+			return time.Time{}, failed
+		}
+		for _, c := range seen {
+			i := -1
+			if c.cp.Notes != nil {
+				i = c.cp.Notes.Reemits.Find(id)
+			}
+			if i < 0 {
+				continue
+			}
+			switch q := c.cp.Notes.Reemits[i]; {
+			case q.State == checkpoint.ReemitDone && q.Rows == rows:
+				return c.visible, nil
+			case !q.State.Active():
+				return time.Time{}, fmt.Errorf("re-emit request %s ended %s after %d rows of %d: %s", id, q.State, q.Rows, rows, q.Error)
+			}
+		}
+		switch {
+		case ctx.Err() != nil:
+			return time.Time{}, ctx.Err()
+		case time.Now().After(deadline):
+			return time.Time{}, fmt.Errorf("re-emit request %s not done within %s", id, within)
+		}
+		if err := exited(); err != nil {
+			return time.Time{}, err
+		}
 	}
 }
