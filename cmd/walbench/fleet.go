@@ -86,6 +86,9 @@ type StreamLatency struct {
 	// the record to its Kafka client (the record's timestamp), as in the
 	// latency scenario: Postgres's commit, the walsender, decoding.
 	ToProducerP99Ms float64 `json:"to_producer_p99_ms"`
+	// FromProducerP99Ms is the p99 from there to visible: the Kafka
+	// transaction, its markers and walbench's reader.
+	FromProducerP99Ms float64 `json:"from_producer_p99_ms"`
 }
 
 // FleetIdle is the process with every stream streaming and nothing
@@ -392,9 +395,9 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 		return ph, err
 	}
 	for i, w := range writers {
-		lat, toProducer := c.latencies(topics[i], w.measureFrom.UnixMicro())
+		lat, toProducer, fromProducer := c.latencies(topics[i], w.measureFrom.UnixMicro())
 		sl := StreamLatency{Stream: i + 1, Samples: len(lat), P50Ms: percentile(lat, 0.50) / 1e3, P99Ms: percentile(lat, 0.99) / 1e3,
-			ToProducerP99Ms: percentile(toProducer, 0.99) / 1e3, Missing: max(w.written.Load()-c.receivedOf(topics[i]), 0), Behind: w.behind.Load()}
+			ToProducerP99Ms: percentile(toProducer, 0.99) / 1e3, FromProducerP99Ms: percentile(fromProducer, 0.99) / 1e3, Missing: max(w.written.Load()-c.receivedOf(topics[i]), 0), Behind: w.behind.Load()}
 		if len(lat) > 0 {
 			sl.MaxMs = float64(slices.Max(lat)) / 1e3
 		}
@@ -606,16 +609,17 @@ func (c *fleetConsumer) receivedOf(topic string) int64 {
 
 // latencies are topic's latencies, and the times to the publisher's
 // Kafka client, µs, of rows timestamped at or after from.
-func (c *fleetConsumer) latencies(topic string, from int64) (lat, toProducer []int64) {
+func (c *fleetConsumer) latencies(topic string, from int64) (lat, toProducer, fromProducer []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, ts := range c.ts[topic] {
 		if ts >= from {
 			lat = append(lat, c.lat[topic][i])
 			toProducer = append(toProducer, c.produced[topic][i])
+			fromProducer = append(fromProducer, c.lat[topic][i]-c.produced[topic][i])
 		}
 	}
-	return lat, toProducer
+	return lat, toProducer, fromProducer
 }
 
 func (c *fleetConsumer) err() error {

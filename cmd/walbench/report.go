@@ -353,7 +353,7 @@ func (r *Report) markdown() string {
 	}
 	if len(r.Fleet) > 0 {
 		fmt.Fprintf(&b, "\n### Fleet runs\n\n")
-		fmt.Fprintf(&b, "| run | streams | load each | phase | p50 ms (median of streams) | p99 ms (worst stream) | p99 ms of each stream (up to its producer) | CPU cores | Kafka transactions | CPU µs per transaction | franz-go alone + pg_recvlogical µs per transaction | peak RSS MB | load avg before |\n|---|---:|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|\n")
+		fmt.Fprintf(&b, "| run | streams | load each | phase | p50 ms (median of streams) | p99 ms (worst stream) | p99 ms of each stream (up to its producer, from there) | CPU cores | Kafka transactions | CPU µs per transaction | franz-go alone + pg_recvlogical µs per transaction | peak RSS MB | load avg before |\n|---|---:|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|\n")
 		for _, x := range r.Fleet {
 			for _, ph := range []struct {
 				name string
@@ -366,7 +366,7 @@ func (r *Report) markdown() string {
 				var p99s []string
 				for _, s := range ph.p.Streams {
 					p50s = append(p50s, int64(s.P50Ms*1e3))
-					p99s = append(p99s, fmt.Sprintf("%.1f (%.1f)", s.P99Ms, s.ToProducerP99Ms))
+					p99s = append(p99s, fmt.Sprintf("%.1f (%.1f, %.1f)", s.P99Ms, s.ToProducerP99Ms, s.FromProducerP99Ms))
 				}
 				fmt.Fprintf(&b, "| %d | %d | %s | %s | %.2f | %.2f | %s | %.3f | %d | %.0f | %.0f + %.0f | %.0f | %s |\n", x.Run, len(ph.p.Streams), x.Load, ph.name,
 					percentile(p50s, 0.5)/1e3, ph.p.WorstP99Ms, strings.Join(p99s, ", "), ph.p.CPUCores, ph.p.KafkaTxns, ph.p.CPUMicrosPerTxn,
