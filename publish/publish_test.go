@@ -49,18 +49,39 @@ func newProducer(t *testing.T, broker, txid string) *Producer {
 // newProducerWith is newProducer with the configuration changed by mod.
 func newProducerWith(t *testing.T, broker, txid string, mod func(*Config)) *Producer {
 	t.Helper()
+	return newProducerMetrics(t, broker, txid, nil, mod)
+}
+
+// newProducerMetrics is newProducerWith reporting to m.
+func newProducerMetrics(t *testing.T, broker, txid string, m *Metrics, mod func(*Config)) *Producer {
+	t.Helper()
 	cfg := Config{Outboxes: []*decode.Outbox{testOutbox},
 		Kafka: kafka.Settings{Brokers: []string{broker}}, TransactionalID: txid, CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
 		Slot: "slot-a", MaxBatchEvents: 100, MaxBatchBytes: 1 << 20,
 		Linger: time.Millisecond, IdleInterval: 50 * time.Millisecond, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,
 	}
 	mod(&cfg)
-	p, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+	p, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
 	return p
+}
+
+// runProducer fences p and runs it, from start, on a queue until ctx ends:
+// committed gets each checkpoint it settles, errc what Run returns.
+func runProducer(ctx context.Context, t *testing.T, p *Producer, start checkpoint.Checkpoint) (q *Queue, committed chan checkpoint.Checkpoint, errc chan error) {
+	t.Helper()
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	committed = make(chan checkpoint.Checkpoint, 100)
+	p.Start(&fakePositions{resume: start, done: start, at: time.Now(), committed: func(cp checkpoint.Checkpoint) { committed <- cp }})
+	q = NewQueue(1 << 20)
+	errc = make(chan error, 1)
+	go func() { errc <- p.Run(ctx, q) }()
+	return q, committed, errc
 }
 
 // checkpoints are the checkpoints p writes, read as a session reads them.

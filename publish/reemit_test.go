@@ -13,21 +13,11 @@ import (
 	"github.com/walstream/walstream/publish/format"
 )
 
-// runStream fences a producer of transactional id txid on broker and runs
-// it on a queue until ctx ends: committed gets each checkpoint it commits,
-// errc what Run returns.
+// runStream runs a producer of transactional id txid on broker until ctx
+// ends, as runProducer does.
 func runStream(ctx context.Context, t *testing.T, broker, txid string, mod func(*Config)) (q *Queue, committed chan checkpoint.Checkpoint, errc chan error) {
 	t.Helper()
-	p := newProducerWith(t, broker, txid, mod)
-	if err := p.Fence(ctx); err != nil {
-		t.Fatal(err)
-	}
-	committed = make(chan checkpoint.Checkpoint, 100)
-	p.Start(&fakePositions{at: time.Now(), committed: func(cp checkpoint.Checkpoint) { committed <- cp }})
-	q = NewQueue(1 << 20)
-	errc = make(chan error, 1)
-	go func() { errc <- p.Run(ctx, q) }()
-	return q, committed, errc
+	return runProducer(ctx, t, newProducerWith(t, broker, txid, mod), checkpoint.Checkpoint{})
 }
 
 // The producer records a request in the checkpoint that covers its

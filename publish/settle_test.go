@@ -3,8 +3,6 @@ package publish
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -160,16 +158,8 @@ func TestLastCommitSettledAtTheEnd(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := p.Fence(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan checkpoint.Checkpoint, 2)
-	start := checkpoint.Checkpoint{LSN: 0x10}
-	p.Start(&fakePositions{resume: start, done: start, at: time.Now(), committed: func(cp checkpoint.Checkpoint) { got <- cp }})
-	q := NewQueue(1 << 20)
 	rctx, stop := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- p.Run(rctx, q) }()
+	q, got, errc := runProducer(rctx, t, p, checkpoint.Checkpoint{LSN: 0x10})
 	if err := q.Put(ctx, oneRow(0x100, "a")); err != nil {
 		t.Fatal(err)
 	}
@@ -203,15 +193,7 @@ func TestLingerLongerThanCommitTimeout(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := p.Fence(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan checkpoint.Checkpoint, 2)
-	start := checkpoint.Checkpoint{LSN: 0x10}
-	p.Start(&fakePositions{resume: start, done: start, at: time.Now(), committed: func(cp checkpoint.Checkpoint) { got <- cp }})
-	q := NewQueue(1 << 20)
-	errc := make(chan error, 1)
-	go func() { errc <- p.Run(ctx, q) }()
+	q, got, errc := runProducer(ctx, t, p, checkpoint.Checkpoint{LSN: 0x10})
 	if err := q.Put(ctx, oneRow(0x100, "a")); err != nil {
 		t.Fatal(err)
 	}
@@ -236,27 +218,10 @@ func TestLingerLongerThanCommitTimeout(t *testing.T) {
 func TestCommitMarkerTimed(t *testing.T) {
 	k := testenv.StartKfake(t)
 	reg := prometheus.NewRegistry()
-	cfg := Config{Outboxes: []*decode.Outbox{testOutbox},
-		Kafka: kafka.Settings{Brokers: []string{k.Addr()}}, TransactionalID: "tx-marker", CheckpointTopic: "walstream.checkpoints", CheckpointKey: "slot-a",
-		Slot: "slot-a", MaxBatchEvents: 1, MaxBatchBytes: 1 << 20,
-		Linger: time.Millisecond, IdleInterval: time.Hour, CommitTimeout: 10 * time.Second, MaxRecordBytes: 1 << 20,
-	}
-	p, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(reg), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := newProducerMetrics(t, k.Addr(), "tx-marker", NewMetrics(reg), func(c *Config) { c.MaxBatchEvents, c.IdleInterval = 1, time.Hour })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := p.Fence(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan checkpoint.Checkpoint, 2)
-	start := checkpoint.Checkpoint{LSN: 0x10}
-	p.Start(&fakePositions{resume: start, done: start, at: time.Now(), committed: func(cp checkpoint.Checkpoint) { got <- cp }})
-	q := NewQueue(1 << 20)
-	errc := make(chan error, 1)
-	go func() { errc <- p.Run(ctx, q) }()
+	q, got, errc := runProducer(ctx, t, p, checkpoint.Checkpoint{LSN: 0x10})
 	for _, tx := range []*decode.Tx{oneRow(0x100, "a"), oneRow(0x200, "b")} {
 		if err := q.Put(ctx, tx); err != nil {
 			t.Fatal(err)
@@ -281,7 +246,7 @@ func TestCommitMarkerTimed(t *testing.T) {
 			h = mf.GetMetric()[0].GetHistogram()
 		}
 	}
-	if h == nil || h.GetSampleCount() != 2 || h.GetSampleSum() < 0 || h.GetSampleSum() > 2*cfg.CommitTimeout.Seconds() {
+	if h == nil || h.GetSampleCount() != 2 || h.GetSampleSum() < 0 || h.GetSampleSum() > 2*p.cfg.CommitTimeout.Seconds() {
 		t.Fatalf("walstream_commit_marker_seconds = %v, want 2 samples within the commit timeout", h)
 	}
 	cancel()
