@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -556,18 +557,15 @@ func committedTxns(addr string) (int64, error) {
 // one, for the rows written from a moment on: a phase's.
 type fleetConsumer struct {
 	*poller
-	from int64 // µs since the epoch
-	mu   sync.Mutex
-	ts   map[string][]int64
-	lat  map[string][]int64
-	// produced is each record's timestamp less its row's, µs.
-	produced map[string][]int64
-	n        int64
-	failed   error
+	from   int64 // µs since the epoch
+	mu     sync.Mutex
+	by     map[string]*timings // by topic
+	n      int64
+	failed error
 }
 
 func startFleetConsumer(broker string, topics []string, from time.Time) (*fleetConsumer, error) {
-	c := &fleetConsumer{from: from.UnixMicro(), ts: make(map[string][]int64), lat: make(map[string][]int64), produced: make(map[string][]int64)}
+	c := &fleetConsumer{from: from.UnixMicro(), by: make(map[string]*timings)}
 	p, err := startPoller(broker, "the fleet's consumer", topics, c.take)
 	if err != nil {
 		return nil, err
@@ -587,9 +585,12 @@ func (c *fleetConsumer) take(fs kgo.Fetches, now int64) {
 		if ts < c.from {
 			return // an earlier phase's
 		}
-		c.ts[r.Topic] = append(c.ts[r.Topic], ts)
-		c.lat[r.Topic] = append(c.lat[r.Topic], now-ts)
-		c.produced[r.Topic] = append(c.produced[r.Topic], r.Timestamp.UnixMicro()-ts)
+		t := c.by[r.Topic]
+		if t == nil {
+			t = new(timings)
+			c.by[r.Topic] = t
+		}
+		t.add(r, ts, now)
 		c.n++
 	})
 	c.mu.Unlock()
@@ -604,7 +605,10 @@ func (c *fleetConsumer) received() int64 {
 func (c *fleetConsumer) receivedOf(topic string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return int64(len(c.ts[topic]))
+	if t := c.by[topic]; t != nil {
+		return int64(len(t.ts))
+	}
+	return 0
 }
 
 // latencies are topic's latencies, and the times to the publisher's
@@ -612,14 +616,10 @@ func (c *fleetConsumer) receivedOf(topic string) int64 {
 func (c *fleetConsumer) latencies(topic string, from int64) (lat, toProducer, fromProducer []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, ts := range c.ts[topic] {
-		if ts >= from {
-			lat = append(lat, c.lat[topic][i])
-			toProducer = append(toProducer, c.produced[topic][i])
-			fromProducer = append(fromProducer, c.lat[topic][i]-c.produced[topic][i])
-		}
+	if t := c.by[topic]; t != nil {
+		return t.between(from, math.MaxInt64)
 	}
-	return lat, toProducer, fromProducer
+	return nil, nil, nil
 }
 
 func (c *fleetConsumer) err() error {

@@ -122,11 +122,10 @@ func TestSeasonTopics(t *testing.T) {
 // A stream's latencies split at walstream's producer, for its own topic's
 // rows from a moment on.
 func TestFleetLatencies(t *testing.T) {
-	c := &fleetConsumer{
-		ts:       map[string][]int64{"a": {100, 200, 300}, "b": {250}},
-		lat:      map[string][]int64{"a": {10, 20, 30}, "b": {99}},
-		produced: map[string][]int64{"a": {4, 5, 26}, "b": {1}},
-	}
+	c := &fleetConsumer{by: map[string]*timings{
+		"a": {ts: []int64{100, 200, 300}, lat: []int64{10, 20, 30}, produced: []int64{4, 5, 26}},
+		"b": {ts: []int64{250}, lat: []int64{99}, produced: []int64{1}},
+	}}
 	lat, to, from := c.latencies("a", 200)
 	if !slices.Equal(lat, []int64{20, 30}) || !slices.Equal(to, []int64{5, 26}) || !slices.Equal(from, []int64{15, 4}) {
 		t.Errorf("latencies(a, 200) = %v, %v, %v; want [20 30], [5 26], [15 4]", lat, to, from)

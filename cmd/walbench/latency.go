@@ -511,7 +511,16 @@ func (w *writer) ackOffsets() []int64 {
 // the row's timestamp and the time it was seen.
 type latencyConsumer struct {
 	*poller
-	mu  sync.Mutex
+	mu sync.Mutex
+	timings
+	failed error
+	n      atomic.Int64
+	bytes  int64 // of the records' values and headers
+}
+
+// timings are the records read, in the order read: each one's row
+// timestamp, the time it was seen and when walstream handed it on.
+type timings struct {
 	ts  []int64 // row timestamps, µs since the epoch
 	lat []int64 // seen minus timestamp, µs
 	// produced is the record's timestamp minus the row's, µs: walstream
@@ -520,9 +529,26 @@ type latencyConsumer struct {
 	// walstream's producer (Postgres's commit, the walsender, decoding)
 	// and the time after it (the Kafka transaction and the consumer).
 	produced []int64
-	failed   error
-	n        atomic.Int64
-	bytes    int64 // of the records' values and headers
+}
+
+// add notes r, whose row is timestamped ts, seen at now (µs).
+func (t *timings) add(r *kgo.Record, ts, now int64) {
+	t.ts = append(t.ts, ts)
+	t.lat = append(t.lat, now-ts)
+	t.produced = append(t.produced, r.Timestamp.UnixMicro()-ts)
+}
+
+// between returns, in µs, for the rows timestamped from from to to: the
+// latencies, the time to walstream's producer and the time from there.
+func (t *timings) between(from, to int64) (lat, toProducer, fromProducer []int64) {
+	for i, ts := range t.ts {
+		if ts >= from && ts < to {
+			lat = append(lat, t.lat[i])
+			toProducer = append(toProducer, t.produced[i])
+			fromProducer = append(fromProducer, t.lat[i]-t.produced[i])
+		}
+	}
+	return lat, toProducer, fromProducer
 }
 
 // poller polls a client reading topics read_committed from their start,
@@ -588,9 +614,7 @@ func (c *latencyConsumer) take(fs kgo.Fetches, now int64) {
 		c.failed = ferr
 	}
 	eachTimed(fs, &c.failed, func(r *kgo.Record, ts int64) {
-		c.ts = append(c.ts, ts)
-		c.lat = append(c.lat, now-ts)
-		c.produced = append(c.produced, r.Timestamp.UnixMicro()-ts)
+		c.add(r, ts, now)
 		c.bytes += int64(len(r.Value))
 		for _, h := range r.Headers {
 			c.bytes += int64(len(h.Key) + len(h.Value))
@@ -683,12 +707,5 @@ func (c *latencyConsumer) samples(from int64) (lat, toProducer, fromProducer []i
 func (c *latencyConsumer) between(from, to int64) (lat, toProducer, fromProducer []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, ts := range c.ts {
-		if ts >= from && ts < to {
-			lat = append(lat, c.lat[i])
-			toProducer = append(toProducer, c.produced[i])
-			fromProducer = append(fromProducer, c.lat[i]-c.produced[i])
-		}
-	}
-	return lat, toProducer, fromProducer
+	return c.timings.between(from, to)
 }

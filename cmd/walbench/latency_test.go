@@ -20,7 +20,7 @@ func TestRecordTimestamp(t *testing.T) {
 // A window's latencies split at walstream's producer: up to the record's
 // timestamp and from there, for the rows timestamped in the window only.
 func TestLatencyBetween(t *testing.T) {
-	c := &latencyConsumer{ts: []int64{100, 200, 300, 400}, lat: []int64{10, 20, 30, 40}, produced: []int64{1, 5, 25, 4}}
+	c := &latencyConsumer{timings: timings{ts: []int64{100, 200, 300, 400}, lat: []int64{10, 20, 30, 40}, produced: []int64{1, 5, 25, 4}}}
 	lat, to, from := c.between(200, 400)
 	if !slices.Equal(lat, []int64{20, 30}) || !slices.Equal(to, []int64{5, 25}) || !slices.Equal(from, []int64{15, 5}) {
 		t.Errorf("between(200, 400) = %v, %v, %v; want [20 30], [5 25], [15 5]", lat, to, from)
