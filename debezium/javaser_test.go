@@ -46,9 +46,11 @@ func TestParseOffsetsFile(t *testing.T) {
 		c[i] ^= 0xFF
 		_, _ = readOffsetsFile(c)
 	}
+	// A worker killed while it rewrites the file leaves a part of it:
+	// no offset, as Kafka Connect reads it, not a broken file.
 	for i := 4; i < len(b); i++ {
-		if _, err := readOffsetsFile(b[:i]); err == nil {
-			t.Fatalf("readOffsetsFile of the first %d of %d bytes succeeded", i, len(b))
+		if _, err := ParseFile(b[:i], Selector{Connector: "dbz-outbox"}, "f"); !errors.Is(err, ErrNoOffset) || !strings.Contains(err.Error(), "f is cut short") {
+			t.Fatalf("the first %d of %d bytes: %v, want ErrNoOffset naming the file cut short", i, len(b), err)
 		}
 	}
 }

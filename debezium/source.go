@@ -146,9 +146,9 @@ func (s Source) Read(ctx context.Context, sel Selector, topics TopicReader, clie
 func ParseFile(b []byte, sel Selector, where string) (Offset, error) {
 	if len(b) == 0 {
 		// A standalone worker rewrites its offsets file in place at each
-		// flush, so one killed during its first leaves it empty; Kafka
+		// flush, so one killed during one may leave it empty; Kafka
 		// Connect reads an empty file as holding no offsets.
-		return Offset{}, fmt.Errorf("%w: %s is empty, as a standalone worker killed while it wrote its first offsets leaves it", ErrNoOffset, where)
+		return Offset{}, fmt.Errorf("%w: %s is empty, as a standalone worker killed while it rewrote its offsets leaves it", ErrNoOffset, where)
 	}
 	if IsOffsetsFile(b) {
 		return ParseOffsetsFile(b, sel, where)
