@@ -148,9 +148,10 @@ type Config struct {
 	// stream of a process.
 	Fleet group.Settings
 
-	// Hook, if not nil, is called at named points (after-produce,
-	// before-commit, after-commit, mid-transaction, mid-stream, mid-chunk)
-	// so that crash tests can kill the process there.
+	// Hook, if not nil, is called at named points (slot-held,
+	// after-produce, before-commit, after-commit, mid-transaction,
+	// mid-stream, mid-chunk) so that crash tests can kill or pause the
+	// process there.
 	Hook func(point string)
 
 	// undecidedWait bounds how long a session waits for Kafka to decide a

@@ -236,7 +236,7 @@ func TestHangingOwnRecord(t *testing.T) {
 			decided: tc.decided, committed: later,
 			markers: func(store.OpenRecord) (kafka.Fate, error) { return tc.markers, nil }}
 		prior := &earlier{}
-		cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, prior,
+		cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, walEndAt(srv.XLogPos), cfg, prior,
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
 		var open *OpenCheckpointError
 		var undecided *UndecidedCheckpointError
@@ -255,7 +255,7 @@ func TestHangingOwnRecord(t *testing.T) {
 		// The next session of the process does not wait for the record
 		// decided before: its replication stream would be idle meanwhile.
 		src.reads = 0
-		if cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, prior,
+		if cp, _, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, walEndAt(srv.XLogPos), cfg, prior,
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"})); err != nil || cp.LSN != tc.want || src.reads > 2 {
 			t.Errorf("%s, the next session: resume = %v, %v after %d reads of the checkpoint; want %s after 2, without waiting", tc.name, cp, err, src.reads, tc.want)
 		}
@@ -297,7 +297,7 @@ func TestUndecidedAfterKilledWait(t *testing.T) {
 		}
 		return read, time.Now(), true, nil
 	}
-	if _, _, err := resume(ctx, src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, &earlier{},
+	if _, _, err := resume(ctx, src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, walEndAt(srv.XLogPos), cfg, &earlier{},
 		slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"})); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the first process: resume = %v, want it killed during the wait", err)
 	}
@@ -307,7 +307,7 @@ func TestUndecidedAfterKilledWait(t *testing.T) {
 		markers kafka.Fate
 		want    pglogrepl.LSN // 0: an UndecidedCheckpointError
 	}{{kafka.FateCommitted, 0x900}, {kafka.FateAborted, 0x500}, {kafka.FateOpen, 0}} {
-		cp, _, err := resume(context.Background(), source(tc.markers), replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, &earlier{},
+		cp, _, err := resume(context.Background(), source(tc.markers), replication.Slot{ConfirmedFlush: 0x500}, srv, nil, walEndAt(srv.XLogPos), cfg, &earlier{},
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
 		var undecided *UndecidedCheckpointError
 		if tc.want == 0 && !errors.As(err, &undecided) || tc.want != 0 && (err != nil || cp.LSN != tc.want) {
@@ -362,7 +362,7 @@ func TestAcknowledgedOpenRecord(t *testing.T) {
 			// commit.
 			markers: func(store.OpenRecord) (kafka.Fate, error) { return kafka.FateAborted, nil }}
 		fenced = false
-		cp, inKafka, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, cfg, &earlier{acked: tc.acked},
+		cp, inKafka, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, walEndAt(srv.XLogPos), cfg, &earlier{acked: tc.acked},
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
 		if err != nil || cp.LSN != tc.want || inKafka != (tc.want == 0x500) {
 			t.Errorf("%s: resume = %v, in Kafka %v, %v; want %s, in Kafka %v", tc.name, cp, inKafka, err, tc.want, tc.want == 0x500)
@@ -375,6 +375,11 @@ func TestAcknowledgedOpenRecord(t *testing.T) {
 
 func (f *fakeSource) CheckpointHistory(context.Context) ([]checkpoint.Checkpoint, error) {
 	return f.history, nil
+}
+
+// walEndAt is a server whose WAL ends at lsn when asked again.
+func walEndAt(lsn pglogrepl.LSN) func(context.Context) (pglogrepl.LSN, error) {
+	return func(context.Context) (pglogrepl.LSN, error) { return lsn, nil }
 }
 
 func TestResume(t *testing.T) {
@@ -396,9 +401,14 @@ func TestResume(t *testing.T) {
 	}
 	past := checkpoint.Checkpoint{LSN: 0x900, Identity: tl1, Events: 10, Counted: true}
 	before := checkpoint.Checkpoint{LSN: 0x600, Identity: tl1, Events: 4, Counted: true}
+	// Written past the WAL end srv names by an instance that held the
+	// slot after IDENTIFY_SYSTEM, as a checkpoint at the WAL end was.
+	later := checkpoint.Checkpoint{LSN: 0x12000, Identity: own, Events: 20, Counted: true}
+	atEnd := checkpoint.Checkpoint{LSN: 0x10000, Identity: own, Events: 15, Counted: true}
 	for _, tc := range []struct {
 		name         string
 		src          *fakeSource
+		walEnd       pglogrepl.LSN // the server's WAL end asked again; srv's when zero
 		allowAhead   bool
 		accept       Accept
 		want         checkpoint.Checkpoint
@@ -430,6 +440,12 @@ func TestResume(t *testing.T) {
 		{name: "phantoms accepted: from the fork", src: found(past, before, past), accept: Accept{Phantoms: true}, wantPhantoms: 6,
 			want: checkpoint.Checkpoint{LSN: 0x700, Identity: own, Events: 10, Counted: true,
 				Gap: checkpoint.Gap{Kind: checkpoint.GapPhantoms, Previous: tl1, From: 0x700, To: 0x900, Events: 6}}},
+		{name: "past the identified WAL end, not past the WAL end of now", src: found(later), walEnd: 0x13000, want: later, wantInKafka: true},
+		{name: "past the WAL end of now: phantoms", src: found(later, atEnd, later), walEnd: 0x11000, wantPhantoms: 5,
+			wantErr: func(err error) bool {
+				var de *DivergedError
+				return errors.As(err, &de) && de.Placement == Placement{Verdict: Phantoms, Fork: 0x11000, Ahead: true} && de.Events == 5
+			}},
 		{name: "another system refused", src: found(at(0x900, checkpoint.Identity{SystemID: "1", Timeline: 1})),
 			wantErr: func(err error) bool {
 				var de *DivergedError
@@ -449,7 +465,11 @@ func TestResume(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := &Config{Names: replication.Names{Slot: "s"}, CheckpointKey: "s", CheckpointTopic: "cp", AllowSlotAhead: tc.allowAhead, Accept: tc.accept}
 			phantoms := prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"})
-			cp, inKafka, err := resume(context.Background(), tc.src, slot, srv, history, cfg, &earlier{}, discard, phantoms)
+			walEnd := srv.XLogPos
+			if tc.walEnd != 0 {
+				walEnd = tc.walEnd
+			}
+			cp, inKafka, err := resume(context.Background(), tc.src, slot, srv, history, walEndAt(walEnd), cfg, &earlier{}, discard, phantoms)
 			var m dto.Metric
 			if err := phantoms.Write(&m); err != nil {
 				t.Fatal(err)

@@ -133,6 +133,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
+	if cfg.Hook != nil {
+		cfg.Hook("slot-held")
+	}
 	// The decoder tags events with these mappings and the producer routes by
 	// them, so both get the same ones.
 	pcfg := cfg.publishConfig()
@@ -150,7 +153,8 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 
-	cp, inKafka, err := resume(ctx, sessionSource{prod, store.New(cfg.storeConfig(), s.log)}, slot, srv, history, cfg, &s.earlier, s.log, s.metrics.phantoms)
+	walEnd := func(ctx context.Context) (pglogrepl.LSN, error) { return replication.WALEnd(ctx, conn) }
+	cp, inKafka, err := resume(ctx, sessionSource{prod, store.New(cfg.storeConfig(), s.log)}, slot, srv, history, walEnd, cfg, &s.earlier, s.log, s.metrics.phantoms)
 	switch {
 	case errors.Is(err, errNoCheckpoint):
 		cp, err = takeOver(ctx, conn, cfg, slot, srv, s.log)
@@ -443,14 +447,31 @@ func (s *session) warnFailover(ctx context.Context, conn *pgx.Conn) {
 // checkpoint in the server's history and refuses what would skip or
 // misplace rows: another system, a checkpoint past the server's fork or
 // WAL end, a slot that has confirmed more than Kafka holds; unless the
-// operator accepted it.
+// operator accepted it. walEnd asks the server's WAL end again.
 func resume(ctx context.Context, src checkpointSource, slot replication.Slot, srv replication.Server, history []replication.HistoryEntry,
-	cfg *Config, prior *earlier, log *slog.Logger, phantoms prometheus.Gauge) (cp checkpoint.Checkpoint, inKafka bool, err error) {
+	walEnd func(context.Context) (pglogrepl.LSN, error), cfg *Config, prior *earlier, log *slog.Logger, phantoms prometheus.Gauge) (cp checkpoint.Checkpoint, inKafka bool, err error) {
 	rd, unmarked, err := fenceAndRead(ctx, src, cfg, srv, prior, log)
 	if err != nil {
 		return cp, false, err
 	}
 	cp, at, found := rd.Checkpoint, rd.At, rd.Found
+	if found && cp.Past(srv.XLogPos) {
+		// srv was identified before the slot was ours: an instance that
+		// held it until then (this one paused past wal_sender_timeout, or
+		// one that let go as this one started) may have committed a
+		// checkpoint past the WAL end it names. Placed against the WAL end
+		// of now, once no older instance can commit, that checkpoint is on
+		// the server; only one past this is phantom.
+		end, err := walEnd(ctx)
+		if err != nil {
+			return cp, false, err
+		}
+		if end > srv.XLogPos {
+			log.Info("the checkpoint is past the WAL end the server named at IDENTIFY_SYSTEM; placing it against the WAL end of now",
+				"checkpoint", cp.String(), "identified_wal_end", srv.XLogPos.String(), "wal_end", end.String())
+			srv.XLogPos = end
+		}
+	}
 	own := checkpoint.Identity{SystemID: srv.SystemID, Timeline: srv.Timeline, Database: srv.Database}
 	switch {
 	case !found && cfg.Takeover.Enabled():

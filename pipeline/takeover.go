@@ -197,13 +197,9 @@ func takeOverFrom(ctx context.Context, conn *pgx.Conn, cfg *Config, slot replica
 	if err := uniqueIDs(ctx, conn, cfg, log); err != nil {
 		return fail(err)
 	}
-	var text string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text").Scan(&text); err != nil {
-		return fail(fmt.Errorf("reading the server's WAL flush position: %w", err))
-	}
-	until, err := pglogrepl.ParseLSN(text)
+	until, err := replication.WALEnd(ctx, conn)
 	if err != nil {
-		return fail(fmt.Errorf("reading the server's WAL flush position %q: %w", text, err))
+		return fail(err)
 	}
 	own := checkpoint.Identity{SystemID: srv.SystemID, Timeline: srv.Timeline, Database: srv.Database}
 	cp, err := fromOffset(off, t, slot.ConfirmedFlush, until, cfg.AllowSlotAhead, own, time.Now())

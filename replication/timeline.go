@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -31,6 +32,25 @@ func Identify(ctx context.Context, conn *pgconn.PgConn) (Server, error) {
 		return Server{}, fmt.Errorf("identifying the system: %w", err)
 	}
 	return Server{SystemID: r.SystemID, Timeline: r.Timeline, XLogPos: r.XLogPos, Database: r.DBName}, nil
+}
+
+// WALEnd asks, on a regular connection, what IDENTIFY_SYSTEM's XLogPos
+// says: a primary's WAL flush position, a standby's WAL received or
+// replayed, whichever is further. A replication connection answers
+// IDENTIFY_SYSTEM only before it streams; this is the same position asked
+// again later.
+func WALEnd(ctx context.Context, conn *pgx.Conn) (pglogrepl.LSN, error) {
+	var text string
+	err := conn.QueryRow(ctx, `SELECT CASE WHEN pg_is_in_recovery()
+		THEN greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()) ELSE pg_current_wal_flush_lsn() END::text`).Scan(&text)
+	if err != nil {
+		return 0, fmt.Errorf("reading the server's WAL end: %w", err)
+	}
+	lsn, err := pglogrepl.ParseLSN(text)
+	if err != nil {
+		return 0, fmt.Errorf("reading the server's WAL end %q: %w", text, err)
+	}
+	return lsn, nil
 }
 
 // HistoryEntry is one line of a timeline history file: Timeline ended at

@@ -1,10 +1,13 @@
 package replication
 
 import (
+	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 func TestParseHistory(t *testing.T) {
@@ -67,5 +70,45 @@ func TestFork(t *testing.T) {
 				t.Fatalf("Fork(%v, %d, %d) = %s, %v; want %s, %v", tc.history, tc.current, tc.tli, fork, ok, tc.wantFork, tc.wantOK)
 			}
 		})
+	}
+}
+
+// WALEnd answers what IDENTIFY_SYSTEM answers at the same moment, on a
+// primary and on a standby (where a primary's WAL functions fail): never
+// before an IDENTIFY_SYSTEM asked before it, never past one asked after.
+func TestWALEnd(t *testing.T) {
+	primary := testenv.StartPostgres(t)
+	standby := testenv.StartStandby(t, primary, testenv.StandbyConfig{})
+	ctx := context.Background()
+	admin := connect(t, primary.URL("postgres", "postgres"))
+	for _, pg := range []*testenv.Postgres{primary, standby} {
+		conn := connect(t, pg.URL("postgres", "postgres"))
+		rconn, err := Dial(ctx, &conn.Config().Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, err := Identify(ctx, rconn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// WAL written since: the answers must move with it.
+		if _, err := admin.Exec(ctx, "CREATE TABLE IF NOT EXISTS walend (n int); INSERT INTO walend VALUES (1)"); err != nil {
+			t.Fatal(err)
+		}
+		var end pglogrepl.LSN
+		testenv.Eventually(t, 10*time.Second, "the WAL written to reach the server", func() bool {
+			if end, err = WALEnd(ctx, conn); err != nil {
+				t.Fatal(err)
+			}
+			return end > before.XLogPos
+		})
+		after, err := Identify(ctx, rconn)
+		rconn.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end > after.XLogPos {
+			t.Errorf("Postgres %s: WALEnd = %s, past IDENTIFY_SYSTEM's %s after it", pg.Dir, end, after.XLogPos)
+		}
 	}
 }
