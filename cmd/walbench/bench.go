@@ -11,10 +11,10 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/walstream/walstream/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // bench is one walbench invocation: the servers it started and what every
@@ -345,13 +345,11 @@ func memoryNote(sys, dir string) string {
 // deviceOf is the device holding path as sysfs names it under dev/block,
 // "major:minor".
 func deviceOf(path string) (string, bool) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
 		return "", false
 	}
-	major := (st.Dev>>8)&0xfff | (st.Dev>>32)&^0xfff
-	minor := st.Dev&0xff | (st.Dev>>12)&^0xff
-	return fmt.Sprintf("%d:%d", major, minor), true
+	return fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)), true
 }
 
 // Report is everything walbench measured, as written to walbench.json.
