@@ -47,8 +47,8 @@ func ParseOffsetsFile(b []byte, s Selector, where string) (Offset, error) {
 		// FileOffsetBackingStore rewrites the file in place at each flush:
 		// a worker killed in the middle of one leaves it cut short, every
 		// offset in it lost, and Kafka Connect reads it as holding none.
-		return Offset{}, fmt.Errorf("%w: %s is cut short (%v), as a standalone worker killed while it rewrote its offsets leaves it, "+
-			"and Kafka Connect reads it as holding no offsets", ErrNoOffset, where, err)
+		return Offset{}, fmt.Errorf("%w: %s is cut short (%d bytes), as a standalone worker killed while it rewrote its offsets leaves it, "+
+			"and Kafka Connect reads it as holding no offsets", ErrNoOffset, where, len(b))
 	}
 	if err != nil {
 		return Offset{}, fmt.Errorf("reading Kafka Connect's offsets file %s: %w", where, err)
