@@ -38,6 +38,11 @@ const (
 	sigterm stopHow = iota
 	// sigkill kills the worker: its last stored offset is the last flush's.
 	sigkill
+	// sigkillMidFlush kills a standalone worker and leaves its offsets
+	// file as a kill in the middle of a flush does, which rewrites the
+	// file in place: its stream header alone (the clean-clone run that
+	// found it had it so), every offset lost.
+	sigkillMidFlush
 	// restStop stops the connector through the REST API (KIP-875), the
 	// worker going on.
 	restStop
@@ -90,6 +95,7 @@ type cutoverCase struct {
 
 var cutoverCases = []cutoverCase{
 	{name: "standalone_killed", mode: testenv.ConnectStandalone, stop: sigkill, from: fromFile, ci: true},
+	{name: "standalone_killed_mid_flush", mode: testenv.ConnectStandalone, stop: sigkillMidFlush, from: fromFile, ci: true},
 	{name: "distributed_rest_stop", mode: testenv.ConnectDistributed, stop: restStop, from: fromREST, checkStop: true, ci: true},
 	{name: "standalone_sigterm", mode: testenv.ConnectStandalone, stop: sigterm, from: fromFile},
 	{name: "standalone_rest_stop_saved", mode: testenv.ConnectStandalone, stop: restStop, from: fromSaved},
@@ -256,8 +262,11 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 		// on: start the connector again and stop it cleanly.
 		// A worker killed before its first offset flush stored none.
 		refused = lastLines(p.Log(), 1)
-		if c.stop != sigkill || !slotAhead.MatchString(refused) && !strings.Contains(refused, "no source offset stored for the connector") {
+		if c.stop != sigkill && c.stop != sigkillMidFlush || !slotAhead.MatchString(refused) && !strings.Contains(refused, "no source offset stored for the connector") {
 			t.Fatalf("walstream stopped:\n%s", p.LastLines(20))
+		}
+		if c.stop == sigkillMidFlush && !strings.Contains(refused, "connect.offsets is cut short (4 bytes)") {
+			t.Fatalf("walstream refused, not naming the offsets file cut short:\n%s", p.LastLines(20))
 		}
 		t.Logf("%s: walstream refused, as the runbook says: %s", id, refused)
 		if err := w.Start(ctx); err != nil {
@@ -282,6 +291,9 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 		if p.Exited() {
 			t.Fatalf("walstream stopped after the connector stopped cleanly:\n%s", p.LastLines(20))
 		}
+	}
+	if c.stop == sigkillMidFlush && refused == "" {
+		t.Fatal("walstream took over from an offsets file holding no offset")
 	}
 	time.Sleep(2 * time.Second) // rows committed while walstream streams
 	marks := []map[string]map[int32]int64{mark}
@@ -542,6 +554,13 @@ func (e *env) stopDebezium(ctx context.Context, t *testing.T, w *testenv.Connect
 		w.Stop(syscall.SIGTERM)
 	case sigkill:
 		w.Stop(syscall.SIGKILL)
+	case sigkillMidFlush:
+		w.Stop(syscall.SIGKILL)
+		// Java serialization's magic and version, which a flush writes
+		// first, at any flush, the first included.
+		if err := os.WriteFile(filepath.Join(w.Dir, "connect.offsets"), []byte{0xac, 0xed, 0x00, 0x05}, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	case restStop:
 		if err := w.StopConnector(ctx, name, time.Minute); err != nil {
 			t.Fatal(err)
