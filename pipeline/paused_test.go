@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/internal/testenv"
 )
@@ -26,20 +25,10 @@ func pausedAfterTakingTheSlot(t *testing.T, pg *testenv.Postgres, broker string)
 	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	held, resume := make(chan struct{}), make(chan struct{})
 	release := sync.OnceFunc(func() { close(resume) })
-	t.Cleanup(release)
-	type instance struct {
-		p    *Pipeline
-		done chan struct{}
-		err  error // once done is closed
-	}
 	start := func(name string, hook func(string)) *instance {
 		c := cfg
 		c.Hook = hook
-		ctx, cancel := context.WithCancel(context.Background())
-		in := &instance{p: New(c, log.With("instance", name), prometheus.NewRegistry()), done: make(chan struct{})}
-		go func() { in.err = in.p.Run(ctx); close(in.done) }()
-		t.Cleanup(func() { cancel(); release(); <-in.done })
-		return in
+		return startInstance(t, c, log, name)
 	}
 	var pause sync.Once
 	a := start("a", func(point string) {
@@ -47,6 +36,7 @@ func pausedAfterTakingTheSlot(t *testing.T, pg *testenv.Postgres, broker string)
 			pause.Do(func() { close(held); <-resume })
 		}
 	})
+	t.Cleanup(release) // before a's cleanup, which waits for it to stop
 	select {
 	case <-held:
 	case <-a.done:

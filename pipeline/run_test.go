@@ -136,3 +136,20 @@ func published(t *testing.T, reg *prometheus.Registry, topic string) float64 {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+// instance is a Pipeline a test runs, stopped at the test's end.
+type instance struct {
+	p      *Pipeline
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // Run's, once done is closed
+}
+
+// startInstance runs cfg as the instance name, logging to log.
+func startInstance(t *testing.T, cfg Config, log *slog.Logger, name string) *instance {
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{p: New(cfg, log.With("instance", name), prometheus.NewRegistry()), cancel: cancel, done: make(chan struct{})}
+	go func() { in.err = in.p.Run(ctx); close(in.done) }()
+	t.Cleanup(func() { cancel(); <-in.done })
+	return in
+}

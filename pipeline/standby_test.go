@@ -1,14 +1,12 @@
 package pipeline
 
 import (
-	"context"
 	"log/slog"
 	"os"
 	"regexp"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/internal/testenv"
 )
 
@@ -19,18 +17,7 @@ import (
 func standbyKeepsOneConnection(t *testing.T, pg *testenv.Postgres, broker string) {
 	cfg := testConfig(t, pg, broker)
 	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	type instance struct {
-		p      *Pipeline
-		cancel context.CancelFunc
-		done   chan error
-	}
-	start := func(name string) *instance {
-		ctx, cancel := context.WithCancel(context.Background())
-		in := &instance{New(cfg, log.With("instance", name), prometheus.NewRegistry()), cancel, make(chan error, 1)}
-		go func() { in.done <- in.p.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-in.done })
-		return in
-	}
+	start := func(name string) *instance { return startInstance(t, cfg, log, name) }
 	streaming := func(in *instance) bool { _, ok := in.p.state.streaming(time.Now()); return ok }
 	waiting := func(in *instance) bool { return in.p.state.standbyAt.Load() != 0 && !streaming(in) }
 	// opened counts the connections walstream opened, as log_connections
@@ -82,10 +69,9 @@ func standbyKeepsOneConnection(t *testing.T, pg *testenv.Postgres, broker string
 	steady("while the standby waits after the restart")
 
 	active.cancel()
-	if err := <-active.done; err != nil {
-		t.Fatalf("stopping the instance streaming: %v", err)
+	if <-active.done; active.err != nil {
+		t.Fatalf("stopping the instance streaming: %v", active.err)
 	}
-	active.done <- nil // for the cleanup
 	taken := time.Now()
 	testenv.Eventually(t, 30*time.Second, "the standby taking over", func() bool { return streaming(standby) })
 	t.Logf("the standby streamed %s after the other instance stopped", time.Since(taken).Round(time.Millisecond))
