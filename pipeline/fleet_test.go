@@ -332,6 +332,7 @@ func TestStandbyAndFleet(t *testing.T) {
 	t.Run("standby stream by stream", func(t *testing.T) { fleetStandbyStreamByStream(t, pg, broker.Addr()) })
 	t.Run("moved by the fleet's group", func(t *testing.T) { fleetMovedByGroup(t, pg, broker.Addr()) })
 	t.Run("paused after taking the slot", func(t *testing.T) { pausedAfterTakingTheSlot(t, pg, broker.Addr()) })
+	t.Run("inspected while committing", func(t *testing.T) { inspectWhileCommitting(t, pg, broker.Addr()) })
 	t.Run("standby keeps one connection", func(t *testing.T) { standbyKeepsOneConnection(t, pg, broker.Addr()) })
 }
 

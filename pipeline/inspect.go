@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/checkpoint/store"
@@ -230,6 +231,9 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 	if err != nil {
 		in.Warnings = append(in.Warnings, fmt.Sprintf("identifying the server (IDENTIFY_SYSTEM needs a role with REPLICATION): %v", err))
 	}
+	if cfg.Hook != nil {
+		cfg.Hook("identified")
+	}
 	kctx, cancel := context.WithTimeout(ctx, inspectKafkaTimeout)
 	defer cancel()
 	var legacy bool
@@ -284,6 +288,12 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 		in.Held = held
 	}
 	if in.Found && identified {
+		// The stream may have committed past the WAL end identified
+		// before the checkpoint was read.
+		walEnd := func(ctx context.Context) (pglogrepl.LSN, error) { return replication.WALEnd(ctx, conn) }
+		if in.Server, err = walEndFor(ctx, in.Checkpoint, in.Server, walEnd); err != nil {
+			return nil, err
+		}
 		in.Placement = Place(in.Checkpoint, in.Server, history)
 		in.PhantomEvents = -1
 		if in.Placement.Verdict == Phantoms {

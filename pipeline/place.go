@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -92,6 +93,23 @@ func Place(cp checkpoint.Checkpoint, srv replication.Server, history []replicati
 		return Placement{Verdict: Phantoms, Fork: fork}
 	}
 	return Placement{Verdict: SafeFailover, Fork: fork}
+}
+
+// walEndFor is srv with the WAL end asked again (walEnd) when cp is past
+// the one srv was identified with. A checkpoint read after IDENTIFY_SYSTEM
+// may cover WAL flushed since; placed against the WAL end of now, once
+// the checkpoint read is final, only one past that is phantom.
+func walEndFor(ctx context.Context, cp checkpoint.Checkpoint, srv replication.Server,
+	walEnd func(context.Context) (pglogrepl.LSN, error)) (replication.Server, error) {
+	if !cp.Past(srv.XLogPos) {
+		return srv, nil
+	}
+	end, err := walEnd(ctx)
+	if err != nil {
+		return srv, err
+	}
+	srv.XLogPos = max(srv.XLogPos, end)
+	return srv, nil
 }
 
 // goOnFrom is where accepting phantoms goes on from: the fork, or when

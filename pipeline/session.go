@@ -455,21 +455,18 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, sr
 		return cp, false, err
 	}
 	cp, at, found := rd.Checkpoint, rd.At, rd.Found
-	if found && cp.Past(srv.XLogPos) {
+	if found {
 		// srv was identified before the slot was ours: an instance that
 		// held it until then (this one paused past wal_sender_timeout, or
 		// one that let go as this one started) may have committed a
-		// checkpoint past the WAL end it names. Placed against the WAL end
-		// of now, once no older instance can commit, that checkpoint is on
-		// the server; only one past this is phantom.
-		end, err := walEnd(ctx)
-		if err != nil {
+		// checkpoint past the WAL end it names.
+		identified := srv.XLogPos
+		if srv, err = walEndFor(ctx, cp, srv, walEnd); err != nil {
 			return cp, false, err
 		}
-		if end > srv.XLogPos {
+		if srv.XLogPos != identified {
 			log.Info("the checkpoint is past the WAL end the server named at IDENTIFY_SYSTEM; placing it against the WAL end of now",
-				"checkpoint", cp.String(), "identified_wal_end", srv.XLogPos.String(), "wal_end", end.String())
-			srv.XLogPos = end
+				"checkpoint", cp.String(), "identified_wal_end", identified.String(), "wal_end", srv.XLogPos.String())
 		}
 	}
 	own := checkpoint.Identity{SystemID: srv.SystemID, Timeline: srv.Timeline, Database: srv.Database}

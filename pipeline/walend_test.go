@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/walstream/walstream/checkpoint/store"
 	"github.com/walstream/walstream/internal/testenv"
 )
 
@@ -94,5 +95,42 @@ func pausedAfterTakingTheSlot(t *testing.T, pg *testenv.Postgres, broker string)
 	}
 	if len(seen) != 50 {
 		t.Errorf("%d keys, want 50", len(seen))
+	}
+}
+
+// Inspect, which `walstream status` prints, identifies the server before
+// it reads the checkpoint; a stream that commits in between writes a
+// checkpoint past the WAL end it identified (more so with a Kafka far
+// away). That is WAL the server has, not phantom events.
+func inspectWhileCommitting(t *testing.T, pg *testenv.Postgres, broker string) {
+	cfg := testConfig(t, pg, broker)
+	cfg.Names.Slot, cfg.CheckpointKey, cfg.TransactionalID = "inspected", "inspected", "walstream-inspected"
+	a := startInstance(t, cfg, slog.New(slog.NewTextHandler(testWriter{t}, nil)), "a")
+	testenv.Eventually(t, 30*time.Second, "streaming", func() bool { _, ok := a.p.state.streaming(time.Now()); return ok })
+	conn := pg.Connect("postgres")
+	ctx := context.Background()
+	inspect := cfg
+	inspect.Hook = func(point string) {
+		if point != "identified" {
+			return
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO outbox VALUES (gen_random_uuid(), 'Inspected', 'i-1', 'Created', '{}')`); err != nil {
+			t.Fatal(err)
+		}
+		lsn := queryLSN(t, conn, "SELECT pg_current_wal_insert_lsn()::text")
+		testenv.Eventually(t, 30*time.Second, "the row committed to Kafka between IDENTIFY_SYSTEM and the checkpoint's read", func() bool {
+			cp, _, found, err := store.ReadCheckpoint(ctx, cfg.Kafka, cfg.CheckpointTopic, cfg.CheckpointKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return found && cp.LSN >= lsn
+		})
+	}
+	in, err := Inspect(ctx, inspect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Placement.Verdict != Continuous || len(in.Problems) != 0 {
+		t.Fatalf("inspected while the stream committed: placement %s, problems %q; want continuous, none", in.Placement.Verdict, in.Problems)
 	}
 }
