@@ -291,8 +291,10 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 		// The stream may have committed past the WAL end identified
 		// before the checkpoint was read.
 		walEnd := func(ctx context.Context) (pglogrepl.LSN, error) { return replication.WALEnd(ctx, conn) }
-		if in.Server, err = walEndFor(ctx, in.Checkpoint, in.Server, walEnd); err != nil {
-			return nil, err
+		if srv, err := walEndFor(ctx, in.Checkpoint, in.Server, walEnd); err != nil {
+			in.Warnings = append(in.Warnings, err.Error())
+		} else {
+			in.Server = srv
 		}
 		in.Placement = Place(in.Checkpoint, in.Server, history)
 		in.PhantomEvents = -1
