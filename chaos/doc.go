@@ -27,9 +27,10 @@
 //
 // Faults on one stream pick it at random: its walstream process killed
 // (also at its named crash points), stopped with SIGTERM, paused past its
-// transaction timeout, a zombie; its walsender terminated; its outbox
-// table recreated; partitions of its outbox, partitioned by time
-// (-chaos.outbox=plain for a plain table), attached, filled and dropped.
+// transaction timeout, a zombie (streaming, or as it takes its slot); its
+// walsender terminated; its outbox table recreated; partitions of its
+// outbox, partitioned by time (-chaos.outbox=plain for a plain table),
+// attached, filled and dropped.
 // The others hit every stream at once: Postgres and the broker restarted,
 // the network blackholed, reset and slowed. -chaos.broker=devbroker runs
 // the same on the local broker (kfake, cmd/devbroker).
