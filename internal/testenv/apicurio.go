@@ -50,40 +50,19 @@ func StartRegistry(t testing.TB) *Registry {
 // it returns errors, and the caller ends the registry with Close. out,
 // when set, gets the registry's log.
 func LaunchRegistry(ctx context.Context, out io.Writer) (*Registry, error) {
-	versions, err := JavaVersions()
+	r, java, jar, err := installedRegistry()
 	if err != nil {
 		return nil, err
 	}
-	version := versions["APICURIO_VERSION"]
-	dir := filepath.Join(JavaDir(), "apicurio-registry-"+version)
-	jar := filepath.Join(dir, "app", "apicurio-registry-app-"+version+"-runner.jar")
-	if _, err := os.Stat(filepath.Join(dir, "installed")); err != nil {
-		return nil, fmt.Errorf("finding Apicurio Registry %s in %s (run scripts/deps.sh): %w", version, dir, err)
-	}
-	java, err := javaBinary()
-	if err != nil {
-		return nil, err
-	}
-	r := &Registry{Version: version}
 	for attempt := 1; ; attempt++ {
 		if r.port, err = PickPort(); err != nil {
 			return nil, err
 		}
-		// A small serial heap and the first JIT tier: it halves the CPU a
-		// start takes on two busy cores (about 150 MB resident).
-		r.p, err = StartProcess(ProcessConfig{Name: "apicurio-registry", Path: java, Output: out, Args: []string{
-			"-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:+ExitOnOutOfMemoryError",
-			"-Dquarkus.http.host=127.0.0.1", "-Dquarkus.http.port=" + strconv.Itoa(r.port),
-			"-Dquarkus.otel.sdk.disabled=true", "-jar", jar}})
-		if err != nil {
-			return nil, err
-		}
-		if err = r.waitReady(ctx, 90*time.Second); err == nil {
+		if err = r.start(ctx, java, jar, out); err == nil {
 			break
 		}
-		r.p.Kill()
 		if attempt == 3 || !errors.Is(err, errPortTaken) {
-			return nil, fmt.Errorf("starting Apicurio Registry %s on 127.0.0.1:%d: %w\n%s", version, r.port, err, r.p.LastLines(20))
+			return nil, err
 		}
 	}
 	if r.gate, err = NewGate("127.0.0.1:" + strconv.Itoa(r.port)); err != nil {
@@ -95,6 +74,44 @@ func LaunchRegistry(ctx context.Context, out io.Writer) (*Registry, error) {
 
 var errPortTaken = errors.New("port taken")
 
+// installedRegistry is the registry scripts/deps.sh installed, not
+// started: its version, the java to run it with and its jar.
+func installedRegistry() (r *Registry, java, jar string, err error) {
+	versions, err := JavaVersions()
+	if err != nil {
+		return nil, "", "", err
+	}
+	version := versions["APICURIO_VERSION"]
+	dir := filepath.Join(JavaDir(), "apicurio-registry-"+version)
+	if _, err := os.Stat(filepath.Join(dir, "installed")); err != nil {
+		return nil, "", "", fmt.Errorf("finding Apicurio Registry %s in %s (run scripts/deps.sh): %w", version, dir, err)
+	}
+	if java, err = javaBinary(); err != nil {
+		return nil, "", "", err
+	}
+	return &Registry{Version: version}, java, filepath.Join(dir, "app", "apicurio-registry-app-"+version+"-runner.jar"), nil
+}
+
+// start runs the registry's jar on r.port and waits until it answers;
+// errPortTaken when the port was taken before it bound it.
+func (r *Registry) start(ctx context.Context, java, jar string, out io.Writer) error {
+	// A small serial heap and the first JIT tier: it halves the CPU a
+	// start takes on two busy cores (about 150 MB resident).
+	p, err := StartProcess(ProcessConfig{Name: "apicurio-registry", Path: java, Output: out, Args: []string{
+		"-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:+ExitOnOutOfMemoryError",
+		"-Dquarkus.http.host=127.0.0.1", "-Dquarkus.http.port=" + strconv.Itoa(r.port),
+		"-Dquarkus.otel.sdk.disabled=true", "-jar", jar}})
+	if err != nil {
+		return err
+	}
+	r.p = p
+	if err = r.waitReady(ctx, 90*time.Second); err != nil {
+		p.Kill()
+		return fmt.Errorf("starting Apicurio Registry %s on 127.0.0.1:%d: %w\n%s", r.Version, r.port, err, p.LastLines(20))
+	}
+	return nil
+}
+
 // waitReady waits until the Confluent-compatible API answers.
 func (r *Registry) waitReady(ctx context.Context, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
@@ -102,8 +119,12 @@ func (r *Registry) waitReady(ctx context.Context, d time.Duration) error {
 	url := fmt.Sprintf("http://127.0.0.1:%d/apis/ccompat/v7/subjects", r.port)
 	var last error
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		// Each try bounded: what holds the port may take the request and
+		// never answer, while the registry has exited.
+		rctx, rcancel := context.WithTimeout(ctx, time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
 		resp, err := http.DefaultClient.Do(req)
+		rcancel()
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -114,7 +135,8 @@ func (r *Registry) waitReady(ctx context.Context, d time.Duration) error {
 		last = err
 		select {
 		case <-r.p.Done():
-			if strings.Contains(r.p.Log(), "Address already in use") {
+			// The JVM's words, or Quarkus's when it checks the port first.
+			if log := r.p.Log(); strings.Contains(log, "Address already in use") || strings.Contains(log, "seems to be in use by another process") {
 				return errPortTaken
 			}
 			return fmt.Errorf("the registry exited: %s", r.p.ExitDesc())

@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"errors"
+	"net"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/sr"
@@ -38,5 +40,25 @@ func TestRegistry(t *testing.T) {
 	}
 	if subjects, err := cl.Subjects(ctx); err != nil || len(subjects) != 1 {
 		t.Fatalf("after restoring: subjects %v, %v", subjects, err)
+	}
+}
+
+// A registry whose port another process took between the pick and its
+// start says so as Quarkus does, and LaunchRegistry takes that for a
+// taken port (it starts it again on another), not for a registry that
+// cannot start.
+func TestRegistryPortTaken(t *testing.T) {
+	r, java, jar, err := installedRegistry()
+	if err != nil {
+		Unavailable(t, "%v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	r.port = ln.Addr().(*net.TCPAddr).Port
+	if err := r.start(context.Background(), java, jar, nil); !errors.Is(err, errPortTaken) {
+		t.Fatalf("starting on a port taken: %v, want errPortTaken", err)
 	}
 }

@@ -64,6 +64,9 @@ type ConnectConfig struct {
 	JVM []string
 	// Output, when set, gets the worker's log.
 	Output io.Writer
+	// port is the REST listener's port to try first, one picked when
+	// zero: the harness's own test takes one that is in use.
+	port int
 }
 
 // connectJVM are a worker's JVM flags by default: the serial collector
@@ -131,7 +134,7 @@ func LaunchConnect(ctx context.Context, cfg ConnectConfig) (*Connect, error) {
 		return nil, err
 	}
 	c := &Connect{Version: versions["CONNECT_VERSION"], Debezium: versions["DEBEZIUM_VERSION"], Apicurio: versions["APICURIO_VERSION"],
-		Mode: cfg.Mode, out: cfg.Output, http: &http.Client{Timeout: 30 * time.Second}, connectors: make(map[string]map[string]string)}
+		Mode: cfg.Mode, Port: cfg.port, out: cfg.Output, http: &http.Client{Timeout: 30 * time.Second}, connectors: make(map[string]map[string]string)}
 	libs := filepath.Join(JavaDir(), "connect-"+c.Version)
 	plugins := filepath.Join(JavaDir(), "debezium-postgres-"+c.Debezium)
 	converter := filepath.Join(JavaDir(), "apicurio-converter-"+c.Apicurio)
@@ -147,10 +150,6 @@ func LaunchConnect(ctx context.Context, cfg ConnectConfig) (*Connect, error) {
 	}
 	if c.Dir, err = os.MkdirTemp("", "walstream-connect-"); err != nil {
 		return nil, fmt.Errorf("creating the Kafka Connect directory: %w", err)
-	}
-	if c.Port, err = PickPort(); err != nil {
-		os.RemoveAll(c.Dir)
-		return nil, err
 	}
 	heap := cfg.Heap
 	if heap == "" {
@@ -170,8 +169,7 @@ func LaunchConnect(ctx context.Context, cfg ConnectConfig) (*Connect, error) {
 	log4j := filepath.Join(c.Dir, "log4j2.properties")
 	props := filepath.Join(c.Dir, "worker.properties")
 	err = errors.Join(converterPlugin(filepath.Join(own, "apicurio-converter"), filepath.Join(converter, "libs")),
-		os.WriteFile(log4j, []byte(connectLog4j), 0o644),
-		os.WriteFile(props, []byte(c.workerProps(cfg, plugins+","+own)), 0o644))
+		os.WriteFile(log4j, []byte(connectLog4j), 0o644))
 	if err != nil {
 		os.RemoveAll(c.Dir)
 		return nil, fmt.Errorf("writing Kafka Connect's configuration: %w", err)
@@ -183,7 +181,23 @@ func LaunchConnect(ctx context.Context, cfg ConnectConfig) (*Connect, error) {
 	c.java = append(append([]string{java, "-Xms" + heap, "-Xmx" + heap}, jvm...),
 		"-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true", "-Dlog4j2.configurationFile=file:"+log4j,
 		"-cp", cp, main, props)
-	if err := c.Start(ctx); err != nil {
+	// Should the REST listener's port have been taken since it was
+	// picked, the worker moves to another: nothing knows it yet.
+	for attempt := 1; ; attempt++ {
+		if c.Port == 0 || attempt > 1 {
+			if c.Port, err = PickPort(); err != nil {
+				break
+			}
+		}
+		if err = os.WriteFile(props, []byte(c.workerProps(cfg, plugins+","+own)), 0o644); err != nil {
+			err = fmt.Errorf("writing Kafka Connect's configuration: %w", err)
+			break
+		}
+		if err = c.Start(ctx); err == nil || attempt == 3 || !portTaken(err) {
+			break
+		}
+	}
+	if err != nil {
 		c.Close()
 		return nil, err
 	}

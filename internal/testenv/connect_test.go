@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,9 +34,23 @@ func TestConnect(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
+			cc := ConnectConfig{Mode: mode, Kafka: kafka.Addr()}
+			if mode == ConnectStandalone {
+				// The port picked for it taken before the worker binds it:
+				// it starts again on another.
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ln.Close()
+				cc.port = ln.Addr().(*net.TCPAddr).Port
+			}
 			start := time.Now()
-			c := StartConnect(t, ConnectConfig{Mode: mode, Kafka: kafka.Addr()})
+			c := StartConnect(t, cc)
 			started := time.Since(start)
+			if cc.port != 0 && c.Port == cc.port {
+				t.Fatalf("the worker's REST API is on port %d, which another listener holds", c.Port)
+			}
 			name := fmt.Sprintf("outbox-%d", mode)
 			cfg := c.DebeziumConnector(pg, "postgres", name, fmt.Sprintf("dbz_%d", mode), fmt.Sprintf("dbz_%d", mode), fmt.Sprintf("public.outbox%d", mode))
 			cfg["transforms.outbox.route.topic.replacement"] = name + ".${routedByValue}"
