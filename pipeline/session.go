@@ -66,6 +66,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	if cfg.Hook != nil {
+		cfg.Hook("tables-checked")
+	}
 	rconn, err := replication.Dial(ctx, &cfg.Postgres.Config)
 	if err != nil {
 		return false, err
@@ -93,6 +96,16 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		create.WatchInterval, create.Queries = waitPoll, cfg.BlockingQueries
 		err = replication.Prepare(ctx, conn, names, create)
 		s.waits.done("slot", "slot created")
+	}
+	if errors.Is(err, replication.ErrSetup) {
+		// A table dropped since checkTables read it: what the checkpoint
+		// recorded of it decides what the stop says, as for a start after
+		// the drop.
+		if now, terr := checkTables(ctx, conn, cfg); terr == nil && len(now.missing) > len(tables.missing) {
+			if uerr := s.unsettled(ctx, now, srv); uerr != nil {
+				err = uerr
+			}
+		}
 	}
 	if err == nil && cfg.Reemit.SignalTable != "" {
 		t, _ := replication.ParseTable(cfg.Reemit.SignalTable) // Validate parsed it
