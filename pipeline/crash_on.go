@@ -16,7 +16,8 @@ import (
 // after-commit (of a Kafka transaction, before Postgres hears of it) and
 // mid-transaction (after a message decoded inside a Postgres transaction)
 // and mid-stream (after a message of a transaction streamed in progress,
-// kept until it commits).
+// kept until it commits), or any other point Config.Hook names (slot-held:
+// a session that holds its slot and has not yet fenced or read).
 // spec "after-commit:3" crashes the third time the point is reached; ""
 // never. "after-produce:3:stop" stops the process there with SIGSTOP
 // instead, to go on when the test sends SIGCONT: a process paused with a
