@@ -26,7 +26,9 @@
 // session fences the stream's older instances and reads it for good
 // (fenceAndRead; a record it cannot decide is an
 // UndecidedCheckpointError), place.go puts it in the server's history
-// (Place, resolve, DivergedError), and takeover.go makes the first
+// (Place, resolve, DivergedError; a checkpoint past the WAL end the
+// server named before the fencing is placed against its WAL end asked
+// again, walEndFor), and takeover.go makes the first
 // checkpoint of a takeover from Debezium's offset, or refuses it
 // (Takeover, StreamingError while Debezium's connector still holds the
 // slot). Then it runs, in one errgroup, the stream (replication.Stream),
