@@ -226,7 +226,7 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 	if c.checkStop {
 		e.refusedWhileStreaming(ctx, t, args, path, id, slot)
 	}
-	e.stopDebezium(ctx, t, w, c, id)
+	e.stopDebezium(ctx, t, w, c, id, slot)
 	if c.checkStop {
 		e.checkStopped(ctx, t, path, id)
 	}
@@ -241,7 +241,7 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second + time.Duration(rng.Int64N(int64(3*time.Second))))
-		e.stopDebezium(ctx, t, w, c, id)
+		e.stopDebezium(ctx, t, w, c, id, slot)
 	}
 	t.Logf("%s: Debezium (%s) stopped %s after it streamed, at row %d", id, c.mode, after.Round(time.Millisecond), l.rows.Load())
 	mark, err := endOffsets(ctx, e.kafka.Addr(), topics)
@@ -280,7 +280,7 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 		if c.from == fromREST {
 			c.stop = restStop
 		}
-		e.stopDebezium(ctx, t, w, c, id)
+		e.stopDebezium(ctx, t, w, c, id, slot)
 		if mark, err = endOffsets(ctx, e.kafka.Addr(), topics); err != nil {
 			t.Fatal(err)
 		}
@@ -342,7 +342,7 @@ func (e *env) cutover(t *testing.T, c cutoverCase, run int) {
 	if c.again2 {
 		// The second cutover: Debezium stopped again, and walstream started
 		// as at the first, from where Debezium's offset is now.
-		e.stopDebezium(ctx, t, w, c, name)
+		e.stopDebezium(ctx, t, w, c, name, slot)
 		again, err := endOffsets(ctx, e.kafka.Addr(), topics)
 		if err != nil {
 			t.Fatal(err)
@@ -546,8 +546,8 @@ func (e *env) checkStopped(ctx context.Context, t *testing.T, path, id string) {
 	t.Logf("%s: once the connector stopped, walstream status: state %s, no task, no other process holding the slot", id, r.Debezium.State)
 }
 
-// stopDebezium stops the connector as the case says.
-func (e *env) stopDebezium(ctx context.Context, t *testing.T, w *testenv.Connect, c cutoverCase, name string) {
+// stopDebezium stops the connector as the case says; slot is its slot.
+func (e *env) stopDebezium(ctx context.Context, t *testing.T, w *testenv.Connect, c cutoverCase, name, slot string) {
 	t.Helper()
 	switch c.stop {
 	case sigterm:
@@ -569,6 +569,17 @@ func (e *env) stopDebezium(ctx context.Context, t *testing.T, w *testenv.Connect
 		if err := w.DeleteConnector(ctx, name); err != nil {
 			t.Fatal(err)
 		}
+		// The delete is answered before the task has stopped, which a
+		// takeover refuses to meet ("the connector still streams from the
+		// slot"): as the runbook says, wait until the slot is free.
+		conn, _ := e.pgConn(ctx, t)
+		testenv.Eventually(t, time.Minute, "slot "+slot+" free after the connector was deleted", func() bool {
+			var active bool
+			if err := conn.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active); err != nil {
+				t.Fatal(err)
+			}
+			return !active
+		})
 	}
 }
 
