@@ -231,9 +231,7 @@ func Inspect(ctx context.Context, cfg Config) (*Inspection, error) {
 	if err != nil {
 		in.Warnings = append(in.Warnings, fmt.Sprintf("identifying the server (IDENTIFY_SYSTEM needs a role with REPLICATION): %v", err))
 	}
-	if cfg.Hook != nil {
-		cfg.Hook("identified")
-	}
+	cfg.hook("identified")
 	kctx, cancel := context.WithTimeout(ctx, inspectKafkaTimeout)
 	defer cancel()
 	var legacy bool

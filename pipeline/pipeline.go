@@ -193,6 +193,13 @@ func (c *Config) MetricLabels() prometheus.Labels {
 	return prometheus.Labels{"stream": c.Stream, "slot": c.Names.Slot, "database": db}
 }
 
+// hook calls Hook at point, when it is set.
+func (c *Config) hook(point string) {
+	if c.Hook != nil {
+		c.Hook(point)
+	}
+}
+
 // publishConfig is the producer's configuration, but for the outbox
 // tables' OIDs, which a session learns once connected.
 func (c *Config) publishConfig() publish.Config {

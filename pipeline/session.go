@@ -66,9 +66,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if cfg.Hook != nil {
-		cfg.Hook("tables-checked")
-	}
+	cfg.hook("tables-checked")
 	rconn, err := replication.Dial(ctx, &cfg.Postgres.Config)
 	if err != nil {
 		return false, err
@@ -146,9 +144,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		rconn.Close(context.WithoutCancel(ctx))
 		return false, err
 	}
-	if cfg.Hook != nil {
-		cfg.Hook("slot-held")
-	}
+	cfg.hook("slot-held")
 	// The decoder tags events with these mappings and the producer routes by
 	// them, so both get the same ones.
 	pcfg := cfg.publishConfig()
