@@ -394,7 +394,9 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 			armed = time.Time{}
 			if p.records == 0 && !p.dirty && p.unsettled != nil {
 				err = p.settle(ctx) // its marker not found in time
-			} else {
+			} else if filled, aerr := p.addQueued(ctx, q); aerr != nil {
+				err = aerr
+			} else if !filled {
 				err = p.flush(ctx)
 			}
 		}
@@ -407,6 +409,30 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 			return err
 		}
 	}
+}
+
+// addQueued adds to the due batch the transactions queued by now: they
+// came while it lingered or while the commit before it was on its way.
+// Left to Run's select, which picks among ready cases at random, a due
+// batch took one or two of them: with a Linger shorter than a commit,
+// every Kafka transaction held one or two rows however many waited, and
+// the stream fell ever further behind its load. It stops at a commit the
+// batch's limits make (filled): what follows waits for its own due time.
+func (p *Producer) addQueued(ctx context.Context, q *Queue) (filled bool, _ error) {
+	last := p.lastCommit
+	// Run is the queue's only reader: what is queued now stays until taken.
+	for n := len(q.ch); n > 0; n-- {
+		tx := <-q.ch
+		err := p.add(ctx, tx)
+		q.done(tx)
+		if err != nil {
+			return false, err
+		}
+		if !p.lastCommit.Equal(last) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // CheckRegistry asks the schema registry, when keys or values need one,

@@ -219,6 +219,50 @@ func TestCheckpointKeysAreSeparate(t *testing.T) {
 	}
 }
 
+// A batch due takes every transaction queued by then, even at a Linger of
+// zero: a stream behind its load catches up in few Kafka transactions, not
+// in one or two rows each (Run's select picks the due batch or a queued
+// transaction at random).
+func TestDueBatchTakesWhatIsQueued(t *testing.T) {
+	k := testenv.StartKfake(t)
+	_, commits, _ := watchCommits(k)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := newProducerWith(t, k.Addr(), "tx-due", func(c *Config) { c.Linger, c.MaxBatchEvents = 0, 1000 })
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const rows = 200
+	last := pglogrepl.LSN(0x1000 + rows*0x100)
+	done := make(chan struct{})
+	p.Start(&fakePositions{at: time.Now(), committed: func(cp checkpoint.Checkpoint) {
+		if cp.LSN == last+0x10 {
+			close(done)
+		}
+	}})
+	q := NewQueue(1 << 20)
+	for i := range rows {
+		if err := q.Put(ctx, oneRow(pglogrepl.LSN(0x1000+(i+1)*0x100), fmt.Sprint("e", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := commits.Load()
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx, q) }()
+	select {
+	case <-done:
+	case err := <-errc:
+		t.Fatalf("Run ended: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the last transaction was not committed")
+	}
+	cancel()
+	<-errc
+	if n := commits.Load() - before; n > 3 {
+		t.Fatalf("%d rows queued before Run took %d Kafka transactions, want at most 3", rows, n)
+	}
+}
+
 // Transactions queued while a batch lingers join it: the producer takes
 // them when the batch is due, in one Kafka transaction, rather than being
 // woken by each.
