@@ -271,7 +271,14 @@ func (p *Process) WaitLog(ctx context.Context, s string, d time.Duration) error 
 	deadline := time.Now().Add(d)
 	for !strings.Contains(p.Log(), s) {
 		if p.Exited() {
-			return fmt.Errorf("%s exited (%v) before logging %q:\n%s", p.Name, p.Err(), s, p.LastLines(20))
+			err := fmt.Errorf("%s exited (%v) before logging %q:\n%s", p.Name, p.Err(), s, p.LastLines(20))
+			if strings.Contains(p.Log(), "Address already in use") {
+				// Said anywhere in the log, not only in the lines quoted:
+				// a JVM's stack trace after it pushes it out of them, and
+				// the caller moves to another port on this error alone.
+				err = fmt.Errorf("%w: %w", syscall.EADDRINUSE, err)
+			}
+			return err
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s did not log %q within %s:\n%s", p.Name, s, d, p.LastLines(20))

@@ -50,3 +50,25 @@ func TestProcess(t *testing.T) {
 		t.Fatalf("WaitLog on an exited process = %v, want an error saying it exited", err)
 	}
 }
+
+// TestWaitLogPortTaken: a process that exits after saying its address is
+// taken is portTaken however many lines follow the saying, as a JVM's
+// stack trace does.
+func TestWaitLogPortTaken(t *testing.T) {
+	for _, tc := range []struct {
+		script string
+		taken  bool
+	}{
+		{`echo 'java.net.BindException: Address already in use'; for i in $(seq 1 40); do echo "	at frame$i"; done; exit 1`, true},
+		{`for i in $(seq 1 40); do echo "line $i"; done; exit 1`, false},
+	} {
+		p, err := StartProcess(ProcessConfig{Path: "sh", Args: []string{"-c", tc.script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = p.WaitLog(context.Background(), "never", 10*time.Second)
+		if err == nil || !strings.Contains(err.Error(), "exited") || portTaken(err) != tc.taken {
+			t.Errorf("WaitLog = %v; portTaken %v, want %v", err, portTaken(err), tc.taken)
+		}
+	}
+}
