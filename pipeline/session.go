@@ -96,10 +96,11 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		s.waits.done("slot", "slot created")
 	}
 	if errors.Is(err, replication.ErrSetup) {
-		// A table dropped since checkTables read it: what the checkpoint
+		// A table dropped (and perhaps created again, outside the
+		// publication) since checkTables read it: what the checkpoint
 		// recorded of it decides what the stop says, as for a start after
-		// the drop.
-		if now, terr := checkTables(ctx, conn, cfg); terr == nil && len(now.missing) > len(tables.missing) {
+		// the drop. A table new to the stream stays setup's to name.
+		if now, terr := checkTables(ctx, conn, cfg); terr == nil && !now.settled() {
 			if uerr := s.unsettled(ctx, now, srv); uerr != nil {
 				err = uerr
 			}
