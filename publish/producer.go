@@ -184,6 +184,9 @@ type Producer struct {
 	// lastCommit is when Kafka acknowledged the last commit, or when Start
 	// was called.
 	lastCommit time.Time
+	// commitTook is how long the last commit took, from its flush to
+	// Kafka's answer: how long a due batch takes what was queued (addQueued).
+	commitTook time.Duration
 	pos        checkpoint.Checkpoint // position once the open batch commits
 	resume     checkpoint.Checkpoint // where the session started
 	notes      checkpoint.Notes      // what every checkpoint records besides pos
@@ -411,17 +414,21 @@ func (p *Producer) Run(ctx context.Context, q *Queue) error {
 	}
 }
 
-// addQueued adds to the due batch the transactions queued by now: they
-// came while it lingered or while the commit before it was on its way.
-// Left to Run's select, which picks among ready cases at random, a due
-// batch took one or two of them: with a Linger shorter than a commit,
-// every Kafka transaction held one or two rows however many waited, and
-// the stream fell ever further behind its load. It stops at a commit the
+// addQueued adds to the due batch the transactions queued by now, for as
+// long as the commit before took: they came while it was on its way, and
+// a Linger shorter than a commit gives them no other time to join. Left to
+// Run's select, which picks among ready cases at random, a due batch took
+// one or two of them, every Kafka transaction held one or two rows however
+// many waited, and the stream fell ever further behind its load. Bounded
+// by that time, not by the queue: a backlog's batches stay about as large
+// as its Linger makes them (draining the full queue into each drained a
+// backlog 12-21 % slower, docs/benchmarks.md). It stops at a commit the
 // batch's limits make (filled): what follows waits for its own due time.
 func (p *Producer) addQueued(ctx context.Context, q *Queue) (filled bool, _ error) {
 	last := p.lastCommit
+	until := time.Now().Add(p.commitTook)
 	// Run is the queue's only reader: what is queued now stays until taken.
-	for n := len(q.ch); n > 0; n-- {
+	for n := len(q.ch); n > 0 && time.Now().Before(until); n-- {
 		tx := <-q.ch
 		err := p.add(ctx, tx)
 		q.done(tx)
@@ -798,7 +805,7 @@ func (p *Producer) flush(ctx context.Context) error {
 	// a read due after that bound left a Linger longer than CommitTimeout
 	// failing every commit no other followed.
 	c.ended = time.Now()
-	p.lastCommit = c.ended
+	p.lastCommit, p.commitTook = c.ended, c.ended.Sub(start)
 	if c.at.offset >= 0 {
 		due := c.ended.Add(min(max(p.cfg.Linger, settleDelay), p.cfg.CommitTimeout/2))
 		c.watch = p.markers.Watch(p.cfg.CheckpointTopic, c.at.partition, c.at.offset, due)
