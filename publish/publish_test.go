@@ -258,8 +258,14 @@ func TestDueBatchTakesWhatIsQueued(t *testing.T) {
 	}
 	cancel()
 	<-errc
-	if n := commits.Load() - before; n > 3 {
-		t.Fatalf("%d rows queued before Run took %d Kafka transactions, want at most 3", rows, n)
+	// Taken one or two at a time, they were about half as many Kafka
+	// transactions as rows (106 of 200). Each due batch takes what is
+	// queued for as long as the commit before took: on a loaded machine
+	// (tests beside it) a few batches, never a tenth of the rows.
+	n := commits.Load() - before
+	t.Logf("%d rows queued before Run: %d Kafka transactions", rows, n)
+	if n > rows/10 {
+		t.Fatalf("%d rows queued before Run took %d Kafka transactions, want at most %d", rows, n, rows/10)
 	}
 }
 
