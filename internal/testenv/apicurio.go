@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -61,7 +60,7 @@ func LaunchRegistry(ctx context.Context, out io.Writer) (*Registry, error) {
 		if err = r.start(ctx, java, jar, out); err == nil {
 			break
 		}
-		if attempt == 3 || !errors.Is(err, errPortTaken) {
+		if attempt == 3 || !portTaken(err) {
 			return nil, err
 		}
 	}
@@ -71,8 +70,6 @@ func LaunchRegistry(ctx context.Context, out io.Writer) (*Registry, error) {
 	}
 	return r, nil
 }
-
-var errPortTaken = errors.New("port taken")
 
 // installedRegistry is the registry scripts/deps.sh installed, not
 // started: its version, the java to run it with and its jar.
@@ -93,7 +90,7 @@ func installedRegistry() (r *Registry, java, jar string, err error) {
 }
 
 // start runs the registry's jar on r.port and waits until it answers;
-// errPortTaken when the port was taken before it bound it.
+// an error portTaken knows when the port was taken before it bound it.
 func (r *Registry) start(ctx context.Context, java, jar string, out io.Writer) error {
 	// A small serial heap and the first JIT tier: it halves the CPU a
 	// start takes on two busy cores (about 150 MB resident).
@@ -137,7 +134,7 @@ func (r *Registry) waitReady(ctx context.Context, d time.Duration) error {
 		case <-r.p.Done():
 			// The JVM's words, or Quarkus's when it checks the port first.
 			if log := r.p.Log(); strings.Contains(log, "Address already in use") || strings.Contains(log, "seems to be in use by another process") {
-				return errPortTaken
+				return fmt.Errorf("%w: the registry exited: %s", syscall.EADDRINUSE, r.p.ExitDesc())
 			}
 			return fmt.Errorf("the registry exited: %s", r.p.ExitDesc())
 		case <-ctx.Done():
