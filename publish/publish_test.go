@@ -219,10 +219,10 @@ func TestCheckpointKeysAreSeparate(t *testing.T) {
 	}
 }
 
-// A batch due takes every transaction queued by then, even at a Linger of
-// zero: a stream behind its load catches up in few Kafka transactions, not
-// in one or two rows each (Run's select picks the due batch or a queued
-// transaction at random).
+// A batch due takes the transactions queued by then, for as long as the
+// commit before took, even at a Linger of zero: a stream behind its load
+// catches up in few Kafka transactions, not in one or two rows each (Run's
+// select picks the due batch or a queued transaction at random).
 func TestDueBatchTakesWhatIsQueued(t *testing.T) {
 	k := testenv.StartKfake(t)
 	_, commits, _ := watchCommits(k)
