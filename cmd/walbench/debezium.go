@@ -520,12 +520,8 @@ func (b *bench) peerLatencyPhase(ctx context.Context, prefix string, load Load, 
 	s.sample(r.pid)
 	ps := s.get(r.pid)
 	l.PeakRSSBytes = ps.HWM
-	deadline := time.Now().Add(30 * time.Second)
-	for c.received() < w.written.Load() && time.Now().Before(deadline) {
-		if err := r.exited(); err != nil {
-			return l, err
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := awaitArrival(c.received, w.written.Load(), r.exited); err != nil {
+		return l, err
 	}
 	c.close()
 	if err := c.err(); err != nil {

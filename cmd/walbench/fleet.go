@@ -385,12 +385,8 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 	for _, w := range writers {
 		written += w.written.Load()
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for c.received() < written && time.Now().Before(deadline) {
-		if err := p.exited(); err != nil {
-			return ph, err
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := awaitArrival(c.received, written, p.exited); err != nil {
+		return ph, err
 	}
 	if err := c.err(); err != nil {
 		return ph, err

@@ -415,9 +415,7 @@ func floorRound(ctx context.Context, broker string, partitions int, prefix, clie
 	}
 	timed, _ := plan.records()
 	want := int64(res.WarmupRecords) + timed
-	for deadline := time.Now().Add(30 * time.Second); c.received() < want && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	_ = awaitArrival(c.received, want, nil) // no process to exit; what does not arrive is Missing
 	c.close()
 	if err := c.err(); err != nil {
 		return LatencyFloor{}, err

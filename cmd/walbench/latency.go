@@ -311,12 +311,8 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	}
 
 	// Everything written must arrive; wait for the stragglers.
-	deadline := time.Now().Add(30 * time.Second)
-	for c.received() < w.written.Load() && time.Now().Before(deadline) {
-		if err := p.exited(); err != nil {
-			return l, err
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := awaitArrival(c.received, w.written.Load(), p.exited); err != nil {
+		return l, err
 	}
 	c.close()
 	if err := c.err(); err != nil {
@@ -658,6 +654,20 @@ func recordTimestamp(v []byte) (int64, error) {
 }
 
 func (c *latencyConsumer) received() int64 { return c.n.Load() }
+
+// awaitArrival waits up to 30 s for a phase's stragglers, until received
+// reaches want; a process under test that exits meanwhile (exited, when
+// given) ends the wait with its error.
+func awaitArrival(received func() int64, want int64, exited func() error) error {
+	for deadline := time.Now().Add(30 * time.Second); received() < want && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if exited != nil {
+			if err := exited(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // meanBytes is the mean size of the records' values and headers, 0 before
 // the first.

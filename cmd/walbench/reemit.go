@@ -162,10 +162,7 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 		return nil, fmt.Errorf("%s: %d re-emitted records, want %d", name, n, r.Rows)
 	}
 	// The live rows inserted before the load stopped must all arrive.
-	deadline := time.Now().Add(30 * time.Second)
-	for live.received() < w.written.Load() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	_ = awaitArrival(live.received, w.written.Load(), nil) // what does not arrive is LiveMissing
 	if err := live.err(); err != nil {
 		return nil, err
 	}

@@ -53,16 +53,16 @@ func LaunchRegistry(ctx context.Context, out io.Writer) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	for attempt := 1; ; attempt++ {
-		if r.port, err = PickPort(); err != nil {
-			return nil, err
+	err = startOnFreePort(func(bool) error {
+		port, err := PickPort()
+		if err != nil {
+			return err
 		}
-		if err = r.start(ctx, java, jar, out); err == nil {
-			break
-		}
-		if attempt == 3 || !portTaken(err) {
-			return nil, err
-		}
+		r.port = port
+		return r.start(ctx, java, jar, out)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if r.gate, err = NewGate("127.0.0.1:" + strconv.Itoa(r.port)); err != nil {
 		r.p.Kill()

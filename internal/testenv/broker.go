@@ -201,25 +201,22 @@ func LaunchKfake(opts ...kfake.Opt) (*Kfake, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating kfake's directory: %w", err)
 	}
-	// A new broker whose port was taken moves to another (portTaken).
-	for attempt := 1; ; attempt++ {
+	// A new broker whose port was taken moves to another.
+	var b *Kfake
+	err = startOnFreePort(func(bool) error {
 		port, err := PickPort()
 		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
+			return err
 		}
-		b := &Kfake{dir: dir, opts: append(KfakeOpts(port, 3, dir), opts...)}
-		err = b.Start()
-		if portTaken(err) && attempt < 3 {
-			continue
-		}
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		b.addr = b.c.ListenAddrs()[0]
-		return b, nil
+		b = &Kfake{dir: dir, opts: append(KfakeOpts(port, 3, dir), opts...)}
+		return b.Start()
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
+	b.addr = b.c.ListenAddrs()[0]
+	return b, nil
 }
 
 // Close closes the broker and removes its state.

@@ -181,22 +181,21 @@ func LaunchConnect(ctx context.Context, cfg ConnectConfig) (*Connect, error) {
 	c.java = append(append([]string{java, "-Xms" + heap, "-Xmx" + heap}, jvm...),
 		"-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true", "-Dlog4j2.configurationFile=file:"+log4j,
 		"-cp", cp, main, props)
-	// Should the REST listener's port have been taken since it was
-	// picked, the worker moves to another: nothing knows it yet.
-	for attempt := 1; ; attempt++ {
-		if c.Port == 0 || attempt > 1 {
-			if c.Port, err = PickPort(); err != nil {
-				break
+	// Should the REST listener's port have been taken, the worker moves
+	// to another (startOnFreePort).
+	err = startOnFreePort(func(retry bool) error {
+		if c.Port == 0 || retry {
+			port, err := PickPort()
+			if err != nil {
+				return err
 			}
+			c.Port = port
 		}
-		if err = os.WriteFile(props, []byte(c.workerProps(cfg, plugins+","+own)), 0o644); err != nil {
-			err = fmt.Errorf("writing Kafka Connect's configuration: %w", err)
-			break
+		if err := os.WriteFile(props, []byte(c.workerProps(cfg, plugins+","+own)), 0o644); err != nil {
+			return fmt.Errorf("writing Kafka Connect's configuration: %w", err)
 		}
-		if err = c.Start(ctx); err == nil || attempt == 3 || !portTaken(err) {
-			break
-		}
-	}
+		return c.Start(ctx)
+	})
 	if err != nil {
 		c.Close()
 		return nil, err

@@ -337,25 +337,24 @@ func javaBinary() (string, error) {
 	return path, nil
 }
 
-// firstStart picks ports, formats every node and starts the cluster.
-// Should a port have been taken since it was picked, the whole cluster
-// moves to new ones: nothing knows them yet.
+// firstStart picks ports, formats every node and starts the cluster; should
+// a port have been taken, the whole cluster moves to new ones
+// (startOnFreePort).
 func (k *Kafka) firstStart(ctx context.Context) error {
-	for attempt := 1; ; attempt++ {
-		err := k.format(ctx)
-		if err == nil {
-			err = k.Start()
-		}
-		if attempt == 3 || !portTaken(err) {
-			return err
-		}
-		k.Stop(syscall.SIGKILL)
-		for _, n := range k.all() {
-			if rerr := os.RemoveAll(n.dir); rerr != nil {
-				return errors.Join(err, rerr)
+	return startOnFreePort(func(retry bool) error {
+		if retry {
+			k.Stop(syscall.SIGKILL)
+			for _, n := range k.all() {
+				if err := os.RemoveAll(n.dir); err != nil {
+					return err
+				}
 			}
 		}
-	}
+		if err := k.format(ctx); err != nil {
+			return err
+		}
+		return k.Start()
+	})
 }
 
 // format writes each node's server.properties on new ports and formats its

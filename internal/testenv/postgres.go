@@ -325,24 +325,23 @@ func (pg *Postgres) DataDir() string { return filepath.Join(pg.Dir, "data") }
 // LogFile is the server log.
 func (pg *Postgres) LogFile() string { return filepath.Join(pg.Dir, "log") }
 
-// firstStart starts a new cluster. Should its port have been taken since it
-// was picked, it moves to another one: nothing knows the port yet.
+// firstStart starts a new cluster, on another port should its own have
+// been taken (startOnFreePort).
 func (pg *Postgres) firstStart(ctx context.Context) error {
-	for attempt := 1; ; attempt++ {
-		err := pg.start(ctx)
-		if attempt == 3 || !portTaken(err) {
-			return err
+	return startOnFreePort(func(retry bool) error {
+		if retry {
+			port, err := PickPort()
+			if err != nil {
+				return err
+			}
+			// A later setting wins in postgresql.conf.
+			if err := appendFile(filepath.Join(pg.DataDir(), "postgresql.conf"), []string{fmt.Sprintf("port = %d", port)}); err != nil {
+				return err
+			}
+			pg.Port = port
 		}
-		port, perr := PickPort()
-		if perr != nil {
-			return errors.Join(err, perr)
-		}
-		// A later setting wins in postgresql.conf.
-		if perr := appendFile(filepath.Join(pg.DataDir(), "postgresql.conf"), []string{fmt.Sprintf("port = %d", port)}); perr != nil {
-			return errors.Join(err, perr)
-		}
-		pg.Port = port
-	}
+		return pg.start(ctx)
+	})
 }
 
 func (pg *Postgres) start(ctx context.Context) error {
@@ -515,6 +514,19 @@ func FreePort(t testing.TB) int {
 // a new server's port yet, so its caller starts it again on another.
 func portTaken(err error) bool {
 	return err != nil && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "Address already in use"))
+}
+
+// startOnFreePort runs start, and again up to twice while its error says
+// a port was taken (portTaken): a port PickPort found free can be taken by
+// another process before the server binds it, and nothing knows a new
+// server's ports yet, so a retry (retry true) picks others.
+func startOnFreePort(start func(retry bool) error) error {
+	for attempt := 1; ; attempt++ {
+		err := start(attempt > 1)
+		if attempt == 3 || !portTaken(err) {
+			return err
+		}
+	}
 }
 
 // PickPort is FreePort for harnesses that run outside a test (walbench)

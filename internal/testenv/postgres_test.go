@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -183,5 +184,43 @@ func TestPortTaken(t *testing.T) {
 		if got := portTaken(tc.err); got != tc.want {
 			t.Errorf("portTaken(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestStartOnFreePort: a start is tried again, with retry set, only while
+// its port was taken, and three times at most.
+func TestStartOnFreePort(t *testing.T) {
+	taken := fmt.Errorf("starting: %w", syscall.EADDRINUSE)
+	other := errors.New("finding java")
+	for _, tc := range []struct {
+		name   string
+		errs   []error
+		want   error
+		starts int
+	}{
+		{"started", []error{nil}, nil, 1},
+		{"taken once", []error{taken, nil}, nil, 2},
+		{"taken thrice", []error{taken, taken, taken, nil}, taken, 3},
+		{"another failure", []error{other, nil}, other, 1},
+		{"taken, then another failure", []error{taken, other, nil}, other, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var retries []bool
+			err := startOnFreePort(func(retry bool) error {
+				retries = append(retries, retry)
+				return tc.errs[len(retries)-1]
+			})
+			if err != tc.want {
+				t.Fatalf("error %v, want %v", err, tc.want)
+			}
+			if len(retries) != tc.starts {
+				t.Fatalf("started %d times, want %d", len(retries), tc.starts)
+			}
+			for i, retry := range retries {
+				if retry != (i > 0) {
+					t.Fatalf("start %d told retry %v", i+1, retry)
+				}
+			}
+		})
 	}
 }
