@@ -27,17 +27,25 @@ func checkpointKey(ctx context.Context, conn *pgx.Conn, slot string) (string, er
 	return pipeline.StreamName(database, slot), nil
 }
 
-// checkpointLog reads one key's checkpoint records read_committed, from
-// its start on. Each record is one Kafka transaction walstream committed,
-// and says what it held (kafkaTxns).
+// checkpointLog is one key's checkpoint records, read read_committed from
+// the log's start on. Each record is one Kafka transaction walstream
+// committed, and says what it held (kafkaTxns).
 type checkpointLog struct {
+	key    string
+	r      *checkpointReader
+	mu     sync.Mutex
+	seen   []seenCheckpoint
+	failed error
+}
+
+// checkpointReader reads the checkpoint topic for the logs of its keys:
+// one consumer for a fleet's streams, where one each would add to the
+// broker's load under measure ten fetches of every checkpoint.
+type checkpointReader struct {
 	cl     *kgo.Client
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
-	mu     sync.Mutex
-	seen   []seenCheckpoint
-	failed error
 }
 
 // seenCheckpoint is a checkpoint record as the log read it.
@@ -61,47 +69,67 @@ func (b *bench) watchCheckpoints(ctx context.Context, broker, slot string) (*che
 }
 
 func startCheckpointLog(broker, key string) (*checkpointLog, error) {
+	ls, err := startCheckpointLogs(broker, []string{key})
+	if err != nil {
+		return nil, err
+	}
+	return ls[0], nil
+}
+
+// startCheckpointLogs starts a log of each key's checkpoints, all read by
+// one consumer.
+func startCheckpointLogs(broker string, keys []string) ([]*checkpointLog, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(checkpointTopic),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
 	if err != nil {
 		return nil, fmt.Errorf("creating the checkpoint consumer: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &checkpointLog{cl: cl, cancel: cancel, done: make(chan struct{})}
+	r := &checkpointReader{cl: cl, cancel: cancel, done: make(chan struct{})}
+	logs := make([]*checkpointLog, len(keys))
+	byKey := make(map[string]*checkpointLog, len(keys))
+	for i, key := range keys {
+		logs[i] = &checkpointLog{key: key, r: r}
+		byKey[key] = logs[i]
+	}
 	go func() {
-		defer close(l.done)
+		defer close(r.done)
 		for {
 			fs := cl.PollFetches(ctx)
 			now := time.Now()
 			if ctx.Err() != nil {
 				return
 			}
-			fs.EachRecord(func(r *kgo.Record) {
-				if string(r.Key) != key {
-					return
+			fs.EachRecord(func(rec *kgo.Record) {
+				if l := byKey[string(rec.Key)]; l != nil {
+					l.add(rec, now)
 				}
-				cp, at, err := checkpoint.Decode(r.Value)
-				l.mu.Lock()
-				defer l.mu.Unlock()
-				if err != nil {
-					if l.failed == nil {
-						l.failed = fmt.Errorf("checkpoint of %s at offset %d: %w", key, r.Offset, err)
-					}
-					return
-				}
-				l.seen = append(l.seen, seenCheckpoint{visible: now, committing: at, cp: cp, bytes: len(r.Value)})
 			})
 		}
 	}()
-	return l, nil
+	return logs, nil
 }
 
-// stop ends the log, once, and returns what it read.
+// add notes rec, one of the log's checkpoints, seen at now.
+func (l *checkpointLog) add(rec *kgo.Record, now time.Time) {
+	cp, at, err := checkpoint.Decode(rec.Value)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		if l.failed == nil {
+			l.failed = fmt.Errorf("checkpoint of %s at offset %d: %w", l.key, rec.Offset, err)
+		}
+		return
+	}
+	l.seen = append(l.seen, seenCheckpoint{visible: now, committing: at, cp: cp, bytes: len(rec.Value)})
+}
+
+// stop ends the log's reader, once, and returns what the log read.
 func (l *checkpointLog) stop() ([]seenCheckpoint, error) {
-	l.once.Do(func() {
-		l.cancel()
-		<-l.done
-		l.cl.Close()
+	l.r.once.Do(func() {
+		l.r.cancel()
+		<-l.r.done
+		l.r.cl.Close()
 	})
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/internal/testenv"
+	"github.com/walstream/walstream/pipeline"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -72,6 +73,12 @@ type FleetPhase struct {
 	CPUMicrosPerTxn float64 `json:"cpu_us_per_txn"`
 	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
 	Machine         Quiet   `json:"machine"`
+	// Floors are Kafka's floor under each stream's transactions of the
+	// measured time: franz-go committing them again, a producer per
+	// stream, all at once (fleetFloors); FloorWorstP99Ms is the highest
+	// of their p99s. None for Debezium, or with -latency-floor=false.
+	Floors          []LatencyFloor `json:"floors,omitempty"`
+	FloorWorstP99Ms float64        `json:"floor_worst_p99_ms,omitempty"`
 }
 
 // StreamLatency is one stream's insert → visible latency in a phase.
@@ -286,8 +293,12 @@ func (b *bench) fleetPhase(ctx context.Context, dir, broker string, n int, idle 
 	if err := p.waitStreams(ctx, n, time.Minute+time.Duration(n)*time.Second); err != nil {
 		return FleetPhase{}, err
 	}
-	return b.fleetLoad(ctx, broker, n, fleetProc{pid: p.pid(), exited: p.exited, txns: func() (int64, error) { return committedTxns(metricsAddr) },
-		profile: filepath.Base(filepath.Dir(dir)) + "-" + filepath.Base(dir)}, idle)
+	name := filepath.Base(filepath.Dir(dir)) + "-" + filepath.Base(dir)
+	fp := fleetProc{pid: p.pid(), exited: p.exited, txns: func() (int64, error) { return committedTxns(metricsAddr) }, profile: name}
+	if b.cfg.LatencyFloor {
+		fp.floor = filepath.Join(dir, name+"-floor")
+	}
+	return b.fleetLoad(ctx, broker, n, fp, idle)
 }
 
 // fleetProc is the process under the fleet's load: walstream, or a Kafka
@@ -299,6 +310,10 @@ type fleetProc struct {
 	// profile names the phase in walstream's profiles of -pgo; empty for
 	// a process walbench does not profile.
 	profile string
+	// floor, a path, names the files of Kafka's floor under the streams'
+	// transactions (fleetFloors) and, its last element, their topics;
+	// empty for no floor.
+	floor string
 }
 
 // fleetLoad holds the load on streams 1 to n for the warm-up and the
@@ -319,6 +334,23 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 		return ph, err
 	}
 	b.logf("seasoned %d topics in %s", len(topics), time.Since(t0).Round(time.Millisecond))
+	// Each stream's checkpoints are its Kafka transactions, for the floor.
+	var cps []*checkpointLog
+	defer func() {
+		if len(cps) > 0 {
+			_, _ = cps[0].stop() // one reader
+		}
+	}()
+	if p.floor != "" {
+		keys := make([]string, n)
+		for i := range keys {
+			s := fleetStream(i + 1)
+			keys[i] = pipeline.StreamName(s.database(), s.slot())
+		}
+		if cps, err = startCheckpointLogs(broker, keys); err != nil {
+			return ph, err
+		}
+	}
 	start := time.Now()
 	c, err := startFleetConsumer(broker, topics, start)
 	if err != nil {
@@ -400,6 +432,15 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 		}
 		ph.Streams = append(ph.Streams, sl)
 		ph.WorstP99Ms = max(ph.WorstP99Ms, sl.P99Ms)
+	}
+	if len(cps) > 0 {
+		if ph.Floors, err = b.fleetFloors(ctx, broker, p.floor, cps, c, topics, writers[0].measureFrom, measureTo); err != nil {
+			return ph, fmt.Errorf("measuring Kafka's floor: %w", err)
+		}
+		for _, f := range ph.Floors {
+			ph.FloorWorstP99Ms = max(ph.FloorWorstP99Ms, f.P99Ms)
+		}
+		b.logf("%s: franz-go committing the %d streams' transactions again at once: worst stream's send → visible p99 %.1f ms", filepath.Base(p.floor), n, ph.FloorWorstP99Ms)
 	}
 	if idle == nil {
 		return ph, nil
@@ -601,10 +642,7 @@ func (c *fleetConsumer) received() int64 {
 func (c *fleetConsumer) receivedOf(topic string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if t := c.by[topic]; t != nil {
-		return int64(len(t.ts))
-	}
-	return 0
+	return int64(len(c.of(topic).ts))
 }
 
 // latencies are topic's latencies, and the times to the publisher's
@@ -612,10 +650,36 @@ func (c *fleetConsumer) receivedOf(topic string) int64 {
 func (c *fleetConsumer) latencies(topic string, from int64) (lat, toProducer, fromProducer []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.of(topic).between(from, math.MaxInt64)
+}
+
+// of is topic's timings, empty before its first record.
+func (c *fleetConsumer) of(topic string) *timings {
 	if t := c.by[topic]; t != nil {
-		return t.between(from, math.MaxInt64)
+		return t
 	}
-	return nil, nil, nil
+	return new(timings)
+}
+
+// stamps are topic's records' row timestamps and latencies from them, µs,
+// in the order read.
+func (c *fleetConsumer) stamps(topic string) (ts, lat []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.of(topic)
+	return slices.Clone(t.ts), slices.Clone(t.lat)
+}
+
+func (c *fleetConsumer) recordTimes(topic string) []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.of(topic).recordTimes()
+}
+
+func (c *fleetConsumer) meanBytes(topic string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.of(topic).meanBytes()
 }
 
 func (c *fleetConsumer) err() error {

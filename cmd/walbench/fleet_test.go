@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -129,5 +130,46 @@ func TestFleetLatencies(t *testing.T) {
 	lat, to, from := c.latencies("a", 200)
 	if !slices.Equal(lat, []int64{20, 30}) || !slices.Equal(to, []int64{5, 26}) || !slices.Equal(from, []int64{15, 4}) {
 		t.Errorf("latencies(a, 200) = %v, %v, %v; want [20 30], [5 26], [15 4]", lat, to, from)
+	}
+}
+
+// The fleet's floors stand in the summary beside its p99s, and in the runs'
+// table, only when measured.
+func TestFleetFloorInReport(t *testing.T) {
+	phase := func(p99, floor float64) FleetPhase {
+		ph := FleetPhase{Streams: []StreamLatency{{Stream: 1, P99Ms: p99}}, WorstP99Ms: p99}
+		if floor > 0 {
+			ph.Floors, ph.FloorWorstP99Ms = []LatencyFloor{{Client: "franz-go", P99Ms: floor}}, floor
+		}
+		return ph
+	}
+	r := &Report{Fleet: []*FleetRun{
+		{Run: 1, Streams: 10, Alone: phase(10, 4), Fleet: phase(30, 10)},
+		{Run: 2, Streams: 10, Alone: phase(12, 5), Fleet: phase(24, 20)},
+		{Run: 3, Streams: 10, Alone: phase(11, 6), Fleet: phase(27, 9)},
+	}}
+	medians := map[string]float64{}
+	for _, f := range r.summarize() {
+		medians[f.Name] = f.Median
+	}
+	for name, want := range map[string]float64{
+		"Kafka's floor, franz-go committing stream 1's transactions alone again: send → visible p99":                          5,
+		"Kafka's floor, franz-go committing every stream's transactions again at once: the worst stream's send → visible p99": 10,
+		"Kafka's floor: the fleet's worst p99 / stream 1's alone":                                                             2.5,
+	} {
+		if got, ok := medians[name]; !ok || got != want {
+			t.Errorf("%s: median %v (in the summary: %v), want %v", name, got, ok, want)
+		}
+	}
+	if md := r.markdown(); !strings.Contains(md, "| 30.00 | 30.0 (0.0, 0.0) | 10.00 |") {
+		t.Errorf("the fleet runs' table lacks the floor beside the p99:\n%s", md)
+	}
+	for i := range r.Fleet {
+		r.Fleet[i].Alone, r.Fleet[i].Fleet = phase(10, 0), phase(30, 0)
+	}
+	for _, f := range r.summarize() {
+		if strings.Contains(f.Name, "floor") {
+			t.Errorf("figure %q without a floor measured", f.Name)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -354,10 +355,52 @@ func (b *bench) latencyFloors(ctx context.Context, broker, prefix string, cps *c
 	return out, nil
 }
 
+// fleetFloors commits each stream's Kafka transactions of [from, to) again,
+// as its checkpoints in cps and its records, read by c from its topic in
+// topics, tell: with franz-go, a producer per stream in one process, all
+// at once, each into topics of its own, every one's checkpoints into one
+// topic, as a fleet's streams share theirs. prefix, a path, names the
+// files, and its last element the topics.
+func (b *bench) fleetFloors(ctx context.Context, broker, prefix string, cps []*checkpointLog, c *fleetConsumer, topics []string, from, to time.Time) ([]LatencyFloor, error) {
+	tag := filepath.Base(prefix)
+	plans := make([]*floorPlan, len(cps))
+	for i, l := range cps {
+		seen, err := l.stop()
+		if err != nil {
+			return nil, err
+		}
+		txns, err := kafkaTxns(seen, c.recordTimes(topics[i]), from, to)
+		if err != nil {
+			return nil, fmt.Errorf("stream %d: %w", i+1, err)
+		}
+		if len(txns) == 0 {
+			return nil, fmt.Errorf("no Kafka transaction of stream %d began from %s to %s", i+1, from.Format(time.TimeOnly), to.Format(time.TimeOnly))
+		}
+		cpBytes := 0
+		for _, s := range seen {
+			cpBytes += s.bytes
+		}
+		plan := newFloorPlan(txns, fmt.Sprintf("walbench.floor.%s.%d", tag, i+1), c.meanBytes(topics[i]), cpBytes/len(seen))
+		plan.CheckpointTopic, plan.CheckpointKey = "walbench.floor."+tag+".checkpoints", fmt.Sprintf("walbench/floor/%d", i+1)
+		plans[i] = &plan
+	}
+	return b.latencyFloorsOf(ctx, broker, prefix, "franz-go", plans)
+}
+
 // latencyFloor runs kafka-txn -plan with client, a process of its own,
 // and times its records (floorRound).
 func (b *bench) latencyFloor(ctx context.Context, broker, prefix, client string, plan *floorPlan) (LatencyFloor, error) {
-	return floorRound(ctx, broker, b.cfg.Partitions, prefix, client, plan, func(args ...string) ([]byte, error) {
+	fs, err := b.latencyFloorsOf(ctx, broker, prefix, client, []*floorPlan{plan})
+	if err != nil {
+		return LatencyFloor{}, err
+	}
+	return fs[0], nil
+}
+
+// latencyFloorsOf runs kafka-txn -plan with client and every plan at once,
+// a process of its own, and times their records (floorRound).
+func (b *bench) latencyFloorsOf(ctx context.Context, broker, prefix, client string, plans []*floorPlan) ([]LatencyFloor, error) {
+	return floorRound(ctx, broker, b.cfg.Partitions, prefix, client, plans, func(args ...string) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, b.kafkaTxnExe, args...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -369,61 +412,89 @@ func (b *bench) latencyFloor(ctx context.Context, broker, prefix, client string,
 	})
 }
 
-// floorRound creates plan's topics on broker, the records' with partitions
-// partitions, has kafkaTxn (walbench's arguments in, its output out) run
-// kafka-txn -plan with client, and times the records with a read_committed
-// consumer. The plan and what kafka-txn printed go to files named from
+// floorRound creates the plans' topics on broker, the records' with
+// partitions partitions, has kafkaTxn (walbench's arguments in, its output
+// out) run kafka-txn -plan with client and every plan, committed at once
+// by a producer each, and times the records with one read_committed
+// consumer. The plans and what kafka-txn printed go to files named from
 // prefix.
-func floorRound(ctx context.Context, broker string, partitions int, prefix, client string, plan *floorPlan, kafkaTxn func(args ...string) ([]byte, error)) (LatencyFloor, error) {
-	topics := []string{plan.Topic}
-	if plan.ReemitTopic != "" {
-		topics = append(topics, plan.ReemitTopic)
+func floorRound(ctx context.Context, broker string, partitions int, prefix, client string, plans []*floorPlan, kafkaTxn func(args ...string) ([]byte, error)) ([]LatencyFloor, error) {
+	var timed, topics, cpTopics, paths []string
+	for i, plan := range plans {
+		timed = append(timed, plan.Topic)
+		topics = append(topics, plan.Topic)
+		if plan.ReemitTopic != "" {
+			topics = append(topics, plan.ReemitTopic)
+		}
+		if !slices.Contains(cpTopics, plan.CheckpointTopic) {
+			cpTopics = append(cpTopics, plan.CheckpointTopic)
+		}
+		js, err := json.Marshal(plan)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the plan: %w", err)
+		}
+		path := prefix + ".plan.json"
+		if len(plans) > 1 {
+			path = fmt.Sprintf("%s-%d.plan.json", prefix, i+1)
+		}
+		if err := os.WriteFile(path, js, 0o644); err != nil {
+			return nil, fmt.Errorf("writing the plan: %w", err)
+		}
+		paths = append(paths, path)
 	}
 	if err := createTopics(ctx, broker, partitions, topics...); err != nil {
-		return LatencyFloor{}, err
+		return nil, err
 	}
-	if err := createCheckpointTopic(ctx, broker, plan.CheckpointTopic); err != nil {
-		return LatencyFloor{}, err
+	// Past their first index entries, as walstream's are by the time it is
+	// measured (seasonTopics); their records are stamped 0, before start.
+	if err := seasonTopics(ctx, broker, partitions, topics...); err != nil {
+		return nil, err
 	}
-	c, err := startLatencyConsumer(broker, plan.Topic)
+	for _, t := range cpTopics {
+		if err := createCheckpointTopic(ctx, broker, t); err != nil {
+			return nil, err
+		}
+	}
+	c, err := startFleetConsumer(broker, timed, time.Now())
 	if err != nil {
-		return LatencyFloor{}, err
+		return nil, err
 	}
 	defer c.close()
-	js, err := json.Marshal(plan)
-	if err != nil {
-		return LatencyFloor{}, fmt.Errorf("encoding the plan: %w", err)
-	}
-	path := prefix + ".plan.json"
-	if err := os.WriteFile(path, js, 0o644); err != nil {
-		return LatencyFloor{}, fmt.Errorf("writing the plan: %w", err)
-	}
 	load, err := loadAvg()
 	if err != nil {
-		return LatencyFloor{}, err
+		return nil, err
 	}
-	out, err := kafkaTxn(kafkaTxnCommand, "-client", client, "-broker", broker, "-plan", path)
+	out, err := kafkaTxn(kafkaTxnCommand, "-client", client, "-broker", broker, "-plan", strings.Join(paths, ","))
 	if err != nil {
-		return LatencyFloor{}, fmt.Errorf("running %s -plan %s: %w", kafkaTxnCommand, path, err)
+		return nil, fmt.Errorf("running %s -plan %s: %w", kafkaTxnCommand, strings.Join(paths, ","), err)
 	}
 	if err := os.WriteFile(prefix+".sent.json", out, 0o644); err != nil {
-		return LatencyFloor{}, fmt.Errorf("keeping what %s -plan printed: %w", kafkaTxnCommand, err)
+		return nil, fmt.Errorf("keeping what %s -plan printed: %w", kafkaTxnCommand, err)
 	}
-	var res floorResult
-	if err := json.Unmarshal(out, &res); err != nil {
-		return LatencyFloor{}, fmt.Errorf("reading what %s -plan printed: %w", kafkaTxnCommand, err)
+	res := make([]floorResult, len(plans))
+	dec := json.NewDecoder(bytes.NewReader(out))
+	var want int64
+	for i, plan := range plans {
+		if err := dec.Decode(&res[i]); err != nil {
+			return nil, fmt.Errorf("reading what %s -plan printed of plan %d: %w", kafkaTxnCommand, i+1, err)
+		}
+		timed, _ := plan.records()
+		want += int64(res[i].WarmupRecords) + timed
 	}
-	timed, _ := plan.records()
-	want := int64(res.WarmupRecords) + timed
 	_ = awaitArrival(c.received, want, nil) // no process to exit; what does not arrive is Missing
 	c.close()
 	if err := c.err(); err != nil {
-		return LatencyFloor{}, err
+		return nil, err
 	}
-	stamps, lat := c.stamps()
-	f, err := measureFloor(client, plan, &res, stamps, lat)
-	f.Load1 = load
-	return f, err
+	floors := make([]LatencyFloor, len(plans))
+	for i, plan := range plans {
+		stamps, lat := c.stamps(plan.Topic)
+		if floors[i], err = measureFloor(client, plan, &res[i], stamps, lat); err != nil {
+			return nil, err
+		}
+		floors[i].Load1 = load
+	}
+	return floors, nil
 }
 
 // createCheckpointTopic creates topic as walstream creates its checkpoint

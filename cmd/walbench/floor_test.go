@@ -187,56 +187,91 @@ func TestFloorInReport(t *testing.T) {
 
 // Against a broker, each bare producer commits the plan's transactions at
 // their moments, and every timed record becomes visible to a
-// read_committed consumer, stamped with its transaction's send.
+// read_committed consumer, stamped with its transaction's send; several
+// plans, committed at once by a producer each, share a checkpoint topic.
 func TestFloorRound(t *testing.T) {
 	b := testenv.StartBroker(t, testenv.BrokerKfake)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, client := range floorClients() {
-		t.Run(client, func(t *testing.T) {
-			var txns []kafkaTxn
-			from := time.Now()
-			for i := range 30 {
-				txns = append(txns, kafkaTxn{begun: from.Add(time.Duration(i) * 10 * time.Millisecond), records: i % 4, reemitted: i % 3})
-			}
-			plan := newFloorPlan(txns, "walbench.floor.test."+client, 430, 300)
-			prefix := filepath.Join(t.TempDir(), "floor")
-			// kafka-txn as walbench starts it, in this process.
-			var res floorResult
-			kafkaTxn := func(args ...string) ([]byte, error) {
-				var stdout, stderr bytes.Buffer
-				if err := run(ctx, args, &stdout, &stderr); err != nil {
-					return nil, fmt.Errorf("%w: %s", err, stderr.Bytes())
+		for _, n := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/%d", client, n), func(t *testing.T) {
+				var txns []kafkaTxn
+				from := time.Now()
+				for i := range 30 {
+					txns = append(txns, kafkaTxn{begun: from.Add(time.Duration(i) * 10 * time.Millisecond), records: i % 4, reemitted: i % 3})
 				}
-				return stdout.Bytes(), json.Unmarshal(stdout.Bytes(), &res)
-			}
-			f, err := floorRound(ctx, b.Addr(), 3, prefix, client, &plan, kafkaTxn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, s := range res.Txns {
-				if s.SendUs < s.DueUs || s.CommitUs < s.SendUs {
-					t.Errorf("transaction %d: due %d, sent %d, commit sent %d", i, s.DueUs, s.SendUs, s.CommitUs)
+				var plans []*floorPlan
+				for i := range n {
+					plan := newFloorPlan(txns, fmt.Sprintf("walbench.floor.test.%s.%d.%d", client, n, i), 430, 300)
+					if n > 1 {
+						plan.CheckpointTopic, plan.CheckpointKey = fmt.Sprintf("walbench.floor.test.%s.%d.checkpoints", client, n), fmt.Sprintf("walbench/floor/%d", i)
+					}
+					plans = append(plans, &plan)
 				}
-				if s.DueUs-res.Txns[0].DueUs != plan.Txns[i].AtUs {
-					t.Errorf("transaction %d due %d µs after the first, want %d", i, s.DueUs-res.Txns[0].DueUs, plan.Txns[i].AtUs)
+				prefix := filepath.Join(t.TempDir(), "floor")
+				// kafka-txn as walbench starts it, in this process.
+				var res []floorResult
+				kafkaTxn := func(args ...string) ([]byte, error) {
+					var stdout, stderr bytes.Buffer
+					if err := run(ctx, args, &stdout, &stderr); err != nil {
+						return nil, fmt.Errorf("%w: %s", err, stderr.Bytes())
+					}
+					dec := json.NewDecoder(bytes.NewReader(stdout.Bytes()))
+					for dec.More() {
+						var r floorResult
+						if err := dec.Decode(&r); err != nil {
+							return nil, err
+						}
+						res = append(res, r)
+					}
+					return stdout.Bytes(), nil
 				}
-			}
-			timed, reemitted := plan.records()
-			if f.Txns != len(txns) || f.Missing != 0 || f.Samples != int(timed) || f.P50Ms <= 0 || f.CommitP99Ms > f.MaxMs {
-				t.Errorf("floor %+v: want %d transactions, every one of %d records, latencies above 0, commit → visible within send → visible", f, len(txns), timed)
-			}
-			if n, err := countRecords(ctx, b.Addr(), plan.ReemitTopic); err != nil || n != reemitted {
-				t.Errorf("%s holds %d records (%v), want %d", plan.ReemitTopic, n, err, reemitted)
-			}
-			if n, err := countRecords(ctx, b.Addr(), plan.CheckpointTopic); err != nil || n != int64(plan.Warmup+len(plan.Txns)) {
-				t.Errorf("%s holds %d records (%v), want one a transaction, %d", plan.CheckpointTopic, n, err, plan.Warmup+len(plan.Txns))
-			}
-			for _, suffix := range []string{".plan.json", ".sent.json"} {
-				if _, err := os.Stat(prefix + suffix); err != nil {
-					t.Errorf("the round kept no %s: %v", suffix, err)
+				floors, err := floorRound(ctx, b.Addr(), 3, prefix, client, plans, kafkaTxn)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-		})
+				if len(floors) != n || len(res) != n {
+					t.Fatalf("%d floors and %d results printed for %d plans", len(floors), len(res), n)
+				}
+				checkpoints := 0
+				for p, plan := range plans {
+					for i, s := range res[p].Txns {
+						if s.SendUs < s.DueUs || s.CommitUs < s.SendUs {
+							t.Errorf("plan %d, transaction %d: due %d, sent %d, commit sent %d", p, i, s.DueUs, s.SendUs, s.CommitUs)
+						}
+						if s.DueUs-res[p].Txns[0].DueUs != plan.Txns[i].AtUs {
+							t.Errorf("plan %d, transaction %d due %d µs after the first, want %d", p, i, s.DueUs-res[p].Txns[0].DueUs, plan.Txns[i].AtUs)
+						}
+					}
+					f := floors[p]
+					timed, reemitted := plan.records()
+					if f.Txns != len(txns) || f.Missing != 0 || f.Samples != int(timed) || f.P50Ms <= 0 || f.CommitP99Ms > f.MaxMs {
+						t.Errorf("plan %d: floor %+v: want %d transactions, every one of %d records, latencies above 0, commit → visible within send → visible", p, f, len(txns), timed)
+					}
+					// Besides the seasoning's two records a partition.
+					if n, err := countRecords(ctx, b.Addr(), plan.ReemitTopic); err != nil || n != reemitted+2*3 {
+						t.Errorf("%s holds %d records (%v), want %d and the seasoning's 6", plan.ReemitTopic, n, err, reemitted)
+					}
+					checkpoints += plan.Warmup + len(plan.Txns)
+				}
+				if n, err := countRecords(ctx, b.Addr(), plans[0].CheckpointTopic); err != nil || n != int64(checkpoints) {
+					t.Errorf("%s holds %d records (%v), want one a transaction, %d", plans[0].CheckpointTopic, n, err, checkpoints)
+				}
+				kept := []string{prefix + ".sent.json"}
+				for i := range n {
+					if n == 1 {
+						kept = append(kept, prefix+".plan.json")
+					} else {
+						kept = append(kept, fmt.Sprintf("%s-%d.plan.json", prefix, i+1))
+					}
+				}
+				for _, path := range kept {
+					if _, err := os.Stat(path); err != nil {
+						t.Errorf("the round kept no %s: %v", path, err)
+					}
+				}
+			})
+		}
 	}
 }

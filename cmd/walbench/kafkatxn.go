@@ -17,6 +17,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 )
 
 // kafkaTxnCommand is the hidden subcommand that commits Kafka transactions
@@ -45,56 +46,21 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	size := fs.Int("value-bytes", 430, "bytes of each record's value")
 	dur := fs.Duration("for", 10*time.Second, "measured time")
 	client := fs.String("client", "franz-go", "franz-go, as walstream; or minimal, the least a transaction costs (see minimalClient)")
-	planPath := fs.String("plan", "", "instead of committing at -rate, commit the transactions of this plan (JSON, written by walbench: see floor.go) and print when each was sent and committed")
+	plans := fs.String("plan", "", "instead of committing at -rate, commit the transactions of this plan (JSON, written by walbench: see floor.go), or of several, comma-separated, each by a client of its own at once, and print for each plan, a line each, when each transaction was sent and committed")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *plans != "" {
+		return replayPlans(ctx, *client, *broker, commaList(*plans), stdout)
 	}
 	if *rate <= 0 || *records < 1 {
 		return fmt.Errorf("-rate %v and -records %d must be positive", *rate, *records)
 	}
-	txnID, topics := "walbench-kafka-txn", []string{floorTopic, floorCheckpointTopic}
-	var plan floorPlan
-	if *planPath != "" {
-		js, err := os.ReadFile(*planPath)
-		if err != nil {
-			return fmt.Errorf("reading -plan: %w", err)
-		}
-		if err := json.Unmarshal(js, &plan); err != nil {
-			return fmt.Errorf("decoding -plan %s: %w", *planPath, err)
-		}
-		txnID, topics = "walbench-latency-floor", []string{plan.Topic, plan.CheckpointTopic}
-		if plan.ReemitTopic != "" {
-			topics = append(topics, plan.ReemitTopic)
-		}
+	commit, closeClient, err := newCommitter(ctx, *client, *broker, "walbench-kafka-txn", []string{floorTopic, floorCheckpointTopic})
+	if err != nil {
+		return err
 	}
-	var commit committer
-	switch *client {
-	case "franz-go":
-		// Keys placed as walstream's producer places them: Kafka's murmur2.
-		cl, err := kgo.NewClient(kgo.SeedBrokers(*broker), kgo.TransactionalID(txnID), kgo.AllowAutoTopicCreation(),
-			kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
-		if err != nil {
-			return fmt.Errorf("creating the transactional client: %w", err)
-		}
-		defer cl.Close()
-		commit = franzGoCommitter(ctx, cl)
-	case "minimal":
-		mc, err := dialMinimal(ctx, *broker, txnID+"-minimal", topics...)
-		if err != nil {
-			return fmt.Errorf("starting the minimal client: %w", err)
-		}
-		defer mc.Close()
-		commit = func(recs []txnRecord) (time.Time, error) { return mc.commit(ctx, recs) }
-	default:
-		return fmt.Errorf("-client %q is neither franz-go nor minimal", *client)
-	}
-	if *planPath != "" {
-		res, err := replay(ctx, commit, &plan)
-		if err != nil {
-			return err
-		}
-		return json.NewEncoder(stdout).Encode(res)
-	}
+	defer closeClient()
 
 	value := bytes.Repeat([]byte{'x'}, *size)
 	seq := 0
@@ -138,6 +104,73 @@ func runKafkaTxn(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	_, err = fmt.Fprintf(stdout, "transactions %d cpu_ns %d\n", n, (after.CPU - before.CPU).Nanoseconds())
 	return err
+}
+
+// newCommitter is a transactional producer of kind client on broker, with
+// transactional id txnID, for records of topics; and what closes it. The
+// minimal client holds the goroutine's thread until closed.
+func newCommitter(ctx context.Context, client, broker, txnID string, topics []string) (committer, func(), error) {
+	switch client {
+	case "franz-go":
+		// Keys placed as walstream's producer places them: Kafka's murmur2.
+		cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.TransactionalID(txnID), kgo.AllowAutoTopicCreation(),
+			kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+		if err != nil {
+			return nil, nil, fmt.Errorf("creating the transactional client: %w", err)
+		}
+		return franzGoCommitter(ctx, cl), cl.Close, nil
+	case "minimal":
+		mc, err := dialMinimal(ctx, broker, txnID+"-minimal", topics...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("starting the minimal client: %w", err)
+		}
+		return func(recs []txnRecord) (time.Time, error) { return mc.commit(ctx, recs) }, mc.Close, nil
+	}
+	return nil, nil, fmt.Errorf("-client %q is neither franz-go nor minimal", client)
+}
+
+// replayPlans commits the transactions of the plans at paths, each with a
+// client of its own (its transactional id named after the plan's topic),
+// all at once, as a fleet's streams commit theirs, and prints what replay
+// returns of each, a JSON line each, in the plans' order.
+func replayPlans(ctx context.Context, client, broker string, paths []string, stdout io.Writer) error {
+	res := make([]*floorResult, len(paths))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, path := range paths {
+		g.Go(func() error {
+			js, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("reading -plan: %w", err)
+			}
+			var plan floorPlan
+			if err := json.Unmarshal(js, &plan); err != nil {
+				return fmt.Errorf("decoding -plan %s: %w", path, err)
+			}
+			topics := []string{plan.Topic, plan.CheckpointTopic}
+			if plan.ReemitTopic != "" {
+				topics = append(topics, plan.ReemitTopic)
+			}
+			commit, closeClient, err := newCommitter(gctx, client, broker, "walbench-latency-floor-"+plan.Topic, topics)
+			if err != nil {
+				return err
+			}
+			defer closeClient()
+			if res[i], err = replay(gctx, commit, &plan); err != nil {
+				return fmt.Errorf("plan %s: %w", path, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	for _, r := range res {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // kafkaFloor runs kafka-txn with client (franz-go or minimal) against

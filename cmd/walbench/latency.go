@@ -511,7 +511,6 @@ type latencyConsumer struct {
 	timings
 	failed error
 	n      atomic.Int64
-	bytes  int64 // of the records' values and headers
 }
 
 // timings are the records read, in the order read: each one's row
@@ -525,6 +524,7 @@ type timings struct {
 	// walstream's producer (Postgres's commit, the walsender, decoding)
 	// and the time after it (the Kafka transaction and the consumer).
 	produced []int64
+	bytes    int64 // of the records' values and headers
 }
 
 // add notes r, whose row is timestamped ts, seen at now (µs).
@@ -532,6 +532,30 @@ func (t *timings) add(r *kgo.Record, ts, now int64) {
 	t.ts = append(t.ts, ts)
 	t.lat = append(t.lat, now-ts)
 	t.produced = append(t.produced, r.Timestamp.UnixMicro()-ts)
+	t.bytes += int64(len(r.Value))
+	for _, h := range r.Headers {
+		t.bytes += int64(len(h.Key) + len(h.Value))
+	}
+}
+
+// meanBytes is the mean size of the records' values and headers, 0 before
+// the first.
+func (t *timings) meanBytes() int {
+	if len(t.ts) == 0 {
+		return 0
+	}
+	return int(t.bytes / int64(len(t.ts)))
+}
+
+// recordTimes returns the records' Kafka timestamps, sorted: when
+// walstream handed each to franz-go, in ms.
+func (t *timings) recordTimes() []time.Time {
+	out := make([]time.Time, len(t.ts))
+	for i := range t.ts {
+		out[i] = time.UnixMicro(t.ts[i] + t.produced[i])
+	}
+	slices.SortFunc(out, time.Time.Compare)
+	return out
 }
 
 // between returns, in µs, for the rows timestamped from from to to: the
@@ -611,10 +635,6 @@ func (c *latencyConsumer) take(fs kgo.Fetches, now int64) {
 	}
 	eachTimed(fs, &c.failed, func(r *kgo.Record, ts int64) {
 		c.add(r, ts, now)
-		c.bytes += int64(len(r.Value))
-		for _, h := range r.Headers {
-			c.bytes += int64(len(h.Key) + len(h.Value))
-		}
 	})
 	c.mu.Unlock()
 	c.n.Add(int64(fs.NumRecords()))
@@ -669,36 +689,16 @@ func awaitArrival(received func() int64, want int64, exited func() error) error 
 	return nil
 }
 
-// meanBytes is the mean size of the records' values and headers, 0 before
-// the first.
 func (c *latencyConsumer) meanBytes() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.ts) == 0 {
-		return 0
-	}
-	return int(c.bytes / int64(len(c.ts)))
+	return c.timings.meanBytes()
 }
 
-// recordTimes returns the records' Kafka timestamps, sorted: when
-// walstream handed each to franz-go, in ms.
 func (c *latencyConsumer) recordTimes() []time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]time.Time, len(c.ts))
-	for i := range c.ts {
-		out[i] = time.UnixMicro(c.ts[i] + c.produced[i])
-	}
-	slices.SortFunc(out, time.Time.Compare)
-	return out
-}
-
-// stamps returns every record's timestamp from its value and its latency
-// from there, µs.
-func (c *latencyConsumer) stamps() (ts, lat []int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.ts), slices.Clone(c.lat)
+	return c.timings.recordTimes()
 }
 
 func (c *latencyConsumer) err() error {

@@ -206,6 +206,15 @@ func (r *Report) fleetFigures() []Figure {
 		figure(scenario, "stream 1 alone: insert → visible p99", "ms", of(r.Fleet, func(x *FleetRun) float64 { return x.Alone.Streams[0].P99Ms }), nil),
 		figure(scenario, "the fleet's worst stream: insert → visible p99", "ms", of(r.Fleet, func(x *FleetRun) float64 { return x.Fleet.WorstP99Ms }), nil),
 		figure(scenario, "the fleet's worst p99 / stream 1's alone", "ratio", of(r.Fleet, func(x *FleetRun) float64 { return x.Fleet.WorstP99Ms / x.Alone.Streams[0].P99Ms }), &target{bound: 1.5}),
+	}
+	if f.Fleet.Floors != nil && f.Alone.Floors != nil {
+		out = append(out,
+			figure(scenario, "Kafka's floor, franz-go committing stream 1's transactions alone again: send → visible p99", "ms", of(r.Fleet, func(x *FleetRun) float64 { return x.Alone.FloorWorstP99Ms }), nil),
+			figure(scenario, "Kafka's floor, franz-go committing every stream's transactions again at once: the worst stream's send → visible p99", "ms", of(r.Fleet, func(x *FleetRun) float64 { return x.Fleet.FloorWorstP99Ms }), nil),
+			figure(scenario, "Kafka's floor: the fleet's worst p99 / stream 1's alone", "ratio", of(r.Fleet, func(x *FleetRun) float64 { return x.Fleet.FloorWorstP99Ms / x.Alone.FloorWorstP99Ms }), nil),
+		)
+	}
+	out = append(out,
 		figure(scenario, "the fleet's CPU per Kafka transaction", "µs", of(r.Fleet, func(x *FleetRun) float64 { return x.Fleet.CPUMicrosPerTxn }), nil),
 		figure(scenario, "the same / (franz-go alone + pg_recvlogical), per transaction", "ratio", of(r.Fleet, func(x *FleetRun) float64 {
 			return x.Fleet.CPUMicrosPerTxn / (x.KafkaClientCPUMicrosPerTxn + x.RecvLogicalCPUMicrosPerTxn)
@@ -214,7 +223,7 @@ func (r *Report) fleetFigures() []Figure {
 		figure(scenario, "the fleet idle: CPU", "cores", of(r.Fleet, func(x *FleetRun) float64 { return x.Idle.CPUCores }), nil),
 		figure(scenario, "the fleet idle: RSS", "MB", of(r.Fleet, func(x *FleetRun) float64 { return float64(x.Idle.RSSBytes) / 1e6 }), nil),
 		figure(scenario, "the fleet: peak RSS under the load", "MB", of(r.Fleet, func(x *FleetRun) float64 { return float64(x.Fleet.PeakRSSBytes) / 1e6 }), nil),
-	}
+	)
 	if f.Debezium != nil {
 		out = append(out,
 			figure(scenario, "Debezium, one worker, a connector per stream: CPU", "cores", of(r.Fleet, func(x *FleetRun) float64 { return x.Debezium.CPUCores }), nil),
@@ -353,7 +362,7 @@ func (r *Report) markdown() string {
 	}
 	if len(r.Fleet) > 0 {
 		fmt.Fprintf(&b, "\n### Fleet runs\n\n")
-		fmt.Fprintf(&b, "| run | streams | load each | phase | p50 ms (median of streams) | p99 ms (worst stream) | p99 ms of each stream (up to its producer, from there) | CPU cores | Kafka transactions | CPU µs per transaction | franz-go alone + pg_recvlogical µs per transaction | peak RSS MB | load avg before |\n|---|---:|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|\n")
+		fmt.Fprintf(&b, "| run | streams | load each | phase | p50 ms (median of streams) | p99 ms (worst stream) | p99 ms of each stream (up to its producer, from there) | Kafka's floor: p99 ms, worst stream | CPU cores | Kafka transactions | CPU µs per transaction | franz-go alone + pg_recvlogical µs per transaction | peak RSS MB | load avg before |\n|---|---:|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, x := range r.Fleet {
 			for _, ph := range []struct {
 				name string
@@ -368,11 +377,15 @@ func (r *Report) markdown() string {
 					p50s = append(p50s, int64(s.P50Ms*1e3))
 					p99s = append(p99s, fmt.Sprintf("%.1f (%.1f, %.1f)", s.P99Ms, s.ToProducerP99Ms, s.FromProducerP99Ms))
 				}
-				fmt.Fprintf(&b, "| %d | %d | %s | %s | %.2f | %.2f | %s | %.3f | %d | %.0f | %.0f + %.0f | %.0f | %s |\n", x.Run, len(ph.p.Streams), x.Load, ph.name,
-					percentile(p50s, 0.5)/1e3, ph.p.WorstP99Ms, strings.Join(p99s, ", "), ph.p.CPUCores, ph.p.KafkaTxns, ph.p.CPUMicrosPerTxn,
+				floor := ""
+				if ph.p.Floors != nil {
+					floor = fmt.Sprintf("%.2f", ph.p.FloorWorstP99Ms)
+				}
+				fmt.Fprintf(&b, "| %d | %d | %s | %s | %.2f | %.2f | %s | %s | %.3f | %d | %.0f | %.0f + %.0f | %.0f | %s |\n", x.Run, len(ph.p.Streams), x.Load, ph.name,
+					percentile(p50s, 0.5)/1e3, ph.p.WorstP99Ms, strings.Join(p99s, ", "), floor, ph.p.CPUCores, ph.p.KafkaTxns, ph.p.CPUMicrosPerTxn,
 					x.KafkaClientCPUMicrosPerTxn, x.RecvLogicalCPUMicrosPerTxn, float64(ph.p.PeakRSSBytes)/1e6, quiet(ph.p.Machine))
 			}
-			fmt.Fprintf(&b, "| %d | %d | | idle | | | | %.3f | | | | %.0f (RSS) | %s |\n", x.Run, x.Streams, x.Idle.CPUCores, float64(x.Idle.RSSBytes)/1e6, quiet(x.Idle.Machine))
+			fmt.Fprintf(&b, "| %d | %d | | idle | | | | | %.3f | | | | %.0f (RSS) | %s |\n", x.Run, x.Streams, x.Idle.CPUCores, float64(x.Idle.RSSBytes)/1e6, quiet(x.Idle.Machine))
 		}
 	}
 	if len(r.Foreign) > 0 {
