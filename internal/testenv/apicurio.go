@@ -133,7 +133,7 @@ func (r *Registry) waitReady(ctx context.Context, d time.Duration) error {
 		select {
 		case <-r.p.Done():
 			// The JVM's words, or Quarkus's when it checks the port first.
-			if log := r.p.Log(); strings.Contains(log, "Address already in use") || strings.Contains(log, "seems to be in use by another process") {
+			if r.p.saidPortTaken() || strings.Contains(r.p.Log(), "seems to be in use by another process") {
 				return fmt.Errorf("%w: the registry exited: %s", syscall.EADDRINUSE, r.p.ExitDesc())
 			}
 			return fmt.Errorf("the registry exited: %s", r.p.ExitDesc())

@@ -121,6 +121,11 @@ func StartProcessT(t testing.TB, cfg ProcessConfig) *Process {
 // data race.
 func (p *Process) reportedRace() bool { return strings.Contains(p.Log(), "WARNING: DATA RACE") }
 
+// saidPortTaken reports whether the process's log says, anywhere, that a
+// port it would listen on was in use: a JVM's stack trace after it
+// pushes it out of the last lines an error quotes.
+func (p *Process) saidPortTaken() bool { return strings.Contains(p.Log(), "Address already in use") }
+
 // Write keeps what the process writes; it is the process's stdout and
 // stderr.
 func (p *Process) Write(b []byte) (int, error) {
@@ -272,10 +277,8 @@ func (p *Process) WaitLog(ctx context.Context, s string, d time.Duration) error 
 	for !strings.Contains(p.Log(), s) {
 		if p.Exited() {
 			err := fmt.Errorf("%s exited (%v) before logging %q:\n%s", p.Name, p.Err(), s, p.LastLines(20))
-			if strings.Contains(p.Log(), "Address already in use") {
-				// Said anywhere in the log, not only in the lines quoted:
-				// a JVM's stack trace after it pushes it out of them, and
-				// the caller moves to another port on this error alone.
+			if p.saidPortTaken() {
+				// The caller moves to another port on this error alone.
 				err = fmt.Errorf("%w: %w", syscall.EADDRINUSE, err)
 			}
 			return err
