@@ -128,16 +128,23 @@ func runFrom(t *testing.T, p *Producer, from *fakePositions, want checkpoint.Che
 			t.Fatal(err)
 		}
 	}
-	select {
-	case <-reached:
-	case err := <-errc:
-		t.Fatalf("Run ended before checkpoint %s: %v", want, err)
-	case <-ctx.Done():
-		t.Fatalf("checkpoint %s not committed", want)
-	}
+	awaitRun(ctx, t, reached, errc, fmt.Sprintf("checkpoint %s committed", want))
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+}
+
+// awaitRun waits until reached is closed: what names it. Run ending first
+// (errc) or ctx failing the wait fails the test.
+func awaitRun(ctx context.Context, t *testing.T, reached <-chan struct{}, errc <-chan error, what string) {
+	t.Helper()
+	select {
+	case <-reached:
+	case err := <-errc:
+		t.Fatalf("Run ended before %s: %v", what, err)
+	case <-ctx.Done():
+		t.Fatalf("not %s in time", what)
 	}
 }
 
@@ -249,13 +256,7 @@ func TestDueBatchTakesWhatIsQueued(t *testing.T) {
 	before := commits.Load()
 	errc := make(chan error, 1)
 	go func() { errc <- p.Run(ctx, q) }()
-	select {
-	case <-done:
-	case err := <-errc:
-		t.Fatalf("Run ended: %v", err)
-	case <-ctx.Done():
-		t.Fatal("the last transaction was not committed")
-	}
+	awaitRun(ctx, t, done, errc, "the last transaction committed")
 	cancel()
 	<-errc
 	// Taken one or two at a time, they were about half as many Kafka
@@ -307,13 +308,7 @@ func TestLingeringBatchTakesWhatWasQueued(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	select {
-	case <-last:
-	case err := <-errc:
-		t.Fatalf("Run ended: %v", err)
-	case <-ctx.Done():
-		t.Fatal("the last transaction was not committed")
-	}
+	awaitRun(ctx, t, last, errc, "the last transaction committed")
 	if waited := time.Since(start); waited < linger {
 		t.Fatalf("committed after %s, before the %s linger", waited, linger)
 	}

@@ -494,7 +494,8 @@ func (b *bench) peerLatencyPhase(ctx context.Context, prefix string, load Load, 
 	if l.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
 		return l, err
 	}
-	c, err := startLatencyConsumer(broker, topicFor(latencyAggType(load)))
+	topic := topicFor(latencyAggType(load))
+	c, err := startTimedConsumer(broker, []string{topic}, time.Time{})
 	if err != nil {
 		return l, err
 	}
@@ -534,14 +535,14 @@ func (b *bench) peerLatencyPhase(ctx context.Context, prefix string, load Load, 
 	if n := w.measured.Load(); n > 0 {
 		l.CPUMicrosPerRow = (ps.CPU - cpu0).Seconds() * 1e6 / float64(n)
 	}
-	lat, _, _ := c.samples(w.measureFrom.UnixMicro())
+	lat, _, _ := c.latencies(topic, w.measureFrom.UnixMicro())
 	l.Samples = len(lat)
 	l.P50Ms, l.P99Ms, l.P999Ms = percentile(lat, 0.50)/1e3, percentile(lat, 0.99)/1e3, percentile(lat, 0.999)/1e3
 	if len(lat) > 0 {
 		l.MaxMs = float64(slices.Max(lat)) / 1e3
 	}
 	if cps != nil {
-		if l.Floors, err = b.latencyFloors(ctx, broker, prefix, cps, c, w.measureFrom, measureTo); err != nil {
+		if l.Floors, err = b.latencyFloors(ctx, broker, prefix, cps, c, topic, w.measureFrom, measureTo); err != nil {
 			return l, err
 		}
 	}

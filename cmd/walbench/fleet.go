@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,10 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/internal/testenv"
 	"github.com/walstream/walstream/pipeline"
 	"golang.org/x/sync/errgroup"
@@ -352,7 +349,7 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 		}
 	}
 	start := time.Now()
-	c, err := startFleetConsumer(broker, topics, start)
+	c, err := startTimedConsumer(broker, topics, start)
 	if err != nil {
 		return ph, err
 	}
@@ -587,103 +584,4 @@ func committedTxns(addr string) (int64, error) {
 		return 0, fmt.Errorf("reading walstream's metrics: %w", err)
 	}
 	return int64(sum), nil
-}
-
-// fleetConsumer reads many topics read_committed and keeps, per topic,
-// each record's row timestamp and latency, as latencyConsumer does for
-// one, for the rows written from a moment on: a phase's.
-type fleetConsumer struct {
-	*poller
-	from   int64 // µs since the epoch
-	mu     sync.Mutex
-	by     map[string]*timings // by topic
-	n      int64
-	failed error
-}
-
-func startFleetConsumer(broker string, topics []string, from time.Time) (*fleetConsumer, error) {
-	c := &fleetConsumer{from: from.UnixMicro(), by: make(map[string]*timings)}
-	p, err := startPoller(broker, "the fleet's consumer", topics, c.take)
-	if err != nil {
-		return nil, err
-	}
-	c.poller = p
-	return c, nil
-}
-
-func (c *fleetConsumer) take(fs kgo.Fetches, now int64) {
-	c.mu.Lock()
-	fs.EachError(func(t string, p int32, err error) {
-		if c.failed == nil {
-			c.failed = fmt.Errorf("consuming %s partition %d: %w", t, p, err)
-		}
-	})
-	eachTimed(fs, &c.failed, func(r *kgo.Record, ts int64) {
-		if ts < c.from {
-			return // an earlier phase's
-		}
-		t := c.by[r.Topic]
-		if t == nil {
-			t = new(timings)
-			c.by[r.Topic] = t
-		}
-		t.add(r, ts, now)
-		c.n++
-	})
-	c.mu.Unlock()
-}
-
-func (c *fleetConsumer) received() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
-func (c *fleetConsumer) receivedOf(topic string) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return int64(len(c.of(topic).ts))
-}
-
-// latencies are topic's latencies, and the times to the publisher's
-// Kafka client, µs, of rows timestamped at or after from.
-func (c *fleetConsumer) latencies(topic string, from int64) (lat, toProducer, fromProducer []int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.of(topic).between(from, math.MaxInt64)
-}
-
-// of is topic's timings, empty before its first record.
-func (c *fleetConsumer) of(topic string) *timings {
-	if t := c.by[topic]; t != nil {
-		return t
-	}
-	return new(timings)
-}
-
-// stamps are topic's records' row timestamps and latencies from them, µs,
-// in the order read.
-func (c *fleetConsumer) stamps(topic string) (ts, lat []int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := c.of(topic)
-	return slices.Clone(t.ts), slices.Clone(t.lat)
-}
-
-func (c *fleetConsumer) recordTimes(topic string) []time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.of(topic).recordTimes()
-}
-
-func (c *fleetConsumer) meanBytes(topic string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.of(topic).meanBytes()
-}
-
-func (c *fleetConsumer) err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.failed
 }

@@ -123,7 +123,7 @@ func TestSeasonTopics(t *testing.T) {
 // A stream's latencies split at walstream's producer, for its own topic's
 // rows from a moment on.
 func TestFleetLatencies(t *testing.T) {
-	c := &fleetConsumer{by: map[string]*timings{
+	c := &timedConsumer{by: map[string]*timings{
 		"a": {ts: []int64{100, 200, 300}, lat: []int64{10, 20, 30}, produced: []int64{4, 5, 26}},
 		"b": {ts: []int64{250}, lat: []int64{99}, produced: []int64{1}},
 	}}

@@ -320,16 +320,16 @@ func measureFloor(client string, plan *floorPlan, res *floorResult, stamps, lat 
 }
 
 // latencyFloors commits walstream's transactions of [from, to), as the
-// checkpoints of cps, which it stops, and its live records, read by c,
-// tell, again with each bare producer in turn against broker, and returns
+// checkpoints of cps, which it stops, and its live records on topic, read
+// by c, tell, again with each bare producer in turn against broker, and returns
 // their figures. prefix, a path, names the files that keep each plan and
 // what its producer printed, and its last element the topics.
-func (b *bench) latencyFloors(ctx context.Context, broker, prefix string, cps *checkpointLog, c *latencyConsumer, from, to time.Time) ([]LatencyFloor, error) {
+func (b *bench) latencyFloors(ctx context.Context, broker, prefix string, cps *checkpointLog, c *timedConsumer, topic string, from, to time.Time) ([]LatencyFloor, error) {
 	seen, err := cps.stop()
 	if err != nil {
 		return nil, err
 	}
-	txns, err := kafkaTxns(seen, c.recordTimes(), from, to)
+	txns, err := kafkaTxns(seen, c.recordTimes(topic), from, to)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +343,7 @@ func (b *bench) latencyFloors(ctx context.Context, broker, prefix string, cps *c
 	var out []LatencyFloor
 	tag := filepath.Base(prefix)
 	for _, client := range floorClients() {
-		plan := newFloorPlan(txns, fmt.Sprintf("walbench.floor.%s.%s", tag, client), c.meanBytes(), cpBytes/len(seen))
+		plan := newFloorPlan(txns, fmt.Sprintf("walbench.floor.%s.%s", tag, client), c.meanBytes(topic), cpBytes/len(seen))
 		f, err := b.latencyFloor(ctx, broker, prefix+"-floor-"+client, client, &plan)
 		if err != nil {
 			return nil, fmt.Errorf("measuring Kafka's floor with %s: %w", client, err)
@@ -361,7 +361,7 @@ func (b *bench) latencyFloors(ctx context.Context, broker, prefix string, cps *c
 // at once, each into topics of its own, every one's checkpoints into one
 // topic, as a fleet's streams share theirs. prefix, a path, names the
 // files, and its last element the topics.
-func (b *bench) fleetFloors(ctx context.Context, broker, prefix string, cps []*checkpointLog, c *fleetConsumer, topics []string, from, to time.Time) ([]LatencyFloor, error) {
+func (b *bench) fleetFloors(ctx context.Context, broker, prefix string, cps []*checkpointLog, c *timedConsumer, topics []string, from, to time.Time) ([]LatencyFloor, error) {
 	tag := filepath.Base(prefix)
 	plans := make([]*floorPlan, len(cps))
 	for i, l := range cps {
@@ -455,7 +455,7 @@ func floorRound(ctx context.Context, broker string, partitions int, prefix, clie
 			return nil, err
 		}
 	}
-	c, err := startFleetConsumer(broker, timed, time.Now())
+	c, err := startTimedConsumer(broker, timed, time.Now())
 	if err != nil {
 		return nil, err
 	}

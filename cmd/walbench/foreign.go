@@ -112,7 +112,7 @@ func (b *bench) foreignRun(ctx context.Context, streaming bool) (*ForeignRun, er
 		return nil, err
 	}
 	defer stop()
-	c, err := startLatencyConsumer(broker.addr, topic)
+	c, err := startTimedConsumer(broker.addr, []string{topic}, time.Time{})
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func (b *bench) foreignRun(ctx context.Context, streaming bool) (*ForeignRun, er
 		if err := c.err(); err != nil {
 			return nil, err
 		}
-		samples, _, _ := c.samples(0)
+		samples, _, _ := c.latencies(topic, 0)
 		l := samples[len(samples)-1]
 		lat = append(lat, l)
 		// The large transaction is decoded once the row after it is

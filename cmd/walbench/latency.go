@@ -262,7 +262,8 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 		return l, err
 	}
 	aggType := latencyAggType(load)
-	c, err := startLatencyConsumer(broker, topicFor(aggType))
+	topic := topicFor(aggType)
+	c, err := startTimedConsumer(broker, []string{topic}, time.Time{})
 	if err != nil {
 		return l, err
 	}
@@ -344,7 +345,7 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 	// The bare producers follow walstream at once, with the writers
 	// stopped, each into topics of its own on the same broker.
 	if b.cfg.LatencyFloor {
-		if l.Floors, err = b.latencyFloors(ctx, broker, prefix, cw.log, c, measureFrom, measureTo); err != nil {
+		if l.Floors, err = b.latencyFloors(ctx, broker, prefix, cw.log, c, topic, measureFrom, measureTo); err != nil {
 			return l, err
 		}
 	}
@@ -364,7 +365,7 @@ func (b *bench) latencyPhase(ctx context.Context, run int, load Load, p *walstre
 			*f.perRow = perTxn.Seconds() * 1e6 * float64(l.KafkaTxns) / float64(n)
 		}
 	}
-	lat, toProducer, fromProducer := c.samples(measureFrom.UnixMicro())
+	lat, toProducer, fromProducer := c.latencies(topic, measureFrom.UnixMicro())
 	l.ToProducerP99Ms, l.FromProducerP99Ms = percentile(toProducer, 0.99)/1e3, percentile(fromProducer, 0.99)/1e3
 	l.Samples = len(lat)
 	l.P50Ms, l.P99Ms, l.P999Ms = percentile(lat, 0.50)/1e3, percentile(lat, 0.99)/1e3, percentile(lat, 0.999)/1e3
@@ -503,16 +504,6 @@ func (w *writer) ackOffsets() []int64 {
 	return slices.Clone(w.acks)
 }
 
-// latencyConsumer reads a topic read_committed and notes, for each record,
-// the row's timestamp and the time it was seen.
-type latencyConsumer struct {
-	*poller
-	mu sync.Mutex
-	timings
-	failed error
-	n      atomic.Int64
-}
-
 // timings are the records read, in the order read: each one's row
 // timestamp, the time it was seen and when walstream handed it on.
 type timings struct {
@@ -614,32 +605,6 @@ func (p *poller) close() {
 	})
 }
 
-func startLatencyConsumer(broker, topic string) (*latencyConsumer, error) {
-	c := &latencyConsumer{}
-	p, err := startPoller(broker, "the latency consumer", []string{topic}, c.take)
-	if err != nil {
-		return nil, err
-	}
-	c.poller = p
-	return c, nil
-}
-
-func (c *latencyConsumer) take(fs kgo.Fetches, now int64) {
-	var ferr error
-	fs.EachError(func(t string, p int32, err error) {
-		ferr = fmt.Errorf("consuming %s partition %d: %w", t, p, err)
-	})
-	c.mu.Lock()
-	if ferr != nil && c.failed == nil {
-		c.failed = ferr
-	}
-	eachTimed(fs, &c.failed, func(r *kgo.Record, ts int64) {
-		c.add(r, ts, now)
-	})
-	c.mu.Unlock()
-	c.n.Add(int64(fs.NumRecords()))
-}
-
 // eachTimed calls f with each fetched record and its row's timestamp; a
 // record without one is an error, the first kept in *failed.
 func eachTimed(fs kgo.Fetches, failed *error, f func(r *kgo.Record, ts int64)) {
@@ -673,8 +638,6 @@ func recordTimestamp(v []byte) (int64, error) {
 	return ts, nil
 }
 
-func (c *latencyConsumer) received() int64 { return c.n.Load() }
-
 // awaitArrival waits up to 30 s for a phase's stragglers, until received
 // reaches want; a process under test that exits meanwhile (exited, when
 // given) ends the wait with its error.
@@ -689,33 +652,107 @@ func awaitArrival(received func() int64, want int64, exited func() error) error 
 	return nil
 }
 
-func (c *latencyConsumer) meanBytes() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.timings.meanBytes()
+// timedConsumer reads topics read_committed and keeps, per topic, each
+// record's timings, for the rows written from a moment on (a phase's); the
+// zero time keeps them all.
+type timedConsumer struct {
+	*poller
+	from   int64 // µs since the epoch
+	mu     sync.Mutex
+	by     map[string]*timings // by topic
+	n      int64
+	failed error
 }
 
-func (c *latencyConsumer) recordTimes() []time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.timings.recordTimes()
+func startTimedConsumer(broker string, topics []string, from time.Time) (*timedConsumer, error) {
+	c := &timedConsumer{from: from.UnixMicro(), by: make(map[string]*timings)}
+	p, err := startPoller(broker, "the timing consumer", topics, c.take)
+	if err != nil {
+		return nil, err
+	}
+	c.poller = p
+	return c, nil
 }
 
-func (c *latencyConsumer) err() error {
+func (c *timedConsumer) take(fs kgo.Fetches, now int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fs.EachError(func(t string, p int32, err error) {
+		if c.failed == nil {
+			c.failed = fmt.Errorf("consuming %s partition %d: %w", t, p, err)
+		}
+	})
+	eachTimed(fs, &c.failed, func(r *kgo.Record, ts int64) {
+		if ts < c.from {
+			return // an earlier phase's
+		}
+		t := c.by[r.Topic]
+		if t == nil {
+			t = new(timings)
+			c.by[r.Topic] = t
+		}
+		t.add(r, ts, now)
+		c.n++
+	})
+}
+
+// received counts the records kept, of every topic.
+func (c *timedConsumer) received() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (c *timedConsumer) receivedOf(topic string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(len(c.of(topic).ts))
+}
+
+// latencies are topic's latencies, and the times to and from walstream's
+// producer, µs, of the rows timestamped at or after from.
+func (c *timedConsumer) latencies(topic string, from int64) (lat, toProducer, fromProducer []int64) {
+	return c.between(topic, from, math.MaxInt64)
+}
+
+// between is latencies of the rows timestamped from from to to.
+func (c *timedConsumer) between(topic string, from, to int64) (lat, toProducer, fromProducer []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.of(topic).between(from, to)
+}
+
+// of is topic's timings, empty before its first record.
+func (c *timedConsumer) of(topic string) *timings {
+	if t := c.by[topic]; t != nil {
+		return t
+	}
+	return new(timings)
+}
+
+// stamps are topic's records' row timestamps and latencies from them, µs,
+// in the order read.
+func (c *timedConsumer) stamps(topic string) (ts, lat []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.of(topic)
+	return slices.Clone(t.ts), slices.Clone(t.lat)
+}
+
+func (c *timedConsumer) recordTimes(topic string) []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.of(topic).recordTimes()
+}
+
+func (c *timedConsumer) meanBytes(topic string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.of(topic).meanBytes()
+}
+
+func (c *timedConsumer) err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.failed
-}
-
-// samples returns, in µs, for the rows timestamped at or after from: the
-// latencies, the time to walstream's producer and the time from there.
-func (c *latencyConsumer) samples(from int64) (lat, toProducer, fromProducer []int64) {
-	return c.between(from, math.MaxInt64)
-}
-
-// between is samples of the rows timestamped from from to to.
-func (c *latencyConsumer) between(from, to int64) (lat, toProducer, fromProducer []int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.timings.between(from, to)
 }

@@ -97,7 +97,8 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 	if r.Machine, err = waitQuiet(ctx, b.cfg.MaxLoad, b.cfg.QuietTimeout, b.log); err != nil {
 		return nil, err
 	}
-	live, err := startLatencyConsumer(broker.addr, topicFor(latencyAggType(r.Load)))
+	topic := topicFor(latencyAggType(r.Load))
+	live, err := startTimedConsumer(broker.addr, []string{topic}, time.Time{})
 	if err != nil {
 		return nil, err
 	}
@@ -169,21 +170,21 @@ func (b *bench) reemitRun(ctx context.Context, run int) (*ReemitRun, error) {
 	// A writer stopped within a statement may have committed rows it did not
 	// count: more received than written is no miss.
 	r.LiveMissing, r.LiveBehind = max(w.written.Load()-live.received(), 0), w.behind.Load()
-	during, to, from := live.between(requested.UnixMicro(), done.UnixMicro())
+	during, to, from := live.between(topic, requested.UnixMicro(), done.UnixMicro())
 	r.LiveSamples = len(during)
 	r.LiveP50Ms, r.LiveP99Ms = percentile(during, 0.50)/1e3, percentile(during, 0.99)/1e3
 	r.ToProducerP99Ms, r.FromProducerP99Ms = percentile(to, 0.99)/1e3, percentile(from, 0.99)/1e3
 	if len(during) > 0 {
 		r.LiveMaxMs = float64(slices.Max(during)) / 1e3
 	}
-	before, to, from := live.between(w.measureFrom.UnixMicro(), requested.UnixMicro())
+	before, to, from := live.between(topic, w.measureFrom.UnixMicro(), requested.UnixMicro())
 	r.BeforeSample, r.BeforeP99Ms = len(before), percentile(before, 0.99)/1e3
 	r.BeforeToProducerP99Ms, r.BeforeFromProducerP99Ms = percentile(to, 0.99)/1e3, percentile(from, 0.99)/1e3
 	b.logf("%s: %d rows re-emitted in %.1f s, %.0f rows/s; live %s p50 %.1f ms, p99 %.1f ms (insert → producer p99 %.1f ms, producer → visible p99 %.1f ms; before the request: p99 %.1f ms, %.1f and %.1f), %d missing, %d behind",
 		name, r.Rows, r.Seconds, r.RowsPerSec, r.Load, r.LiveP50Ms, r.LiveP99Ms, r.ToProducerP99Ms, r.FromProducerP99Ms,
 		r.BeforeP99Ms, r.BeforeToProducerP99Ms, r.BeforeFromProducerP99Ms, r.LiveMissing, r.LiveBehind)
 	if b.cfg.LatencyFloor {
-		if r.Floors, err = b.latencyFloors(ctx, broker.addr, filepath.Join(dir, name), cps, live, requested, done); err != nil {
+		if r.Floors, err = b.latencyFloors(ctx, broker.addr, filepath.Join(dir, name), cps, live, topic, requested, done); err != nil {
 			return nil, err
 		}
 	}
