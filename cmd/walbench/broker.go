@@ -14,9 +14,11 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/internal/testenv"
@@ -145,6 +147,15 @@ func (b *bench) startBroker(ctx context.Context, dataDir, profileDir, logPath st
 		return nil, err
 	}
 	b.logf("broker at %s: its first transactional producer id took %s", bp.addr, time.Since(t0).Round(time.Millisecond))
+	if bp.kafka != nil && b.cfg.BrokerWarmUp > 0 {
+		w, err := warmBroker(ctx, bp, b.cfg.BrokerWarmUp, b.cfg.Partitions)
+		if err != nil {
+			bp.stop()
+			return nil, err
+		}
+		b.logf("broker at %s: warmed up with %d transactions in %s; its CPU per transaction %d µs in the first fifth of that, %d µs in the last",
+			bp.addr, w.txns, b.cfg.BrokerWarmUp, w.firstMicros, w.lastMicros)
+	}
 	return bp, nil
 }
 
@@ -206,6 +217,119 @@ func warmTransactions(ctx context.Context, addr string) error {
 	defer cancel()
 	if _, _, err := cl.ProducerID(ctx); err != nil {
 		return fmt.Errorf("initializing a transactional producer id on the broker at %s: %w", addr, err)
+	}
+	return nil
+}
+
+// warmUp is what warmBroker did: its transactions, and the broker's CPU
+// per transaction in the first and the last fifth of the time.
+type warmUp struct {
+	txns                    int64
+	firstMicros, lastMicros int64
+}
+
+// warmBroker commits transactions shaped as walstream's (keyed records
+// with headers on a topic of partitions partitions, and a checkpoint
+// record on a compacted topic) for d, four producers at once, with a
+// read_committed reader of both topics. A new JVM broker compiles the
+// paths such a load takes as it first comes: on this machine the broker's
+// JIT compiler spent 26 s of CPU in the first minute of walstream's 1,000
+// rows a second (jstat -compiler), the broker's CPU falling from 1.0 to
+// 0.3 cores over it, and a phase begun at once had Postgres and walstream
+// wait for cores meanwhile, where the floor, replayed on the broker after
+// it, did not. A cluster in use has long compiled them. After this
+// warm-up walstream's own load still had about 10 s of compiling left,
+// within its first 20 s: the live loads' warm-up (-latency-warmup) holds
+// them before measuring.
+func warmBroker(ctx context.Context, bp *brokerProc, d time.Duration, partitions int) (warmUp, error) {
+	const topic, checkpoints, producers = "walbench.warm-up", "walbench.warm-up.checkpoints", 4
+	if err := createTopics(ctx, bp.addr, partitions, topic); err != nil {
+		return warmUp{}, err
+	}
+	if err := createTopicsWith(ctx, bp.addr, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, checkpoints); err != nil {
+		return warmUp{}, err
+	}
+	reader, err := startPoller(bp.addr, "the warm-up's reader", []string{topic, checkpoints}, func(kgo.Fetches, int64) {})
+	if err != nil {
+		return warmUp{}, err
+	}
+	defer reader.close()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var txns atomic.Int64
+	errc := make(chan error, producers)
+	for i := range producers {
+		go func() {
+			errc <- commitUntilDone(ctx, bp.addr, fmt.Sprintf("walbench-warm-up-%d", i), topic, checkpoints, &txns)
+		}()
+	}
+	// The broker's CPU and the transactions at 0, 1/5, 4/5 and the end.
+	type mark struct {
+		cpu  time.Duration
+		txns int64
+	}
+	s := newSampler()
+	at := func() mark { s.sample(bp.pid()); return mark{s.get(bp.pid()).CPU, txns.Load()} }
+	var marks []mark
+	start := time.Now()
+	for _, f := range []float64{0, 0.2, 0.8} {
+		time.Sleep(time.Until(start.Add(time.Duration(f * float64(d)))))
+		marks = append(marks, at())
+	}
+	<-ctx.Done()
+	marks = append(marks, at())
+	for range producers {
+		if err := <-errc; err != nil {
+			return warmUp{}, err
+		}
+	}
+	per := func(a, b mark) int64 {
+		if b.txns == a.txns {
+			return 0
+		}
+		return (b.cpu - a.cpu).Microseconds() / (b.txns - a.txns)
+	}
+	return warmUp{txns: txns.Load(), firstMicros: per(marks[0], marks[1]), lastMicros: per(marks[2], marks[3])}, nil
+}
+
+// commitUntilDone commits transactions as txnID until ctx ends, each of
+// one to three records on topic and a checkpoint record on checkpoints,
+// counting them in n.
+func commitUntilDone(ctx context.Context, addr, txnID, topic, checkpoints string, n *atomic.Int64) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.TransactionalID(txnID), kgo.ProducerLinger(time.Minute))
+	if err != nil {
+		return fmt.Errorf("creating the warm-up's producer: %w", err)
+	}
+	defer cl.Close()
+	value := stampedValue(430, 0)
+	for i := 0; ctx.Err() == nil; i++ {
+		if err := cl.BeginTransaction(); err != nil {
+			return fmt.Errorf("warming the broker up: %w", err)
+		}
+		for j := range 1 + i%3 {
+			key := []byte(fmt.Sprintf("aggregate-%d", (i+j)%64))
+			cl.Produce(ctx, &kgo.Record{Topic: topic, Key: key, Value: value,
+				Headers: []kgo.RecordHeader{{Key: "id", Value: key}, {Key: "eventType", Value: []byte("WarmedUp")}}}, nil)
+		}
+		cl.Produce(ctx, &kgo.Record{Topic: checkpoints, Key: []byte(txnID), Value: value}, nil)
+		ferr := cl.Flush(ctx)
+		commit := kgo.TryCommit
+		if ferr != nil {
+			commit = kgo.TryAbort
+		}
+		// The last commit gets its own time: ctx may end during it.
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err := cl.EndTransaction(ectx, commit)
+		cancel()
+		switch {
+		case ferr != nil && ctx.Err() != nil:
+			return nil // the time ended during the flush
+		case ferr != nil:
+			return fmt.Errorf("warming the broker up: producing: %w", ferr)
+		case err != nil:
+			return fmt.Errorf("warming the broker up: committing: %w", err)
+		}
+		n.Add(1)
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ const (
 	DefaultHugeRuns        = 3
 	DefaultLatencyLoads    = "1000x1,10000x1,10000x10"
 	DefaultLatencyDuration = 30 * time.Second
-	DefaultLatencyWarmup   = 3 * time.Second
+	DefaultLatencyWarmup   = 20 * time.Second // the broker's JIT compiles walstream's paths meanwhile (docs/benchmarks.md)
 	DefaultLatencyRuns     = 3
 	DefaultLatencyWriters  = 4
 	DefaultScenarios       = "backlog,huge,latency"
@@ -44,6 +44,7 @@ const (
 	DefaultFleetStreams    = 10
 	DefaultFleetLoad       = "100x1"
 	DefaultFleetRuns       = 1
+	DefaultBrokerWarmUp    = 30 * time.Second
 )
 
 // Scenario names for --scenarios.
@@ -107,6 +108,7 @@ type Config struct {
 	Avro         bool
 	Partitions   int
 	Broker       string // BrokerKafka or BrokerKfake
+	BrokerWarmUp time.Duration
 	OutDir       string
 	WorkDir      string // empty: a temporary directory, removed at the end
 	MaxLoad      float64
@@ -158,6 +160,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.BoolVar(&cfg.Avro, "avro", false, "in each backlog and huge run, drain a fourth slot with walstream under the Avro converter (keys and values, Apicurio Registry in memory), after the walstream of -walstream-args, e.g. --converter json, and compare the two")
 	fs.IntVar(&cfg.Partitions, "partitions", DefaultPartitions, "partitions of every topic")
 	fs.StringVar(&cfg.Broker, "broker", BrokerKafka, "broker to publish to: kafka (Apache Kafka, one node, as kafka-server-start.sh runs it; scripts/deps.sh installs it) or kfake (franz-go's fake broker, in a process of its own)")
+	fs.DurationVar(&cfg.BrokerWarmUp, "broker-warm-up", DefaultBrokerWarmUp, "on Apache Kafka, commit one-record transactions on each new broker for this long, read back read_committed, before its phase: the JVM compiles the broker's transaction paths under their first load, which a phase begun at once would pay; 0: not")
 	fs.StringVar(&cfg.OutDir, "out", DefaultOutDir, "directory for walbench.json, walbench.md, logs and profiles")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the cluster, the broker's data and binaries (default: a temporary one, removed at the end)")
 	fs.Float64Var(&cfg.MaxLoad, "max-load", DefaultMaxLoad, "before each measured phase, wait until the 1-minute load average is below this")

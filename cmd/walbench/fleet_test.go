@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/config"
@@ -63,11 +64,38 @@ walstream_kafka_transaction_failures_total{cause="other",database="d",slot="a",s
 	}
 }
 
+// What walbench does to a new Apache Kafka broker before a phase, on one.
+func TestNewBroker(t *testing.T) {
+	k := testenv.StartKafka(t, testenv.KafkaConfig{})
+	t.Run("season", func(t *testing.T) { testSeasonTopics(t, k) })
+	t.Run("warm-up", func(t *testing.T) { testWarmBroker(t, k) })
+}
+
+// The warm-up's transactions are committed, each once (a checkpoint record
+// each), on topics of their own, and the broker's CPU for them is measured.
+func testWarmBroker(t *testing.T, k *testenv.Kafka) {
+	ctx := t.Context()
+	w, err := warmBroker(ctx, &brokerProc{addr: k.Addr(), kafka: k}, 3*time.Second, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d transactions; broker CPU per transaction %d µs, then %d", w.txns, w.firstMicros, w.lastMicros)
+	if w.txns == 0 || w.firstMicros <= 0 || w.lastMicros <= 0 {
+		t.Fatalf("warm-up = %+v, want transactions and the broker's CPU for them", w)
+	}
+	n, err := countRecords(ctx, k.Addr(), "walbench.warm-up.checkpoints")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != w.txns {
+		t.Errorf("%d warm-up checkpoints visible read_committed, want one a counted transaction, %d", n, w.txns)
+	}
+}
+
 // Seasoned topics are past their first index entries on Apache Kafka, which
 // a fleet's fresh partitions would otherwise reach together under its
 // load, and the consumers of the latency phases skip what seasoned them.
-func TestSeasonTopics(t *testing.T) {
-	k := testenv.StartKafka(t, testenv.KafkaConfig{})
+func testSeasonTopics(t *testing.T, k *testenv.Kafka) {
 	ctx := t.Context()
 	const topic, partitions = "walbench.season", 2
 	if err := createTopics(ctx, k.Addr(), partitions, topic); err != nil {
