@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/walstream/walstream/internal/testenv"
@@ -246,7 +245,7 @@ func warmBroker(ctx context.Context, bp *brokerProc, d time.Duration, partitions
 	if err := createTopics(ctx, bp.addr, partitions, topic); err != nil {
 		return warmUp{}, err
 	}
-	if err := createTopicsWith(ctx, bp.addr, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, checkpoints); err != nil {
+	if err := createCheckpointTopic(ctx, bp.addr, checkpoints); err != nil {
 		return warmUp{}, err
 	}
 	reader, err := startPoller(bp.addr, "the warm-up's reader", []string{topic, checkpoints}, func(kgo.Fetches, int64) {})
@@ -301,7 +300,7 @@ func commitUntilDone(ctx context.Context, addr, txnID, topic, checkpoints string
 		return fmt.Errorf("creating the warm-up's producer: %w", err)
 	}
 	defer cl.Close()
-	value := stampedValue(430, 0)
+	value := stampedValue(DefaultPayloadBytes, 0)
 	for i := 0; ctx.Err() == nil; i++ {
 		if err := cl.BeginTransaction(); err != nil {
 			return fmt.Errorf("warming the broker up: %w", err)

@@ -160,7 +160,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	fs.BoolVar(&cfg.Avro, "avro", false, "in each backlog and huge run, drain a fourth slot with walstream under the Avro converter (keys and values, Apicurio Registry in memory), after the walstream of -walstream-args, e.g. --converter json, and compare the two")
 	fs.IntVar(&cfg.Partitions, "partitions", DefaultPartitions, "partitions of every topic")
 	fs.StringVar(&cfg.Broker, "broker", BrokerKafka, "broker to publish to: kafka (Apache Kafka, one node, as kafka-server-start.sh runs it; scripts/deps.sh installs it) or kfake (franz-go's fake broker, in a process of its own)")
-	fs.DurationVar(&cfg.BrokerWarmUp, "broker-warm-up", DefaultBrokerWarmUp, "on Apache Kafka, commit one-record transactions on each new broker for this long, read back read_committed, before its phase: the JVM compiles the broker's transaction paths under their first load, which a phase begun at once would pay; 0: not")
+	fs.DurationVar(&cfg.BrokerWarmUp, "broker-warm-up", DefaultBrokerWarmUp, "on Apache Kafka, commit transactions shaped as walstream's (keyed records and a checkpoint record) on each new broker for this long, read back read_committed, before its phase: the JVM compiles the broker's transaction paths under their first load, which a phase begun at once would pay; 0: not")
 	fs.StringVar(&cfg.OutDir, "out", DefaultOutDir, "directory for walbench.json, walbench.md, logs and profiles")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the cluster, the broker's data and binaries (default: a temporary one, removed at the end)")
 	fs.Float64Var(&cfg.MaxLoad, "max-load", DefaultMaxLoad, "before each measured phase, wait until the 1-minute load average is below this")
