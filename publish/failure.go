@@ -25,6 +25,7 @@ const (
 	causeConcurrent   = "concurrent_transactions"
 	causeInvalidState = "invalid_txn_state"
 	causeAbortable    = "transaction_abortable"
+	causeSequence     = "out_of_order_sequence"
 	causeTimeout      = "timeout"
 	causeUnreachable  = "unreachable"
 	causeRefused      = "refused"
@@ -41,6 +42,7 @@ var causeText = map[string]string{
 	causeConcurrent:   "the transaction coordinator was still completing an earlier transaction",
 	causeInvalidState: "the transaction coordinator refused the transaction's state change",
 	causeAbortable:    "the broker asked for the transaction to be aborted",
+	causeSequence:     "the broker refused a record's sequence number under the producer's epoch: the client's and the broker's producer state disagree, and the next session starts from a fresh epoch",
 	causeTimeout:      "Kafka did not complete the operation within the commit timeout",
 	causeUnreachable:  "a broker could not be reached, or closed the connection at once (a proxy in front of a broker that is down, or TLS or SASL not matching)",
 	causeRefused:      "the broker refused access or a record",
@@ -124,6 +126,8 @@ func failureCause(err error) string {
 		return causeInvalidState
 	case errors.Is(err, kerr.TransactionAbortable):
 		return causeAbortable
+	case errors.Is(err, kerr.OutOfOrderSequenceNumber):
+		return causeSequence
 	case Permanent(err):
 		return causeRefused
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, kerr.RequestTimedOut):

@@ -31,6 +31,7 @@ func TestFailureCause(t *testing.T) {
 		{wrap(kerr.ConcurrentTransactions), causeConcurrent},
 		{wrap(kerr.InvalidTxnState), causeInvalidState},
 		{wrap(kerr.TransactionAbortable), causeAbortable},
+		{fmt.Errorf("producing checkpoint to topic walstream.checkpoints: %w", kerr.OutOfOrderSequenceNumber), causeSequence},
 		{wrap(context.DeadlineExceeded), causeTimeout},
 		{wrap(&net.OpError{Op: "dial", Err: errors.New("connection refused")}), causeUnreachable},
 		{wrap(&kgo.ErrFirstReadEOF{}), causeUnreachable},
