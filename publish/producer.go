@@ -1042,7 +1042,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "walstream_kafka_transaction_failures_total",
 			Help: "Kafka transaction operations that failed (initializing the producer, producing, committing), by cause: " +
 				"aborted_by_coordinator, fenced, not_enough_replicas, no_leader, coordinator_unavailable, concurrent_transactions, " +
-				"invalid_txn_state, transaction_abortable, commit_not_visible, timeout, unreachable, refused, other."}, []string{"cause"}),
+				"invalid_txn_state, transaction_abortable, out_of_order_sequence, commit_not_visible, timeout, unreachable, refused, other."}, []string{"cause"}),
 		takeover: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "walstream_takeover_events_skipped_total", Help: "Events not published again because Debezium had published them before walstream took over its slot."}),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
