@@ -233,8 +233,8 @@ type warmUp struct {
 // read_committed reader of both topics. A new JVM broker compiles the
 // paths such a load takes as it first comes: on this machine the broker's
 // JIT compiler spent 26 s of CPU in the first minute of walstream's 1,000
-// rows a second (jstat -compiler), the broker's CPU falling from 1.0 to
-// 0.3 cores over it, and a phase begun at once had Postgres and walstream
+// rows a second (jstat -compiler), the broker's CPU falling from 0.98 to
+// 0.46 cores over it, and a phase begun at once had Postgres and walstream
 // wait for cores meanwhile, where the floor, replayed on the broker after
 // it, did not. A cluster in use has long compiled them. After this
 // warm-up walstream's own load still had about 10 s of compiling left,
