@@ -41,7 +41,7 @@ func (d *Decoder) message(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	if prefix == ControlPrefix {
 		return d.control(lsn, transactional, content)
 	}
-	if d.cfg.MessagePrefix == "" || prefix != d.cfg.MessagePrefix && d.cfg.MessagePrefix != AllPrefixes {
+	if !d.TakesMessage(prefix) {
 		return nil, nil
 	}
 	if !transactional && d.tx == nil {
@@ -54,6 +54,12 @@ func (d *Decoder) message(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 		return nil, nil
 	}
 	return d.hand(d.envelopeEvent(lsn, prefix, content))
+}
+
+// TakesMessage says whether a logical decoding message with prefix is
+// something to the decoder: an outbox event or a control message.
+func (d *Decoder) TakesMessage(prefix string) bool {
+	return prefix == ControlPrefix || d.cfg.MessagePrefix != "" && (prefix == d.cfg.MessagePrefix || d.cfg.MessagePrefix == AllPrefixes)
 }
 
 // outsideTx hands on a message emitted with pg_logical_emit_message(false,

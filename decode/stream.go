@@ -2,6 +2,7 @@ package decode
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -59,7 +60,10 @@ type StreamCommit struct {
 type Streams struct {
 	// newSpool makes the spool of a transaction at its first message.
 	newSpool func(xid uint32) (Spool, error)
-	open     map[uint32]*streamed
+	// takes says whether the decoder makes something of a logical
+	// decoding message with this prefix; nil: of every one.
+	takes func(prefix string) bool
+	open  map[uint32]*streamed
 	// cur is the transaction whose stream block is open, nil outside one.
 	cur   *streamed
 	frame []byte
@@ -74,6 +78,15 @@ type streamed struct {
 	// a subtransaction's abort discards from there on, as everything after
 	// it belongs to it or to subtransactions it aborts with.
 	subs []sub
+	// firstMessage is the offset of the first logical decoding message
+	// the decoder takes, -1 for none. pgoutput sends a streamed message
+	// with the top-level transaction's xid, whichever subtransaction
+	// emitted it, so a subtransaction's abort cannot tell whether a
+	// message before its first row was its own.
+	firstMessage int64
+	// unsure is the subtransaction whose abort came after such a message:
+	// the transaction cannot be published from its spool. 0: none.
+	unsure uint32
 }
 
 type sub struct {
@@ -82,9 +95,25 @@ type sub struct {
 }
 
 // NewStreams returns Streams that keep each transaction's messages in a
-// spool newSpool makes.
-func NewStreams(newSpool func(xid uint32) (Spool, error)) *Streams {
-	return &Streams{newSpool: newSpool, open: make(map[uint32]*streamed)}
+// spool newSpool makes. takes says which logical decoding messages the
+// decoder makes something of (Decoder.TakesMessage); nil: every one.
+func NewStreams(newSpool func(xid uint32) (Spool, error), takes func(prefix string) bool) *Streams {
+	return &Streams{newSpool: newSpool, takes: takes, open: make(map[uint32]*streamed)}
+}
+
+// WholeError is a streamed transaction that cannot be published from its
+// stream: one of its subtransactions rolled back after a logical decoding
+// message the decoder takes was streamed, and the stream does not say
+// which subtransaction emitted the message. Sent whole at its commit (not
+// streamed), it comes without what rolled back.
+type WholeError struct {
+	Xid, SubXid uint32
+	CommitLSN   pglogrepl.LSN
+}
+
+func (e *WholeError) Error() string {
+	return fmt.Sprintf("streamed transaction %d committed at %s: its subtransaction %d rolled back after a logical decoding message was streamed, "+
+		"and a streamed message does not name the subtransaction that emitted it; the transaction must be received whole, not streamed", e.Xid, e.CommitLSN, e.SubXid)
 }
 
 // recordHeader is each spooled message's header: its length and the WAL
@@ -128,7 +157,7 @@ func (s *Streams) Take(walStart pglogrepl.LSN, data []byte) (handled bool, r *Re
 		case m.FirstSegment != 1 && !known:
 			return true, nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("Stream Start of transaction %d, whose first segment never came", m.Xid)}
 		case !known:
-			st = &streamed{xid: m.Xid}
+			st = &streamed{xid: m.Xid, firstMessage: -1}
 			s.open[m.Xid] = st
 		}
 		s.cur = st
@@ -154,6 +183,15 @@ func (s *Streams) Take(walStart pglogrepl.LSN, data []byte) (handled bool, r *Re
 			return true, nil, &Error{Event: at(walStart), Reason: fmt.Sprintf("Stream Commit ends at %s, not after its start %s", m.TransactionEndLSN, m.CommitLSN)}
 		}
 		delete(s.open, m.Xid)
+		if st.unsure != 0 {
+			err := &WholeError{Xid: m.Xid, SubXid: st.unsure, CommitLSN: m.CommitLSN}
+			if st.spool != nil {
+				if cerr := st.spool.Close(); cerr != nil {
+					return true, nil, errors.Join(err, fmt.Errorf("discarding streamed transaction %d: %w", m.Xid, cerr))
+				}
+			}
+			return true, nil, err
+		}
 		c := StreamCommit{Xid: m.Xid, CommitLSN: m.CommitLSN, EndLSN: m.TransactionEndLSN, CommitTime: m.CommitTime}
 		r := &Replay{Commit: c, spool: st.spool}
 		if st.spool != nil {
@@ -176,7 +214,20 @@ func (s *Streams) keep(walStart pglogrepl.LSN, data []byte) error {
 	if xid != st.xid && !st.hasSub(xid) {
 		st.subs = append(st.subs, sub{xid: xid, offset: st.size})
 	}
+	if data[0] == byte(pglogrepl.MessageTypeMessage) && st.firstMessage < 0 && s.taken(data[5:]) {
+		st.firstMessage = st.size
+	}
 	return s.append(st, walStart, data[0], data[5:])
+}
+
+// taken says whether the decoder takes the message whose body (flags, LSN,
+// prefix, ...) is b; one it cannot read it takes, to say what is wrong.
+func (s *Streams) taken(b []byte) bool {
+	if s.takes == nil || len(b) < 9 {
+		return true
+	}
+	prefix, _, ok := bytes.Cut(b[9:], []byte{0})
+	return !ok || s.takes(string(prefix))
 }
 
 func (st *streamed) hasSub(xid uint32) bool {
@@ -238,10 +289,16 @@ func (s *Streams) abort(xid, subxid uint32) error {
 	for i >= 0 && st.subs[i].xid != subxid {
 		i--
 	}
-	if i < 0 {
-		return nil // a subtransaction that wrote nothing streamed
+	from := st.size // a subtransaction that streamed no row
+	if i >= 0 {
+		from = st.subs[i].offset
 	}
-	from := st.subs[i].offset
+	if st.firstMessage >= 0 && st.firstMessage < from && st.unsure == 0 {
+		st.unsure = subxid
+	}
+	if i < 0 {
+		return nil
+	}
 	var keep [][]byte
 	r := &Replay{spool: st.spool, r: bufio.NewReader(io.NewSectionReader(st.spool, from, st.size-from))}
 	for {
@@ -261,6 +318,9 @@ func (s *Streams) abort(xid, subxid uint32) error {
 		return fmt.Errorf("discarding subtransaction %d of streamed transaction %d: %w", subxid, xid, err)
 	}
 	st.size, st.subs = from, st.subs[:i]
+	if st.firstMessage >= from {
+		st.firstMessage = -1
+	}
 	for _, rec := range keep {
 		if err := s.append(st, pglogrepl.LSN(binary.BigEndian.Uint64(rec)), rec[8], rec[9:]); err != nil {
 			return err

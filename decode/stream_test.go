@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,7 +52,7 @@ func newStreamDecoder(t *testing.T, cfg Config) *streamDecoder {
 		s := &memSpool{}
 		sd.spools[xid] = append(sd.spools[xid], s)
 		return s, nil
-	})
+	}, sd.dec.TakesMessage)
 	return sd
 }
 
@@ -375,4 +376,101 @@ func FuzzStreams(f *testing.F) {
 			}
 		}
 	})
+}
+
+// pgoutput sends a streamed logical decoding message with the top-level
+// transaction's xid, whichever subtransaction emitted it: after a
+// subtransaction's abort, a message before its first row (or of a
+// subtransaction that streamed no row) may be the rolled-back one's or
+// not. Such a transaction is never published from its stream, neither
+// with the message (a rolled-back event) nor without it (a lost one):
+// its commit is a WholeError. A message after the subtransaction's first
+// row is its own and goes with it; a prefix the decoder does not take
+// changes nothing.
+func TestStreamsMessageInSubtransaction(t *testing.T) {
+	basic := readFrames(t, "basic")
+	rel, ins := basic[1].data, basic[2].data
+	var msg []byte
+	for _, f := range readFrames(t, "logical-message") {
+		if f.data[0] == 'M' && f.data[1] == 1 {
+			msg = f.data
+			break
+		}
+	}
+	other := slices.Clone(msg) // the same message under another prefix
+	copy(other[10:], "xxxxxxxxx")
+	const top, sub = 800, 801
+	for _, tc := range []struct {
+		name   string
+		frames [][]byte
+		events int // published when the commit is not a WholeError
+		whole  bool
+	}{
+		{"the subtransaction's only change", [][]byte{v2(rel, top), v2(ins, top), v2(msg, top), streamAbort(top, sub)}, 0, true},
+		{"before the subtransaction's first row", [][]byte{v2(rel, top), v2(msg, top), v2(ins, sub), streamAbort(top, sub)}, 0, true},
+		{"after the subtransaction's first row", [][]byte{v2(rel, top), v2(ins, top), v2(ins, sub), v2(msg, top), streamAbort(top, sub)}, 1, false},
+		{"a prefix the decoder does not take", [][]byte{v2(rel, top), v2(ins, top), v2(other, top), streamAbort(top, sub)}, 1, false},
+		{"no subtransaction rolled back", [][]byte{v2(rel, top), v2(msg, top), v2(ins, sub)}, 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := outboxConfig("public", nil)
+			cfg.MessagePrefix = "walstream"
+			sd := newStreamDecoder(t, cfg)
+			var txs []*Tx
+			lsn := pglogrepl.LSN(0x100)
+			frames := append(append([][]byte{streamStart(top, true)}, tc.frames...), []byte{'E'})
+			for _, f := range frames {
+				if f[0] == 'A' { // a Stream Abort comes between blocks
+					f = nil
+				}
+				if f != nil {
+					if _, err := sd.take(lsn, f); err != nil {
+						t.Fatalf("at %s: %v", lsn, err)
+					}
+				}
+				lsn += 0x10
+			}
+			for _, f := range tc.frames {
+				if f[0] == 'A' {
+					if _, err := sd.take(lsn, f); err != nil {
+						t.Fatalf("abort: %v", err)
+					}
+				}
+			}
+			got, err := sd.take(0x1000, streamCommit(top, 0x1000, 0x1008))
+			var we *WholeError
+			if tc.whole {
+				if !errors.As(err, &we) || we.Xid != top || we.SubXid != sub || we.CommitLSN != 0x1000 || len(got) != 0 {
+					t.Fatalf("commit: %v, %d transactions; want a WholeError naming transaction %d, subtransaction %d, commit 0/1000", err, len(got), top, sub)
+				}
+				if sd.st.Open() != 0 || !sd.spools[top][0].closed {
+					t.Error("the transaction's spool was kept")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("commit: %v", err)
+			}
+			txs = append(txs, got...)
+			var events int
+			for _, tx := range txs {
+				events += len(tx.Events)
+			}
+			if events != tc.events {
+				t.Fatalf("%d events published, want %d", events, tc.events)
+			}
+		})
+	}
+	// A whole abort after an unsure subtransaction: nothing, and no error.
+	cfg := outboxConfig("public", nil)
+	cfg.MessagePrefix = "walstream"
+	sd := newStreamDecoder(t, cfg)
+	for i, f := range [][]byte{streamStart(top, true), v2(rel, top), v2(msg, top), {'E'}, streamAbort(top, sub), streamAbort(top, top)} {
+		if _, err := sd.take(pglogrepl.LSN(0x100+i), f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sd.st.Open() != 0 {
+		t.Error("the aborted transaction is still open")
+	}
 }

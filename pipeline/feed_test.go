@@ -229,7 +229,7 @@ func TestFeedReadsStreamBlocksInBulk(t *testing.T) {
 		log: slog.New(slog.DiscardHandler), skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}),
 		streams: decode.NewStreams(func(xid uint32) (decode.Spool, error) {
 			return newFileSpool(t.TempDir(), xid, prometheus.NewGauge(prometheus.GaugeOpts{Name: "y"}))
-		}),
+		}, nil),
 	}
 	defer f.close()
 	start := binary.BigEndian.AppendUint32([]byte{'S'}, 7)

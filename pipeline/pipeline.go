@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -249,6 +250,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	bumps := fencings{window: bumpWindow, max: maxBumps}
 	for {
 		streamed, err := s.run(ctx)
+		var whole *decode.WholeError
+		s.whole = s.whole || errors.As(err, &whole)
 		if ctx.Err() != nil {
 			log.Info("stopped")
 			return nil

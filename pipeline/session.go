@@ -40,6 +40,10 @@ type session struct {
 	// earlier is what the sessions of this process learned that the
 	// next one needs (fenceAndRead).
 	earlier earlier
+	// whole: the last session ended at a streamed transaction that cannot
+	// be published from its stream (decode.WholeError); the next one has
+	// Postgres send every transaction whole at its commit.
+	whole bool
 }
 
 func (s *session) run(ctx context.Context) (streamed bool, err error) {
@@ -115,7 +119,10 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	inProgress := false
-	if cfg.StreamInProgress {
+	if cfg.StreamInProgress && s.whole {
+		s.log.Warn("this session has Postgres send each transaction whole at its commit, not streamed while in progress: " +
+			"the last session stopped at a streamed transaction that cannot be published from its stream; the next session streams again")
+	} else if cfg.StreamInProgress {
 		version, err := replication.ServerVersion(ctx, conn)
 		if err != nil {
 			rconn.Close(context.WithoutCancel(ctx))
@@ -123,6 +130,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		}
 		inProgress = replication.SupportsStreaming(version)
 	}
+	s.whole = false
 	stream, err := replication.Start(ctx, rconn, replication.StreamConfig{Names: names, StatusInterval: cfg.StatusInterval,
 		ConfirmInterval: cfg.ConfirmInterval, InProgress: inProgress}, s.log, s.metrics.repl)
 	if err != nil {
@@ -236,7 +244,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		spooled := s.metrics.spooled
 		in.streams = decode.NewStreams(func(xid uint32) (decode.Spool, error) {
 			return newFileSpool(cfg.SpoolDir, xid, spooled)
-		})
+		}, in.dec.TakesMessage)
 	}
 	// The stream's goroutine has stopped when this runs.
 	defer in.close()

@@ -62,7 +62,7 @@ func TestFeedStreamed(t *testing.T) {
 		dec: decode.New(decode.Config{Outboxes: []*decode.Outbox{o}, MaxPartEvents: 10, MaxPartBytes: 1 << 20}), out: q,
 		received: receiverFunc(func(pglogrepl.LSN, time.Time) {}), log: slog.New(slog.DiscardHandler),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"}), hook: func(p string) { hooks = append(hooks, p) },
-		streams: decode.NewStreams(func(xid uint32) (decode.Spool, error) { return newFileSpool(dir, xid, spooled) }),
+		streams: decode.NewStreams(func(xid uint32) (decode.Spool, error) { return newFileSpool(dir, xid, spooled) }, nil),
 	}
 	wal := func(lsn pglogrepl.LSN, data []byte) bool {
 		t.Helper()
@@ -123,7 +123,7 @@ func TestFeedStreamed(t *testing.T) {
 	wal(0x410, inStream(insertMsg(16385, 36), 10))
 	wal(0x420, []byte{'E'})
 	broken := errors.New("disk gone")
-	f.streams = decode.NewStreams(func(uint32) (decode.Spool, error) { return nil, broken })
+	f.streams = decode.NewStreams(func(uint32) (decode.Spool, error) { return nil, broken }, nil)
 	if _, err := f.WAL(0x430, append(binary.BigEndian.AppendUint32([]byte{'S'}, 11), 1)); err != nil {
 		t.Fatal(err)
 	}

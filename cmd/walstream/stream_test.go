@@ -178,6 +178,46 @@ func TestStreamedTransactions(t *testing.T) {
 	}
 }
 
+// TestStreamedMessageRolledBack: a logical decoding message emitted in a
+// subtransaction that rolls back after it was streamed. pgoutput sends a
+// streamed message with the top-level transaction's xid, so the stream
+// cannot tell it from a message of the top level: walstream publishes the
+// transaction neither with it nor from the stream. The next session has
+// Postgres send it whole at its commit, without what rolled back, and
+// every committed row and message arrives once.
+func TestStreamedMessageRolledBack(t *testing.T) {
+	t.Parallel()
+	e := newSharedEnv(t, smallWorkMem)
+	p := e.start(nil).streaming(t)
+	note := func(id string) string {
+		return `SELECT pg_logical_emit_message(true, 'walstream', '{"id": "` + id + `", "aggregatetype": "Note", "aggregateid": "n", "type": "Noted", "payload": {"n": 1}}')`
+	}
+	var seq int
+	a := e.begin()
+	a.insert("Streamed", 400, 9, &seq)
+	a.exec("SAVEPOINT s")
+	a.exec(note("m-rolled-back"))
+	discarded := seq
+	a.insert("Streamed", 400, 9, &discarded) // streams the message
+	a.exec("ROLLBACK TO SAVEPOINT s")
+	a.exec(note("m-committed"))
+	a.insert("Streamed", 100, 9, &seq)
+	a.exec("COMMIT")
+	e.waitConfirmed("walstream", e.currentLSN(), 60*time.Second, p)
+	if _, streamed, _ := e.slotDecoding(); streamed == 0 {
+		t.Fatal("Postgres streamed no transaction: the test does not test streaming")
+	}
+	e.checkExactlyOnce(e.readAll("Streamed"), "outbox.event.")
+	if notes := e.kcat("outbox.event.Note"); len(notes) != 1 || notes[0].Headers != "id=m-committed" {
+		t.Fatalf("messages published: %+v, want m-committed alone", notes)
+	}
+	for _, want := range []string{"must be received whole, not streamed", "has Postgres send each transaction whole at its commit"} {
+		if !strings.Contains(p.Log(), want) {
+			t.Errorf("walstream's log does not say %q", want)
+		}
+	}
+}
+
 // bigForeignTx is a transaction on a table outside the publication, over
 // logical_decoding_work_mem many times, that takes a few seconds.
 const bigForeignTx = `DO $$ BEGIN
