@@ -536,7 +536,11 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 	// after IdleInterval: the transaction is done, and the slot waits on it.
 	completes := tx.Final && len(tx.Events) == first && p.records == 0 &&
 		p.pos.PartialCommitLSN != 0 && p.pos.PartialCommitLSN == tx.CommitLSN
-	if tx.Final && tx.EndLSN > p.pos.LSN {
+	// A checkpoint inside a transaction moves on only with that
+	// transaction's end: a keepalive's position after a resume there lies
+	// between its LSN and the transaction's commit, and taking it would
+	// forget the events of the transaction already in Kafka.
+	if tx.Final && tx.EndLSN > p.pos.LSN && (p.pos.PartialCommitLSN == 0 || tx.CommitLSN == p.pos.PartialCommitLSN) {
 		p.pos = p.pos.At(tx.EndLSN)
 	}
 	if len(tx.Requests) > 0 {

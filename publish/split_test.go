@@ -54,6 +54,10 @@ func TestSplitTransactionCheckpoint(t *testing.T) {
 		{"2 x max + 1", checkpoint.Checkpoint{LSN: 0x10}, parts(commit, 5, 2), []checkpoint.Checkpoint{partial(2), partial(4), whole}},
 		{"1 x max", checkpoint.Checkpoint{LSN: 0x10}, parts(commit, 2, 2), []checkpoint.Checkpoint{whole}},
 		{"resumed at the last event", partial(4), []*decode.Tx{{CommitLSN: commit, EndLSN: commit + 0x100, Final: true}}, []checkpoint.Checkpoint{whole}},
+		// Postgres's keepalive before it sends the transaction again: its
+		// position is past the checkpoint's LSN but not past the events
+		// of the transaction in Kafka.
+		{"resumed at the last event, a keepalive first", partial(4), []*decode.Tx{decode.Marker(commit - 0x1000), {CommitLSN: commit, EndLSN: commit + 0x100, Final: true}}, []checkpoint.Checkpoint{whole}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newProducerWith(t, broker, "tx-split", func(c *Config) { c.MaxBatchEvents, c.IdleInterval = 2, time.Hour })
