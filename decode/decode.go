@@ -758,7 +758,7 @@ func updatedID(rel *relation, b []byte) []byte {
 			return nil
 		}
 		if kind == 'N' {
-			if rel.id < len(vals) && vals[rel.id].kind == 't' {
+			if rel.id >= 0 && rel.id < len(vals) && vals[rel.id].kind == 't' { // -1: the table has no id column
 				return append([]byte(nil), vals[rel.id].data...) // b is the connection's buffer
 			}
 			return nil

@@ -497,6 +497,25 @@ func TestDecodeUpdateBehavior(t *testing.T) {
 	}
 }
 
+// An UPDATE of a table without the mapping's event id column is reported
+// without an id, and its inserts as rows of a table the mapping does not
+// fit.
+func TestDecodeUpdateWithoutIDColumn(t *testing.T) {
+	cfg := outboxConfig("public", func(o *Outbox) { o.Columns.ID = "event_id" })
+	txs, err := decodeUntilError(New(cfg), readFrames(t, "insert-delete-update"))
+	if err != nil || len(txs) != 1 {
+		t.Fatalf("err %v, %d transactions; want one", err, len(txs))
+	}
+	for _, ev := range txs[0].Events {
+		if ev.Bad == nil || !ev.Bad.Unmapped {
+			t.Errorf("event at %s: Bad = %v, want the table unmapped", ev.LSN, ev.Bad)
+		}
+	}
+	if ign := txs[0].Ignored; len(ign) != 1 || ign[0].Row.ID != nil || ign[0].Row.LSN == 0 || ign[0].Row.Table != "public.outbox" {
+		t.Errorf("ignored updates %+v, want the one UPDATE, without an id", ign)
+	}
+}
+
 // EventRouterConfigDefinition.parseAdditionalFieldsConfig trims each part
 // of an entry; EventRouterDelegate.apply sets the partition once per
 // partition entry, in order, so the last one wins.
