@@ -327,10 +327,11 @@ func avroDatum(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 	}
 	switch col.Type {
 	case decode.TypeBool:
-		if text[0] == 't' {
-			return append(dst, 1), nil
+		b, err := pgBool(text)
+		if b {
+			return append(dst, 1), err
 		}
-		return append(dst, 0), nil
+		return append(dst, 0), err
 	case decode.TypeInt2, decode.TypeInt4, decode.TypeInt8:
 		n, err := strconv.ParseInt(string(text), 10, 64)
 		if err != nil {

@@ -714,6 +714,18 @@ func jsonSchema(dst []byte, col *decode.Column, field string) []byte {
 	return append(dst, '}')
 }
 
+// pgBool reads a boolean in Postgres's text form, which pgoutput sends as
+// t or f.
+func pgBool(text []byte) (bool, error) {
+	switch string(text) {
+	case "t":
+		return true, nil
+	case "f":
+		return false, nil
+	}
+	return false, fmt.Errorf("reading %q as a boolean: want t or f", text)
+}
+
 // connectJSON appends a column's value, in Postgres's text form, as
 // JsonConverter.convertToJson writes the Connect value Debezium makes of
 // it; nil is null.
@@ -726,7 +738,8 @@ func connectJSON(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 	}
 	switch col.Type {
 	case decode.TypeBool:
-		return strconv.AppendBool(dst, text[0] == 't'), nil
+		b, err := pgBool(text)
+		return strconv.AppendBool(dst, b), err
 	case decode.TypeInt2, decode.TypeInt4, decode.TypeInt8:
 		return append(dst, text...), nil
 	case decode.TypeFloat4, decode.TypeFloat8:
@@ -796,7 +809,8 @@ func javaString(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 	}
 	switch col.Type {
 	case decode.TypeBool:
-		return strconv.AppendBool(dst, text[0] == 't'), nil
+		b, err := pgBool(text)
+		return strconv.AppendBool(dst, b), err
 	case decode.TypeFloat4, decode.TypeFloat8:
 		f, bits, err := float(col, text)
 		if err != nil {

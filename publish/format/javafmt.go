@@ -32,8 +32,17 @@ func javaDouble(dst []byte, f float64, bits int) []byte {
 		dst = append(dst, '-')
 		f = -f
 	}
-	// d.ddddde±x: the shortest digits and the decimal exponent.
+	// d.ddddde±x: the shortest digits and the decimal exponent. Where one
+	// digit reads back as f, Java writes two anyway, and takes of the
+	// two-digit decimals the one nearest to f: it differs from d.0 only
+	// for the smallest subnormals (4.9E-324 and 1.4E-45, not 5.0E-324 and
+	// 1.0E-45).
 	e := strconv.FormatFloat(f, 'e', -1, bits)
+	if len(e) > 1 && e[1] == 'e' {
+		if near := strconv.FormatFloat(f, 'e', 1, bits); near[2] != '0' && readsBack(near, f, bits) {
+			e = near
+		}
+	}
 	mant, expText, _ := strings.Cut(e, "e")
 	digits := strings.Replace(mant, ".", "", 1)
 	exp, _ := strconv.Atoi(expText)
@@ -51,6 +60,12 @@ func javaDouble(dst []byte, f float64, bits int) []byte {
 	}
 	dst = append(append(append(dst, digits[0], '.'), digits[1:]...), 'E')
 	return strconv.AppendInt(dst, int64(exp), 10)
+}
+
+// readsBack says whether the decimal text parses back to f.
+func readsBack(text string, f float64, bits int) bool {
+	g, err := strconv.ParseFloat(text, bits)
+	return err == nil && g == f
 }
 
 // errNotDecimal is a numeric value a Connect Decimal cannot hold.

@@ -22,6 +22,12 @@ func TestJavaDouble(t *testing.T) {
 		{-2.5, 64, "-2.5"}, {0, 64, "0.0"}, {math.Copysign(0, -1), 64, "-0.0"}, {math.NaN(), 64, "NaN"},
 		{math.Inf(1), 64, "Infinity"}, {0.1, 64, "0.1"}, {float64(float32(0.1)), 32, "0.1"}, {123456.789, 64, "123456.789"},
 		{float64(float32(1e10)), 32, "1.0E10"}, {1.0 / 3, 64, "0.3333333333333333"},
+		// One digit reads back, and the nearest two-digit decimal is not d.0:
+		// the smallest subnormals, as Temurin 25 writes them.
+		{math.SmallestNonzeroFloat64, 64, "4.9E-324"}, {2 * math.SmallestNonzeroFloat64, 64, "9.9E-324"},
+		{-math.SmallestNonzeroFloat64, 64, "-4.9E-324"},
+		{math.SmallestNonzeroFloat32, 32, "1.4E-45"}, {7 * math.SmallestNonzeroFloat32, 32, "9.8E-45"},
+		{2e-3, 64, "0.002"}, {3e10, 64, "3.0E10"},
 	} {
 		if got := string(javaDouble(nil, tc.f, tc.bits)); got != tc.want {
 			t.Errorf("javaDouble(%v, %d) = %s, want %s", tc.f, tc.bits, got, tc.want)

@@ -78,9 +78,20 @@ func TestDebeziumTypes(t *testing.T) {
 		{col(decode.TypeInterval, -1), `P1Y2M`},
 		{col(decode.TypeTime, -1), `noon`},
 		{col(decode.TypeMoney, -1), `€`},
+		{col(decode.TypeBool, -1), ``},
+		{col(decode.TypeBool, -1), `true`},
 	} {
 		if got, err := connectJSON(nil, bad.col, []byte(bad.text)); err == nil {
 			t.Errorf("type %d %q: %s, want an error", bad.col.Type, bad.text, got)
+		}
+	}
+	// Every encoder refuses a boolean that is neither t nor f, where
+	// reading its first byte would panic on an empty one.
+	for name, enc := range map[string]func([]byte, *decode.Column, []byte) ([]byte, error){
+		"connectJSON": connectJSON, "javaString": javaString, "avroColumnValue": avroColumnValue,
+	} {
+		if got, err := enc(nil, col(decode.TypeBool, -1), []byte{}); err == nil {
+			t.Errorf("%s of an empty boolean: %q, want an error", name, got)
 		}
 	}
 }
