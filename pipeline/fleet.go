@@ -48,6 +48,9 @@ func NewFleet(ps ...*Pipeline) *Fleet { return &Fleet{pipelines: ps} }
 // NewSharedFleet runs those of ps that the fleet's group gives this
 // process (RunShared).
 func NewSharedFleet(ps ...*Pipeline) *Fleet {
+	for _, p := range ps {
+		p.shown.on.Store(false) // until the assignment gives it here
+	}
 	return &Fleet{pipelines: ps, shared: true, want: map[string]bool{}, held: map[string]bool{}, changed: make(chan struct{})}
 }
 
@@ -145,10 +148,17 @@ func (f *Fleet) await(ctx context.Context, stream string, want bool) bool {
 	}
 }
 
+// hold says whether the process holds stream, and shows its metrics
+// only while it does.
 func (f *Fleet) hold(stream string, held bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.held[stream] = held
+	for _, p := range f.pipelines {
+		if p.cfg.Stream == stream {
+			p.shown.on.Store(held)
+		}
+	}
 }
 
 func (f *Fleet) generation() int32 {

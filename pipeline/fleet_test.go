@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -146,6 +147,29 @@ func TestSharedFleet(t *testing.T) {
 	if code, body := get(f.Readyz, "/readyz?stream=a"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not assigned: this process has not joined the fleet's group yet") {
 		t.Errorf("before any assignment, /readyz?stream=a = %d %q", code, body)
 	}
+	// A stream's metrics are exported while the process holds it, and
+	// only then.
+	exported := func(want ...string) {
+		t.Helper()
+		got := map[string]bool{}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "stream" {
+						got[l.GetValue()] = true
+					}
+				}
+			}
+		}
+		if names := slices.Sorted(maps.Keys(got)); !slices.Equal(names, want) {
+			t.Errorf("metrics of streams %v exported, want %v", names, want)
+		}
+	}
+	exported()
 	assign := func(gen int32, members ...group.Member) group.Assignment {
 		a := group.Assignment{Generation: gen, Leader: "m1", Members: members, Self: "m1"}
 		f.Assign(a)
@@ -162,6 +186,7 @@ func TestSharedFleet(t *testing.T) {
 	if got := f.Owned(); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Errorf("owned %v, want a, b and c, stopped on its error", got)
 	}
+	exported("a", "b", "c")
 
 	// a and c go to another member: a is owned until its Run returned.
 	assign(2, group.Member{ID: "m1", Name: "host-1", Streams: []string{"b"}}, group.Member{ID: "m2", Name: "host-2", Streams: []string{"a", "c"}})
@@ -172,6 +197,7 @@ func TestSharedFleet(t *testing.T) {
 	if running("a") {
 		t.Error("a released while its Run goes on")
 	}
+	exported("b")
 	if code, body := get(f.Readyz, "/readyz?stream=a"); code != http.StatusOK || body != "assigned to member m2 on host-2 (generation 2)\n" {
 		t.Errorf("/readyz?stream=a = %d %q, want 200 naming m2", code, body)
 	}
@@ -182,6 +208,7 @@ func TestSharedFleet(t *testing.T) {
 	// The membership is lost: nothing runs, and nothing is said to run.
 	f.Assign(group.Assignment{Lost: "the coordinator has not answered for 7.5s"})
 	testenv.Eventually(t, 5*time.Second, "b released", func() bool { return len(f.Owned()) == 0 && !running("b") })
+	exported()
 	if code, body := get(f.Readyz, "/readyz"); code != http.StatusServiceUnavailable ||
 		strings.Count(body, "not assigned: this process is not a member of the fleet's group now: the coordinator has not answered for 7.5s") != 3 {
 		t.Errorf("/readyz with no assignment = %d %q, want 503 for each stream, saying why", code, body)
@@ -190,6 +217,7 @@ func TestSharedFleet(t *testing.T) {
 	// c is given back: it runs again.
 	assign(3, group.Member{ID: "m1", Name: "host-1", Streams: []string{"c"}}, group.Member{ID: "m2", Name: "host-2", Streams: []string{"a", "b"}})
 	testenv.Eventually(t, 5*time.Second, "c run again", func() bool { runs, _ := streams["c"].counts(); return runs == 2 })
+	exported("c")
 	cancel()
 	wg.Wait()
 	if runs, _ := streams["a"].counts(); runs != 1 {

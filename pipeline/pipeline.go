@@ -168,14 +168,19 @@ type Pipeline struct {
 	metrics metrics
 	state   *state
 	waits   *waits
+	// shown exports the metrics; a shared fleet hides a stream's while
+	// it is not held here.
+	shown *shown
 }
 
 // New registers the pipeline's metrics on reg; log should be scoped to
 // the slot.
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) *Pipeline {
 	st := &state{started: time.Now()}
-	reg = prometheus.WrapRegistererWith(cfg.MetricLabels(), reg)
-	return &Pipeline{cfg: cfg, log: log, metrics: newMetrics(reg, st), state: st, waits: &waits{log: log, state: st, every: cfg.ProgressInterval}}
+	sh := newShown()
+	m := newMetrics(prometheus.WrapRegistererWith(cfg.MetricLabels(), sh), st)
+	reg.MustRegister(sh)
+	return &Pipeline{cfg: cfg, log: log, metrics: m, state: st, waits: &waits{log: log, state: st, every: cfg.ProgressInterval}, shown: sh}
 }
 
 // Log is the pipeline's logger, scoped to its stream.
