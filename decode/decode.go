@@ -933,6 +933,9 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 		if err != nil {
 			return bad(o.Columns.Timestamp, "reading the event timestamp", err)
 		}
+		if reason := recordTime(t); reason != "" {
+			return bad(o.Columns.Timestamp, fmt.Sprintf("event timestamp %s %s", ts, reason), nil)
+		}
 		ev.Timestamp = t
 	}
 	for _, x := range rel.extra {
@@ -955,6 +958,23 @@ func (d *Decoder) event(rel *relation, walStart pglogrepl.LSN, vals []value) Eve
 		ev.Fields = append(ev.Fields, Field{Name: x.Alias, Placement: x.Placement, Column: &rel.cols[x.index], Value: v})
 	}
 	return ev
+}
+
+// lastRecordTime is the last time a Kafka client written in Go can give a
+// record: franz-go takes its milliseconds from time.UnixNano.
+var lastRecordTime = time.Unix(0, math.MaxInt64)
+
+// recordTime says why t cannot be a record's timestamp, or "". Kafka
+// Connect refuses one below -1 ms (ConnectUtils.checkAndConvertTimestamp),
+// and Debezium stops at it.
+func recordTime(t time.Time) string {
+	switch {
+	case t.UnixMilli() < -1:
+		return "is before 1970: Kafka Connect refuses a record timestamp before the epoch, and Debezium stops at it"
+	case t.After(lastRecordTime):
+		return "is after " + lastRecordTime.UTC().Format(time.DateOnly) + ", past the record timestamps the Kafka client can write"
+	}
+	return ""
 }
 
 // identity is the identity of the open transaction's current event.

@@ -3,6 +3,7 @@ package decode
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -730,6 +731,31 @@ func TestDecodeMessageAsDebezium(t *testing.T) {
 			t.Errorf("%s: %v, want it bad naming %q", tc.content, ev.Bad, tc.bad)
 		case tc.bad == "" && string(ev.Message) != tc.content:
 			t.Errorf("%s: the event's content is %s", tc.content, ev.Message)
+		}
+	}
+}
+
+// An event timestamp Kafka Connect refuses (before 1970, where Debezium
+// stops) or the Kafka client cannot write (after 2262) makes the event
+// bad, naming the column; others are the record's timestamp.
+func TestDecodeEventTimestampRange(t *testing.T) {
+	cfg := outboxConfig("public", func(o *Outbox) { o.Columns.Timestamp = "created_at" })
+	rel := relationFrame(1, "public", "outbox", "id", "aggregatetype", "aggregateid", "type", "payload", "created_at")
+	binary.BigEndian.PutUint32(rel[len(rel)-8:], TypeTimestamp)
+	for ts, bad := range map[string]bool{
+		"2026-12-05 10:00:00": false, "1970-01-01 00:00:00": false, "1969-12-31 23:59:59.999": false, // -1 ms: no timestamp
+		"1969-12-31 23:59:59.998": true, "1900-01-01 00:00:00": true, "2300-01-01 00:00:00": true,
+	} {
+		txs := decodeAll(t, New(cfg), []frame{{0x100, beginFrame(7, 0x200)}, {0x110, rel},
+			{0x120, insertFrame(1, "e-1", "A", "k", "T", `{}`, ts)}, {0x200, commitFrame(0x200, 0x210)}})
+		ev := txs[0].Events[0]
+		switch {
+		case bad && (ev.Bad == nil || ev.Bad.Column != "created_at" || !strings.Contains(ev.Bad.Error(), ts)):
+			t.Errorf("%s: Bad = %v, want the timestamp refused, naming its column", ts, ev.Bad)
+		case !bad && ev.Bad != nil:
+			t.Errorf("%s: Bad = %v", ts, ev.Bad)
+		case !bad && ev.Timestamp.Format("2006-01-02 15:04:05.999") != ts:
+			t.Errorf("%s: the record's timestamp is %s", ts, ev.Timestamp)
 		}
 	}
 }
