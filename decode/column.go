@@ -100,7 +100,7 @@ func keyable(c *Column) error {
 	}
 	return fmt.Errorf("column %s has type OID %d, which walstream does not encode; it encodes text, varchar, char, name, uuid, json, jsonb, xml, inet, cidr, macaddr, "+
 		"smallint, integer, bigint, real, double precision, numeric, money, boolean, bytea, date, time, timetz, timestamp, timestamptz, interval, enums, "+
-		"and one-dimensional arrays of most of these as Debezium does; cast it in a generated column", c.Name, c.Type)
+		"and one-dimensional arrays of most of these as Debezium does; change the column's type, or write the value into a column of one of these types (pgoutput sends no generated column before Postgres 18)", c.Name, c.Type)
 }
 
 // Debezium's PostgresDefaultValueConverter patterns: a quoted literal, and a
