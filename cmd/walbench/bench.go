@@ -28,6 +28,7 @@ type bench struct {
 	walstream   string // the binary under test
 	workDir     string
 	pg          *postgres
+	fleetPG     []*postgres // the fleet scenario's servers, pg first (startFleetServers)
 	db          *db
 	pad         int               // payload padding for -payload-bytes
 	perf        bool              // perf can sample here
@@ -220,6 +221,11 @@ func runBench(ctx context.Context, cfg *Config, stdout, stderr io.Writer) (err e
 		}
 	}
 	if cfg.Scenarios[ScenarioFleet] {
+		stop, err := b.startFleetServers(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
 		for i := 1; i <= cfg.FleetRuns; i++ {
 			r, err := b.fleetRun(ctx, i)
 			if err != nil {
@@ -382,7 +388,7 @@ func reportConfig(c *Config) map[string]any {
 		"foreign_rows": c.ForeignRows, "foreign_runs": c.ForeignRuns,
 		"debezium_rows": c.DebeziumRows, "debezium_runs": c.DebeziumRuns, "debezium_modes": c.DebeziumModes,
 		"reemit_rows": c.ReemitRows, "reemit_load": c.ReemitLoad, "reemit_runs": c.ReemitRuns,
-		"fleet_streams": c.FleetStreams, "fleet_load": c.FleetLoad, "fleet_runs": c.FleetRuns, "fleet_debezium": c.FleetDebezium,
+		"fleet_streams": c.FleetStreams, "fleet_servers": c.FleetServers, "fleet_load": c.FleetLoad, "fleet_runs": c.FleetRuns, "fleet_debezium": c.FleetDebezium,
 		"walstream_args": c.WalstreamArgs, "pg_settings": c.PGSettings,
 		"partitions": c.Partitions, "external_postgres": c.PGURL != "", "max_load": c.MaxLoad,
 		"broker": c.Broker,

@@ -91,6 +91,7 @@ type Config struct {
 	ReemitLoad     Load
 	ReemitRuns     int
 	FleetStreams   int
+	FleetServers   int  // Postgres servers the fleet's streams are spread over
 	FleetLoad      Load // each stream's
 	FleetRuns      int
 	FleetDebezium  string // empty, standalone or distributed
@@ -145,6 +146,7 @@ func parseConfig(args []string, stderr io.Writer) (*Config, error) {
 	reemitLoad := fs.String("reemit-load", DefaultReemitLoad, "live load during the reemit scenario's request, RATExROWS as in -latency-loads")
 	fs.IntVar(&cfg.ReemitRuns, "reemit-runs", DefaultReemitRuns, "runs of the reemit scenario")
 	fs.IntVar(&cfg.FleetStreams, "fleet-streams", DefaultFleetStreams, "streams in the one walstream process of the fleet scenario, each its own outbox table, publication and slot")
+	fs.IntVar(&cfg.FleetServers, "fleet-servers", 1, "Postgres servers the fleet scenario's streams are spread over, stream i on server (i-1) mod n, each a throwaway cluster like the first: a walsender reads every change of its server, so a hundred streams on one server each read the others' load")
 	fleetLoad := fs.String("fleet-load", DefaultFleetLoad, "each stream's live load in the fleet scenario, RATExROWS as in -latency-loads")
 	fs.IntVar(&cfg.FleetRuns, "fleet-runs", DefaultFleetRuns, "runs of the fleet scenario")
 	fs.StringVar(&cfg.FleetDebezium, "fleet-debezium", "", "in each fleet run, also run the streams as connectors of Debezium's Postgres connector in one Kafka Connect worker of this mode (standalone or distributed, Apache Kafka only) under the same load; empty: not")
@@ -249,6 +251,9 @@ func (c *Config) Validate() error {
 	}
 	if c.FleetStreams < 1 || c.FleetStreams > 100 || c.FleetRuns < 0 || c.FleetLoad.Rate <= 0 || c.FleetLoad.RowsPerTx <= 0 || c.FleetLoad.RowsPerTx > c.FleetLoad.Rate {
 		errs = append(errs, errors.New("-fleet-streams must be from 1 to 100 (the Postgres walbench starts has 128 slots), -fleet-runs not negative, and -fleet-load a positive rate of at least one transaction per second"))
+	}
+	if c.FleetServers < 1 || c.FleetServers > c.FleetStreams || c.FleetServers > 1 && c.PGURL != "" {
+		errs = append(errs, errors.New("-fleet-servers must be from 1 to -fleet-streams, and 1 with -pg-url: walbench starts the others"))
 	}
 	if c.FleetDebezium != "" && (c.FleetDebezium != "standalone" && c.FleetDebezium != "distributed" || c.Broker != BrokerKafka) {
 		errs = append(errs, fmt.Errorf("-fleet-debezium %q: standalone or distributed, on Apache Kafka (-broker kafka)", c.FleetDebezium))

@@ -30,3 +30,21 @@ func TestPGSettings(t *testing.T) {
 		}
 	}
 }
+
+// -fleet-servers spreads the fleet's streams over servers walbench starts:
+// no more than the streams, none beside a server given with -pg-url.
+func TestFleetServers(t *testing.T) {
+	cfg, err := parseConfig([]string{"-out", t.TempDir(), "-fleet-streams", "20", "-fleet-servers", "4"}, io.Discard)
+	if err != nil || cfg.FleetServers != 4 {
+		t.Fatalf("parseConfig = %+v, %v; want 4 servers", cfg, err)
+	}
+	for _, args := range [][]string{
+		{"-fleet-servers", "0"},
+		{"-fleet-streams", "3", "-fleet-servers", "4"},
+		{"-fleet-servers", "2", "-pg-url", "postgres://db/x"},
+	} {
+		if _, err := parseConfig(append([]string{"-out", t.TempDir()}, args...), io.Discard); err == nil || !strings.Contains(err.Error(), "-fleet-servers must be") {
+			t.Errorf("%q: %v, want -fleet-servers refused", args, err)
+		}
+	}
+}

@@ -99,9 +99,10 @@ var debeziumChanged = map[string]string{
 }
 
 // debeziumConnector is the connector config: debeziumChanged, the
-// connection, the tool's slot and, in a distributed worker, exactly-once.
-func (b *bench) debeziumConnector(p peer) (map[string]string, error) {
-	u, err := url.Parse(b.pg.url)
+// connection to pgURL, the tool's slot and, in a distributed worker,
+// exactly-once.
+func debeziumConnector(pgURL string, p peer) (map[string]string, error) {
+	u, err := url.Parse(pgURL)
 	if err != nil {
 		return nil, fmt.Errorf("parsing the Postgres URL: %w", err)
 	}
@@ -290,7 +291,7 @@ func (b *bench) startPeer(ctx context.Context, p peer, broker *brokerProc, logPr
 		}
 		return &running{pid: w.pid(), begin: func(context.Context) error { return nil }, stop: w.stop, exited: w.exited, started: w.started()}, nil
 	}
-	cfg, err := b.debeziumConnector(p)
+	cfg, err := debeziumConnector(b.pg.url, p)
 	if err != nil {
 		return nil, err
 	}

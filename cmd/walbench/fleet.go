@@ -22,7 +22,10 @@ import (
 
 // The fleet scenario: many streams in one walstream process (a streams:
 // list), each its own outbox table, publication and slot, each under the
-// same live load. It measures, in one run:
+// same live load, on one Postgres server or spread over several
+// (-fleet-servers: a walsender reads all of its server's WAL, so that on
+// one server a hundred streams' walsenders each read all hundred loads).
+// It measures, in one run:
 //   - stream 1 alone in its process under that load, then every stream
 //     in one process under it: each stream's insert → visible latency, so
 //     that what sharing the process costs a stream shows;
@@ -37,7 +40,8 @@ import (
 type FleetRun struct {
 	Run     int  `json:"run"`
 	Streams int  `json:"streams"`
-	Load    Load `json:"load"` // each stream's
+	Servers int  `json:"postgres_servers"` // the streams are spread over
+	Load    Load `json:"load"`             // each stream's
 	// Alone is stream 1 alone in its process; Fleet every stream in one.
 	Alone FleetPhase `json:"alone"`
 	Fleet FleetPhase `json:"fleet"`
@@ -130,35 +134,102 @@ func (s fleetStream) url(base string) (string, error) {
 // fleetSlots matches every slot of the fleet scenario, for dropping them.
 const fleetSlots = "walbench_fleet_%"
 
+// fleetServer is the server stream s is on: with -fleet-servers n, server
+// (s-1) mod n of b.fleetPG, whose first is b.pg.
+func (b *bench) fleetServer(s fleetStream) *postgres {
+	if len(b.fleetPG) == 0 {
+		return b.pg
+	}
+	return b.fleetPG[(int(s)-1)%len(b.fleetPG)]
+}
+
+// fleetURL is stream s's database's URL.
+func (b *bench) fleetURL(s fleetStream) (string, error) { return s.url(b.fleetServer(s).url) }
+
+// startFleetServers starts the servers of -fleet-servers beyond b.pg, each
+// a throwaway cluster like it, and returns what stops them.
+func (b *bench) startFleetServers(ctx context.Context) (stop func(), err error) {
+	b.fleetPG = []*postgres{b.pg}
+	stop = func() {
+		for _, pg := range b.fleetPG[1:] {
+			if err := pg.stop(); err != nil {
+				b.logf("stopping Postgres: %v", err)
+			}
+		}
+		b.fleetPG = nil
+	}
+	for len(b.fleetPG) < b.cfg.FleetServers {
+		b.logf("starting Postgres server %d of %d for the fleet", len(b.fleetPG)+1, b.cfg.FleetServers)
+		pg, err := startPostgres(ctx, b.cfg.PGBin, b.cfg.PGSettings)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		b.fleetPG = append(b.fleetPG, pg)
+	}
+	return stop, nil
+}
+
+// onFleetServers calls fn on each server of streams 1 to n, with a
+// connection to it and the streams on it.
+func (b *bench) onFleetServers(ctx context.Context, n int, fn func(d *db, streams []fleetStream) error) error {
+	on := make(map[*postgres][]fleetStream)
+	var servers []*postgres
+	for i := 1; i <= n; i++ {
+		pg := b.fleetServer(fleetStream(i))
+		if on[pg] == nil {
+			servers = append(servers, pg)
+		}
+		on[pg] = append(on[pg], fleetStream(i))
+	}
+	for _, pg := range servers {
+		d, err := connect(ctx, pg.url)
+		if err != nil {
+			return err
+		}
+		err = fn(d, on[pg])
+		d.close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // fleetSetup drops the slots an earlier run left, and creates, for each of
 // n streams, its database (once), its outbox table and publication anew,
 // then the slots: after all of it, so that no walsender reads the WAL of
 // the other databases' setup.
 func (b *bench) fleetSetup(ctx context.Context, n int) error {
-	if err := b.db.dropSlotsLike(ctx, fleetSlots); err != nil {
-		return err
-	}
-	for i := 1; i <= n; i++ {
-		s := fleetStream(i)
-		var exists bool
-		if err := b.db.conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", s.database()).Scan(&exists); err != nil {
-			return fmt.Errorf("looking for database %s: %w", s.database(), err)
-		}
-		// FILE_COPY writes a record to the WAL where the default writes
-		// the template's every page.
-		if !exists {
-			if err := b.db.exec(ctx, "CREATE DATABASE "+s.database()+" STRATEGY = FILE_COPY"); err != nil {
-				return err
-			}
-		}
-		if err := b.inFleetDB(ctx, s, func(d *db) error {
-			if err := d.exec(ctx, setupSQL); err != nil {
-				return err
-			}
-			return d.exec(ctx, resetSQL)
-		}); err != nil {
+	err := b.onFleetServers(ctx, n, func(d *db, streams []fleetStream) error {
+		if err := d.dropSlotsLike(ctx, fleetSlots); err != nil {
 			return err
 		}
+		for _, s := range streams {
+			var exists bool
+			if err := d.conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", s.database()).Scan(&exists); err != nil {
+				return fmt.Errorf("looking for database %s: %w", s.database(), err)
+			}
+			// FILE_COPY writes a record to the WAL where the default
+			// writes the template's every page.
+			if !exists {
+				if err := d.exec(ctx, "CREATE DATABASE "+s.database()+" STRATEGY = FILE_COPY"); err != nil {
+					return err
+				}
+			}
+			if err := b.inFleetDB(ctx, s, func(d *db) error {
+				if err := d.exec(ctx, setupSQL); err != nil {
+					return err
+				}
+				return d.exec(ctx, resetSQL)
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	for i := 1; i <= n; i++ {
 		s := fleetStream(i)
@@ -174,7 +245,7 @@ func (b *bench) fleetSetup(ctx context.Context, n int) error {
 
 // inFleetDB calls fn with a connection to stream s's database.
 func (b *bench) inFleetDB(ctx context.Context, s fleetStream, fn func(*db) error) error {
-	u, err := s.url(b.pg.url)
+	u, err := b.fleetURL(s)
 	if err != nil {
 		return err
 	}
@@ -194,7 +265,7 @@ func (b *bench) fleetRun(ctx context.Context, run int) (*FleetRun, error) {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
 	n, load := b.cfg.FleetStreams, b.cfg.FleetLoad
-	r := &FleetRun{Run: run, Streams: n, Load: load}
+	r := &FleetRun{Run: run, Streams: n, Servers: max(1, len(b.fleetPG)), Load: load}
 	b.logf("%s: %d streams at %s each", name, n, load)
 	if err := b.fleetSetup(ctx, n); err != nil {
 		return nil, err
@@ -237,7 +308,7 @@ func (b *bench) fleetRun(ctx context.Context, run int) (*FleetRun, error) {
 	}
 	var perRow float64
 	err = b.inFleetDB(ctx, fleetStream(1), func(d *db) error {
-		u, err := fleetStream(1).url(b.pg.url)
+		u, err := b.fleetURL(fleetStream(1))
 		if err == nil {
 			perRow, err = b.recvLogicalFloorIn(ctx, d, u, load, filepath.Join(dir, "pg_recvlogical.log"), fleetStream(1).aggType())
 		}
@@ -261,7 +332,7 @@ func (b *bench) fleetRun(ctx context.Context, run int) (*FleetRun, error) {
 		b.logf("%s: Debezium (%s worker, %d connectors): worst p99 %.1f ms; %.3f cores (walstream's fleet %.3f, %.2f of it), peak RSS %.0f MB",
 			name, mode, n, d.WorstP99Ms, d.CPUCores, r.Fleet.CPUCores, r.Fleet.CPUCores/d.CPUCores, float64(d.PeakRSSBytes)/1e6)
 	}
-	return r, b.db.dropSlotsLike(ctx, fleetSlots)
+	return r, b.onFleetServers(ctx, n, func(d *db, _ []fleetStream) error { return d.dropSlotsLike(ctx, fleetSlots) })
 }
 
 // fleetPhase starts walstream with streams 1 to n and measures it
@@ -362,7 +433,7 @@ func (b *bench) fleetLoad(ctx context.Context, broker string, n int, p fleetProc
 		w := b.newWriter(b.cfg.FleetLoad, start, b.cfg.LatencyFor)
 		w.aggType = s.aggType()
 		writers[i] = w
-		if urls[i], err = s.url(b.pg.url); err != nil {
+		if urls[i], err = b.fleetURL(s); err != nil {
 			return ph, err
 		}
 	}
@@ -486,11 +557,15 @@ func (b *bench) fleetDebezium(ctx context.Context, dir, broker string, n int, mo
 	}
 	for i := 1; i <= n; i++ {
 		s := fleetStream(i)
-		cfg, err := b.debeziumConnector(peer{slot: s.slot(), debezium: true, mode: mode})
+		u, err := b.fleetURL(s)
 		if err != nil {
 			return FleetPhase{}, err
 		}
-		cfg["database.dbname"], cfg["topic.prefix"] = s.database(), fmt.Sprintf("walbench%d", i)
+		cfg, err := debeziumConnector(u, peer{slot: s.slot(), debezium: true, mode: mode})
+		if err != nil {
+			return FleetPhase{}, err
+		}
+		cfg["topic.prefix"] = fmt.Sprintf("walbench%d", i)
 		if err := c.CreateConnector(ctx, fmt.Sprintf("walbench-%d", i), cfg); err != nil {
 			return FleetPhase{}, err
 		}
@@ -529,7 +604,7 @@ func (b *bench) fleetArgs(dir, broker, metricsAddr string, n int) ([]string, err
 	f.WriteString("streams:\n")
 	for i := 1; i <= n; i++ {
 		s := fleetStream(i)
-		u, err := s.url(b.pg.url)
+		u, err := b.fleetURL(s)
 		if err != nil {
 			return nil, err
 		}

@@ -46,6 +46,40 @@ func TestFleetArgsParse(t *testing.T) {
 	}
 }
 
+// With -fleet-servers, stream i is on server (i-1) mod n, and the fleet's
+// config says so.
+func TestFleetArgsServers(t *testing.T) {
+	pg := func(port int) *postgres {
+		return &postgres{url: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres", port)}
+	}
+	b := &bench{cfg: &Config{}, pg: pg(5432)}
+	b.fleetPG = []*postgres{b.pg, pg(5433)}
+	args, err := b.fleetArgs(t.TempDir(), "127.0.0.1:9092", "127.0.0.1:0", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs, err := config.ParseStreams(config.Run, args[1:], io.Discard)
+	if err != nil {
+		t.Fatalf("walstream does not take the fleet's arguments %q: %v", args, err)
+	}
+	for i, want := range []uint16{5432, 5433, 5432} {
+		if c := cfgs[i]; c.Postgres.Port != want || c.Postgres.Database != fleetStream(i+1).database() {
+			t.Errorf("stream %d: port %d, database %s; want %d, %s", i+1, c.Postgres.Port, c.Postgres.Database, want, fleetStream(i+1).database())
+		}
+	}
+	u, err := b.fleetURL(fleetStream(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := debeziumConnector(u, peer{slot: fleetStream(2).slot()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg["database.port"] != "5433" || cfg["database.dbname"] != fleetStream(2).database() {
+		t.Errorf("stream 2's connector: port %s, database %s; want 5433, %s", cfg["database.port"], cfg["database.dbname"], fleetStream(2).database())
+	}
+}
+
 // committedTxns sums every stream's committed transactions and nothing
 // else.
 func TestCommittedTxns(t *testing.T) {

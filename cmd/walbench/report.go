@@ -202,6 +202,9 @@ func (r *Report) fleetFigures() []Figure {
 	}
 	f := r.Fleet[0]
 	scenario := fmt.Sprintf("fleet of %d streams, %s each", f.Streams, f.Load)
+	if f.Servers > 1 {
+		scenario += fmt.Sprintf(", on %d Postgres servers", f.Servers)
+	}
 	out := []Figure{
 		figure(scenario, "stream 1 alone: insert → visible p99", "ms", of(r.Fleet, func(x *FleetRun) float64 { return x.Alone.Streams[0].P99Ms }), nil),
 		figure(scenario, "the fleet's worst stream: insert → visible p99", "ms", of(r.Fleet, func(x *FleetRun) float64 { return x.Fleet.WorstP99Ms }), nil),
