@@ -456,7 +456,9 @@ type FleetStreamReport struct {
 
 // AddFleet notes in r its fleet and which member runs its stream, and
 // warns when none does: no process of the fleet runs, or none has the
-// stream in its config.
+// stream in its config. While the group rebalances, Kafka describes its
+// members without their assignments (or hosts), and the warning says so
+// instead: the processes go on with their streams meanwhile.
 func (r *Report) AddFleet(f *FleetReport) {
 	r.Fleet = &FleetStreamReport{FleetReport: *f}
 	for _, m := range f.Members {
@@ -464,6 +466,11 @@ func (r *Report) AddFleet(f *FleetReport) {
 			r.Fleet.MemberID, r.Fleet.Host = m.MemberID, m.Host
 			return
 		}
+	}
+	if len(f.Members) > 0 && (f.State == "PreparingRebalance" || f.State == "CompletingRebalance") {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("the fleet's group %s is rebalancing (%s, %d members): Kafka does not say which member runs stream %s until it is Stable; "+
+			"the processes go on with their streams meanwhile: run walstream status again", f.Group, f.State, len(f.Members), r.Stream))
+		return
 	}
 	r.Warnings = append(r.Warnings, fmt.Sprintf("no member of the fleet's group %s (%s, %d members) runs stream %s: no process of the fleet runs, or none has the stream in its config",
 		f.Group, f.State, len(f.Members), r.Stream))

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +76,36 @@ func TestReport(t *testing.T) {
 	if r.Streaming || r.Slot.CaughtUp || r.Slot.LagBytes != 0 || r.Slot.ConfirmedFlush != "" || r.Slot.Creating == nil ||
 		len(r.Slot.Creating.WaitingFor) != 1 || r.Slot.Creating.WaitingFor[0].Xid != 900 || !r.Slot.Creating.WaitingFor[0].Current {
 		t.Errorf("report of a slot being created: streaming %v, slot %+v", r.Streaming, r.Slot)
+	}
+}
+
+// A stream no member of its fleet runs is a warning; while the group
+// rebalances, Kafka describes no member's streams, and the warning says
+// that instead of naming none.
+func TestReportFleet(t *testing.T) {
+	members := []FleetMemberReport{{MemberID: "m1", Host: "h1", Streams: []string{"orders"}}, {MemberID: "m2", Host: "h2"}}
+	for _, tc := range []struct {
+		state   string
+		members []FleetMemberReport
+		member  string
+		warning string
+	}{
+		{"Stable", members, "m1", ""},
+		{"Stable", members[1:], "", "no member of the fleet's group g (Stable, 1 members) runs stream orders"},
+		{"Empty", nil, "", "no member of the fleet's group g (Empty, 0 members) runs stream orders"},
+		{"CompletingRebalance", []FleetMemberReport{{MemberID: "m1"}, {MemberID: "m2"}}, "", "is rebalancing (CompletingRebalance, 2 members)"},
+		{"PreparingRebalance", []FleetMemberReport{{MemberID: "m1"}}, "", "is rebalancing (PreparingRebalance, 1 members)"},
+	} {
+		r := &Report{Stream: "orders"}
+		r.AddFleet(&FleetReport{Group: "g", State: tc.state, Members: tc.members})
+		if r.Fleet.MemberID != tc.member {
+			t.Errorf("%s: member %q, want %q", tc.state, r.Fleet.MemberID, tc.member)
+		}
+		switch {
+		case tc.warning == "" && len(r.Warnings) != 0:
+			t.Errorf("%s: warnings %q", tc.state, r.Warnings)
+		case tc.warning != "" && (len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], tc.warning)):
+			t.Errorf("%s: warnings %q, want one saying %q", tc.state, r.Warnings, tc.warning)
+		}
 	}
 }
