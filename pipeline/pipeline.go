@@ -173,13 +173,15 @@ type Pipeline struct {
 	shown *shown
 }
 
-// New registers the pipeline's metrics on reg; log should be scoped to
+// New registers the pipeline's metrics on reg (nil: on none); log should be scoped to
 // the slot.
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) *Pipeline {
 	st := &state{started: time.Now()}
 	sh := newShown()
 	m := newMetrics(prometheus.WrapRegistererWith(cfg.MetricLabels(), sh), st)
-	reg.MustRegister(sh)
+	if reg != nil { // nil: the metrics are kept, not exported
+		reg.MustRegister(sh)
+	}
 	return &Pipeline{cfg: cfg, log: log, metrics: m, state: st, waits: &waits{log: log, state: st, every: cfg.ProgressInterval}, shown: sh}
 }
 
