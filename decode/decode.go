@@ -758,8 +758,8 @@ func updatedID(rel *relation, b []byte) []byte {
 			return nil
 		}
 		if kind == 'N' {
-			if rel.id >= 0 && rel.id < len(vals) && vals[rel.id].kind == 't' { // -1: the table has no id column
-				return append([]byte(nil), vals[rel.id].data...) // b is the connection's buffer
+			if id := rel.idText(vals); id != nil {
+				return append([]byte(nil), id...) // b is the connection's buffer
 			}
 			return nil
 		}
@@ -866,14 +866,19 @@ func (d *Decoder) insert(walStart pglogrepl.LSN, data []byte) (*Tx, error) {
 	return d.hand(ev)
 }
 
+// idText is the event id in a row's values, or nil: NULL, unchanged, or a
+// table without the id column (id -1) or with a row shorter than it.
+func (rel *relation) idText(vals []value) []byte {
+	if rel.id >= 0 && rel.id < len(vals) && vals[rel.id].kind == 't' {
+		return vals[rel.id].data
+	}
+	return nil
+}
+
 // unmapped is a row of a table that does not fit the mapping, as a bad
 // event naming the row and what the table lacks.
 func (d *Decoder) unmapped(rel *relation, walStart pglogrepl.LSN, vals []value) Event {
-	var id []byte
-	if rel.id >= 0 && rel.id < len(vals) && vals[rel.id].kind == 't' {
-		id = vals[rel.id].data
-	}
-	ev := Event{Identity: d.identity(walStart, rel.name, id), Source: rel.outbox}
+	ev := Event{Identity: d.identity(walStart, rel.name, rel.idText(vals)), Source: rel.outbox}
 	bad := *rel.err
 	bad.Event = ev.Identity
 	ev.Bad = &bad
