@@ -184,13 +184,7 @@ func (s *Streams) Take(walStart pglogrepl.LSN, data []byte) (handled bool, r *Re
 		}
 		delete(s.open, m.Xid)
 		if st.unsure != 0 {
-			err := &WholeError{Xid: m.Xid, SubXid: st.unsure, CommitLSN: m.CommitLSN}
-			if st.spool != nil {
-				if cerr := st.spool.Close(); cerr != nil {
-					return true, nil, errors.Join(err, fmt.Errorf("discarding streamed transaction %d: %w", m.Xid, cerr))
-				}
-			}
-			return true, nil, err
+			return true, nil, errors.Join(&WholeError{Xid: m.Xid, SubXid: st.unsure, CommitLSN: m.CommitLSN}, st.discard())
 		}
 		c := StreamCommit{Xid: m.Xid, CommitLSN: m.CommitLSN, EndLSN: m.TransactionEndLSN, CommitTime: m.CommitTime}
 		r := &Replay{Commit: c, spool: st.spool}
@@ -228,6 +222,17 @@ func (s *Streams) taken(b []byte) bool {
 	}
 	prefix, _, ok := bytes.Cut(b[9:], []byte{0})
 	return !ok || s.takes(string(prefix))
+}
+
+// discard closes the transaction's spool, if any.
+func (st *streamed) discard() error {
+	if st.spool == nil {
+		return nil
+	}
+	if err := st.spool.Close(); err != nil {
+		return fmt.Errorf("discarding streamed transaction %d: %w", st.xid, err)
+	}
+	return nil
 }
 
 func (st *streamed) hasSub(xid uint32) bool {
@@ -277,13 +282,7 @@ func (s *Streams) abort(xid, subxid uint32) error {
 	}
 	if subxid == xid {
 		delete(s.open, xid)
-		if st.spool == nil {
-			return nil
-		}
-		if err := st.spool.Close(); err != nil {
-			return fmt.Errorf("discarding aborted streamed transaction %d: %w", xid, err)
-		}
-		return nil
+		return st.discard()
 	}
 	i := len(st.subs) - 1
 	for i >= 0 && st.subs[i].xid != subxid {
@@ -341,9 +340,7 @@ func (s *Streams) Open() int { return len(s.open) }
 func (s *Streams) Close() error {
 	var errs []error
 	for xid, st := range s.open {
-		if st.spool != nil {
-			errs = append(errs, st.spool.Close())
-		}
+		errs = append(errs, st.discard())
 		delete(s.open, xid)
 	}
 	s.cur = nil
