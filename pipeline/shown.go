@@ -24,6 +24,7 @@ type shown struct {
 	check *prometheus.Registry
 	mu    sync.Mutex
 	cs    []prometheus.Collector
+	ids   []string // each collector's descriptors (descs), for Unregister
 }
 
 var (
@@ -43,9 +44,10 @@ func (s *shown) Register(c prometheus.Collector) error {
 	if err := s.check.Register(c); err != nil {
 		return err
 	}
+	id := descs(c)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cs = append(s.cs, c)
+	s.cs, s.ids = append(s.cs, c), append(s.ids, id)
 	return nil
 }
 
@@ -67,7 +69,12 @@ func (s *shown) Unregister(c prometheus.Collector) bool {
 	id := descs(c)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cs = slices.DeleteFunc(s.cs, func(x prometheus.Collector) bool { return x == c || id != "" && descs(x) == id })
+	for i := range s.cs {
+		if s.cs[i] == c || id != "" && s.ids[i] == id {
+			s.cs, s.ids = slices.Delete(s.cs, i, i+1), slices.Delete(s.ids, i, i+1)
+			break
+		}
+	}
 	return true
 }
 
