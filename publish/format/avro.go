@@ -328,10 +328,13 @@ func avroDatum(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 	switch col.Type {
 	case decode.TypeBool:
 		b, err := pgBool(text)
-		if b {
-			return append(dst, 1), err
+		switch {
+		case err != nil:
+			return nil, err
+		case b:
+			return append(dst, 1), nil
 		}
-		return append(dst, 0), err
+		return append(dst, 0), nil
 	case decode.TypeInt2, decode.TypeInt4, decode.TypeInt8:
 		n, err := strconv.ParseInt(string(text), 10, 64)
 		if err != nil {

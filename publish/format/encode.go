@@ -739,7 +739,10 @@ func connectJSON(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 	switch col.Type {
 	case decode.TypeBool:
 		b, err := pgBool(text)
-		return strconv.AppendBool(dst, b), err
+		if err != nil {
+			return nil, err
+		}
+		return strconv.AppendBool(dst, b), nil
 	case decode.TypeInt2, decode.TypeInt4, decode.TypeInt8:
 		return append(dst, text...), nil
 	case decode.TypeFloat4, decode.TypeFloat8:
@@ -810,7 +813,10 @@ func javaString(dst []byte, col *decode.Column, text []byte) ([]byte, error) {
 	switch col.Type {
 	case decode.TypeBool:
 		b, err := pgBool(text)
-		return strconv.AppendBool(dst, b), err
+		if err != nil {
+			return nil, err
+		}
+		return strconv.AppendBool(dst, b), nil
 	case decode.TypeFloat4, decode.TypeFloat8:
 		f, bits, err := float(col, text)
 		if err != nil {
