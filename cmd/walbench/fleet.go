@@ -265,7 +265,7 @@ func (b *bench) fleetRun(ctx context.Context, run int) (*FleetRun, error) {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
 	n, load := b.cfg.FleetStreams, b.cfg.FleetLoad
-	r := &FleetRun{Run: run, Streams: n, Servers: max(1, len(b.fleetPG)), Load: load}
+	r := &FleetRun{Run: run, Streams: n, Servers: b.cfg.FleetServers, Load: load}
 	b.logf("%s: %d streams at %s each", name, n, load)
 	if err := b.fleetSetup(ctx, n); err != nil {
 		return nil, err
