@@ -15,12 +15,16 @@ const formatVersion = 1
 
 // Metadata is what a member tells the group at each join: the host it runs
 // on, the streams its config has, which it may be given, and the streams it
-// runs now, which the leader leaves where they are when it can.
+// runs now, which the leader leaves where they are when it can. Releasing
+// are those of Owned it is releasing, given to another member by the last
+// assignment: the leader leaves them with that member if it claims them
+// (a member of an earlier build sends none).
 type Metadata struct {
-	Version int      `json:"version"`
-	Name    string   `json:"name"`
-	Streams []string `json:"streams"`
-	Owned   []string `json:"owned"`
+	Version   int      `json:"version"`
+	Name      string   `json:"name"`
+	Streams   []string `json:"streams"`
+	Owned     []string `json:"owned"`
+	Releasing []string `json:"releasing,omitempty"`
 }
 
 // Member is one member of an assignment: its member id, the host it runs
@@ -110,14 +114,15 @@ func decodeAssignment(b []byte) (Assignment, error) {
 // member that lists it (a member whose config lacks a stream is never
 // given it). It is sticky: a stream stays with the member that runs it,
 // when that member lists it and no member sorted before it claims it too
-// (after a split of the group, the one of two claimants that keeps it).
-// Then the streams nobody runs go, fewest candidates first, to the least
+// (after a split of the group, the one of two claimants that keeps it); a
+// member's claim of a stream it is releasing yields to another's. Then
+// the streams nobody runs go, fewest candidates first, to the least
 // loaded member that can run them; then, while a member runs two streams
-// more than another that can run one of them, one such stream moves.
-// With every member listing every stream, the members' loads end within
-// one of each other (12 streams on 3 members: 4 each), and only the
-// streams that must move do: those of a member that left, or the excess
-// of the others when one joins.
+// more than another it can reach, a chain of moves evens the two (see
+// rebalance). With every member listing every stream, the members' loads
+// end within one of each other (12 streams on 3 members: 4 each), and
+// only the streams that must move do: those of a member that left, or the
+// excess of the others when one joins.
 func Assign(members map[string]Metadata) []Member {
 	ids := slices.Sorted(maps.Keys(members))
 	eligible := make(map[string][]string) // stream → the members that list it, in id order
@@ -128,72 +133,163 @@ func Assign(members map[string]Metadata) []Member {
 			}
 		}
 	}
-	owner := make(map[string]string) // stream → member
-	load := make(map[string]int)
+	a := assignment{
+		owner:    make(map[string]string),
+		running:  make(map[string]string),
+		load:     make(map[string]int),
+		eligible: eligible,
+	}
 	for _, id := range ids {
-		for _, s := range slices.Sorted(slices.Values(members[id].Owned)) {
-			if _, taken := owner[s]; !taken && slices.Contains(eligible[s], id) {
-				owner[s] = id
-				load[id]++
+		a.load[id] = 0
+	}
+	// Claims of streams a member runs first, then of those it releases.
+	for _, releasing := range []bool{false, true} {
+		for _, id := range ids {
+			for _, s := range slices.Sorted(slices.Values(members[id].Owned)) {
+				if slices.Contains(members[id].Releasing, s) != releasing {
+					continue
+				}
+				if _, taken := a.owner[s]; !taken && slices.Contains(eligible[s], id) {
+					a.owner[s], a.running[s] = id, id
+					a.load[id]++
+				}
 			}
 		}
 	}
 	var free []string
 	for s := range eligible {
-		if _, ok := owner[s]; !ok {
+		if _, ok := a.owner[s]; !ok {
 			free = append(free, s)
 		}
 	}
-	slices.SortFunc(free, func(a, b string) int {
-		return cmp.Or(cmp.Compare(len(eligible[a]), len(eligible[b])), cmp.Compare(a, b))
+	slices.SortFunc(free, func(x, y string) int {
+		return cmp.Or(cmp.Compare(len(eligible[x]), len(eligible[y])), cmp.Compare(x, y))
 	})
 	for _, s := range free {
 		best := eligible[s][0]
 		for _, id := range eligible[s][1:] {
-			if load[id] < load[best] {
+			if a.load[id] < a.load[best] {
 				best = id
 			}
 		}
-		owner[s] = best
-		load[best]++
+		a.owner[s] = best
+		a.load[best]++
 	}
-	// Each move lowers the sum of the loads' squares, so this ends.
-	for balance(ids, owner, load, eligible) {
+	// Each chain lowers the sum of the loads' squares, so this ends.
+	for a.rebalance(ids) {
 	}
 	out := make([]Member, len(ids))
 	for i, id := range ids {
 		out[i] = Member{ID: id, Name: members[id].Name, Streams: []string{}}
 	}
-	for _, s := range slices.Sorted(maps.Keys(owner)) {
-		i, _ := slices.BinarySearch(ids, owner[s])
+	for _, s := range slices.Sorted(maps.Keys(a.owner)) {
+		i, _ := slices.BinarySearch(ids, a.owner[s])
 		out[i].Streams = append(out[i].Streams, s)
 	}
 	return out
 }
 
-// balance moves one stream from a member to another that runs at least
-// two fewer and can run it, the most loaded giving to the least loaded
-// first; false when no stream can move.
-func balance(ids []string, owner map[string]string, load map[string]int, eligible map[string][]string) bool {
-	byLoad := slices.Clone(ids)
-	slices.SortStableFunc(byLoad, func(a, b string) int { return cmp.Compare(load[b], load[a]) })
-	streams := slices.Sorted(maps.Keys(owner))
-	for _, from := range byLoad {
-		for j := len(byLoad) - 1; j >= 0; j-- {
-			to := byLoad[j]
-			if load[from]-load[to] < 2 {
-				break // the others run at least as many as to
+// assignment is Assign's work in progress.
+type assignment struct {
+	owner   map[string]string // stream → the member given it
+	running map[string]string // stream → the member that runs it and keeps it, if one does
+	load    map[string]int    // member → its streams
+	// eligible are, by stream, the members that list it, in id order.
+	eligible map[string][]string
+}
+
+// link is the last move of the cheapest chain found to a member: stream,
+// moved from member from.
+type link struct{ from, stream string }
+
+// rebalance evens a member that runs at least two streams more than
+// another: along a chain of members, each gives one stream to the next,
+// which lists it, so that only the ends' loads change. Of the chains from
+// the most loaded members, the one taken moves the fewest streams away
+// from the member running them (a stream placed by this assignment moves
+// for free), then ends at the least loaded member, so that a chain of
+// free moves is preferred to a hand-over. False when no chain is left.
+func (a *assignment) rebalance(ids []string) bool {
+	byOwner := make(map[string][]string)
+	for _, s := range slices.Sorted(maps.Keys(a.owner)) {
+		byOwner[a.owner[s]] = append(byOwner[a.owner[s]], s)
+	}
+	levels := slices.Compact(slices.SortedFunc(maps.Values(a.load), func(x, y int) int { return cmp.Compare(y, x) }))
+	for _, top := range levels {
+		if top-2 < levels[len(levels)-1] {
+			break // no member runs two fewer
+		}
+		var best struct {
+			cost, load int
+			src, dst   string
+			prev       map[string]link
+		}
+		best.cost = -1
+		for _, src := range ids {
+			if a.load[src] != top {
+				continue
 			}
-			for k := len(streams) - 1; k >= 0; k-- {
-				s := streams[k]
-				if owner[s] == from && slices.Contains(eligible[s], to) {
-					owner[s] = to
-					load[from]--
-					load[to]++
-					return true
+			cost, prev := a.chains(src, ids, byOwner, func(id string) bool { return a.load[id] <= top-2 })
+			for _, dst := range ids {
+				c, ok := cost[dst]
+				if !ok || a.load[dst] > top-2 {
+					continue
+				}
+				if best.cost < 0 || c < best.cost || c == best.cost && a.load[dst] < best.load {
+					best.cost, best.load, best.src, best.dst, best.prev = c, a.load[dst], src, dst, prev
+				}
+			}
+		}
+		if best.cost < 0 {
+			continue
+		}
+		for at := best.dst; at != best.src; {
+			l := best.prev[at]
+			a.owner[l.stream] = at
+			at = l.from
+		}
+		a.load[best.src]--
+		a.load[best.dst]++
+		return true
+	}
+	return false
+}
+
+// chains finds the cheapest chains of moves from src (Dijkstra's, members
+// as nodes): cost by member reached, and the last move of each chain. It
+// stops once no cheaper chain to a member dst accepts can be found; the
+// costs of members reached then are upper bounds, exact for those dst
+// accepts at the least cost.
+func (a *assignment) chains(src string, ids []string, byOwner map[string][]string, dst func(string) bool) (map[string]int, map[string]link) {
+	cost := map[string]int{src: 0}
+	prev := make(map[string]link)
+	done := make(map[string]bool)
+	found := -1 // the least cost of a chain to a member dst accepts
+	for {
+		at := ""
+		for _, id := range ids {
+			if c, ok := cost[id]; ok && !done[id] && (at == "" || c < cost[at]) {
+				at = id
+			}
+		}
+		if at == "" || found >= 0 && cost[at] >= found {
+			return cost, prev
+		}
+		done[at] = true
+		for _, s := range byOwner[at] {
+			step := 0
+			if a.running[s] == at {
+				step = 1 // a hand-over
+			}
+			for _, to := range a.eligible[s] {
+				if c, ok := cost[to]; to != at && (!ok || cost[at]+step < c) {
+					cost[to] = cost[at] + step
+					prev[to] = link{from: at, stream: s}
+					if dst(to) && (found < 0 || cost[to] < found) {
+						found = cost[to]
+					}
 				}
 			}
 		}
 	}
-	return false
 }

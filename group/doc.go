@@ -25,8 +25,10 @@
 //
 // Assign (assign.go) is the leader's assignor, pure: each stream to
 // exactly one member whose config lists it, sticky (a stream stays where
-// it runs), then balanced (no member runs two streams more than another
-// that could run one of them); Metadata and Assignment travel as JSON.
+// it runs; a claim of a stream being released yields to that of the member
+// given it), then balanced (no member runs two streams more than another
+// it can reach by a chain of moves, the cheapest chain taken); Metadata
+// and Assignment travel as JSON.
 // Describe (describe.go) asks the coordinator for the group, for
 // walstream status. Running a stream, releasing it, and waiting for its
 // slot are the pipeline's (pipeline/fleet.go).

@@ -68,8 +68,9 @@ func (s Settings) lostAfter() time.Duration {
 // Handler is what a member drives: the streams of its process.
 type Handler interface {
 	// Owned are the streams the process runs now, those it is still
-	// releasing included: what it tells the leader at each join.
-	Owned() []string
+	// releasing included, and of them those it releases: what it tells
+	// the leader at each join.
+	Owned() (owned, releasing []string)
 	// Assign is called with each generation's assignment, and with the
 	// zero Assignment when the process is no member any more (the
 	// coordinator forgot it, or did not answer for lostAfter): it must
@@ -223,7 +224,8 @@ func (m *Membership) join(ctx context.Context) error {
 	g := m.cfg.Group
 	for {
 		m.mu.Lock()
-		md := Metadata{Version: formatVersion, Name: m.cfg.Name, Streams: m.cfg.Streams, Owned: m.h.Owned()}
+		md := Metadata{Version: formatVersion, Name: m.cfg.Name, Streams: m.cfg.Streams}
+		md.Owned, md.Releasing = m.h.Owned()
 		id := m.id
 		m.mu.Unlock()
 		req := kmsg.NewPtrJoinGroupRequest()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -30,24 +31,49 @@ var testSettings = Settings{Group: "walstream-fleet-test", SessionTimeout: 3 * t
 	HeartbeatInterval: 100 * time.Millisecond, RebalanceTimeout: 5 * time.Second}
 
 // handler runs what it is assigned at once, and records each assignment
-// with when it came.
+// with when it came. A stream taken away it releases at once, or after
+// release, when that is set.
 type handler struct {
-	mu    sync.Mutex
-	owned []string
-	known bool
-	at    []time.Time
-	got   []Assignment
+	release time.Duration
+
+	mu        sync.Mutex
+	owned     []string
+	releasing map[string]*time.Timer
+	claimed   [][]string // what each Owned call said was being released
+	known     bool
+	at        []time.Time
+	got       []Assignment
 }
 
-func (h *handler) Owned() []string {
+func (h *handler) Owned() (owned, releasing []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return slices.Clone(h.owned)
+	releasing = slices.Sorted(maps.Keys(h.releasing))
+	h.claimed = append(h.claimed, releasing)
+	return slices.Concat(h.owned, releasing), releasing
 }
 
 func (h *handler) Assign(a Assignment) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.releasing == nil {
+		h.releasing = make(map[string]*time.Timer)
+	}
+	for _, s := range a.Mine() {
+		if t, ok := h.releasing[s]; ok {
+			t.Stop() // given back: runs again
+			delete(h.releasing, s)
+		}
+	}
+	for _, s := range h.owned {
+		if h.release > 0 && !slices.Contains(a.Mine(), s) {
+			h.releasing[s] = time.AfterFunc(h.release, func() {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				delete(h.releasing, s)
+			})
+		}
+	}
 	h.owned, h.known = slices.Clone(a.Mine()), a.Known()
 	h.got = append(h.got, a)
 	h.at = append(h.at, time.Now())
@@ -125,7 +151,14 @@ type member struct {
 
 func start(t *testing.T, brokers []string, name string, streams []string, s Settings) *member {
 	t.Helper()
-	m := &member{h: &handler{}, net: &cut{}, done: make(chan error, 1), log: &testenv.LogBuffer{}}
+	return startReleasing(t, brokers, name, streams, s, 0)
+}
+
+// startReleasing starts a member whose streams taken away are released
+// after release.
+func startReleasing(t *testing.T, brokers []string, name string, streams []string, s Settings, release time.Duration) *member {
+	t.Helper()
+	m := &member{h: &handler{release: release}, net: &cut{}, done: make(chan error, 1), log: &testenv.LogBuffer{}}
 	ms, err := newMembership(kafka.Settings{Brokers: brokers}, Config{Settings: s, Name: name, Streams: streams},
 		slog.New(slog.NewTextHandler(m.log, &slog.HandlerOptions{Level: slog.LevelDebug})), NewMetrics(prometheus.NewRegistry()), kgo.Dialer(m.net.dial))
 	if err != nil {
@@ -264,6 +297,52 @@ func TestMembership(t *testing.T) {
 	balanced(t, 20*time.Second, all, a, b)
 	if !strings.Contains(b.log.String(), "no longer a member of the fleet's group") {
 		t.Errorf("b did not log its loss:\n%s", b.log)
+	}
+}
+
+// A stream moved while the member that ran it still releases it stays
+// with the member it was given to when a rebalance comes meanwhile: the
+// leader prefers that member's claim to the releasing one's, whichever
+// member id sorts first, so the stream is not handed over twice.
+func TestMembershipReleasing(t *testing.T) {
+	brokers, _ := testenv.KfakeCluster(t, 1, kfake.GroupMinSessionTimeout(time.Second))
+	all := streams(1, 12)
+	// a runs every stream, then b, which can run the last six, joins and
+	// a releases those. A claim's tie goes to the member id sorted first:
+	// a's must sort first for the test to tell, so both start again until
+	// it does.
+	var a, b *member
+	for try := 0; ; try++ {
+		a = startReleasing(t, brokers, "a", all, testSettings, time.Minute)
+		balanced(t, 20*time.Second, all, a)
+		b = startReleasing(t, brokers, "b", streams(7, 12), testSettings, time.Minute)
+		balanced(t, 20*time.Second, all, a, b)
+		if a.h.memberID() < b.h.memberID() {
+			break
+		}
+		if try == 20 {
+			t.Fatal("a's member id did not sort before b's in 20 tries")
+		}
+		for _, m := range []*member{a, b} {
+			if err := m.stop(t); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	bGiven, _ := b.h.state()
+	c := start(t, brokers, "c", all, testSettings)
+	balanced(t, 20*time.Second, all, a, b, c)
+	a.h.mu.Lock()
+	claimed := slices.Clone(a.h.claimed)
+	a.h.mu.Unlock()
+	if len(claimed) == 0 || !slices.Equal(claimed[len(claimed)-1], bGiven) {
+		t.Fatalf("a's joins said it released %v, want b's %v at its last", claimed, bGiven)
+	}
+	aHas, _ := a.h.state()
+	for _, s := range bGiven {
+		if slices.Contains(aHas, s) {
+			t.Errorf("stream %s given to b went back to a, which was releasing it", s)
+		}
 	}
 }
 

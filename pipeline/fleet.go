@@ -179,17 +179,21 @@ func (f *Fleet) owner(stream string) string {
 }
 
 // Owned are the streams this process holds: running, being released, or
-// stopped on an error while given here.
-func (f *Fleet) Owned() []string {
+// stopped on an error while given here; releasing are those being
+// released, which the last assignment gives another member, whose claim
+// of them the leader prefers: the stream does not come back here.
+func (f *Fleet) Owned() (owned, releasing []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []string
 	for _, p := range f.pipelines {
-		if f.held[p.cfg.Stream] {
-			out = append(out, p.cfg.Stream)
+		if s := p.cfg.Stream; f.held[s] {
+			owned = append(owned, s)
+			if !f.want[s] {
+				releasing = append(releasing, s)
+			}
 		}
 	}
-	return out
+	return owned, releasing
 }
 
 // Assign takes the group's assignment: the streams it gives this process

@@ -183,17 +183,20 @@ func TestSharedFleet(t *testing.T) {
 		defer mu.Unlock()
 		return running("a") && running("b") && len(stopped) == 1
 	})
-	if got := f.Owned(); !slices.Equal(got, []string{"a", "b", "c"}) {
-		t.Errorf("owned %v, want a, b and c, stopped on its error", got)
+	if got, releasing := f.Owned(); !slices.Equal(got, []string{"a", "b", "c"}) || len(releasing) != 0 {
+		t.Errorf("owned %v, releasing %v, want a, b and c, stopped on its error, none released", got, releasing)
 	}
 	exported("a", "b", "c")
 
 	// a and c go to another member: a is owned until its Run returned.
 	assign(2, group.Member{ID: "m1", Name: "host-1", Streams: []string{"b"}}, group.Member{ID: "m2", Name: "host-2", Streams: []string{"a", "c"}})
-	if got := f.Owned(); !slices.Contains(got, "a") {
-		t.Errorf("owned %v at once after a was taken away, want a until it is released", got)
+	if got, releasing := f.Owned(); !slices.Contains(got, "a") || !slices.Contains(releasing, "a") || slices.Contains(releasing, "b") {
+		t.Errorf("owned %v, releasing %v at once after a was taken away, want a owned and released until it is released, b not released", got, releasing)
 	}
-	testenv.Eventually(t, 5*time.Second, "a released", func() bool { return slices.Equal(f.Owned(), []string{"b"}) })
+	testenv.Eventually(t, 5*time.Second, "a released", func() bool {
+		got, releasing := f.Owned()
+		return slices.Equal(got, []string{"b"}) && len(releasing) == 0
+	})
 	if running("a") {
 		t.Error("a released while its Run goes on")
 	}
@@ -207,7 +210,7 @@ func TestSharedFleet(t *testing.T) {
 
 	// The membership is lost: nothing runs, and nothing is said to run.
 	f.Assign(group.Assignment{Lost: "the coordinator has not answered for 7.5s"})
-	testenv.Eventually(t, 5*time.Second, "b released", func() bool { return len(f.Owned()) == 0 && !running("b") })
+	testenv.Eventually(t, 5*time.Second, "b released", func() bool { got, _ := f.Owned(); return len(got) == 0 && !running("b") })
 	exported()
 	if code, body := get(f.Readyz, "/readyz"); code != http.StatusServiceUnavailable ||
 		strings.Count(body, "not assigned: this process is not a member of the fleet's group now: the coordinator has not answered for 7.5s") != 3 {
