@@ -343,7 +343,7 @@ func (st SlotState) fatal(n Names) error {
 			Fix: "see docs/postgres.md, A slot invalidated or dropped; raise max_slot_wal_keep_size so that it does not happen again"}
 	case !st.PublicationOK:
 		return &SetupError{Object: fmt.Sprintf("publication %q", n.Publication), Reason: "was dropped while streaming",
-			Fix: "recreate it with: " + n.PublicationSQL(len(st.Partitioned) > 0) + "; events committed meanwhile are not published"}
+			Fix: "recreate it with: " + n.PublicationSQL(len(st.Partitioned) > 0) + "; events committed meanwhile are never sent: see docs/postgres.md, A publication dropped"}
 	case len(st.PartitionsAsThemselves()) > 0:
 		return n.viaRootError(st.PartitionsAsThemselves())
 	case len(st.Missing) > 0:

@@ -208,6 +208,11 @@ func (s *Stream) Run(ctx context.Context, c Consumer, pos Confirmer) error {
 			}
 		case *pgproto3.ErrorResponse:
 			return s.serverError(pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.NoticeResponse:
+			if err := s.notice(m); err != nil {
+				return err
+			}
+			continue
 		case *pgproto3.CopyDone, *pgproto3.CommandComplete:
 			return fmt.Errorf("slot %s: %w", s.cfg.Names.Slot, ErrStreamEnded)
 		default:
@@ -364,7 +369,36 @@ func (s *Stream) serverError(err *pgconn.PgError) error {
 		return &SetupError{Object: fmt.Sprintf("slot %q", s.cfg.Names.Slot), Reason: "was invalidated while streaming: " + err.Message,
 			Fix: "events may be missing; see docs/postgres.md, A slot invalidated or dropped"}
 	}
+	if err.Code == "42704" && strings.HasPrefix(err.Message, "publication ") { // undefined_object
+		// Before Postgres 18 the walsender decodes with the catalog as it
+		// was when each change was written: a publication dropped then
+		// fails every start at that change, created again or not.
+		return s.publicationGone("Postgres cannot decode past the point where it was missing: " + err.Message)
+	}
 	return fmt.Errorf("slot %s: server error: %w", s.cfg.Names.Slot, err)
+}
+
+// notice takes a walsender's warning, which does not end the stream but
+// for one: Postgres 18 and later skip a publication missing at a point of
+// the WAL, with a warning, and send none of its tables' rows there. Any
+// other (such as synchronized_standby_slots naming a slot no standby
+// streams, which holds back a failover slot's WAL with a warning at each
+// wait) is logged, and the stream goes on.
+func (s *Stream) notice(m *pgproto3.NoticeResponse) error {
+	if strings.HasPrefix(m.Message, "skipped loading publication") {
+		return s.publicationGone("Postgres skipped it where it was missing, sending none of its tables' rows there: " + m.Message)
+	}
+	s.log.Warn("Postgres warns on the replication connection", "slot", s.cfg.Names.Slot, "severity", m.Severity,
+		"code", m.Code, "message", m.Message, "detail", m.Detail, "hint", m.Hint)
+	return nil
+}
+
+// publicationGone is the stop of a stream whose WAL reaches a point where
+// its publication did not exist.
+func (s *Stream) publicationGone(why string) error {
+	return &SetupError{Object: fmt.Sprintf("publication %q", s.cfg.Names.Publication),
+		Reason: "was dropped (and perhaps created again) while the slot still had WAL to send: " + why,
+		Fix:    "rows committed to the outbox tables while it was missing were never sent; see docs/postgres.md, A publication dropped"}
 }
 
 // Close sends a last status update, so that Postgres learns everything

@@ -2,7 +2,10 @@ package replication
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,5 +139,104 @@ func TestCloseAfterTheServerDropped(t *testing.T) {
 	}
 	if err := s.Close(ctx, confirmAt(start)); err != nil {
 		t.Fatalf("Close after the server dropped the stream: %v", err)
+	}
+}
+
+// startStream starts streaming slot names.Slot of pg from start, logging
+// to log, and runs it in the background: Run's error comes on the channel.
+func startStream(t *testing.T, ctx context.Context, pg *testenv.Postgres, start pglogrepl.LSN, log *testenv.LogBuffer) <-chan error {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(pg.URL("postgres", "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	s, err := Start(ctx, conn, StreamConfig{Names: names, StatusInterval: time.Hour}, slog.New(slog.NewTextHandler(log, nil)), NewMetrics(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx, keepalivesOnly{}, confirmAt(start)) }()
+	return ran
+}
+
+// A walsender's warning is logged and the stream goes on: on Postgres 17,
+// synchronized_standby_slots naming a slot no standby streams holds a
+// failover slot's WAL back, warning at each wait.
+func TestStreamWarning(t *testing.T) {
+	pg := testenv.StartPostgres(t, testenv.Version(17), testenv.Settings("synchronized_standby_slots = 'standby1'"))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	admin := connect(t, pg.URL("postgres", "postgres"))
+	var start pglogrepl.LSN
+	for _, sql := range []string{outboxDDL, names.PublicationSQL(false), "SELECT pg_create_physical_replication_slot('standby1')"} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A failover slot: temporary false, two-phase false, failover true.
+	if err := admin.QueryRow(ctx, "SELECT lsn FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)", names.Slot).Scan(&start); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "INSERT INTO public.outbox VALUES (gen_random_uuid(), 'order', '1', 'created', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	log := &testenv.LogBuffer{}
+	ran := startStream(t, ctx, pg, start, log)
+	testenv.Eventually(t, 30*time.Second, "the warning logged", func() bool {
+		select {
+		case err := <-ran:
+			t.Fatalf("Run returned %v before the warning was logged", err)
+		default:
+		}
+		return strings.Contains(log.String(), "Postgres warns on the replication connection") && strings.Contains(log.String(), "standby1")
+	})
+	select {
+	case err := <-ran:
+		t.Fatalf("Run returned %v on a warning", err)
+	case <-time.After(time.Second):
+	}
+	cancel()
+	if err := <-ran; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v after its context ended", err)
+	}
+}
+
+// A publication dropped and created again while the slot had WAL to send
+// stops the stream, naming the publication and the way on: Postgres fails
+// at the first change where it was missing before 18, and skips it with a
+// warning from 18 on, sending none of the rows there.
+func TestStreamPublicationDropped(t *testing.T) {
+	for _, major := range []int{15, 18} {
+		t.Run(fmt.Sprintf("Postgres %d", major), func(t *testing.T) {
+			pg := testenv.StartPostgres(t, testenv.Version(major))
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			admin := connect(t, pg.URL("postgres", "postgres"))
+			var start pglogrepl.LSN
+			for _, sql := range []string{outboxDDL, names.PublicationSQL(false)} {
+				if _, err := admin.Exec(ctx, sql); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := admin.QueryRow(ctx, "SELECT lsn FROM pg_create_logical_replication_slot($1, 'pgoutput')", names.Slot).Scan(&start); err != nil {
+				t.Fatal(err)
+			}
+			const insert = "INSERT INTO public.outbox VALUES (gen_random_uuid(), 'order', '1', 'created', '{}')"
+			for _, sql := range []string{"DROP PUBLICATION " + names.Publication, insert, names.PublicationSQL(false), insert} {
+				if _, err := admin.Exec(ctx, sql); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := <-startStream(t, ctx, pg, start, &testenv.LogBuffer{})
+			if !errors.Is(err, ErrSetup) || !strings.Contains(err.Error(), `publication "`+names.Publication+`"`) || !strings.Contains(err.Error(), "A publication dropped") {
+				t.Fatalf("Run = %v, want a setup error naming the publication and docs/postgres.md, A publication dropped", err)
+			}
+			t.Log(err)
+		})
 	}
 }
