@@ -144,6 +144,7 @@ func TestCloseAfterTheServerDropped(t *testing.T) {
 
 // startStream starts streaming slot names.Slot of pg from start, logging
 // to log, and runs it in the background: Run's error comes on the channel.
+// The connection is closed when Run returns.
 func startStream(t *testing.T, ctx context.Context, pg *testenv.Postgres, start pglogrepl.LSN, log *testenv.LogBuffer) <-chan error {
 	t.Helper()
 	cfg, err := pgconn.ParseConfig(pg.URL("postgres", "postgres"))
@@ -160,7 +161,11 @@ func startStream(t *testing.T, ctx context.Context, pg *testenv.Postgres, start 
 		t.Fatal(err)
 	}
 	ran := make(chan error, 1)
-	go func() { ran <- s.Run(ctx, keepalivesOnly{}, confirmAt(start)) }()
+	go func() {
+		err := s.Run(ctx, keepalivesOnly{}, confirmAt(start))
+		conn.Close(context.Background())
+		ran <- err
+	}()
 	return ran
 }
 
@@ -237,6 +242,30 @@ func TestStreamPublicationDropped(t *testing.T) {
 				t.Fatalf("Run = %v, want a setup error naming the publication and docs/postgres.md, A publication dropped", err)
 			}
 			t.Log(err)
+
+			// The way on docs/postgres.md gives: the slot advanced past
+			// the point where the publication exists again streams.
+			// (once the walsender of the stream that stopped has exited).
+			var at pglogrepl.LSN
+			testenv.Eventually(t, 10*time.Second, "the slot advanced", func() bool {
+				err := admin.QueryRow(ctx, "SELECT end_lsn FROM pg_replication_slot_advance($1, pg_current_wal_lsn())", names.Slot).Scan(&at)
+				if err != nil && !SlotInUse(err) {
+					t.Fatalf("advancing the slot past the missing publication: %v", err)
+				}
+				return err == nil
+			})
+			if _, err := admin.Exec(ctx, insert); err != nil {
+				t.Fatal(err)
+			}
+			rctx, stop := context.WithCancel(ctx)
+			ran := startStream(t, rctx, pg, at, &testenv.LogBuffer{})
+			select {
+			case err := <-ran:
+				t.Fatalf("Run from the slot advanced to %s = %v", at, err)
+			case <-time.After(2 * time.Second):
+			}
+			stop()
+			<-ran
 		})
 	}
 }
