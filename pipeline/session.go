@@ -281,8 +281,16 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	if cerr := stream.Close(cctx, tracker); cerr != nil && ctx.Err() != nil {
 		s.log.Warn("sending the last status update", "err", cerr)
 	}
-	done, _ := tracker.InKafka()
+	done, at := tracker.InKafka()
 	s.earlier.remember(done)
+	if !at.IsZero() && s.cfg.accepts() {
+		// Kafka holds a checkpoint this session resumed from or wrote: a
+		// divergence accepted for the start is on record, and one a later
+		// session meets (a failover to a server without the slot, a slot
+		// recreated again) is new, and stops the stream as any does.
+		s.log.Info("the divergences accepted at the start are on record in Kafka: later sessions of this run accept none")
+		s.cfg = s.cfg.acceptingNone()
+	}
 	if a := prod.Acknowledged(); a.Checkpoint.LSN != 0 {
 		s.earlier.acked = a
 	}
@@ -607,4 +615,14 @@ func progress(ctx context.Context, interval time.Duration, tracker *checkpoint.T
 			last, lastAt = st, now
 		}
 	}
+}
+
+// accepts reports whether c accepts a divergence from the checkpoint.
+func (c *Config) accepts() bool { return c.AllowSlotAhead || c.Accept != Accept{} }
+
+// acceptingNone is c accepting no divergence.
+func (c *Config) acceptingNone() *Config {
+	d := *c
+	d.AllowSlotAhead, d.Accept = false, Accept{}
+	return &d
 }
