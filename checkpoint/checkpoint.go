@@ -143,6 +143,11 @@ type Notes struct {
 	// the published stream came from: a table found with another OID was
 	// recreated since, and rows may be missing.
 	Tables map[string]uint32 `json:"tables,omitempty"`
+	// Entries are, by schema.table, the OIDs of the publication's catalog
+	// rows that covered the outbox tables (replication.TableInfo.Entry): a
+	// table covered by another since left the publication and came back,
+	// and rows may be missing.
+	Entries map[string]uint32 `json:"entries,omitempty"`
 	// Skipped is the last event an operator sent to the dead-letter topic
 	// by naming it, kept in every later checkpoint too.
 	Skipped *Skip `json:"skipped,omitempty"`
@@ -290,6 +295,7 @@ type record struct {
 	Gap              *gapRecord `json:"gap,omitempty"`
 	// Notes' fields, at the top level; absent from older records.
 	Tables   map[string]uint32 `json:"tables,omitempty"`
+	Entries  map[string]uint32 `json:"entries,omitempty"`
 	Skipped  *Skip             `json:"skipped,omitempty"`
 	Takeover *Takeover         `json:"takeover,omitempty"`
 	Reemits  Reemits           `json:"reemits,omitempty"`
@@ -325,7 +331,7 @@ func (c Checkpoint) EncodeIn(owner Owner, now time.Time, wrote []string) []byte 
 		r.PartialCommitLSN = c.PartialCommitLSN.String()
 	}
 	if c.Notes != nil {
-		r.Tables, r.Skipped, r.Takeover, r.Reemits = c.Notes.Tables, c.Notes.Skipped, c.Notes.Takeover, c.Notes.Reemits
+		r.Tables, r.Entries, r.Skipped, r.Takeover, r.Reemits = c.Notes.Tables, c.Notes.Entries, c.Notes.Skipped, c.Notes.Takeover, c.Notes.Reemits
 	}
 	if c.Counted {
 		r.Events = &c.Events
@@ -366,8 +372,8 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 		}
 		c.Ordinal = r.Ordinal
 	}
-	if len(r.Tables) > 0 || r.Skipped != nil || r.Takeover != nil || len(r.Reemits) > 0 {
-		c.Notes = &Notes{Tables: r.Tables, Skipped: r.Skipped, Takeover: r.Takeover, Reemits: r.Reemits}
+	if len(r.Tables) > 0 || len(r.Entries) > 0 || r.Skipped != nil || r.Takeover != nil || len(r.Reemits) > 0 {
+		c.Notes = &Notes{Tables: r.Tables, Entries: r.Entries, Skipped: r.Skipped, Takeover: r.Takeover, Reemits: r.Reemits}
 	}
 	c.Identity = Identity{SystemID: r.SystemID, Timeline: r.Timeline, Database: r.Database}
 	c.Owner = Owner{Stream: r.Stream, Slot: r.Slot, TransactionalID: r.TransactionalID}

@@ -99,6 +99,10 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		err = replication.Prepare(ctx, conn, names, create)
 		s.waits.done("slot", "slot created")
 	}
+	if err == nil && create.Publication {
+		// Read again: the publication's entries exist once it does.
+		tables, err = checkTables(ctx, conn, cfg)
+	}
 	if errors.Is(err, replication.ErrSetup) {
 		// A table dropped (and perhaps created again, outside the
 		// publication) since checkTables read it: what the checkpoint
@@ -157,7 +161,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	// The decoder tags events with these mappings and the producer routes by
 	// them, so both get the same ones.
 	pcfg := cfg.publishConfig()
-	pcfg.Tables = tables.oids
+	pcfg.Tables, pcfg.Entries = tables.oids, tables.entries
 	prod, err := publish.New(pcfg, s.log, s.metrics.pub, cfg.Hook)
 	if err != nil {
 		rconn.Close(context.WithoutCancel(ctx))
@@ -264,7 +268,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	g.Go(func() error { return onKafka(prod.Run(gctx, q)) })
 	g.Go(func() error { return stream.Run(gctx, in, tracker) })
 	g.Go(func() error { return rm.Run(gctx) })
-	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot, OIDs: tables.watched(),
+	mon := &replication.Monitor{Conn: conn, Names: names, Interval: cfg.SlotPollInterval, Metrics: s.metrics.slot, OIDs: tables.watched(), Entries: tables.entries,
 		CheckTable: func(info replication.TableInfo) error { return checkMapping(cfg.Outboxes, info, "while streaming") }}
 	g.Go(func() error { return mon.Run(gctx) })
 	if cfg.ProgressInterval > 0 {

@@ -16,8 +16,9 @@ import (
 // outboxTables is what a session knows of the outbox tables at its start.
 type outboxTables struct {
 	names replication.Names
-	// oids are the existing tables' OIDs in the catalog, by schema.table.
-	oids map[string]uint32
+	// oids are the existing tables' OIDs in the catalog, by schema.table;
+	// entries the publication's entries covering them, where one does.
+	oids, entries map[string]uint32
 	// missing are the tables that do not exist.
 	missing []replication.Table
 	// unpublished: a table exists that the publication does not cover.
@@ -44,7 +45,7 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *Config) (outboxTables
 	if err != nil {
 		return outboxTables{}, err
 	}
-	t := outboxTables{names: cfg.Names, oids: make(map[string]uint32), mayChange: make(map[string]bool),
+	t := outboxTables{names: cfg.Names, oids: make(map[string]uint32), entries: make(map[string]uint32), mayChange: make(map[string]bool),
 		schemaPublished: make(map[string]bool), catalogs: make(map[string]map[string]decode.Catalog)}
 	for _, info := range infos {
 		name := info.Table.String()
@@ -53,6 +54,9 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *Config) (outboxTables
 			continue
 		}
 		t.oids[name], t.catalogs[name] = info.OID, catalogOf(info)
+		if info.Entry != 0 {
+			t.entries[name] = info.Entry
+		}
 		t.unpublished = t.unpublished || !info.Published
 		if info.SchemaPublished {
 			t.mayChange[name], t.schemaPublished[name] = true, true
@@ -102,11 +106,13 @@ func checkMapping(outboxes []*decode.Outbox, info replication.TableInfo, when st
 // before it was in the publication are missing, unless accept names the
 // new OID (the operator dealt with them) or the publication covers the
 // table's schema. A recorded table that does not exist was dropped since;
-// one never recorded does not exist yet.
+// one never recorded does not exist yet. A table the publication covers by
+// another entry than the recorded one left it and came back since, and the
+// rows committed meanwhile are missing, unless accept names its OID.
 func (t outboxTables) sinceCheckpoint(cp checkpoint.Checkpoint, accept map[string]uint32, log *slog.Logger) error {
-	var recorded map[string]uint32
+	var recorded, entries map[string]uint32
 	if cp.Notes != nil {
-		recorded = cp.Notes.Tables
+		recorded, entries = cp.Notes.Tables, cp.Notes.Entries
 	}
 	for _, tb := range t.missing {
 		if old := recorded[tb.String()]; old != 0 {
@@ -137,6 +143,20 @@ func (t outboxTables) sinceCheckpoint(cp checkpoint.Checkpoint, accept map[strin
 		default:
 			return &decode.Error{Event: decode.Identity{Table: name}, Reason: reason,
 				Err: &decode.TableRecreatedError{Table: name, OldOID: old, NewOID: now, Since: cp.String()}}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.entries)) {
+		was, now, oid := entries[name], t.entries[name], t.oids[name]
+		switch {
+		case was == 0 || was == now:
+		case recorded[name] != 0 && recorded[name] != oid:
+			// Recreated, which the OID's check above decided.
+		case accept[name] == oid:
+			log.Warn("outbox table left the publication and came back since the checkpoint: accepted", "table", name, "oid", oid,
+				"entry_was", was, "entry", now, "checkpoint", cp.String())
+		default:
+			tb, _ := replication.ParseTable(name) // a name DescribeTables gave
+			return t.names.Republished(tb, oid, was, now, "after checkpoint "+cp.String())
 		}
 	}
 	if len(t.missing) > 0 {

@@ -196,3 +196,41 @@ func TestTableDroppedDuringSetup(t *testing.T) {
 		})
 	}
 }
+
+// A table the publication covers by another entry than the checkpoint
+// recorded left the publication and came back since: refused unless
+// accepted by its OID. A recreated table's entry changes with its OID,
+// which decides; a checkpoint without entries compares none.
+func TestTablesRepublishedSinceCheckpoint(t *testing.T) {
+	recorded := checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Tables: map[string]uint32{"public.outbox": 100}, Entries: map[string]uint32{"public.outbox": 500}}}
+	for _, tc := range []struct {
+		name       string
+		cp         checkpoint.Checkpoint
+		oid, entry uint32
+		accept     map[string]uint32
+		want       string // empty: accepted
+	}{
+		{"same entry", recorded, 100, 500, nil, ""},
+		{"no entries recorded", checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Tables: map[string]uint32{"public.outbox": 100}}}, 100, 600, nil, ""},
+		{"left and came back", recorded, 100, 600, nil, `table public.outbox (OID 100) left publication "p" and came back after checkpoint 0/1000 (its entry in the publication 500, now 600)`},
+		{"left, came back, accepted", recorded, 100, 600, map[string]uint32{"public.outbox": 100}, ""},
+		{"recreated and accepted", recorded, 200, 600, map[string]uint32{"public.outbox": 200}, ""},
+		{"recreated", recorded, 200, 600, nil, "OID 100, now 200"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tables := outboxTables{names: replication.Names{Publication: "p"}, oids: map[string]uint32{"public.outbox": tc.oid},
+				entries: map[string]uint32{"public.outbox": tc.entry}, mayChange: map[string]bool{}, schemaPublished: map[string]bool{}}
+			err := tables.sinceCheckpoint(tc.cp, tc.accept, slog.New(slog.DiscardHandler))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+			var re *replication.RepublishedError
+			if tc.name == "left and came back" && (!errors.As(err, &re) || !classifyFailure(err).permanent) {
+				t.Errorf("err %v is not a permanent RepublishedError", err)
+			}
+		})
+	}
+}

@@ -58,9 +58,10 @@ type Config struct {
 	// the skip is logged and recorded in the checkpoints from then on.
 	SkipEvent decode.Ref
 	SkipTopic string
-	// Tables are the outbox tables' OIDs, recorded in every checkpoint so
-	// that the next session can tell a recreated table.
-	Tables map[string]uint32
+	// Tables are the outbox tables' OIDs, and Entries the publication's
+	// entries covering them, recorded in every checkpoint so that the next
+	// session can tell a recreated table, or one that left the publication.
+	Tables, Entries map[string]uint32
 	// Encoding says how keys and values are written.
 	Encoding format.Encoding
 	// Compression compresses record batches; zero is snappy.
@@ -337,7 +338,7 @@ func (p *Producer) Fence(ctx context.Context) error {
 // once, so that a slot recreated later is caught as being ahead of it.
 func (p *Producer) Start(pos positions) {
 	p.pos, p.resume, p.tracker = pos.Resume(), pos.Resume(), pos
-	p.notes = checkpoint.Notes{Tables: p.cfg.Tables}
+	p.notes = checkpoint.Notes{Tables: p.cfg.Tables, Entries: p.cfg.Entries}
 	p.lastCommit = time.Now() // Linger counts from the session's start, as from a commit
 	if n := p.pos.Notes; n != nil {
 		p.notes.Skipped, p.notes.Takeover, p.notes.Reemits = n.Skipped, n.Takeover, n.Reemits

@@ -252,6 +252,11 @@ type Monitor struct {
 	// stops even if no row of the new table has come yet. Tables not in
 	// OIDs are not watched.
 	OIDs map[string]uint32
+	// Entries are the publication's entries of the outbox tables
+	// (TableInfo.Entry), by schema.table, when streaming started; a table
+	// found published by another left the publication and came back
+	// between two polls, and streaming stops.
+	Entries map[string]uint32
 	// CheckTable, if not nil, is told each outbox table as the catalog has
 	// it at each poll, and stops streaming with the error it returns: a
 	// column the mapping needs, renamed or dropped while the outbox is
@@ -298,7 +303,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 // and created again between two polls, and the rows committed before it
 // was added to the publication again are not in the stream.
 func (m *Monitor) sameTables(ctx context.Context) error {
-	if len(m.OIDs) == 0 && m.CheckTable == nil {
+	if len(m.OIDs) == 0 && len(m.Entries) == 0 && m.CheckTable == nil {
 		return nil
 	}
 	infos, err := DescribeTables(ctx, m.Conn, m.Names)
@@ -322,6 +327,9 @@ func (m *Monitor) sameTables(ctx context.Context) error {
 			return &SetupError{Object: "table " + info.Table.SQL(),
 				Reason: fmt.Sprintf("was dropped and recreated while streaming (OID %d, now %d): rows committed to it before it was added to publication %q again were never sent", want, info.OID, m.Names.Publication),
 				Fix:    "see docs/postgres.md, A recreated outbox table; next time " + m.Names.RecreateAdvice(info.Table)}
+		}
+		if want, watched := m.Entries[info.Table.String()]; watched && info.Entry != 0 && info.Entry != want {
+			return m.Names.Republished(info.Table, info.OID, want, info.Entry, "while streaming")
 		}
 		if m.CheckTable != nil {
 			if err := m.CheckTable(info); err != nil {
@@ -347,8 +355,8 @@ func (st SlotState) fatal(n Names) error {
 	case len(st.PartitionsAsThemselves()) > 0:
 		return n.viaRootError(st.PartitionsAsThemselves())
 	case len(st.Missing) > 0:
-		return &SetupError{Object: "table " + tableList(st.Missing), Reason: fmt.Sprintf("is no longer in publication %q (dropped or removed) while streaming", n.Publication),
-			Fix: n.addTablesSQL(st.Missing) + "; if it was dropped, rows committed to the new table before that are never sent: see docs/postgres.md, A recreated outbox table, and next time " +
+		return &SetupError{Object: "table " + tableList(st.Missing), Reason: fmt.Sprintf("is no longer in publication %q (dropped or removed) while streaming: rows committed to it while it is out are never sent", n.Publication),
+			Fix: n.addTablesSQL(st.Missing) + ", then see docs/postgres.md, A table out of the publication; if it was dropped, rows committed to the new table before that are never sent: see docs/postgres.md, A recreated outbox table, and next time " +
 				n.RecreateAdvice(st.Missing[0])}
 	}
 	return nil

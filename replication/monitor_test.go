@@ -2,6 +2,8 @@ package replication
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/walstream/walstream/internal/testenv"
@@ -31,4 +33,38 @@ func TestMonitorTableDroppedBetweenChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantSetupError(t, m.sameTables(ctx), `table "public"."outbox"`, `is no longer in publication "walstream_outbox"`, "ALTER PUBLICATION")
+}
+
+// A table that left the publication and came back between two polls is
+// covered by another entry: the monitor stops, naming the table, both
+// entries and what was lost.
+func TestMonitorTableLeftPublicationBetweenPolls(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	ctx := context.Background()
+	admin := connect(t, pg.URL("postgres", "postgres"))
+	for _, sql := range []string{outboxDDL, names.PublicationSQL(false)} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	infos, err := DescribeTables(ctx, admin, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := names.Tables[0].String()
+	m := &Monitor{Conn: admin, Names: names, OIDs: map[string]uint32{name: infos[0].OID}, Entries: map[string]uint32{name: infos[0].Entry}}
+	if err := m.sameTables(ctx); err != nil {
+		t.Fatalf("sameTables before = %v", err)
+	}
+	for _, sql := range []string{"ALTER PUBLICATION walstream_outbox DROP TABLE public.outbox", "ALTER PUBLICATION walstream_outbox ADD TABLE public.outbox"} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = m.sameTables(ctx)
+	var re *RepublishedError
+	if !errors.As(err, &re) || !errors.Is(err, ErrSetup) || re.Was != infos[0].Entry || re.Now == 0 || re.Now == re.Was || re.OID != infos[0].OID ||
+		!strings.Contains(err.Error(), "came back while streaming") || !strings.Contains(err.Error(), "A table out of the publication") {
+		t.Fatalf("sameTables after the table left the publication and came back = %v", err)
+	}
 }

@@ -40,6 +40,13 @@ type TableInfo struct {
 	// again is in the publication from its CREATE TABLE on, so recreating
 	// it loses no row.
 	SchemaPublished bool
+	// Entry is the OID of the catalog row by which the publication covers
+	// the table: pg_publication_rel's naming it, else
+	// pg_publication_namespace's of its schema, else, for a publication
+	// of every table, pg_publication's own; zero when none does. A table
+	// removed from the publication and added again is covered by another
+	// row, and Postgres sent none of the rows committed between.
+	Entry uint32
 }
 
 // Exists reports whether a table has the name.
@@ -58,9 +65,10 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 	if err := conn.QueryRow(ctx, `SELECT to_regclass('pg_catalog.pg_publication_namespace') IS NOT NULL`).Scan(&schemas); err != nil {
 		return nil, fmt.Errorf("describing the outbox tables: %w", err)
 	}
-	bySchema := "false"
+	bySchema, schemaEntry := "false", "NULL"
 	if schemas {
 		bySchema = "EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace)"
+		schemaEntry = "(SELECT pn.oid FROM pg_publication_namespace pn JOIN pg_publication p ON p.oid = pn.pnpubid WHERE p.pubname = $2 AND pn.pnnspid = c.relnamespace)"
 	}
 	// One row per column, or one row of NULLs for a table that does not
 	// exist.
@@ -68,7 +76,9 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 			CASE WHEN a.attgenerated = '' THEN coalesce(pg_get_expr(d.adbin, d.adrelid), '') ELSE '' END,
 			coalesce((SELECT string_agg(e.enumlabel::text, ',' ORDER BY e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = a.atttypid), ''),
 			EXISTS (SELECT 1 FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid WHERE p.pubname = $2 AND pr.prrelid = c.oid),
-			EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $2 AND (p.puballtables OR `+bySchema+`))
+			EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $2 AND (p.puballtables OR `+bySchema+`)),
+			coalesce((SELECT pr.oid FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid WHERE p.pubname = $2 AND pr.prrelid = c.oid),
+				`+schemaEntry+`, (SELECT p.oid FROM pg_publication p WHERE p.pubname = $2 AND p.puballtables), 0)
 		FROM unnest($1::text[]) WITH ORDINALITY AS t(name, ord)
 		LEFT JOIN pg_class c ON c.oid = to_regclass(t.name)
 		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -83,13 +93,14 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 	}
 	var (
 		ord                     int64
+		entry                   uint32
 		oid, typ                *uint32
 		typmod                  *int32
 		name, def, labels       *string
 		notNull                 *bool
 		listed, schemaPublished bool
 	)
-	_, err = pgx.ForEachRow(rows, []any{&ord, &oid, &name, &typ, &typmod, &notNull, &def, &labels, &listed, &schemaPublished}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&ord, &oid, &name, &typ, &typmod, &notNull, &def, &labels, &listed, &schemaPublished, &entry}, func() error {
 		if ord < 1 || int(ord) > len(out) {
 			return fmt.Errorf("table number %d of %d", ord, len(out))
 		}
@@ -97,7 +108,7 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 		if oid == nil {
 			return nil
 		}
-		info.OID, info.SchemaPublished, info.Published = *oid, schemaPublished, listed || schemaPublished
+		info.OID, info.SchemaPublished, info.Published, info.Entry = *oid, schemaPublished, listed || schemaPublished, entry
 		if name != nil {
 			info.Columns = append(info.Columns, Column{Name: *name, Type: *typ, TypMod: *typmod, Labels: *labels, NotNull: *notNull, Default: *def})
 		}
@@ -126,6 +137,32 @@ func (n Names) TableDropped(t Table, oid uint32, since string) error {
 			since, oid, n.Publication),
 		Fix: "see docs/postgres.md, A recreated outbox table; " + n.RecreateAdvice(t) + "; walstream then stops at the new table's OID until it is accepted"}
 }
+
+// Republished is the stop for an outbox table (OID oid) the publication
+// covered by entry was when streamed, and by entry now since: it left the
+// publication and came back (or came under another of its entries), and
+// Postgres sent none of the rows committed to it while it was out. when
+// says when that was found.
+func (n Names) Republished(t Table, oid, was, now uint32, when string) error {
+	return &RepublishedError{Table: t.String(), Publication: n.Publication, OID: oid, Was: was, Now: now, When: when}
+}
+
+// RepublishedError is Republished's stop. An operator accepts it as a
+// recreated table's, by the table's OID.
+type RepublishedError struct {
+	Table, Publication string
+	OID, Was, Now      uint32
+	When               string
+}
+
+func (e *RepublishedError) Error() string {
+	return fmt.Sprintf("table %s (OID %d) left publication %q and came back %s (its entry in the publication %d, now %d): "+
+		"Postgres never sent the rows committed to it while it was out. To recover: find those rows (SELECT them from %s by id or time) "+
+		"and publish them again (see docs/reemit.md), or accept the loss; then accept the table (OID %d) and restart (see docs/postgres.md, A table out of the publication)",
+		e.Table, e.OID, e.Publication, e.When, e.Was, e.Now, e.Table, e.OID)
+}
+
+func (e *RepublishedError) Is(target error) bool { return target == ErrSetup }
 
 // RecreateAdvice is how to create an outbox table again without losing
 // rows: Postgres sends a table's rows only once it is in the publication,

@@ -71,6 +71,23 @@ func TestDescribeTables(t *testing.T) {
 	if !slices.Equal(p.Columns, want) {
 		t.Errorf("columns\n%+v\nwant, in column order without the dropped one,\n%+v", p.Columns, want)
 	}
+	// The publication's entry: another once the table left the
+	// publication and came back, none while it is out.
+	var entry uint32
+	if err := admin.QueryRow(ctx, "SELECT oid FROM pg_publication_rel WHERE prrelid = $1", oid).Scan(&entry); err != nil {
+		t.Fatal(err)
+	}
+	if p.Entry != entry || infos[0].Entry != 0 {
+		t.Errorf("entries %d and %d, want pg_publication_rel's %d and none for the missing table", p.Entry, infos[0].Entry, entry)
+	}
+	exec("ALTER PUBLICATION walstream_outbox DROP TABLE public.outbox")
+	if p := describe()[1]; p.Published || p.Entry != 0 {
+		t.Errorf("public.outbox out of the publication described as published %v, entry %d", p.Published, p.Entry)
+	}
+	exec("ALTER PUBLICATION walstream_outbox ADD TABLE public.outbox")
+	if p := describe()[1]; !p.Published || p.Entry == 0 || p.Entry == entry {
+		t.Errorf("public.outbox back in the publication described as published %v, entry %d (it was %d)", p.Published, p.Entry, entry)
+	}
 
 	// Outside the publication, then published by schema.
 	exec("CREATE SCHEMA billing")
@@ -81,8 +98,12 @@ func TestDescribeTables(t *testing.T) {
 	exec("CREATE PUBLICATION billing_outbox FOR TABLES IN SCHEMA billing")
 	n.Publication = "billing_outbox"
 	infos = describe()
-	if b := infos[0]; !b.Published || !b.SchemaPublished {
-		t.Errorf("billing.outbox, in a schema publication, described as published %v, by schema %v", b.Published, b.SchemaPublished)
+	var schemaEntry uint32
+	if err := admin.QueryRow(ctx, "SELECT oid FROM pg_publication_namespace WHERE pnnspid = 'billing'::regnamespace").Scan(&schemaEntry); err != nil {
+		t.Fatal(err)
+	}
+	if b := infos[0]; !b.Published || !b.SchemaPublished || b.Entry != schemaEntry {
+		t.Errorf("billing.outbox, in a schema publication, described as published %v, by schema %v, entry %d (want %d)", b.Published, b.SchemaPublished, b.Entry, schemaEntry)
 	}
 	if p := infos[1]; p.Published || p.SchemaPublished {
 		t.Errorf("public.outbox, not in publication billing_outbox, described as published %v, by schema %v", p.Published, p.SchemaPublished)

@@ -25,6 +25,7 @@ import (
 	"github.com/walstream/walstream/group"
 	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/pipeline"
+	"github.com/walstream/walstream/replication"
 )
 
 // defaultGOGC is the garbage collector's target when GOGC is not in the
@@ -218,6 +219,7 @@ func flagHints(err error) error {
 	var sharedKey *pipeline.SharedKeyError
 	var diverged *pipeline.DivergedError
 	var recreated *decode.TableRecreatedError
+	var republished *replication.RepublishedError
 	var bad *decode.Error
 	var unattached *decode.UnattachedError
 	var undecided *pipeline.UndecidedCheckpointError
@@ -244,6 +246,8 @@ func flagHints(err error) error {
 		return fmt.Errorf("%w (create the topic, or let walstream create the topics it writes to with --topic-creation; see docs/kafka.md, Outbox and dead-letter topics)", err)
 	case errors.As(err, &recreated):
 		return fmt.Errorf("%w (--accept-recreated-table %s=%d)", err, recreated.Table, recreated.NewOID)
+	case errors.As(err, &republished):
+		return fmt.Errorf("%w (--accept-recreated-table %s=%d)", err, republished.Table, republished.OID)
 	case errors.As(err, &bad) && bad.Event.CommitLSN != 0 && errors.As(err, &unattached):
 		return fmt.Errorf("%w (to send this one event to --dlq-topic and go on: --skip-event %s; every row of the relation, with any other bad row: --on-error=dead-letter)", err, bad.Event.Ref())
 	case errors.Is(err, group.ErrRefused) && !errors.Is(err, kafka.ErrAuthorization):

@@ -334,3 +334,60 @@ func TestInvalidUTF8PayloadJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestTableLeftPublicationWhileStopped: the outbox table removed from the
+// publication while walstream is stopped, rows committed, and the table
+// added again before the next start. Postgres never sends those rows; the
+// checkpoint recorded the publication's entry for the table, so the start
+// stops naming the table, both entries and the checkpoint, confirming
+// nothing, until the operator accepts the table by its OID.
+func TestTableLeftPublicationWhileStopped(t *testing.T) {
+	t.Parallel()
+	e := newSharedEnv(t)
+	p := e.start(nil).streaming(t)
+	seq := 0
+	e.insertTx("Order", 3, 1, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	cps := e.kcat("walstream.checkpoints")
+	cp, _, err := checkpoint.Decode([]byte(cps[len(cps)-1].Value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.Notes == nil || cp.Notes.Entries["public.outbox"] == 0 {
+		t.Fatalf("last checkpoint %s records no publication entry for public.outbox", cps[len(cps)-1].Value)
+	}
+	confirmed := e.confirmedLSN("walstream")
+
+	e.pg.Exec("postgres", "ALTER PUBLICATION walstream_outbox DROP TABLE outbox")
+	lost := 100
+	e.insertTx("Lost", 2, 1, &lost, false) // never sent by Postgres
+	e.pg.Exec("postgres", "ALTER PUBLICATION walstream_outbox ADD TABLE outbox")
+	oid := e.tableOID()
+	msg := exitMessage(t, e.start(nil))
+	t.Logf("stop: %s", msg)
+	wantAll(t, msg, fmt.Sprintf("table public.outbox (OID %d) left publication \"walstream_outbox\" and came back after checkpoint %s", oid, cp),
+		fmt.Sprintf("its entry in the publication %d, now", cp.Notes.Entries["public.outbox"]), "never sent the rows committed to it while it was out",
+		"A table out of the publication", fmt.Sprintf("--accept-recreated-table public.outbox=%d", oid))
+	if got := e.confirmedLSN("walstream"); got != confirmed {
+		t.Fatalf("confirmed_flush_lsn moved from %s to %s", confirmed, got)
+	}
+
+	// Accepted, it goes on; the next checkpoint records the new entry, so
+	// the start after needs no flag.
+	p = e.start([]string{"--accept-recreated-table", fmt.Sprintf("public.outbox=%d", oid)}).streaming(t)
+	e.insertTx("Order", 2, 1, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	if got := len(e.readAll("Order")); got != 5 {
+		t.Fatalf("%d records, want the 3 before and the 2 after", got)
+	}
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	p = e.start(nil).streaming(t)
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
