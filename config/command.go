@@ -125,7 +125,7 @@ func ParseStreams(cmd Command, args []string, stdout io.Writer) ([]*Config, erro
 	// --fleet=auto (the process's, so every stream's) shares a list of
 	// streams that write to one Kafka cluster, where the fleet's group
 	// is; --fleet=on a list of several is refused by CheckFleet.
-	if all[0].FleetMembership == fleetAuto && slices.ContainsFunc(all, func(sc *Config) bool { return sc.Kafka.Cluster() != all[0].Kafka.Cluster() }) {
+	if all[0].FleetMembership == fleetAuto && slices.ContainsFunc(all, func(sc *Config) bool { return !sc.Kafka.SameCluster(all[0].Kafka) }) {
 		for _, sc := range all {
 			sc.Fleet.Group = ""
 		}

@@ -60,11 +60,37 @@ func (c Settings) Shared() Settings {
 	return c
 }
 
-// Cluster names the cluster the settings reach: the brokers, sorted and
-// joined with commas, so that two lists of one cluster's brokers in
-// different orders name it alike.
+// Cluster names the cluster the settings reach: the brokers as dialed
+// (canonicalBroker), sorted and joined with commas, so that two lists of
+// one cluster's brokers in different orders or spellings name it alike.
 func (c Settings) Cluster() string {
-	return strings.Join(slices.Sorted(slices.Values(c.Brokers)), ",")
+	bs := make([]string, len(c.Brokers))
+	for i, b := range c.Brokers {
+		bs[i] = canonicalBroker(b)
+	}
+	return strings.Join(slices.Compact(slices.Sorted(slices.Values(bs))), ",")
+}
+
+// SameCluster reports whether c and o reach one cluster: they list a
+// broker in common, as dialed. Two lists of some of one cluster's brokers
+// need not be equal.
+func (c Settings) SameCluster(o Settings) bool {
+	for _, b := range c.Brokers {
+		if slices.ContainsFunc(o.Brokers, func(ob string) bool { return canonicalBroker(ob) == canonicalBroker(b) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// canonicalBroker is a bootstrap broker as walstream dials it: its host in
+// lower case (DNS names are), and Kafka's port 9092 when none is given.
+func canonicalBroker(b string) string {
+	host, port, err := net.SplitHostPort(b)
+	if err != nil {
+		host, port = b, "9092"
+	}
+	return net.JoinHostPort(strings.ToLower(host), port)
 }
 
 // CheckBrokers reports a broker address that cannot be dialed. A missing

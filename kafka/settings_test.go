@@ -17,3 +17,21 @@ func TestCheckBrokers(t *testing.T) {
 		}
 	}
 }
+
+// A cluster is named and compared by its brokers as dialed: the host in
+// lower case, Kafka's port where none is given; two lists with a broker in
+// common reach one cluster.
+func TestCluster(t *testing.T) {
+	a := Settings{Brokers: []string{"K2", "k1:9092", "k2:9092"}}
+	if got := a.Cluster(); got != "k1:9092,k2:9092" {
+		t.Errorf("Cluster() = %q, want k1:9092,k2:9092", got)
+	}
+	for _, c := range []struct {
+		brokers []string
+		same    bool
+	}{{[]string{"k2"}, true}, {[]string{"K1:9092", "k9:9092"}, true}, {[]string{"k1:9093"}, false}, {[]string{"k3"}, false}} {
+		if got := a.SameCluster(Settings{Brokers: c.brokers}); got != c.same {
+			t.Errorf("SameCluster(%v) = %v, want %v", c.brokers, got, c.same)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -307,8 +308,18 @@ func superviseAll(ctx context.Context, rs []runner, stopped func(i int, err erro
 // streams apart by name), one checkpoint key in one checkpoint topic, one
 // transactional id (each would fence the other), or one slot of one
 // database; and, when their process joins a fleet's group, streams on
-// several Kafka clusters: the group is on one.
+// several Kafka clusters: the group is on one. Streams whose brokers have
+// one in common are on one cluster, and a host is one whatever the case of
+// its name.
 func CheckFleet(cfgs []Config) error {
+	// Each stream's cluster is named after the first stream on it.
+	clusterOf := make([]string, len(cfgs))
+	for i, c := range cfgs {
+		clusterOf[i] = c.Kafka.Cluster()
+		if j := slices.IndexFunc(cfgs[:i], func(o Config) bool { return o.Kafka.SameCluster(c.Kafka) }); j >= 0 {
+			clusterOf[i] = clusterOf[j]
+		}
+	}
 	var errs []error
 	seen := make(map[string]string) // what must be unique → the stream that has it
 	unique := func(stream, what, value string) {
@@ -319,17 +330,17 @@ func CheckFleet(cfgs []Config) error {
 		}
 		seen[key] = stream
 	}
-	for _, c := range cfgs {
+	for i, c := range cfgs {
 		unique(c.Stream, "name", c.Stream)
-		cluster := c.Kafka.Cluster()
+		cluster := clusterOf[i]
 		unique(c.Stream, "checkpoint key", fmt.Sprintf("%q in topic %s of Kafka %s", c.CheckpointKey, c.CheckpointTopic, cluster))
 		unique(c.Stream, "transactional id", fmt.Sprintf("%q in Kafka %s", c.TransactionalID, cluster))
 		if c.Postgres != nil {
-			unique(c.Stream, "slot", fmt.Sprintf("%q on %s:%d", c.Names.Slot, c.Postgres.Host, c.Postgres.Port))
+			unique(c.Stream, "slot", fmt.Sprintf("%q on %s:%d", c.Names.Slot, strings.ToLower(c.Postgres.Host), c.Postgres.Port))
 		}
-		if first := cfgs[0]; c.Fleet.Group != "" && cluster != first.Kafka.Cluster() {
+		if first := cfgs[0]; c.Fleet.Group != "" && cluster != clusterOf[0] {
 			errs = append(errs, fmt.Errorf("streams %s and %s write to different Kafka clusters (%s and %s), and the fleet's group %s is on one: "+
-				"run them as two fleets, or without a fleet's group", first.Stream, c.Stream, first.Kafka.Cluster(), cluster, c.Fleet.Group))
+				"run them as two fleets, or without a fleet's group", first.Stream, c.Stream, clusterOf[0], cluster, c.Fleet.Group))
 		}
 	}
 	return errors.Join(errs...)

@@ -282,6 +282,25 @@ func TestCheckFleet(t *testing.T) {
 	if err := CheckFleet([]Config{a, b}); err == nil || !strings.Contains(err.Error(), `streams a and b have the same transactional id "walstream-a" in Kafka k1:9092,k2:9092`) {
 		t.Errorf("one transactional id, brokers in two orders: %v", err)
 	}
+	// One cluster spelled two ways, or reached through two of its
+	// brokers, is one: its keys and ids are one, and so is a slot of a
+	// host named in two cases.
+	b = fleetConfig(t, "b", "postgres://DB/b", "a")
+	b.Kafka.Brokers, b.CheckpointKey, b.TransactionalID = []string{"K2", "k3:9092"}, a.CheckpointKey, a.TransactionalID
+	b.Fleet.Group = "g"
+	err = CheckFleet([]Config{a, b})
+	for _, want := range []string{
+		`streams a and b have the same slot "a" on db:5432`,
+		`streams a and b have the same checkpoint key "a" in topic walstream.checkpoints of Kafka k1:9092,k2:9092`,
+		`streams a and b have the same transactional id "walstream-a" in Kafka k1:9092,k2:9092`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("one cluster spelled two ways: CheckFleet = %v, want %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "different Kafka clusters") {
+		t.Errorf("one cluster spelled two ways taken for two: %v", err)
+	}
 }
 
 // A fleet's /healthz and /readyz answer for every stream, one line each:
