@@ -116,7 +116,7 @@ var (
 
 // applyFile sets every flag the command line and the environment left
 // unset from the config file: flags win over the environment, the
-// environment over the file. For the stream at index stream of its
+// environment over the file, a table's own router settings included. For the stream at index stream of its
 // streams: list (-1: a file without one), the stream's entry comes first,
 // then the Debezium connector config it names (connector:), then the
 // file's top level, which every stream shares; a setting the command line
@@ -251,13 +251,26 @@ func (l *loader) scalar(k, v *yaml.Node, router bool) (string, bool) {
 	return value, err == nil
 }
 
+// overridden says whether the command line or the environment set flag,
+// which key k of the file also sets: they win over the file's top level,
+// and in a stream's entry the two are an error, since the entry's value
+// would be lost without a word. what names the key in the error.
+func (l *loader) overridden(k *yaml.Node, what, flagName string) bool {
+	if !l.cli[flagName] {
+		return false
+	}
+	if l.layer != "" {
+		l.at(k, "%s is also set by --%s or $%s, which a stream's own settings cannot override; keep one", what, flagName, EnvName(flagName))
+	}
+	return true
+}
+
 // setFlag sets a flag that nothing more specific set: in a stream's entry,
 // one the command line or the environment set too is an error, since it
 // would be lost without a word.
 func (l *loader) setFlag(k *yaml.Node, flagName, value string) {
 	switch f := l.fs.Lookup(flagName); {
-	case l.layer != "" && l.cli[flagName]:
-		l.at(k, "%s is also set by --%s or $%s, which a stream's own settings cannot override; keep one", k.Value, flagName, EnvName(flagName))
+	case l.layer != "" && l.overridden(k, k.Value, flagName):
 	case l.set[flagName]:
 	case f == nil:
 		l.at(k, "unknown setting %q (settings are flag names, like kafka-brokers)", k.Value)
@@ -318,9 +331,19 @@ func (l *loader) mapping(n *yaml.Node, registry *debezium.RegistryKeys) (tables 
 					return // a table with the shared settings
 				}
 				l.each(settings, "tables."+name.Value+" must be a mapping of settings", func(k, v *yaml.Node) {
-					if value, ok := l.scalar(k, v, true); ok {
-						own[k.Value] = value
+					value, ok := l.scalar(k, v, true)
+					if !ok {
+						return
 					}
+					// A table's own value is the file's too: the router
+					// flag given for every table (shadow mode's
+					// --topic-template) replaces it. An unknown key is
+					// kept for NewOutbox to name.
+					if key, err := decode.CanonicalRouterKey(k.Value); err == nil &&
+						l.overridden(k, "tables."+name.Value+": "+k.Value, debezium.RouterSettings[key]) {
+						return
+					}
+					own[k.Value] = value
 				})
 			})
 		default:
