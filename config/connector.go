@@ -19,13 +19,27 @@ import (
 // (--config), or under a stream's connector:, mapped onto the settings by
 // debezium.Translate; and the config file it is equivalent to.
 
-// applyConnector sets every flag the command line and the environment left
-// unset from a connector config, and notes the keys it ignores.
-func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *debezium.Connector) error {
+// applyConnector sets every flag nothing more specific set from a
+// connector config, and notes the keys it ignores. In a stream's entry
+// (layer, such as "streams[1]"), a setting the config gives that the
+// command line or the environment set too (cli) is an error, as the
+// entry's own keys are: WALSTREAM_PG_URL left in a pod's environment must
+// not point the stream at another database without a word. Debezium's
+// default of a key the config leaves out yields to them, as walstream's
+// defaults do.
+func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *debezium.Connector, layer string, cli map[string]bool) error {
 	tr, err := debezium.Translate(cc, c.resolving)
 	var errs []error
 	errs = append(errs, err)
 	for _, name := range slices.Sorted(maps.Keys(tr.Settings)) {
+		if layer != "" && cli[name] && !tr.Defaults[name] {
+			at := fmt.Sprintf("connector config %s (--%s)", cc.Path, name)
+			if key, ok := tr.From[name]; ok {
+				at = cc.At(key)
+			}
+			errs = append(errs, fmt.Errorf("%s (%s): is also set by --%s or $%s, which a stream's own settings cannot override; keep one", at, layer, name, EnvName(name)))
+			continue
+		}
 		if set[name] {
 			continue
 		}
@@ -105,12 +119,8 @@ func PrintFromDebezium(w io.Writer, path string) error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(tr.Settings)) {
 		if refs := debezium.ProviderRefs(tr.Settings[name]); len(refs) > 0 {
-			from := tr.From[name]
-			if name == "pg-url" {
-				from = "database.*"
-			}
 			fmt.Fprintf(w, "# %s: from %s, which refers to %s: walstream run --config %s reads it there; or give %s here\n",
-				name, from, strings.Join(refs, ", "), path, name)
+				name, tr.From[name], strings.Join(refs, ", "), path, name)
 			continue
 		}
 		fmt.Fprintf(w, "%s: %s\n", name, yamlScalar(tr.Settings[name]))

@@ -132,7 +132,7 @@ var (
 //	    table.field.event.key: invoice_id
 func (c *Config) applyFile(fs *flag.FlagSet, set map[string]bool, f *configFile, stream int) error {
 	if f.connector != nil {
-		return errors.Join(c.applyConnector(fs, set, f.connector), unsetConverters(set, f.connector.Path))
+		return errors.Join(c.applyConnector(fs, set, f.connector, "", nil), unsetConverters(set, f.connector.Path))
 	}
 	if f.top == nil {
 		return nil
@@ -402,8 +402,8 @@ func (l *loader) connector(n *yaml.Node) {
 		l.at(n, "connector: want a Debezium connector config's keys, or the path of its file")
 		return
 	}
-	// As with --config naming a connector config, the command line and
-	// the environment win over its keys.
+	// Part of the stream's entry: its keys, as the entry's own, may not
+	// be set by the command line or the environment too.
 	l.connectorPath = cc.Path
-	l.errs = append(l.errs, l.c.applyConnector(l.fs, l.set, cc))
+	l.errs = append(l.errs, l.c.applyConnector(l.fs, l.set, cc, l.layer, l.cli))
 }

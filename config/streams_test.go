@@ -358,3 +358,44 @@ streams:
 		}
 	}
 }
+
+// A stream's connector config is part of the stream's entry: a setting it
+// gives that the command line or the environment sets too is refused,
+// naming both, as the entry's own keys are; Debezium's default of a key
+// it leaves out yields, as walstream's defaults do.
+func TestConfigStreamConnectorAndEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	connector := `{"name": "billing", "config": {"connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+		"database.hostname": "db", "database.dbname": "billing", "topic.prefix": "billing", "table.include.list": "public.outbox",
+		"slot.name": "billing", "transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+		"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.json.JsonConverter"}}`
+	if err := os.WriteFile(filepath.Join(dir, "billing.json"), []byte(connector), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "fleet.yaml")
+	body := "kafka-brokers: kafka:9092\nstreams:\n  - connector: billing.json\n  - pg-url: postgres://db/orders\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("environment", func(t *testing.T) {
+		t.Setenv("WALSTREAM_PG_URL", "postgres://other/db")
+		t.Setenv("WALSTREAM_SLOT", "other")
+		_, err := parseRun(t, "--config", path)
+		wantRefused(t, err, "stream 1", "billing.json: database.* (streams[0]): is also set by --pg-url or $WALSTREAM_PG_URL",
+			"billing.json: slot.name (streams[0]): is also set by --slot or $WALSTREAM_SLOT")
+	})
+	t.Run("flag", func(t *testing.T) {
+		_, err := parseRun(t, "--config", path, "--table", "public.other")
+		wantRefused(t, err, "billing.json: table.include.list (streams[0]): is also set by --table or $WALSTREAM_TABLE")
+	})
+	t.Run("a default", func(t *testing.T) {
+		t.Setenv("WALSTREAM_PUBLICATION", "shared")
+		cs, err := parseRun(t, "--config", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cs[0].Publication; got != "shared" {
+			t.Errorf("publication %q, want the environment's over Debezium's default, which billing.json leaves to it", got)
+		}
+	})
+}

@@ -28,11 +28,14 @@ type IgnoredKey struct{ Key, Why string }
 
 // Translation is what a connector config sets: walstream's settings by
 // name (an outbox router setting by its name in RouterSettings too), the
-// key that set each (From, where one key did), the schema registry's
-// secrets, which have no settings, the keys walstream ignores, and the
-// config provider references left unresolved, as written in the settings.
+// key that set each (From: the key, or the pattern of the keys, such as
+// database.*), the settings only Debezium's defaults of the keys the config
+// leaves out set (Defaults), the schema registry's secrets, which have no
+// settings, the keys walstream ignores, and the config provider references
+// left unresolved, as written in the settings.
 type Translation struct {
 	Settings, From map[string]string
+	Defaults       map[string]bool
 	Registry       RegistryKeys
 	Ignored        []IgnoredKey
 	Unresolved     []Unresolved
@@ -186,7 +189,7 @@ var connectorDefaults = map[string]string{
 // Translate maps a connector config onto walstream's settings, its config
 // provider references resolved as mode says (Connector.Resolve).
 func Translate(cc *Connector, mode Resolving) (*Translation, error) {
-	tr := &Translation{Settings: make(map[string]string), From: make(map[string]string)}
+	tr := &Translation{Settings: make(map[string]string), From: make(map[string]string), Defaults: make(map[string]bool)}
 	var errs []error
 	refuse := func(key, why string) {
 		errs = append(errs, fmt.Errorf("%s: %s (see docs/debezium.md, Pasting a connector config)", cc.At(key), why))
@@ -211,7 +214,7 @@ func Translate(cc *Connector, mode Resolving) (*Translation, error) {
 	}
 	for key, def := range connectorDefaults {
 		if name := connectorSettings[key]; tr.Settings[name] == "" {
-			tr.Settings[name] = def
+			tr.Settings[name], tr.Defaults[name] = def, true
 		}
 	}
 	if _, ok := values["topic.prefix"]; !ok {
@@ -225,22 +228,23 @@ func Translate(cc *Connector, mode Resolving) (*Translation, error) {
 		if err != nil {
 			refuse("database."+err.key, err.why)
 		}
-		tr.Settings["pg-url"] = dsn
+		tr.set("database.*", "pg-url", dsn)
 	}
 	if st.channels != nil && !slices.ContainsFunc(st.channels, func(c string) bool { return strings.TrimSpace(c) == "source" }) && tr.Settings["signal-table"] != "" {
 		// Debezium reads no signal table unless its source channel is on.
 		tr.Ignored = append(tr.Ignored, IgnoredKey{"signal.data.collection", "signal.enabled.channels lacks source, so Debezium reads no signal table either"})
 		delete(tr.Settings, "signal-table")
+		delete(tr.From, "signal-table")
 	}
 	switch prefixes := st.prefixes; {
 	case len(st.decoders) == 0:
 		// Debezium would publish logical messages as change events to
 		// <topic.prefix>.message; an outbox without the decoder has none.
-		tr.Settings["message-prefix"] = ""
+		tr.Settings["message-prefix"], tr.Defaults["message-prefix"] = "", true
 	case prefixes == nil:
-		tr.Settings["message-prefix"] = "*"
+		tr.Settings["message-prefix"], tr.Defaults["message-prefix"] = "*", true
 	case len(prefixes) == 1 && !strings.ContainsAny(prefixes[0], `.*+?[](){}|^$\`):
-		tr.Settings["message-prefix"] = strings.TrimSpace(prefixes[0])
+		tr.set("message.prefix.include.list", "message-prefix", strings.TrimSpace(prefixes[0]))
 	default:
 		refuse("message.prefix.include.list", "walstream takes the logical messages of one prefix, named as it is, or of every prefix")
 	}
@@ -271,7 +275,7 @@ func (st *translating) key(key, v string) {
 				tr.set(key, RouterSettings[canon], v)
 			}
 		case st.decoders[name] && rest == "fields.null.include":
-			tr.Settings["message-fields-null-include"] = v
+			tr.set(key, "message-fields-null-include", v)
 		case st.decoders[name]:
 			st.refuse(key, "not a setting of DecodeLogicalDecodingMessageContent")
 		}
@@ -300,13 +304,13 @@ func (st *translating) key(key, v string) {
 		if err != nil {
 			st.refuse(key, err.Error())
 		}
-		tr.Settings["table"] = strings.Join(tables, ",")
+		tr.set(key, "table", strings.Join(tables, ","))
 	case key == "status.update.interval.ms":
 		ms, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
 		if err != nil {
 			st.refuse(key, fmt.Sprintf("%q is not a number of milliseconds", v))
 		}
-		tr.Settings["status-interval"] = fmt.Sprintf("%dms", ms)
+		tr.set(key, "status-interval", fmt.Sprintf("%dms", ms))
 	case key == "header.converter":
 		if strings.TrimSpace(v) != simpleHeaders {
 			st.refuse(key, fmt.Sprintf("is %q; walstream writes headers as %s does", v, simpleHeaders))
@@ -322,7 +326,7 @@ func (st *translating) key(key, v string) {
 	case key == "message.prefix.exclude.list":
 		st.refuse(key, "walstream takes the logical messages of one prefix, or of every prefix; name it in message.prefix.include.list")
 	case strings.HasPrefix(key, "topic.creation."):
-		tr.Settings["topic-creation"] += strings.TrimPrefix(key, "topic.creation.") + "=" + v + ";"
+		tr.set("topic.creation.*", "topic-creation", tr.Settings["topic-creation"]+strings.TrimPrefix(key, "topic.creation.")+"="+v+";")
 	case key == "snapshot.mode":
 		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "no_data", "never":

@@ -9,9 +9,9 @@ import (
 
 // TestTranslate: a connector config's keys become walstream's settings by
 // their names, each with the key that set it (a router key by its
-// setting's name, the database.* keys one connection string, Debezium's
-// defaults where walstream's differ); the schema registry's password is
-// kept apart, and an ignored key keeps its reason.
+// setting's name, the database.* keys one connection string), Debezium's
+// defaults where walstream's differ noted as such; the schema registry's
+// password is kept apart, and an ignored key keeps its reason.
 func TestTranslate(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.properties")
 	cc, ok, err := ReadConnector(path, []byte(`connector.class=`+PostgresConnector+`
@@ -41,9 +41,12 @@ tasks.max=1
 		t.Errorf("settings %v, want %v", tr.Settings, settings)
 	}
 	from := map[string]string{"slot": "slot.name", "topic-prefix": "topic.prefix", "route-by-column": "transforms.outbox.route.by.field",
-		"schema-registry-user": "value.converter.basic.auth.user.info"}
+		"schema-registry-user": "value.converter.basic.auth.user.info", "table": "table.include.list", "pg-url": "database.*"}
 	if !maps.Equal(tr.From, from) {
 		t.Errorf("keys %v, want %v", tr.From, from)
+	}
+	if defaults := map[string]bool{"publication": true, "extended-headers": true, "message-prefix": true}; !maps.Equal(tr.Defaults, defaults) {
+		t.Errorf("defaults %v, want %v", tr.Defaults, defaults)
 	}
 	if tr.Registry.Password != "s3cret" || tr.Registry.Token != "" {
 		t.Errorf("registry password %q, token %q", tr.Registry.Password, tr.Registry.Token)
