@@ -186,7 +186,7 @@ func parseFlags(cmd Command, args []string, stdout io.Writer) (c *Config, fs *fl
 	fs.VisitAll(func(f *flag.Flag) {
 		if v, ok := os.LookupEnv(EnvName(f.Name)); ok && !set[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("$%s=%q: %s", EnvName(f.Name), v, expected(f, err)))
+				errs = append(errs, errors.New(refused("$"+EnvName(f.Name), "=", f, v, err)))
 			}
 			set[f.Name] = true
 		}
@@ -238,10 +238,23 @@ func flagError(fs *flag.FlagSet, err error) string {
 	}
 	if m := flagMessage.FindStringSubmatch(msg); m != nil {
 		if f := fs.Lookup(m[2]); f != nil {
-			return fmt.Sprintf("--%s %q: %s", m[2], m[1], expected(f, errors.New(m[3])))
+			return refused("--"+m[2], " ", f, m[1], errors.New(m[3]))
 		}
 	}
 	return msg
+}
+
+// refused words the error of flag f refusing value, after what names
+// where the value was given (--name, $NAME, a config file's key) and sep:
+// the value quoted, then what the flag takes. A flag parsed when set
+// (parsed) may hold a credential, such as a Kafka Connect URL's user and
+// password: its value is left out, since its parser's errors quote what
+// they can of it, redacted.
+func refused(what, sep string, f *flag.Flag, value string, err error) string {
+	if _, ok := f.Value.(*parsed); ok {
+		return fmt.Sprintf("%s: %v", what, err)
+	}
+	return fmt.Sprintf("%s%s%q: %s", what, sep, value, expected(f, err))
 }
 
 // expected says what a flag takes, for an error setting it: the flag

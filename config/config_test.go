@@ -186,6 +186,40 @@ func TestConfigNeverPrintsThePassword(t *testing.T) {
 	}
 }
 
+// A value a flag refuses may hold a credential (a Kafka Connect URL with
+// its user and password): wherever it comes from, the error names the
+// setting and never prints the secret.
+func TestConfigNeverPrintsACredential(t *testing.T) {
+	base := []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
+	for name, url := range map[string]string{"a URL": "http://admin:s3cr3t@connect:8083/connectors/x", "no host": "http://admin:s3cr3t@/connectors/x",
+		"not a URL": "http://admin:s3cr3t@conn ect:8083/"} {
+		t.Run(name, func(t *testing.T) {
+			check := func(t *testing.T, err error, want string) {
+				t.Helper()
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("err = %v, want an error naming %s", err, want)
+				}
+				if strings.Contains(err.Error(), "s3cr3t") {
+					t.Fatalf("error prints the password: %v", err)
+				}
+			}
+			t.Run("flag", func(t *testing.T) {
+				_, err := Parse(Run, append(base, "--from-debezium-offset", url), &bytes.Buffer{})
+				check(t, err, "--from-debezium-offset")
+			})
+			t.Run("environment", func(t *testing.T) {
+				t.Setenv("WALSTREAM_FROM_DEBEZIUM_OFFSET", url)
+				_, err := Parse(Run, base, &bytes.Buffer{})
+				check(t, err, "$WALSTREAM_FROM_DEBEZIUM_OFFSET")
+			})
+			t.Run("config file", func(t *testing.T) {
+				_, err := Parse(Run, append(base, "--config", writeFile(t, "from-debezium-offset: '"+url+"'\n")), &bytes.Buffer{})
+				check(t, err, "line 1: from-debezium-offset")
+			})
+		})
+	}
+}
+
 func TestRunHelpListsEnvironment(t *testing.T) {
 	var stderr bytes.Buffer
 	_, err := Parse(Run, []string{"--help"}, &stderr)

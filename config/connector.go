@@ -53,7 +53,7 @@ func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *debez
 			if key, ok := tr.From[name]; ok {
 				at = cc.At(key)
 			}
-			errs = append(errs, fmt.Errorf("%s: %q: %s", at, tr.Settings[name], expected(f, err)))
+			errs = append(errs, errors.New(refused(at, ": ", f, tr.Settings[name], err)))
 		}
 		set[name] = true
 	}

@@ -276,7 +276,7 @@ func (l *loader) setFlag(k *yaml.Node, flagName, value string) {
 		l.at(k, "unknown setting %q (settings are flag names, like kafka-brokers)", k.Value)
 	default:
 		if err := l.fs.Set(flagName, value); err != nil {
-			l.at(k, "%s=%q: %s", k.Value, value, expected(f, err))
+			l.at(k, "%s", refused(k.Value, "=", f, value, err))
 		}
 		l.set[flagName] = true
 	}

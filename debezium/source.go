@@ -65,11 +65,11 @@ func ParseSource(s string) (src Source, name string, err error) {
 		return src, "", errors.New("is empty")
 	case strings.HasPrefix(s, "http://"), strings.HasPrefix(s, "https://"):
 		u, err := url.Parse(s)
-		if err != nil || u.Host == "" {
-			return src, "", fmt.Errorf("%q is not a URL of Kafka Connect's REST API", s)
-		}
-		if u.User != nil {
+		if err == nil && u.User != nil {
 			return src, "", fmt.Errorf("%s: put no credentials in the URL", u.Redacted())
+		}
+		if err != nil || u.Host == "" {
+			return src, "", fmt.Errorf("%q is not a URL of Kafka Connect's REST API", withoutUserInfo(s))
 		}
 		// The connectors' list is the API's base too.
 		path := strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/connectors")
@@ -93,6 +93,23 @@ func ParseSource(s string) (src Source, name string, err error) {
 		return Source{Kind: SourceTopic, Topic: topic}, "", nil
 	}
 	return Source{Kind: SourceFile, Path: s}, "", nil
+}
+
+// withoutUserInfo is s, a URL that may not parse, with its user info (a
+// password, as likely as not) cut out, for an error.
+func withoutUserInfo(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
+	authority := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority = rest[:i]
+	}
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		return scheme + "://xxxxx@" + rest[at+1:]
+	}
+	return s
 }
 
 func (s Source) String() string {
