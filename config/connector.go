@@ -82,9 +82,9 @@ func unsetConverters(set map[string]bool, path string) error {
 // PrintFromDebezium prints the walstream config file equivalent to the
 // connector config at path (walstream init --from-debezium): the settings
 // it maps to, by flag name, the router's under outbox:, and the keys it
-// ignores as comments. The database password is left out: walstream reads
-// it from $PGPASSWORD, ~/.pgpass or --pg-password-file, never from a file
-// it prints.
+// ignores as comments. The database password and the TLS key's are left
+// out: walstream reads them from $PGPASSWORD, ~/.pgpass or
+// --pg-password-file, and $PGSSLPASSWORD, never from a file it prints.
 func PrintFromDebezium(w io.Writer, path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -97,8 +97,9 @@ func PrintFromDebezium(w io.Writer, path string) error {
 	if !ok {
 		return fmt.Errorf("%s is not a Debezium connector config (JSON, properties, or a Strimzi KafkaConnector with connector.class)", path)
 	}
-	password := cc.Values["database.password"]
+	password, sslPassword := cc.Values["database.password"], cc.Values["database.sslpassword"]
 	delete(cc.Values, "database.password")
+	delete(cc.Values, "database.sslpassword")
 	// Secrets in the Kubernetes API or AWS stay there: the printed config
 	// says where, and walstream reads them when it runs with the connector
 	// config itself.
@@ -126,6 +127,9 @@ func PrintFromDebezium(w io.Writer, path string) error {
 		fmt.Fprintf(w, "%s: %s\n", name, yamlScalar(tr.Settings[name]))
 		if name == "pg-url" && password != "" {
 			fmt.Fprintln(w, "# the password is not copied: walstream reads it from $PGPASSWORD, ~/.pgpass or --pg-password-file")
+		}
+		if name == "pg-url" && sslPassword != "" {
+			fmt.Fprintln(w, "# the TLS key's password (database.sslpassword) is not copied: walstream reads it from $PGSSLPASSWORD")
 		}
 	}
 	if tr.Registry.Password != "" {

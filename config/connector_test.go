@@ -306,6 +306,26 @@ func TestInitFromDebezium(t *testing.T) {
 	}
 }
 
+// The TLS key's password (database.sslpassword) is a secret as the
+// database password is: init --from-debezium leaves it out of the printed
+// config and says where walstream reads it.
+func TestInitFromDebeziumSSLPassword(t *testing.T) {
+	connector := strings.Replace(harnessConnector, `"database.user": "postgres",`,
+		`"database.user": "postgres", "database.sslmode": "verify-full", "database.sslkey": "/tls/client.key", "database.sslpassword": "k3yPassw0rd",`, 1)
+	var out bytes.Buffer
+	if err := PrintFromDebezium(&out, writeNamed(t, "connector.json", connector)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "k3yPassw0rd") || strings.Contains(out.String(), "sslpassword=") {
+		t.Fatalf("the printed config holds the TLS key's password:\n%s", out.String())
+	}
+	for _, want := range []string{"sslkey='/tls/client.key'", "# the TLS key's password (database.sslpassword) is not copied: walstream reads it from $PGSSLPASSWORD"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // TestConnectorConfigRemoteSecrets: walstream fetches the secrets of the
 // keys it uses only. A key it ignores is not resolved; init
 // --from-debezium fetches none and prints, for a setting that refers to
