@@ -93,6 +93,13 @@ func readConfigFile(path string) (*configFile, error) {
 	return f, nil
 }
 
+// isNull says whether n is YAML's null: key:, key: ~ or key: null. Its
+// text is "~" or "null", which no setting means: a null is the empty
+// value, as key: alone is.
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
 // mappingValue is the value of key in mapping n, nil when n lacks it.
 func mappingValue(n *yaml.Node, key string) *yaml.Node {
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -237,6 +244,9 @@ func (l *loader) scalar(k, v *yaml.Node, router bool) (string, bool) {
 		l.at(v, "%s: want a single value", k.Value)
 		return "", false
 	}
+	if isNull(v) {
+		return "", true
+	}
 	key := k.Value
 	if router {
 		key, _ = decode.CanonicalRouterKey(key)
@@ -327,7 +337,7 @@ func (l *loader) mapping(n *yaml.Node, registry *debezium.RegistryKeys) (tables 
 				tables = append(tables, name.Value)
 				own := make(map[string]string)
 				l.c.TableSettings[name.Value] = own
-				if settings.Kind == yaml.ScalarNode && (settings.Value == "" || settings.Tag == "!!null") {
+				if isNull(settings) || settings.Kind == yaml.ScalarNode && settings.Value == "" {
 					return // a table with the shared settings
 				}
 				l.each(settings, "tables."+name.Value+" must be a mapping of settings", func(k, v *yaml.Node) {
@@ -377,7 +387,11 @@ func (l *loader) connector(n *yaml.Node) {
 			return
 		}
 	case yaml.ScalarNode:
-		path, err := expandEnv(n.Value)
+		text := n.Value
+		if isNull(n) {
+			text = ""
+		}
+		path, err := expandEnv(text)
 		if err != nil {
 			l.at(n, "connector: %v", err)
 			return

@@ -44,3 +44,26 @@ func TestConfigFileDuplicateKey(t *testing.T) {
 		t.Fatalf("a key repeated in another mapping: %v", err)
 	}
 }
+
+// A YAML null (~, null) is what an empty value is: the empty string, in
+// every mapping of the file, never the text "~" or "null".
+func TestConfigFileNull(t *testing.T) {
+	base := "pg-url: postgres://u@h/db\nkafka-brokers: k:9092\n"
+	for _, null := range []string{"", " ~", " null", " Null", " NULL"} {
+		t.Run("value"+null, func(t *testing.T) {
+			body := base + "message-prefix:" + null + "\npprof-addr:" + null + "\noutbox:\n  table.field.event.timestamp:" + null +
+				"\ntables:\n  public.outbox:\n    tracing.span.context.field:" + null + "\n"
+			c, err := Parse(Run, []string{"--config", writeFile(t, body), "--timestamp-column", "created_at"}, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.MessagePrefix != "" || c.PprofAddr != "" || c.Outboxes[0].Columns.Tracing != "" {
+				t.Errorf("message prefix %q, pprof address %q, tracing column %q; want each empty", c.MessagePrefix, c.PprofAddr, c.Outboxes[0].Columns.Tracing)
+			}
+			// The slot's name is checked: a null is refused as an empty
+			// name is, not taken as a slot named "~".
+			_, err = Parse(Run, []string{"--config", writeFile(t, base+"slot:"+null+"\n")}, &bytes.Buffer{})
+			wantRefused(t, err, `slot name ""`)
+		})
+	}
+}
