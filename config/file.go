@@ -1,10 +1,12 @@
 package config
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -73,8 +75,17 @@ func readConfigFile(path string) (*configFile, error) {
 		f.connector = cc
 		return f, nil
 	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	// A second document (after ---) would be ignored whole, its settings
+	// and its mistakes with it.
+	var second yaml.Node
+	if err := dec.Decode(&second); err == nil {
+		return nil, fmt.Errorf("config file %s, line %d: a second YAML document; walstream's config is one (several streams go in a streams: list)", path, second.Line)
+	} else if !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	if len(doc.Content) == 0 { // an empty file

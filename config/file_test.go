@@ -67,3 +67,27 @@ func TestConfigFileNull(t *testing.T) {
 		})
 	}
 }
+
+// A config file is one YAML document: a second one (after ---) would be
+// ignored whole, its mistakes with it, so the file is refused, naming the
+// line where the second starts.
+func TestConfigFileOneDocument(t *testing.T) {
+	base := "pg-url: postgres://u@h/db\nkafka-brokers: k:9092\n"
+	for name, tc := range map[string]struct{ body, line string }{
+		"second document":        {base + "---\nslot: other\nunknown-setting: x\n", "line 3"},
+		"after a comment":        {base + "# the next stream\n--- \nslot: other\n", "line 4"},
+		"an empty second":        {base + "---\n", "line 3"},
+		"second with bad syntax": {base + "---\nslot: [\n", "line 4"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := writeFile(t, tc.body)
+			_, err := Parse(Run, []string{"--config", path}, &bytes.Buffer{})
+			wantRefused(t, err, "config file "+path, tc.line)
+		})
+	}
+	for name, body := range map[string]string{"a leading ---": "---\n" + base, "an end marker": base + "...\n"} {
+		if _, err := Parse(Run, []string{"--config", writeFile(t, body)}, &bytes.Buffer{}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
