@@ -226,6 +226,18 @@ func (c *Connector) readProperties(b []byte) error {
 	var errs []error
 	var logical strings.Builder
 	start := 0
+	// property takes the logical line read, which began at line start.
+	property := func() {
+		k, v := splitProperty(logical.String())
+		logical.Reset()
+		key, err1 := unescapeProperty(k)
+		value, err2 := unescapeProperty(v)
+		if err := errors.Join(err1, err2); err != nil {
+			errs = append(errs, fmt.Errorf("connector config %s, line %d: %w", c.Path, start, err))
+			return
+		}
+		errs = append(errs, c.set(key, value, start))
+	}
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimLeft(sc.Text(), " \t\f")
 		if logical.Len() == 0 {
@@ -241,15 +253,12 @@ func (c *Connector) readProperties(b []byte) error {
 			continue
 		}
 		logical.WriteString(line)
-		k, v := splitProperty(logical.String())
-		logical.Reset()
-		key, err1 := unescapeProperty(k)
-		value, err2 := unescapeProperty(v)
-		if err := errors.Join(err1, err2); err != nil {
-			errs = append(errs, fmt.Errorf("connector config %s, line %d: %w", c.Path, start, err))
-			continue
-		}
-		errs = append(errs, c.set(key, value, start))
+		property()
+	}
+	// The file's last line continued into nothing: Properties.load keeps
+	// it, less its backslash.
+	if logical.Len() > 0 {
+		property()
 	}
 	return errors.Join(append(errs, sc.Err())...)
 }

@@ -29,3 +29,28 @@ func TestReadConnectorTwice(t *testing.T) {
 		})
 	}
 }
+
+// TestReadPropertiesLastLineContinued: a backslash at the end of the
+// file's last line continues it into nothing, and the line is kept, as
+// Java's Properties.load keeps it.
+func TestReadPropertiesLastLineContinued(t *testing.T) {
+	for name, tc := range map[string]struct{ body, key, want string }{
+		"without a newline":       {"slot.name=a\ntable.include.list=public.outbox,\\", "table.include.list", "public.outbox,"},
+		"with a newline":          {"slot.name=a\ntable.include.list=public.outbox,\\\n", "table.include.list", "public.outbox,"},
+		"continued twice":         {"slot.name=a\ntable.include.list=public.outbox,\\\n  public.other\\\n", "table.include.list", "public.outbox,public.other"},
+		"an escaped backslash":    {"slot.name=a\nsslrootcert=C:\\\\certs\\\\", "sslrootcert", `C:\certs\`},
+		"a blank line after it":   {"table.include.list=public.outbox\\\n\nslot.name=a\n", "table.include.list", "public.outbox"},
+		"a comment continued":     {"slot.name=a\ntopic.prefix=dbz\\\n# not a comment\n", "topic.prefix", "dbz# not a comment"},
+		"the only line continued": {"slot.name=a\\", "slot.name", "a"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, ok, err := ReadConnector(filepath.Join(t.TempDir(), "c.properties"), []byte(tc.body))
+			if !ok || err != nil {
+				t.Fatalf("reading: %v, %v", ok, err)
+			}
+			if got, found := c.Values[tc.key]; !found || got != tc.want {
+				t.Errorf("%s = %q (set: %v), want %q; values %q", tc.key, got, found, tc.want, c.Values)
+			}
+		})
+	}
+}
