@@ -133,6 +133,39 @@ func TestEveryInterface(t *testing.T) {
 	}
 }
 
+// TestSSLMode: the startup line's pg_sslmode is the sslmode the URL or the
+// DSN asks for, in either form, quoted or not (a connector config's DSN
+// quotes every value), else $PGSSLMODE's, else libpq's prefer; text inside
+// another value is no sslmode.
+func TestSSLMode(t *testing.T) {
+	for _, tc := range []struct{ conn, env, want string }{
+		{"postgres://u@h/db", "", "prefer"},
+		{"postgres://u@h/db?sslmode=verify-full&sslrootcert=/tls/ca.pem", "", "verify-full"},
+		{"postgresql://u@h1,h2/db?target_session_attrs=primary&sslmode=require", "", "require"},
+		{"postgres://u@h/db?sslmode=%76erify-ca", "", "verify-ca"},
+		{"postgres://u@h/db?ssl=true", "", "require"},
+		{"postgres://u@h/db?ssl=true&sslmode=disable", "", "disable"},
+		{"postgres://u@h/db?application_name=sslmode%3Ddisable", "", "prefer"},
+		{"dbname='app' host='db' port='5432' sslmode='verify-full' user='walstream'", "", "verify-full"},
+		{"host=db sslmode=require", "", "require"},
+		{"host = db sslmode = verify-ca", "", "verify-ca"},
+		{"host=db application_name='x sslmode=disable'", "", "prefer"},
+		{`host=db password='it\'s sslmode=disable' user=u`, "", "prefer"},
+		{"host=db sslmode=disable sslmode='allow'", "", "allow"},
+		{"host=db ssl=true", "", "prefer"},
+		{"host=db sslmode=", "require", "prefer"},
+		{"host=db", "require", "require"},
+		{"postgres://u@h/db?sslmode=disable", "require", "disable"},
+	} {
+		t.Run(tc.conn, func(t *testing.T) {
+			t.Setenv("PGSSLMODE", tc.env)
+			if got := sslMode(tc.conn); got != tc.want {
+				t.Errorf("sslMode(%q) with PGSSLMODE=%q = %q, want %q", tc.conn, tc.env, got, tc.want)
+			}
+		})
+	}
+}
+
 // TestValidate: validate accepts what run accepts and names what it does
 // not, without connecting, and reports the memory limit run would set.
 func TestValidate(t *testing.T) {

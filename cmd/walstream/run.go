@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,11 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
-	"regexp"
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -358,16 +360,77 @@ func everyInterface(addr string) bool {
 	return host == "" || ip != nil && ip.IsUnspecified()
 }
 
-// sslMode is the sslmode the Postgres URL or DSN asks for, libpq's
-// default prefer when it names none.
-func sslMode(url string) string {
-	if m := sslModeParam.FindStringSubmatch(url); m != nil {
-		return m[1]
+// sslMode is the sslmode the Postgres URL or DSN asks for, else
+// $PGSSLMODE's, else libpq's default prefer. The connection string is read
+// as pgconn reads it (a DSN's values may be quoted, as the one made from a
+// Debezium connector config always is), since pgx keeps no sslmode in the
+// config it parses.
+func sslMode(conn string) string {
+	isURL := strings.HasPrefix(conn, "postgres://") || strings.HasPrefix(conn, "postgresql://")
+	settings := dsnParams(conn)
+	if isURL {
+		settings = urlParams(conn)
 	}
-	if mode := os.Getenv("PGSSLMODE"); mode != "" {
-		return mode
+	mode, set, ssl, sslLast := "", false, "", false
+	for _, kv := range settings {
+		switch kv[0] {
+		case "sslmode":
+			mode, set, sslLast = kv[1], true, false
+		case "ssl":
+			ssl, sslLast = kv[1], true
+		}
 	}
-	return "prefer"
+	switch {
+	case isURL && ssl == "true" && sslLast:
+		return "require" // a URL's ssl=true, as pgx reads it: the later of it and sslmode wins
+	case set:
+		return cmp.Or(mode, "prefer") // an empty sslmode is the default, even over $PGSSLMODE
+	}
+	return cmp.Or(os.Getenv("PGSSLMODE"), "prefer")
 }
 
-var sslModeParam = regexp.MustCompile(`sslmode=([a-z-]+)`)
+// urlParams are the query parameters of a postgres:// URL, in order.
+func urlParams(u string) [][2]string {
+	_, query, _ := strings.Cut(u, "?")
+	var out [][2]string
+	for _, pair := range strings.Split(query, "&") {
+		k, v, _ := strings.Cut(pair, "=")
+		k, _ = url.PathUnescape(k)
+		v, _ = url.PathUnescape(v)
+		out = append(out, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
+	}
+	return out
+}
+
+// dsnParams are the keyword=value pairs of a DSN, in order: a value ends
+// at a space unless it is single-quoted, and a backslash escapes the next
+// byte.
+func dsnParams(dsn string) [][2]string {
+	const space = " \t\n\r\v\f"
+	var out [][2]string
+	for s := strings.TrimLeft(dsn, space); s != ""; {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 {
+			break
+		}
+		key := strings.Trim(s[:eq], space)
+		s = strings.TrimLeft(s[eq+1:], space)
+		quoted := strings.HasPrefix(s, "'")
+		if quoted {
+			s = s[1:]
+		}
+		var v strings.Builder
+		i := 0
+		for ; i < len(s); i++ {
+			if c := s[i]; quoted && c == '\'' || !quoted && strings.IndexByte(space, c) >= 0 {
+				break
+			} else if c == '\\' && i+1 < len(s) {
+				i++
+			}
+			v.WriteByte(s[i])
+		}
+		out = append(out, [2]string{key, v.String()})
+		s = strings.TrimLeft(s[min(i+1, len(s)):], space)
+	}
+	return out
+}
