@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -53,4 +54,21 @@ func TestHTTPConfigFileRefused(t *testing.T) {
 	if _, err := Parse(Run, []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092", "--http-config-file", ok}, &bytes.Buffer{}); err != nil {
 		t.Fatalf("a valid web config refused: %v", err)
 	}
+}
+
+// --http-addr is checked as --pprof-addr is, before run would fail to
+// listen: host:port with a port from 0 to 65535; empty turns it off.
+func TestHTTPAddr(t *testing.T) {
+	base := []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:9092"}
+	for _, addr := range []string{"", ":0", "127.0.0.1:9187", "0.0.0.0:9187", "[::]:9187", "localhost:65535"} {
+		if _, err := Parse(Run, append(base, "--http-addr", addr), &bytes.Buffer{}); err != nil {
+			t.Errorf("--http-addr %q: %v", addr, err)
+		}
+	}
+	for _, addr := range []string{"nonsense", ":99999", ":65536", ":-1", "127.0.0.1:port", "127.0.0.1", "[::1:9187"} {
+		_, err := Parse(Run, append(base, "--http-addr", addr), &bytes.Buffer{})
+		wantRefused(t, err, "--http-addr ($WALSTREAM_HTTP_ADDR)", strconv.Quote(addr))
+	}
+	_, err := Parse(Run, append(base, "--pprof-addr", "127.0.0.1:99999"), &bytes.Buffer{})
+	wantRefused(t, err, "--pprof-addr ($WALSTREAM_PPROF_ADDR)", `"127.0.0.1:99999"`)
 }

@@ -345,8 +345,16 @@ func (c *Config) build() error {
 	if _, err := c.Logger(io.Discard); err != nil {
 		bad("log-level", fmt.Errorf("%q is not one of debug, info, warn, error", c.LogLevel))
 	}
+	// Checked here, not when run listens: validate passes what run takes.
+	if c.HTTPAddr != "" {
+		if _, err := listenAddr(c.HTTPAddr); err != nil {
+			bad("http-addr", fmt.Errorf("%q: %w (like 127.0.0.1:9187; port 0 picks one, empty turns it off)", c.HTTPAddr, err))
+		}
+	}
 	if c.PprofAddr != "" {
-		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || !replication.Loopback(host) {
+		if host, err := listenAddr(c.PprofAddr); err != nil {
+			bad("pprof-addr", fmt.Errorf("%q: %w (like 127.0.0.1:6060)", c.PprofAddr, err))
+		} else if !replication.Loopback(host) {
 			bad("pprof-addr", fmt.Errorf("%q: pprof shows memory and must listen on loopback, like 127.0.0.1:6060", c.PprofAddr))
 		}
 	}
@@ -502,6 +510,19 @@ func (c *Config) takeoverSource(s string) error {
 	}
 	c.Takeover.Source, c.takeoverName = src, name
 	return nil
+}
+
+// listenAddr checks a TCP listen address, host:port with a port from 0 to
+// 65535 (the host may be empty: every interface), and returns its host.
+func listenAddr(addr string) (host string, err error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", errors.New("want host:port")
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return "", fmt.Errorf("port %q is not from 0 to 65535", port)
+	}
+	return host, nil
 }
 
 // acceptRecreated reads --accept-recreated-table: schema.table=oid entries.
