@@ -136,9 +136,9 @@ func (c *Config) Settings() []Setting {
 		{"kafka-oauth-client-id", &c.KafkaOAuthClientID, nil, "", "OAUTHBEARER: client id for --kafka-oauth-token-url"},
 		{"kafka-oauth-client-secret-file", &c.KafkaOAuthClientSecretFile, nil, "", "OAUTHBEARER: file holding the client secret for --kafka-oauth-token-url; or $" + EnvKafkaOAuthClientSecret + ", which has no flag"},
 		{"kafka-oauth-scope", &c.KafkaOAuthScope, nil, "", "OAUTHBEARER: scopes to ask --kafka-oauth-token-url for, space- or comma-separated"},
-		{"slot", &c.Slot, pipeline.DefaultSlot, "", "logical replication slot (pgoutput)"},
-		{"publication", &c.Publication, pipeline.DefaultPublication, "", "publication of the outbox table"},
-		{"table", &c.Table, pipeline.DefaultTable, "", "outbox tables, schema-qualified and comma-separated; they share the slot and the publication"},
+		{"slot", &c.Slot, pipeline.DefaultSlot, "Names.Slot", "logical replication slot (pgoutput)"},
+		{"publication", &c.Publication, pipeline.DefaultPublication, "Names.Publication", "publication of the outbox table"},
+		{"table", &c.Table, pipeline.DefaultTable, "Names.Tables", "outbox tables, schema-qualified and comma-separated; they share the slot and the publication"},
 		{"create", &c.Create, true, "", "create the publication and slot when missing; with false, a missing one is an error that gives the SQL to create it"},
 		{"allow-slot-ahead", &c.AllowSlotAhead, nil, "", "start even though the slot is ahead of the checkpoint in Kafka, creating a missing slot (events may be missing; see docs/postgres.md, Recovery)"},
 		{"accept-phantoms", &c.Accept.Phantoms, nil, "", "go on after phantom events (published from WAL the server's history lacks), from where the histories part (see docs/postgres.md, Phantom events)"},
@@ -394,7 +394,7 @@ func (c *Config) build() error {
 	c.Hook = pipeline.CrashHook(os.Getenv("WALSTREAM_CRASH_AT"))
 	for _, err := range unjoin(c.Validate()) {
 		var se *pipeline.SettingError
-		if errors.As(err, &se) && !(se.Field == "Names" && tablesErr) {
+		if errors.As(err, &se) && !(se.Field == "Names.Tables" && tablesErr) {
 			errs = append(errs, c.named(se)...)
 		}
 	}
@@ -461,11 +461,14 @@ func (c *Config) named(se *pipeline.SettingError) []error {
 		}
 		return []error{fmt.Errorf("--kafka-sasl-mechanism: %w (%s)", se.Err, hint)}
 	}
-	name := "slot/publication/table"
+	name := ""
 	for _, s := range c.Settings() {
 		if strings.Contains(" "+s.field+" ", " "+se.Field+" ") {
 			name = s.Name
 		}
+	}
+	if name == "" {
+		return []error{se} // a field no setting sets: named as Config names it
 	}
 	var out []error
 	for _, err := range unjoin(se.Err) {

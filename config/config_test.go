@@ -153,12 +153,16 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{"broker port name", []string{"--pg-url", "postgres://u@h/db", "--kafka-brokers", "k:kafka"}, nil, []string{"--kafka-brokers", `port "kafka"`}},
 		{"bad env duration", base, map[string]string{"WALSTREAM_LINGER": "5"}, []string{"WALSTREAM_LINGER", "a duration like 5ms"}},
 		{"table not qualified", append(base, "--table", "outbox"), nil, []string{"--table", "schema-qualified"}},
-		{"bad slot", append(base, "--slot", "My-Slot"), nil, []string{`slot name "My-Slot"`}},
+		{"bad slot", append(base, "--slot", "My-Slot"), nil, []string{`--slot ($WALSTREAM_SLOT): slot name "My-Slot"`}},
+		{"bad publication", append(base, "--publication", "p'x"), nil, []string{`--publication ($WALSTREAM_PUBLICATION): publication name "p'x"`}},
+		{"bad table name", append(base, "--table", "public.out box"), nil, []string{`--table ($WALSTREAM_TABLE): table name "out box"`}},
 		{"template", append(base, "--topic-template", "events.${kind}"), nil, []string{"--topic-template", `no group named "kind"`}},
 		{"placement", append(base, "--additional-placement", "type:body"), nil, []string{"--additional-placement", `"body" is not header, envelope or partition`}},
 		{"compression", append(base, "--compression", "brotli"), nil, []string{"--compression", `"brotli" is not one of snappy, lz4, zstd, gzip, none`}},
 		{"on update", append(base, "--on-update", "ignore"), nil, []string{"--on-update", `"ignore" is not warn, error or fatal`}},
-		{"table twice", append(base, "--table", "public.outbox,public.outbox"), nil, []string{"listed twice"}},
+		{"table twice", append(base, "--table", "public.outbox,public.outbox"), nil, []string{"--table ($WALSTREAM_TABLE): table public.outbox is listed twice"}},
+		{"slot and table", append(base, "--slot", "My-Slot", "--table", "public.outbox,public.outbox"), nil,
+			[]string{`--slot ($WALSTREAM_SLOT): slot name "My-Slot"`, "--table ($WALSTREAM_TABLE): table public.outbox is listed twice"}},
 		{"interval", append(base, "--status-interval", "0s"), nil, []string{"--status-interval", "must be positive"}},
 		{"log level", append(base, "--log-level", "loud"), nil, []string{"--log-level", "loud"}},
 		{"skip event", append(base, "--skip-event", "0/16B3748"), nil, []string{"--skip-event", "<commit LSN>:<ordinal>"}},
@@ -172,6 +176,9 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 			}
 			_, err := Parse(Run, tc.args, &bytes.Buffer{})
 			wantRefused(t, err, tc.want...)
+			if strings.Contains(err.Error(), "($WALSTREAM_SLOT/") {
+				t.Errorf("error names a variable that does not exist: %v", err)
+			}
 		})
 	}
 }

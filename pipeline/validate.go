@@ -62,7 +62,22 @@ func (c *Config) Validate() error {
 			errs = append(errs, &SettingError{Field: field, Err: err})
 		}
 	}
-	bad("Names", c.Names.Validate())
+	// Each name under its own field, so that a command names the one
+	// setting that is wrong.
+	if err := c.Names.Validate(); err != nil {
+		errs := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = j.Unwrap()
+		}
+		for _, err := range errs {
+			var ne *replication.NameError
+			if errors.As(err, &ne) {
+				bad("Names."+ne.Field, ne.Err)
+			} else {
+				bad("Names", err)
+			}
+		}
+	}
 	bad("CheckpointTopic", format.ValidTopic(c.CheckpointTopic))
 	if c.DeadLetterTopic != "" {
 		bad("DeadLetterTopic", format.ValidTopic(c.DeadLetterTopic))

@@ -36,7 +36,9 @@ func TestValidate(t *testing.T) {
 		field, want string
 		change      func(*Config)
 	}{
-		{"Names", `slot name "My-Slot"`, func(c *Config) { c.Names.Slot = "My-Slot" }},
+		{"Names.Slot", `slot name "My-Slot"`, func(c *Config) { c.Names.Slot = "My-Slot" }},
+		{"Names.Publication", `publication name "p'x"`, func(c *Config) { c.Names.Publication = "p'x" }},
+		{"Names.Tables", "listed twice", func(c *Config) { c.Names.Tables = append(c.Names.Tables, c.Names.Tables[0]) }},
 		{"CheckpointTopic", `"bad topic"`, func(c *Config) { c.CheckpointTopic = "bad topic" }},
 		{"DeadLetterTopic", "", func(c *Config) { c.DeadLetterTopic = "a/b" }},
 		{"SkipTopic", "", func(c *Config) { c.SkipEvent, c.SkipTopic = decode.Ref{CommitLSN: 1, Ordinal: 1}, "" }},

@@ -45,19 +45,40 @@ var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // commands, which take no parameters.
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
 
-// Validate checks names before they reach SQL or a replication command.
+// NameError is a name of Names that Validate refuses. Field is its field
+// in Names (Slot, Publication or Tables), so that a caller can name the
+// one setting that is wrong.
+type NameError struct {
+	Field string
+	Err   error
+}
+
+func (e *NameError) Error() string { return e.Err.Error() }
+func (e *NameError) Unwrap() error { return e.Err }
+
+// Validate checks names before they reach SQL or a replication command:
+// the first fault of each field, as a *NameError, joined.
 func (n Names) Validate() error {
+	var errs []error
 	if !slotName.MatchString(n.Slot) {
-		return fmt.Errorf("slot name %q: use 1 to 63 lower-case letters, digits and underscores", n.Slot)
+		errs = append(errs, &NameError{"Slot", fmt.Errorf("slot name %q: use 1 to 63 lower-case letters, digits and underscores", n.Slot)})
 	}
 	if !identifier.MatchString(n.Publication) {
-		return fmt.Errorf("publication name %q: use a letter or underscore, then letters, digits, underscores or $", n.Publication)
+		errs = append(errs, &NameError{"Publication", fmt.Errorf("publication name %q: use a letter or underscore, then letters, digits, underscores or $", n.Publication)})
 	}
-	if len(n.Tables) == 0 {
+	if err := validTables(n.Tables); err != nil {
+		errs = append(errs, &NameError{"Tables", err})
+	}
+	return errors.Join(errs...)
+}
+
+// validTables checks the outbox tables' names: at least one, each once.
+func validTables(tables []Table) error {
+	if len(tables) == 0 {
 		return errors.New("no outbox table")
 	}
 	seen := make(map[Table]bool)
-	for _, t := range n.Tables {
+	for _, t := range tables {
 		for _, part := range []struct{ what, v string }{{"schema", t.Schema}, {"table", t.Name}} {
 			if !identifier.MatchString(part.v) {
 				return fmt.Errorf("%s name %q: use a letter or underscore, then letters, digits, underscores or $", part.what, part.v)

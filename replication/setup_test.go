@@ -229,6 +229,23 @@ func TestValidateNames(t *testing.T) {
 			t.Errorf("%+v.Validate() = %v, want error containing %q", tc.n, err, tc.want)
 		}
 	}
+	// Each field's fault is its own error, naming the field.
+	err := Names{"Bad", "p'x", nil}.Validate()
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("Validate() = %v, want the faults of three fields joined", err)
+	}
+	var fields []string
+	for _, e := range j.Unwrap() {
+		var ne *NameError
+		if !errors.As(e, &ne) {
+			t.Fatalf("%v is no *NameError", e)
+		}
+		fields = append(fields, ne.Field)
+	}
+	if got := strings.Join(fields, " "); got != "Slot Publication Tables" {
+		t.Errorf("fields %s, want Slot Publication Tables", got)
+	}
 }
 
 // createAll lets Prepare create what is missing, the slot as a failover
