@@ -86,6 +86,10 @@ type Config struct {
 	// set; resolving says which it reads.
 	Unresolved []debezium.Unresolved
 	resolving  debezium.Resolving
+	// connectorKeys names, by setting, the connector config's key that
+	// set it and where that key is (Connector.At), so that a value
+	// Validate refuses is named where the user wrote it.
+	connectorKeys map[string]string
 	// NamesWarning, when set, says why the checkpoint key and the
 	// transactional id, one set and one derived, are fragile; logged at
 	// start.
@@ -472,6 +476,10 @@ func (c *Config) named(se *pipeline.SettingError) []error {
 	}
 	var out []error
 	for _, err := range unjoin(se.Err) {
+		if at, ok := c.connectorKeys[name]; ok {
+			out = append(out, fmt.Errorf("%s (--%s): %w", at, name, err))
+			continue
+		}
 		out = append(out, fmt.Errorf("--%s ($%s): %w", name, EnvName(name), err))
 	}
 	return out

@@ -54,6 +54,11 @@ func (c *Config) applyConnector(fs *flag.FlagSet, set map[string]bool, cc *debez
 				at = cc.At(key)
 			}
 			errs = append(errs, errors.New(refused(at, ": ", f, tr.Settings[name], err)))
+		} else if key, ok := tr.From[name]; ok {
+			if c.connectorKeys == nil {
+				c.connectorKeys = make(map[string]string)
+			}
+			c.connectorKeys[name] = cc.At(key)
 		}
 		set[name] = true
 	}

@@ -225,6 +225,30 @@ func TestConnectorConfigRefused(t *testing.T) {
 	}
 }
 
+// A connector key whose value walstream's checks refuse is named with its
+// file and line, as a key Translate refuses is, beside the setting it
+// became; a setting it only derives from (--confirm-interval, within the
+// status interval) is not blamed as well.
+func TestConnectorConfigValueRefused(t *testing.T) {
+	props := strings.Join([]string{"connector.class=io.debezium.connector.postgresql.PostgresConnector", "database.hostname=db", "topic.prefix=dbz",
+		"table.include.list=public.outbox", "transforms=outbox", "transforms.outbox.type=io.debezium.transforms.outbox.EventRouter",
+		"key.converter=org.apache.kafka.connect.storage.StringConverter", "value.converter=org.apache.kafka.connect.storage.StringConverter",
+		"status.update.interval.ms=0", "incremental.snapshot.chunk.size=0"}, "\n")
+	path := writeNamed(t, "c.properties", props+"\n")
+	_, err := Parse(Run, []string{"--config", path, "--kafka-brokers", "k:9092"}, &bytes.Buffer{})
+	wantRefused(t, err, "connector config "+path+", line 9: status.update.interval.ms (--status-interval): must be positive",
+		"connector config "+path+", line 10: incremental.snapshot.chunk.size (--reemit-chunk-rows): must be at least 1")
+	if strings.Contains(err.Error(), "confirm-interval") {
+		t.Errorf("error blames --confirm-interval, which nothing set: %v", err)
+	}
+	// Set by a flag, the setting is the flag's, named as ever.
+	_, err = Parse(Run, []string{"--config", path, "--kafka-brokers", "k:9092", "--status-interval", "0s", "--reemit-chunk-rows", "5"}, &bytes.Buffer{})
+	wantRefused(t, err, "--status-interval ($WALSTREAM_STATUS_INTERVAL): must be positive")
+	if strings.Contains(err.Error(), "status.update.interval.ms") {
+		t.Errorf("error names the connector key the flag overrode: %v", err)
+	}
+}
+
 // TestConnectorConfigMessagesAndProviders: Debezium's message decoder
 // before the router takes the logical messages of every prefix, or of the
 // one message.prefix.include.list names; flags win over the file; the env

@@ -97,7 +97,9 @@ func (c *Config) Validate() error {
 	if c.Linger < 0 {
 		bad("Linger", fmt.Errorf("must not be negative, got %s", c.Linger))
 	}
-	if c.ConfirmInterval < 0 || c.ConfirmInterval > c.StatusInterval {
+	// A status interval that is not positive is refused below: the
+	// confirm interval is not blamed for it.
+	if c.ConfirmInterval < 0 || c.StatusInterval > 0 && c.ConfirmInterval > c.StatusInterval {
 		bad("ConfirmInterval", fmt.Errorf("must be between 0 and the status interval (%s), got %s", c.StatusInterval, c.ConfirmInterval))
 	}
 	if c.ProgressInterval < 0 {

@@ -69,6 +69,13 @@ func TestValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Errorf("an envelope with a schema prefix: %v", err)
 	}
+	// A status interval that is not positive is its fault alone, not the
+	// confirm interval's too.
+	c = validConfig(t)
+	c.StatusInterval = 0
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "StatusInterval") || strings.Contains(err.Error(), "ConfirmInterval") {
+		t.Errorf("a status interval of 0: %v, want StatusInterval refused alone", err)
+	}
 }
 
 // A stream's ACLs grant the topics of its logical messages as well as its
