@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,14 +9,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"net/url"
 	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -106,7 +104,7 @@ func runStream(ctx context.Context, cfgs []*config.Config, stderr io.Writer) (er
 		// Whether Postgres speaks TLS is known once connected: the streaming
 		// line says so (pg_tls); sslmode is what was asked for.
 		sl.Info("starting", "version", version, "host", pg.Host, "port", pg.Port, "database", pg.Database,
-			"user", pg.User, "pg_sslmode", sslMode(cfg.PGURL), "brokers", cfg.Brokers,
+			"user", pg.User, "pg_sslmode", sslMode(&pg.Config), "brokers", cfg.Brokers,
 			"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID,
 			"gogc", gogc, "gomemlimit", memLimit)
 		for _, k := range cfg.Ignored {
@@ -360,77 +358,27 @@ func everyInterface(addr string) bool {
 	return host == "" || ip != nil && ip.IsUnspecified()
 }
 
-// sslMode is the sslmode the Postgres URL or DSN asks for, else
-// $PGSSLMODE's, else libpq's default prefer. The connection string is read
-// as pgconn reads it (a DSN's values may be quoted, as the one made from a
-// Debezium connector config always is), since pgx keeps no sslmode in the
-// config it parses.
-func sslMode(conn string) string {
-	isURL := strings.HasPrefix(conn, "postgres://") || strings.HasPrefix(conn, "postgresql://")
-	settings := dsnParams(conn)
-	if isURL {
-		settings = urlParams(conn)
+// sslMode names, as libpq's sslmode does, what the connection does about
+// TLS, read from the config pgconn parsed from the URL or DSN and
+// $PGSSLMODE (it keeps no sslmode): plain only, plain then TLS, TLS then
+// plain, TLS unverified, TLS with the certificate verified, and its host
+// name too. require with a root certificate verifies it, as libpq's does.
+func sslMode(c *pgconn.Config) string {
+	var plain, secure bool // what the fallbacks (other hosts, other modes) do
+	for _, f := range c.Fallbacks {
+		plain, secure = plain || f.TLSConfig == nil, secure || f.TLSConfig != nil
 	}
-	mode, set, ssl, sslLast := "", false, "", false
-	for _, kv := range settings {
-		switch kv[0] {
-		case "sslmode":
-			mode, set, sslLast = kv[1], true, false
-		case "ssl":
-			ssl, sslLast = kv[1], true
-		}
+	switch t := c.TLSConfig; {
+	case t == nil && secure:
+		return "allow"
+	case t == nil:
+		return "disable"
+	case plain:
+		return "prefer"
+	case !t.InsecureSkipVerify:
+		return "verify-full"
+	case t.VerifyPeerCertificate != nil:
+		return "verify-ca"
 	}
-	switch {
-	case isURL && ssl == "true" && sslLast:
-		return "require" // a URL's ssl=true, as pgx reads it: the later of it and sslmode wins
-	case set:
-		return cmp.Or(mode, "prefer") // an empty sslmode is the default, even over $PGSSLMODE
-	}
-	return cmp.Or(os.Getenv("PGSSLMODE"), "prefer")
-}
-
-// urlParams are the query parameters of a postgres:// URL, in order.
-func urlParams(u string) [][2]string {
-	_, query, _ := strings.Cut(u, "?")
-	var out [][2]string
-	for _, pair := range strings.Split(query, "&") {
-		k, v, _ := strings.Cut(pair, "=")
-		k, _ = url.PathUnescape(k)
-		v, _ = url.PathUnescape(v)
-		out = append(out, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
-	}
-	return out
-}
-
-// dsnParams are the keyword=value pairs of a DSN, in order: a value ends
-// at a space unless it is single-quoted, and a backslash escapes the next
-// byte.
-func dsnParams(dsn string) [][2]string {
-	const space = " \t\n\r\v\f"
-	var out [][2]string
-	for s := strings.TrimLeft(dsn, space); s != ""; {
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 {
-			break
-		}
-		key := strings.Trim(s[:eq], space)
-		s = strings.TrimLeft(s[eq+1:], space)
-		quoted := strings.HasPrefix(s, "'")
-		if quoted {
-			s = s[1:]
-		}
-		var v strings.Builder
-		i := 0
-		for ; i < len(s); i++ {
-			if c := s[i]; quoted && c == '\'' || !quoted && strings.IndexByte(space, c) >= 0 {
-				break
-			} else if c == '\\' && i+1 < len(s) {
-				i++
-			}
-			v.WriteByte(s[i])
-		}
-		out = append(out, [2]string{key, v.String()})
-		s = strings.TrimLeft(s[min(i+1, len(s)):], space)
-	}
-	return out
+	return "require"
 }
