@@ -134,11 +134,12 @@ var (
 
 // applyFile sets every flag the command line and the environment left
 // unset from the config file: flags win over the environment, the
-// environment over the file, a table's own router settings included. For the stream at index stream of its
-// streams: list (-1: a file without one), the stream's entry comes first,
-// then the Debezium connector config it names (connector:), then the
-// file's top level, which every stream shares; a setting the command line
-// or the environment gives may not be in a stream's entry too.
+// environment over the file, a table's own router settings included. For
+// the stream at index stream of its streams: list (-1: a file without
+// one), the stream's entry comes first, then the Debezium connector config
+// it names (connector:), then the file's top level, which every stream
+// shares; a setting the command line or the environment gives may not be
+// in a stream's entry too.
 //
 //	pg-url: ${PG_URL}              # any flag, by its name
 //	kafka-brokers: kafka:9092
