@@ -115,19 +115,7 @@ func TestConfigStreams(t *testing.T) {
 // A stream's connector: may name a connector config file, relative to the
 // config file's directory.
 func TestConfigStreamConnectorFile(t *testing.T) {
-	dir := t.TempDir()
-	connector := `{"name": "billing", "config": {"connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-		"database.hostname": "db", "database.dbname": "billing", "topic.prefix": "billing", "table.include.list": "public.outbox",
-		"transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-		"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.json.JsonConverter"}}`
-	if err := os.WriteFile(filepath.Join(dir, "billing.json"), []byte(connector), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "fleet.yaml")
-	body := "kafka-brokers: kafka:9092\nstreams:\n  - connector: billing.json\n  - pg-url: postgres://db/orders\n"
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := connectorFleet(t, "")
 	cs, err := parseRun(t, "--config", path)
 	if err != nil {
 		t.Fatal(err)
@@ -364,19 +352,7 @@ streams:
 // naming both, as the entry's own keys are; Debezium's default of a key
 // it leaves out yields, as walstream's defaults do.
 func TestConfigStreamConnectorAndEnvironment(t *testing.T) {
-	dir := t.TempDir()
-	connector := `{"name": "billing", "config": {"connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-		"database.hostname": "db", "database.dbname": "billing", "topic.prefix": "billing", "table.include.list": "public.outbox",
-		"slot.name": "billing", "transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-		"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.json.JsonConverter"}}`
-	if err := os.WriteFile(filepath.Join(dir, "billing.json"), []byte(connector), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "fleet.yaml")
-	body := "kafka-brokers: kafka:9092\nstreams:\n  - connector: billing.json\n  - pg-url: postgres://db/orders\n"
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := connectorFleet(t, `"slot.name": "billing",`)
 	t.Run("environment", func(t *testing.T) {
 		t.Setenv("WALSTREAM_PG_URL", "postgres://other/db")
 		t.Setenv("WALSTREAM_SLOT", "other")
@@ -398,4 +374,25 @@ func TestConfigStreamConnectorAndEnvironment(t *testing.T) {
 			t.Errorf("publication %q, want the environment's over Debezium's default, which billing.json leaves to it", got)
 		}
 	})
+}
+
+// connectorFleet writes a fleet config whose first stream names the
+// connector config billing.json beside it (with more of its keys, a JSON
+// fragment ending in a comma), and returns its path.
+func connectorFleet(t *testing.T, more string) string {
+	t.Helper()
+	dir := t.TempDir()
+	connector := `{"name": "billing", "config": {"connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+		"database.hostname": "db", "database.dbname": "billing", "topic.prefix": "billing", "table.include.list": "public.outbox", ` + more + `
+		"transforms": "outbox", "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+		"key.converter": "org.apache.kafka.connect.storage.StringConverter", "value.converter": "org.apache.kafka.connect.json.JsonConverter"}}`
+	if err := os.WriteFile(filepath.Join(dir, "billing.json"), []byte(connector), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "fleet.yaml")
+	body := "kafka-brokers: kafka:9092\nstreams:\n  - connector: billing.json\n  - pg-url: postgres://db/orders\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

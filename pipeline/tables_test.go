@@ -46,12 +46,7 @@ func TestTablesSinceCheckpoint(t *testing.T) {
 				tables.mayChange["public.outbox"], tables.schemaPublished["public.outbox"] = true, true
 			}
 			err := tables.sinceCheckpoint(tc.cp, tc.accept, slog.New(slog.DiscardHandler))
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("err = %v, want %q", err, tc.want)
-			}
+			refusedWith(t, err, tc.want)
 			if got := tables.mayChange["public.outbox"]; tc.want == "" && got != tc.wantMayChange {
 				t.Errorf("may change = %v, want %v", got, tc.wantMayChange)
 			}
@@ -221,16 +216,22 @@ func TestTablesRepublishedSinceCheckpoint(t *testing.T) {
 			tables := outboxTables{names: replication.Names{Publication: "p"}, oids: map[string]uint32{"public.outbox": tc.oid},
 				entries: map[string]uint32{"public.outbox": tc.entry}, mayChange: map[string]bool{}, schemaPublished: map[string]bool{}}
 			err := tables.sinceCheckpoint(tc.cp, tc.accept, slog.New(slog.DiscardHandler))
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("err = %v, want %q", err, tc.want)
-			}
+			refusedWith(t, err, tc.want)
 			var re *replication.RepublishedError
 			if tc.name == "left and came back" && (!errors.As(err, &re) || !classifyFailure(err).permanent) {
 				t.Errorf("err %v is not a permanent RepublishedError", err)
 			}
 		})
+	}
+}
+
+// refusedWith checks that err says want, or is nil when want is empty.
+func refusedWith(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("refused: %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("err = %v, want %q", err, want)
 	}
 }

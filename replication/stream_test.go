@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/walstream/walstream/internal/testenv"
@@ -99,28 +100,8 @@ func TestCloseAfterTheServerDropped(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	admin := connect(t, pg.URL("postgres", "postgres"))
-	var start pglogrepl.LSN
-	for _, sql := range []string{outboxDDL, names.PublicationSQL(false)} {
-		if _, err := admin.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := admin.QueryRow(ctx, "SELECT lsn FROM pg_create_logical_replication_slot($1, 'pgoutput')", names.Slot).Scan(&start); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgconn.ParseConfig(pg.URL("postgres", "postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Start(ctx, conn, StreamConfig{Names: names, StatusInterval: time.Hour}, slog.New(slog.DiscardHandler), NewMetrics(prometheus.NewRegistry()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin, start := outboxSlot(t, ctx, pg, false)
+	conn, s := openStream(t, ctx, pg, &testenv.LogBuffer{})
 	ran := make(chan error, 1)
 	go func() { ran <- s.Run(ctx, keepalivesOnly{}, confirmAt(start)) }()
 
@@ -142,10 +123,32 @@ func TestCloseAfterTheServerDropped(t *testing.T) {
 	}
 }
 
-// startStream starts streaming slot names.Slot of pg from start, logging
-// to log, and runs it in the background: Run's error comes on the channel.
-// The connection is closed when Run returns.
-func startStream(t *testing.T, ctx context.Context, pg *testenv.Postgres, start pglogrepl.LSN, log *testenv.LogBuffer) <-chan error {
+// outboxSlot creates the outbox table, its publication and slot
+// names.Slot on pg, a failover slot when failover is set, and returns a
+// connection to pg and where the slot starts.
+func outboxSlot(t *testing.T, ctx context.Context, pg *testenv.Postgres, failover bool) (*pgx.Conn, pglogrepl.LSN) {
+	t.Helper()
+	admin := connect(t, pg.URL("postgres", "postgres"))
+	for _, sql := range []string{outboxDDL, names.PublicationSQL(false)} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var start pglogrepl.LSN
+	create := "SELECT lsn FROM pg_create_logical_replication_slot($1, 'pgoutput')"
+	if failover { // Postgres 17 and later: temporary false, two-phase false, failover true
+		create = "SELECT lsn FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)"
+	}
+	if err := admin.QueryRow(ctx, create, names.Slot).Scan(&start); err != nil {
+		t.Fatal(err)
+	}
+	return admin, start
+}
+
+// openStream starts streaming slot names.Slot of pg on a replication
+// connection of its own, logging to log; the connection is closed at the
+// test's end.
+func openStream(t *testing.T, ctx context.Context, pg *testenv.Postgres, log *testenv.LogBuffer) (*pgconn.PgConn, *Stream) {
 	t.Helper()
 	cfg, err := pgconn.ParseConfig(pg.URL("postgres", "postgres"))
 	if err != nil {
@@ -160,6 +163,15 @@ func startStream(t *testing.T, ctx context.Context, pg *testenv.Postgres, start 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return conn, s
+}
+
+// startStream starts streaming slot names.Slot of pg from start, logging
+// to log, and runs it in the background: Run's error comes on the channel.
+// The connection is closed when Run returns.
+func startStream(t *testing.T, ctx context.Context, pg *testenv.Postgres, start pglogrepl.LSN, log *testenv.LogBuffer) <-chan error {
+	t.Helper()
+	conn, s := openStream(t, ctx, pg, log)
 	ran := make(chan error, 1)
 	go func() {
 		err := s.Run(ctx, keepalivesOnly{}, confirmAt(start))
@@ -176,15 +188,8 @@ func TestStreamWarning(t *testing.T) {
 	pg := testenv.StartPostgres(t, testenv.Version(17), testenv.Settings("synchronized_standby_slots = 'standby1'"))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	admin := connect(t, pg.URL("postgres", "postgres"))
-	var start pglogrepl.LSN
-	for _, sql := range []string{outboxDDL, names.PublicationSQL(false), "SELECT pg_create_physical_replication_slot('standby1')"} {
-		if _, err := admin.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A failover slot: temporary false, two-phase false, failover true.
-	if err := admin.QueryRow(ctx, "SELECT lsn FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)", names.Slot).Scan(&start); err != nil {
+	admin, start := outboxSlot(t, ctx, pg, true)
+	if _, err := admin.Exec(ctx, "SELECT pg_create_physical_replication_slot('standby1')"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.Exec(ctx, "INSERT INTO public.outbox VALUES (gen_random_uuid(), 'order', '1', 'created', '{}')"); err != nil {
@@ -221,16 +226,7 @@ func TestStreamPublicationDropped(t *testing.T) {
 			pg := testenv.StartPostgres(t, testenv.Version(major))
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
-			admin := connect(t, pg.URL("postgres", "postgres"))
-			var start pglogrepl.LSN
-			for _, sql := range []string{outboxDDL, names.PublicationSQL(false)} {
-				if _, err := admin.Exec(ctx, sql); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := admin.QueryRow(ctx, "SELECT lsn FROM pg_create_logical_replication_slot($1, 'pgoutput')", names.Slot).Scan(&start); err != nil {
-				t.Fatal(err)
-			}
+			admin, start := outboxSlot(t, ctx, pg, false)
 			const insert = "INSERT INTO public.outbox VALUES (gen_random_uuid(), 'order', '1', 'created', '{}')"
 			for _, sql := range []string{"DROP PUBLICATION " + names.Publication, insert, names.PublicationSQL(false), insert} {
 				if _, err := admin.Exec(ctx, sql); err != nil {

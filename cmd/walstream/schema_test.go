@@ -88,14 +88,10 @@ func TestTableDroppedWhileStopped(t *testing.T) {
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
 	}
-	cps := e.kcat("walstream.checkpoints")
-	cp, _, err := checkpoint.Decode([]byte(cps[len(cps)-1].Value))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, record := e.lastCheckpoint()
 	oldOID := e.tableOID()
 	if cp.Notes == nil || int64(cp.Notes.Tables["public.outbox"]) != oldOID {
-		t.Fatalf("last checkpoint %s does not record public.outbox as OID %d", cps[len(cps)-1].Value, oldOID)
+		t.Fatalf("last checkpoint %s does not record public.outbox as OID %d", record, oldOID)
 	}
 	confirmed := e.confirmedLSN("walstream")
 
@@ -351,13 +347,9 @@ func TestTableLeftPublicationWhileStopped(t *testing.T) {
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
 	}
-	cps := e.kcat("walstream.checkpoints")
-	cp, _, err := checkpoint.Decode([]byte(cps[len(cps)-1].Value))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, record := e.lastCheckpoint()
 	if cp.Notes == nil || cp.Notes.Entries["public.outbox"] == 0 {
-		t.Fatalf("last checkpoint %s records no publication entry for public.outbox", cps[len(cps)-1].Value)
+		t.Fatalf("last checkpoint %s records no publication entry for public.outbox", record)
 	}
 	confirmed := e.confirmedLSN("walstream")
 
@@ -390,4 +382,20 @@ func TestTableLeftPublicationWhileStopped(t *testing.T) {
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// lastCheckpoint is the last checkpoint record in the checkpoint topic,
+// decoded and as it is.
+func (e *env) lastCheckpoint() (checkpoint.Checkpoint, string) {
+	e.t.Helper()
+	cps := e.kcat("walstream.checkpoints")
+	if len(cps) == 0 {
+		e.t.Fatal("no checkpoint in walstream.checkpoints")
+	}
+	record := cps[len(cps)-1].Value
+	cp, _, err := checkpoint.Decode([]byte(record))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cp, record
 }
