@@ -104,7 +104,7 @@ func runStream(ctx context.Context, cfgs []*config.Config, stderr io.Writer) (er
 		// Whether Postgres speaks TLS is known once connected: the streaming
 		// line says so (pg_tls); sslmode is what was asked for.
 		sl.Info("starting", "version", version, "host", pg.Host, "port", pg.Port, "database", pg.Database,
-			"user", pg.User, "pg_sslmode", sslMode(&pg.Config), "brokers", cfg.Brokers,
+			"user", pg.User, "pg_sslmode", sslMode(cfg.PGURL), "brokers", cfg.Brokers,
 			"kafka_tls", kafka.TLS != nil, "kafka_sasl", kafka.SASLMechanism, "table", cfg.Table, "checkpoint_key", cfg.CheckpointKey, "transactional_id", cfg.TransactionalID,
 			"gogc", gogc, "gomemlimit", memLimit)
 		for _, k := range cfg.Ignored {
@@ -358,12 +358,18 @@ func everyInterface(addr string) bool {
 	return host == "" || ip != nil && ip.IsUnspecified()
 }
 
-// sslMode names, as libpq's sslmode does, what the connection does about
-// TLS, read from the config pgconn parsed from the URL or DSN and
+// sslMode names, as libpq's sslmode does, what a connection to the URL or
+// DSN does about TLS, read from the config pgconn parses from it and
 // $PGSSLMODE (it keeps no sslmode): plain only, plain then TLS, TLS then
 // plain, TLS unverified, TLS with the certificate verified, and its host
 // name too. require with a root certificate verifies it, as libpq's does.
-func sslMode(c *pgconn.Config) string {
+// It parses the URL anew: the config walstream connects with has its TLS
+// checks replaced by ones that read the certificates at each connection.
+func sslMode(url string) string {
+	c, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return "" // refused before this is asked
+	}
 	var plain, secure bool // what the fallbacks (other hosts, other modes) do
 	for _, f := range c.Fallbacks {
 		plain, secure = plain || f.TLSConfig == nil, secure || f.TLSConfig != nil

@@ -106,6 +106,9 @@ func TestSecureStreaming(t *testing.T) {
 	if strings.Contains(p.Log(), "not encrypted") {
 		t.Error("warned about an unencrypted connection over TLS")
 	}
+	if !strings.Contains(p.Log(), "pg_sslmode=verify-full") {
+		t.Error("the starting line does not say sslmode verify-full")
+	}
 
 	var out bytes.Buffer
 	cmd := exec.Command(binary, append([]string{"status", "--kafka-brokers", e.broker}, secureArgs(t, e, ca, "127.0.0.1")...)...)
