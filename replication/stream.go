@@ -369,7 +369,7 @@ func (s *Stream) serverError(err *pgconn.PgError) error {
 		return &SetupError{Object: fmt.Sprintf("slot %q", s.cfg.Names.Slot), Reason: "was invalidated while streaming: " + err.Message,
 			Fix: "events may be missing; see docs/postgres.md, A slot invalidated or dropped"}
 	}
-	if err.Code == "42704" && strings.HasPrefix(err.Message, "publication ") { // undefined_object
+	if err.Code == "42704" && s.namesPublication(err.Message) { // undefined_object
 		// Before Postgres 18 the walsender decodes with the catalog as it
 		// was when each change was written: a publication dropped then
 		// fails every start at that change, created again or not.
@@ -385,12 +385,20 @@ func (s *Stream) serverError(err *pgconn.PgError) error {
 // streams, which holds back a failover slot's WAL with a warning at each
 // wait) is logged, and the stream goes on.
 func (s *Stream) notice(m *pgproto3.NoticeResponse) error {
-	if strings.HasPrefix(m.Message, "skipped loading publication") {
+	if m.Code == "55000" && s.namesPublication(m.Message) { // object_not_in_prerequisite_state
 		return s.publicationGone("Postgres skipped it where it was missing, sending none of its tables' rows there: " + m.Message)
 	}
 	s.log.Warn("Postgres warns on the replication connection", "slot", s.cfg.Names.Slot, "severity", m.Severity,
 		"code", m.Code, "message", m.Message, "detail", m.Detail, "hint", m.Hint)
 	return nil
+}
+
+// namesPublication says whether a message of the walsender names the
+// stream's publication. With the SQLSTATE, it tells the publication
+// missing whatever the server's lc_messages: neither is translated (the
+// quotes around the name may be).
+func (s *Stream) namesPublication(message string) bool {
+	return strings.Contains(message, s.cfg.Names.Publication)
 }
 
 // publicationGone is the stop of a stream whose WAL reaches a point where
