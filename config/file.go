@@ -81,12 +81,20 @@ func readConfigFile(path string) (*configFile, error) {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	// A second document (after ---) would be ignored whole, its settings
-	// and its mistakes with it.
-	var second yaml.Node
-	if err := dec.Decode(&second); err == nil {
-		return nil, fmt.Errorf("config file %s, line %d: a second YAML document; walstream's config is one (several streams go in a streams: list)", path, second.Line)
-	} else if !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
+	// and its mistakes with it. An empty one, as a file that ends in ---
+	// or a template's joins leave, holds nothing to ignore.
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("config file %s: %w", path, err)
+		}
+		if len(more.Content) > 0 && !isNull(more.Content[0]) {
+			return nil, fmt.Errorf("config file %s, line %d: a second YAML document; walstream's config is one (several streams go in a streams: list)", path, more.Content[0].Line)
+		}
 	}
 	if len(doc.Content) == 0 { // an empty file
 		return f, nil

@@ -70,13 +70,12 @@ func TestConfigFileNull(t *testing.T) {
 
 // A config file is one YAML document: a second one (after ---) would be
 // ignored whole, its mistakes with it, so the file is refused, naming the
-// line where the second starts.
+// line where the second's content starts; an empty one holds nothing to ignore.
 func TestConfigFileOneDocument(t *testing.T) {
 	base := "pg-url: postgres://u@h/db\nkafka-brokers: k:9092\n"
 	for name, tc := range map[string]struct{ body, line string }{
-		"second document":        {base + "---\nslot: other\nunknown-setting: x\n", "line 3"},
-		"after a comment":        {base + "# the next stream\n--- \nslot: other\n", "line 4"},
-		"an empty second":        {base + "---\n", "line 3"},
+		"second document":        {base + "---\nslot: other\nunknown-setting: x\n", "line 4"},
+		"after a comment":        {base + "# the next stream\n--- \nslot: other\n", "line 5"},
 		"second with bad syntax": {base + "---\nslot: [\n", "line 4"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -85,7 +84,8 @@ func TestConfigFileOneDocument(t *testing.T) {
 			wantRefused(t, err, "config file "+path, tc.line)
 		})
 	}
-	for name, body := range map[string]string{"a leading ---": "---\n" + base, "an end marker": base + "...\n"} {
+	for name, body := range map[string]string{"a leading ---": "---\n" + base, "an end marker": base + "...\n",
+		"an empty second": base + "---\n", "a comment after ---": base + "---\n# nothing\n"} {
 		if _, err := Parse(Run, []string{"--config", writeFile(t, body)}, &bytes.Buffer{}); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
