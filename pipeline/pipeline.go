@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -172,6 +173,11 @@ type Pipeline struct {
 	// shown exports the metrics; a shared fleet hides a stream's while
 	// it is not held here.
 	shown *shown
+	// settled is set once a session had a checkpoint in Kafka: a
+	// divergence accepted at the start is on record, and no later session
+	// accepts one, of this Run or of a later one (a shared fleet's stream
+	// given back to this process).
+	settled atomic.Bool
 }
 
 // New registers the pipeline's metrics on reg (nil: on none); log should be scoped to
@@ -184,6 +190,17 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) *Pipeline {
 		reg.MustRegister(sh)
 	}
 	return &Pipeline{cfg: cfg, log: log, metrics: m, state: st, waits: &waits{log: log, state: st, every: cfg.ProgressInterval}, shown: sh}
+}
+
+// newSession is the session state of one Run: it accepts the divergences
+// the config does until a session had a checkpoint in Kafka, in this Run
+// or an earlier one.
+func (p *Pipeline) newSession() *session {
+	s := &session{cfg: &p.cfg, log: p.log, metrics: p.metrics, state: p.state, waits: p.waits, settled: &p.settled}
+	if p.settled.Load() {
+		s.cfg = p.cfg.acceptingNone()
+	}
+	return s
 }
 
 // Log is the pipeline's logger, scoped to its stream.
@@ -252,7 +269,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	log, m := p.log, p.metrics
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 500*time.Millisecond, 30*time.Second, 0
-	s := &session{cfg: &p.cfg, log: log, metrics: m, state: p.state, waits: p.waits}
+	s := p.newSession()
 	stopProbe := p.probeKafka(ctx)
 	defer stopProbe()
 	bumps := fencings{window: bumpWindow, max: maxBumps}

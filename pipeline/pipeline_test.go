@@ -655,3 +655,21 @@ func closedPort(t *testing.T) int {
 	ln.Close()
 	return port
 }
+
+// The divergences a config accepts hold until a session had a checkpoint
+// in Kafka: the sessions of a later Run (a shared fleet's stream given
+// back to this process) accept none, and the Pipeline's config keeps them.
+func TestAcceptedOnce(t *testing.T) {
+	cfg := Config{Stream: "s", AllowSlotAhead: true, Accept: Accept{Phantoms: true, SystemChange: true}}
+	p := New(cfg, slog.New(slog.DiscardHandler), nil)
+	if s := p.newSession(); !s.cfg.AllowSlotAhead || s.cfg.Accept != cfg.Accept {
+		t.Fatalf("a first Run's session accepts %v, %+v; want the config's", s.cfg.AllowSlotAhead, s.cfg.Accept)
+	}
+	p.settled.Store(true) // as a session that had a checkpoint in Kafka sets it
+	if s := p.newSession(); s.cfg.AllowSlotAhead || s.cfg.Accept != (Accept{}) || s.cfg.accepts() {
+		t.Fatalf("a later Run's session accepts %v, %+v", s.cfg.AllowSlotAhead, s.cfg.Accept)
+	}
+	if !p.cfg.AllowSlotAhead || p.cfg.Accept != cfg.Accept {
+		t.Error("the Pipeline's config lost what it accepts")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -44,6 +45,9 @@ type session struct {
 	// be published from its stream (decode.WholeError); the next one has
 	// Postgres send every transaction whole at its commit.
 	whole bool
+	// settled is the Pipeline's: set once a session had a checkpoint in
+	// Kafka (see Pipeline).
+	settled *atomic.Bool
 }
 
 func (s *session) run(ctx context.Context) (streamed bool, err error) {
@@ -287,12 +291,12 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	}
 	done, at := tracker.InKafka()
 	s.earlier.remember(done)
-	if !at.IsZero() && s.cfg.accepts() {
+	if !at.IsZero() && !s.settled.Swap(true) && s.cfg.accepts() {
 		// Kafka holds a checkpoint this session resumed from or wrote: a
 		// divergence accepted for the start is on record, and one a later
 		// session meets (a failover to a server without the slot, a slot
 		// recreated again) is new, and stops the stream as any does.
-		s.log.Info("the divergences accepted at the start are on record in Kafka: later sessions of this run accept none")
+		s.log.Info("the divergences accepted at the start are on record in Kafka: later sessions accept none")
 		s.cfg = s.cfg.acceptingNone()
 	}
 	if a := prod.Acknowledged(); a.Checkpoint.LSN != 0 {
