@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/walstream/walstream/debezium"
+	"github.com/walstream/walstream/kafka"
 	"github.com/walstream/walstream/pipeline"
 )
 
@@ -125,7 +126,11 @@ func ParseStreams(cmd Command, args []string, stdout io.Writer) ([]*Config, erro
 	// --fleet=auto (the process's, so every stream's) shares a list of
 	// streams that write to one Kafka cluster, where the fleet's group
 	// is; --fleet=on a list of several is refused by CheckFleet.
-	if all[0].FleetMembership == fleetAuto && slices.ContainsFunc(all, func(sc *Config) bool { return !sc.Kafka.SameCluster(all[0].Kafka) }) {
+	ks := make([]kafka.Settings, len(all))
+	for i, sc := range all {
+		ks[i] = sc.Kafka
+	}
+	if clusters := kafka.Clusters(ks); all[0].FleetMembership == fleetAuto && slices.ContainsFunc(clusters, func(c string) bool { return c != clusters[0] }) {
 		for _, sc := range all {
 			sc.Fleet.Group = ""
 		}

@@ -71,16 +71,38 @@ func (c Settings) Cluster() string {
 	return strings.Join(slices.Compact(slices.Sorted(slices.Values(bs))), ",")
 }
 
-// SameCluster reports whether c and o reach one cluster: they list a
-// broker in common, as dialed. Two lists of some of one cluster's brokers
-// need not be equal.
-func (c Settings) SameCluster(o Settings) bool {
-	for _, b := range c.Brokers {
-		if slices.ContainsFunc(o.Brokers, func(ob string) bool { return canonicalBroker(ob) == canonicalBroker(b) }) {
-			return true
+// Clusters names the cluster each of ss reaches, alike for those that
+// reach one: settings that list a broker in common (as dialed), directly
+// or through others, reach one cluster. Each cluster is named as the
+// first of ss on it names it (Cluster).
+func Clusters(ss []Settings) []string {
+	root := make([]int, len(ss)) // union-find over ss, by shared brokers
+	for i := range root {
+		root[i] = i
+	}
+	find := func(i int) int {
+		for root[i] != i {
+			root[i], i = root[root[i]], root[i]
+		}
+		return i
+	}
+	first := make(map[string]int) // broker → the first settings listing it
+	for i, s := range ss {
+		for _, b := range s.Brokers {
+			b = canonicalBroker(b)
+			if j, ok := first[b]; ok {
+				a, z := find(i), find(j)
+				root[max(a, z)] = min(a, z)
+			} else {
+				first[b] = i
+			}
 		}
 	}
-	return false
+	out := make([]string, len(ss))
+	for i := range ss {
+		out[i] = ss[find(i)].Cluster()
+	}
+	return out
 }
 
 // canonicalBroker is a bootstrap broker as walstream dials it: its host in

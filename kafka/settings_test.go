@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -18,20 +19,17 @@ func TestCheckBrokers(t *testing.T) {
 	}
 }
 
-// A cluster is named and compared by its brokers as dialed: the host in
-// lower case, Kafka's port where none is given; two lists with a broker in
-// common reach one cluster.
-func TestCluster(t *testing.T) {
-	a := Settings{Brokers: []string{"K2", "k1:9092", "k2:9092"}}
-	if got := a.Cluster(); got != "k1:9092,k2:9092" {
+// A cluster is named by its brokers as dialed: the host in lower case,
+// Kafka's port where none is given; settings with a broker in common,
+// directly or through others, reach one cluster.
+func TestClusters(t *testing.T) {
+	if got := (Settings{Brokers: []string{"K2", "k1:9092", "k2:9092"}}).Cluster(); got != "k1:9092,k2:9092" {
 		t.Errorf("Cluster() = %q, want k1:9092,k2:9092", got)
 	}
-	for _, c := range []struct {
-		brokers []string
-		same    bool
-	}{{[]string{"k2"}, true}, {[]string{"K1:9092", "k9:9092"}, true}, {[]string{"k1:9093"}, false}, {[]string{"k3"}, false}} {
-		if got := a.SameCluster(Settings{Brokers: c.brokers}); got != c.same {
-			t.Errorf("SameCluster(%v) = %v, want %v", c.brokers, got, c.same)
-		}
+	got := Clusters([]Settings{{Brokers: []string{"k1"}}, {Brokers: []string{"k2"}}, {Brokers: []string{"k3:9093"}},
+		{Brokers: []string{"K2:9092", "k1:9092"}}, {Brokers: []string{"k3"}}})
+	want := []string{"k1:9092", "k1:9092", "k3:9093", "k1:9092", "k3:9092"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Clusters = %v, want %v", got, want)
 	}
 }

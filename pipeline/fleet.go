@@ -7,12 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/walstream/walstream/group"
+	"github.com/walstream/walstream/kafka"
 )
 
 // Fleet is several streams run by one process, each a Pipeline of its
@@ -312,14 +312,11 @@ func superviseAll(ctx context.Context, rs []runner, stopped func(i int, err erro
 // one in common are on one cluster, and a host is one whatever the case of
 // its name.
 func CheckFleet(cfgs []Config) error {
-	// Each stream's cluster is named after the first stream on it.
-	clusterOf := make([]string, len(cfgs))
+	ks := make([]kafka.Settings, len(cfgs))
 	for i, c := range cfgs {
-		clusterOf[i] = c.Kafka.Cluster()
-		if j := slices.IndexFunc(cfgs[:i], func(o Config) bool { return o.Kafka.SameCluster(c.Kafka) }); j >= 0 {
-			clusterOf[i] = clusterOf[j]
-		}
+		ks[i] = c.Kafka
 	}
+	clusterOf := kafka.Clusters(ks)
 	var errs []error
 	seen := make(map[string]string) // what must be unique → the stream that has it
 	unique := func(stream, what, value string) {

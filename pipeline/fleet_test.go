@@ -301,6 +301,15 @@ func TestCheckFleet(t *testing.T) {
 	if err != nil && strings.Contains(err.Error(), "different Kafka clusters") {
 		t.Errorf("one cluster spelled two ways taken for two: %v", err)
 	}
+	// Brokers k1, k2, and both: one cluster, through the third.
+	c := fleetConfig(t, "c", "postgres://db/c", "c")
+	a.Kafka.Brokers, b.Kafka.Brokers, c.Kafka.Brokers = []string{"k1:9092"}, []string{"k2:9092"}, []string{"k1:9092", "k2:9092"}
+	b = fleetConfig(t, "b", "postgres://db/b", "b")
+	b.Kafka.Brokers, b.TransactionalID, b.Fleet.Group, c.Fleet.Group = []string{"k2:9092"}, a.TransactionalID, "g", "g"
+	if err := CheckFleet([]Config{a, b, c}); err == nil || !strings.Contains(err.Error(), `streams a and b have the same transactional id "walstream-a" in Kafka k1:9092`) ||
+		strings.Contains(err.Error(), "different Kafka clusters") {
+		t.Errorf("brokers k1, k2 and both: CheckFleet = %v, want a and b on one cluster", err)
+	}
 }
 
 // A fleet's /healthz and /readyz answer for every stream, one line each:
