@@ -144,10 +144,10 @@ type Notes struct {
 	// recreated since, and rows may be missing.
 	Tables map[string]uint32 `json:"tables,omitempty"`
 	// Entries are, by schema.table, the OIDs of the publication's catalog
-	// rows that covered the outbox tables (replication.TableInfo.Entry): a
-	// table covered by another since left the publication and came back,
-	// and rows may be missing.
-	Entries map[string]uint32 `json:"entries,omitempty"`
+	// rows that covered the outbox tables (replication.TableInfo.Entries):
+	// a table covered by none of them since left the publication and came
+	// back, and rows may be missing.
+	Entries map[string][]uint32 `json:"entries,omitempty"`
 	// Skipped is the last event an operator sent to the dead-letter topic
 	// by naming it, kept in every later checkpoint too.
 	Skipped *Skip `json:"skipped,omitempty"`
@@ -294,11 +294,11 @@ type record struct {
 	Events           *uint64    `json:"events,omitempty"`
 	Gap              *gapRecord `json:"gap,omitempty"`
 	// Notes' fields, at the top level; absent from older records.
-	Tables   map[string]uint32 `json:"tables,omitempty"`
-	Entries  map[string]uint32 `json:"entries,omitempty"`
-	Skipped  *Skip             `json:"skipped,omitempty"`
-	Takeover *Takeover         `json:"takeover,omitempty"`
-	Reemits  Reemits           `json:"reemits,omitempty"`
+	Tables   map[string]uint32   `json:"tables,omitempty"`
+	Entries  map[string][]uint32 `json:"entries,omitempty"`
+	Skipped  *Skip               `json:"skipped,omitempty"`
+	Takeover *Takeover           `json:"takeover,omitempty"`
+	Reemits  Reemits             `json:"reemits,omitempty"`
 	// Wrote names the topics the transaction that committed the record
 	// wrote to, the checkpoint topic among them: of that record alone.
 	Wrote []string `json:"wrote,omitempty"`

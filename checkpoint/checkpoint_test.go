@@ -79,16 +79,16 @@ func TestEncodeDecode(t *testing.T) {
 func TestEncodeDecodeNotes(t *testing.T) {
 	now := time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC)
 	skip := &Skip{Event: "0/16B3700:2", LSN: "0/16B3650", Table: "public.outbox", EventID: "e-1", Reason: "aggregate id is NULL", Time: now}
-	cp := Checkpoint{LSN: 0x16B3748, Notes: &Notes{Tables: map[string]uint32{"public.outbox": 16454}, Entries: map[string]uint32{"public.outbox": 16460}, Skipped: skip}}
+	cp := Checkpoint{LSN: 0x16B3748, Notes: &Notes{Tables: map[string]uint32{"public.outbox": 16454}, Entries: map[string][]uint32{"public.outbox": {16460, 16470}}, Skipped: skip}}
 	wrote := []string{"outbox.event.Order", "walstream.checkpoints"}
 	b := cp.EncodeIn(Owner{Slot: "walstream"}, now, wrote)
-	for _, want := range []string{`"tables":{"public.outbox":16454}`, `"entries":{"public.outbox":16460}`, `"skipped":{"event":"0/16B3700:2"`, `"wrote":["outbox.event.Order","walstream.checkpoints"]`} {
+	for _, want := range []string{`"tables":{"public.outbox":16454}`, `"entries":{"public.outbox":[16460,16470]}`, `"skipped":{"event":"0/16B3700:2"`, `"wrote":["outbox.event.Order","walstream.checkpoints"]`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("record %s lacks %s", b, want)
 		}
 	}
 	got, _, err := Decode(b)
-	if err != nil || got.LSN != cp.LSN || got.Notes == nil || got.Notes.Tables["public.outbox"] != 16454 || got.Notes.Entries["public.outbox"] != 16460 || *got.Notes.Skipped != *skip {
+	if err != nil || got.LSN != cp.LSN || got.Notes == nil || got.Notes.Tables["public.outbox"] != 16454 || !slices.Equal(got.Notes.Entries["public.outbox"], []uint32{16460, 16470}) || *got.Notes.Skipped != *skip {
 		t.Fatalf("round trip of %s = %+v, %v", b, got, err)
 	}
 	// The topics its transaction wrote are the record's alone, not the

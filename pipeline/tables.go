@@ -17,8 +17,9 @@ import (
 type outboxTables struct {
 	names replication.Names
 	// oids are the existing tables' OIDs in the catalog, by schema.table;
-	// entries the publication's entries covering them, where one does.
-	oids, entries map[string]uint32
+	// entries the publication's entries covering them, where it does.
+	oids    map[string]uint32
+	entries map[string][]uint32
 	// missing are the tables that do not exist.
 	missing []replication.Table
 	// unpublished: a table exists that the publication does not cover.
@@ -45,7 +46,7 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *Config) (outboxTables
 	if err != nil {
 		return outboxTables{}, err
 	}
-	t := outboxTables{names: cfg.Names, oids: make(map[string]uint32), entries: make(map[string]uint32), mayChange: make(map[string]bool),
+	t := outboxTables{names: cfg.Names, oids: make(map[string]uint32), entries: make(map[string][]uint32), mayChange: make(map[string]bool),
 		schemaPublished: make(map[string]bool), catalogs: make(map[string]map[string]decode.Catalog)}
 	for _, info := range infos {
 		name := info.Table.String()
@@ -54,8 +55,8 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *Config) (outboxTables
 			continue
 		}
 		t.oids[name], t.catalogs[name] = info.OID, catalogOf(info)
-		if info.Entry != 0 {
-			t.entries[name] = info.Entry
+		if len(info.Entries) > 0 {
+			t.entries[name] = info.Entries
 		}
 		t.unpublished = t.unpublished || !info.Published
 		if info.SchemaPublished {
@@ -110,7 +111,8 @@ func checkMapping(outboxes []*decode.Outbox, info replication.TableInfo, when st
 // another entry than the recorded one left it and came back since, and the
 // rows committed meanwhile are missing, unless accept names its OID.
 func (t outboxTables) sinceCheckpoint(cp checkpoint.Checkpoint, accept map[string]uint32, log *slog.Logger) error {
-	var recorded, entries map[string]uint32
+	var recorded map[string]uint32
+	var entries map[string][]uint32
 	if cp.Notes != nil {
 		recorded, entries = cp.Notes.Tables, cp.Notes.Entries
 	}
@@ -148,7 +150,7 @@ func (t outboxTables) sinceCheckpoint(cp checkpoint.Checkpoint, accept map[strin
 	for _, name := range slices.Sorted(maps.Keys(t.entries)) {
 		was, now, oid := entries[name], t.entries[name], t.oids[name]
 		switch {
-		case was == 0 || was == now:
+		case len(was) == 0 || replication.Covers(was, now):
 		case recorded[name] != 0 && recorded[name] != oid:
 			// Recreated, which the OID's check above decided.
 		case accept[name] == oid:

@@ -192,29 +192,34 @@ func TestTableDroppedDuringSetup(t *testing.T) {
 	}
 }
 
-// A table the publication covers by another entry than the checkpoint
+// A table the publication covers by none of the entries the checkpoint
 // recorded left the publication and came back since: refused unless
-// accepted by its OID. A recreated table's entry changes with its OID,
-// which decides; a checkpoint without entries compares none.
+// accepted by its OID. One of them still covering it (listed by name and
+// by schema, one of the two dropped) kept it published throughout. A
+// recreated table's entries change with its OID, which decides; a
+// checkpoint without entries compares none.
 func TestTablesRepublishedSinceCheckpoint(t *testing.T) {
-	recorded := checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Tables: map[string]uint32{"public.outbox": 100}, Entries: map[string]uint32{"public.outbox": 500}}}
+	recorded := checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Tables: map[string]uint32{"public.outbox": 100}, Entries: map[string][]uint32{"public.outbox": {500, 700}}}}
 	for _, tc := range []struct {
-		name       string
-		cp         checkpoint.Checkpoint
-		oid, entry uint32
-		accept     map[string]uint32
-		want       string // empty: accepted
+		name    string
+		cp      checkpoint.Checkpoint
+		oid     uint32
+		entries []uint32
+		accept  map[string]uint32
+		want    string // empty: accepted
 	}{
-		{"same entry", recorded, 100, 500, nil, ""},
-		{"no entries recorded", checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Tables: map[string]uint32{"public.outbox": 100}}}, 100, 600, nil, ""},
-		{"left and came back", recorded, 100, 600, nil, `table public.outbox (OID 100) left publication "p" and came back after checkpoint 0/1000 (its entry in the publication 500, now 600)`},
-		{"left, came back, accepted", recorded, 100, 600, map[string]uint32{"public.outbox": 100}, ""},
-		{"recreated and accepted", recorded, 200, 600, map[string]uint32{"public.outbox": 200}, ""},
-		{"recreated", recorded, 200, 600, nil, "OID 100, now 200"},
+		{"same entries", recorded, 100, []uint32{500, 700}, nil, ""},
+		{"one of two entries left", recorded, 100, []uint32{700}, nil, ""},
+		{"an entry added", recorded, 100, []uint32{500, 600, 700}, nil, ""},
+		{"no entries recorded", checkpoint.Checkpoint{LSN: 0x1000, Notes: &checkpoint.Notes{Tables: map[string]uint32{"public.outbox": 100}}}, 100, []uint32{600}, nil, ""},
+		{"left and came back", recorded, 100, []uint32{600}, nil, `table public.outbox (OID 100) left publication "p" and came back after checkpoint 0/1000 (its entries in the publication [500 700], now [600])`},
+		{"left, came back, accepted", recorded, 100, []uint32{600}, map[string]uint32{"public.outbox": 100}, ""},
+		{"recreated and accepted", recorded, 200, []uint32{600}, map[string]uint32{"public.outbox": 200}, ""},
+		{"recreated", recorded, 200, []uint32{600}, nil, "OID 100, now 200"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tables := outboxTables{names: replication.Names{Publication: "p"}, oids: map[string]uint32{"public.outbox": tc.oid},
-				entries: map[string]uint32{"public.outbox": tc.entry}, mayChange: map[string]bool{}, schemaPublished: map[string]bool{}}
+				entries: map[string][]uint32{"public.outbox": tc.entries}, mayChange: map[string]bool{}, schemaPublished: map[string]bool{}}
 			err := tables.sinceCheckpoint(tc.cp, tc.accept, slog.New(slog.DiscardHandler))
 			refusedWith(t, err, tc.want)
 			var re *replication.RepublishedError

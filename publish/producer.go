@@ -61,7 +61,8 @@ type Config struct {
 	// Tables are the outbox tables' OIDs, and Entries the publication's
 	// entries covering them, recorded in every checkpoint so that the next
 	// session can tell a recreated table, or one that left the publication.
-	Tables, Entries map[string]uint32
+	Tables  map[string]uint32
+	Entries map[string][]uint32
 	// Encoding says how keys and values are written.
 	Encoding format.Encoding
 	// Compression compresses record batches; zero is snappy.

@@ -253,10 +253,10 @@ type Monitor struct {
 	// OIDs are not watched.
 	OIDs map[string]uint32
 	// Entries are the publication's entries of the outbox tables
-	// (TableInfo.Entry), by schema.table, when streaming started; a table
-	// found published by another left the publication and came back
+	// (TableInfo.Entries), by schema.table, when streaming started; a table
+	// found published by none of them left the publication and came back
 	// between two polls, and streaming stops.
-	Entries map[string]uint32
+	Entries map[string][]uint32
 	// CheckTable, if not nil, is told each outbox table as the catalog has
 	// it at each poll, and stops streaming with the error it returns: a
 	// column the mapping needs, renamed or dropped while the outbox is
@@ -328,8 +328,8 @@ func (m *Monitor) sameTables(ctx context.Context) error {
 				Reason: fmt.Sprintf("was dropped and recreated while streaming (OID %d, now %d): rows committed to it before it was added to publication %q again were never sent", want, info.OID, m.Names.Publication),
 				Fix:    "see docs/postgres.md, A recreated outbox table; next time " + m.Names.RecreateAdvice(info.Table)}
 		}
-		if want, watched := m.Entries[info.Table.String()]; watched && info.Entry != 0 && info.Entry != want {
-			return m.Names.Republished(info.Table, info.OID, want, info.Entry, "while streaming")
+		if want, watched := m.Entries[info.Table.String()]; watched && len(info.Entries) > 0 && !Covers(want, info.Entries) {
+			return m.Names.Republished(info.Table, info.OID, want, info.Entries, "while streaming")
 		}
 		if m.CheckTable != nil {
 			if err := m.CheckTable(info); err != nil {

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -40,13 +41,13 @@ type TableInfo struct {
 	// again is in the publication from its CREATE TABLE on, so recreating
 	// it loses no row.
 	SchemaPublished bool
-	// Entry is the OID of the catalog row by which the publication covers
-	// the table: pg_publication_rel's naming it, else
-	// pg_publication_namespace's of its schema, else, for a publication
-	// of every table, pg_publication's own; zero when none does. A table
-	// removed from the publication and added again is covered by another
-	// row, and Postgres sent none of the rows committed between.
-	Entry uint32
+	// Entries are the OIDs, sorted, of the catalog rows by which the
+	// publication covers the table: pg_publication_rel's naming it,
+	// pg_publication_namespace's of its schema, pg_publication's own when
+	// it publishes every table; none when it does not cover it. A table
+	// removed from the publication and added again is covered by other
+	// rows, and Postgres sent none of the rows committed between.
+	Entries []uint32
 }
 
 // Exists reports whether a table has the name.
@@ -65,10 +66,10 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 	if err := conn.QueryRow(ctx, `SELECT to_regclass('pg_catalog.pg_publication_namespace') IS NOT NULL`).Scan(&schemas); err != nil {
 		return nil, fmt.Errorf("describing the outbox tables: %w", err)
 	}
-	bySchema, schemaEntry := "false", "NULL"
+	bySchema, schemaEntry := "false", ""
 	if schemas {
 		bySchema = "EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace)"
-		schemaEntry = "(SELECT pn.oid FROM pg_publication_namespace pn JOIN pg_publication p ON p.oid = pn.pnpubid WHERE p.pubname = $2 AND pn.pnnspid = c.relnamespace)"
+		schemaEntry = "UNION SELECT pn.oid FROM pg_publication_namespace pn JOIN pg_publication p ON p.oid = pn.pnpubid WHERE p.pubname = $2 AND pn.pnnspid = c.relnamespace"
 	}
 	// One row per column, or one row of NULLs for a table that does not
 	// exist.
@@ -77,8 +78,11 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 			coalesce((SELECT string_agg(e.enumlabel::text, ',' ORDER BY e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = a.atttypid), ''),
 			EXISTS (SELECT 1 FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid WHERE p.pubname = $2 AND pr.prrelid = c.oid),
 			EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $2 AND (p.puballtables OR `+bySchema+`)),
-			coalesce((SELECT pr.oid FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid WHERE p.pubname = $2 AND pr.prrelid = c.oid),
-				`+schemaEntry+`, (SELECT p.oid FROM pg_publication p WHERE p.pubname = $2 AND p.puballtables), 0)
+			CASE WHEN c.oid IS NULL THEN '{}' ELSE ARRAY(
+				SELECT pr.oid FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid WHERE p.pubname = $2 AND pr.prrelid = c.oid
+				`+schemaEntry+`
+				UNION SELECT p.oid FROM pg_publication p WHERE p.pubname = $2 AND p.puballtables
+				ORDER BY 1) END
 		FROM unnest($1::text[]) WITH ORDINALITY AS t(name, ord)
 		LEFT JOIN pg_class c ON c.oid = to_regclass(t.name)
 		LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -93,14 +97,14 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 	}
 	var (
 		ord                     int64
-		entry                   uint32
+		entries                 []uint32
 		oid, typ                *uint32
 		typmod                  *int32
 		name, def, labels       *string
 		notNull                 *bool
 		listed, schemaPublished bool
 	)
-	_, err = pgx.ForEachRow(rows, []any{&ord, &oid, &name, &typ, &typmod, &notNull, &def, &labels, &listed, &schemaPublished, &entry}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&ord, &oid, &name, &typ, &typmod, &notNull, &def, &labels, &listed, &schemaPublished, &entries}, func() error {
 		if ord < 1 || int(ord) > len(out) {
 			return fmt.Errorf("table number %d of %d", ord, len(out))
 		}
@@ -108,7 +112,7 @@ func DescribeTables(ctx context.Context, conn *pgx.Conn, n Names) ([]TableInfo, 
 		if oid == nil {
 			return nil
 		}
-		info.OID, info.SchemaPublished, info.Published, info.Entry = *oid, schemaPublished, listed || schemaPublished, entry
+		info.OID, info.SchemaPublished, info.Published, info.Entries = *oid, schemaPublished, listed || schemaPublished, entries
 		if name != nil {
 			info.Columns = append(info.Columns, Column{Name: *name, Type: *typ, TypMod: *typmod, Labels: *labels, NotNull: *notNull, Default: *def})
 		}
@@ -139,11 +143,12 @@ func (n Names) TableDropped(t Table, oid uint32, since string) error {
 }
 
 // Republished is the stop for an outbox table (OID oid) the publication
-// covered by entry was when streamed, and by entry now since: it left the
-// publication and came back (or came under another of its entries), and
-// Postgres sent none of the rows committed to it while it was out. when
-// says when that was found.
-func (n Names) Republished(t Table, oid, was, now uint32, when string) error {
+// covered by the entries was when streamed, and by none of them now: it
+// left the publication and came back (or came under other entries of it
+// in one transaction: a changed row filter or column list), and Postgres
+// sent none of the rows committed to it while it was out. when says when
+// that was found.
+func (n Names) Republished(t Table, oid uint32, was, now []uint32, when string) error {
 	return &RepublishedError{Table: t.String(), Publication: n.Publication, OID: oid, Was: was, Now: now, When: when}
 }
 
@@ -151,12 +156,19 @@ func (n Names) Republished(t Table, oid, was, now uint32, when string) error {
 // recreated table's, by the table's OID.
 type RepublishedError struct {
 	Table, Publication string
-	OID, Was, Now      uint32
+	OID                uint32
+	Was, Now           []uint32
 	When               string
 }
 
+// Covers reports whether entries now still include one of was: the
+// publication has covered the table throughout by it.
+func Covers(was, now []uint32) bool {
+	return slices.ContainsFunc(was, func(e uint32) bool { return slices.Contains(now, e) })
+}
+
 func (e *RepublishedError) Error() string {
-	return fmt.Sprintf("table %s (OID %d) left publication %q and came back %s (its entry in the publication %d, now %d): "+
+	return fmt.Sprintf("table %s (OID %d) left publication %q and came back %s (its entries in the publication %v, now %v): "+
 		"Postgres never sent the rows committed to it while it was out. To recover: find those rows (SELECT them from %s by id or time) "+
 		"and publish them again (see docs/reemit.md), or accept the loss; then accept the table (OID %d) and restart (see docs/postgres.md, A table out of the publication)",
 		e.Table, e.OID, e.Publication, e.When, e.Was, e.Now, e.Table, e.OID)

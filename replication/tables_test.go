@@ -77,16 +77,16 @@ func TestDescribeTables(t *testing.T) {
 	if err := admin.QueryRow(ctx, "SELECT oid FROM pg_publication_rel WHERE prrelid = $1", oid).Scan(&entry); err != nil {
 		t.Fatal(err)
 	}
-	if p.Entry != entry || infos[0].Entry != 0 {
-		t.Errorf("entries %d and %d, want pg_publication_rel's %d and none for the missing table", p.Entry, infos[0].Entry, entry)
+	if !slices.Equal(p.Entries, []uint32{entry}) || len(infos[0].Entries) != 0 {
+		t.Errorf("entries %v and %v, want pg_publication_rel's %d and none for the missing table", p.Entries, infos[0].Entries, entry)
 	}
 	exec("ALTER PUBLICATION walstream_outbox DROP TABLE public.outbox")
-	if p := describe()[1]; p.Published || p.Entry != 0 {
-		t.Errorf("public.outbox out of the publication described as published %v, entry %d", p.Published, p.Entry)
+	if p := describe()[1]; p.Published || len(p.Entries) != 0 {
+		t.Errorf("public.outbox out of the publication described as published %v, entries %v", p.Published, p.Entries)
 	}
 	exec("ALTER PUBLICATION walstream_outbox ADD TABLE public.outbox")
-	if p := describe()[1]; !p.Published || p.Entry == 0 || p.Entry == entry {
-		t.Errorf("public.outbox back in the publication described as published %v, entry %d (it was %d)", p.Published, p.Entry, entry)
+	if p := describe()[1]; !p.Published || len(p.Entries) != 1 || p.Entries[0] == entry {
+		t.Errorf("public.outbox back in the publication described as published %v, entries %v (it was %d)", p.Published, p.Entries, entry)
 	}
 
 	// Outside the publication, then published by schema.
@@ -102,8 +102,8 @@ func TestDescribeTables(t *testing.T) {
 	if err := admin.QueryRow(ctx, "SELECT oid FROM pg_publication_namespace WHERE pnnspid = 'billing'::regnamespace").Scan(&schemaEntry); err != nil {
 		t.Fatal(err)
 	}
-	if b := infos[0]; !b.Published || !b.SchemaPublished || b.Entry != schemaEntry {
-		t.Errorf("billing.outbox, in a schema publication, described as published %v, by schema %v, entry %d (want %d)", b.Published, b.SchemaPublished, b.Entry, schemaEntry)
+	if b := infos[0]; !b.Published || !b.SchemaPublished || !slices.Equal(b.Entries, []uint32{schemaEntry}) {
+		t.Errorf("billing.outbox, in a schema publication, described as published %v, by schema %v, entries %v (want %d)", b.Published, b.SchemaPublished, b.Entries, schemaEntry)
 	}
 	if p := infos[1]; p.Published || p.SchemaPublished {
 		t.Errorf("public.outbox, not in publication billing_outbox, described as published %v, by schema %v", p.Published, p.SchemaPublished)

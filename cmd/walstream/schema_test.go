@@ -348,7 +348,7 @@ func TestTableLeftPublicationWhileStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp, record := e.lastCheckpoint()
-	if cp.Notes == nil || cp.Notes.Entries["public.outbox"] == 0 {
+	if cp.Notes == nil || len(cp.Notes.Entries["public.outbox"]) == 0 {
 		t.Fatalf("last checkpoint %s records no publication entry for public.outbox", record)
 	}
 	confirmed := e.confirmedLSN("walstream")
@@ -361,7 +361,7 @@ func TestTableLeftPublicationWhileStopped(t *testing.T) {
 	msg := exitMessage(t, e.start(nil))
 	t.Logf("stop: %s", msg)
 	wantAll(t, msg, fmt.Sprintf("table public.outbox (OID %d) left publication \"walstream_outbox\" and came back after checkpoint %s", oid, cp),
-		fmt.Sprintf("its entry in the publication %d, now", cp.Notes.Entries["public.outbox"]), "never sent the rows committed to it while it was out",
+		fmt.Sprintf("its entries in the publication %v, now", cp.Notes.Entries["public.outbox"]), "never sent the rows committed to it while it was out",
 		"A table out of the publication", fmt.Sprintf("--accept-recreated-table public.outbox=%d", oid))
 	if got := e.confirmedLSN("walstream"); got != confirmed {
 		t.Fatalf("confirmed_flush_lsn moved from %s to %s", confirmed, got)
