@@ -119,7 +119,8 @@ func decodeAssignment(b []byte) (Assignment, error) {
 // the streams nobody runs go, fewest candidates first, to the least
 // loaded member that can run them; then, while a member runs two streams
 // more than another it can reach, a chain of moves evens the two (see
-// rebalance). With every member listing every stream, the members' loads
+// rebalance), and last, moves that keep the loads hand over fewer streams
+// (improve). With every member listing every stream, the members' loads
 // end within one of each other (12 streams on 3 members: 4 each), and
 // only the streams that must move do: those of a member that left, or the
 // excess of the others when one joins.
@@ -177,6 +178,9 @@ func Assign(members map[string]Metadata) []Member {
 	}
 	// Each chain lowers the sum of the loads' squares, so this ends.
 	for a.rebalance(ids) {
+	}
+	// Each improvement hands over one stream fewer, so this ends.
+	for a.improve(ids) {
 	}
 	out := make([]Member, len(ids))
 	for i, id := range ids {
@@ -257,9 +261,9 @@ func (a *assignment) rebalance(ids []string) bool {
 
 // chains finds the cheapest chains of moves from src (Dijkstra's, members
 // as nodes): cost by member reached, and the last move of each chain. It
-// stops once no cheaper chain to a member dst accepts can be found; the
-// costs of members reached then are upper bounds, exact for those dst
-// accepts at the least cost.
+// stops once every chain as cheap as the cheapest to a member dst accepts
+// is found; the costs of members reached then are upper bounds, exact for
+// those dst accepts at the least cost.
 func (a *assignment) chains(src string, ids []string, byOwner map[string][]string, dst func(string) bool) (map[string]int, map[string]link) {
 	cost := map[string]int{src: 0}
 	prev := make(map[string]link)
@@ -272,7 +276,7 @@ func (a *assignment) chains(src string, ids []string, byOwner map[string][]strin
 				at = id
 			}
 		}
-		if at == "" || found >= 0 && cost[at] >= found {
+		if at == "" || found >= 0 && cost[at] > found {
 			return cost, prev
 		}
 		done[at] = true
@@ -292,4 +296,101 @@ func (a *assignment) chains(src string, ids []string, byOwner map[string][]strin
 			}
 		}
 	}
+}
+
+// improve hands over fewer streams for the same loads, once balanced: the
+// chains rebalance takes, each the cheapest then, may together hand over
+// more than needed. It looks for a cycle of moves, members as nodes, whose
+// moves leave fewer streams away from the members running them (Bellman
+// and Ford's search for a negative cycle): each member on it gives one
+// stream to the next, so no load changes; or the same along a path from a
+// member to one that runs one stream fewer, which then swap loads (an edge
+// of cost zero back closes it into a cycle). It moves the streams of the
+// first such cycle found; false when there is none.
+func (a *assignment) improve(ids []string) bool {
+	n := len(ids)
+	at := make(map[string]int, n)
+	for i, id := range ids {
+		at[id] = i
+	}
+	// away is 1 when stream s given to member m is away from the member
+	// running it.
+	away := func(s, m string) int {
+		if k := a.running[s]; k != "" && k != m {
+			return 1
+		}
+		return 0
+	}
+	type edge struct {
+		ok     bool
+		cost   int
+		stream string // empty: the edge back of a swap, no move
+	}
+	edges := make([][]edge, n) // from, to → the cheapest move
+	for i := range edges {
+		edges[i] = make([]edge, n)
+	}
+	for _, s := range slices.Sorted(maps.Keys(a.owner)) {
+		from := a.owner[s]
+		for _, to := range a.eligible[s] {
+			if to == from {
+				continue
+			}
+			c := away(s, to) - away(s, from)
+			if e := edges[at[from]][at[to]]; !e.ok || c < e.cost {
+				edges[at[from]][at[to]] = edge{ok: true, cost: c, stream: s}
+			}
+		}
+	}
+	for i, x := range ids {
+		for j, y := range ids {
+			if !edges[i][j].ok && a.load[y] == a.load[x]+1 {
+				edges[i][j] = edge{ok: true} // y gives x its extra load back
+			}
+		}
+	}
+	// Bellman-Ford from a source linked to every member at cost zero.
+	dist := make([]int, n)
+	pred := make([]int, n)
+	for i := range pred {
+		pred[i] = -1
+	}
+	last := -1
+	for range n {
+		last = -1
+		for i := range n {
+			for j, e := range edges[i] {
+				if e.ok && dist[i]+e.cost < dist[j] {
+					dist[j], pred[j], last = dist[i]+e.cost, i, j
+				}
+			}
+		}
+		if last < 0 {
+			return false
+		}
+	}
+	if last < 0 {
+		return false // no member
+	}
+	// A member relaxed at the n-th round is on a negative cycle, or
+	// downstream of one: n steps back is on it.
+	for range n {
+		last = pred[last]
+	}
+	cycle := []int{last}
+	for v := pred[last]; v != last; v = pred[v] {
+		cycle = append(cycle, v)
+	}
+	// cycle lists the members backwards: pred[cycle[k]] is cycle[k+1].
+	for k, to := range cycle {
+		from := cycle[(k+1)%len(cycle)]
+		e := edges[from][to]
+		if e.stream == "" {
+			continue
+		}
+		a.owner[e.stream] = ids[to]
+		a.load[ids[from]]--
+		a.load[ids[to]]++
+	}
+	return true
 }

@@ -27,8 +27,9 @@
 // exactly one member whose config lists it, sticky (a stream stays where
 // it runs; a claim of a stream being released yields to that of the member
 // given it), then balanced (no member runs two streams more than another
-// it can reach by a chain of moves, the cheapest chain taken); Metadata
-// and Assignment travel as JSON.
+// it can reach by a chain of moves), handing over the fewest running
+// streams a balanced assignment can; Metadata and Assignment travel as
+// JSON.
 // Describe (describe.go) asks the coordinator for the group, for
 // walstream status. Running a stream, releasing it, and waiting for its
 // slot are the pipeline's (pipeline/fleet.go).
