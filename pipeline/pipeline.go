@@ -46,8 +46,8 @@ type Config struct {
 	// and creates a missing slot although Kafka holds a checkpoint.
 	AllowSlotAhead bool
 	// Accept lists the divergences between the checkpoint and the server
-	// an operator accepted for this start (see Place). Both hold for the
-	// sessions of a Run until one has a checkpoint in Kafka.
+	// an operator accepted for this start (see Place). Both hold until a
+	// session of the Pipeline has a checkpoint in Kafka.
 	Accept Accept
 	// FailoverSlot creates the slot as a failover slot where the server
 	// supports them.

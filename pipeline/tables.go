@@ -108,8 +108,8 @@ func checkMapping(outboxes []*decode.Outbox, info replication.TableInfo, when st
 // new OID (the operator dealt with them) or the publication covers the
 // table's schema. A recorded table that does not exist was dropped since;
 // one never recorded does not exist yet. A table the publication covers by
-// another entry than the recorded one left it and came back since, and the
-// rows committed meanwhile are missing, unless accept names its OID.
+// none of the recorded entries left it and came back since, and the rows
+// committed meanwhile are missing, unless accept names its OID.
 func (t outboxTables) sinceCheckpoint(cp checkpoint.Checkpoint, accept map[string]uint32, log *slog.Logger) error {
 	var recorded map[string]uint32
 	var entries map[string][]uint32
@@ -155,7 +155,7 @@ func (t outboxTables) sinceCheckpoint(cp checkpoint.Checkpoint, accept map[strin
 			// Recreated, which the OID's check above decided.
 		case accept[name] == oid:
 			log.Warn("outbox table left the publication and came back since the checkpoint: accepted", "table", name, "oid", oid,
-				"entry_was", was, "entry", now, "checkpoint", cp.String())
+				"entries_were", was, "entries", now, "checkpoint", cp.String())
 		default:
 			tb, _ := replication.ParseTable(name) // a name DescribeTables gave
 			return t.names.Republished(tb, oid, was, now, "after checkpoint "+cp.String())
