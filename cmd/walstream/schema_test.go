@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/walstream/walstream/checkpoint"
+	"github.com/walstream/walstream/internal/testenv"
 )
 
 // tableOID is the outbox table's pg_class OID now.
@@ -398,4 +401,50 @@ func (e *env) lastCheckpoint() (checkpoint.Checkpoint, string) {
 		e.t.Fatal(err)
 	}
 	return cp, record
+}
+
+// TestPublicationDroppedWayOn: the publication dropped and created again
+// while walstream is stopped, with rows committed between. The start stops
+// (at the table's new entry in the publication, before the stream reaches
+// the WAL where the publication was missing); docs/postgres.md's way on
+// goes on: the slot advanced past the publication's creation (advanced
+// again while the WAL there is not flushed yet: the harness's Postgres
+// commits asynchronously), then a start accepting the slot ahead and the
+// table's new entry.
+func TestPublicationDroppedWayOn(t *testing.T) {
+	t.Parallel()
+	e := newSharedEnv(t)
+	p := e.start(nil).streaming(t)
+	seq := 0
+	e.insertTx("Order", 3, 1, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	if err := p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.pg.Exec("postgres", "DROP PUBLICATION walstream_outbox")
+	lost := 100
+	e.insertTx("Lost", 2, 1, &lost, false)
+	e.pg.Exec("postgres", "CREATE PUBLICATION walstream_outbox FOR TABLE public.outbox WITH (publish = 'insert, update')")
+	created := e.currentLSN()
+	oid := e.tableOID()
+	msg := exitMessage(t, e.start(nil))
+	wantAll(t, msg, `left publication "walstream_outbox"`, "never sent", fmt.Sprintf("--accept-recreated-table public.outbox=%d", oid))
+
+	conn := e.pg.Connect("postgres")
+	defer conn.Close(context.Background())
+	testenv.Eventually(t, 10*time.Second, "the slot advanced past the publication's creation", func() bool {
+		var end pglogrepl.LSN
+		if err := conn.QueryRow(context.Background(), "SELECT end_lsn FROM pg_replication_slot_advance('walstream', pg_current_wal_lsn())").Scan(&end); err != nil {
+			t.Fatal(err)
+		}
+		return end >= created
+	})
+	msg = exitMessage(t, e.start([]string{"--allow-slot-ahead"}))
+	wantAll(t, msg, "left publication", fmt.Sprintf("--accept-recreated-table public.outbox=%d", oid))
+	p = e.start([]string{"--allow-slot-ahead", "--accept-recreated-table", fmt.Sprintf("public.outbox=%d", oid)}).streaming(t)
+	e.insertTx("Order", 2, 1, &seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	if got := len(e.readAll("Order")); got != 5 {
+		t.Fatalf("%d records, want the 3 before the drop and the 2 after the way on", got)
+	}
 }
