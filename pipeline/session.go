@@ -103,8 +103,9 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		err = replication.Prepare(ctx, conn, names, create)
 		s.waits.done("slot", "slot created")
 	}
-	if err == nil && create.Publication {
-		// Read again: the publication's entries exist once it does.
+	if err == nil && !tables.settled() {
+		// Read again: Prepare created the publication, or added a table
+		// to it, and the publication's entries exist once it did.
 		tables, err = checkTables(ctx, conn, cfg)
 	}
 	if errors.Is(err, replication.ErrSetup) {
