@@ -37,8 +37,7 @@ func TestRDSIAMAuth(t *testing.T) {
 	}
 	p := e.start(args("eu-west-1"), awsEnv(keys)...).streaming(t)
 	seq := 0
-	e.insertTx("Order", 40, 4, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 40, 4, &seq)
 	first := proxy.Accepted()
 	e.pg.Exec("postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_replication")
 	e.insertTx("Order", 40, 4, &seq, false)

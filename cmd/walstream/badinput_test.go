@@ -3,7 +3,6 @@ package main
 import (
 	"strings"
 	"testing"
-	"time"
 )
 
 // badRows are outbox rows walstream cannot publish as they are, with what
@@ -60,8 +59,7 @@ func TestBadInputFails(t *testing.T) {
 			}
 			p := e.start(tc.args).streaming(t)
 			seq := 0
-			e.insertTx("Order", 3, 2, &seq, false)
-			e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+			e.delivered(p, "Order", 3, 2, &seq)
 			e.pg.Exec("postgres", tc.row)
 			after := e.currentLSN()
 			msg := exitMessage(t, p)
@@ -96,8 +94,7 @@ func TestBadInputDeadLetter(t *testing.T) {
 		INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000d3', 'Order', 'a-3', 'T', NULL);
 		INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000d4', 'Order', 'a-4', 'T', jsonb_build_object('pad', repeat('x', 3000)));
 		COMMIT`)
-	e.insertTx("Order", 3, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 3, 2, &seq)
 
 	dlq := e.kcat("walstream.dlq")
 	want := map[string][]string{

@@ -436,6 +436,15 @@ func (e *env) readAll(types ...string) []record {
 	return recs
 }
 
+// delivered inserts n rows in one committed transaction, as insertTx
+// does, and waits until walstream p confirmed them to the slot: Kafka
+// holds them.
+func (e *env) delivered(p *proc, typ string, n, aggs int, seq *int) {
+	e.t.Helper()
+	e.insertTx(typ, n, aggs, seq, false)
+	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+}
+
 // insertTx inserts n rows in one transaction, seq continuing from *seq,
 // spread over aggs aggregates of type typ; rollback discards them.
 func (e *env) insertTx(typ string, n, aggs int, seq *int, rollback bool) {
@@ -694,8 +703,7 @@ func TestSlotAheadOfCheckpoint(t *testing.T) {
 	e := newSharedEnv(t)
 	p := e.start(nil).streaming(t)
 	seq := 0
-	e.insertTx("Order", 5, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 5, 2, &seq)
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -707,8 +715,7 @@ func TestSlotAheadOfCheckpoint(t *testing.T) {
 	wantAll(t, msg, "slot is ahead of the checkpoint", `slot "walstream"`, "events in between may be missing", "--allow-slot-ahead")
 
 	p = e.start([]string{"--allow-slot-ahead"}).streaming(t)
-	e.insertTx("Order", 5, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 5, 2, &seq)
 	if got := len(e.readAll("Order")); got != 10 {
 		t.Fatalf("%d records after the accepted gap, want the 5 before it and the 5 after", got)
 	}
@@ -760,8 +767,7 @@ func TestBadRowStops(t *testing.T) {
 	// bad row arrives.
 	p := e.start([]string{"--linger", "3s"}).streaming(t)
 	seq := 0
-	e.insertTx("Order", 3, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 3, 2, &seq)
 	e.insertTx("Order", 1, 1, &seq, false)
 	e.pg.Exec("postgres", `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
 		VALUES ('00000000-0000-0000-0000-0000000000aa', NULL, 'a-1', 'Created', '{"seq": 99}')`)

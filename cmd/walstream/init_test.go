@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/walstream/walstream/internal/testenv"
 )
@@ -90,8 +89,7 @@ func TestInit(t *testing.T) {
 	e.broker = e.kafka.Addr()
 	p := e.start([]string{"--pg-url", least, "--create=false"}).streaming(t)
 	seq := 0
-	e.insertTx("Order", 50, 5, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 50, 5, &seq)
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
 }
 

@@ -80,8 +80,7 @@ func TestCommitNotVisible(t *testing.T) {
 	e := newEnvOn(t, testenv.BrokerKfake)
 	p := e.start([]string{"--commit-timeout", "4s"}).streaming(t)
 	seq := 0
-	e.insertTx("Order", 5, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 5, 2, &seq)
 	before := e.confirmedLSN("walstream")
 	hold, _ := hideCheckpoints(e)
 	e.insertTx("Order", 5, 2, &seq, false)
@@ -90,8 +89,7 @@ func TestCommitNotVisible(t *testing.T) {
 		t.Errorf("the slot confirmed %s (from %s) while the commit was not visible", got, before)
 	}
 	hold.Store(false)
-	e.insertTx("Order", 5, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 5, 2, &seq)
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
 	wantAll(t, grepLines(p.Log(), "session ended, restarting"), "Kafka acknowledged the commit of checkpoint", "but no commit marker followed its record", "within 4s")
 }
@@ -105,8 +103,7 @@ func TestPartCommitNotVisible(t *testing.T) {
 	e := newEnvOn(t, testenv.BrokerKfake)
 	p := e.start([]string{"--commit-timeout", "4s", "--max-batch-events", "4"}).streaming(t)
 	seq := 0
-	e.insertTx("Order", 3, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 3, 2, &seq)
 	before := e.confirmedLSN("walstream")
 	hold, held := hideCheckpoints(e)
 	e.insertTx("Order", 10, 2, &seq, false) // parts of 4, 4 and 2 events
@@ -118,8 +115,7 @@ func TestPartCommitNotVisible(t *testing.T) {
 	if !held.Load() {
 		t.Fatal("no fetch of the checkpoint topic was held")
 	}
-	e.insertTx("Order", 3, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 3, 2, &seq)
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
 	// The first part's marker was looked for as the second committed: its
 	// checkpoint, at the part's fourth event, is the one named.

@@ -171,8 +171,7 @@ func TestStatusCommand(t *testing.T) {
 	e := newSharedEnv(t)
 	p := e.start(nil).streaming(t)
 	seq := 0
-	e.insertTx("Order", 10, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 10, 2, &seq)
 
 	status := func(extra ...string) (string, error) {
 		var out, errOut bytes.Buffer

@@ -28,8 +28,7 @@ func TestTableRecreated(t *testing.T) {
 	// A slow slot monitor: the stream, not the poll, must find it.
 	p := e.start([]string{"--slot-poll-interval", "1h"}).streaming(t)
 	seq := 0
-	e.insertTx("Order", 4, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 4, 2, &seq)
 	oldOID := e.tableOID()
 	e.pg.Exec("postgres", "DROP TABLE outbox")
 	e.pg.Exec("postgres", outboxDDL)
@@ -52,8 +51,7 @@ func TestTableRecreated(t *testing.T) {
 	wantAll(t, exitMessage(t, e.start(nil)), "found in the catalog at startup", fmt.Sprintf("OID %d, now %d", oldOID, newOID))
 
 	p = e.start([]string{"--accept-recreated-table", fmt.Sprintf("public.outbox=%d", newOID)}).streaming(t)
-	e.insertTx("Order", 2, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 2, 2, &seq)
 	if got := len(e.readAll("Order")); got != 8 {
 		t.Fatalf("%d records, want the 4 before the drop and the 4 after the table was added", got)
 	}
@@ -62,8 +60,7 @@ func TestTableRecreated(t *testing.T) {
 	}
 	// The checkpoint now records the new table: no flag needed.
 	p = e.start(nil).streaming(t)
-	e.insertTx("Order", 1, 1, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 1, 1, &seq)
 }
 
 // TestTableDroppedWhileStopped: the outbox table dropped while walstream
@@ -86,8 +83,7 @@ func TestTableDroppedWhileStopped(t *testing.T) {
 
 	p := e.start(nil).streaming(t)
 	seq := 0
-	e.insertTx("Order", 4, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 4, 2, &seq)
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +123,7 @@ func TestTableDroppedWhileStopped(t *testing.T) {
 	if n := strings.Count(p.Log(), "recreated since the checkpoint: accepted"); n != 1 {
 		t.Errorf("the acceptance was logged %d times, want once", n)
 	}
-	e.insertTx("Order", 2, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 2, 2, &seq)
 	if got := len(e.readAll("Order")); got != 6 {
 		t.Fatalf("%d records, want the 4 before the drop and the 2 after the table was added", got)
 	}
@@ -159,8 +154,7 @@ func TestTableRecreatedSchemaPublication(t *testing.T) {
 	// In one transaction, so that the slot monitor never finds the table
 	// missing; no ALTER PUBLICATION is needed.
 	e.pg.Exec("postgres", "BEGIN; DROP TABLE outbox; "+outboxDDL+"; COMMIT")
-	e.insertTx("Order", 3, 1, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 3, 1, &seq)
 	if got := len(e.readAll("Order")); got != 6 {
 		t.Fatalf("%d records, want 6", got)
 	}
@@ -178,8 +172,7 @@ func TestFirstStuckRow(t *testing.T) {
 	e.pg.Exec("postgres", "ALTER TABLE outbox ALTER COLUMN aggregatetype DROP NOT NULL")
 	p := e.start(nil).streaming(t)
 	seq := 0
-	e.insertTx("Order", 3, 2, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 3, 2, &seq)
 	before := e.currentLSN()
 	e.pg.Exec("postgres", `INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000f1', 'Bad Type!', 'a', 'T', '{}')`)
 	e.pg.Exec("postgres", `INSERT INTO outbox VALUES ('00000000-0000-0000-0000-0000000000f2', NULL, 'a', 'T', '{}')`)
@@ -345,8 +338,7 @@ func TestTableLeftPublicationWhileStopped(t *testing.T) {
 	e := newSharedEnv(t)
 	p := e.start(nil).streaming(t)
 	seq := 0
-	e.insertTx("Order", 3, 1, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 3, 1, &seq)
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -373,8 +365,7 @@ func TestTableLeftPublicationWhileStopped(t *testing.T) {
 	// Accepted, it goes on; the next checkpoint records the new entry, so
 	// the start after needs no flag.
 	p = e.start([]string{"--accept-recreated-table", fmt.Sprintf("public.outbox=%d", oid)}).streaming(t)
-	e.insertTx("Order", 2, 1, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 2, 1, &seq)
 	if got := len(e.readAll("Order")); got != 5 {
 		t.Fatalf("%d records, want the 3 before and the 2 after", got)
 	}
@@ -416,8 +407,7 @@ func TestPublicationDroppedWayOn(t *testing.T) {
 	e := newSharedEnv(t)
 	p := e.start(nil).streaming(t)
 	seq := 0
-	e.insertTx("Order", 3, 1, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 3, 1, &seq)
 	if err := p.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -442,8 +432,7 @@ func TestPublicationDroppedWayOn(t *testing.T) {
 	msg = exitMessage(t, e.start([]string{"--allow-slot-ahead"}))
 	wantAll(t, msg, "left publication", fmt.Sprintf("--accept-recreated-table public.outbox=%d", oid))
 	p = e.start([]string{"--allow-slot-ahead", "--accept-recreated-table", fmt.Sprintf("public.outbox=%d", oid)}).streaming(t)
-	e.insertTx("Order", 2, 1, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 2, 1, &seq)
 	if got := len(e.readAll("Order")); got != 5 {
 		t.Fatalf("%d records, want the 3 before the drop and the 2 after the way on", got)
 	}

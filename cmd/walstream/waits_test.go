@@ -72,8 +72,7 @@ func TestSlotCreationWaitsNamed(t *testing.T) {
 	p.streaming(t)
 	p.waitLog(t, `msg="slot created"`, 10*time.Second)
 	seq := 0
-	e.insertTx("Order", 3, 1, &seq, false)
-	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
+	e.delivered(p, "Order", 3, 1, &seq)
 	e.checkExactlyOnce(e.readAll("Order"), "outbox.event.")
 	if code, body := httpGet(addr, "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz once streaming: %d %q", code, body)
