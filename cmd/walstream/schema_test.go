@@ -50,17 +50,7 @@ func TestTableRecreated(t *testing.T) {
 	// streaming.
 	wantAll(t, exitMessage(t, e.start(nil)), "found in the catalog at startup", fmt.Sprintf("OID %d, now %d", oldOID, newOID))
 
-	p = e.start([]string{"--accept-recreated-table", fmt.Sprintf("public.outbox=%d", newOID)}).streaming(t)
-	e.delivered(p, "Order", 2, 2, &seq)
-	if got := len(e.readAll("Order")); got != 8 {
-		t.Fatalf("%d records, want the 4 before the drop and the 4 after the table was added", got)
-	}
-	if err := p.stop(); err != nil {
-		t.Fatal(err)
-	}
-	// The checkpoint now records the new table: no flag needed.
-	p = e.start(nil).streaming(t)
-	e.delivered(p, "Order", 1, 1, &seq)
+	goesOnAccepted(e, newOID, &seq, 8) // the 4 before the drop and the 4 after the table was added
 }
 
 // TestTableDroppedWhileStopped: the outbox table dropped while walstream
@@ -362,20 +352,25 @@ func TestTableLeftPublicationWhileStopped(t *testing.T) {
 		t.Fatalf("confirmed_flush_lsn moved from %s to %s", confirmed, got)
 	}
 
-	// Accepted, it goes on; the next checkpoint records the new entry, so
-	// the start after needs no flag.
-	p = e.start([]string{"--accept-recreated-table", fmt.Sprintf("public.outbox=%d", oid)}).streaming(t)
-	e.delivered(p, "Order", 2, 1, &seq)
-	if got := len(e.readAll("Order")); got != 5 {
-		t.Fatalf("%d records, want the 3 before and the 2 after", got)
+	goesOnAccepted(e, oid, &seq, 5) // the 3 before and the 2 after
+}
+
+// goesOnAccepted starts walstream accepting the outbox table as OID oid,
+// delivers two rows and wants Kafka to hold want Order records; the
+// checkpoint then records what was accepted, so the start after goes on
+// without the flag.
+func goesOnAccepted(e *env, oid int64, seq *int, want int) {
+	e.t.Helper()
+	p := e.start([]string{"--accept-recreated-table", fmt.Sprintf("public.outbox=%d", oid)}).streaming(e.t)
+	e.delivered(p, "Order", 2, 2, seq)
+	if got := len(e.readAll("Order")); got != want {
+		e.t.Fatalf("%d Order records once accepted, want %d", got, want)
 	}
 	if err := p.stop(); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	p = e.start(nil).streaming(t)
-	if err := p.stop(); err != nil {
-		t.Fatal(err)
-	}
+	p = e.start(nil).streaming(e.t)
+	e.delivered(p, "Order", 1, 1, seq)
 }
 
 // lastCheckpoint is the last checkpoint record in the checkpoint topic,
