@@ -445,6 +445,17 @@ func (e *env) delivered(p *proc, typ string, n, aggs int, seq *int) {
 	e.waitConfirmed("walstream", e.currentLSN(), 30*time.Second, p)
 }
 
+// deliveredStopped starts walstream, delivers as delivered does, and
+// stops it: what a test of a stopped walstream starts from.
+func (e *env) deliveredStopped(typ string, n, aggs int, seq *int) {
+	e.t.Helper()
+	p := e.start(nil).streaming(e.t)
+	e.delivered(p, typ, n, aggs, seq)
+	if err := p.stop(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // insertTx inserts n rows in one transaction, seq continuing from *seq,
 // spread over aggs aggregates of type typ; rollback discards them.
 func (e *env) insertTx(typ string, n, aggs int, seq *int, rollback bool) {
@@ -701,12 +712,8 @@ func wantAll(t *testing.T, msg string, parts ...string) {
 func TestSlotAheadOfCheckpoint(t *testing.T) {
 	t.Parallel()
 	e := newSharedEnv(t)
-	p := e.start(nil).streaming(t)
 	seq := 0
-	e.delivered(p, "Order", 5, 2, &seq)
-	if err := p.stop(); err != nil {
-		t.Fatal(err)
-	}
+	e.deliveredStopped("Order", 5, 2, &seq)
 	e.pg.Exec("postgres", "SELECT pg_drop_replication_slot('walstream')")
 	e.insertTx("Order", 5, 2, &seq, false) // lost with the slot
 	e.pg.Exec("postgres", "SELECT pg_create_logical_replication_slot('walstream', 'pgoutput')")
@@ -714,7 +721,7 @@ func TestSlotAheadOfCheckpoint(t *testing.T) {
 	msg := exitMessage(t, e.start(nil))
 	wantAll(t, msg, "slot is ahead of the checkpoint", `slot "walstream"`, "events in between may be missing", "--allow-slot-ahead")
 
-	p = e.start([]string{"--allow-slot-ahead"}).streaming(t)
+	p := e.start([]string{"--allow-slot-ahead"}).streaming(t)
 	e.delivered(p, "Order", 5, 2, &seq)
 	if got := len(e.readAll("Order")); got != 10 {
 		t.Fatalf("%d records after the accepted gap, want the 5 before it and the 5 after", got)

@@ -71,12 +71,8 @@ func TestTableDroppedWhileStopped(t *testing.T) {
 	}
 	e.pg.Exec("postgres", outboxDDL)
 
-	p := e.start(nil).streaming(t)
 	seq := 0
-	e.delivered(p, "Order", 4, 2, &seq)
-	if err := p.stop(); err != nil {
-		t.Fatal(err)
-	}
+	e.deliveredStopped("Order", 4, 2, &seq)
 	cp, record := e.lastCheckpoint()
 	oldOID := e.tableOID()
 	if cp.Notes == nil || int64(cp.Notes.Tables["public.outbox"]) != oldOID {
@@ -109,7 +105,7 @@ func TestTableDroppedWhileStopped(t *testing.T) {
 	// The operator's way on: add the table, accept it. The acceptance is
 	// logged once.
 	e.pg.Exec("postgres", "ALTER PUBLICATION walstream_outbox ADD TABLE outbox")
-	p = e.start([]string{"--accept-recreated-table", fmt.Sprintf("public.outbox=%d", newOID)}).streaming(t)
+	p := e.start([]string{"--accept-recreated-table", fmt.Sprintf("public.outbox=%d", newOID)}).streaming(t)
 	if n := strings.Count(p.Log(), "recreated since the checkpoint: accepted"); n != 1 {
 		t.Errorf("the acceptance was logged %d times, want once", n)
 	}
@@ -326,12 +322,8 @@ func TestInvalidUTF8PayloadJSON(t *testing.T) {
 func TestTableLeftPublicationWhileStopped(t *testing.T) {
 	t.Parallel()
 	e := newSharedEnv(t)
-	p := e.start(nil).streaming(t)
 	seq := 0
-	e.delivered(p, "Order", 3, 1, &seq)
-	if err := p.stop(); err != nil {
-		t.Fatal(err)
-	}
+	e.deliveredStopped("Order", 3, 1, &seq)
 	cp, record := e.lastCheckpoint()
 	if cp.Notes == nil || len(cp.Notes.Entries["public.outbox"]) == 0 {
 		t.Fatalf("last checkpoint %s records no publication entry for public.outbox", record)
@@ -400,12 +392,8 @@ func (e *env) lastCheckpoint() (checkpoint.Checkpoint, string) {
 func TestPublicationDroppedWayOn(t *testing.T) {
 	t.Parallel()
 	e := newSharedEnv(t)
-	p := e.start(nil).streaming(t)
 	seq := 0
-	e.delivered(p, "Order", 3, 1, &seq)
-	if err := p.stop(); err != nil {
-		t.Fatal(err)
-	}
+	e.deliveredStopped("Order", 3, 1, &seq)
 	e.pg.Exec("postgres", "DROP PUBLICATION walstream_outbox")
 	lost := 100
 	e.insertTx("Lost", 2, 1, &lost, false)
@@ -426,7 +414,7 @@ func TestPublicationDroppedWayOn(t *testing.T) {
 	})
 	msg = exitMessage(t, e.start([]string{"--allow-slot-ahead"}))
 	wantAll(t, msg, "left publication", fmt.Sprintf("--accept-recreated-table public.outbox=%d", oid))
-	p = e.start([]string{"--allow-slot-ahead", "--accept-recreated-table", fmt.Sprintf("public.outbox=%d", oid)}).streaming(t)
+	p := e.start([]string{"--allow-slot-ahead", "--accept-recreated-table", fmt.Sprintf("public.outbox=%d", oid)}).streaming(t)
 	e.delivered(p, "Order", 2, 1, &seq)
 	if got := len(e.readAll("Order")); got != 5 {
 		t.Fatalf("%d records, want the 3 before the drop and the 2 after the way on", got)
