@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -38,6 +39,10 @@ type Checkpoint struct {
 	// Gap, when set, is the last discontinuity an operator accepted at a
 	// start; it is carried in every later record so that it stays visible.
 	Gap Gap
+	// Last is the last transaction with events published up to this
+	// checkpoint, which a replay must show again (replay.go); unknown in
+	// records written before walstream recorded it, and after a gap.
+	Last Last
 	// Owner is the stream that wrote a decoded record; Encode takes the
 	// writer's own instead.
 	Owner Owner
@@ -293,6 +298,10 @@ type record struct {
 	Database         string     `json:"database,omitempty"`
 	Events           *uint64    `json:"events,omitempty"`
 	Gap              *gapRecord `json:"gap,omitempty"`
+	// The last transaction with events (Last), absent when unknown.
+	LastXid        uint32     `json:"last_xid,omitempty"`
+	LastCommitLSN  string     `json:"last_commit_lsn,omitempty"`
+	LastCommitTime *time.Time `json:"last_commit_time,omitempty"`
 	// Notes' fields, at the top level; absent from older records.
 	Tables   map[string]uint32   `json:"tables,omitempty"`
 	Entries  map[string][]uint32 `json:"entries,omitempty"`
@@ -335,6 +344,10 @@ func (c Checkpoint) EncodeIn(owner Owner, now time.Time, wrote []string) []byte 
 	}
 	if c.Counted {
 		r.Events = &c.Events
+	}
+	if l := c.Last; l.Known() {
+		t := l.CommitTime.UTC()
+		r.LastXid, r.LastCommitLSN, r.LastCommitTime = l.Xid, l.CommitLSN.String(), &t
 	}
 	if g := c.Gap; g.Kind != GapNone {
 		r.Gap = &gapRecord{Kind: g.Kind, PreviousSystemID: g.Previous.SystemID, PreviousTimeline: g.Previous.Timeline,
@@ -380,6 +393,15 @@ func Decode(b []byte) (Checkpoint, time.Time, error) {
 	if r.Events != nil {
 		c.Events, c.Counted = *r.Events, true
 	}
+	if r.LastCommitLSN != "" {
+		if c.Last.CommitLSN, err = pglogrepl.ParseLSN(r.LastCommitLSN); err != nil {
+			return Checkpoint{}, time.Time{}, fmt.Errorf("decoding checkpoint last_commit_lsn %q: %w", r.LastCommitLSN, err)
+		}
+		c.Last.Xid = r.LastXid
+		if r.LastCommitTime != nil {
+			c.Last.CommitTime = *r.LastCommitTime
+		}
+	}
 	if g := r.Gap; g != nil {
 		c.Gap = Gap{Kind: g.Kind, Previous: Identity{SystemID: g.PreviousSystemID, Timeline: g.PreviousTimeline, Database: g.PreviousDatabase},
 			Events: g.Events, At: g.Time}
@@ -410,7 +432,15 @@ type Tracker struct {
 	// events claims the record that holds it (checkpoint/store/takeover.go).
 	takeover *Takeover
 
+	// witnessed is replay.done, read without the lock once set: the feed
+	// asks at every transaction.
+	witnessed atomic.Bool
+
 	mu sync.Mutex
+	// replay checks what the server replays of the checkpoint's stretch;
+	// nothing new is confirmed before it is done, so that a server whose
+	// history was rewritten keeps the slot where it was (witness).
+	replay witness
 	// committed only moves forward; it is what Kafka holds once inKafka.
 	committed   Checkpoint
 	inKafka     bool
@@ -437,7 +467,12 @@ type Tracker struct {
 // (inKafka) or the slot's position when Kafka holds none, with the slot's
 // confirmed_flush_lsn.
 func NewTracker(resume Checkpoint, inKafka bool, slotConfirmed pglogrepl.LSN) *Tracker {
-	t := &Tracker{resume: resume, takeover: resume.TakeoverAhead(), committed: resume, inKafka: inKafka, confirmed: slotConfirmed}
+	t := &Tracker{resume: resume, takeover: resume.TakeoverAhead(), committed: resume, inKafka: inKafka, confirmed: slotConfirmed,
+		replay: newWitness(resume, slotConfirmed)}
+	// Within a takeover's stretch replays are Debezium's, and its
+	// transactions none of walstream's to witness.
+	t.replay.done = t.replay.done || t.takeover != nil
+	t.witnessed.Store(t.replay.done)
 	if inKafka {
 		t.committedAt = time.Now()
 	}
@@ -452,6 +487,33 @@ func (t *Tracker) Resume() Checkpoint { return t.resume }
 // the replay filter decoding applies.
 func (t *Tracker) Replayed(commitLSN pglogrepl.LSN, ordinal uint64) bool {
 	return t.resume.Skip(commitLSN, ordinal)
+}
+
+// Sent checks a transaction the server sent against what the resume
+// checkpoint says was published, while the replay of its stretch lasts:
+// a *ReplayError when the server's history is not the one published.
+func (t *Tracker) Sent(s Sent) error {
+	if t.witnessed.Load() {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	err := t.replay.sent(s)
+	t.witnessed.Store(t.replay.done)
+	return err
+}
+
+// DecodedTo is the server's word that every transaction committed before
+// lsn has been sent; like Sent, it may end the replay's check or fail it.
+func (t *Tracker) DecodedTo(lsn pglogrepl.LSN) error {
+	if t.witnessed.Load() {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	err := t.replay.decodedTo(lsn)
+	t.witnessed.Store(t.replay.done)
+	return err
 }
 
 // InKafka returns the checkpoint Kafka holds and when this session learnt
@@ -512,12 +574,14 @@ func (t *Tracker) ServerWALEnd(lsn pglogrepl.LSN) {
 // records it as sent: what Kafka committed, but never past the WAL end
 // the server reported, nothing new before the session's first commit when
 // it started from a position Kafka's readers do not hold, and nothing new
-// before Kafka committed past a takeover's stretch. changed says it
-// differs from the last one returned.
+// before Kafka committed past a takeover's stretch, and nothing new
+// before the replay of the checkpoint's stretch was found to be the
+// server's history (Sent). changed says it differs from the last one
+// returned.
 func (t *Tracker) Confirm() (lsn pglogrepl.LSN, changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if c := min(t.committed.LSN, t.serverEnd); c > t.confirmed && t.inKafka && !t.takeover.Overlaps(t.committed.LSN) {
+	if c := min(t.committed.LSN, t.serverEnd); c > t.confirmed && t.inKafka && !t.takeover.Overlaps(t.committed.LSN) && t.replay.done {
 		t.confirmed = c
 	}
 	if t.confirmed != 0 {

@@ -48,6 +48,8 @@ func TestEncodeDecode(t *testing.T) {
 			Previous: Identity{SystemID: id.SystemID, Timeline: 2, Database: "app"}, From: 0x180, To: 0x300, Events: 17, At: now}},
 		{LSN: 0x200, Identity: id, Events: 5, Counted: true, Gap: Gap{Kind: GapSystemChanged,
 			Previous: Identity{SystemID: "7000000000000000001", Timeline: 1, Database: "app"}, To: 0x9000, Events: -1, At: now}},
+		{LSN: 0x300, Identity: id, Last: Last{Xid: 4_000_000_000, CommitLSN: 0x2F0, CommitTime: now.Add(123456 * time.Microsecond)}},
+		{LSN: 0x300, Last: Last{CommitLSN: 0x2F0}}, // a non-transactional message
 	} {
 		owner := Owner{Stream: "app/walstream", Slot: "walstream"}
 		got, at, err := Decode(cp.Encode(owner, now))
@@ -63,11 +65,11 @@ func TestEncodeDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if old.Identity.Known() || old.Counted || old.Gap.Kind != GapNone || old.LSN != 0x16B3748 {
+	if old.Identity.Known() || old.Counted || old.Gap.Kind != GapNone || old.Last.Known() || old.LSN != 0x16B3748 {
 		t.Fatalf("old record decoded as %+v, want an unknown identity, no count and no gap at 0/16B3748", old)
 	}
 	for _, bad := range []string{``, `{`, `{"lsn":"zz"}`, `{"lsn":"0/1","partial_commit_lsn":"x"}`,
-		`{"lsn":"0/1","gap":{"kind":"phantoms","from_lsn":"x","to_lsn":"0/2"}}`} {
+		`{"lsn":"0/1","gap":{"kind":"phantoms","from_lsn":"x","to_lsn":"0/2"}}`, `{"lsn":"0/1","last_commit_lsn":"x"}`} {
 		if _, _, err := Decode([]byte(bad)); err == nil {
 			t.Errorf("Decode(%q) succeeded", bad)
 		}
@@ -213,6 +215,17 @@ func TestTrackerPositions(t *testing.T) {
 type modelTx struct {
 	commit, end pglogrepl.LSN
 	events      int
+	xid         uint32
+}
+
+// sent is the transaction as the server sends it, for the witness.
+func (tx *modelTx) sent() Sent {
+	return Sent{Xid: tx.xid, CommitLSN: tx.commit, CommitTime: time.Unix(int64(tx.xid), 0), Events: uint64(tx.events)}
+}
+
+// last is the transaction as a checkpoint records it.
+func (tx *modelTx) last() Last {
+	return Last{Xid: tx.xid, CommitLSN: tx.commit, CommitTime: time.Unix(int64(tx.xid), 0)}
 }
 
 type item struct {
@@ -229,7 +242,7 @@ func genStream(r *rand.Rand, n int) []item {
 			items = append(items, item{marker: lsn})
 			continue
 		}
-		tx := &modelTx{commit: lsn, events: r.Intn(25)}
+		tx := &modelTx{commit: lsn, events: r.Intn(25), xid: uint32(1000 + i)}
 		lsn += pglogrepl.LSN(1 + r.Intn(20))
 		tx.end = lsn
 		items = append(items, item{tx: tx})
@@ -321,14 +334,22 @@ func TestModel(t *testing.T) {
 			}
 		stream:
 			for _, it := range stream[start:] {
+				// The witness finds the history the one published,
+				// however the replays and crashes fall.
+				var err error
 				if it.tx != nil {
 					reported(it.tx.end)
+					err = tracker.Sent(it.tx.sent())
 				} else {
 					reported(it.marker)
+					err = tracker.DecodedTo(it.marker)
+				}
+				if err != nil {
+					t.Fatalf("seed %d: %v", seed, err)
 				}
 				if it.tx == nil {
 					if it.marker > pos.LSN && pos.PartialCommitLSN == 0 {
-						pos = Checkpoint{LSN: it.marker}
+						pos = Checkpoint{LSN: it.marker, Last: pos.Last}
 					}
 					continue
 				}
@@ -340,15 +361,16 @@ func TestModel(t *testing.T) {
 						continue
 					}
 					batch = append(batch, eventID{it.tx.commit, o})
+					pos.Last = it.tx.last()
 					if len(batch) >= maxBatch {
-						pos = Checkpoint{LSN: pos.LSN, PartialCommitLSN: it.tx.commit, Ordinal: uint64(o)}
+						pos = Checkpoint{LSN: pos.LSN, PartialCommitLSN: it.tx.commit, Ordinal: uint64(o), Last: pos.Last}
 						if !commit() {
 							crashed = true
 							break stream
 						}
 					}
 				}
-				pos = Checkpoint{LSN: it.tx.end}
+				pos = Checkpoint{LSN: it.tx.end, Last: pos.Last}
 				if r.Intn(3) == 0 && !commit() {
 					crashed = true
 					break
@@ -359,10 +381,13 @@ func TestModel(t *testing.T) {
 			}
 			if !crashed {
 				last := stream[len(stream)-1]
+				end := last.marker + 2 // the last keepalive
 				if last.tx != nil {
-					reported(last.tx.end + 2) // the last keepalive
-				} else {
-					reported(last.marker + 2)
+					end = last.tx.end + 2
+				}
+				reported(end)
+				if err := tracker.DecodedTo(end); err != nil {
+					t.Fatalf("seed %d: %v", seed, err)
 				}
 			}
 			if crashed {

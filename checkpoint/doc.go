@@ -16,7 +16,8 @@
 // Decode, which keeps reading what earlier versions wrote). Besides the
 // position a record names the stream that wrote it (Owner), the server
 // history its LSNs belong to (Identity), the events published so far
-// (Events), the last gap an operator accepted (Gap), and the topics its
+// (Events), the last gap an operator accepted (Gap), the last transaction
+// published (Last: its xid, commit LSN and time), and the topics its
 // Kafka transaction wrote (EncodeIn, Wrote), by whose markers a record
 // left open is decided. Its Notes carry what the next session and
 // operators need: the outbox tables' OIDs, the event an operator skipped
@@ -32,5 +33,8 @@
 // their goroutines rather than keep copies. Confirm never passes what
 // Kafka committed nor the server's WAL end, never moves backwards, and
 // confirms nothing new while Kafka has not committed past a takeover's
-// stretch.
+// stretch, nor before the replay of the checkpoint's stretch from the
+// slot showed the server's history to be the one published (replay.go:
+// the last transaction comes again as it was, and no transaction with
+// events lies between it and the checkpoint; otherwise a ReplayError).
 package checkpoint

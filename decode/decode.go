@@ -56,6 +56,12 @@ type Config struct {
 	// a transaction when it skips one; a transaction is skipped whole when
 	// Skip(commitLSN, math.MaxUint64). Nil skips nothing.
 	Skip func(commitLSN pglogrepl.LSN, ordinal uint64) bool
+	// Replayed, if not nil, is told of each transaction Skip drops whole,
+	// with the number of outbox events it held (tx holds none of them),
+	// and of each non-transactional message Skip drops (Xid 0): what the
+	// server replays of what was published before, for the caller to
+	// check against what it published.
+	Replayed func(tx *Tx, events uint64)
 }
 
 // Identity names an event: where it stands on the stream and where it came
@@ -427,11 +433,14 @@ func (d *Decoder) close(endLSN pglogrepl.LSN) *Tx {
 	tx := d.tx
 	d.tx = nil
 	d.events = len(tx.Events)
+	tx.EndLSN = endLSN
 	if d.skipTx {
 		d.skipped += d.ordinal
+		if d.cfg.Replayed != nil {
+			d.cfg.Replayed(tx, d.ordinal)
+		}
 		return nil
 	}
-	tx.EndLSN = endLSN
 	tx.Final = true
 	tx.Requests, d.requests = d.requests, nil
 	return tx

@@ -293,17 +293,31 @@ func TestDecodeResume(t *testing.T) {
 
 	cfg := outboxConfig("public", nil)
 	cfg.Skip = skipBefore(all[0].EndLSN, 0, 0)
+	// Each transaction dropped whole is told, as the server sent it, with
+	// the number of its events.
+	var replayed []Tx
+	var events []uint64
+	cfg.Replayed = func(tx *Tx, n uint64) { replayed, events = append(replayed, *tx), append(events, n) }
 	d := New(cfg)
 	txs := decodeAll(t, d, frames)
 	if len(txs) != 1 || string(txs[0].Events[0].ID) != "33333333-3333-3333-3333-333333333333" || d.Skipped() != 2 {
 		t.Fatalf("resuming after the first transaction: %d transactions, %d skipped", len(txs), d.Skipped())
 	}
+	first := all[0]
+	if len(replayed) != 1 || events[0] != 2 || replayed[0].Xid != first.Xid || replayed[0].CommitLSN != first.CommitLSN ||
+		!replayed[0].CommitTime.Equal(first.CommitTime) || replayed[0].EndLSN != first.EndLSN || first.Xid == 0 {
+		t.Fatalf("replayed %+v with %v events, want transaction %d at %s with 2", replayed, events, first.Xid, first.CommitLSN)
+	}
 
 	cfg.Skip = skipBefore(1, all[0].CommitLSN, 1)
+	replayed = nil
 	d = New(cfg)
 	txs = decodeAll(t, d, frames)
 	if len(txs) != 2 || len(txs[0].Events) != 1 || txs[0].Events[0].Ordinal != 2 || d.Skipped() != 1 {
 		t.Fatalf("resuming inside the first transaction: got %d transactions, %d skipped", len(txs), d.Skipped())
+	}
+	if len(replayed) != 0 {
+		t.Fatalf("a transaction published in part was told as dropped whole: %+v", replayed)
 	}
 }
 
@@ -422,10 +436,19 @@ func TestDecodeLogicalMessages(t *testing.T) {
 	// Once a checkpoint covers it, a restart drops it as a replay.
 	d = New(cfg)
 	d.cfg.Skip = func(lsn pglogrepl.LSN, _ uint64) bool { return lsn < nontx.EndLSN }
+	var replayed []pglogrepl.LSN
+	d.cfg.Replayed = func(tx *Tx, n uint64) {
+		if tx.Xid == 0 && n == 1 {
+			replayed = append(replayed, tx.CommitLSN)
+		}
+	}
 	for _, f := range readFrames(t, "logical-message") {
 		if tx, err := d.Decode(f.lsn, f.data); err != nil || tx != nil {
 			t.Fatalf("replay: tx %v, err %v", tx, err)
 		}
+	}
+	if len(replayed) != 1 || replayed[0] != nontx.CommitLSN {
+		t.Fatalf("the non-transactional messages told as dropped: %v, want the one at %s", replayed, nontx.CommitLSN)
 	}
 	// Without a prefix, logical messages are not outbox events.
 	if txs := decodeAll(t, New(outboxConfig("public", nil)), readFrames(t, "logical-message")); len(txs[0].Events) != 1 {

@@ -71,6 +71,9 @@ func (d *Decoder) TakesMessage(prefix string) bool {
 func (d *Decoder) outsideTx(lsn pglogrepl.LSN, prefix string, content []byte) *Tx {
 	if d.cfg.Skip(lsn, math.MaxUint64) {
 		d.skipped++
+		if d.cfg.Replayed != nil {
+			d.cfg.Replayed(&Tx{CommitLSN: lsn, EndLSN: lsn + 1, Final: true}, 1)
+		}
 		return nil
 	}
 	d.tx = &Tx{CommitLSN: lsn}

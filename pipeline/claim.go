@@ -365,6 +365,15 @@ type earlier struct {
 	// transaction the coordinator reported committed: its record is
 	// committed, whatever its partition shows.
 	acked publish.Acknowledged
+	// rewritten is what a session's replay found of a server whose
+	// history is not the one published: the next session places the
+	// same checkpoint there, and accepting phantoms goes on from the slot.
+	rewritten *DivergedError
+}
+
+// samePosition reports whether a and b are one checkpoint of one history.
+func samePosition(a, b checkpoint.Checkpoint) bool {
+	return !a.Less(b) && !b.Less(a) && a.Identity == b.Identity && a.Last.CommitLSN == b.Last.CommitLSN && a.Last.Xid == b.Last.Xid
 }
 
 // remember takes done, the last checkpoint a session committed, as the

@@ -35,7 +35,12 @@
 // the feed (feed.go: replication → decode → queue, with fileSpool,
 // spool.go, as the Spool of a transaction streamed in progress: a
 // temporary file unlinked at once), the producer, the slot monitor, the
-// progress log, and the reemitter.
+// progress log, and the reemitter. The feed shows the tracker every
+// transaction the server replays of the checkpoint's stretch; one that is
+// not the history published (checkpoint.ReplayError) ends the session
+// as a DivergedError of phantom events from the slot's position, which
+// the next session places the checkpoint at when phantoms are accepted
+// (earlier.rewritten).
 //
 // Re-emit requests: RequestReemit, CancelReemit and ListReemits
 // (request.go) write requests to the WAL and list them; the reemitter

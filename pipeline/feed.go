@@ -29,6 +29,13 @@ type receiver interface {
 	Received(commitLSN pglogrepl.LSN, commitTime time.Time)
 }
 
+// witness checks what the server sends against what the resume
+// checkpoint says was published (checkpoint.Tracker.Sent).
+type witness interface {
+	Sent(s checkpoint.Sent) error
+	DecodedTo(lsn pglogrepl.LSN) error
+}
+
 // markerInterval rate-limits position markers sent while idle.
 const markerInterval = time.Second
 
@@ -40,6 +47,7 @@ type feed struct {
 	dec      *decode.Decoder
 	out      queue
 	received receiver
+	witness  witness // nil checks nothing
 	log      *slog.Logger
 	skipped  prometheus.Counter
 	// hook, if not nil, is called with "mid-transaction" after each message
@@ -79,6 +87,9 @@ type feed struct {
 	// stop: the producer fails there, after everything before it, and
 	// nothing after it is decoded or marked.
 	stopped bool
+	// rewritten is the witness's verdict on a transaction the decoder
+	// dropped as a replay (replayed), taken up by hand.
+	rewritten error
 }
 
 var _ replication.Consumer = (*feed)(nil)
@@ -87,6 +98,7 @@ var _ replication.Consumer = (*feed)(nil)
 var (
 	_ queue                 = (*publish.Queue)(nil)
 	_ receiver              = (*checkpoint.Tracker)(nil)
+	_ witness               = (*checkpoint.Tracker)(nil)
 	_ replication.Confirmer = (*checkpoint.Tracker)(nil)
 )
 
@@ -157,9 +169,25 @@ func (f *feed) decode(walStart pglogrepl.LSN, data []byte) (replication.Ready, e
 	return f.hand(tx), nil
 }
 
-// hand makes tx, a transaction or part decoded, ready.
+// replayed is the decoder's Replayed: the witness sees each transaction
+// dropped as a replay.
+func (f *feed) replayed(tx *decode.Tx, events uint64) {
+	if f.rewritten == nil && f.witness != nil {
+		f.rewritten = f.witness.Sent(checkpoint.Sent{Xid: tx.Xid, CommitLSN: tx.CommitLSN, CommitTime: tx.CommitTime, Events: events})
+	}
+}
+
+// hand makes tx, a transaction or part decoded, ready, unless the witness
+// finds the server's history is not the one published: then nothing
+// after the replay is handed on.
 func (f *feed) hand(tx *decode.Tx) replication.Ready {
 	f.countSkipped(tx)
+	if f.rewritten == nil && f.witness != nil && tx != nil && tx.Stop == nil {
+		f.rewritten = f.witness.Sent(checkpoint.Sent{Xid: tx.Xid, CommitLSN: tx.CommitLSN, CommitTime: tx.CommitTime, Events: uint64(len(tx.Events))})
+	}
+	if f.rewritten != nil {
+		return f.stop(f.rewritten)
+	}
 	if tx == nil {
 		return replication.Ready{}
 	}
@@ -321,7 +349,15 @@ func (f *feed) refreshCatalog(data []byte) error {
 // that commits before walEnd has been sent, so the producer may checkpoint
 // that position and a quiet outbox does not pin WAL written by others.
 func (f *feed) Keepalive(walEnd pglogrepl.LSN) replication.Ready {
-	if f.stopped || f.dec.InTx() || walEnd <= f.lastMarker || time.Since(f.lastMarkerAt) < markerInterval {
+	if f.stopped {
+		return replication.Ready{}
+	}
+	if f.witness != nil {
+		if err := f.witness.DecodedTo(walEnd); err != nil {
+			return f.stop(err)
+		}
+	}
+	if f.dec.InTx() || walEnd <= f.lastMarker || time.Since(f.lastMarkerAt) < markerInterval {
 		return replication.Ready{}
 	}
 	f.lastMarker, f.lastMarkerAt = walEnd, time.Now()

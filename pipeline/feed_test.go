@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/walstream/walstream/checkpoint"
 	"github.com/walstream/walstream/decode"
 )
 
@@ -140,6 +141,66 @@ func TestFeedStop(t *testing.T) {
 	}
 	if r, err := f.WAL(0x500, beginMsg(0x600, 8)); err != nil || r.OK || f.dec.InTx() {
 		t.Fatalf("after a stop: %+v, %v, decoding %v; want nothing decoded", r, err, f.dec.InTx())
+	}
+}
+
+// The transactions a resume checkpoint covers, replayed from the slot,
+// are checked against the last one it records: on the history published,
+// the replay is dropped and the position marked past it; on another (a
+// transaction of another xid at its LSN), the feed hands on a stop naming
+// both, and nothing after it, and the slot's position is all Postgres is
+// told.
+func TestFeedRewritten(t *testing.T) {
+	y2k := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC) // the messages' commit time
+	resume := checkpoint.Checkpoint{LSN: 0x600, Last: checkpoint.Last{Xid: 7, CommitLSN: 0x400, CommitTime: y2k}}
+	for _, tc := range []struct {
+		name string
+		xid  uint32
+		stop string // "" for none
+	}{
+		{"the history published", 7, ""},
+		{"another history", 8, "has transaction 8 committed at 0/400"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tracker := checkpoint.NewTracker(resume, true, 0x100)
+			tracker.ServerWALEnd(0x1000)
+			var queued []*decode.Tx
+			f := &feed{out: &fakeQueue{tryPut: func(tx *decode.Tx) bool { queued = append(queued, tx); return true }},
+				received: tracker, witness: tracker,
+				log: slog.New(slog.DiscardHandler), skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})}
+			f.dec = decode.New(decode.Config{MaxPartEvents: 10, MaxPartBytes: 1 << 20, Skip: tracker.Replayed, Replayed: f.replayed})
+			if _, err := f.WAL(0x300, beginMsg(0x400, tc.xid)); err != nil {
+				t.Fatal(err)
+			}
+			r, err := f.WAL(0x400, commitMsg(0x400, 0x450))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.stop == "" {
+				if r.OK {
+					t.Fatalf("the replay of the last transaction published is handed on: %+v", f.ready)
+				}
+				if r := f.Keepalive(0x700); !r.OK || !f.TryHandOn() || len(queued) != 1 || queued[0].EndLSN != 0x700 {
+					t.Fatalf("past the checkpoint: %+v, queued %+v; want a marker at 0/700", r, queued)
+				}
+				if c, _ := tracker.Confirm(); c != 0x600 {
+					t.Fatalf("Confirm() = %s once the replay was found the one published, want the checkpoint's 0/600", c)
+				}
+				return
+			}
+			var re *checkpoint.ReplayError
+			if !r.OK || !f.TryHandOn() || len(queued) != 1 || !errors.As(queued[0].Stop, &re) || !strings.Contains(re.Error(), tc.stop) ||
+				!strings.Contains(re.Error(), "records transaction 7 committed at 0/400") {
+				t.Fatalf("ready %+v, queued %+v; want a stop saying %q", r, queued, tc.stop)
+			}
+			f.lastMarkerAt = time.Time{}
+			if r := f.Keepalive(0x700); r.OK {
+				t.Fatal("a position marker after the stop")
+			}
+			if c, _ := tracker.Confirm(); c != 0x100 {
+				t.Fatalf("Confirm() = %s on another history, want the slot's 0/100", c)
+			}
+		})
 	}
 }
 

@@ -281,6 +281,14 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			log.Info("stopped")
 			return nil
 		}
+		if dv := (*DivergedError)(nil); errors.As(err, &dv) && dv.Placement.Replay != nil && s.cfg.Accept.Phantoms {
+			// Found only once streaming: the next session places the
+			// checkpoint where this one found it, and accepts it.
+			s.earlier.rewritten = dv
+			log.Warn("the server's history was rewritten; accepting the phantom events, the next session goes on from the slot's position",
+				"err", err, "slot_confirmed_flush_lsn", dv.From.String())
+			continue
+		}
 		if streamed {
 			b.Reset()
 		}

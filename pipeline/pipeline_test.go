@@ -405,9 +405,17 @@ func TestResume(t *testing.T) {
 	// slot after IDENTIFY_SYSTEM, as a checkpoint at the WAL end was.
 	later := checkpoint.Checkpoint{LSN: 0x12000, Identity: own, Events: 20, Counted: true}
 	atEnd := checkpoint.Checkpoint{LSN: 0x10000, Identity: own, Events: 15, Counted: true}
+	// A checkpoint whose replay from the slot a session found another
+	// history's (a restored copy written past it): the LSNs do not show it.
+	last := checkpoint.Last{Xid: 9, CommitLSN: 0x880}
+	replayed := checkpoint.Checkpoint{LSN: 0x900, Identity: own, Events: 10, Counted: true, Last: last}
+	ownBefore := checkpoint.Checkpoint{LSN: 0x400, Identity: own, Events: 4, Counted: true}
+	found9 := &checkpoint.ReplayError{Checkpoint: replayed, From: 0x500, Passed: 0x900}
+	rewritten := &earlier{rewritten: &DivergedError{Placement: Placement{Verdict: Phantoms, Fork: 0x500, Ahead: true, Replay: found9}, Checkpoint: replayed}}
 	for _, tc := range []struct {
 		name         string
 		src          *fakeSource
+		prior        *earlier
 		walEnd       pglogrepl.LSN // the server's WAL end asked again; srv's when zero
 		allowAhead   bool
 		accept       Accept
@@ -446,6 +454,17 @@ func TestResume(t *testing.T) {
 				var de *DivergedError
 				return errors.As(err, &de) && de.Placement == Placement{Verdict: Phantoms, Fork: 0x11000, Ahead: true} && de.Events == 5
 			}},
+		{name: "a rewritten history the last session's replay found, refused", src: found(replayed, ownBefore, replayed), prior: rewritten, wantPhantoms: 6,
+			wantErr: func(err error) bool {
+				var de *DivergedError
+				return errors.As(err, &de) && de.Placement.Replay == found9 && de.From == 0x500 && de.Events == 6 && classifyFailure(err).permanent &&
+					strings.Contains(err.Error(), "was rewritten past 0/500") && strings.Contains(err.Error(), "up to 6 events published after 0/500")
+			}},
+		{name: "a rewritten history accepted: from the slot, the last transaction forgotten", src: found(replayed, ownBefore, replayed), prior: rewritten,
+			accept: Accept{Phantoms: true}, wantPhantoms: 6,
+			want: checkpoint.Checkpoint{LSN: 0x500, Identity: own, Events: 10, Counted: true,
+				Gap: checkpoint.Gap{Kind: checkpoint.GapPhantoms, Previous: own, From: 0x500, To: 0x900, Events: 6}}},
+		{name: "a rewritten history found of another checkpoint", src: found(at(0x900, own)), prior: rewritten, want: at(0x900, own), wantInKafka: true},
 		{name: "another system refused", src: found(at(0x900, checkpoint.Identity{SystemID: "1", Timeline: 1})),
 			wantErr: func(err error) bool {
 				var de *DivergedError
@@ -469,7 +488,10 @@ func TestResume(t *testing.T) {
 			if tc.walEnd != 0 {
 				walEnd = tc.walEnd
 			}
-			cp, inKafka, err := resume(context.Background(), tc.src, slot, srv, history, walEndAt(walEnd), cfg, &earlier{}, discard, phantoms)
+			if tc.prior == nil {
+				tc.prior = &earlier{}
+			}
+			cp, inKafka, err := resume(context.Background(), tc.src, slot, srv, history, walEndAt(walEnd), cfg, tc.prior, discard, phantoms)
 			var m dto.Metric
 			if err := phantoms.Write(&m); err != nil {
 				t.Fatal(err)

@@ -65,6 +65,10 @@ type Placement struct {
 	// earlier point keeps its timeline). Where its WAL left the
 	// checkpoint's is then unknown: at Fork or before.
 	Ahead bool
+	// Replay is set for Phantoms found by replaying the WAL from the slot
+	// (Fork): the server's WAL passed the checkpoint, but what it holds
+	// there is not what was published (checkpoint.ReplayError).
+	Replay *checkpoint.ReplayError
 }
 
 // Place compares a checkpoint with the server. history is the timeline
@@ -170,6 +174,18 @@ func (e *DivergedError) Error() string {
 		if e.Events >= 0 {
 			count = fmt.Sprint(e.Events)
 		}
+		if r := e.Placement.Replay; r != nil {
+			if e.Events >= 0 {
+				count = fmt.Sprintf("up to %d", e.Events)
+			}
+			return fmt.Sprintf("phantom events: %s. The server's history on timeline %d was rewritten past %s: a copy of its data directory "+
+				"(a disk or VM snapshot, a backup without a new timeline) was restored and written to, or the checkpoint key is shared with "+
+				"another stream. Transactions the server committed at LSNs checkpoint %q covers (%s) would be skipped; %s events published "+
+				"after %s may not be in the database. Reconcile them downstream, then accept them to go on from the slot's position %s, "+
+				"publishing every transaction after it (events the copy holds that were published before may be published again; "+
+				"see docs/postgres.md, Phantom events)",
+				r, srv.Timeline, e.From, e.CheckpointKey, cp, count, e.From, e.From)
+		}
 		if e.Placement.Ahead {
 			if e.Events >= 0 {
 				count = "at least " + count
@@ -225,6 +241,7 @@ func resolve(cp checkpoint.Checkpoint, pl Placement, srv replication.Server, slo
 		}
 		next = cp.At(from)
 		next.Identity = own
+		next.Last = checkpoint.Last{} // of the history left behind
 		next.Gap = checkpoint.Gap{Kind: checkpoint.GapPhantoms, Previous: cp.Identity, From: from, To: reach(cp), Events: events, At: now}
 		return next, true, nil
 	case SystemChanged:

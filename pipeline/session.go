@@ -181,7 +181,8 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	}
 
 	walEnd := func(ctx context.Context) (pglogrepl.LSN, error) { return replication.WALEnd(ctx, conn) }
-	cp, inKafka, err := resume(ctx, sessionSource{prod, store.New(cfg.storeConfig(), s.log)}, slot, srv, history, walEnd, cfg, &s.earlier, s.log, s.metrics.phantoms)
+	src := sessionSource{prod, store.New(cfg.storeConfig(), s.log)}
+	cp, inKafka, err := resume(ctx, src, slot, srv, history, walEnd, cfg, &s.earlier, s.log, s.metrics.phantoms)
 	switch {
 	case errors.Is(err, errNoCheckpoint):
 		cp, err = takeOver(ctx, conn, cfg, slot, srv, s.log)
@@ -215,13 +216,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	rm := &reemitter{cfg: cfg, log: s.log, out: q, wake: reemitWake,
 		committed: func() checkpoint.Reemits { cp, _ := tracker.InKafka(); return reemitsOf(cp) },
 		connect:   func(ctx context.Context) (*pgx.Conn, error) { return replication.ConnectReader(ctx, cfg.Postgres) }}
-	in := &feed{
-		dec: decode.New(decode.Config{
-			Outboxes: cfg.Outboxes, MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
-			JSONText: cfg.Encoding.Value != format.String, OIDs: tables.oids, Recreated: tables.mayChange,
-			MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: skip, SignalTable: cfg.Reemit.SignalTable,
-		}),
-		out: q, received: tracker, log: s.log, skipped: s.metrics.skipped, hook: cfg.Hook,
+	in := &feed{out: q, received: tracker, witness: tracker, log: s.log, skipped: s.metrics.skipped, hook: cfg.Hook,
 		catalog: func(o *decode.Outbox, oid uint32) (map[string]decode.Catalog, error) {
 			// The stream's goroutine asks; the session's connection is the
 			// slot monitor's, so this reads on a connection of its own.
@@ -233,6 +228,12 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 			return readCatalog(ctx, c, names, o, oid)
 		},
 	}
+	in.dec = decode.New(decode.Config{
+		Outboxes: cfg.Outboxes, MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
+		JSONText: cfg.Encoding.Value != format.String, OIDs: tables.oids, Recreated: tables.mayChange,
+		MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: skip, SignalTable: cfg.Reemit.SignalTable,
+		Replayed: in.replayed,
+	})
 	in.relationOf = func(oid uint32) (relationState, error) {
 		c, err := replication.Connect(ctx, cfg.Postgres)
 		if err != nil {
@@ -280,6 +281,10 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		g.Go(func() error { return progress(gctx, cfg.ProgressInterval, tracker, s.log) })
 	}
 	err = g.Wait()
+	var rewritten *checkpoint.ReplayError
+	if errors.As(err, &rewritten) {
+		err = s.rewritten(ctx, src, rewritten, srv)
+	}
 	if errors.Is(err, publish.ErrFenced) {
 		err = s.whoFenced(ctx, conn, rconn.PID(), err)
 	}
@@ -292,7 +297,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	}
 	done, at := tracker.InKafka()
 	s.earlier.remember(done)
-	if !at.IsZero() && !s.settled.Swap(true) && s.cfg.accepts() {
+	if !at.IsZero() && rewritten == nil && !s.settled.Swap(true) && s.cfg.accepts() {
 		// Kafka holds a checkpoint this session resumed from or wrote: a
 		// divergence accepted for the start is on record, and one a later
 		// session meets (a failover to a server without the slot, a slot
@@ -306,6 +311,24 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 	committed, confirmed := tracker.Positions()
 	s.log.Info("session ended", "checkpoint", committed.String(), "confirmed_lsn", confirmed.String(), "replayed_events_skipped", in.dec.Skipped())
 	return true, err
+}
+
+// rewritten makes the replay's finding that the server's history is not
+// the one published a DivergedError: phantom events from the slot's
+// position on, where the replay began, which is where accepting them goes
+// on from (the next session, resume).
+func (s *session) rewritten(ctx context.Context, src checkpointSource, re *checkpoint.ReplayError, srv replication.Server) error {
+	events := int64(-1)
+	if h, err := src.CheckpointHistory(ctx); err == nil {
+		events = checkpoint.EventsPast(h, re.From)
+	} else {
+		s.log.Warn("reading the checkpoint topic's history to count the events published past the slot's position", "err", err)
+	}
+	s.metrics.phantoms.Set(float64(events))
+	s.log.Error("phantom events: the server's history was rewritten", "err", re.Error(), "slot_confirmed_flush_lsn", re.From.String(),
+		"checkpoint", re.Checkpoint.String(), "events", events)
+	return &DivergedError{Placement: Placement{Verdict: Phantoms, Fork: re.From, Ahead: true, Replay: re}, Checkpoint: re.Checkpoint,
+		Server: srv, Events: events, From: re.From, Slot: s.cfg.Names.Slot, CheckpointKey: s.cfg.CheckpointKey, Stream: s.cfg.Stream}
 }
 
 // errRelationGone: the catalog has no table by that name with the OID of
@@ -513,6 +536,11 @@ func resume(ctx context.Context, src checkpointSource, slot replication.Slot, sr
 		return checkpoint.Checkpoint{LSN: slot.ConfirmedFlush, Identity: own}, false, nil
 	}
 	pl := Place(cp, srv, history)
+	if r := prior.rewritten; r != nil && pl.Verdict == Continuous && samePosition(r.Checkpoint, cp) {
+		// The last session's replay found the server's history
+		// rewritten, where the LSNs do not show it.
+		pl = r.Placement
+	}
 	events := int64(-1)
 	if pl.Verdict == Phantoms {
 		h, err := src.CheckpointHistory(ctx)

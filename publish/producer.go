@@ -528,6 +528,7 @@ func (p *Producer) add(ctx context.Context, tx *decode.Tx) error {
 		// The checkpoint counts the events it covers, so that the events
 		// published past a point (a timeline's fork) can be told later.
 		p.pos = p.pos.Published(n - dup)
+		p.pos.Last = checkpoint.Last{Xid: tx.Xid, CommitLSN: tx.CommitLSN, CommitTime: tx.CommitTime}
 		if !tx.Final {
 			p.pos = p.pos.Part(tx.CommitLSN, tx.Events[len(tx.Events)-1].Ordinal)
 		}

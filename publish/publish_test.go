@@ -160,11 +160,14 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if rd, err := checkpoints(p).ReadCheckpoint(ctx); err != nil || rd.Found {
 		t.Fatalf("fresh broker: found=%v err=%v, want no checkpoint", rd.Found, err)
 	}
-	// Each checkpoint counts the events published up to it.
-	whole := checkpoint.Checkpoint{LSN: 0x2000, Events: 2, Counted: true}
-	runUntil(t, p, whole, &decode.Tx{CommitLSN: 0x1000, EndLSN: 0x2000, Final: true, Events: []decode.Event{event(1, "a"), event(2, "b")}, Bytes: 10})
-	partial := checkpoint.Checkpoint{LSN: 0x2000, PartialCommitLSN: 0x3000, Ordinal: 1, Events: 3, Counted: true}
-	runUntil(t, p, partial, &decode.Tx{CommitLSN: 0x3000, Events: []decode.Event{event(1, "c")}, Bytes: 5})
+	// Each checkpoint counts the events published up to it, and names the
+	// last transaction published.
+	whole := checkpoint.Checkpoint{LSN: 0x2000, Events: 2, Counted: true, Last: checkpoint.Last{Xid: 5, CommitLSN: 0x1000}}
+	runUntil(t, p, whole, &decode.Tx{Xid: 5, CommitLSN: 0x1000, EndLSN: 0x2000, Final: true, Events: []decode.Event{event(1, "a"), event(2, "b")}, Bytes: 10})
+	committed := time.Date(2026, 12, 6, 1, 2, 3, 456789000, time.UTC)
+	partial := checkpoint.Checkpoint{LSN: 0x2000, PartialCommitLSN: 0x3000, Ordinal: 1, Events: 3, Counted: true,
+		Last: checkpoint.Last{Xid: 6, CommitLSN: 0x3000, CommitTime: committed}}
+	runUntil(t, p, partial, &decode.Tx{Xid: 6, CommitLSN: 0x3000, CommitTime: committed, Events: []decode.Event{event(1, "c")}, Bytes: 5})
 
 	// A transaction left open by a dead instance, then aborted by the next
 	// one's Fence, must not count.

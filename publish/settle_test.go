@@ -288,7 +288,8 @@ func TestForeignTransactionOnCheckpointPartition(t *testing.T) {
 	if d := time.Since(start); d > 8*time.Second {
 		t.Errorf("two commits behind an open foreign transaction took %s", d)
 	}
-	want := checkpoint.Checkpoint{LSN: 0x3000, Events: 1, Counted: true, Owner: checkpoint.Owner{Slot: "slot-a", TransactionalID: "tx-a"}}
+	want := checkpoint.Checkpoint{LSN: 0x3000, Events: 1, Counted: true, Last: checkpoint.Last{CommitLSN: 0x1000},
+		Owner: checkpoint.Owner{Slot: "slot-a", TransactionalID: "tx-a"}}
 	check := func(when string) {
 		t.Helper()
 		next := newProducer(t, broker, "tx-a")

@@ -627,19 +627,58 @@ func TestMissingSlotWithCheckpoint(t *testing.T) {
 // also those committed at LSNs the checkpoint covers.
 func TestRestoredServerBehindCheckpoint(t *testing.T) {
 	t.Parallel()
-	pg := testenv.StartPostgres(t)
+	pg, url, broker, first, phantoms, oldEnd := restoredCopy(t)
+	after := insertRows(t, pg, 5, "after")
+	if end := serverLSN(t, pg); end >= oldEnd {
+		t.Fatalf("the restored server's WAL (%s) passed the old one (%s): the test does not reach below the checkpoint", end, oldEnd)
+	}
+
+	stopsOnPhantoms(t, url, broker, len(first)+len(phantoms), "phantom events: at least", "on the same timeline", "restored", "--accept-phantoms")
+	goesOnFromCopy(t, pg, url, broker, first, union(first, phantoms, after))
+}
+
+// TestRestoredServerPastCheckpoint: as above, but the restored server is
+// written to past the checkpoint's LSN before walstream comes back, so
+// that its WAL end no longer shows the restore, and rows it committed at
+// LSNs the checkpoint covers would be skipped as published. The replay
+// from the slot does not hold the checkpoint's last transaction: walstream
+// stops, saying so, and with --accept-phantoms goes on from the slot.
+func TestRestoredServerPastCheckpoint(t *testing.T) {
+	t.Parallel()
+	pg, url, broker, first, phantoms, oldEnd := restoredCopy(t)
+	after := insertRows(t, pg, 5, "after")
+	if end := serverLSN(t, pg); end >= oldEnd {
+		t.Fatalf("the restored server's WAL (%s) passed the old one (%s) before the filler: the rows are not below the checkpoint", end, oldEnd)
+	}
+	pg.Exec("postgres", "CREATE TABLE filler (pad text)")
+	for serverLSN(t, pg) <= oldEnd {
+		pg.Exec("postgres", "INSERT INTO filler SELECT repeat('x', 100) FROM generate_series(1, 100)")
+	}
+
+	stopsOnPhantoms(t, url, broker, len(first)+len(phantoms), "phantom events:", "was rewritten", "no transaction at",
+		"as the last one published", "--accept-phantoms")
+	goesOnFromCopy(t, pg, url, broker, first, union(first, phantoms, after))
+}
+
+// restoredCopy starts a server whose five rows walstream publishes, copies
+// its data directory (the slot as walstream left it, those rows), has
+// walstream publish twenty phantom rows, then puts the copy in place of
+// the server. It returns the server, the first rows' and the phantoms'
+// ids, and the WAL end the phantoms reached.
+func restoredCopy(t *testing.T) (pg *testenv.Postgres, url, broker string, first, phantoms []string, oldEnd pglogrepl.LSN) {
+	t.Helper()
+	pg = testenv.StartPostgres(t)
 	pg.Exec("postgres", outboxDDL)
-	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
+	broker = testenv.StartBroker(t, testenv.TestBroker()).Addr()
 	watchSlot(t, "walstream", pg)
-	url := pg.URL("postgres", "postgres")
+	url = pg.URL("postgres", "postgres")
 	p := testenv.StartWalstream(t, binary, runArgs(url, broker))
 	testenv.WaitStreaming(t, p, 60*time.Second)
-	first := insertRows(t, pg, 5, "first")
+	first = insertRows(t, pg, 5, "first")
 	waitKafka(t, broker, union(first), p, 30*time.Second)
 	if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// The copy: the slot as walstream left it, the first rows.
 	if err := pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -652,7 +691,7 @@ func TestRestoredServerBehindCheckpoint(t *testing.T) {
 	}
 	p = testenv.StartWalstream(t, binary, runArgs(url, broker))
 	testenv.WaitStreaming(t, p, 60*time.Second)
-	phantoms, oldEnd := publishPhantoms(t, p, pg, broker, 20, first)
+	phantoms, oldEnd = publishPhantoms(t, p, pg, broker, 20, first)
 	if err := pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -662,21 +701,21 @@ func TestRestoredServerBehindCheckpoint(t *testing.T) {
 	if err := pg.Start(); err != nil {
 		t.Fatal(err)
 	}
-	after := insertRows(t, pg, 5, "after")
-	if end := serverLSN(t, pg); end >= oldEnd {
-		t.Fatalf("the restored server's WAL (%s) passed the old one (%s): the test does not reach below the checkpoint", end, oldEnd)
-	}
+	return pg, url, broker, first, phantoms, oldEnd
+}
 
-	stopsOnPhantoms(t, url, broker, len(first)+len(phantoms), "phantom events: at least", "on the same timeline", "restored", "--accept-phantoms")
-	_, want := streamLater(t, pg, url, broker, union(first, phantoms, after), 5, "--accept-phantoms")
-	// Where the copy's WAL ends cannot be told on one timeline, so
-	// walstream goes on from the slot's position in the copy: the rows the
-	// copy holds that were published before may come again (Postgres 15
-	// does not write a slot's confirmed position at shutdown, so here they
-	// do). Nothing is lost, and every row written after the restore
-	// arrives once.
+// goesOnFromCopy starts walstream with --accept-phantoms and checks that
+// Kafka then holds every row of want once. Where the copy's WAL parted
+// cannot be told on one timeline, so walstream goes on from the slot's
+// position in the copy: the rows published before that the copy holds
+// (copied) may come again (Postgres 15 does not write a slot's confirmed
+// position at shutdown, so here they do). Nothing is lost, and every row
+// written after the restore arrives once.
+func goesOnFromCopy(t *testing.T, pg *testenv.Postgres, url, broker string, copied []string, want map[string]bool) {
+	t.Helper()
+	_, want = streamLater(t, pg, url, broker, want, 5, "--accept-phantoms")
 	got := kafkaIDs(t, broker)
-	for _, id := range first {
+	for _, id := range copied {
 		got[id] = min(got[id], 1)
 	}
 	exactly(t, got, want)
