@@ -62,6 +62,10 @@ type Report struct {
 		Stream string `json:"stream,omitempty"`
 		Slot   string `json:"slot,omitempty"`
 		Events *int64 `json:"events,omitempty"`
+		// LastTransaction is the last Postgres transaction published, which
+		// a replay from the slot must show again; empty in checkpoints
+		// written before it was recorded, and after an accepted gap.
+		LastTransaction string `json:"last_transaction,omitempty"`
 		// Placement is where the checkpoint lies in the server's history:
 		// continuous, unidentified, safe_failover, phantoms, off_history,
 		// system_changed.
@@ -377,6 +381,9 @@ func (in *Inspection) Report(cfg Config, now time.Time) *Report {
 		if cp.Counted {
 			n := int64(cp.Events)
 			c.Events = &n
+		}
+		if cp.Last.Known() {
+			c.LastTransaction = cp.Last.String()
 		}
 		if in.Server.SystemID != "" { // else the server could not be identified (a warning says why)
 			c.Placement = in.Placement.Verdict.String()

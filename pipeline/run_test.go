@@ -81,11 +81,20 @@ func TestRunStreamsAndStops(t *testing.T) {
 	if len(in.Problems) != 0 {
 		t.Fatalf("problems while streaming: %q", in.Problems)
 	}
-	// The checkpoint names the server it was read from and counts the event.
+	// The checkpoint names the server it was read from, counts the event,
 	if id := in.Checkpoint.Identity; id.SystemID != in.Server.SystemID || id.Timeline != in.Server.Timeline || id.Database != "postgres" ||
 		in.Placement.Verdict != Continuous || !in.Checkpoint.Counted || in.Checkpoint.Events != 1 {
 		t.Fatalf("checkpoint %+v on server %+v: placement %s; want the server's identity, continuous, 1 event counted",
 			in.Checkpoint, in.Server, in.Placement.Verdict)
+	}
+	// and the transaction it came from, which a replay must show again.
+	var xid int64
+	if err := pg.Connect("postgres").QueryRow(context.Background(),
+		"SELECT xmin::text::bigint FROM outbox WHERE id = '11111111-1111-1111-1111-111111111111'").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	if l := in.Checkpoint.Last; int64(l.Xid) != xid || l.CommitLSN == 0 || l.CommitLSN >= in.Checkpoint.LSN || l.CommitTime.IsZero() {
+		t.Fatalf("checkpoint %s names %s as the last transaction published, want transaction %d", in.Checkpoint, l, xid)
 	}
 	// The producer counts a transaction's events just after it tells the
 	// tracker, so the count may lag the checkpoint by a moment.

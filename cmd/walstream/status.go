@@ -240,6 +240,9 @@ func printStatus(w io.Writer, r *statusReport) {
 		if c.Events != nil {
 			line("  events published", "%d", *c.Events)
 		}
+		if c.LastTransaction != "" {
+			line("  last published", "%s", c.LastTransaction)
+		}
 		if c.Placement != "" {
 			line("  placement", "%s", c.Placement)
 		}
