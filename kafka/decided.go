@@ -287,35 +287,12 @@ func TransactionFate(ctx context.Context, connOpts []kgo.Opt, topics []string, p
 		return FateOpen, err
 	}
 	defer r.Close()
-	md, err := r.adm.Metadata(ctx, topics...)
-	if err != nil {
-		return FateOpen, fmt.Errorf("asking for the partitions of topics %v: %w", topics, err)
-	}
-	set := make(kadm.TopicsSet)
-	for _, t := range topics {
-		td, ok := md.Topics[t]
-		if !ok || td.Err != nil {
-			return FateOpen, fmt.Errorf("asking for the partitions of topic %s: %w", t, errors.Join(td.Err, kerr.UnknownTopicOrPartition))
-		}
-		for _, pd := range td.Partitions {
-			set.Add(t, pd.Partition)
-		}
-	}
 	// A partition's producer state holds the epoch of pid's last record or
 	// marker there: only where it is past epoch, and no transaction of pid
 	// is open, can a marker of a later epoch be.
-	described, err := r.adm.DescribeProducers(ctx, set)
+	described, err := r.producers(ctx, topics)
 	if err != nil {
-		return FateOpen, fmt.Errorf("describing the producers of topics %v: %w", topics, err)
-	}
-	var failed error
-	described.EachPartition(func(d kadm.DescribedProducersPartition) {
-		if d.Err != nil && failed == nil {
-			failed = fmt.Errorf("describing the producers of topic %s partition %d: %w", d.Topic, d.Partition, d.Err)
-		}
-	})
-	if failed != nil {
-		return FateOpen, failed
+		return FateOpen, err
 	}
 	var ended []kadm.DescribedProducer
 	described.EachProducer(func(d kadm.DescribedProducer) {
@@ -342,6 +319,36 @@ func TransactionFate(ctx context.Context, connOpts []kgo.Opt, topics []string, p
 		}
 	}
 	return fate, nil
+}
+
+// producers describes the producers of every partition of topics, as
+// their leaders know them.
+func (r *PartitionReader) producers(ctx context.Context, topics []string) (kadm.DescribedProducersTopics, error) {
+	md, err := r.adm.Metadata(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("asking for the partitions of topics %v: %w", topics, err)
+	}
+	set := make(kadm.TopicsSet)
+	for _, t := range topics {
+		td, ok := md.Topics[t]
+		if !ok || td.Err != nil {
+			return nil, fmt.Errorf("asking for the partitions of topic %s: %w", t, errors.Join(td.Err, kerr.UnknownTopicOrPartition))
+		}
+		for _, pd := range td.Partitions {
+			set.Add(t, pd.Partition)
+		}
+	}
+	described, err := r.adm.DescribeProducers(ctx, set)
+	if err != nil {
+		return nil, fmt.Errorf("describing the producers of topics %v: %w", topics, err)
+	}
+	var failed error
+	described.EachPartition(func(d kadm.DescribedProducersPartition) {
+		if d.Err != nil && failed == nil {
+			failed = fmt.Errorf("describing the producers of topic %s partition %d: %w", d.Topic, d.Partition, d.Err)
+		}
+	})
+	return described, failed
 }
 
 func (f Fate) String() string {

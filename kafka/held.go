@@ -235,6 +235,45 @@ func EndHanging(ctx context.Context, conn Settings, topic string, p int32, start
 	return h, nil
 }
 
+// EndLeftOpen ends, by its fate, the transaction of producer id pid at
+// epoch or before on every partition of topics where it is still open:
+// markers its coordinator, which decided it, never wrote there (Kafka 4.4
+// was seen to lose them across a broker restart). Left open, the
+// producer id's next commit on such a partition would commit the records
+// with its own: those of an aborted transaction published twice. As
+// EndHanging, under the producer's id, epoch and coordinator epoch, and
+// with the ClusterAction ACL. It returns the partitions it ended.
+func EndLeftOpen(ctx context.Context, connOpts []kgo.Opt, topics []string, pid int64, epoch int16, commit bool) ([]string, error) {
+	r, err := NewPartitionReader(connOpts)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	described, err := r.producers(ctx, topics)
+	if err != nil {
+		return nil, err
+	}
+	var ended []string
+	for _, d := range described.SortedProducers() {
+		if d.ProducerID != pid || d.ProducerEpoch > epoch || d.CurrentTxnStartOffset < 0 {
+			continue
+		}
+		one := make(kadm.TopicsSet)
+		one.Add(d.Topic, d.Partition)
+		resp, err := r.adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{ProducerID: pid, ProducerEpoch: d.ProducerEpoch, Commit: commit,
+			CoordinatorEpoch: max(0, d.CoordinatorEpoch), Topics: one})
+		if err == nil {
+			resp.EachPartition(func(r kadm.TxnMarkersPartitionResponse) { err = errors.Join(err, r.Err) })
+		}
+		if err != nil {
+			return ended, fmt.Errorf("writing the marker of producer id %d epoch %d to %s-%d, where its transaction is open from offset %d "+
+				"(the principal needs the ClusterAction ACL on the cluster): %w", pid, d.ProducerEpoch, d.Topic, d.Partition, d.CurrentTxnStartOffset, err)
+		}
+		ended = append(ended, fmt.Sprintf("%s-%d", d.Topic, d.Partition))
+	}
+	return ended, nil
+}
+
 // name asks the coordinators for the transactional id of the hold's
 // producer, when they know it.
 func (h *Hold) name(ctx context.Context, adm *kadm.Client) {

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,68 @@ func TestEndHanging(t *testing.T) {
 		if got := strings.Count(strings.Join(values, ","), "frozen"); got != map[bool]int{false: 0, true: 1}[commit] {
 			t.Errorf("commit %v: committed records %v", commit, values)
 		}
+	}
+}
+
+// A transaction its coordinator decided, left open where it wrote, is
+// ended on every partition of the topics named where the producer id's
+// transaction of that epoch or before is open, and nowhere else: another
+// producer's open transaction stays. On Apache Kafka.
+func TestEndLeftOpen(t *testing.T) {
+	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
+	ctx := context.Background()
+	opts := Settings{Brokers: []string{broker}}.Opts()
+	admin, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	adm := kadm.NewClient(admin)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "cp"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 3, 1, nil, "out"); err != nil {
+		t.Fatal(err)
+	}
+	left, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.TransactionalID("left"), kgo.TransactionTimeout(5*time.Minute),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer left.Close()
+	if err := left.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	// Partitions 0 and 1 of out, not 2.
+	if err := left.ProduceSync(ctx, &kgo.Record{Topic: "cp", Value: []byte("checkpoint")},
+		&kgo.Record{Topic: "out", Partition: 0, Value: []byte("event")}, &kgo.Record{Topic: "out", Partition: 1, Value: []byte("event")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.OpenTransaction(t, broker, "other", "out", "x", []byte("other"))
+	open := func() []kadm.DescribedProducer { // the transactions open
+		t.Helper()
+		set := make(kadm.TopicsSet)
+		set.Add("cp", 0)
+		set.Add("out", 0, 1, 2)
+		d, err := adm.DescribeProducers(ctx, set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.DeleteFunc(d.SortedProducers(), func(p kadm.DescribedProducer) bool { return p.CurrentTxnStartOffset < 0 })
+	}
+	i := slices.IndexFunc(open(), func(p kadm.DescribedProducer) bool { return p.Topic == "cp" })
+	if i < 0 {
+		t.Fatalf("no transaction open on cp-0: %v", open())
+	}
+	pid, epoch := open()[i].ProducerID, open()[i].ProducerEpoch
+	if ended, err := EndLeftOpen(ctx, opts, []string{"cp", "out"}, pid, epoch-1, false); err != nil || len(ended) != 0 {
+		t.Fatalf("an earlier epoch: ended %v, %v; want nothing ended", ended, err)
+	}
+	ended, err := EndLeftOpen(ctx, opts, []string{"cp", "out"}, pid, epoch, false)
+	if want := "cp-0,out-0,out-1"; err != nil || strings.Join(ended, ",") != want {
+		t.Fatalf("ended %v, %v; want %s", ended, err, want)
+	}
+	if o := open(); len(o) != 1 || o[0].ProducerID == pid {
+		t.Errorf("open transactions left: %+v, want the other producer's alone", o)
 	}
 }

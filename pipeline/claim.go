@@ -223,6 +223,7 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 	// topics it wrote, never guessed. Resuming before a record whose
 	// transaction committed would publish its events again.
 	var undecided []undecidedRecord
+	var leftOpen error
 	rd.Open = slices.DeleteFunc(rd.Open, func(o store.OpenRecord) bool {
 		if !slices.Contains(fenced, o.TransactionalID) {
 			return false
@@ -234,9 +235,21 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 				undecided = append(undecided, undecidedRecord{o, why})
 				return true
 			case kafka.FateAborted:
+				// Its markers are missing: the producer id's next commit
+				// on a partition where it is open would commit its records
+				// with its own, publishing them twice. Aborted there first.
+				ended, err := src.EndLeftOpen(ctx, o, false)
+				if err != nil {
+					leftOpen = errors.Join(leftOpen, fmt.Errorf("%w: the transaction of checkpoint record %s did not commit (%s) but is still open "+
+						"where it wrote, and ending it there failed: the stream's next commit would commit its records with its own, publishing "+
+						"them twice; end it on each partition where kafka-transactions.sh describe-producers shows producer id %d's transaction open "+
+						"(kafka-transactions.sh abort --topic <topic> --partition <n> --start-offset <its start>), then start walstream again: %w",
+						errLeftOpen, o, why, o.ProducerID, kafka.Authorization(err, "")))
+					return true
+				}
 				log.Warn("a checkpoint record of a fenced transactional id is in a transaction Kafka left hanging, which did not commit: "+
-					"walstream goes on without it; read_committed readers of the partition wait until it is aborted (see docs/kafka.md, A transaction holding the checkpoint topic)",
-					"record", o.String(), "decided_by", why, "abort", abortCommand(cfg, o))
+					"walstream aborted it where it was still open and goes on without it (see docs/kafka.md, A transaction holding the checkpoint topic)",
+					"record", o.String(), "decided_by", why, "aborted_in", strings.Join(ended, ","))
 				return true
 			}
 			log.Warn("a checkpoint record of a fenced transactional id is in a transaction Kafka left hanging, which committed", "record", o.String(), "decided_by", why)
@@ -255,6 +268,9 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 	})
 	if len(undecided) > 0 {
 		return rd, false, &UndecidedCheckpointError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, Records: undecided}
+	}
+	if leftOpen != nil {
+		return rd, false, onKafka(leftOpen)
 	}
 	if len(rd.Open) > 0 {
 		return rd, false, onKafka(&OpenCheckpointError{Key: cfg.CheckpointKey, Topic: cfg.CheckpointTopic, TransactionalID: cfg.TransactionalID, Open: rd.Open})
@@ -427,11 +443,9 @@ func (e *earlier) markAborted(o store.OpenRecord) {
 	e.aborted[at(o)] = true
 }
 
-// abortCommand is how an operator aborts the hanging transaction of o.
-func abortCommand(cfg *Config, o store.OpenRecord) string {
-	return fmt.Sprintf("kafka-transactions.sh --bootstrap-server <broker> abort --topic %s --partition %d --start-offset %d",
-		cfg.CheckpointTopic, o.Partition, o.Offset)
-}
+// errLeftOpen: a transaction decided not to have committed is still
+// open where it wrote, and walstream could not abort it there.
+var errLeftOpen = errors.New("a transaction left open")
 
 // undecidedRecord is a checkpoint record nothing decides, and why.
 type undecidedRecord struct {
@@ -462,7 +476,9 @@ func (e *UndecidedCheckpointError) Error() string {
 		"lose them if it did not, so walstream stops. See whether the events of producer id %d are in the outbox topics read_committed "+
 		"(kafka-transactions.sh --bootstrap-server <broker> describe-producers --topic <outbox topic> --partition <n> names the producers of a partition): "+
 		"if they are, write a COMMIT marker for the transaction on checkpoint partition %d, else abort it there "+
-		"(kafka-transactions.sh --bootstrap-server <broker> abort --topic %s --partition %d --start-offset %d); then start walstream again "+
+		"(kafka-transactions.sh --bootstrap-server <broker> abort --topic %s --partition %d --start-offset %d) and on every partition of the "+
+		"outbox topics where describe-producers shows its transaction open, which the stream's next commit there would otherwise commit; "+
+		"then start walstream again "+
 		"(see docs/kafka.md, A transaction holding the checkpoint topic)",
 		e.Key, e.Topic, strings.Join(recs, "; "), o.ProducerID, o.Partition, e.Topic, o.Partition, o.Offset)
 }

@@ -172,6 +172,10 @@ type fakeSource struct {
 	// an open record's transaction, and markers what its markers in the
 	// other topics it wrote say; unset, neither decides.
 	coordinator, markers func(o store.OpenRecord) (kafka.Fate, error)
+	// ended are the records whose transactions EndLeftOpen was asked to
+	// end where they were left open, which fails with endErr.
+	ended  []store.OpenRecord
+	endErr error
 }
 
 var _ checkpointSource = (*fakeSource)(nil)
@@ -182,6 +186,13 @@ func (f *fakeSource) CoordinatorFate(_ context.Context, o store.OpenRecord) (kaf
 		return kafka.FateOpen, nil
 	}
 	return f.coordinator(o)
+}
+func (f *fakeSource) EndLeftOpen(_ context.Context, o store.OpenRecord, commit bool) ([]string, error) {
+	if commit {
+		return nil, errors.New("a commit ended by walstream")
+	}
+	f.ended = append(f.ended, o)
+	return []string{"outbox-0"}, f.endErr
 }
 func (f *fakeSource) MarkerFate(_ context.Context, o store.OpenRecord) (kafka.Fate, error) {
 	if f.markers == nil {
@@ -339,13 +350,17 @@ func TestAcknowledgedOpenRecord(t *testing.T) {
 		coordinator kafka.Fate // what it reports of the record's transaction before the fencing
 		want        pglogrepl.LSN
 		waited      bool
+		endErr      error // ending the transaction where it is left open fails so
 	}{
-		{"the record acknowledged", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked}, kafka.FateOpen, 0x900, false},
-		{"another offset", publish.Acknowledged{Partition: 0, Offset: 425, Checkpoint: acked}, kafka.FateOpen, 0x500, true},
-		{"another checkpoint", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked.Published(1)}, kafka.FateOpen, 0x500, true},
-		{"none", none, kafka.FateOpen, 0x500, true},
-		{"committed as the coordinator says", none, kafka.FateCommitted, 0x900, false},
-		{"aborted as the coordinator says", none, kafka.FateAborted, 0x500, false},
+		{"the record acknowledged", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked}, kafka.FateOpen, 0x900, false, nil},
+		{"another offset", publish.Acknowledged{Partition: 0, Offset: 425, Checkpoint: acked}, kafka.FateOpen, 0x500, true, nil},
+		{"another checkpoint", publish.Acknowledged{Partition: 0, Offset: 426, Checkpoint: acked.Published(1)}, kafka.FateOpen, 0x500, true, nil},
+		{"none", none, kafka.FateOpen, 0x500, true, nil},
+		{"committed as the coordinator says", none, kafka.FateCommitted, 0x900, false, nil},
+		{"aborted as the coordinator says", none, kafka.FateAborted, 0x500, false, nil},
+		// Resuming before a record whose transaction is left open where
+		// it wrote, the stream's next commit there would commit it too.
+		{"aborted, but not ended where it is left open", none, kafka.FateAborted, 0, false, kerr.ClusterAuthorizationFailed},
 	} {
 		src := &fakeSource{fence: func(context.Context) error { fenced = true; return nil },
 			read: func(context.Context) (checkpoint.Checkpoint, time.Time, bool, error) {
@@ -360,10 +375,20 @@ func TestAcknowledgedOpenRecord(t *testing.T) {
 			},
 			// Past the wait, the transaction's markers say it did not
 			// commit.
-			markers: func(store.OpenRecord) (kafka.Fate, error) { return kafka.FateAborted, nil }}
+			markers: func(store.OpenRecord) (kafka.Fate, error) { return kafka.FateAborted, nil }, endErr: tc.endErr}
 		fenced = false
 		cp, inKafka, err := resume(context.Background(), src, replication.Slot{ConfirmedFlush: 0x500}, srv, nil, walEndAt(srv.XLogPos), cfg, &earlier{acked: tc.acked},
 			slog.New(slog.DiscardHandler), prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}))
+		if aborted := tc.want == 0x500 || tc.endErr != nil; (len(src.ended) == 1) != aborted || aborted && src.ended[0].Offset != 426 {
+			t.Errorf("%s: ended where left open: %v; want the record's transaction aborted there: %v", tc.name, src.ended, aborted)
+		}
+		if tc.endErr != nil {
+			if !errors.Is(err, errLeftOpen) || !errors.Is(err, kafka.ErrAuthorization) || !classifyFailure(err).permanent ||
+				!strings.Contains(err.Error(), "publishing them twice") {
+				t.Errorf("%s: resume = %v, %v; want a permanent authorization error saying the events would be published twice", tc.name, cp, err)
+			}
+			continue
+		}
 		if err != nil || cp.LSN != tc.want || inKafka != (tc.want == 0x500) {
 			t.Errorf("%s: resume = %v, in Kafka %v, %v; want %s, in Kafka %v", tc.name, cp, inKafka, err, tc.want, tc.want == 0x500)
 		}

@@ -112,6 +112,21 @@ func (c *Checkpoints) MarkerFate(ctx context.Context, o OpenRecord) (kafka.Fate,
 	return f, nil
 }
 
+// EndLeftOpen ends the transaction of o, decided (committed or not), on
+// every partition of the topics it wrote where it is still open
+// (kafka.EndLeftOpen): the stream's next commit would commit the records
+// there with its own. A record of an earlier version names no topics:
+// only the checkpoint topic is looked at. It returns the partitions ended.
+func (c *Checkpoints) EndLeftOpen(ctx context.Context, o OpenRecord, commit bool) ([]string, error) {
+	topics := o.Wrote
+	if !slices.Contains(topics, c.cfg.Topic) {
+		topics = append(slices.Clip(topics), c.cfg.Topic)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return kafka.EndLeftOpen(ctx, c.opts, topics, o.ProducerID, o.ProducerEpoch, commit)
+}
+
 // WroteNothingElse reports whether the transaction of o wrote nothing but
 // its checkpoint record, as the record says (Wrote): taking it for one
 // that never committed publishes nothing again.
