@@ -235,15 +235,15 @@ func EndHanging(ctx context.Context, conn Settings, topic string, p int32, start
 	return h, nil
 }
 
-// EndLeftOpen ends, by its fate, the transaction of producer id pid at
-// epoch or before on every partition of topics where it is still open:
-// markers its coordinator, which decided it, never wrote there (Kafka 4.4
-// was seen to lose them across a broker restart). Left open, the
-// producer id's next commit on such a partition would commit the records
-// with its own: those of an aborted transaction published twice. As
-// EndHanging, under the producer's id, epoch and coordinator epoch, and
-// with the ClusterAction ACL. It returns the partitions it ended.
-func EndLeftOpen(ctx context.Context, connOpts []kgo.Opt, topics []string, pid int64, epoch int16, commit bool) ([]string, error) {
+// AbortLeftOpen aborts the transaction of producer id pid at epoch or
+// before on every partition of topics where it is still open: markers its
+// coordinator, which aborted it, never wrote there (Kafka 4.4 was seen to
+// lose them across a broker restart). Left open, the producer id's next
+// commit on such a partition would commit the records with its own,
+// publishing them twice. As EndHanging, under the producer's id, epoch
+// and coordinator epoch, and with the ClusterAction ACL. It returns the
+// partitions it aborted the transaction on.
+func AbortLeftOpen(ctx context.Context, connOpts []kgo.Opt, topics []string, pid int64, epoch int16) ([]string, error) {
 	r, err := NewPartitionReader(connOpts)
 	if err != nil {
 		return nil, err
@@ -260,7 +260,7 @@ func EndLeftOpen(ctx context.Context, connOpts []kgo.Opt, topics []string, pid i
 		}
 		one := make(kadm.TopicsSet)
 		one.Add(d.Topic, d.Partition)
-		resp, err := r.adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{ProducerID: pid, ProducerEpoch: d.ProducerEpoch, Commit: commit,
+		resp, err := r.adm.WriteTxnMarkers(ctx, kadm.TxnMarkers{ProducerID: pid, ProducerEpoch: d.ProducerEpoch,
 			CoordinatorEpoch: max(0, d.CoordinatorEpoch), Topics: one})
 		if err == nil {
 			resp.EachPartition(func(r kadm.TxnMarkersPartitionResponse) { err = errors.Join(err, r.Err) })

@@ -83,11 +83,11 @@ func TestEndHanging(t *testing.T) {
 	}
 }
 
-// A transaction its coordinator decided, left open where it wrote, is
-// ended on every partition of the topics named where the producer id's
+// A transaction its coordinator aborted, left open where it wrote, is
+// aborted on every partition of the topics named where the producer id's
 // transaction of that epoch or before is open, and nowhere else: another
 // producer's open transaction stays. On Apache Kafka.
-func TestEndLeftOpen(t *testing.T) {
+func TestAbortLeftOpen(t *testing.T) {
 	broker := testenv.StartBroker(t, testenv.TestBroker()).Addr()
 	ctx := context.Background()
 	opts := Settings{Brokers: []string{broker}}.Opts()
@@ -134,12 +134,12 @@ func TestEndLeftOpen(t *testing.T) {
 		t.Fatalf("no transaction open on cp-0: %v", open())
 	}
 	pid, epoch := open()[i].ProducerID, open()[i].ProducerEpoch
-	if ended, err := EndLeftOpen(ctx, opts, []string{"cp", "out"}, pid, epoch-1, false); err != nil || len(ended) != 0 {
-		t.Fatalf("an earlier epoch: ended %v, %v; want nothing ended", ended, err)
+	if ended, err := AbortLeftOpen(ctx, opts, []string{"cp", "out"}, pid, epoch-1); err != nil || len(ended) != 0 {
+		t.Fatalf("an earlier epoch: aborted on %v, %v; want nothing aborted", ended, err)
 	}
-	ended, err := EndLeftOpen(ctx, opts, []string{"cp", "out"}, pid, epoch, false)
+	ended, err := AbortLeftOpen(ctx, opts, []string{"cp", "out"}, pid, epoch)
 	if want := "cp-0,out-0,out-1"; err != nil || strings.Join(ended, ",") != want {
-		t.Fatalf("ended %v, %v; want %s", ended, err, want)
+		t.Fatalf("aborted on %v, %v; want %s", ended, err, want)
 	}
 	if o := open(); len(o) != 1 || o[0].ProducerID == pid {
 		t.Errorf("open transactions left: %+v, want the other producer's alone", o)

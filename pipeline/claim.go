@@ -218,9 +218,10 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 	}
 	// A record Kafka committed (acked) is resumed after. Any other past the
 	// wait is of a hanging transaction (Kafka lost track of the partition),
-	// which holds the partition's last stable offset until an operator
-	// aborts it: what became of it is read from its markers in the other
-	// topics it wrote, never guessed. Resuming before a record whose
+	// which holds the partition's last stable offset until it is ended:
+	// what became of it is read from its markers in the other topics it
+	// wrote, never guessed, and one that did not commit is aborted where
+	// it is left open. Resuming before a record whose
 	// transaction committed would publish its events again.
 	var undecided []undecidedRecord
 	var leftOpen error
@@ -238,7 +239,7 @@ func fenceAndRead(ctx context.Context, src checkpointSource, cfg *Config, srv re
 				// Its markers are missing: the producer id's next commit
 				// on a partition where it is open would commit its records
 				// with its own, publishing them twice. Aborted there first.
-				ended, err := src.EndLeftOpen(ctx, o, false)
+				ended, err := src.AbortLeftOpen(ctx, o)
 				if err != nil {
 					leftOpen = errors.Join(leftOpen, fmt.Errorf("%w: the transaction of checkpoint record %s did not commit (%s) but is still open "+
 						"where it wrote, and ending it there failed: the stream's next commit would commit its records with its own, publishing "+

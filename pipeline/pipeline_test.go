@@ -172,8 +172,8 @@ type fakeSource struct {
 	// an open record's transaction, and markers what its markers in the
 	// other topics it wrote say; unset, neither decides.
 	coordinator, markers func(o store.OpenRecord) (kafka.Fate, error)
-	// ended are the records whose transactions EndLeftOpen was asked to
-	// end where they were left open, which fails with endErr.
+	// ended are the records whose transactions AbortLeftOpen was asked to
+	// abort where they were left open, which fails with endErr.
 	ended  []store.OpenRecord
 	endErr error
 }
@@ -187,10 +187,7 @@ func (f *fakeSource) CoordinatorFate(_ context.Context, o store.OpenRecord) (kaf
 	}
 	return f.coordinator(o)
 }
-func (f *fakeSource) EndLeftOpen(_ context.Context, o store.OpenRecord, commit bool) ([]string, error) {
-	if commit {
-		return nil, errors.New("a commit ended by walstream")
-	}
+func (f *fakeSource) AbortLeftOpen(_ context.Context, o store.OpenRecord) ([]string, error) {
 	f.ended = append(f.ended, o)
 	return []string{"outbox-0"}, f.endErr
 }

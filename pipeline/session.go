@@ -419,7 +419,7 @@ type checkpointSource interface {
 	CheckpointHistory(ctx context.Context) ([]checkpoint.Checkpoint, error)
 	CoordinatorFate(ctx context.Context, o store.OpenRecord) (kafka.Fate, error)
 	MarkerFate(ctx context.Context, o store.OpenRecord) (kafka.Fate, error)
-	EndLeftOpen(ctx context.Context, o store.OpenRecord, commit bool) ([]string, error)
+	AbortLeftOpen(ctx context.Context, o store.OpenRecord) ([]string, error)
 }
 
 // sessionSource is a session's checkpointSource: its producer fences the

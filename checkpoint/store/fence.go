@@ -112,19 +112,19 @@ func (c *Checkpoints) MarkerFate(ctx context.Context, o OpenRecord) (kafka.Fate,
 	return f, nil
 }
 
-// EndLeftOpen ends the transaction of o, decided (committed or not), on
+// AbortLeftOpen aborts the transaction of o, which did not commit, on
 // every partition of the topics it wrote where it is still open
-// (kafka.EndLeftOpen): the stream's next commit would commit the records
+// (kafka.AbortLeftOpen): the stream's next commit would commit the records
 // there with its own. A record of an earlier version names no topics:
-// only the checkpoint topic is looked at. It returns the partitions ended.
-func (c *Checkpoints) EndLeftOpen(ctx context.Context, o OpenRecord, commit bool) ([]string, error) {
+// only the checkpoint topic is looked at.
+func (c *Checkpoints) AbortLeftOpen(ctx context.Context, o OpenRecord) ([]string, error) {
 	topics := o.Wrote
 	if !slices.Contains(topics, c.cfg.Topic) {
 		topics = append(slices.Clip(topics), c.cfg.Topic)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return kafka.EndLeftOpen(ctx, c.opts, topics, o.ProducerID, o.ProducerEpoch, commit)
+	return kafka.AbortLeftOpen(ctx, c.opts, topics, o.ProducerID, o.ProducerEpoch)
 }
 
 // WroteNothingElse reports whether the transaction of o wrote nothing but
