@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -432,10 +431,6 @@ type Tracker struct {
 	// events claims the record that holds it (checkpoint/store/takeover.go).
 	takeover *Takeover
 
-	// witnessed is replay.done, read without the lock once set: the feed
-	// asks at every transaction.
-	witnessed atomic.Bool
-
 	mu sync.Mutex
 	// replay checks what the server replays of the checkpoint's stretch;
 	// nothing new is confirmed before it is done, so that a server whose
@@ -469,10 +464,6 @@ type Tracker struct {
 func NewTracker(resume Checkpoint, inKafka bool, slotConfirmed pglogrepl.LSN) *Tracker {
 	t := &Tracker{resume: resume, takeover: resume.TakeoverAhead(), committed: resume, inKafka: inKafka, confirmed: slotConfirmed,
 		replay: newWitness(resume, slotConfirmed)}
-	// Within a takeover's stretch replays are Debezium's, and its
-	// transactions none of walstream's to witness.
-	t.replay.done = t.replay.done || t.takeover != nil
-	t.witnessed.Store(t.replay.done)
 	if inKafka {
 		t.committedAt = time.Now()
 	}
@@ -493,27 +484,17 @@ func (t *Tracker) Replayed(commitLSN pglogrepl.LSN, ordinal uint64) bool {
 // checkpoint says was published, while the replay of its stretch lasts:
 // a *ReplayError when the server's history is not the one published.
 func (t *Tracker) Sent(s Sent) error {
-	if t.witnessed.Load() {
-		return nil
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	err := t.replay.sent(s)
-	t.witnessed.Store(t.replay.done)
-	return err
+	return t.replay.sent(s)
 }
 
 // DecodedTo is the server's word that every transaction committed before
 // lsn has been sent; like Sent, it may end the replay's check or fail it.
 func (t *Tracker) DecodedTo(lsn pglogrepl.LSN) error {
-	if t.witnessed.Load() {
-		return nil
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	err := t.replay.decodedTo(lsn)
-	t.witnessed.Store(t.replay.done)
-	return err
+	return t.replay.decodedTo(lsn)
 }
 
 // InKafka returns the checkpoint Kafka holds and when this session learnt

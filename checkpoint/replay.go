@@ -59,9 +59,11 @@ type ReplayError struct {
 	From pglogrepl.LSN
 	// Found is what the server sent, at Found.CommitLSN; zero when it
 	// sent nothing at the last transaction's LSN and its WAL was read
-	// past it, to Passed.
-	Found  Sent
-	Passed pglogrepl.LSN
+	// past it, to Passed. Unpublished says Found holds events the
+	// checkpoint covers although none were published there.
+	Found       Sent
+	Passed      pglogrepl.LSN
+	Unpublished bool
 }
 
 func (e *ReplayError) Error() string {
@@ -72,11 +74,11 @@ func (e *ReplayError) Error() string {
 		found = fmt.Sprintf("no transaction at %s, and was read past it to %s", last.CommitLSN, e.Passed)
 	case f.CommitLSN == last.CommitLSN:
 		found = fmt.Sprintf("transaction %d committed at %s (%s) instead", f.Xid, f.CommitLSN, f.CommitTime.UTC().Format(time.RFC3339Nano))
-	case f.CommitLSN < last.CommitLSN || !e.Checkpoint.SkipTx(f.CommitLSN) || f.Events == 0:
-		found = fmt.Sprintf("no transaction at %s, but transaction %d committed at %s", last.CommitLSN, f.Xid, f.CommitLSN)
-	default:
+	case e.Unpublished:
 		found = fmt.Sprintf("transaction %d committed at %s with %d events, after it and before the checkpoint, which were never published",
 			f.Xid, f.CommitLSN, f.Events)
+	default:
+		found = fmt.Sprintf("no transaction at %s, but transaction %d committed at %s", last.CommitLSN, f.Xid, f.CommitLSN)
 	}
 	return fmt.Sprintf("checkpoint %s records %s as the last one published, but the server's WAL, replayed from the slot's position %s, has %s",
 		e.Checkpoint, last, e.From, found)
@@ -103,7 +105,9 @@ func newWitness(resume Checkpoint, slotConfirmed pglogrepl.LSN) witness {
 	w := witness{resume: resume, from: slotConfirmed}
 	l := resume.Last
 	w.needLast = l.Known() && slotConfirmed <= l.CommitLSN
-	w.done = !l.Known() || !w.needLast && slotConfirmed >= resume.LSN
+	// Within a takeover's stretch replays are Debezium's too, and no
+	// transaction of the stretch is walstream's to witness.
+	w.done = !l.Known() || !w.needLast && slotConfirmed >= resume.LSN || resume.TakeoverAhead() != nil
 	return w
 }
 
@@ -124,7 +128,7 @@ func (w *witness) sent(s Sent) error {
 	case w.needLast && !w.sawLast:
 		return &ReplayError{Checkpoint: w.resume, From: w.from, Found: s}
 	case s.Events > 0 && w.resume.SkipTx(s.CommitLSN):
-		return &ReplayError{Checkpoint: w.resume, From: w.from, Found: s}
+		return &ReplayError{Checkpoint: w.resume, From: w.from, Found: s, Unpublished: true}
 	}
 	w.done = s.CommitLSN > l.CommitLSN && s.CommitLSN >= w.resume.LSN
 	return nil

@@ -87,8 +87,8 @@ type feed struct {
 	// stop: the producer fails there, after everything before it, and
 	// nothing after it is decoded or marked.
 	stopped bool
-	// rewritten is the witness's verdict on a transaction the decoder
-	// dropped as a replay (replayed), taken up by hand.
+	// rewritten is the witness's verdict on a transaction the server sent
+	// (sent), taken up by hand.
 	rewritten error
 }
 
@@ -169,9 +169,10 @@ func (f *feed) decode(walStart pglogrepl.LSN, data []byte) (replication.Ready, e
 	return f.hand(tx), nil
 }
 
-// replayed is the decoder's Replayed: the witness sees each transaction
-// dropped as a replay.
-func (f *feed) replayed(tx *decode.Tx, events uint64) {
+// sent shows the witness a transaction the server sent with events
+// outbox events: one decoded (hand), or dropped as a replay (the
+// decoder's Replayed).
+func (f *feed) sent(tx *decode.Tx, events uint64) {
 	if f.rewritten == nil && f.witness != nil {
 		f.rewritten = f.witness.Sent(checkpoint.Sent{Xid: tx.Xid, CommitLSN: tx.CommitLSN, CommitTime: tx.CommitTime, Events: events})
 	}
@@ -182,8 +183,8 @@ func (f *feed) replayed(tx *decode.Tx, events uint64) {
 // after the replay is handed on.
 func (f *feed) hand(tx *decode.Tx) replication.Ready {
 	f.countSkipped(tx)
-	if f.rewritten == nil && f.witness != nil && tx != nil && tx.Stop == nil {
-		f.rewritten = f.witness.Sent(checkpoint.Sent{Xid: tx.Xid, CommitLSN: tx.CommitLSN, CommitTime: tx.CommitTime, Events: uint64(len(tx.Events))})
+	if tx != nil && tx.Stop == nil {
+		f.sent(tx, uint64(len(tx.Events)))
 	}
 	if f.rewritten != nil {
 		return f.stop(f.rewritten)

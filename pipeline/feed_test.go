@@ -168,7 +168,7 @@ func TestFeedRewritten(t *testing.T) {
 			f := &feed{out: &fakeQueue{tryPut: func(tx *decode.Tx) bool { queued = append(queued, tx); return true }},
 				received: tracker, witness: tracker,
 				log: slog.New(slog.DiscardHandler), skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})}
-			f.dec = decode.New(decode.Config{MaxPartEvents: 10, MaxPartBytes: 1 << 20, Skip: tracker.Replayed, Replayed: f.replayed})
+			f.dec = decode.New(decode.Config{MaxPartEvents: 10, MaxPartBytes: 1 << 20, Skip: tracker.Replayed, Replayed: f.sent})
 			if _, err := f.WAL(0x300, beginMsg(0x400, tc.xid)); err != nil {
 				t.Fatal(err)
 			}

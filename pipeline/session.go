@@ -232,7 +232,7 @@ func (s *session) run(ctx context.Context) (streamed bool, err error) {
 		Outboxes: cfg.Outboxes, MaxPartEvents: cfg.MaxBatchEvents, MaxPartBytes: cfg.MaxBatchBytes,
 		JSONText: cfg.Encoding.Value != format.String, OIDs: tables.oids, Recreated: tables.mayChange,
 		MessagePrefix: cfg.MessagePrefix, Messages: cfg.Messages, Skip: skip, SignalTable: cfg.Reemit.SignalTable,
-		Replayed: in.replayed,
+		Replayed: in.sent,
 	})
 	in.relationOf = func(oid uint32) (relationState, error) {
 		c, err := replication.Connect(ctx, cfg.Postgres)
